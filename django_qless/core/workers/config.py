@@ -1,0 +1,138 @@
+"""The worker's options, as one frozen dataclass (the CLI and the Django command build it)."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import tempfile
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Literal
+
+from django_qless.core.registry import Middleware, Registry, default_registry
+
+__all__ = ["RESERVERS", "WorkerConfig", "default_worker_name", "sanitize_name"]
+
+RESERVERS = ("ordered", "round-robin", "shuffled")
+ReserverName = Literal["ordered", "round-robin", "shuffled"]
+
+_BAD_NAME_CHARS = re.compile(r"[^\x21-\x7e]|:")
+
+
+def sanitize_name(text: str) -> str:
+    """Make `text` a valid worker name (printable ASCII, no space or ':', at most 128 chars)."""
+    clean = _BAD_NAME_CHARS.sub("_", text)[:128]
+    return clean or "worker"
+
+
+def default_worker_name(pid: int | None = None) -> str:
+    """Return `host-pid` for this process (the default worker name)."""
+    host = sanitize_name(socket.gethostname().split(".")[0] or "localhost")
+    return sanitize_name(f"{host[:100]}-{os.getpid() if pid is None else pid}")
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """Everything a worker needs to know; build it once, hand it to `make_worker`."""
+
+    url: str = "redis://localhost:6379/0"
+    queues: tuple[str, ...] = ()
+    # None: one child per CPU; 0: no children, run jobs in this process (SerialWorker).
+    processes: int | None = None
+    reserver: ReserverName = "ordered"
+    fork_per_job: bool = False
+    # Recycle a child after this many jobs (0: never); fork_per_job means 1.
+    child_max_jobs: int = 0
+    import_modules: tuple[str, ...] = ()
+    # Stop (gracefully) after this many jobs / seconds; 0 means no limit.
+    max_jobs: int = 0
+    max_duration: float = 0.0
+    # Safety re-check while idle; wake-ups normally arrive on ql:wake:<queue> first.
+    interval: float = 5.0
+    resume: bool = False
+    dry_run: bool = False
+    print_options: bool = False
+    exec_command: tuple[str, ...] = ()
+    # Per-job time limit in seconds (0: none); then SIGTERM, then SIGKILL after kill_grace.
+    timeout: float = 0.0
+    kill_grace: float = 5.0
+    # How long TERM/INT waits for children to unwind before SIGKILL.
+    shutdown_grace: float = 10.0
+    name: str | None = None
+    verbosity: int = 0
+    sandbox_root: str = field(default_factory=lambda: os.path.join(tempfile.gettempdir(), "qless"))
+    # Glob queue patterns are re-resolved against the known queues this often.
+    queue_refresh: float = 10.0
+    # A child dying sooner than this after its start counts toward the respawn back-off.
+    respawn_min_uptime: float = 1.0
+    respawn_max_backoff: float = 30.0
+    # Redis socket timeout for worker connections (None: redis-py's default, blocking).
+    socket_timeout: float | None = None
+    middleware: tuple[Middleware, ...] = field(default=(), compare=False)
+    registry: Registry = field(default=default_registry, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.queues, str):
+            object.__setattr__(self, "queues", (self.queues,))
+        object.__setattr__(self, "queues", tuple(_split_queues(self.queues)))
+        object.__setattr__(self, "import_modules", tuple(self.import_modules))
+        object.__setattr__(self, "exec_command", tuple(self.exec_command))
+        object.__setattr__(self, "middleware", tuple(self.middleware))
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ValueError if an option is out of range."""
+        if self.reserver not in RESERVERS:
+            raise ValueError(f"reserver must be one of {', '.join(RESERVERS)}: {self.reserver!r}")
+        if self.processes is not None and self.processes < 0:
+            raise ValueError(f"processes must be >= 0: {self.processes}")
+        for name in ("max_jobs", "child_max_jobs"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0")
+        for name in ("max_duration", "timeout", "kill_grace", "shutdown_grace"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0")
+        if not self.interval > 0:
+            raise ValueError(f"interval must be > 0: {self.interval}")
+        if self.name is not None and sanitize_name(self.name) != self.name:
+            raise ValueError(f"worker name must be printable ASCII without ' ' or ':': {self.name!r}")
+
+    @property
+    def serial(self) -> bool:
+        """Tell whether jobs run in this process (no children)."""
+        return self.processes == 0
+
+    @property
+    def process_count(self) -> int:
+        """Return the number of children to keep (CPU count by default)."""
+        if self.processes is None:
+            return os.cpu_count() or 1
+        return self.processes
+
+    @property
+    def jobs_per_child(self) -> int:
+        """Return how many jobs a child runs before it is replaced (0: unlimited)."""
+        return 1 if self.fork_per_job else self.child_max_jobs
+
+    def with_options(self, **changes: Any) -> WorkerConfig:
+        """Return a copy with some options changed."""
+        return replace(self, **changes)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the options as plain data (for --print-options)."""
+        data = {
+            k: v for k, v in asdict(self).items() if k not in ("middleware", "registry")
+        }
+        data["processes"] = self.process_count
+        data["middleware"] = [getattr(m, "__qualname__", repr(m)) for m in self.middleware]
+        return data
+
+
+def _split_queues(values: tuple[str, ...]) -> list[str]:
+    """Accept `a,b c` style queue lists; keep order, drop duplicates."""
+    seen: list[str] = []
+    for value in values:
+        for part in str(value).replace(",", " ").split():
+            if part not in seen:
+                seen.append(part)
+    return seen

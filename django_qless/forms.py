@@ -1,0 +1,159 @@
+"""Forms for the dashboard's actions; each validates like the engine (docs/engine.md)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django import forms
+from django.core.exceptions import ValidationError
+
+__all__ = [
+    "ConfigForm",
+    "MoveForm",
+    "PriorityForm",
+    "QueueSettingsForm",
+    "RecurringForm",
+    "StatsDateForm",
+    "TagForm",
+    "ThrottleForm",
+    "UndependForm",
+    "first_error",
+    "split_tags",
+]
+
+INT32_MIN, INT32_MAX = -2147483648, 2147483647
+QUEUE_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+JID_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _printable(value: str, label: str, max_bytes: int) -> str:
+    value = value.strip()
+    if not value:
+        raise ValidationError(f"{label} must not be empty.")
+    if len(value.encode("utf-8")) > max_bytes:
+        raise ValidationError(f"{label} is longer than {max_bytes} bytes.")
+    if CONTROL_RE.search(value):
+        raise ValidationError(f"{label} must not contain control characters.")
+    return value
+
+
+def split_tags(text: str) -> list[str]:
+    """Split a comma- or newline-separated tag list, dropping blanks and duplicates."""
+    seen: list[str] = []
+    for part in re.split(r"[,\n]", text):
+        tag = part.strip()
+        if tag and tag not in seen:
+            seen.append(tag)
+    return seen
+
+
+def first_error(form: forms.Form) -> str:
+    """Return the form's first error as one friendly sentence."""
+    for field, errors in form.errors.items():
+        label = form.fields[field].label if field in form.fields else None
+        prefix = f"{label or field.replace('_', ' ').capitalize()}: " if field != "__all__" else ""
+        return f"{prefix}{errors[0]}"
+    return "Invalid value."
+
+
+class PriorityForm(forms.Form):
+    """Change a job's priority (higher runs sooner)."""
+
+    priority = forms.IntegerField(min_value=INT32_MIN, max_value=INT32_MAX)
+
+
+class MoveForm(forms.Form):
+    """Move a job to another queue."""
+
+    queue = forms.CharField(max_length=64)
+
+    def clean_queue(self) -> str:
+        value = str(self.cleaned_data["queue"]).strip()
+        if not QUEUE_RE.match(value):
+            raise ValidationError("Queue names are 1-64 characters of A-Z a-z 0-9 _ . -")
+        return value
+
+
+class TagForm(forms.Form):
+    """Add or remove one tag."""
+
+    tag = forms.CharField(max_length=200, strip=False)
+
+    def clean_tag(self) -> str:
+        return _printable(str(self.cleaned_data["tag"]), "Tag", 64)
+
+
+class UndependForm(forms.Form):
+    """Remove one dependency from a job."""
+
+    dependency = forms.CharField(max_length=64)
+
+    def clean_dependency(self) -> str:
+        value = str(self.cleaned_data["dependency"]).strip()
+        if not JID_RE.match(value):
+            raise ValidationError("Not a valid jid.")
+        return value
+
+
+class QueueSettingsForm(forms.Form):
+    """Per-queue heartbeat, max concurrency and throttle maximum (blank = leave as is)."""
+
+    heartbeat = forms.IntegerField(min_value=1, max_value=INT32_MAX, required=False)
+    max_concurrency = forms.IntegerField(min_value=0, max_value=INT32_MAX, required=False,
+                                         label="Max concurrency")
+    throttle = forms.IntegerField(min_value=0, max_value=INT32_MAX, required=False,
+                                  label="Throttle maximum")
+
+
+class StatsDateForm(forms.Form):
+    """Pick the day whose statistics a queue page shows."""
+
+    date = forms.DateField(required=False, input_formats=["%Y-%m-%d"])
+
+
+class RecurringForm(forms.Form):
+    """Edit a recurring job's schedule and options (never its class: no code execution)."""
+
+    interval = forms.FloatField(min_value=1, max_value=31536000)
+    priority = forms.IntegerField(min_value=INT32_MIN, max_value=INT32_MAX)
+    retries = forms.IntegerField(min_value=0, max_value=1000)
+    tags = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}),
+                           help_text="Comma separated.")
+
+    def clean_tags(self) -> list[str]:
+        tags = split_tags(str(self.cleaned_data.get("tags") or ""))
+        if len(tags) > 50:
+            raise ValidationError("At most 50 tags.")
+        return [_printable(t, "Tag", 64) for t in tags]
+
+
+class ConfigForm(forms.Form):
+    """Set one engine config option."""
+
+    key = forms.CharField(max_length=200)
+    value = forms.CharField(max_length=1000)
+
+    def clean_key(self) -> str:
+        return _printable(str(self.cleaned_data["key"]), "Key", 128)
+
+    def clean_value(self) -> str:
+        return _printable(str(self.cleaned_data["value"]), "Value", 1000)
+
+
+class ThrottleForm(forms.Form):
+    """Create or change a throttle."""
+
+    id = forms.CharField(max_length=200, label="Throttle id")
+    maximum = forms.IntegerField(min_value=0, max_value=INT32_MAX)
+    ttl = forms.IntegerField(min_value=0, max_value=INT32_MAX, required=False, label="TTL (s)")
+
+    def clean_id(self) -> str:
+        return _printable(str(self.cleaned_data["id"]), "Throttle id", 128)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if data.get("ttl") is None:
+            data["ttl"] = 0
+        return data

@@ -1,0 +1,596 @@
+-- base.lua: the shared local table Q and the helpers every command uses.
+--
+-- Commands: none (helpers only).
+-- Helpers: key builders, argument validation (numbers, names, JSON), config reads, job hash
+-- reads, history append/read, wait/run statistics, event payloads, the wake-up channel.
+--
+-- Keys read or written here:
+--   ql:config                      hash  config option -> value (HMGET/HGET)
+--   ql:j:<jid>                     hash  job record (HMGET, HDEL of legacy `history`)
+--   ql:j:<jid>-history             list  JSON history entries (RPUSH, LRANGE, LSET/LREM/LPOP/LTRIM/LPUSH)
+--   ql:j:<jid>-dependents          set   (SMEMBERS, for job objects)
+--   ql:j:<jid>-dependencies        set   (SMEMBERS, for job objects)
+--   ql:tracked                     zset  tracked jids (ZSCORE)
+--   ql:s:wait:<day>:<queue>        hash  wait statistics (HMGET + HSET once per call)
+--   ql:s:run:<day>:<queue>         hash  run statistics (HMGET + HSET once per call)
+--   ql:s:stats:<day>:<queue>       hash  failures/failed/retries counters (HINCRBY)
+--   ql:wake:<queue>                channel  queue name, published once per call per queue
+--   ql:log, ql:w:<worker>, ql:<event>  channels (PUBLISH)
+
+local Q = {}
+local rcall = redis.call
+local cjson_encode = cjson.encode
+local cjson_decode = cjson.decode
+local floor = math.floor
+local tinsert = table.insert
+local tconcat = table.concat
+Q.rcall = rcall
+Q.encode = cjson_encode
+Q.decode = cjson_decode
+
+Q.DEFAULTS = {
+  ['application'] = 'qless',
+  ['heartbeat'] = 60,
+  ['grace-period'] = 10,
+  ['stats-history'] = 30,
+  ['histogram-history'] = 7,
+  ['jobs-history-count'] = 50000,
+  ['jobs-history'] = 604800,
+}
+-- Options read with an in-code fallback but not listed by config.get.
+Q.FALLBACKS = { ['max-worker-age'] = 86400, ['max-job-history'] = 100 }
+Q.MAX_LIST = 1000
+Q.CHUNK = 500
+Q.MAX_DATA = 1048576
+Q.MAX_MESSAGE = 65536
+
+-- Per-call state, reset by the dispatcher (api.lua).
+function Q.reset(op)
+  Q.op = op
+  Q.cfgv = nil
+  Q.woken = {}
+  Q.woken_list = {}
+  Q.stats_acc = {}
+  Q.stats_order = {}
+end
+
+-- ---------------------------------------------------------------- keys
+
+function Q.kjob(jid) return 'ql:j:' .. jid end
+function Q.khist(jid) return 'ql:j:' .. jid .. '-history' end
+function Q.kdeps(jid) return 'ql:j:' .. jid .. '-dependencies' end
+function Q.kdents(jid) return 'ql:j:' .. jid .. '-dependents' end
+function Q.kq(queue, kind) return 'ql:q:' .. queue .. '-' .. kind end
+function Q.kwjobs(worker) return 'ql:w:' .. worker .. ':jobs' end
+function Q.bin(t) return floor(t - (t % 86400)) end
+function Q.score(priority, now) return priority - now / 10000000000 end
+
+-- ---------------------------------------------------------------- validation
+
+-- Raise `<Op>(): text`; level 1 keeps the `user_script:N:` prefix clients strip.
+function Q.fail(text)
+  error(Q.op .. '(): ' .. text)
+end
+
+-- True when s is plain decimal text: optional sign, digits with an optional fraction,
+-- optional exponent. Rejects hex, spaces, nan, inf.
+local function is_decimal(s)
+  if type(s) ~= 'string' then return false end
+  local body = s:match('^[-+]?(.*)$')
+  local mant, exp = body:match('^([%d%.]+)[eE]([-+]?%d+)$')
+  if not mant then mant = body end
+  if not mant:match('^%d*%.?%d*$') or not mant:match('%d') then return false end
+  return true
+end
+Q.is_decimal = is_decimal
+
+-- Parse a number argument; `msg` is the qless wording ("not a number" by default).
+function Q.number(name, v, msg)
+  local n = is_decimal(v) and tonumber(v) or nil
+  if n == nil then
+    Q.fail('Arg "' .. name .. '" ' .. (msg or 'not a number') .. ': ' .. tostring(v))
+  end
+  if n ~= n or n == math.huge or n == -math.huge then
+    Q.fail('Arg "' .. name .. '" must be finite: ' .. tostring(v))
+  end
+  return n
+end
+
+-- Parse an integer argument in [lo, hi] (hi may be nil); `range` names the rule in the error.
+function Q.integer(name, v, lo, hi, msg)
+  local n = Q.number(name, v, msg)
+  if n ~= floor(n) or (lo and n < lo) or (hi and n > hi) then
+    if hi then
+      Q.fail('Arg "' .. name .. '" must be an integer in [' .. lo .. ', ' .. hi .. ']: ' .. tostring(v))
+    elseif lo == 0 then
+      Q.fail('Arg "' .. name .. '" must be a non-negative integer: ' .. tostring(v))
+    else
+      Q.fail('Arg "' .. name .. '" must be an integer >= ' .. lo .. ': ' .. tostring(v))
+    end
+  end
+  return n
+end
+
+-- Optional integer argument with a default when nil or empty.
+function Q.opt_integer(name, v, default, lo, hi, msg)
+  if v == nil or v == '' then return default end
+  return Q.integer(name, v, lo, hi, msg)
+end
+
+function Q.priority(v, msg)
+  return Q.integer('priority', v, -2147483648, 2147483647, msg)
+end
+
+function Q.delay(v, msg)
+  local d = Q.number('delay', v, msg)
+  if d < 0 then Q.fail('Arg "delay" must be >= 0: ' .. tostring(v)) end
+  if d > 315360000 then Q.fail('Arg "delay" must be at most 315360000: ' .. tostring(v)) end
+  return d
+end
+
+function Q.count(v, lo, hi, default, msg)
+  if v == nil and default ~= nil then return default end
+  local n = Q.number('count', v, msg or 'missing or not a number')
+  if n ~= floor(n) or n < lo or n > hi then
+    Q.fail('Arg "count" must be an integer in [' .. lo .. ', ' .. hi .. ']: ' .. tostring(v))
+  end
+  return n
+end
+
+function Q.offset(name, v)
+  if v == nil or v == '' then return 0 end
+  return Q.integer(name, v, 0, nil)
+end
+
+local function printable(s)
+  return not s:find('[%z\1-\31\127]')
+end
+Q.printable = printable
+
+function Q.jid(v, name, maxlen)
+  name = name or 'jid'
+  if v == nil or v == '' then Q.fail('Arg "' .. name .. '" missing') end
+  local reason
+  if #v > (maxlen or 64) then
+    reason = 'longer than ' .. (maxlen or 64) .. ' characters'
+  elseif not v:match('^[%w_%.%-]+$') then
+    reason = 'only letters, digits, "_", "." and "-" are allowed'
+  elseif v:match('%-history$') or v:match('%-dependents$') or v:match('%-dependencies$') then
+    reason = 'must not end in -history, -dependents or -dependencies'
+  end
+  if reason then Q.fail('Arg "' .. name .. '" invalid: ' .. v .. ' (' .. reason .. ')') end
+  return v
+end
+
+function Q.queue(v, name)
+  name = name or 'queue'
+  if v == nil or v == '' then Q.fail('Arg "' .. name .. '" missing') end
+  if #v > 64 or not v:match('^[%w_%.%-]+$') then
+    Q.fail('Arg "' .. name .. '" invalid: ' .. v)
+  end
+  return v
+end
+
+function Q.worker(v, missing_op)
+  if v == nil or v == '' then
+    if missing_op then error(missing_op .. '(): Arg "worker" missing') end
+    Q.fail('Arg "worker" missing')
+  end
+  if #v > 128 or not v:match('^[\33-\57\59-\126]+$') then
+    Q.fail('Arg "worker" invalid: ' .. v)
+  end
+  return v
+end
+
+function Q.klass(v)
+  if v == nil or v == '' then Q.fail('Arg "klass" missing') end
+  if #v > 256 or not printable(v) then Q.fail('Arg "klass" invalid') end
+  return v
+end
+
+function Q.group(v)
+  if v == nil or v == '' then Q.fail('Arg "group" missing') end
+  if #v > 256 then Q.fail('Arg "group" invalid: longer than 256 characters') end
+  return v
+end
+
+function Q.message(v, required)
+  if v == nil or (required and v == '') then Q.fail('Arg "message" missing') end
+  if #v > Q.MAX_MESSAGE then v = v:sub(1, Q.MAX_MESSAGE) .. ' [truncated]' end
+  return v
+end
+
+-- Decode JSON text; on failure raise `Arg "<name>" not JSON: <cjson's message>`.
+function Q.json(name, v)
+  if v == nil then Q.fail('Arg "' .. name .. '" missing') end
+  local ok, value = pcall(cjson_decode, v)
+  if not ok then Q.fail('Arg "' .. name .. '" not JSON: ' .. tostring(value)) end
+  return value
+end
+
+-- Job data: a JSON object of at most 1 MiB; the caller stores the text verbatim.
+function Q.data(v, name)
+  name = name or 'data'
+  if v == nil then Q.fail('Arg "' .. name .. '" missing') end
+  if #v > Q.MAX_DATA then Q.fail('Arg "' .. name .. '" too large') end
+  local value = Q.json(name, v)
+  if type(value) ~= 'table' or not v:match('^%s*{') then
+    Q.fail('Arg "' .. name .. '" must be a JSON object')
+  end
+  return v
+end
+
+-- A JSON array argument (tags, depends, throttles): returns a Lua list.
+local function json_list(name, v, maxn)
+  local value = Q.json(name, v)
+  if type(value) ~= 'table' or (next(value) ~= nil and #value == 0) or v:match('^%s*{%s*%S') then
+    Q.fail('Arg "' .. name .. '" must be a JSON array')
+  end
+  if #value > maxn then Q.fail('Arg "' .. name .. '" has more than ' .. maxn .. ' entries') end
+  return value
+end
+
+function Q.tag_name(t)
+  if type(t) ~= 'string' or #t < 1 or #t > 64 or not printable(t) then
+    Q.fail('Arg "tags" invalid tag: ' .. tostring(t))
+  end
+  return t
+end
+
+function Q.tags(v)
+  local list = json_list('tags', v, 50)
+  local out, seen = {}, {}
+  for _, t in ipairs(list) do
+    Q.tag_name(t)
+    if not seen[t] then seen[t] = true; tinsert(out, t) end
+  end
+  return out
+end
+
+function Q.depends(v, self_jid)
+  local list = json_list('depends', v, Q.MAX_LIST)
+  local out, seen = {}, {}
+  for _, d in ipairs(list) do
+    if type(d) ~= 'string' then Q.fail('Arg "depends" must be a list of jids') end
+    Q.jid(d, 'depends')
+    if d == self_jid then Q.fail('Arg "depends" invalid: a job cannot depend on itself') end
+    if not seen[d] then seen[d] = true; tinsert(out, d) end
+  end
+  return out
+end
+
+function Q.throttle_id(t, name)
+  if type(t) ~= 'string' or #t < 1 or #t > 128 or not t:match('^[\33-\126]+$') then
+    Q.fail('Arg "' .. (name or 'throttles') .. '" invalid throttle id: ' .. tostring(t))
+  end
+  return t
+end
+
+function Q.throttles(v)
+  local list = json_list('throttles', v, 10)
+  local out, seen = {}, {}
+  for _, t in ipairs(list) do
+    Q.throttle_id(t)
+    if not seen[t] then seen[t] = true; tinsert(out, t) end
+  end
+  return out
+end
+
+-- A list of jids given as separate arguments, at most 1000.
+function Q.jid_args(args, first, allow_empty)
+  local out = {}
+  for i = first, #args do tinsert(out, Q.jid(args[i])) end
+  if #out == 0 and not allow_empty then Q.fail('Arg "jid" missing') end
+  if #out > Q.MAX_LIST then Q.fail('at most ' .. Q.MAX_LIST .. ' jids') end
+  return out
+end
+
+-- Trailing name/value pairs -> table; raises on an odd count.
+function Q.pairs_args(args, first)
+  local n = #args - first + 1
+  if n > 0 and n % 2 == 1 then Q.fail('Odd number of additional args') end
+  local out = {}
+  for i = first, #args, 2 do out[args[i]] = args[i + 1] end
+  return out
+end
+
+-- ---------------------------------------------------------------- config
+
+-- Read the named config fields with one HMGET for the whole call.
+function Q.load_config(names)
+  local values = rcall('HMGET', 'ql:config', unpack(names))
+  Q.cfgv = Q.cfgv or {}
+  for i, name in ipairs(names) do Q.cfgv[name] = values[i] or false end
+end
+
+-- A config value (string from ql:config, else the default), read lazily if not loaded.
+function Q.cfg(name)
+  local cache = Q.cfgv
+  if not cache or cache[name] == nil then
+    Q.cfgv = cache or {}
+    Q.cfgv[name] = rcall('HGET', 'ql:config', name) or false
+  end
+  local v = Q.cfgv[name]
+  if v == false then return Q.DEFAULTS[name] or Q.FALLBACKS[name] end
+  return v
+end
+
+function Q.cfgnum(name, fallback)
+  local v = tonumber(Q.cfg(name))
+  if v == nil or v ~= v then return fallback end
+  return v
+end
+
+-- Lock duration for a queue: <queue>-heartbeat, else heartbeat, else 60.
+function Q.heartbeat(queue)
+  local v = tonumber(Q.cfg(queue .. '-heartbeat'))
+  if v == nil then v = Q.cfgnum('heartbeat', 60) end
+  return v
+end
+
+-- ---------------------------------------------------------------- job hash
+
+-- HMGET the named fields of a job; returns nil when the job has no hash.
+function Q.read(jid, fields)
+  local values = rcall('HMGET', 'ql:j:' .. jid, unpack(fields))
+  local job, any = {}, false
+  for i, name in ipairs(fields) do
+    local v = values[i]
+    if v then job[name] = v; any = true end
+  end
+  if not any then return nil end
+  return job
+end
+
+Q.ALL = { 'jid', 'klass', 'state', 'queue', 'worker', 'priority', 'expires', 'retries',
+  'remaining', 'data', 'tags', 'failure', 'spawned_from_jid', 'throttles', 'history' }
+
+function Q.tracked(jid)
+  return rcall('ZSCORE', 'ql:tracked', jid) ~= false
+end
+
+-- Decode a stored JSON list (tags/throttles); tolerate the {} quirk and garbage.
+function Q.list(text)
+  if not text or text == '' then return {} end
+  local ok, v = pcall(cjson_decode, text)
+  if ok and type(v) == 'table' then return v end
+  return {}
+end
+
+-- ---------------------------------------------------------------- history
+
+local function history_entry(when, what, extra)
+  if extra then return cjson_encode({ floor(when), what, extra }) end
+  return cjson_encode({ floor(when), what })
+end
+
+-- Expand a legacy single-field `history` array into list entries and drop the field.
+function Q.migrate_history(jid, legacy)
+  local ok, old = pcall(cjson_decode, legacy)
+  rcall('HDEL', 'ql:j:' .. jid, 'history')
+  if not ok or type(old) ~= 'table' then return end
+  local key = Q.khist(jid)
+  local entries = {}
+  for _, h in ipairs(old) do
+    if type(h) == 'table' then
+      if h.put then tinsert(entries, history_entry(h.put, 'put', { q = h.q })) end
+      if h.popped then tinsert(entries, history_entry(h.popped, 'popped', { worker = h.worker })) end
+      if h.failed then tinsert(entries, history_entry(h.failed, 'failed', { worker = h.worker })) end
+      if h.done then tinsert(entries, history_entry(h.done, 'done')) end
+    end
+  end
+  for i = 1, #entries, Q.CHUNK do
+    rcall('RPUSH', key, unpack(entries, i, math.min(i + Q.CHUNK - 1, #entries)))
+  end
+end
+
+-- Append a history entry; trim to max-job-history (keep the first entry and the last n-1).
+function Q.history(jid, when, what, extra)
+  local key = Q.khist(jid)
+  local len = rcall('RPUSH', key, history_entry(when, what, extra))
+  -- The cap is 0 (none) or >= 3, so a list of 3 or fewer entries never needs a trim.
+  if len <= 3 then return end
+  local n = Q.cfgnum('max-job-history', 100)
+  if n < 3 or len <= n then return end
+  if len == n + 1 then
+    rcall('LSET', key, 1, '__qless_trim__')
+    rcall('LREM', key, 1, '__qless_trim__')
+  else
+    local first = rcall('LPOP', key)
+    rcall('LTRIM', key, -(n - 1), -1)
+    rcall('LPUSH', key, first)
+  end
+end
+
+function Q.read_history(jid)
+  local out = {}
+  for _, raw in ipairs(rcall('LRANGE', Q.khist(jid), 0, -1)) do
+    local ok, e = pcall(cjson_decode, raw)
+    if ok and type(e) == 'table' then
+      if e[2] ~= nil then
+        local obj = { when = e[1], what = e[2] }
+        if type(e[3]) == 'table' then
+          for k, v in pairs(e[3]) do obj[k] = v end
+        end
+        tinsert(out, obj)
+      else
+        tinsert(out, e)
+      end
+    end
+  end
+  return out
+end
+
+-- ---------------------------------------------------------------- job objects
+
+-- Build the JSON-ready job object from a hash read with Q.ALL (lean: no history/deps).
+function Q.job_object(jid, h, tracked, lean)
+  if h.history then Q.migrate_history(jid, h.history) end
+  local failure = {}
+  if h.failure and h.failure ~= '' then
+    local ok, f = pcall(cjson_decode, h.failure)
+    if ok and type(f) == 'table' then failure = f end
+  end
+  local remaining = tonumber(h.remaining) or 0
+  local obj = {
+    jid = jid,
+    klass = h.klass or '',
+    state = h.state or '',
+    queue = h.queue or '',
+    worker = h.worker or '',
+    tracked = tracked,
+    priority = tonumber(h.priority) or 0,
+    expires = tonumber(h.expires) or 0,
+    retries = tonumber(h.retries) or 0,
+    remaining = floor(remaining),
+    data = h.data or '{}',
+    tags = Q.list(h.tags),
+    failure = failure,
+    spawned_from_jid = h.spawned_from_jid or false,
+    throttles = Q.list(h.throttles),
+  }
+  if not lean then
+    obj.history = Q.read_history(jid)
+    obj.dependents = rcall('SMEMBERS', Q.kdents(jid))
+    obj.dependencies = rcall('SMEMBERS', Q.kdeps(jid))
+  end
+  return obj
+end
+
+-- Full job object for a jid, or nil.
+function Q.get(jid)
+  local h = Q.read(jid, Q.ALL)
+  if not h then return nil end
+  return Q.job_object(jid, h, Q.tracked(jid), false)
+end
+
+-- ---------------------------------------------------------------- statistics
+
+local function bucket(value)
+  local v = floor(value)
+  if v < 60 then return 's' .. v end
+  if v < 3600 then return 'm' .. floor(v / 60) end
+  if v < 86400 then return 'h' .. floor(v / 3600) end
+  return 'd' .. floor(v / 86400)
+end
+Q.bucket = bucket
+
+-- Queue a wait/run sample; Q.flush_stats writes each stats hash once per call.
+function Q.sample(kind, queue, now, value)
+  local key = 'ql:s:' .. kind .. ':' .. Q.bin(now) .. ':' .. queue
+  local acc = Q.stats_acc[key]
+  if not acc then
+    acc = {}
+    Q.stats_acc[key] = acc
+    tinsert(Q.stats_order, key)
+  end
+  tinsert(acc, value)
+end
+
+function Q.flush_stats()
+  for _, key in ipairs(Q.stats_order) do
+    local samples = Q.stats_acc[key]
+    local fields = { 'total', 'mean', 'vk' }
+    local index = {}
+    for _, v in ipairs(samples) do
+      local b = bucket(v)
+      if not index[b] then tinsert(fields, b); index[b] = #fields end
+    end
+    local cur = rcall('HMGET', key, unpack(fields))
+    local count = tonumber(cur[1]) or 0
+    local mean = tonumber(cur[2]) or 0
+    local vk = tonumber(cur[3]) or 0
+    local hist = {}
+    for _, v in ipairs(samples) do
+      count = count + 1
+      if count == 1 then
+        mean = v; vk = 0
+      else
+        local old = mean
+        mean = mean + (v - mean) / count
+        vk = vk + (v - mean) * (v - old)
+      end
+      local b = bucket(v)
+      hist[b] = (hist[b] or 0) + 1
+    end
+    local args = { 'total', count, 'mean', mean, 'vk', vk }
+    for b, i in pairs(index) do
+      tinsert(args, b)
+      tinsert(args, (tonumber(cur[i]) or 0) + hist[b])
+    end
+    rcall('HSET', key, unpack(args))
+  end
+  Q.stats_acc = {}
+  Q.stats_order = {}
+end
+
+function Q.counter(queue, when, field, delta)
+  rcall('HINCRBY', 'ql:s:stats:' .. Q.bin(when) .. ':' .. queue, field, delta)
+end
+
+-- ---------------------------------------------------------------- events
+
+-- JSON text of a string (or false), escaped exactly as cjson does it.
+local function js(v)
+  if v == false or v == nil then return 'false' end
+  return cjson_encode(v)
+end
+Q.js = js
+
+function Q.publish(channel, payload)
+  rcall('PUBLISH', channel, payload)
+end
+
+function Q.ev_put(jid, queue)
+  return '{"jid":' .. js(jid) .. ',"event":"put","queue":' .. js(queue) .. '}'
+end
+
+function Q.ev_lock_lost(jid, worker)
+  return '{"jid":' .. js(jid) .. ',"event":"lock_lost","worker":' .. js(worker) .. '}'
+end
+
+function Q.ev_failed(jid, worker, group, message)
+  return '{"message":' .. js(message) .. ',"jid":' .. js(jid) .. ',"group":' .. js(group)
+    .. ',"event":"failed","worker":' .. js(worker) .. '}'
+end
+
+-- Tell the old owner and the log that a job's lock is gone.
+function Q.lock_lost(jid, worker)
+  local payload = Q.ev_lock_lost(jid, worker)
+  rcall('PUBLISH', 'ql:w:' .. worker, payload)
+  rcall('PUBLISH', 'ql:log', payload)
+end
+
+-- Note that jobs became ready in a queue; published once per call (Q.flush_wake).
+function Q.wake(queue)
+  if not Q.woken[queue] then
+    Q.woken[queue] = true
+    tinsert(Q.woken_list, queue)
+  end
+end
+
+function Q.flush_wake()
+  for _, queue in ipairs(Q.woken_list) do rcall('PUBLISH', 'ql:wake:' .. queue, queue) end
+  Q.woken = {}
+  Q.woken_list = {}
+end
+
+-- ---------------------------------------------------------------- tags index
+
+-- Add/remove a job's membership in ql:t:<tag> and keep ql:tags counts honest.
+function Q.tag_add(jid, tag, now)
+  rcall('ZADD', 'ql:t:' .. tag, now, jid)
+  rcall('ZINCRBY', 'ql:tags', 1, tag)
+end
+
+function Q.tag_remove(jid, tag)
+  rcall('ZREM', 'ql:t:' .. tag, jid)
+  if tonumber(rcall('ZINCRBY', 'ql:tags', -1, tag)) <= 0 then rcall('ZREM', 'ql:tags', tag) end
+end
+
+-- Release a list in chunks with a command taking many members (ZREM, SREM, DEL...).
+function Q.chunked(cmd, key, list)
+  for i = 1, #list, Q.CHUNK do
+    rcall(cmd, key, unpack(list, i, math.min(i + Q.CHUNK - 1, #list)))
+  end
+end
