@@ -60,10 +60,12 @@ def build_redis(conf: AliasSettings) -> redis.Redis:
     kwargs = redis_kwargs(conf)
     if conf.sentinels:
         sentinel_kwargs = dict(conf.sentinel_kwargs)
-        sentinel = Sentinel(list(conf.sentinels), sentinel_kwargs=sentinel_kwargs or None,
-                            **{k: v for k, v in kwargs.items() if k != "decode_responses"})
-        return sentinel.master_for(conf.master_name or "mymaster", redis_class=redis.Redis,
-                                   decode_responses=True)
+        sentinel = Sentinel(  # type: ignore[no-untyped-call]
+            list(conf.sentinels), sentinel_kwargs=sentinel_kwargs or None,
+            **{k: v for k, v in kwargs.items() if k != "decode_responses"})
+        master: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
+            conf.master_name or "mymaster", redis_class=redis.Redis, decode_responses=True)
+        return master
     assert conf.url is not None
     return redis.Redis.from_url(conf.url, **kwargs)
 

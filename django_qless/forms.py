@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from typing import Any
 
@@ -111,6 +112,12 @@ class StatsDateForm(forms.Form):
     """Pick the day whose statistics a queue page shows."""
 
     date = forms.DateField(required=False, input_formats=["%Y-%m-%d"])
+
+    def clean_date(self) -> dt.date | None:
+        value: dt.date | None = self.cleaned_data.get("date")
+        if value is not None and not dt.date(1970, 1, 2) <= value <= dt.date(2999, 12, 31):
+            raise ValidationError("Choose a day between 1970 and 2999.")
+        return value
 
 
 class RecurringForm(forms.Form):

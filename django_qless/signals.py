@@ -7,7 +7,8 @@ keyword arguments ``jid``, ``event`` (the raw payload dict) and ``client``): ``j
 
 Sent in the worker process (``sender`` is the worker name): ``worker_started``,
 ``worker_stopped`` (keyword ``worker``), ``job_started`` (``job``) and ``job_finished``
-(``job``, ``outcome`` = "completed" | "failed" | "retried" | "error", ``error``).
+(``job``, ``outcome`` = "completed" | "retried" | "failed" | "aborted", ``error``).
+"completed" means the job code returned (the worker then completes the job).
 """
 
 from django.dispatch import Signal

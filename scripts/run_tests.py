@@ -95,10 +95,10 @@ def main(argv: list[str]) -> int:
     if secondary and secondary != primary and redis_version(secondary) != redis_version(primary):
         legs.append((secondary, ["tests/core"]))
     legs_py = [(sys.executable, binary, paths) for binary, paths in legs]
-    if not argv and (ROOT / "tests" / "app").is_dir():
+    if not argv:
         python6 = django6_venv()
         if python6 is not None:
-            legs_py.append((str(python6), primary, ["tests/app"]))
+            legs_py.append((str(python6), primary, ["tests/app", "tests/ui"]))
     failed = 0
     for python, binary, paths in legs_py:
         version = redis_version(binary)

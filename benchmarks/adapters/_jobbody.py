@@ -23,6 +23,7 @@ def record(t0: float = 0.0) -> None:
     fd = _fd.get(pid)
     if fd is None:
         directory = os.environ["BENCH_TS_DIR"]
-        fd = os.open(os.path.join(directory, f"{pid}.ts"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        path = os.path.join(directory, f"{pid}.ts")
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         _fd[pid] = fd
-    os.write(fd, f"{now!r} {t0!r}\n".encode())
+    os.write(fd, f"{now:17.6f} {t0:17.6f}\n".encode())

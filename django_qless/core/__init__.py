@@ -1,0 +1,97 @@
+"""The pure-Python qless client (never imports Django).
+
+Names are re-exported lazily so `python -m django_qless.core.lua` (and any light
+import of one submodule) does not load the whole client.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .client import Client, Tags, Workers
+    from .clock import ServerClock
+    from .config import Config
+    from .events import Events
+    from .exceptions import (
+        DependencyError,
+        InvalidArgument,
+        InvalidStateTransition,
+        JobNotFound,
+        LimitExceeded,
+        LostLockError,
+        QlessConnectionError,
+        QlessError,
+        ScriptError,
+        UnregisteredJobClass,
+        error_from_reply,
+    )
+    from .job import Job
+    from .jobs import Jobs
+    from .queue import Queue, QueueJobs, Queues
+    from .recurring import RecurringJob
+    from .serialization import new_jid
+    from .throttle import Throttle, Throttles
+
+_EXPORTS = {
+    "Client": "client", "Tags": "client", "Workers": "client",
+    "ServerClock": "clock",
+    "Config": "config",
+    "Events": "events",
+    "DependencyError": "exceptions", "InvalidArgument": "exceptions",
+    "InvalidStateTransition": "exceptions", "JobNotFound": "exceptions",
+    "LimitExceeded": "exceptions", "LostLockError": "exceptions",
+    "QlessConnectionError": "exceptions", "QlessError": "exceptions",
+    "ScriptError": "exceptions", "UnregisteredJobClass": "exceptions",
+    "error_from_reply": "exceptions",
+    "Job": "job",
+    "Jobs": "jobs",
+    "Queue": "queue", "QueueJobs": "queue", "Queues": "queue",
+    "RecurringJob": "recurring",
+    "new_jid": "serialization",
+    "Throttle": "throttle", "Throttles": "throttle",
+}
+
+__all__ = [
+    "Client",
+    "Config",
+    "DependencyError",
+    "Events",
+    "InvalidArgument",
+    "InvalidStateTransition",
+    "Job",
+    "JobNotFound",
+    "Jobs",
+    "LimitExceeded",
+    "LostLockError",
+    "QlessConnectionError",
+    "QlessError",
+    "Queue",
+    "QueueJobs",
+    "Queues",
+    "RecurringJob",
+    "ScriptError",
+    "ServerClock",
+    "Tags",
+    "Throttle",
+    "Throttles",
+    "UnregisteredJobClass",
+    "Workers",
+    "error_from_reply",
+    "new_jid",
+]
+
+
+def __getattr__(name: str) -> Any:
+    """Import a re-exported name on first use."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -88,11 +88,11 @@ class RegisteredJob:
                     f"{self.name!r} has no process(job) method and no method for queue {queue!r}"
                 )
             if isinstance(inspect.getattr_static(target, "process"), (staticmethod, classmethod)):
-                return process  # type: ignore[no-any-return]
+                return process  # type: ignore[no-any-return, unused-ignore]
             # A plain method: make an instance per job (qless-py called it on the class).
             return lambda job: getattr(target(), "process")(job)  # noqa: B009
         if callable(target):
-            return target  # type: ignore[return-value]
+            return target
         raise UnregisteredJobClass(f"{self.name!r} is registered with a non-callable target")
 
     def perform(self, job: Job) -> Any:

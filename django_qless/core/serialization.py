@@ -35,6 +35,9 @@ __all__ = [
     "check_depends",
     "check_throttles",
     "num",
+    "as_list",
+    "check_delay",
+    "put_options",
     "new_jid",
 ]
 
@@ -101,9 +104,13 @@ def dumps_data(data: Any, *, name: str = "data") -> str:
         raise InvalidArgument(f"{name} must be a JSON object (dict), got {type(data).__name__}")
     _check_tree(data, name, 0)
     text = dumps(data, path=name)
-    if len(text) > MAX_DATA_BYTES // 4 and len(text.encode("utf-8")) > MAX_DATA_BYTES:
-        size = len(text.encode("utf-8")) / (1024 * 1024)
-        raise LimitExceeded(f"{name} is {size:.1f} MiB, limit is 1 MiB")
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        reason = exc.reason
+        raise InvalidArgument(f"{name} contains text that is not valid UTF-8: {reason}") from None
+    if size > MAX_DATA_BYTES:
+        raise LimitExceeded(f"{name} is {size / (1024 * 1024):.1f} MiB, limit is 1 MiB")
     return text
 
 
@@ -270,6 +277,40 @@ def num(value: float) -> str:
     if value.is_integer() and abs(value) < 1e15:
         return str(int(value))
     return repr(value)
+
+
+def as_list(value: Any) -> list[Any]:
+    """Normalise the engine's empty-array quirk (`{}`, nil) to a list."""
+    if not value:
+        return []
+    return list(value)
+
+
+def check_delay(delay: object) -> str:
+    """Validate a delay in seconds and encode it."""
+    return num(check_number("delay", delay, 0, MAX_DELAY))
+
+
+def put_options(
+    *,
+    priority: object,
+    tags: object,
+    retries: object,
+    depends: object | None,
+    throttles: object | None,
+    jid: str,
+) -> list[str]:
+    """Validate and encode the name/value options shared by put, requeue and move."""
+    options = [
+        "priority", str(check_int("priority", priority, PRIORITY_MIN, PRIORITY_MAX)),
+        "tags", dumps(check_tags(tags)),
+        "retries", str(check_int("retries", retries, 0, 1000)),
+    ]
+    if depends is not None:
+        options += ["depends", dumps(check_depends(depends, jid))]
+    if throttles is not None:
+        options += ["throttles", dumps(check_throttles(throttles))]
+    return options
 
 
 def new_jid() -> str:

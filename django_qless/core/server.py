@@ -94,7 +94,9 @@ class RedisServer:
             "--logfile", os.path.join(self.directory, "redis.log"),
             *self.extra_args,
         ]
-        self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL)
+        # Own session: a Ctrl-C or a signal to our process group must not stop Redis
+        # before the workers that use it have shut down.
+        self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + timeout
         import redis
 

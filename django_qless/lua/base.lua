@@ -2,15 +2,20 @@
 --
 -- Commands: none (helpers only).
 -- Helpers: key builders, argument validation (numbers, names, JSON), config reads, job hash
--- reads, history append/read, wait/run statistics, event payloads, the wake-up channel.
+-- reads, history append, event payloads, the wake-up channel; module loaders `objects` (job
+-- objects, history read) and `stats` (wait/run statistics). Every other file wraps its code
+-- in loaders (`Q.mod.<name> = function() ... end`) that api.lua runs per command, because
+-- each EVALSHA re-runs the whole script body and creating closures costs CPU.
 --
 -- Keys read or written here:
---   ql:config                      hash  config option -> value (HMGET/HGET)
+--   ql:config                      hash  config option -> value (HMGET/HGET); also the hidden
+--                                        '#' bookkeeping fields (#due:<queue>, HGET/HSET)
 --   ql:j:<jid>                     hash  job record (HMGET, HDEL of legacy `history`)
 --   ql:j:<jid>-history             list  JSON history entries (RPUSH, LRANGE, LSET/LREM/LPOP/LTRIM/LPUSH)
 --   ql:j:<jid>-dependents          set   (SMEMBERS, for job objects)
 --   ql:j:<jid>-dependencies        set   (SMEMBERS, for job objects)
---   ql:tracked                     zset  tracked jids (ZSCORE)
+--   ql:tracked                     zset  tracked jids (ZSCORE, for `get`; hot paths read the
+--                                        job hash field `tracked` that mirrors it)
 --   ql:s:wait:<day>:<queue>        hash  wait statistics (HMGET + HSET once per call)
 --   ql:s:run:<day>:<queue>         hash  run statistics (HMGET + HSET once per call)
 --   ql:s:stats:<day>:<queue>       hash  failures/failed/retries counters (HINCRBY)
@@ -39,7 +44,21 @@ Q.DEFAULTS = {
 }
 -- Options read with an in-code fallback but not listed by config.get.
 Q.FALLBACKS = { ['max-worker-age'] = 86400, ['max-job-history'] = 100 }
+Q.commands = {}
 Q.MAX_LIST = 1000
+-- Module loaders: every EVALSHA runs the whole script body, and creating a closure costs
+-- time, so each file wraps its functions in a loader that api.lua runs only for the
+-- commands that need it (see ROUTES there).
+Q.mod = {}
+function Q.need(names)
+  for name in names:gmatch('[^,]+') do
+    local loader = Q.mod[name]
+    if loader then
+      Q.mod[name] = false
+      loader()
+    end
+  end
+end
 Q.CHUNK = 500
 Q.MAX_DATA = 1048576
 Q.MAX_MESSAGE = 65536
@@ -137,9 +156,9 @@ function Q.count(v, lo, hi, default, msg)
   return n
 end
 
-function Q.offset(name, v)
+function Q.offset(name, v, msg)
   if v == nil or v == '' then return 0 end
-  return Q.integer(name, v, 0, nil)
+  return Q.integer(name, v, 0, nil, msg)
 end
 
 local function printable(s)
@@ -223,7 +242,8 @@ end
 -- A JSON array argument (tags, depends, throttles): returns a Lua list.
 local function json_list(name, v, maxn)
   local value = Q.json(name, v)
-  if type(value) ~= 'table' or (next(value) ~= nil and #value == 0) or v:match('^%s*{%s*%S') then
+  -- `{}` is accepted as the empty list (cjson's own encoding of one).
+  if type(value) ~= 'table' or (next(value) ~= nil and (#value == 0 or v:match('^%s*{'))) then
     Q.fail('Arg "' .. name .. '" must be a JSON array')
   end
   if #value > maxn then Q.fail('Arg "' .. name .. '" has more than ' .. maxn .. ' entries') end
@@ -344,9 +364,40 @@ end
 
 Q.ALL = { 'jid', 'klass', 'state', 'queue', 'worker', 'priority', 'expires', 'retries',
   'remaining', 'data', 'tags', 'failure', 'spawned_from_jid', 'throttles', 'history' }
+-- The job hash field `tracked` ('1') mirrors membership of ql:tracked so the hot paths learn
+-- it from the HMGET they already do.
 
 function Q.tracked(jid)
   return rcall('ZSCORE', 'ql:tracked', jid) ~= false
+end
+
+-- Internal bookkeeping lives in ql:config under field names starting with '#' (hidden from
+-- config.get, refused by config.set/unset), so the config HMGET a command already does reads
+-- it for free:
+--   #throttle:<queue>   '1'/'0': the queue throttle ql:th:ql:q:<queue> is/is not configured
+--   #due:<queue>        lower bound of every lock expiry, scheduled time and spawn time of the
+--                       queue, at most HORIZON ahead of the pop that set it: pop skips those
+--                       three scans before it
+--   #completed-due      time before which no completed job can be older than jobs-history
+--                       (at most HORIZON ahead): complete skips the age-based retention
+--                       query until then
+function Q.mfield(kind, queue) return '#' .. kind .. ':' .. queue end
+-- `#due` is never set further ahead than this (seconds), so timers written by another writer
+-- (qless-core during a rolling switch, a restore, a repair script) are seen within it.
+Q.HORIZON = 1
+
+-- Raw stored config value (false if unset), without defaults.
+function Q.cfgraw(name)
+  Q.cfg(name)
+  return Q.cfgv[name]
+end
+
+-- A lock, schedule or spawn time `at` was written: keep `#due` a lower bound.
+function Q.lower_due(queue, at)
+  local field = Q.mfield('due', queue)
+  local cur = tonumber(rcall('HGET', 'ql:config', field))
+  if cur and at < cur then rcall('HSET', 'ql:config', field, at) end
+  if Q.cfgv then Q.cfgv[field] = nil end
 end
 
 -- Decode a stored JSON list (tags/throttles); tolerate the {} quirk and garbage.
@@ -400,128 +451,6 @@ function Q.history(jid, when, what, extra)
     rcall('LTRIM', key, -(n - 1), -1)
     rcall('LPUSH', key, first)
   end
-end
-
-function Q.read_history(jid)
-  local out = {}
-  for _, raw in ipairs(rcall('LRANGE', Q.khist(jid), 0, -1)) do
-    local ok, e = pcall(cjson_decode, raw)
-    if ok and type(e) == 'table' then
-      if e[2] ~= nil then
-        local obj = { when = e[1], what = e[2] }
-        if type(e[3]) == 'table' then
-          for k, v in pairs(e[3]) do obj[k] = v end
-        end
-        tinsert(out, obj)
-      else
-        tinsert(out, e)
-      end
-    end
-  end
-  return out
-end
-
--- ---------------------------------------------------------------- job objects
-
--- Build the JSON-ready job object from a hash read with Q.ALL (lean: no history/deps).
-function Q.job_object(jid, h, tracked, lean)
-  if h.history then Q.migrate_history(jid, h.history) end
-  local failure = {}
-  if h.failure and h.failure ~= '' then
-    local ok, f = pcall(cjson_decode, h.failure)
-    if ok and type(f) == 'table' then failure = f end
-  end
-  local remaining = tonumber(h.remaining) or 0
-  local obj = {
-    jid = jid,
-    klass = h.klass or '',
-    state = h.state or '',
-    queue = h.queue or '',
-    worker = h.worker or '',
-    tracked = tracked,
-    priority = tonumber(h.priority) or 0,
-    expires = tonumber(h.expires) or 0,
-    retries = tonumber(h.retries) or 0,
-    remaining = floor(remaining),
-    data = h.data or '{}',
-    tags = Q.list(h.tags),
-    failure = failure,
-    spawned_from_jid = h.spawned_from_jid or false,
-    throttles = Q.list(h.throttles),
-  }
-  if not lean then
-    obj.history = Q.read_history(jid)
-    obj.dependents = rcall('SMEMBERS', Q.kdents(jid))
-    obj.dependencies = rcall('SMEMBERS', Q.kdeps(jid))
-  end
-  return obj
-end
-
--- Full job object for a jid, or nil.
-function Q.get(jid)
-  local h = Q.read(jid, Q.ALL)
-  if not h then return nil end
-  return Q.job_object(jid, h, Q.tracked(jid), false)
-end
-
--- ---------------------------------------------------------------- statistics
-
-local function bucket(value)
-  local v = floor(value)
-  if v < 60 then return 's' .. v end
-  if v < 3600 then return 'm' .. floor(v / 60) end
-  if v < 86400 then return 'h' .. floor(v / 3600) end
-  return 'd' .. floor(v / 86400)
-end
-Q.bucket = bucket
-
--- Queue a wait/run sample; Q.flush_stats writes each stats hash once per call.
-function Q.sample(kind, queue, now, value)
-  local key = 'ql:s:' .. kind .. ':' .. Q.bin(now) .. ':' .. queue
-  local acc = Q.stats_acc[key]
-  if not acc then
-    acc = {}
-    Q.stats_acc[key] = acc
-    tinsert(Q.stats_order, key)
-  end
-  tinsert(acc, value)
-end
-
-function Q.flush_stats()
-  for _, key in ipairs(Q.stats_order) do
-    local samples = Q.stats_acc[key]
-    local fields = { 'total', 'mean', 'vk' }
-    local index = {}
-    for _, v in ipairs(samples) do
-      local b = bucket(v)
-      if not index[b] then tinsert(fields, b); index[b] = #fields end
-    end
-    local cur = rcall('HMGET', key, unpack(fields))
-    local count = tonumber(cur[1]) or 0
-    local mean = tonumber(cur[2]) or 0
-    local vk = tonumber(cur[3]) or 0
-    local hist = {}
-    for _, v in ipairs(samples) do
-      count = count + 1
-      if count == 1 then
-        mean = v; vk = 0
-      else
-        local old = mean
-        mean = mean + (v - mean) / count
-        vk = vk + (v - mean) * (v - old)
-      end
-      local b = bucket(v)
-      hist[b] = (hist[b] or 0) + 1
-    end
-    local args = { 'total', count, 'mean', mean, 'vk', vk }
-    for b, i in pairs(index) do
-      tinsert(args, b)
-      tinsert(args, (tonumber(cur[i]) or 0) + hist[b])
-    end
-    rcall('HSET', key, unpack(args))
-  end
-  Q.stats_acc = {}
-  Q.stats_order = {}
 end
 
 function Q.counter(queue, when, field, delta)
@@ -592,5 +521,133 @@ end
 function Q.chunked(cmd, key, list)
   for i = 1, #list, Q.CHUNK do
     rcall(cmd, key, unpack(list, i, math.min(i + Q.CHUNK - 1, #list)))
+  end
+end
+
+-- ---------------------------------------------------------------- job objects (module)
+
+Q.mod.objects = function()
+  function Q.read_history(jid)
+    local out = {}
+    for _, raw in ipairs(rcall('LRANGE', Q.khist(jid), 0, -1)) do
+      local ok, e = pcall(cjson_decode, raw)
+      if ok and type(e) == 'table' then
+        if e[2] ~= nil then
+          local obj = { when = e[1], what = e[2] }
+          if type(e[3]) == 'table' then
+            for k, v in pairs(e[3]) do obj[k] = v end
+          end
+          tinsert(out, obj)
+        else
+          tinsert(out, e)
+        end
+      end
+    end
+    return out
+  end
+
+
+  -- Build the JSON-ready job object from a hash read with Q.ALL (lean: no history/deps).
+  function Q.job_object(jid, h, tracked, lean)
+    if h.history then Q.migrate_history(jid, h.history) end
+    local failure = {}
+    if h.failure and h.failure ~= '' then
+      local ok, f = pcall(cjson_decode, h.failure)
+      if ok and type(f) == 'table' then failure = f end
+    end
+    local remaining = tonumber(h.remaining) or 0
+    local obj = {
+      jid = jid,
+      klass = h.klass or '',
+      state = h.state or '',
+      queue = h.queue or '',
+      worker = h.worker or '',
+      tracked = tracked,
+      priority = tonumber(h.priority) or 0,
+      expires = tonumber(h.expires) or 0,
+      retries = tonumber(h.retries) or 0,
+      remaining = floor(remaining),
+      data = h.data or '{}',
+      tags = Q.list(h.tags),
+      failure = failure,
+      spawned_from_jid = h.spawned_from_jid or false,
+      throttles = Q.list(h.throttles),
+    }
+    if not lean then
+      obj.history = Q.read_history(jid)
+      obj.dependents = rcall('SMEMBERS', Q.kdents(jid))
+      obj.dependencies = rcall('SMEMBERS', Q.kdeps(jid))
+    end
+    return obj
+  end
+
+  -- Full job object for a jid, or nil.
+  function Q.get(jid)
+    local h = Q.read(jid, Q.ALL)
+    if not h then return nil end
+    return Q.job_object(jid, h, Q.tracked(jid), false)
+  end
+end
+
+-- ---------------------------------------------------------------- statistics (module)
+
+Q.mod.stats = function()
+
+  local function bucket(value)
+    local v = floor(value)
+    if v < 60 then return 's' .. v end
+    if v < 3600 then return 'm' .. floor(v / 60) end
+    if v < 86400 then return 'h' .. floor(v / 3600) end
+    return 'd' .. floor(v / 86400)
+  end
+  Q.bucket = bucket
+
+  -- Queue a wait/run sample; Q.flush_stats writes each stats hash once per call.
+  function Q.sample(kind, queue, now, value)
+    local key = 'ql:s:' .. kind .. ':' .. Q.bin(now) .. ':' .. queue
+    local acc = Q.stats_acc[key]
+    if not acc then
+      acc = {}
+      Q.stats_acc[key] = acc
+      tinsert(Q.stats_order, key)
+    end
+    tinsert(acc, value)
+  end
+
+  function Q.flush_stats()
+    for _, key in ipairs(Q.stats_order) do
+      local samples = Q.stats_acc[key]
+      local fields = { 'total', 'mean', 'vk' }
+      local index = {}
+      for _, v in ipairs(samples) do
+        local b = bucket(v)
+        if not index[b] then tinsert(fields, b); index[b] = #fields end
+      end
+      local cur = rcall('HMGET', key, unpack(fields))
+      local count = tonumber(cur[1]) or 0
+      local mean = tonumber(cur[2]) or 0
+      local vk = tonumber(cur[3]) or 0
+      local hist = {}
+      for _, v in ipairs(samples) do
+        count = count + 1
+        if count == 1 then
+          mean = v; vk = 0
+        else
+          local old = mean
+          mean = mean + (v - mean) / count
+          vk = vk + (v - mean) * (v - old)
+        end
+        local b = bucket(v)
+        hist[b] = (hist[b] or 0) + 1
+      end
+      local args = { 'total', count, 'mean', mean, 'vk', vk }
+      for b, i in pairs(index) do
+        tinsert(args, b)
+        tinsert(args, (tonumber(cur[i]) or 0) + hist[b])
+      end
+      rcall('HSET', key, unpack(args))
+    end
+    Q.stats_acc = {}
+    Q.stats_order = {}
   end
 end

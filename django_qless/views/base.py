@@ -46,6 +46,7 @@ __all__ = [
     "render_page",
     "secure_headers",
     "ui_settings",
+    "user_of",
 ]
 
 logger = logging.getLogger("django_qless")
@@ -96,7 +97,9 @@ def namespace(request: HttpRequest) -> str:
     return "django_qless"
 
 
-def qurl(request: HttpRequest, name: str, *args: Any, query: Mapping[str, Any] | None = None) -> str:
+def qurl(
+    request: HttpRequest, name: str, *args: Any, query: Mapping[str, Any] | None = None
+) -> str:
     """Reverse a dashboard URL in the namespace of the current request."""
     url = reverse(f"{namespace(request)}:{name}", args=args)
     if query:
@@ -104,9 +107,14 @@ def qurl(request: HttpRequest, name: str, *args: Any, query: Mapping[str, Any] |
     return url
 
 
+def user_of(request: HttpRequest) -> Any:
+    """Return the request's user (any auth user model: only the permission API is used)."""
+    return request.user
+
+
 def can_manage(request: HttpRequest) -> bool:
     """Tell whether the user may act (retry, cancel, move, config...)."""
-    return bool(request.user.has_perm(MANAGE_PERM))
+    return bool(user_of(request).has_perm(MANAGE_PERM))
 
 
 def _admin_site(request: HttpRequest) -> Any:
@@ -159,7 +167,7 @@ def _error(request: HttpRequest, status: int, message: str) -> HttpResponse:
 
 
 def _check_access(request: HttpRequest, manage: bool) -> HttpResponse | None:
-    user = request.user
+    user = user_of(request)
     if not user.is_authenticated:
         return redirect_to_login(request.get_full_path(), _login_url())
     if not (user.is_active and user.is_staff and user.has_perm(VIEW_PERM)):
@@ -169,7 +177,9 @@ def _check_access(request: HttpRequest, manage: bool) -> HttpResponse | None:
     return None
 
 
-def dashboard_view(*, manage: bool = False, post_only: bool = False) -> Callable[[ViewFunc], ViewFunc]:
+def dashboard_view(
+    *, manage: bool = False, post_only: bool = False
+) -> Callable[[ViewFunc], ViewFunc]:
     """Guard a page: staff + view permission; POST (or ``manage``) also needs manage_jobs."""
 
     def decorate(func: ViewFunc) -> ViewFunc:
@@ -184,6 +194,10 @@ def dashboard_view(*, manage: bool = False, post_only: bool = False) -> Callable
                 return secure_headers(response)
             try:
                 response = func(request, *args, **kwargs)
+                if request.method == "POST":
+                    # Audit trail of every action: who, what, on which names, outcome.
+                    logger.info("qless action %s by %s %s -> %s", func.__name__,
+                                user_of(request), kwargs, response.status_code)
             except (JobNotFound, Http404) as exc:
                 response = _error(request, 404, _not_found_text(exc))
             except PermissionDenied:
@@ -194,6 +208,8 @@ def dashboard_view(*, manage: bool = False, post_only: bool = False) -> Callable
             except (InvalidArgument, LostLockError, QlessError) as exc:
                 if request.method == "POST":
                     # A refused action: say why and go back (PRG), never a 500.
+                    logger.info("qless action %s by %s %s refused: %s", func.__name__,
+                                user_of(request), kwargs, exc)
                     messages.error(request, str(exc))
                     response = redirect_back(request, qurl(request, "overview"))
                 else:
@@ -231,7 +247,7 @@ def api_view(func: ViewFunc) -> ViewFunc:
             response = HttpResponse("GET only\n", status=405, content_type="text/plain")
             response["Allow"] = "GET, HEAD"
             return secure_headers(response)
-        user = request.user
+        user = user_of(request)
         allowed = bearer_ok(request) or (
             user.is_authenticated and user.is_active and user.is_staff and user.has_perm(VIEW_PERM)
         )
@@ -311,8 +327,3 @@ def get_pager(request: HttpRequest, total: int | None = None, per_page: int = PE
     if total is not None:
         return pager.with_rows(0, total)
     return pager
-
-
-def not_found(what: str) -> Http404:
-    """Build a 404 with a friendly text."""
-    return Http404(what)

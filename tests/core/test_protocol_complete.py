@@ -218,7 +218,7 @@ def test_advance_with_delay_and_dependency(lua: Any, r: redis.Redis) -> None:
     put(lua, "dep", "elsewhere")
     running(lua)
     assert complete(lua, "jid", 10, "next", "later", "delay", 5, "depends", ["dep"]) == "depends"
-    assert float(r.hget("ql:j:jid", "scheduled")) == 15
+    assert float(str(r.hget("ql:j:jid", "scheduled"))) == 15
 
 
 def test_advance_delay_with_satisfied_dependencies(lua: Any, r: redis.Redis) -> None:
@@ -359,3 +359,16 @@ def test_fix_retention_is_bounded_per_call(lua: Any, r: redis.Redis) -> None:
     running(lua, "again", now=1001)
     complete(lua, "again", now=1001)
     assert r.zrange("ql:completed", 0, -1) == ["jid", "again"]
+
+
+def test_retention_sees_completions_by_another_writer(lua: Any, r: redis.Redis) -> None:
+    """Expire a completed job recorded by another writer (e.g. qless-core) with an older time."""
+    lua("config.set", 0, "jobs-history", 100)
+    running(lua, "ours", now=1000)
+    complete(lua, "ours", now=1000)
+    r.hset("ql:j:theirs", mapping={"jid": "theirs", "state": "complete", "queue": ""})
+    r.zadd("ql:completed", {"theirs": 500})
+    running(lua, "next", now=1050)
+    complete(lua, "next", now=1050)
+    assert r.zscore("ql:completed", "theirs") is None
+    assert not r.exists("ql:j:theirs")

@@ -64,7 +64,7 @@ def test_pop_takes_the_lock(lua: Any, r: redis.Redis) -> None:
     assert r.zscore(WORK, "jid") is None
     assert r.hget("ql:j:jid", "state") == "running"
     assert r.hget("ql:j:jid", "worker") == "worker"
-    assert float(r.hget("ql:j:jid", "expires")) == 70
+    assert float(str(r.hget("ql:j:jid", "expires"))) == 70
     assert r.type(LOCKS) == "zset"
     assert r.type("ql:w:worker:jobs") == "zset"
 
@@ -87,7 +87,7 @@ def test_pop_sets_time(lua: Any, r: redis.Redis) -> None:
     """Set the hash `time` field to the pop time."""
     put(lua, now=1)
     pop(lua, now=1700000000.25)
-    assert float(r.hget("ql:j:jid", "time")) == 1700000000.25
+    assert float(str(r.hget("ql:j:jid", "time"))) == 1700000000.25
 
 
 @pytest.mark.parametrize("count", [1, 2, 5])
@@ -288,3 +288,125 @@ def test_peek_count_zero(lua: Any) -> None:
     """Count 0 is allowed for peek and returns nothing."""
     put(lua)
     assert lua("peek", 0, "queue", 0) == "{}"
+
+
+def test_pop_honours_paused_set_written_directly(lua: Any, r: redis.Redis) -> None:
+    """Honour a pause found in `ql:paused_queues` (§2.3, §3)."""
+    # E.g. a queue paused by qless-core (which only SADDs the set) before the switch.
+    put(lua)
+    r.sadd("ql:paused_queues", "queue")
+    assert lua("pop", 1, "queue", "worker", 1) == "{}"
+    assert lua.json("queues", 1, "queue")["paused"] is True
+    lua("unpause", 2, "queue")
+    assert pop(lua, now=3)[0]["jid"] == "jid"
+
+
+def test_pop_promotes_scheduled_written_directly(lua: Any, r: redis.Redis) -> None:
+    """Jobs scheduled before the switch to this engine are promoted when due."""
+    assert pop(lua, now=0) == {}
+    r.hset("ql:j:old", mapping={"jid": "old", "klass": "klass", "data": "{}", "priority": 0,
+                                "tags": "{}", "state": "scheduled", "worker": "", "expires": 0,
+                                "queue": "queue", "retries": 5, "remaining": 5, "time": "0"})
+    r.zadd(SCHED, {"old": 5})
+    assert [j["jid"] for j in pop(lua, now=6)] == ["old"]
+
+
+def test_pop_notices_expired_lock_written_directly(lua: Any, r: redis.Redis) -> None:
+    """A lock taken by another writer (e.g. a qless-core worker) is noticed when it expires."""
+    assert pop(lua, now=0) == {}
+    r.hset("ql:j:old", mapping={"jid": "old", "klass": "klass", "data": "{}", "priority": 0,
+                                "tags": "{}", "state": "running", "worker": "gone",
+                                "expires": 60, "queue": "queue", "retries": 5, "remaining": 5,
+                                "time": "0"})
+    r.zadd(LOCKS, {"old": 60})
+    r.zadd("ql:w:gone:jobs", {"old": 60})
+    assert pop(lua, now=61, worker="w2") == {}
+    assert lua.json("get", 61, "old")["history"][-1]["what"] == "timed-out"
+
+
+def test_pop_honours_pause_added_after_unpause(lua: Any, r: redis.Redis) -> None:
+    """Honour a pause written by another writer after this engine unpaused the queue."""
+    # qless-core's pause is a plain SADD.
+    put(lua)
+    lua("pause", 0, "queue")
+    lua("unpause", 0, "queue")
+    r.sadd("ql:paused_queues", "queue")
+    assert lua("pop", 1, "queue", "worker", 1) == "{}"
+
+
+def test_pop_honours_unpause_by_another_writer(lua: Any, r: redis.Redis) -> None:
+    """An unpause written by another writer (SREM, as qless-core does) lets pops through."""
+    put(lua)
+    lua("pause", 0, "queue")
+    r.srem("ql:paused_queues", "queue")
+    assert [j["jid"] for j in pop(lua, now=1)] == ["jid"]
+
+
+# Every pop examines locks, spawns and schedules (§2.3): sub-second timers must not be missed
+# because an earlier idle pop looked at the queue a moment before.
+
+
+def test_subsecond_delayed_put_after_idle_pop(lua: Any) -> None:
+    """A 0.5 s delay put right after an idle pop is taken 0.5 s later."""
+    assert pop(lua, now=0) == {}
+    put(lua, now=0.05, delay=0.5)
+    assert [j["jid"] for j in pop(lua, now=0.6)] == ["jid"]
+
+
+def test_subsecond_retry_delay_after_pop(lua: Any) -> None:
+    """A job retried with a 0.3 s delay is taken once that has passed."""
+    put(lua)
+    pop(lua, now=0)
+    lua("retry", 0.1, "jid", "queue", "worker", 0.3)
+    assert [j["jid"] for j in pop(lua, now=0.5)] == ["jid"]
+
+
+def test_subsecond_advance_delay_after_idle_pop(lua: Any) -> None:
+    """complete-next with a 0.3 s delay into an idle-polled queue is taken in time."""
+    put(lua, "jid", "first")
+    lua("pop", 0, "first", "worker", 1)
+    assert pop(lua, now=0) == {}
+    lua("complete", 0.1, "jid", "worker", "first", {}, "next", "queue", "delay", 0.3)
+    assert [j["jid"] for j in pop(lua, now=0.5)] == ["jid"]
+
+
+def test_subsecond_dependency_release_after_idle_pop(lua: Any) -> None:
+    """A released dependent with a remembered 0.4 s delay is taken in time."""
+    put(lua, "a", "first")
+    lua("put", 0, "worker", "queue", "b", "klass", {}, 0.4, "depends", ["a"])
+    lua("pop", 0, "first", "worker", 1)
+    assert pop(lua, now=0) == {}
+    lua("complete", 0.1, "a", "worker", "first", {})
+    assert [j["jid"] for j in pop(lua, now=0.5)] == ["b"]
+
+
+def test_subsecond_recur_update_interval_after_idle_pop(lua: Any) -> None:
+    """Shortening the interval makes an earlier spawn time count at once."""
+    lua("recur", 0, "queue", "rec", "klass", {}, "interval", 100, 99.2)
+    assert pop(lua, now=0) == {}
+    lua("recur.update", 0.1, "rec", "interval", 1)
+    assert [j["jid"] for j in pop(lua, now=0.5)] == ["rec-1"]
+
+
+def test_subsecond_recur_moved_into_idle_queue(lua: Any) -> None:
+    """A schedule moved into a queue that was just polled spawns in time."""
+    lua("recur", 0, "other", "rec", "klass", {}, "interval", 60, 0.3)
+    assert pop(lua, now=0) == {}
+    lua("recur.update", 0.1, "rec", "queue", "queue")
+    assert [j["jid"] for j in pop(lua, now=0.5)] == ["rec-1"]
+
+
+def test_fix_peek_skips_ghost_jids(lua: Any, r: redis.Redis) -> None:
+    """Peek omits a jid in the work set without a job hash (docs/engine.md fix)."""
+    put(lua, "real", now=1)
+    r.zadd(WORK, {"ghost": 10})
+    assert [j["jid"] for j in peek(lua, now=2, count=5)] == ["real"]
+
+
+def test_pop_by_slightly_slower_clock_promotes_due_jobs(lua: Any) -> None:
+    """A pop examines schedules in [0, now] even just after a pop with a later clock."""
+    put(lua, "a", now=0, delay=10)
+    put(lua, "b", now=0, delay=10)
+    assert len(pop(lua, now=100)) == 1
+    # A second worker whose clock is 0.5 s behind: b (due at 10) is due for it as well.
+    assert len(pop(lua, now=99.5, worker="w2")) == 1

@@ -15,7 +15,7 @@ DEPS = "ql:q:queue-depends"
 LOCKS = "ql:q:queue-locks"
 
 
-def put(lua: Any, jid: str = "jid", queue: str = "queue", *, now: float = 0, delay: float = 0,
+def put(lua: Any, jid: str = "jid", queue: str = "queue", *, now: float = 0, delay: Any = 0,
         data: Any = None, worker: str = "worker", klass: str = "klass", **opts: Any) -> Any:
     """Put one job; keyword options become trailing name/value pairs."""
     pairs: list[Any] = []
@@ -185,7 +185,7 @@ def test_put_delay_and_dependency(lua: Any, r: redis.Redis) -> None:
     put(lua, "b", now=10, delay=50, depends=["a"])
     assert r.zscore(DEPS, "b") == 10
     assert r.zscore(SCHED, "b") is None
-    assert float(r.hget("ql:j:b", "scheduled")) == 60
+    assert float(str(r.hget("ql:j:b", "scheduled"))) == 60
     assert get(lua, "b")["state"] == "depends"
 
 
@@ -384,7 +384,7 @@ def test_put_odd_pairs(lua: Any) -> None:
 def test_put_option_not_a_number(lua: Any, option: str) -> None:
     """Refuse non-numeric numeric options."""
     with pytest.raises(redis.ResponseError, match=rf'Put\(\): Arg "{option}"'):
-        put(lua, **{option: "x"})
+        lua("put", 0, "worker", "queue", "jid", "klass", {}, 0, option, "x")
 
 
 def test_put_collides_with_recurring_child(lua: Any, r: redis.Redis) -> None:
@@ -393,3 +393,18 @@ def test_put_collides_with_recurring_child(lua: Any, r: redis.Redis) -> None:
     with pytest.raises(redis.ResponseError, match=r"Put\(\): Job rec-3 collides with recurring"):
         put(lua, "rec-3")
     assert not r.exists("ql:j:rec-3")
+
+
+def test_reput_of_spawned_child_is_allowed(lua: Any, r: redis.Redis) -> None:
+    """The recurring-collision rule only refuses jids that do not exist yet."""
+    lua("recur", 0, "queue", "rec", "klass", {}, "interval", 60, 0)
+    lua("peek", 0, "queue", 1)
+    assert put(lua, "rec-1", "other", now=1) == "rec-1"
+    assert r.zscore("ql:q:other-work", "rec-1") is not None
+
+
+def test_put_into_paused_queue(lua: Any, r: redis.Redis) -> None:
+    """Put still works on a paused queue."""
+    lua("pause", 0, "queue")
+    put(lua)
+    assert r.zscore(WORK, "jid") is not None

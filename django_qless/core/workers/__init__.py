@@ -1,0 +1,32 @@
+"""The Django-free worker: serial (in-process) and forking (supervisor + children).
+
+Entry points: `run_worker(config, hooks)` (what the CLI and the Django command call),
+`make_worker`, `SerialWorker`, `ForkingWorker`, `WorkerConfig`, `WorkerHooks`.
+"""
+
+from __future__ import annotations
+
+from django_qless.core.workers.config import WorkerConfig, default_worker_name
+from django_qless.core.workers.forking import ForkingWorker
+from django_qless.core.workers.hooks import CompositeHooks, WorkerHooks, WorkerHooksProtocol
+from django_qless.core.workers.run import import_modules, make_worker, run_worker
+from django_qless.core.workers.runner import JobAborted
+from django_qless.core.workers.sandbox import current_sandbox
+from django_qless.core.workers.serial import SerialWorker
+from django_qless.core.workers.shutdown import ExitCode
+
+__all__ = [
+    "CompositeHooks",
+    "ExitCode",
+    "ForkingWorker",
+    "JobAborted",
+    "SerialWorker",
+    "WorkerConfig",
+    "WorkerHooks",
+    "WorkerHooksProtocol",
+    "current_sandbox",
+    "default_worker_name",
+    "import_modules",
+    "make_worker",
+    "run_worker",
+]

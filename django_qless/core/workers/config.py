@@ -6,7 +6,7 @@ import os
 import re
 import socket
 import tempfile
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
 from django_qless.core.registry import Middleware, Registry, default_registry
@@ -95,7 +95,9 @@ class WorkerConfig:
         if not self.interval > 0:
             raise ValueError(f"interval must be > 0: {self.interval}")
         if self.name is not None and sanitize_name(self.name) != self.name:
-            raise ValueError(f"worker name must be printable ASCII without ' ' or ':': {self.name!r}")
+            raise ValueError(
+                f"worker name must be printable ASCII without ' ' or ':': {self.name!r}"
+            )
 
     @property
     def serial(self) -> bool:
@@ -121,7 +123,9 @@ class WorkerConfig:
     def as_dict(self) -> dict[str, Any]:
         """Return the options as plain data (for --print-options)."""
         data = {
-            k: v for k, v in asdict(self).items() if k not in ("middleware", "registry")
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.name not in ("middleware", "registry")
         }
         data["processes"] = self.process_count
         data["middleware"] = [getattr(m, "__qualname__", repr(m)) for m in self.middleware]

@@ -1,0 +1,338 @@
+"""Measurement driver shared by every adapter; runs inside the measured system's venv.
+
+Stdlib + redis-py only (every system's venv has redis-py). An adapter module defines a class
+with the methods of ``Adapter`` below and calls ``main(AdapterClass)``; the driver runs the
+metrics named on the command line against one Redis URL and prints one JSON object on the
+last line of stdout. Every metric starts from a flushed Redis.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import redis
+
+__all__ = ["Adapter", "main", "LINE"]
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LINE = 36  # bytes per line written by _jobbody.record
+IGNORED_COMMANDS = {"info", "config", "flushall", "ping"}
+
+
+class Adapter:
+    """The interface each system implements (documentation; adapters duck-type it)."""
+
+    name = "?"
+    notes: dict[str, str] = {}
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def put(self, i: int, t0: float = 0.0, queue: str = "bench") -> None:
+        """Enqueue one tiny job with one library call."""
+        raise NotImplementedError
+
+    def put_bulk(self, n: int, queue: str = "bench") -> None:
+        """Enqueue n jobs with the library's bulk API (optional)."""
+        raise NotImplementedError
+
+    def fill(self, n: int, queues: list[str]) -> None:
+        """Enqueue n jobs round-robin over queues as fast as possible (untimed setup)."""
+        raise NotImplementedError
+
+    def pop_complete(self, queues: list[str]) -> bool:
+        """Take one job and finish it without a worker framework; False when none is left."""
+        raise NotImplementedError
+
+    def worker_argv(self, processes: int, queue: str) -> list[str]:
+        """Return the command line that starts the library's own worker."""
+        raise NotImplementedError
+
+
+def _redis(url: str) -> redis.Redis:
+    return redis.Redis.from_url(url, decode_responses=True)
+
+
+def _flush(url: str) -> None:
+    _redis(url).flushall()
+
+
+def _per_sec(n: int, seconds: float) -> float:
+    return n / seconds if seconds > 0 else float("inf")
+
+
+def measure_enqueue(a: Any, n: int) -> dict[str, float]:
+    """Time n single puts; also the memory growth they caused."""
+    _flush(a.url)
+    r = _redis(a.url)
+    mem0 = int(r.info("memory")["used_memory"])
+    start = time.perf_counter()
+    for i in range(n):
+        a.put(i)
+    elapsed = time.perf_counter() - start
+    mem1 = int(r.info("memory")["used_memory"])
+    return {
+        "enqueue_jobs_per_s": _per_sec(n, elapsed),
+        "memory_bytes_per_10k": (mem1 - mem0) * 10_000 / n,
+    }
+
+
+def measure_bulk(a: Any, n: int) -> dict[str, float]:
+    """Time the library's bulk put of n jobs."""
+    _flush(a.url)
+    start = time.perf_counter()
+    a.put_bulk(n)
+    return {"bulk_jobs_per_s": _per_sec(n, time.perf_counter() - start)}
+
+
+def _drain(a: Any, queues: list[str], limit: int | None = None) -> tuple[int, float]:
+    done = 0
+    start = time.perf_counter()
+    while (limit is None or done < limit) and a.pop_complete(queues):
+        done += 1
+    return done, time.perf_counter() - start
+
+
+def measure_drain(a: Any, n: int) -> dict[str, float]:
+    """Fill n jobs, then time pop + complete of all of them in this process."""
+    _flush(a.url)
+    a.fill(n, ["bench"])
+    done, elapsed = _drain(a, ["bench"])
+    if done != n:
+        raise RuntimeError(f"drain finished {done} jobs, expected {n}")
+    return {"drain_jobs_per_s": _per_sec(n, elapsed)}
+
+
+class _Timestamps:
+    """The directory where job bodies write their lines."""
+
+    def __init__(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="bench-ts-")
+        self.workdir = tempfile.mkdtemp(prefix="bench-worker-")  # worker cwd and log
+        self.log_path = os.path.join(self.workdir, "worker.log")
+
+    def count(self) -> int:
+        total = 0
+        for name in os.listdir(self.dir):
+            try:
+                total += os.stat(os.path.join(self.dir, name)).st_size // LINE
+            except FileNotFoundError:
+                pass
+        return total
+
+    def wait(self, n: int, timeout: float, proc: subprocess.Popen[bytes]) -> None:
+        deadline = time.monotonic() + timeout
+        while self.count() < n:
+            if proc.poll() is not None:
+                raise RuntimeError(
+                    f"worker exited early with {proc.returncode}:\n{self.log_tail()}"
+                )
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"only {self.count()} of {n} jobs done after {timeout}s:\n{self.log_tail()}"
+                )
+            time.sleep(0.005)
+
+    def lines(self) -> list[tuple[float, float]]:
+        out = []
+        for name in os.listdir(self.dir):
+            with open(os.path.join(self.dir, name)) as f:
+                for line in f:
+                    done, t0 = line.split()
+                    out.append((float(done), float(t0)))
+        return sorted(out)
+
+    def clear(self) -> None:
+        # Truncate, not unlink: the workers keep their O_APPEND descriptors open.
+        for name in os.listdir(self.dir):
+            os.truncate(os.path.join(self.dir, name), 0)
+
+    def remove(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def log_tail(self) -> str:
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return "".join(f.readlines()[-15:])
+        except OSError:
+            return ""
+
+
+def _start_worker(a: Any, processes: int, ts: _Timestamps, log: Any) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, BENCH_TS_DIR=ts.dir, BENCH_REDIS_URL=a.url, PYTHONPATH=HERE)
+    env["BENCH_HUEY_BLOCKING"] = "1"  # workers use huey's default blocking dequeue
+    return subprocess.Popen(
+        a.worker_argv(processes, "bench"),
+        env=env,
+        cwd=ts.workdir,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+        start_new_session=True,  # its own process group, so we can stop it and its children
+    )
+
+
+def _stop_worker(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # leftovers (children) of the group we created
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def _server_cost(r: redis.Redis) -> tuple[int, float, dict[str, int]]:
+    stats = r.info("commandstats")
+    calls = {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items()}
+    total = sum(v for k, v in calls.items() if k.split("|")[0] not in IGNORED_COMMANDS)
+    cpu = r.info("cpu")
+    return total, float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"]), calls
+
+
+def measure_worker(a: Any, n: int, processes: int, timeout: float) -> dict[str, Any]:
+    """Run n no-op jobs with the library's worker; throughput and Redis cost per job."""
+    _flush(a.url)
+    a.fill(n, ["bench"])
+    r = _redis(a.url)
+    ts = _Timestamps()
+    r.config_resetstat()
+    _, cpu0, _ = _server_cost(r)
+    log = open(ts.log_path, "wb")  # noqa: SIM115 - closed below
+    launch = time.time()
+    proc = _start_worker(a, processes, ts, log)
+    try:
+        ts.wait(n, timeout, proc)
+        commands, cpu1, calls = _server_cost(r)
+    finally:
+        _stop_worker(proc)
+        log.close()
+    done = [t for t, _ in ts.lines()]
+    ts.remove()
+    first, last = done[0], done[n - 1]
+    counted = ((v, k) for k, v in calls.items() if k.split("|")[0] not in IGNORED_COMMANDS)
+    top = sorted(counted, reverse=True)[:8]
+    return {
+        "jobs_per_s": _per_sec(n - 1, last - first),
+        "jobs_per_s_from_launch": _per_sec(n, last - launch),
+        "redis_commands_per_job": commands / n,
+        "redis_cpu_us_per_job": (cpu1 - cpu0) * 1e6 / n,
+        "top_commands": {k: v for v, k in top},
+    }
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    idx = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[idx]
+
+
+def measure_latency(a: Any, samples: int, timeout: float) -> dict[str, float]:
+    """Put jobs 50-150 ms apart to an idle single-process worker; put -> job body start."""
+    _flush(a.url)
+    ts = _Timestamps()
+    log = open(ts.log_path, "wb")  # noqa: SIM115 - closed below
+    proc = _start_worker(a, 1, ts, log)
+    rng = random.Random(42)
+    try:
+        for i in range(3):  # warm-up: imports done, connections open
+            a.put(i)
+        ts.wait(3, timeout, proc)
+        ts.clear()
+        time.sleep(0.3)
+        for i in range(samples):
+            time.sleep(rng.uniform(0.05, 0.15))
+            a.put(i, time.time())
+        ts.wait(samples, timeout, proc)
+    finally:
+        _stop_worker(proc)
+        log.close()
+    lat = [(done - t0) * 1000 for done, t0 in ts.lines()]
+    ts.remove()
+    return {
+        "latency_p50_ms": statistics.median(lat),
+        "latency_p99_ms": _percentile(lat, 0.99),
+        "latency_max_ms": max(lat),
+    }
+
+
+def _probe(a: Any, queues: list[str], waiting: int, probe: int) -> dict[str, float]:
+    """With `waiting` jobs already queued, time `probe` puts then `probe` pop+completes."""
+    _flush(a.url)
+    a.fill(waiting, queues)
+    start = time.perf_counter()
+    for i in range(probe):
+        a.put(i, 0.0, queues[i % len(queues)])
+    put_us = (time.perf_counter() - start) * 1e6 / probe
+    done, elapsed = _drain(a, queues, probe)
+    if done != probe:
+        raise RuntimeError(f"scale probe popped {done} of {probe}")
+    return {"put_us": put_us, "pop_us": elapsed * 1e6 / probe}
+
+
+def measure_scale(a: Any, sizes: list[int], probe: int, many_queues: int) -> dict[str, Any]:
+    """Put and pop cost at several queue depths, and with jobs spread over many queues."""
+    out: dict[str, Any] = {}
+    for size in sizes:
+        out[f"depth_{size}"] = _probe(a, ["bench"], size, probe)
+    if getattr(a, "multi_queue", True):
+        names = [f"bench{i:02d}" for i in range(many_queues)]
+        out["queues_1"] = out.get(f"depth_{sizes[0]}") or _probe(a, ["bench"], sizes[0], probe)
+        out[f"queues_{many_queues}"] = _probe(a, names, sizes[0], probe)
+    _flush(a.url)
+    return out
+
+
+def main(factory: Callable[[str], Any]) -> None:
+    """Parse the command line, run the requested metrics and print JSON."""
+    p = argparse.ArgumentParser()
+    p.add_argument("--url", required=True)
+    p.add_argument("--metrics", default="enqueue,drain,worker,latency")
+    p.add_argument("--enqueue-n", type=int, default=20_000)
+    p.add_argument("--drain-n", type=int, default=20_000)
+    p.add_argument("--worker-n", type=int, default=5_000)
+    p.add_argument("--latency-n", type=int, default=200)
+    p.add_argument("--scale-sizes", default="10000,200000")
+    p.add_argument("--scale-probe", type=int, default=2000)
+    p.add_argument("--scale-queues", type=int, default=50)
+    p.add_argument("--timeout", type=float, default=180.0)
+    args = p.parse_args()
+    a = factory(args.url)
+    result: dict[str, Any] = {"system": a.name, "notes": dict(a.notes)}
+    for metric in args.metrics.split(","):
+        if metric == "enqueue":
+            result.update(measure_enqueue(a, args.enqueue_n))
+        elif metric == "bulk":
+            result.update(measure_bulk(a, args.enqueue_n))
+        elif metric == "drain":
+            result.update(measure_drain(a, args.drain_n))
+        elif metric == "worker":
+            for procs in (1, 2):
+                result[f"worker_{procs}"] = measure_worker(a, args.worker_n, procs, args.timeout)
+        elif metric == "latency":
+            result.update(measure_latency(a, args.latency_n, args.timeout))
+        elif metric == "scale":
+            sizes = [int(s) for s in args.scale_sizes.split(",")]
+            result["scale"] = measure_scale(a, sizes, args.scale_probe, args.scale_queues)
+        else:
+            raise SystemExit(f"unknown metric {metric}")
+    result["notes"].update(getattr(a, "notes", {}))
+    print(json.dumps(result))
+    sys.stdout.flush()

@@ -1,0 +1,82 @@
+"""django-qless adapter: the core client (put, put_many, reserve/complete) and core worker CLI."""
+
+from __future__ import annotations
+
+import sys
+
+from _common import main
+
+from django_qless.core import Client
+
+__all__ = ["DjangoQless"]
+
+KLASS = "bench.noop"
+BULK_CHUNK = 1000
+RESERVE_QUEUES = 20  # the engine's per-call queue limit; the core worker chunks the same way
+
+
+class DjangoQless:
+    """Drive django-qless through its core client API."""
+
+    name = "django-qless"
+    multi_queue = True
+    notes = {
+        "bulk": f"Queue.put_many in chunks of {BULK_CHUNK} jobs (one pipeline each)",
+        "drain": "Queue.pop() + Job.complete() (one queue); Client.reserve(queues) + "
+        "Job.complete() when several queues are listed (20 queues per call, in order, as the core "
+        "worker does)",
+        "worker": "`python -m django_qless.core.workers --url URL -n N --import jobs_django_qless "
+        "bench` (pre-forked children, wake-up on pubsub, complete+reserve in one call)",
+    }
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.client = Client(url)
+        self.queues = {}
+
+    def _queue(self, name: str):  # type: ignore[no-untyped-def]
+        q = self.queues.get(name)
+        if q is None:
+            q = self.queues[name] = self.client.queues[name]
+        return q
+
+    def put(self, i: int, t0: float = 0.0, queue: str = "bench") -> None:
+        self._queue(queue).put(KLASS, {"i": i, "t0": t0})
+
+    def put_bulk(self, n: int, queue: str = "bench") -> None:
+        q = self._queue(queue)
+        for start in range(0, n, BULK_CHUNK):
+            q.put_many([{"klass": KLASS, "data": {"i": i, "t0": 0.0}}
+                        for i in range(start, min(n, start + BULK_CHUNK))])
+
+    def fill(self, n: int, queues: list[str]) -> None:
+        for start in range(0, n, BULK_CHUNK):
+            by_queue: dict[str, list] = {}
+            for i in range(start, min(n, start + BULK_CHUNK)):
+                by_queue.setdefault(queues[i % len(queues)], []).append(
+                    {"klass": KLASS, "data": {"i": i, "t0": 0.0}})
+            for name, jobs in by_queue.items():
+                self._queue(name).put_many(jobs)
+
+    def pop_complete(self, queues: list[str]) -> bool:
+        if len(queues) == 1:
+            job = self._queue(queues[0]).pop()
+        else:
+            job = None
+            for start in range(0, len(queues), RESERVE_QUEUES):
+                jobs, _ = self.client.reserve(queues[start:start + RESERVE_QUEUES])
+                if jobs:
+                    job = jobs[0]
+                    break
+        if job is None:
+            return False
+        job.complete()
+        return True
+
+    def worker_argv(self, processes: int, queue: str) -> list[str]:
+        return [sys.executable, "-m", "django_qless.core.workers", "--url", self.url,
+                "-n", str(processes), "--import", "jobs_django_qless", queue]
+
+
+if __name__ == "__main__":
+    main(DjangoQless)

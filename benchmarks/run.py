@@ -1,0 +1,183 @@
+"""Benchmark django-qless against qless-py, reqless, rq and huey on one private Redis.
+
+Usage: `make bench ARGS="--quick"` or `.venv/bin/python benchmarks/run.py [--quick|--full]
+[--rounds N] [--systems a,b] [--skip-scale] [--no-install]`. See benchmarks/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # django_qless, when run as a script from anywhere
+
+from peers import SYSTEMS, System, ensure_venv, versions  # noqa: E402
+from report import aggregate, check_targets, format_report, format_scale  # noqa: E402
+
+from django_qless.core.server import RedisServer, find_redis_server  # noqa: E402
+
+ADAPTERS = HERE / "adapters"
+RESULTS = HERE / "results"
+
+
+def sizes(args: argparse.Namespace) -> dict[str, Any]:
+    """Return the job counts for this mode."""
+    if args.quick:
+        s = {"enqueue": 5000, "drain": 5000, "worker": 2000, "latency": 50,
+             "scale": "10000,50000", "probe": 1000, "rounds": 1}
+    else:
+        s = {"enqueue": 20_000, "drain": 20_000, "worker": 5000, "latency": 200,
+             "scale": "10000,1000000" if args.full else "10000,200000", "probe": 2000, "rounds": 3}
+    if args.rounds:
+        s["rounds"] = args.rounds
+    return s
+
+
+def machine(redis_binary: str, url: str) -> dict[str, Any]:
+    """Describe the machine, the Redis server and the interpreter."""
+    import redis
+
+    model = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    info = redis.Redis.from_url(url).info("server")
+    return {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "nproc": os.cpu_count(),
+        "cpu_model": model,
+        "redis_version": info.get("redis_version"),
+        "redis_binary": redis_binary,
+        "python_version": platform.python_version(),
+        "platform": platform.platform(),
+        "loadavg_start": list(os.getloadavg()),
+    }
+
+
+def run_adapter(system: System, url: str, metrics: str, s: dict[str, Any]) -> dict[str, Any]:
+    """Run one system's adapter in its own interpreter on a flushed Redis; return its JSON."""
+    import redis
+
+    redis.Redis.from_url(url).flushall()
+    argv = [
+        system.python, str(ADAPTERS / system.adapter), "--url", url, "--metrics", metrics,
+        "--enqueue-n", str(s["enqueue"]), "--drain-n", str(s["drain"]),
+        "--worker-n", str(s["worker"]), "--latency-n", str(s["latency"]),
+        "--scale-sizes", s["scale"], "--scale-probe", str(s["probe"]),
+    ]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    started = time.monotonic()
+    done = subprocess.run(argv, cwd=ADAPTERS, env=env, capture_output=True, text=True,
+                          timeout=3600)
+    if done.returncode != 0:
+        raise RuntimeError(f"{system.name} adapter failed ({done.returncode}):\n"
+                           f"{done.stderr[-3000:]}\n{done.stdout[-1000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    result["seconds"] = round(time.monotonic() - started, 1)
+    return result
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Parse the command line."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="1 round, smaller N (minutes)")
+    mode.add_argument("--full", action="store_true", help="also 1M waiting jobs in the scale table")
+    p.add_argument("--rounds", type=int, default=0, help="interleaved rounds (default 3; quick 1)")
+    p.add_argument("--systems", default=",".join(SYSTEMS),
+                   help="comma-separated subset of: " + ", ".join(SYSTEMS))
+    p.add_argument("--skip-scale", action="store_true", help="skip the scaling table")
+    p.add_argument("--no-install", action="store_true", help="fail instead of creating venvs")
+    p.add_argument("--redis-server", default=None, help="redis-server binary (default: PATH)")
+    p.add_argument("--no-save", action="store_true", help="do not write benchmarks/results/")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Install the peers, start Redis, run the rounds, print and save the results."""
+    args = parse_args(argv)
+    s = sizes(args)
+    names = [n.strip() for n in args.systems.split(",") if n.strip()]
+    unknown = [n for n in names if n not in SYSTEMS]
+    if unknown:
+        raise SystemExit(f"unknown systems: {unknown}; choose from {list(SYSTEMS)}")
+    systems = [SYSTEMS[n] for n in names]
+    print("celery: skipped (optional; it needs a broker transport and result backend setup of "
+          "its own and is not part of the targets)")
+    for system in systems:
+        if system.is_peer:
+            ensure_venv(system, install=not args.no_install)
+    started = time.monotonic()
+    binary = args.redis_server or find_redis_server()
+    with RedisServer(binary) as server:
+        info = machine(binary, server.url)
+        info["versions"] = {sys_.name: versions(sys_) for sys_ in systems}
+        print(f"date {info['date']}  nproc {info['nproc']}  cpu {info['cpu_model']}")
+        print(f"redis {info['redis_version']} ({binary})  python {info['python_version']}  "
+              f"load {info['loadavg_start']}")
+        for name, v in info["versions"].items():
+            print(f"  {name:13} {v}")
+        print(f"mode: {'quick' if args.quick else 'full' if args.full else 'default'}, "
+              f"{s['rounds']} round(s), enqueue {s['enqueue']}, drain {s['drain']}, "
+              f"worker {s['worker']}, latency samples {s['latency']}", flush=True)
+        rounds: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
+        notes: dict[str, dict[str, str]] = {}
+        for r in range(s["rounds"]):
+            order = systems[r % len(systems):] + systems[: r % len(systems)]  # interleave
+            for system in order:
+                metrics = "enqueue,bulk,drain,worker,latency" if system.name == "django-qless" \
+                    else "enqueue,drain,worker,latency"
+                result = run_adapter(system, server.url, metrics, s)
+                rounds[system.name].append(result)
+                if system.name not in notes and "lua_patch" in result.get("notes", {}):
+                    print(f"{system.name} Lua: {result['notes']['lua_patch']}")
+                notes[system.name] = result.get("notes", {})
+                print(f"round {r + 1}/{s['rounds']} {system.name:13} done in "
+                      f"{result['seconds']}s", flush=True)
+        scale: dict[str, Any] = {}
+        if not args.skip_scale:
+            for system in systems:
+                scale[system.name] = run_adapter(system, server.url, "scale", s)["scale"]
+                print(f"scale {system.name:13} done", flush=True)
+    info["loadavg_end"] = list(os.getloadavg())
+    info["total_seconds"] = round(time.monotonic() - started, 1)
+    agg = aggregate(rounds)
+    targets = check_targets(agg)
+    print()
+    for name, n in notes.items():
+        for key, text in n.items():
+            print(f"note {name} {key}: {text}")
+    print()
+    print(format_report(agg, names, targets))
+    if scale:
+        print(f"\nscaling (us per single put / per pop+complete; depth_N: N jobs waiting in one "
+              f"queue; queues_N: {s['scale'].split(',')[0]} jobs spread over N queues, "
+              f"consumer lists all N; huey has one queue per instance)")
+        print(format_scale(scale))
+    print(f"\ntotal {info['total_seconds']}s, load at end {info['loadavg_end']}")
+    if not args.no_save:
+        RESULTS.mkdir(exist_ok=True)
+        doc = {"machine": info, "sizes": s, "notes": notes, "rounds": rounds, "aggregate": agg,
+               "targets": targets, "scale": scale}
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H%M%SZ")
+        for path in (RESULTS / f"{stamp}.json", RESULTS / "latest.json"):
+            path.write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"saved {RESULTS / (stamp + '.json')} and latest.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,384 @@
+"""The client: one connection pool, the script call path, the server clock, the accessors."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import redis
+from redis import Redis
+from redis.backoff import NoBackoff
+from redis.exceptions import NoScriptError
+from redis.retry import Retry
+
+from .clock import ServerClock
+from .config import Config
+from .exceptions import InvalidArgument, QlessConnectionError, QlessError, error_from_reply
+from .job import Job
+from .jobs import Jobs
+from .lua import script_sha, script_text
+from .queue import Queues
+from .serialization import (
+    as_list,
+    check_int,
+    check_jid,
+    check_name,
+    check_worker,
+    dumps,
+    num,
+)
+from .throttle import Throttles
+
+if TYPE_CHECKING:
+    from .events import Events
+
+__all__ = ["Client", "Workers", "Tags"]
+
+T = TypeVar("T")
+_TRANSPORT_ERRORS = (redis.ConnectionError, redis.TimeoutError, OSError)
+# Pipelined calls get `now` staggered by this much so a batch keeps its FIFO order.
+_STAGGER = 1e-6
+
+
+def _arg(value: Any) -> str:
+    """Encode one script argument."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        raise InvalidArgument(f"script arguments cannot be booleans, got {value!r}")
+    if isinstance(value, (int, float)):
+        return num(value)
+    if isinstance(value, (dict, list, tuple)):
+        return dumps(value)
+    raise InvalidArgument(f"unsupported script argument type {type(value).__name__}")
+
+
+def _connection_error(exc: BaseException) -> QlessConnectionError:
+    """Wrap a transport error (the script may or may not have run)."""
+    return QlessConnectionError(f"{type(exc).__name__}: {exc}")
+
+
+class Workers:
+    """`client.workers`: worker names seen by the engine and the jobs they hold."""
+
+    __slots__ = ("_client",)
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    @property
+    def counts(self) -> list[dict[str, Any]]:
+        """Return [{"name", "jobs", "stalled"}], most recently seen first."""
+        return as_list(self._client.call_json("workers"))
+
+    def __getitem__(self, name: str) -> dict[str, list[str]]:
+        reply = self._client.call_json("workers", check_worker(name)) or {}
+        return {"jobs": as_list(reply.get("jobs")), "stalled": as_list(reply.get("stalled"))}
+
+    def deregister(self, *names: str) -> None:
+        """Forget workers (their job sets stay until the locks expire)."""
+        if names:
+            self._client.call("worker.deregister", *(check_worker(n) for n in names))
+
+
+class Tags:
+    """`client.tags`: tag statistics."""
+
+    __slots__ = ("_client",)
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def top(self, offset: int = 0, count: int = 25) -> list[str]:
+        """Return tags used by at least two jobs, most used first."""
+        return as_list(self._client.call_json(
+            "tag", "top", check_int("offset", offset, 0), check_int("count", count, 0, 500)
+        ))
+
+
+class Client:
+    """A connection to one Redis database holding qless data."""
+
+    def __init__(
+        self,
+        url_or_redis: str | redis.Redis = "redis://localhost:6379/0",
+        *,
+        worker_name: str | None = None,
+        clock: Callable[[], float] | None = None,
+        socket_timeout: float | None = None,
+    ) -> None:
+        self._redis = self._make_redis(url_or_redis, socket_timeout)
+        self._owns_pool = self._redis is not url_or_redis
+        self._worker_name = None if worker_name is None else check_worker(worker_name)
+        self._default_name = ""
+        self._name_pid = -1
+        self.server_clock = ServerClock(self.server_time)
+        self._clock: Callable[[], float] = clock if clock is not None else self.server_clock
+        self._sha = script_sha()
+        self._script_loaded = False
+        self.queues = Queues(self)
+        self.jobs = Jobs(self)
+        self.workers = Workers(self)
+        self.config = Config(self)
+        self.throttles = Throttles(self)
+        self.tags = Tags(self)
+
+    @staticmethod
+    def _make_redis(url_or_redis: str | redis.Redis, socket_timeout: float | None) -> redis.Redis:
+        """Build (or adapt) the one pool: decoded replies, no automatic command retries."""
+        options: dict[str, Any] = {"decode_responses": True, "retry": Retry(NoBackoff(), 0)}
+        if socket_timeout is not None:
+            options["socket_timeout"] = socket_timeout
+        if isinstance(url_or_redis, str):
+            return redis.Redis.from_url(url_or_redis, **options)
+        pool = url_or_redis.connection_pool
+        kwargs = pool.connection_kwargs
+        if kwargs.get("decode_responses") and socket_timeout is None:
+            # Share the caller's pool; script calls bypass its retry policy anyway.
+            return url_or_redis
+        if type(pool) not in (redis.ConnectionPool, redis.BlockingConnectionPool):
+            # Sentinel/cluster pools cannot be cloned from their kwargs alone.
+            raise InvalidArgument(
+                f"pass a redis.Redis built with decode_responses=True for a "
+                f"{type(pool).__name__}, or set socket_timeout on it yourself"
+            )
+        new_pool = type(pool)(
+            connection_class=pool.connection_class,
+            max_connections=pool.max_connections,
+            **{**kwargs, **options},
+        )
+        return redis.Redis(connection_pool=new_pool)
+
+    def __repr__(self) -> str:
+        return f"<Client {self._redis.connection_pool!r}>"
+
+    @property
+    def redis(self) -> redis.Redis:
+        """Return the redis-py client (decoded strings; commands are not retried)."""
+        return self._redis
+
+    @property
+    def worker_name(self) -> str:
+        """Return this process's worker name (default `<hostname>-<pid>`, new after fork)."""
+        if self._worker_name is not None:
+            return self._worker_name
+        pid = os.getpid()
+        if pid != self._name_pid:
+            self._default_name = check_worker(f"{socket.gethostname()}-{pid}")
+            self._name_pid = pid
+        return self._default_name
+
+    def now(self) -> float:
+        """Return the time sent to the engine: the server clock, or the injected clock."""
+        return float(self._clock())
+
+    def close(self) -> None:
+        """Close the pool's connections (unless the pool is the caller's, shared)."""
+        if self._owns_pool:
+            self._redis.close()
+            self._redis.connection_pool.disconnect()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- plain reads (idempotent, so one retry on a transport error is safe) ----------------
+
+    def read(self, fn: Callable[[Redis], T], attempts: int = 3) -> T:
+        """Run an idempotent read, retrying transport errors; wrap the last one."""
+        for attempt in range(attempts):
+            try:
+                return fn(self._redis)
+            except _TRANSPORT_ERRORS as exc:
+                if attempt == attempts - 1:
+                    raise _connection_error(exc) from exc
+        raise AssertionError("unreachable")
+
+    def server_time(self) -> float:
+        """Return Redis `TIME` in epoch seconds."""
+        seconds, micros = self.read(lambda r: r.time())
+        return int(seconds) + int(micros) / 1e6
+
+    # -- script calls (never retried: a re-sent pop hands out jobs nobody works) ------------
+
+    def _execute(self, args: Sequence[Any]) -> Any:
+        """Send one command on a pooled connection, without any retry."""
+        pool = self._redis.connection_pool
+        conn: Any = pool.get_connection()
+        try:
+            conn.send_command(*args)
+            return conn.read_response()
+        finally:
+            pool.release(conn)
+
+    def _execute_many(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        """Send commands in one round trip; error replies are returned, not raised."""
+        pool = self._redis.connection_pool
+        conn: Any = pool.get_connection()
+        try:
+            conn.send_packed_command(conn.pack_commands(commands))
+            replies: list[Any] = []
+            for _ in commands:
+                try:
+                    replies.append(conn.read_response())
+                except redis.ResponseError as exc:
+                    replies.append(exc)
+            return replies
+        finally:
+            pool.release(conn)
+
+    def load_script(self) -> str:
+        """Load the engine into the server's script cache; return its sha."""
+        try:
+            sha = str(self._execute(("SCRIPT", "LOAD", script_text())))
+        except redis.ResponseError as exc:
+            raise error_from_reply(exc) from exc
+        except _TRANSPORT_ERRORS as exc:
+            # SCRIPT LOAD is idempotent, so one retry is safe.
+            try:
+                sha = str(self._execute(("SCRIPT", "LOAD", script_text())))
+            except _TRANSPORT_ERRORS as again:
+                raise _connection_error(again) from exc
+        if sha != self._sha:
+            raise QlessError(f"server computed sha {sha} for the script, expected {self._sha}")
+        self._script_loaded = True
+        return sha
+
+    def _evalsha(self, argv: Sequence[str]) -> Any:
+        """EVALSHA the engine; on NOSCRIPT load it and call again (it did not run)."""
+        command = ("EVALSHA", self._sha, 0, *argv)
+        try:
+            try:
+                return self._execute(command)
+            except NoScriptError:
+                self.load_script()
+                return self._execute(command)
+        except redis.ResponseError as exc:
+            raise error_from_reply(exc) from exc
+        except _TRANSPORT_ERRORS as exc:
+            raise _connection_error(exc) from exc
+        except UnicodeEncodeError as exc:
+            # Raised while packing, before anything was sent.
+            raise InvalidArgument(f"argument is not valid UTF-8 text: {exc.reason}") from None
+
+    def call(self, command: str, *args: Any) -> Any:
+        """Run an engine command with the current time; return the raw reply."""
+        return self._evalsha((command, repr(self.now()), *map(_arg, args)))
+
+    def call_json(self, command: str, *args: Any) -> Any:
+        """Run an engine command whose reply is JSON and decode it (None stays None)."""
+        reply = self.call(command, *args)
+        return None if reply is None else json.loads(reply)
+
+    def pipeline_calls(
+        self, calls: Iterable[tuple[str, Sequence[Any]]], *, raise_on_error: bool = True
+    ) -> list[Any]:
+        """Run many engine commands in one round trip; return their raw replies in order.
+
+        With `raise_on_error=False` failed calls are returned as QlessError instances.
+        If the script cache was flushed midway, only the calls that got NOSCRIPT are run
+        again (the others had executed).
+        """
+        encoded = [(command, [_arg(a) for a in args]) for command, args in calls]
+        for _, args in encoded:
+            for arg in args:
+                try:
+                    arg.encode("utf-8")
+                except UnicodeEncodeError as exc:
+                    raise InvalidArgument(
+                        f"argument is not valid UTF-8 text: {exc.reason}"
+                    ) from None
+        if not encoded:
+            return []
+        if not self._script_loaded:
+            self.load_script()
+        now = self.now()
+        commands = [
+            ("EVALSHA", self._sha, 0, command, repr(now + index * _STAGGER), *args)
+            for index, (command, args) in enumerate(encoded)
+        ]
+        results: list[Any] = [None] * len(commands)
+        pending = list(range(len(commands)))
+        for attempt in range(2):
+            try:
+                replies = self._execute_many([commands[i] for i in pending])
+            except _TRANSPORT_ERRORS as exc:
+                raise _connection_error(exc) from exc
+            missing = []
+            for index, reply in zip(pending, replies, strict=True):
+                if isinstance(reply, NoScriptError) and attempt == 0:
+                    missing.append(index)
+                elif isinstance(reply, redis.ResponseError):
+                    results[index] = error_from_reply(reply)
+                else:
+                    results[index] = reply
+            if not missing:
+                break
+            self.load_script()
+            pending = missing
+        if raise_on_error:
+            for result in results:
+                if isinstance(result, QlessError):
+                    raise result
+        return results
+
+    # -- accessors and shortcuts -------------------------------------------------------------
+
+    def events(self, **kwargs: Any) -> Events:
+        """Return an event listener for this client (not started)."""
+        from .events import Events  # events builds on client: import at use, not at load
+
+        return Events(self, **kwargs)
+
+    def track(self, jid: str) -> bool:
+        """Track a job: its events are published on the jid-only channels."""
+        return bool(json.loads(self.call("track", "track", check_jid(jid))))
+
+    def untrack(self, jid: str) -> bool:
+        """Stop tracking a job."""
+        return bool(json.loads(self.call("track", "untrack", check_jid(jid))))
+
+    # -- the worker's hot path ---------------------------------------------------------------
+
+    def _reserve_args(self, queues: Sequence[str], count: int) -> list[str]:
+        """Validate the queue list and count of reserve/complete.reserve."""
+        if isinstance(queues, str):
+            queues = [queues]
+        names = [check_name("queue", q) for q in queues]
+        if not 1 <= len(names) <= 20:
+            raise InvalidArgument(f"queues must name 1 to 20 queues, got {len(names)}")
+        return [str(count), *names]
+
+    def _jobs_and_wake(self, reply: dict[str, Any], worker: str) -> tuple[list[Job], float | None]:
+        """Build Jobs from a reserve reply; wake is None if jobs came or nothing is due."""
+        jobs = [Job(self, d, owner=worker) for d in as_list(reply.get("jobs"))]
+        wake = reply.get("wake")
+        return jobs, (None if wake is None or wake < 0 else float(wake))
+
+    def reserve(
+        self, queues: Sequence[str], count: int = 1, worker: str | None = None
+    ) -> tuple[list[Job], float | None]:
+        """Pop up to `count` jobs from `queues` in order; also return seconds until due work."""
+        name = self.worker_name if worker is None else check_worker(worker)
+        args = self._reserve_args(queues, check_int("count", count, 1, 1000))
+        reply = self.call_json("reserve", name, *args)
+        return self._jobs_and_wake(reply, name)
+
+    def complete_and_reserve(
+        self, job: Job, queues: Sequence[str], count: int = 1
+    ) -> tuple[str, list[Job], float | None]:
+        """Complete `job` and reserve the next jobs in one round trip."""
+        worker = job._worker_arg()
+        args = self._reserve_args(queues, check_int("count", count, 0, 1000))
+        reply = self.call_json(
+            "complete.reserve", job.jid, worker, job.queue_name, job._data_text(), *args
+        )
+        state = str(reply.get("state", "complete"))
+        job._released(state, job.queue_name)
+        jobs, wake = self._jobs_and_wake(reply, worker)
+        return state, jobs, wake

@@ -1,0 +1,231 @@
+"""A pub/sub listener thread for the engine's events, robust to dead connections."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from .exceptions import QlessConnectionError
+from .serialization import check_worker
+
+if TYPE_CHECKING:
+    from .client import Client
+
+__all__ = ["Events", "EVENT_CHANNELS", "Callback"]
+
+logger = logging.getLogger("django_qless")
+
+Callback = Callable[[dict[str, Any]], object]
+
+# The jid-only channels (payload is the jid) plus the JSON log channel.
+EVENT_CHANNELS = (
+    "ql:log", "ql:canceled", "ql:completed", "ql:failed", "ql:popped", "ql:stalled",
+    "ql:put", "ql:track", "ql:untrack",
+)
+_TRANSPORT = (redis.ConnectionError, redis.TimeoutError, OSError)
+
+
+def decode_event(channel: str, payload: str) -> dict[str, Any]:
+    """Turn a pub/sub message into an event dict with at least "event" and "channel"."""
+    if channel.startswith("ql:wake:"):
+        return {"event": "wake", "queue": payload, "channel": channel}
+    if payload.startswith("{"):
+        try:
+            decoded = json.loads(payload)
+        except ValueError:
+            decoded = None
+        if isinstance(decoded, dict):
+            decoded.setdefault("event", channel[3:])
+            decoded["channel"] = channel
+            return decoded
+    return {"event": channel[3:], "jid": payload, "channel": channel}
+
+
+class Events:
+    """Listen to the engine's channels in a thread and call callbacks per event name.
+
+    `start()` returns once Redis confirmed every subscription. The thread sends PING every
+    `health_check_interval` seconds and reconnects (with back-off, resubscribing) when the
+    PONG does not come back or the connection drops. Messages published while it is
+    reconnecting are lost: events are advisory, job state is the authority.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        worker: str | None = None,
+        channels: Iterable[str] | None = None,
+        health_check_interval: float = 10.0,
+        max_backoff: float = 5.0,
+    ) -> None:
+        self.client = client
+        chans = list(EVENT_CHANNELS if channels is None else channels)
+        if worker is not None:
+            chans.append(f"ql:w:{check_worker(worker)}")
+        self.channels = tuple(dict.fromkeys(chans))
+        self.health_check_interval = health_check_interval
+        self.max_backoff = max_backoff
+        self._callbacks: dict[str, list[Callback]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._listening = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._conn: Any = None
+        self.connects = 0
+
+    # -- callbacks ------------------------------------------------------------------------
+
+    def on(self, event: str, callback: Callback) -> Callback:
+        """Call `callback(event_dict)` for `event` ("*" for every event); return it."""
+        with self._lock:
+            self._callbacks.setdefault(event, []).append(callback)
+        return callback
+
+    def off(self, event: str, callback: Callback) -> None:
+        """Remove a callback added with `on`."""
+        with self._lock:
+            callbacks = self._callbacks.get(event, [])
+            if callback in callbacks:
+                callbacks.remove(callback)
+
+    def dispatch(self, event: dict[str, Any]) -> None:
+        """Call the callbacks for one event; a callback that raises is logged and skipped."""
+        with self._lock:
+            callbacks = [*self._callbacks.get(str(event.get("event")), ()),
+                         *self._callbacks.get("*", ())]
+        for callback in callbacks:
+            try:
+                callback(event)
+            except Exception:
+                logger.exception("qless event callback %r failed on %r", callback, event)
+
+    # -- thread -----------------------------------------------------------------------------
+
+    @property
+    def listening(self) -> bool:
+        """Return whether the subscriptions are currently confirmed."""
+        return self._listening.is_set()
+
+    def start(self, timeout: float = 10.0) -> Events:
+        """Start the thread; return once subscribed (QlessConnectionError after `timeout`)."""
+        if self._thread is not None and self._thread.is_alive():
+            return self
+        self._stop.clear()
+        self._listening.clear()
+        self._thread = threading.Thread(target=self._run, name="qless-events", daemon=True)
+        self._thread.start()
+        if not self._listening.wait(timeout):
+            self.stop()
+            raise QlessConnectionError(f"could not subscribe to {self.channels} in {timeout}s")
+        return self
+
+    def wait_listening(self, timeout: float | None = None) -> bool:
+        """Block until subscribed (again, after a reconnect); return whether it is."""
+        return self._listening.wait(timeout)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the thread and close its connection."""
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+        self._listening.clear()
+
+    def __enter__(self) -> Events:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _connect(self) -> Any:
+        """Open a dedicated connection (RESP2, no retries) and subscribe."""
+        pool = self.client.redis.connection_pool
+        kwargs = {
+            **pool.connection_kwargs,
+            "retry": Retry(NoBackoff(), 0),
+            "protocol": 2,
+            "health_check_interval": 0,  # we PING ourselves; redis-py's check expects "PONG"
+        }
+        # Bound every blocking read (handshake included) so a dead peer cannot hang us.
+        bound = max(self.health_check_interval * 2, 5.0)
+        for key in ("socket_timeout", "socket_connect_timeout"):
+            if kwargs.get(key) is None:
+                kwargs[key] = bound
+        conn = pool.connection_class(**kwargs)
+        conn.connect()
+        conn.send_command("SUBSCRIBE", *self.channels)
+        pending = set(self.channels)
+        deadline = time.monotonic() + max(self.health_check_interval, 5.0)
+        while pending:
+            left = deadline - time.monotonic()
+            if left <= 0 or not conn.can_read(timeout=left):
+                raise redis.TimeoutError("no SUBSCRIBE confirmation")
+            reply = conn.read_response()
+            if reply[0] == "subscribe":
+                pending.discard(reply[1])
+            elif reply[0] == "message":
+                self.dispatch(decode_event(reply[1], reply[2]))
+        return conn
+
+    def _listen(self, conn: Any) -> None:
+        """Read messages until stopped; raise on a dead connection or a missing PONG."""
+        interval = self.health_check_interval
+        last_seen = time.monotonic()
+        ping_sent: float | None = None
+        while not self._stop.is_set():
+            if conn.can_read(timeout=min(0.25, interval)):
+                reply = conn.read_response()
+                last_seen = time.monotonic()
+                kind = reply[0]
+                if kind == "message":
+                    self.dispatch(decode_event(reply[1], reply[2]))
+                elif kind == "pong":
+                    ping_sent = None
+                continue
+            now = time.monotonic()
+            if ping_sent is not None:
+                if now - ping_sent > interval:
+                    raise redis.TimeoutError(f"no PONG within {interval}s (half-open socket?)")
+            elif now - last_seen >= interval:
+                conn.send_command("PING")
+                ping_sent = now
+
+    def _run(self) -> None:
+        """Connect, listen, and reconnect with back-off until stopped."""
+        backoff = 0.05
+        while not self._stop.is_set():
+            conn = None
+            try:
+                conn = self._connect()
+                self._conn = conn
+                self.connects += 1
+                self._listening.set()
+                backoff = 0.05
+                self._listen(conn)
+            except _TRANSPORT as exc:
+                self._listening.clear()
+                if self._stop.is_set():
+                    break
+                logger.warning("qless events: connection lost (%s); reconnecting in %.2fs",
+                               exc, backoff)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, self.max_backoff)
+            except Exception:
+                self._listening.clear()
+                logger.exception("qless events: unexpected error; reconnecting")
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, self.max_backoff)
+            finally:
+                self._conn = None
+                if conn is not None:
+                    conn.disconnect()
+        self._listening.clear()

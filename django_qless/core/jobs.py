@@ -1,0 +1,99 @@
+"""`client.jobs`: look jobs up by jid, tag, failure group, tracking and completion."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, overload
+
+from .exceptions import JobNotFound
+from .job import Job
+from .recurring import RecurringJob
+from .serialization import (
+    MAX_LIST,
+    as_list,
+    check_int,
+    check_jid,
+    check_jids,
+    check_text,
+)
+
+if TYPE_CHECKING:
+    from .client import Client
+
+__all__ = ["Jobs"]
+
+
+class Jobs:
+    """Job lookups (read-only: nothing here changes a job)."""
+
+    __slots__ = ("_client",)
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def __getitem__(self, jid: str) -> Job:
+        job = self.get(jid)
+        if job is None:
+            raise JobNotFound(f"Job {jid} does not exist")
+        return job
+
+    def get(self, jid: str) -> Job | None:
+        """Return the job, or None if it does not exist."""
+        reply = self._client.call_json("get", check_jid(jid))
+        return None if reply is None else Job(self._client, reply)
+
+    def get_many(self, *jids: str) -> list[Job]:
+        """Return the jobs that exist among `jids` (in the engine's order)."""
+        wanted = check_jids(jids, limit=len(jids) or 1)
+        jobs: list[Job] = []
+        for start in range(0, len(wanted), MAX_LIST):
+            chunk = wanted[start:start + MAX_LIST]
+            reply = self._client.call_json("multiget", *chunk)
+            jobs.extend(Job(self._client, d) for d in as_list(reply))
+        return jobs
+
+    def tagged(self, tag: str, offset: int = 0, count: int = 25) -> dict[str, Any]:
+        """Return {"total": n, "jobs": [jid, ...]} for a tag, oldest tagging first."""
+        reply = self._client.call_json(
+            "tag", "get", check_text("tag", tag, 64),
+            check_int("offset", offset, 0), check_int("count", count, 0, 500),
+        )
+        return {"total": int(reply.get("total") or 0), "jobs": as_list(reply.get("jobs"))}
+
+    def tracked(self) -> dict[str, Any]:
+        """Return {"jobs": [Job, ...], "expired": [jid, ...]} for tracked jobs."""
+        reply = self._client.call_json("track") or {}
+        return {
+            "jobs": [Job(self._client, d) for d in as_list(reply.get("jobs"))],
+            "expired": as_list(reply.get("expired")),
+        }
+
+    @overload
+    def failed(self) -> dict[str, int]: ...
+    @overload
+    def failed(self, group: str, start: int = 0, limit: int = 25) -> dict[str, Any]: ...
+
+    def failed(
+        self, group: str | None = None, start: int = 0, limit: int = 25
+    ) -> dict[str, int] | dict[str, Any]:
+        """Without a group: {group: count}. With one: {"total", "jobs": [Job, ...]}."""
+        if group is None:
+            counts = self._client.call_json("failed") or {}
+            return {str(k): int(v) for k, v in counts.items()}
+        reply = self._client.call_json(
+            "failed", check_text("group", group, 256),
+            check_int("start", start, 0), check_int("limit", limit, 0, 500),
+        )
+        jids = as_list(reply.get("jobs"))
+        return {"total": int(reply.get("total") or 0),
+                "jobs": self.get_many(*jids) if jids else []}
+
+    def complete(self, offset: int = 0, count: int = 25) -> list[str]:
+        """Return completed jids, most recent first."""
+        return as_list(self._client.call(
+            "jobs", "complete", check_int("offset", offset, 0), check_int("count", count, 0, 500)
+        ))
+
+    def recurring(self, jid: str) -> RecurringJob | None:
+        """Return the recurring job template, or None."""
+        reply = self._client.call_json("recur.get", check_jid(jid))
+        return None if reply is None else RecurringJob(self._client, reply)

@@ -1,0 +1,314 @@
+"""Queues: put, pop, peek, recur, pause, counts, and the per-state job listings."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, overload
+
+from .exceptions import InvalidArgument
+from .job import Job
+from .serialization import (
+    MAX_INTERVAL,
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+    as_list,
+    check_delay,
+    check_int,
+    check_jid,
+    check_klass,
+    check_name,
+    check_number,
+    check_recurring_jid,
+    check_tags,
+    check_text,
+    check_throttles,
+    dumps,
+    dumps_data,
+    new_jid,
+    num,
+    put_options,
+)
+from .throttle import Throttle
+
+if TYPE_CHECKING:
+    from .client import Client
+
+__all__ = ["Queue", "Queues", "QueueJobs"]
+
+_PUT_KEYS = frozenset(
+    {"klass", "data", "jid", "priority", "tags", "delay", "retries", "depends", "throttles"}
+)
+
+
+class QueueJobs:
+    """Jids of a queue by state (`queue.jobs.running()` ...), paged."""
+
+    __slots__ = ("_queue",)
+
+    def __init__(self, queue: Queue) -> None:
+        self._queue = queue
+
+    def _list(self, state: str, offset: int, count: int) -> list[str]:
+        """Run `jobs <state> <queue> offset count`."""
+        off = check_int("offset", offset, 0)
+        cnt = check_int("count", count, 0, 500)
+        return as_list(self._queue.client.call("jobs", state, self._queue.name, off, cnt))
+
+    def running(self, offset: int = 0, count: int = 25) -> list[str]:
+        """Return jids whose lock is live, soonest expiry first."""
+        return self._list("running", offset, count)
+
+    def waiting(self, offset: int = 0, count: int = 25) -> list[str]:
+        """Return waiting jids in pop order."""
+        return self._list("waiting", offset, count)
+
+    def scheduled(self, offset: int = 0, count: int = 25) -> list[str]:
+        """Return delayed jids, soonest first."""
+        return self._list("scheduled", offset, count)
+
+    def stalled(self, offset: int = 0, count: int = 25) -> list[str]:
+        """Return jids whose lock expired."""
+        return self._list("stalled", offset, count)
+
+    def depends(self, offset: int = 0, count: int = 25) -> list[str]:
+        """Return jids waiting for dependencies."""
+        return self._list("depends", offset, count)
+
+    def recurring(self, offset: int = 0, count: int = 25) -> list[str]:
+        """Return the recurring jids of the queue, next run first."""
+        return self._list("recurring", offset, count)
+
+    def throttled(self, offset: int = 0, count: int = 25) -> list[str]:
+        """Return jids waiting for a throttle."""
+        return self._list("throttled", offset, count)
+
+
+class Queue:
+    """A named queue (queues exist implicitly; nothing is created here)."""
+
+    __slots__ = ("client", "name", "jobs")
+
+    def __init__(self, client: Client, name: str) -> None:
+        self.client = client
+        self.name = check_name("queue", name)
+        self.jobs = QueueJobs(self)
+
+    def __repr__(self) -> str:
+        return f"<Queue {self.name}>"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Queue) and other.name == self.name and other.client is self.client
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    # -- enqueue ----------------------------------------------------------------------------
+
+    def _put_args(
+        self, klass: str | type, data: Mapping[str, Any], *, jid: str | None = None,
+        priority: int = 0, tags: Iterable[str] = (), delay: float = 0, retries: int = 5,
+        depends: Iterable[str] = (), throttles: Iterable[str] = (),
+    ) -> list[str]:
+        """Validate one put and return its arguments after `now`."""
+        jid = new_jid() if jid is None else check_jid(jid)
+        throttle_list = check_throttles(throttles)
+        return [
+            self.client.worker_name, self.name, jid, check_klass(klass), dumps_data(data),
+            check_delay(delay),
+            *put_options(priority=priority, tags=tags, retries=retries, depends=depends,
+                         throttles=throttle_list or None, jid=jid),
+        ]
+
+    def put(
+        self, klass: str | type, data: Mapping[str, Any], *, jid: str | None = None,
+        priority: int = 0, tags: Iterable[str] = (), delay: float = 0, retries: int = 5,
+        depends: Iterable[str] = (), throttles: Iterable[str] = (),
+    ) -> str:
+        """Put a job (new, or moving an existing jid here); return its jid."""
+        args = self._put_args(klass, data, jid=jid, priority=priority, tags=tags, delay=delay,
+                              retries=retries, depends=depends, throttles=throttles)
+        result: str = self.client.call("put", *args)
+        return result
+
+    def requeue(
+        self, klass: str | type, data: Mapping[str, Any], *, jid: str,
+        priority: int = 0, tags: Iterable[str] = (), delay: float = 0, retries: int = 5,
+        depends: Iterable[str] = (), throttles: Iterable[str] = (),
+    ) -> str:
+        """Like put, but the job must already exist (JobNotFound otherwise)."""
+        args = self._put_args(klass, data, jid=jid, priority=priority, tags=tags, delay=delay,
+                              retries=retries, depends=depends, throttles=throttles)
+        result: str = self.client.call("requeue", *args)
+        return result
+
+    def put_many(self, jobs: Sequence[Mapping[str, Any]]) -> list[str]:
+        """Put many jobs in one round trip; return their jids in order.
+
+        Every job is validated before anything is sent. If the connection drops midway,
+        some puts may have happened: put again with the same jids (returned by
+        `new_jid()` beforehand) to be safe, since re-putting a jid is idempotent.
+        """
+        calls: list[tuple[str, Sequence[Any]]] = []
+        for index, spec in enumerate(jobs):
+            unknown = set(spec) - _PUT_KEYS
+            if unknown or "klass" not in spec or "data" not in spec:
+                raise InvalidArgument(
+                    f"put_many item {index} needs klass and data and only put options, "
+                    f"got keys {sorted(spec)}"
+                )
+            options = {k: v for k, v in spec.items() if k not in ("klass", "data")}
+            calls.append(("put", self._put_args(spec["klass"], spec["data"], **options)))
+        return [str(jid) for jid in self.client.pipeline_calls(calls)]
+
+    def recur(
+        self, klass: str | type, data: Mapping[str, Any], interval: float, *, offset: float = 0,
+        jid: str | None = None, priority: int = 0, tags: Iterable[str] = (), retries: int = 5,
+        backlog: int = 0, throttles: Iterable[str] = (),
+    ) -> str:
+        """Spawn a child job every `interval` seconds, first after `offset`; return the jid."""
+        jid = new_jid() if jid is None else check_recurring_jid(jid)
+        args = [
+            self.name, jid, check_klass(klass), dumps_data(data), "interval",
+            num(check_number("interval", interval, 1, MAX_INTERVAL)),
+            num(check_number("offset", offset, 0, MAX_INTERVAL)),
+            "priority", str(check_int("priority", priority, PRIORITY_MIN, PRIORITY_MAX)),
+            "tags", dumps(check_tags(tags)),
+            "retries", str(check_int("retries", retries, 0, 1000)),
+            "backlog", str(check_int("backlog", backlog, 0)),
+        ]
+        throttle_list = check_throttles(throttles)
+        if throttle_list:
+            args += ["throttles", dumps(throttle_list)]
+        result: str = self.client.call("recur", *args)
+        return result
+
+    # -- dequeue ----------------------------------------------------------------------------
+
+    @overload
+    def pop(self, count: None = None) -> Job | None: ...
+    @overload
+    def pop(self, count: int) -> list[Job]: ...
+
+    def pop(self, count: int | None = None) -> Job | None | list[Job]:
+        """Take jobs for this client's worker: one Job (or None), or a list if count given."""
+        n = 1 if count is None else check_int("count", count, 1, 1000)
+        worker = self.client.worker_name
+        reply = as_list(self.client.call_json("pop", self.name, worker, n))
+        jobs = [Job(self.client, d, owner=worker) for d in reply]
+        if count is None:
+            return jobs[0] if jobs else None
+        return jobs
+
+    @overload
+    def peek(self, count: None = None, offset: int = 0) -> Job | None: ...
+    @overload
+    def peek(self, count: int, offset: int = 0) -> list[Job]: ...
+
+    def peek(self, count: int | None = None, offset: int = 0) -> Job | None | list[Job]:
+        """Look at the next jobs without taking them."""
+        n = 1 if count is None else check_int("count", count, 0, 500)
+        off = check_int("offset", offset, 0)
+        args: list[Any] = [self.name, n] + ([off] if off else [])
+        jobs = [Job(self.client, d) for d in as_list(self.client.call_json("peek", *args))]
+        if count is None:
+            return jobs[0] if jobs else None
+        return jobs
+
+    # -- state ------------------------------------------------------------------------------
+
+    def pause(self) -> None:
+        """Stop handing out jobs from this queue."""
+        self.client.call("pause", self.name)
+
+    def unpause(self) -> None:
+        """Resume handing out jobs."""
+        self.client.call("unpause", self.name)
+
+    @property
+    def paused(self) -> bool:
+        """Return whether the queue is paused."""
+        return bool(self.client.read(lambda r: r.sismember("ql:paused_queues", self.name)))
+
+    @property
+    def counts(self) -> dict[str, Any]:
+        """Return waiting/running/stalled/scheduled/depends/recurring/throttled counts."""
+        reply: dict[str, Any] = self.client.call_json("queues", self.name)
+        return reply
+
+    @property
+    def length(self) -> int:
+        """Return running + waiting + scheduled jobs."""
+        return int(self.client.call("length", self.name))
+
+    def __len__(self) -> int:
+        return self.length
+
+    def stats(self, date: float | None = None) -> dict[str, Any]:
+        """Return the day's wait/run statistics and failure counters."""
+        when = self.client.now() if date is None else check_number("date", date, 0)
+        reply: dict[str, Any] = self.client.call_json("stats", self.name, num(when))
+        return reply
+
+    def _config_int(self, key: str) -> int | None:
+        """Read an integer config value, None if unset."""
+        value = self.client.config.get(key)
+        return None if value is None else int(value)
+
+    @property
+    def heartbeat(self) -> int:
+        """Return the lock duration for this queue (`<q>-heartbeat`, else `heartbeat`)."""
+        value = self._config_int(f"{self.name}-heartbeat")
+        if value is None:
+            value = self._config_int("heartbeat")
+        return 60 if value is None else value
+
+    @heartbeat.setter
+    def heartbeat(self, seconds: int) -> None:
+        self.client.config[f"{self.name}-heartbeat"] = seconds
+
+    @property
+    def max_concurrency(self) -> int:
+        """Return the cap on running jobs in this queue (0 = unlimited)."""
+        value = self._config_int(f"{self.name}-max-concurrency")
+        return 0 if value is None else value
+
+    @max_concurrency.setter
+    def max_concurrency(self, count: int) -> None:
+        self.client.config[f"{self.name}-max-concurrency"] = count
+
+    @property
+    def throttle(self) -> Throttle:
+        """Return the queue's own throttle (id `ql:q:<name>`)."""
+        return Throttle(self.client, f"ql:q:{self.name}")
+
+    def unfail(self, group: str, count: int = 25) -> int:
+        """Move up to `count` of the oldest failed jobs of `group` into this queue."""
+        check_text("group", group, 256)
+        return int(self.client.call("unfail", self.name, group,
+                                    check_int("count", count, 0, 500)))
+
+    def forget(self) -> None:
+        """Hide the queue from the queue list (its jobs are untouched)."""
+        self.client.call("queue.forget", self.name)
+
+
+class Queues:
+    """`client.queues`: queue objects by name, and the list of known queues."""
+
+    __slots__ = ("_client",)
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def __getitem__(self, name: str) -> Queue:
+        return Queue(self._client, name)
+
+    @property
+    def counts(self) -> list[dict[str, Any]]:
+        """Return the counts of every known queue."""
+        return as_list(self._client.call_json("queues"))
+
+    def names(self) -> list[str]:
+        """Return the names of known queues, oldest first."""
+        names = self._client.read(lambda r: r.zrange("ql:queues", 0, -1))
+        return [str(name) for name in names]

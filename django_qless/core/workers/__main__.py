@@ -1,0 +1,10 @@
+"""`python -m django_qless.core.workers`: the worker CLI."""
+
+from __future__ import annotations
+
+import sys
+
+from django_qless.core.workers.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,324 @@
+"""The reserve → run → complete loop shared by the serial worker and each forked child.
+
+Hot path: one round trip per job. `complete.reserve` completes the finished job and takes
+the next one in the same script call. When nothing is ready the loop blocks on the wake-up
+channels (subscribed *before* reserving) for at most min(interval, wake), where `wake` is
+the engine's "seconds until something is due" (scheduled job, recurring spawn, lock expiry).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+from collections import deque
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+from django_qless.core.client import Client
+from django_qless.core.exceptions import (
+    InvalidStateTransition,
+    JobNotFound,
+    LostLockError,
+    QlessConnectionError,
+    QlessError,
+)
+from django_qless.core.serialization import dumps
+from django_qless.core.workers.config import WorkerConfig
+from django_qless.core.workers.heartbeat import Heartbeater
+from django_qless.core.workers.hooks import WorkerHooksProtocol
+from django_qless.core.workers.proctitle import child_title, set_title
+from django_qless.core.workers.reservers import QueueSelection, make_reserver
+from django_qless.core.workers.runner import AbortGuard, JobRunner, Outcome
+from django_qless.core.workers.sandbox import Sandbox
+from django_qless.core.workers.shutdown import SignalState
+from django_qless.core.workers.wakeup import WakeWaiter
+
+if TYPE_CHECKING:
+    from django_qless.core.job import Job
+
+__all__ = ["JobLoop", "release_job"]
+
+log = logging.getLogger("django_qless.worker")
+
+_MAX_QUEUES_PER_CALL = 20
+_TRANSIENT = (QlessConnectionError, redis.ConnectionError, redis.TimeoutError, OSError)
+
+
+def release_job(client: Client, jid: str, worker: str) -> bool:
+    """Put a job held by `worker` back to waiting, keeping everything, spending no retry.
+
+    The put is sent *as* `worker`, the job's holder: re-putting your own job sends no
+    lock_lost. Returns False if the job is no longer running for that worker.
+    """
+    reply = client.call_json("get", jid)
+    if not reply or reply.get("state") != "running" or reply.get("worker") != worker:
+        return False
+    raw = reply.get("data")
+    data = raw if isinstance(raw, str) else dumps(raw or {})
+    args: list[Any] = [
+        worker, reply["queue"], jid, reply["klass"], data, "0",
+        "priority", str(int(reply.get("priority") or 0)),
+        "tags", dumps(list(reply.get("tags") or [])),
+        "retries", str(int(reply.get("retries") or 0)),
+    ]
+    throttles = list(reply.get("throttles") or [])
+    if throttles:
+        args += ["throttles", dumps(throttles)]
+    client.call("put", *args)
+    log.info("job %s released back to %s", jid, reply["queue"])
+    return True
+
+
+class JobLoop:
+    """Take jobs and run them in this process until told to stop."""
+
+    #: Wait at most this long while idle before re-checking the supervisor (children).
+    idle_cap = 60.0
+
+    def __init__(
+        self,
+        config: WorkerConfig,
+        hooks: WorkerHooksProtocol,
+        name: str,
+        signals: SignalState,
+        *,
+        resume: bool = False,
+        max_jobs: int = 0,
+    ) -> None:
+        self.config = config
+        self.hooks = hooks
+        self.name = name
+        self.signals = signals
+        self.resume = resume
+        self.max_jobs = max_jobs
+        self.client = Client(config.url, worker_name=name, socket_timeout=config.socket_timeout)
+        self.selection = QueueSelection(
+            config.queues, self.client.queues.names, refresh=config.queue_refresh
+        )
+        self.reserver = make_reserver(config.reserver, self.selection)
+        self.guard = AbortGuard()
+        self.sandbox = Sandbox(config.sandbox_root, name)
+        self.runner = JobRunner(config, hooks, config.registry, self.sandbox, self.guard)
+        self.waiter = WakeWaiter(self.client.redis, self.selection, signals.wake_pipe)
+        self.heartbeater = Heartbeater(
+            self._on_lock_lost,
+            timeout=self._thread_timeout(),
+            on_timeout=self._on_timeout,
+            on_tick=self._tick,
+        )
+        self.started = time.monotonic()
+        self.done = 0
+        self.failed = 0
+        self.current: Job | None = None
+        self._pending: deque[Job] = deque()
+        self._backoff = 0.0
+
+    # -- WorkerInfo -------------------------------------------------------------------------
+    @property
+    def queues(self) -> Sequence[str]:
+        """Return the queue specs this loop serves."""
+        return self.config.queues
+
+    # -- overridables -----------------------------------------------------------------------
+    def _thread_timeout(self) -> float:
+        """Return the per-job time limit the heartbeat thread enforces (0: none)."""
+        return 0.0
+
+    def _on_lock_lost(self, job: Job, why: str) -> None:
+        """Called from the heartbeat thread when the engine refused a heartbeat."""
+        self.guard.abort("lock_lost")
+
+    def _on_timeout(self, job: Job) -> None:
+        """Called from the heartbeat thread when the job ran past its time limit."""
+        self.guard.abort("timeout")
+
+    def on_job_start(self, job: Job) -> None:
+        """Called right before a job runs."""
+
+    def on_job_end(self, job: Job, outcome: Outcome) -> None:
+        """Called after a job was settled."""
+
+    def on_aborted(self, job: Job, reason: str) -> bool:
+        """Dispose of an aborted job; return True to stop the loop."""
+        return False
+
+    def should_continue(self) -> bool:
+        """Return False to leave the loop (e.g. the supervisor died)."""
+        return True
+
+    # -- the loop ---------------------------------------------------------------------------
+    def run(self) -> None:
+        """Serve jobs until stopped; always deregisters and releases unstarted jobs."""
+        self.hooks.on_worker_start(self)
+        self.heartbeater.start()
+        try:
+            if self.resume:
+                self._pending.extend(self._held_jobs())
+            self._loop()
+        finally:
+            self._finish()
+
+    def _limit_reached(self) -> bool:
+        if self.max_jobs and self.done + self.failed >= self.max_jobs:
+            return True
+        duration = self.config.max_duration
+        return bool(duration and time.monotonic() - self.started >= duration)
+
+    def _taking(self) -> bool:
+        """Tell whether the loop may take another job now."""
+        return not (self.signals.stopping or self.signals.paused or self._limit_reached())
+
+    def _loop(self) -> None:
+        while True:
+            if self.signals.stopping or self._limit_reached() or not self.should_continue():
+                return
+            if self.signals.paused:
+                self._idle_title()
+                self.waiter.wait(min(self.config.interval, self.idle_cap))
+                self.waiter.drain()  # wake-ups while paused must not make wait() spin
+                continue
+            if not self._pending:
+                jobs, wake = self._reserve()
+                if not jobs:
+                    self._idle(wake)
+                    continue
+                self._pending.extend(jobs)
+            job = self._pending.popleft()
+            if self._perform(job):
+                return
+
+    def _perform(self, job: Job) -> bool:
+        """Run one job and settle it; return True to stop the loop."""
+        self.current = job
+        self._title(job)
+        self.on_job_start(job)
+        self.heartbeater.watch(job)
+        try:
+            outcome = self.runner.run(job)
+        finally:
+            self.heartbeater.unwatch()
+        stop = False
+        if outcome is Outcome.ABORTED:
+            reason = self.guard.reason or "aborted"
+            log.warning("job %s aborted: %s", job.jid, reason)
+            stop = self.on_aborted(job, reason)
+        elif outcome is Outcome.COMPLETE:
+            outcome = self._complete(job)
+        if outcome is Outcome.FAILED:
+            self.failed += 1
+        elif outcome in (Outcome.COMPLETE, Outcome.SETTLED):
+            self.done += 1
+        self.current = None
+        self.on_job_end(job, outcome)
+        return stop
+
+    def _complete(self, job: Job) -> Outcome:
+        """Complete `job` and, if we may, take the next one in the same round trip."""
+        want = 1 if not self._pending and self._will_take_after(job) else 0
+        queues = self.reserver.order()[:_MAX_QUEUES_PER_CALL] or [job.queue_name]
+        if want:
+            self.waiter.ensure_subscribed()
+            self.waiter.drain()
+        try:
+            _, jobs, _ = self.client.complete_and_reserve(job, queues, want)
+        except (LostLockError, InvalidStateTransition, JobNotFound) as exc:
+            log.warning("job %s: complete refused, lock lost: %s", job.jid, exc)
+            return Outcome.LOST
+        except QlessError as exc:
+            log.error("job %s: complete failed: %s", job.jid, exc)
+            return Outcome.LOST
+        self._pending.extend(jobs)
+        return Outcome.COMPLETE
+
+    def _will_take_after(self, job: Job) -> bool:
+        """Tell whether the loop will want another job once `job` counts as done."""
+        if self.signals.stopping or self.signals.paused or not self.should_continue():
+            return False
+        if self.max_jobs and self.done + self.failed + 1 >= self.max_jobs:
+            return False
+        duration = self.config.max_duration
+        return not (duration and time.monotonic() - self.started >= duration)
+
+    def _reserve(self) -> tuple[list[Job], float | None]:
+        """Take one job from the selected queues (subscribing to wake-ups first)."""
+        self.waiter.ensure_subscribed()
+        self.waiter.drain()
+        try:
+            order = self.reserver.order()
+            wake: float | None = None
+            for start in range(0, len(order), _MAX_QUEUES_PER_CALL):
+                chunk = order[start:start + _MAX_QUEUES_PER_CALL]
+                jobs, chunk_wake = self.client.reserve(chunk, 1)
+                if jobs:
+                    self._backoff = 0.0
+                    return jobs, None
+                if chunk_wake is not None:
+                    wake = chunk_wake if wake is None else min(wake, chunk_wake)
+            self._backoff = 0.0
+            return [], wake
+        except _TRANSIENT as exc:
+            self._backoff = min(max(self._backoff * 2, 0.1), 10.0)
+            log.warning("reserve failed (%s); retrying in %.1fs", exc, self._backoff)
+            return [], self._backoff * (0.5 + random.random())  # noqa: S311
+        except QlessError as exc:
+            self._backoff = min(max(self._backoff * 2, 0.5), 10.0)
+            log.error("reserve refused (%s); retrying in %.1fs", exc, self._backoff)
+            return [], self._backoff
+
+    def _idle(self, wake: float | None) -> None:
+        """Block until a wake-up, a signal, or the next due time."""
+        self._idle_title()
+        timeout = min(self.config.interval, self.idle_cap)
+        if wake is not None:
+            # A lock expiring "now" can report 0 repeatedly during its grace: do not spin.
+            timeout = min(timeout, max(wake, 0.005))
+        self.waiter.wait(timeout)
+
+    def _held_jobs(self) -> list[Job]:
+        """Return the jobs this worker name still holds (for `resume`)."""
+        try:
+            jids = self.client.workers[self.name]["jobs"]
+            jobs = self.client.jobs.get_many(*jids) if jids else []
+        except QlessError as exc:
+            log.error("resume: could not list held jobs: %s", exc)
+            return []
+        held = [j for j in jobs if j.state == "running" and j.worker_name == self.name]
+        if held:
+            log.info("resuming %d held job(s): %s", len(held), ", ".join(j.jid for j in held))
+        return held
+
+    def _finish(self) -> None:
+        """Release unstarted jobs, stop threads, deregister, run stop hooks."""
+        for job in list(self._pending):
+            try:
+                release_job(self.client, job.jid, self.name)
+            except QlessError as exc:
+                log.error("job %s: could not release (%s); its lease will expire", job.jid, exc)
+        self._pending.clear()
+        self.heartbeater.stop()
+        self.waiter.close()
+        try:
+            self.client.workers.deregister(self.name)
+        except QlessError as exc:
+            log.warning("could not deregister %s: %s", self.name, exc)
+        self.hooks.on_worker_stop(self)
+
+    # -- titles ----------------------------------------------------------------------------
+    def _title(self, job: Job) -> None:
+        set_title(child_title(self.name, self.config.queues, jid=job.jid,
+                              klass=job.klass_name, queue=job.queue_name))
+
+    def _tick(self, job: Job, elapsed: float) -> None:
+        set_title(child_title(self.name, self.config.queues, jid=job.jid,
+                              klass=job.klass_name, queue=job.queue_name, elapsed=elapsed))
+
+    def _idle_title(self) -> None:
+        set_title(child_title(self.name, self.config.queues, paused=self.signals.paused))
+
+    def pid(self) -> int:
+        """Return this process's id."""
+        return os.getpid()

@@ -1,0 +1,171 @@
+"""The life of one forked child: fresh state after fork, a job loop, `os._exit`.
+
+The child takes and runs jobs itself and tells the supervisor what it is doing over a pipe
+(one JSON line per event: start, end, lost). The supervisor is the watchdog: it kills the
+child on lock loss, time limit, USR1 or a second TERM, and disposes of the job (release or
+fail). On TERM the child aborts its job and leaves without touching it, unless the
+supervisor is gone, in which case it releases the job itself.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import logging
+import os
+import random
+import signal
+import sys
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from django_qless.core.exceptions import QlessError
+from django_qless.core.workers.base import JobLoop, release_job
+from django_qless.core.workers.config import WorkerConfig, default_worker_name
+from django_qless.core.workers.hooks import WorkerHooksProtocol
+from django_qless.core.workers.runner import Outcome
+from django_qless.core.workers.shutdown import ExitCode, SignalState, reset_child_signals
+
+if TYPE_CHECKING:
+    from django_qless.core.job import Job
+
+__all__ = ["ForkChild", "child_main", "set_parent_death_signal"]
+
+log = logging.getLogger("django_qless.worker")
+
+_PR_SET_PDEATHSIG = 1
+
+
+def set_parent_death_signal(signum: int) -> bool:
+    """Ask Linux to send `signum` to this process when its parent dies (False elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+class ForkChild(JobLoop):
+    """A job loop that reports to its supervisor and stops when the supervisor dies."""
+
+    #: Re-check the supervisor at least this often while idle (PDEATHSIG is the fast path).
+    idle_cap = 1.0
+
+    def __init__(
+        self,
+        config: WorkerConfig,
+        hooks: WorkerHooksProtocol,
+        name: str,
+        status_fd: int,
+        supervisor_pid: int,
+        *,
+        resume: bool,
+    ) -> None:
+        super().__init__(
+            config, hooks, name, SignalState(), resume=resume, max_jobs=config.jobs_per_child
+        )
+        self.status_fd = status_fd
+        self.supervisor_pid = supervisor_pid
+        self.exit_code = ExitCode.OK
+
+    # -- supervisor link --------------------------------------------------------------------
+    def report(self, event: str, **fields: object) -> None:
+        """Send one status line to the supervisor (atomic: well under PIPE_BUF)."""
+        line = json.dumps({"e": event, **fields}, separators=(",", ":")) + "\n"
+        try:
+            os.write(self.status_fd, line.encode("utf-8")[:4000])
+        except OSError:
+            pass  # the supervisor is gone; should_continue() notices
+
+    def orphaned(self) -> bool:
+        """Tell whether the supervisor has died."""
+        return os.getppid() != self.supervisor_pid
+
+    def should_continue(self) -> bool:
+        if self.orphaned():
+            log.warning("%s: supervisor %d is gone; stopping", self.name, self.supervisor_pid)
+            self.exit_code = ExitCode.CHILD_ORPHANED
+            return False
+        return True
+
+    # -- signals ------------------------------------------------------------------------------
+    def install_signals(self) -> None:
+        """TERM aborts the job; QUIT finishes it; USR2/CONT pause/resume; INT is ignored."""
+        self.signals.callback = self._on_signal
+        self.signals.install()
+        # Ctrl-C reaches the whole process group: the supervisor decides, not the children.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        # USR1 is the supervisor's business (it kills the child running the job).
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+
+    def _on_signal(self, signum: int) -> None:
+        if signum == signal.SIGTERM:
+            self.guard.abort("shutdown", same_thread=True)
+
+    # -- job events ---------------------------------------------------------------------------
+    def on_job_start(self, job: Job) -> None:
+        self.report("start", jid=job.jid, klass=job.klass_name[:200], queue=job.queue_name)
+
+    def on_job_end(self, job: Job, outcome: Outcome) -> None:
+        self.report("end", jid=job.jid, outcome=outcome.value)
+
+    def _on_lock_lost(self, job: Job, why: str) -> None:
+        # The supervisor kills us: aborting here could race it onto the next job.
+        self.report("lost", jid=job.jid, why=why[:500])
+        if self.orphaned():
+            self.guard.abort("lock_lost")
+
+    def on_aborted(self, job: Job, reason: str) -> bool:
+        if reason == "shutdown":
+            self.exit_code = ExitCode.CHILD_ABORTED
+            if self.orphaned():
+                self.exit_code = ExitCode.CHILD_ORPHANED
+                try:
+                    release_job(self.client, job.jid, self.name)
+                except QlessError as exc:
+                    log.error("job %s: could not release (%s)", job.jid, exc)
+            return True
+        return False
+
+
+def child_main(
+    config: WorkerConfig,
+    hooks: WorkerHooksProtocol,
+    slot: int,
+    status_fd: int,
+    supervisor_pid: int,
+    *,
+    resume: bool,
+    signal_mask: Iterable[int] | None = None,
+    paused: bool = False,
+) -> int:
+    """Run in a freshly forked child; return the exit code for `os._exit`.
+
+    Signals arrive blocked (see the supervisor's fork); they are unblocked once this
+    child's own handlers are installed, so none sent in between is lost.
+    """
+    try:
+        reset_child_signals()
+        set_parent_death_signal(signal.SIGTERM)
+        random.seed()
+        hooks.after_fork_child()
+        name = f"{config.name}-{slot}" if config.name else default_worker_name()
+        child = ForkChild(config, hooks, name, status_fd, supervisor_pid, resume=resume)
+        child.install_signals()
+        child.signals.paused = paused  # a child born during USR2 starts paused too
+        signal.pthread_sigmask(signal.SIG_SETMASK, signal_mask or set())
+        if child.orphaned():
+            return ExitCode.CHILD_ORPHANED
+        child.run()
+        return child.exit_code
+    except BaseException:
+        log.exception("worker child crashed")
+        return ExitCode.CHILD_CRASHED
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except Exception:  # noqa: S110 - leaving anyway
+            pass

@@ -1,0 +1,394 @@
+"""`ForkingWorker`: a supervisor that pre-forks N children and keeps them alive.
+
+The supervisor never runs jobs. It forks the children (closing framework connections in
+`hooks.before_fork()` before every fork), respawns any that die (backing off when they die
+in a loop), watches `ql:w:<child>` for lock_lost/canceled/put, enforces the per-job time
+limit, and turns OS signals into actions (see `shutdown.py`). It is single-threaded: one
+poll() over the signal pipe, the children's status pipes and its pubsub socket.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import select
+import signal
+import time
+from typing import Any
+
+import redis
+
+from django_qless.core.client import Client
+from django_qless.core.exceptions import QlessError
+from django_qless.core.workers.base import release_job
+from django_qless.core.workers.child import child_main
+from django_qless.core.workers.config import WorkerConfig, default_worker_name
+from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol
+from django_qless.core.workers.listener import ABORT_EVENTS
+from django_qless.core.workers.proctitle import set_title, supervisor_title
+from django_qless.core.workers.runner import KILLED_GROUP, TIMEOUT_GROUP
+from django_qless.core.workers.shutdown import ExitCode, SignalState
+from django_qless.core.workers.supervision import ChildChannels, ChildProc
+
+__all__ = ["ForkingWorker"]
+
+log = logging.getLogger("django_qless.worker")
+
+_BLOCKED = {*SignalState.HANDLED, signal.SIGCHLD}
+
+
+class ForkingWorker:
+    """Pre-fork N job-running children and supervise them."""
+
+    def __init__(self, config: WorkerConfig, hooks: WorkerHooksProtocol | None = None) -> None:
+        self.config = config
+        self.hooks = hooks or WorkerHooks()
+        self.name = config.name or default_worker_name()
+        self.wanted = config.process_count
+        self.signals = SignalState()
+        self.client: Client | None = None
+        self.channels: ChildChannels | None = None
+        self.children: dict[int, ChildProc] = {}
+        self.free_slots = list(range(self.wanted))
+        self.slot_failures = [0] * self.wanted
+        self.slot_ready_at = [0.0] * self.wanted
+        self.done = 0
+        self.failed = 0
+        self.started = time.monotonic()
+        self._stop_sent = 0
+        self._quit_sent = False
+        self._paused_sent = False
+        self._forced = False
+        self._unreleased = 0
+        self._shutdown_deadline = 0.0
+        self._title_at = 0.0
+
+    @property
+    def queues(self) -> tuple[str, ...]:
+        """Return the queue specs served."""
+        return self.config.queues
+
+    @property
+    def stopping(self) -> bool:
+        """Tell whether no more children will be started."""
+        return self.signals.stopping
+
+    # -- main loop -----------------------------------------------------------------------------
+    def run_forever(self) -> int:
+        """Supervise until stopped; return the exit code."""
+        self.signals.install()
+        # A Python-level SIGCHLD handler makes child deaths write to the wake pipe too.
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        self.client = Client(self.config.url, worker_name=self.name,
+                             socket_timeout=self.config.socket_timeout)
+        self.channels = ChildChannels(self.client.redis)
+        log.info("supervisor %s (pid %d) starting %d children on %s", self.name, os.getpid(),
+                 self.wanted, ",".join(self.queues))
+        first = True
+        try:
+            while True:
+                self._spawn_missing(resume=first and self.config.resume)
+                first = False
+                self._wait()
+                self._reap()
+                self._handle_events()
+                self._act_on_signals()
+                self._enforce_limits()
+                self._title()
+                if self.stopping and not self.children:
+                    break
+        finally:
+            self._cleanup()
+        if self._forced:
+            return ExitCode.FORCED
+        if self._unreleased:
+            return ExitCode.UNRELEASED
+        return ExitCode.OK
+
+    def _wait(self) -> None:
+        """Block on the wake pipe, status pipes and the pubsub socket (at most 0.25 s)."""
+        poller = select.poll()
+        poller.register(self.signals.wake_pipe.read_fd, select.POLLIN)
+        for child in self.children.values():
+            poller.register(child.status_fd, select.POLLIN)
+        assert self.channels is not None
+        sock = self.channels.fileno()
+        if sock is not None:
+            poller.register(sock, select.POLLIN)
+        timeout = 0.25 if not self.channels.buffered() else 0.0
+        ready = {fd for fd, _ in poller.poll(timeout * 1000)}
+        if self.signals.wake_pipe.read_fd in ready:
+            self.signals.wake_pipe.drain()
+        for child in list(self.children.values()):
+            if child.status_fd in ready:
+                self._read_status(child)
+
+    # -- children ------------------------------------------------------------------------------
+    def _spawn_missing(self, resume: bool) -> None:
+        if self.stopping:
+            return
+        now = time.monotonic()
+        for slot in sorted(self.free_slots):
+            if self.slot_ready_at[slot] <= now:
+                self._spawn(slot, resume)
+
+    def _spawn(self, slot: int, resume: bool) -> None:
+        self.hooks.before_fork()
+        read_fd, write_fd = os.pipe()
+        sibling_fds = [c.status_fd for c in self.children.values()]
+        # Hold signals across the fork: one sent to a brand-new child before it has its own
+        # handlers would otherwise hit the supervisor's inherited ones and be lost (a QUIT
+        # lost that way leaves a child running forever). The child unblocks once ready.
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, _BLOCKED)
+        try:
+            pid = os.fork()
+        except BaseException:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            raise
+        if pid == 0:  # child
+            code = int(ExitCode.CHILD_CRASHED)
+            try:
+                os.close(read_fd)
+                for fd in sibling_fds:
+                    os.close(fd)
+                self.signals.wake_pipe.close()
+                code = child_main(self.config, self.hooks, slot, write_fd, os.getppid(),
+                                  resume=resume, signal_mask=mask,
+                                  paused=self.signals.paused)
+            finally:
+                os._exit(code)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        os.close(write_fd)
+        os.set_blocking(read_fd, False)
+        name = f"{self.config.name}-{slot}" if self.config.name else default_worker_name(pid)
+        child = ChildProc(slot=slot, pid=pid, name=name, status_fd=read_fd)
+        self.children[pid] = child
+        self.free_slots.remove(slot)
+        assert self.channels is not None
+        self.channels.add(name)
+        self.hooks.after_fork_parent(pid)
+        log.info("started child %s (pid %d, slot %d)", name, pid, slot)
+
+    def _read_status(self, child: ChildProc) -> None:
+        try:
+            while True:
+                chunk = os.read(child.status_fd, 65536)
+                if not chunk:
+                    break
+                child.buffer += chunk
+        except BlockingIOError:
+            pass
+        except OSError:
+            return
+        *lines, child.buffer = child.buffer.split(b"\n")
+        for line in lines:
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            self._on_status(child, msg)
+
+    def _on_status(self, child: ChildProc, msg: dict[str, Any]) -> None:
+        event = msg.get("e")
+        if event == "start":
+            child.jid, child.klass, child.queue = msg.get("jid"), msg.get("klass"), msg.get("queue")
+            child.job_started = time.monotonic()
+        elif event == "end":
+            outcome = msg.get("outcome")
+            if outcome == "failed":
+                self.failed += 1
+            elif outcome in ("complete", "settled"):
+                self.done += 1
+            # An aborted job is still held by the child: the supervisor disposes of it.
+            if child.jid == msg.get("jid") and outcome != "aborted":
+                child.jid = child.klass = child.queue = None
+        elif event == "lost" and child.jid == msg.get("jid"):
+            log.warning("child %s: heartbeat lost %s's lock; killing it", child.name, child.jid)
+            self._kill(child, "lock_lost", signal.SIGKILL)
+
+    def _kill(self, child: ChildProc, reason: str, signum: int) -> None:
+        if child.kill_reason is None or reason in ("forced", "lock_lost"):
+            child.kill_reason = reason
+        if signum == signal.SIGTERM:
+            child.term_sent = time.monotonic()
+        try:
+            os.kill(child.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    def _signal_all(self, signum: int) -> None:
+        for child in self.children.values():
+            try:
+                os.kill(child.pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def _reap(self) -> None:
+        while self.children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            child = self.children.pop(pid, None)
+            if child is None:
+                continue
+            self._read_status(child)
+            os.close(child.status_fd)
+            self._after_death(child, os.waitstatus_to_exitcode(status))
+
+    def _after_death(self, child: ChildProc, code: int) -> None:
+        """Dispose of the dead child's job and plan its replacement."""
+        assert self.client is not None and self.channels is not None
+        self.channels.remove(child.name)
+        reason = child.kill_reason
+        if reason is None and self.signals.stop_requests and code == ExitCode.CHILD_ABORTED:
+            reason = "shutdown"
+        level = logging.INFO if code == 0 or reason else logging.ERROR
+        log.log(level, "child %s (pid %d) exited with %d (%s)%s", child.name, child.pid, code,
+                reason or "unexpected", f", job {child.jid}" if child.jid else "")
+        try:
+            if reason in ("shutdown", "forced"):
+                self._release_all(child)
+            elif reason in ("timeout", "killed") and child.jid:
+                self._fail(child, reason)
+            elif child.jid is None or code == 0:
+                self.client.workers.deregister(child.name)
+        except QlessError as exc:
+            log.error("could not dispose of child %s's job: %s", child.name, exc)
+            if reason in ("shutdown", "forced"):
+                self._unreleased += 1
+        uptime = time.monotonic() - child.started
+        crashed = code != 0 and reason is None
+        if crashed and uptime < self.config.respawn_min_uptime:
+            self.slot_failures[child.slot] += 1
+            delay = min(0.1 * 2 ** self.slot_failures[child.slot], self.config.respawn_max_backoff)
+            log.warning("child slot %d dies quickly; respawning in %.1fs", child.slot, delay)
+            self.slot_ready_at[child.slot] = time.monotonic() + delay
+        else:
+            self.slot_failures[child.slot] = 0
+            self.slot_ready_at[child.slot] = 0.0
+        self.free_slots.append(child.slot)
+
+    def _release_all(self, child: ChildProc) -> None:
+        """Release every job the dead child still held (including one not yet reported)."""
+        assert self.client is not None
+        jids = set(self.client.workers[child.name]["jobs"])
+        if child.jid:
+            jids.add(child.jid)
+        for jid in sorted(jids):
+            try:
+                release_job(self.client, jid, child.name)
+            except QlessError as exc:
+                log.error("job %s: could not release (%s); its lease will expire", jid, exc)
+                self._unreleased += 1
+        self.client.workers.deregister(child.name)
+
+    def _fail(self, child: ChildProc, reason: str) -> None:
+        assert self.client is not None and child.jid is not None
+        reply = self.client.call_json("get", child.jid)
+        if not reply or reply.get("state") != "running" or reply.get("worker") != child.name:
+            return
+        if reason == "timeout":
+            group, text = TIMEOUT_GROUP, f"job exceeded its time limit of {self.config.timeout:g}s"
+        else:
+            group, text = KILLED_GROUP, "job killed by USR1"
+        self.client.call("fail", child.jid, child.name, group,
+                         f"{text} on worker {child.name} (pid {child.pid})")
+        self.failed += 1
+
+    # -- pubsub events -------------------------------------------------------------------------
+    def _handle_events(self) -> None:
+        assert self.channels is not None
+        by_name = {c.name: c for c in self.children.values()}
+        for worker, payload in self.channels.poll():
+            child = by_name.get(worker)
+            event = payload.get("event")
+            if child is None or event not in ABORT_EVENTS:
+                continue
+            if child.jid is not None and payload.get("jid") == child.jid:
+                log.warning("child %s: %s for job %s; killing it", child.name, event, child.jid)
+                self._kill(child, "lock_lost", signal.SIGKILL)
+
+    # -- signals and limits --------------------------------------------------------------------
+    def _act_on_signals(self) -> None:
+        sig = self.signals
+        if sig.stop_requests >= 2 and not self._forced:
+            log.warning("second stop request: killing children now")
+            self._forced = True
+            for child in self.children.values():
+                self._kill(child, "forced", signal.SIGKILL)
+        elif sig.stop_requests >= 1 and not self._stop_sent:
+            log.info("stop requested: aborting and releasing running jobs")
+            self._stop_sent = 1
+            self._shutdown_deadline = time.monotonic() + self.config.shutdown_grace
+            for child in self.children.values():
+                self._kill(child, "shutdown", signal.SIGTERM)
+        elif sig.graceful and not self._quit_sent:
+            log.info("graceful stop: finishing running jobs")
+            self._quit_sent = True
+            self._signal_all(signal.SIGQUIT)
+        if sig.kill_current:
+            sig.kill_current = False
+            for child in self.children.values():
+                if child.jid is not None:
+                    log.warning("USR1: killing child %s running %s", child.name, child.jid)
+                    self._kill(child, "killed", signal.SIGKILL)
+        if sig.dump_stacks:
+            sig.dump_stacks = False
+            log.warning("USR2: paused; children dump their stacks to stderr; CONT resumes")
+        if sig.paused != self._paused_sent:
+            self._paused_sent = sig.paused
+            self._signal_all(signal.SIGUSR2 if sig.paused else signal.SIGCONT)
+
+    def _enforce_limits(self) -> None:
+        now = time.monotonic()
+        if self._stop_sent and not self._forced and now >= self._shutdown_deadline:
+            for child in self.children.values():
+                log.warning("child %s did not stop in time; killing it", child.name)
+                self._kill(child, "forced", signal.SIGKILL)
+        timeout = self.config.timeout
+        if timeout and self.config.exec_command:
+            # The child kills its command at the limit and reports it; step in only if not.
+            timeout += self.config.kill_grace + 1.0
+        for child in self.children.values():
+            if child.kill_reason == "timeout" and now - child.term_sent >= self.config.kill_grace:
+                self._kill(child, "timeout", signal.SIGKILL)
+            elif timeout and child.jid and child.kill_reason is None:
+                if now - child.job_started >= timeout:
+                    log.warning("job %s on %s exceeded %gs", child.jid, child.name, timeout)
+                    self._kill(child, "timeout", signal.SIGTERM)
+        limits_hit = (self.config.max_jobs and self.done + self.failed >= self.config.max_jobs) or (
+            self.config.max_duration and now - self.started >= self.config.max_duration
+        )
+        if limits_hit and not self.signals.stopping:
+            log.info("max-jobs/max-duration reached: stopping gracefully")
+            self.signals.request_stop(graceful=True)
+
+    def _title(self) -> None:
+        now = time.monotonic()
+        if now - self._title_at < 0.5:
+            return
+        self._title_at = now
+        set_title(supervisor_title(self.queues, len(self.children), self.wanted,
+                                   self.signals.paused, self.done, self.failed))
+
+    def _cleanup(self) -> None:
+        for child in self.children.values():
+            self._kill(child, "forced", signal.SIGKILL)
+        deadline = time.monotonic() + 5.0
+        while self.children and time.monotonic() < deadline:
+            self._reap()
+            time.sleep(0.01)
+        if self.channels is not None:
+            self.channels.close()
+        try:
+            if self.client is not None:
+                self.client.workers.deregister(self.name)
+                self.client.close()
+        except (QlessError, redis.RedisError):
+            pass
+        self.signals.uninstall()
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)

@@ -1,0 +1,149 @@
+"""Listen on `ql:w:<worker>` for events that take a running job away from its worker.
+
+The engine publishes `lock_lost` (the lease expired and the job was offered elsewhere, or it
+was timed out, or re-put by someone else), `canceled` and `put` there. Each is a reason to stop
+the job at once: its result would be refused anyway. `add()` returns only once Redis has
+confirmed the subscription (no event lost between "job started" and "listening").
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import redis
+
+__all__ = ["ABORT_EVENTS", "WorkerChannelListener"]
+
+log = logging.getLogger("django_qless.worker")
+
+ABORT_EVENTS = frozenset({"lock_lost", "canceled", "put"})
+_PREFIX = "ql:w:"
+
+
+class WorkerChannelListener(threading.Thread):
+    """A daemon thread subscribed to the channels of one or more worker names."""
+
+    def __init__(
+        self,
+        conn: redis.Redis,
+        on_event: Callable[[str, dict[str, Any]], None],
+        *,
+        health_check_interval: float = 10.0,
+    ) -> None:
+        super().__init__(name="qless-worker-listener", daemon=True)
+        self.conn = conn
+        self.on_event = on_event
+        self.health_check_interval = health_check_interval
+        self._lock = threading.Lock()
+        self._wanted: set[str] = set()
+        self._confirmed: dict[str, threading.Event] = {}
+        self._stop_event = threading.Event()
+        self._changed = threading.Event()
+
+    # -- public API -----------------------------------------------------------------------
+    def add(self, worker: str, wait: float = 5.0) -> bool:
+        """Listen for `worker`; wait until subscribed (True) or `wait` seconds passed."""
+        with self._lock:
+            self._wanted.add(worker)
+            event = self._confirmed.setdefault(worker, threading.Event())
+        self._changed.set()
+        if not self.is_alive():
+            return False
+        return event.wait(wait)
+
+    def remove(self, worker: str) -> None:
+        """Stop listening for `worker`."""
+        with self._lock:
+            self._wanted.discard(worker)
+            self._confirmed.pop(worker, None)
+        self._changed.set()
+
+    def stop(self) -> None:
+        """End the thread (it leaves within about half a second)."""
+        self._stop_event.set()
+
+    # -- thread ---------------------------------------------------------------------------
+    def run(self) -> None:
+        backoff = 0.1
+        while not self._stop_event.is_set():
+            pubsub = self.conn.pubsub()  # type: ignore[no-untyped-call, unused-ignore]
+            try:
+                self._serve(pubsub)
+                backoff = 0.1
+            except (redis.RedisError, OSError, ValueError) as exc:
+                if self._stop_event.is_set():
+                    break
+                log.warning("worker-channel listener lost its connection (%s); reconnecting", exc)
+                with self._lock:
+                    for event in self._confirmed.values():
+                        event.clear()
+                self._stop_event.wait(backoff * (1 + random.random()))  # noqa: S311
+                backoff = min(backoff * 2, 5.0)
+            finally:
+                try:
+                    pubsub.close()
+                except Exception:  # noqa: S110 - the connection may already be broken
+                    pass
+
+    def _serve(self, pubsub: Any) -> None:
+        subscribed: set[str] = set()
+        last_ping = time.monotonic()
+        self._changed.set()
+        while not self._stop_event.is_set():
+            if self._changed.is_set():
+                self._changed.clear()
+                with self._lock:
+                    wanted = set(self._wanted)
+                add = wanted - subscribed
+                drop = subscribed - wanted
+                if add:
+                    pubsub.subscribe(*[_PREFIX + w for w in sorted(add)])
+                if drop:
+                    pubsub.unsubscribe(*[_PREFIX + w for w in sorted(drop)])
+                subscribed = wanted
+                if not subscribed and pubsub.connection is None:
+                    self._changed.wait(0.5)
+                    continue
+            if not subscribed:
+                self._changed.wait(0.5)
+                continue
+            msg = pubsub.get_message(timeout=0.2)
+            now = time.monotonic()
+            if msg is None:
+                if now - last_ping >= self.health_check_interval:
+                    # Half-open sockets deliver nothing and raise nothing: probe them.
+                    pubsub.ping()
+                    last_ping = now
+                continue
+            last_ping = now
+            self._handle(msg)
+
+    def _handle(self, msg: dict[str, Any]) -> None:
+        kind = msg.get("type")
+        channel = str(msg.get("channel", ""))
+        worker = channel[len(_PREFIX):] if channel.startswith(_PREFIX) else channel
+        if kind == "subscribe":
+            with self._lock:
+                event = self._confirmed.get(worker)
+            if event is not None:
+                event.set()
+            return
+        if kind != "message":
+            return
+        try:
+            payload = json.loads(msg.get("data") or "{}")
+        except (TypeError, ValueError):
+            log.warning("ignoring malformed event on %s: %r", channel, msg.get("data"))
+            return
+        if not isinstance(payload, dict):
+            return
+        try:
+            self.on_event(worker, payload)
+        except Exception:
+            log.exception("worker-channel event handler failed for %r", payload)

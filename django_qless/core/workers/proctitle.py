@@ -1,0 +1,63 @@
+"""Process titles (`ps`, `top`, /proc/<pid>/cmdline) that say what each worker process does."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+__all__ = ["child_title", "get_title", "set_title", "supervisor_title"]
+
+_set: Callable[[str], None] | None
+_get: Callable[[], str] | None
+try:
+    from setproctitle import getproctitle as _get
+    from setproctitle import setproctitle as _set
+except ImportError:  # pragma: no cover - setproctitle is a dependency; stay usable without it
+    _set = None
+    _get = None
+
+_last = ""
+
+
+def set_title(title: str) -> None:
+    """Set this process's title (no-op if setproctitle is missing)."""
+    global _last
+    _last = title
+    if _set is not None:
+        _set(title)
+
+
+def get_title() -> str:
+    """Return this process's title as last set."""
+    return _get() if _get is not None else _last
+
+
+def _queues(queues: Sequence[str]) -> str:
+    return ",".join(queues) if queues else "-"
+
+
+def supervisor_title(
+    queues: Sequence[str], alive: int, wanted: int, paused: bool, done: int, failed: int
+) -> str:
+    """Return the supervisor's title."""
+    return (
+        f"qless_worker: supervisor queues={_queues(queues)} children={alive}/{wanted} "
+        f"paused={'yes' if paused else 'no'} done={done} failed={failed}"
+    )
+
+
+def child_title(
+    name: str,
+    queues: Sequence[str],
+    *,
+    jid: str | None = None,
+    klass: str | None = None,
+    queue: str | None = None,
+    elapsed: float = 0.0,
+    paused: bool = False,
+) -> str:
+    """Return a job-running process's title: running, idle or paused."""
+    if jid is not None:
+        return f"qless_worker[{name}]: running {jid[:4]}.. {klass} q={queue} {elapsed:.1f}s"
+    if paused:
+        return f"qless_worker[{name}]: paused"
+    return f"qless_worker[{name}]: idle waiting on {_queues(queues)}"

@@ -1,0 +1,98 @@
+"""Build and run a worker from a `WorkerConfig` (shared by the CLI and the Django command)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import sys
+from typing import TextIO
+
+import redis
+
+from django_qless.core.client import Client
+from django_qless.core.exceptions import QlessError
+from django_qless.core.workers.config import WorkerConfig
+from django_qless.core.workers.forking import ForkingWorker
+from django_qless.core.workers.hooks import WorkerHooksProtocol
+from django_qless.core.workers.reservers import QueueSelection
+from django_qless.core.workers.serial import SerialWorker
+from django_qless.core.workers.shutdown import ExitCode
+
+__all__ = ["dry_run", "import_modules", "make_worker", "run_worker", "warn_about_eviction"]
+
+log = logging.getLogger("django_qless.worker")
+
+
+def import_modules(names: tuple[str, ...]) -> None:
+    """Import job modules (they register their jobs) before any fork."""
+    for name in names:
+        importlib.import_module(name)
+
+
+def make_worker(
+    config: WorkerConfig, hooks: WorkerHooksProtocol | None = None
+) -> SerialWorker | ForkingWorker:
+    """Return a SerialWorker (processes=0) or a ForkingWorker."""
+    if config.serial:
+        return SerialWorker(config, hooks)
+    return ForkingWorker(config, hooks)
+
+
+def dry_run(config: WorkerConfig, out: TextIO) -> int:
+    """Check Redis, resolve the queues, list runnable jobs; take nothing."""
+    client = Client(config.url, socket_timeout=config.socket_timeout or 5.0)
+    try:
+        selection = QueueSelection(config.queues, client.queues.names)
+        queues = selection.names()
+        counts = {q: client.queues[q].counts for q in queues}
+    except QlessError as exc:
+        out.write(f"dry run: cannot use Redis at {config.url}: {exc}\n")
+        return ExitCode.ERROR
+    finally:
+        client.close()
+    mode = "serial" if config.serial else f"forking, {config.process_count} children"
+    out.write(f"dry run: would serve {', '.join(queues) or '(no queue yet)'} ({mode})\n")
+    for queue, info in counts.items():
+        waiting = info.get("waiting", 0) if isinstance(info, dict) else "?"
+        out.write(f"  {queue}: {waiting} waiting\n")
+    if config.exec_command:
+        out.write(f"  every job runs: {' '.join(config.exec_command)} <jid>\n")
+    else:
+        names = config.registry.names()
+        out.write(f"  registered jobs: {', '.join(names) or '(none)'}\n")
+        prefixes = config.registry.module_prefixes
+        if prefixes:
+            out.write(f"  importable under: {', '.join(prefixes)}\n")
+    return ExitCode.OK
+
+
+def run_worker(
+    config: WorkerConfig, hooks: WorkerHooksProtocol | None = None, out: TextIO | None = None
+) -> int:
+    """Import job modules, honour print_options/dry_run, then run; return the exit code."""
+    out = out or sys.stdout
+    if config.print_options:
+        out.write(json.dumps(config.as_dict(), indent=2, sort_keys=True, default=str) + "\n")
+        return ExitCode.OK
+    if not config.queues:
+        out.write("no queues given\n")
+        return ExitCode.USAGE
+    import_modules(config.import_modules)
+    if config.dry_run:
+        return dry_run(config, out)
+    warn_about_eviction(config)
+    return make_worker(config, hooks).run_forever()
+
+
+def warn_about_eviction(config: WorkerConfig) -> None:
+    """Log an error if Redis may evict keys (a job hash could vanish under its jid)."""
+    client = Client(config.url, socket_timeout=config.socket_timeout or 5.0)
+    try:
+        policy = client.redis.config_get("maxmemory-policy").get("maxmemory-policy")
+    except redis.RedisError:
+        return  # CONFIG may be forbidden by ACLs; the Django check covers deploys
+    finally:
+        client.close()
+    if policy and policy != "noeviction":
+        log.error("Redis maxmemory-policy is %r: jobs can be lost; set it to noeviction", policy)

@@ -1,0 +1,246 @@
+"""Run one job: look up its target, wrap it in hooks and middleware, settle the outcome.
+
+A job that raises is failed with group = the exception's `module.QualName` and message = the
+traceback (at most 64 KiB). A klass that is not in the registry is failed with group
+`django_qless.UnknownJob` and is never imported. A job that neither completes nor fails
+itself is completed by the caller (in the same round trip as the next reserve).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+import logging
+import threading
+import traceback
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from django_qless.core.exceptions import (
+    InvalidStateTransition,
+    JobNotFound,
+    LostLockError,
+    QlessError,
+    UnregisteredJobClass,
+)
+from django_qless.core.registry import Registry
+from django_qless.core.workers.config import WorkerConfig
+from django_qless.core.workers.execmode import ExecFailed, ExecRunner, ExecTimeout
+from django_qless.core.workers.hooks import WorkerHooksProtocol
+from django_qless.core.workers.middleware import compose
+from django_qless.core.workers.sandbox import Sandbox, set_current_sandbox
+
+if TYPE_CHECKING:
+    from django_qless.core.job import Job
+
+__all__ = [
+    "AbortGuard",
+    "JobAborted",
+    "JobRunner",
+    "Outcome",
+    "error_group",
+    "format_failure",
+]
+
+log = logging.getLogger("django_qless.worker")
+
+UNKNOWN_JOB_GROUP = "django_qless.UnknownJob"
+TIMEOUT_GROUP = "django_qless.JobTimeout"
+KILLED_GROUP = "django_qless.JobKilled"
+MAX_MESSAGE = 65536
+_HEAD = 4096
+
+class JobAborted(BaseException):
+    """Raised inside a job to stop it; `AbortGuard.reason` tells why.
+
+    A BaseException, like KeyboardInterrupt, so `except Exception` in job code cannot
+    swallow it.
+    """
+
+
+class Outcome(enum.Enum):
+    """What happened to a job after its target returned or raised."""
+
+    COMPLETE = "complete"  # returned normally and did not settle itself: complete it
+    SETTLED = "settled"  # the job completed, failed, retried or moved itself
+    FAILED = "failed"  # raised (or unknown klass): we failed it
+    LOST = "lost"  # the engine refused our fail: the lock is gone
+    ABORTED = "aborted"  # stopped from outside; `AbortGuard.reason` says why
+
+
+def error_group(exc: BaseException) -> str:
+    """Return the failure group for an exception: its class's `module.QualName`."""
+    cls = type(exc)
+    return f"{cls.__module__}.{cls.__qualname__}"[:256]
+
+
+def format_failure(exc: BaseException) -> str:
+    """Return the traceback text, cut to at most 64 KiB (head and tail kept)."""
+    text = "".join(traceback.format_exception(exc))
+    raw = text.encode("utf-8", "replace")
+    if len(raw) <= MAX_MESSAGE:
+        return text
+    marker = b"\n... [truncated] ...\n"
+    tail = MAX_MESSAGE - _HEAD - len(marker)
+    cut = raw[:_HEAD] + marker + raw[-tail:]
+    return cut.decode("utf-8", "ignore")
+
+
+class AbortGuard:
+    """Deliver aborts to the job-running (main) thread only while it is inside job code."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._in_job = False
+        self._pending = False
+        self.reason: str | None = None
+        self.thread_id = threading.main_thread().ident or 0
+        # Called (under the lock) after scheduling an abort from another thread, to break
+        # the job out of a blocking call (the serial worker sends itself a signal).
+        self.kick: Callable[[int], None] | None = None
+
+    @property
+    def in_job(self) -> bool:
+        """Tell whether job code is running now."""
+        return self._in_job
+
+    def enter(self) -> None:
+        """Mark the start of job code (call from the job-running thread)."""
+        with self._lock:
+            self.thread_id = threading.get_ident()
+            self.reason = None
+            self._pending = False
+            self._in_job = True
+
+    def leave(self) -> None:
+        """Mark the end of job code; swallow an abort that arrives too late to matter."""
+        while True:
+            try:
+                with self._lock:
+                    self._in_job = False
+                    if self._pending:
+                        _set_async_exc(self.thread_id, None)
+                        self._pending = False
+                return
+            except JobAborted:
+                continue
+
+    def abort(self, reason: str, *, same_thread: bool = False) -> bool:
+        """Stop the running job for `reason`; return False if no job is running.
+
+        From a signal handler (`same_thread`) the exception is raised directly; from another
+        thread it is scheduled with PyThreadState_SetAsyncExc and lands at the job's next
+        Python instruction.
+        """
+        with self._lock:
+            if not self._in_job or self.reason is not None:
+                return False
+            self.reason = reason
+            if not same_thread:
+                self._pending = _set_async_exc(self.thread_id, JobAborted)
+                if self._pending and self.kick is not None:
+                    self.kick(self.thread_id)
+        if same_thread:
+            raise JobAborted(reason)
+        return True
+
+
+def _set_async_exc(thread_id: int, exc: type[BaseException] | None) -> bool:
+    """Schedule (or with None, cancel) an exception in another thread."""
+    obj = ctypes.py_object(exc) if exc is not None else None
+    count = ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), obj)
+    return bool(count)
+
+
+class JobRunner:
+    """Resolve and perform one job under hooks, middleware and a sandbox."""
+
+    def __init__(
+        self,
+        config: WorkerConfig,
+        hooks: WorkerHooksProtocol,
+        registry: Registry,
+        sandbox: Sandbox,
+        guard: AbortGuard,
+    ) -> None:
+        self.config = config
+        self.hooks = hooks
+        self.registry = registry
+        self.sandbox = sandbox
+        self.guard = guard
+        self.exec_runner = (
+            ExecRunner(config.exec_command, config.timeout, config.kill_grace)
+            if config.exec_command
+            else None
+        )
+
+    def _target(self, job: Job) -> tuple[Callable[[Job], Any], tuple[Any, ...]]:
+        """Return the callable and its per-job middleware (UnregisteredJobClass if none)."""
+        if self.exec_runner is not None:
+            return self.exec_runner, ()
+        entry = self.registry.resolve(job.klass_name)
+        return entry.handler(job.queue_name), entry.middleware
+
+    def run(self, job: Job) -> Outcome:
+        """Perform `job` and settle failures; the caller completes on Outcome.COMPLETE."""
+        try:
+            target, job_middleware = self._target(job)
+        except UnregisteredJobClass as exc:
+            log.error("job %s: %s", job.jid, exc)
+            return self.fail(job, UNKNOWN_JOB_GROUP, f"{exc}\nworker: {job.worker_name}")
+        set_current_sandbox(self.sandbox)
+        middleware = (*self.config.middleware, *job_middleware)
+        error: BaseException | None = None
+
+        def call_next() -> Any:
+            nonlocal error
+            self.hooks.before_job(job)
+            try:
+                return compose(middleware, job, lambda: target(job))()
+            except BaseException as exc:
+                error = exc
+                raise
+            finally:
+                self.hooks.after_job(job, error)
+
+        try:
+            try:
+                self.guard.enter()
+                self.hooks.around_job(job, call_next)
+            finally:
+                self.guard.leave()
+        except JobAborted:
+            return Outcome.ABORTED
+        except Exception as exc:
+            if self.guard.reason is not None:
+                # The abort landed inside a library that wrapped it; the abort wins.
+                return Outcome.ABORTED
+            log.info("job %s (%s) raised %s", job.jid, job.klass_name, error_group(exc))
+            if isinstance(exc, ExecTimeout):
+                return self.fail(job, TIMEOUT_GROUP, str(exc))
+            if isinstance(exc, ExecFailed):
+                # The traceback would only show the worker's own code: the command's
+                # status and stderr tail are the useful part.
+                return self.fail(job, error_group(exc), str(exc))
+            return self.fail(job, error_group(exc), format_failure(exc))
+        finally:
+            set_current_sandbox(None)
+            self.sandbox.cleanup()
+        if self.guard.reason == "lock_lost":
+            return Outcome.LOST
+        return Outcome.COMPLETE if job.state == "running" else Outcome.SETTLED
+
+    def fail(self, job: Job, group: str, message: str) -> Outcome:
+        """Fail `job` (as its holder); LOST if the engine says we no longer hold it."""
+        if job.state != "running":
+            # The job settled itself (e.g. completed) and then raised: nothing to fail.
+            return Outcome.SETTLED
+        try:
+            job.fail(group, message)
+            return Outcome.FAILED
+        except (LostLockError, InvalidStateTransition, JobNotFound) as exc:
+            log.warning("job %s: fail refused, lock lost: %s", job.jid, exc)
+            return Outcome.LOST
+        except QlessError as exc:
+            log.error("job %s: could not be failed: %s", job.jid, exc)
+            return Outcome.LOST

@@ -1,0 +1,143 @@
+"""`SerialWorker`: one process, one job at a time, jobs run in this process.
+
+For development, tests and small deployments. Aborts (lock lost, canceled, moved, time limit)
+are raised into the job-running thread as `JobAborted`; signals raise it directly from the
+handler. TERM/INT release the running job back to waiting (no retry spent) and stop; QUIT
+finishes the job first; USR1 fails the running job as `django_qless.JobKilled`.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from typing import TYPE_CHECKING, Any
+
+from django_qless.core.exceptions import QlessError
+from django_qless.core.workers.base import JobLoop, release_job
+from django_qless.core.workers.config import WorkerConfig, default_worker_name
+from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol
+from django_qless.core.workers.listener import ABORT_EVENTS, WorkerChannelListener
+from django_qless.core.workers.runner import KILLED_GROUP, TIMEOUT_GROUP, Outcome
+from django_qless.core.workers.shutdown import ExitCode, SignalState
+
+if TYPE_CHECKING:
+    from django_qless.core.job import Job
+
+__all__ = ["SerialWorker"]
+
+log = logging.getLogger("django_qless.worker")
+
+
+class SerialWorker(JobLoop):
+    """Run jobs one at a time in the calling process."""
+
+    def __init__(
+        self,
+        config: WorkerConfig,
+        hooks: WorkerHooksProtocol | None = None,
+        *,
+        install_signals: bool = True,
+    ) -> None:
+        name = config.name or default_worker_name()
+        super().__init__(
+            config, hooks or WorkerHooks(), name, SignalState(),
+            resume=config.resume, max_jobs=config.max_jobs,
+        )
+        self.install_signals = install_signals
+        self.listener = WorkerChannelListener(self.client.redis, self._on_channel_event)
+        self.released = 0
+        self.unreleased = 0
+        self._old_urg: Any = signal.SIG_DFL
+
+    # -- control ----------------------------------------------------------------------------
+    def request_stop(self, graceful: bool = True) -> None:
+        """Stop from another thread: graceful finishes the running job, else aborts it."""
+        self.signals.request_stop(graceful)
+        if not graceful:
+            self.guard.abort("shutdown")
+
+    def pause(self) -> None:
+        """Stop taking jobs (from another thread)."""
+        self.signals.paused = True
+        self.signals.wake_pipe.wake()
+
+    def unpause(self) -> None:
+        """Resume taking jobs."""
+        self.signals.paused = False
+        self.signals.wake_pipe.wake()
+
+    def run_forever(self) -> int:
+        """Serve jobs until stopped; return the exit code."""
+        if self.install_signals:
+            self.signals.callback = self._on_signal
+            self.signals.install()
+            # A no-op handler: a SIGURG sent to the job thread interrupts a blocking call
+            # (sleep, socket read) so the pending JobAborted is raised at once.
+            self._old_urg = signal.signal(signal.SIGURG, lambda *_: None)
+            self.guard.kick = _kick
+        self.listener.start()
+        self.listener.add(self.name)
+        try:
+            self.run()
+        finally:
+            self.listener.stop()
+            if self.install_signals:
+                self.guard.kick = None
+                signal.signal(signal.SIGURG, self._old_urg)
+                self.signals.uninstall()
+            self.signals.wake_pipe.close()
+            self.client.close()
+        if self.unreleased:
+            return ExitCode.UNRELEASED
+        return ExitCode.OK
+
+    # -- abort sources ----------------------------------------------------------------------
+    def _thread_timeout(self) -> float:
+        return self.config.timeout if not self.config.exec_command else 0.0
+
+    def _on_signal(self, signum: int) -> None:
+        """Runs in the main thread, inside the job if one runs: raise into it if needed."""
+        if signum in (signal.SIGTERM, signal.SIGINT):
+            self.guard.abort("shutdown", same_thread=True)
+        elif signum == signal.SIGUSR1:
+            self.signals.kill_current = False
+            self.guard.abort("killed", same_thread=True)
+        elif signum == signal.SIGUSR2:
+            log.warning("USR2: paused; send CONT to resume")
+
+    def _on_channel_event(self, worker: str, payload: dict[str, Any]) -> None:
+        event = payload.get("event")
+        current = self.current
+        if event in ABORT_EVENTS and current is not None and payload.get("jid") == current.jid:
+            log.warning("job %s: %s event, aborting it", current.jid, event)
+            self.guard.abort("lock_lost")
+
+    # -- dispositions -----------------------------------------------------------------------
+    def on_aborted(self, job: Job, reason: str) -> bool:
+        if reason == "shutdown":
+            try:
+                if release_job(self.client, job.jid, self.name):
+                    self.released += 1
+            except QlessError as exc:
+                log.error("job %s: could not release (%s); its lease will expire", job.jid, exc)
+                self.unreleased += 1
+            return True
+        if reason in ("timeout", "killed"):
+            group = TIMEOUT_GROUP if reason == "timeout" else KILLED_GROUP
+            message = (
+                f"job exceeded its time limit of {self.config.timeout:g}s"
+                if reason == "timeout"
+                else "job killed by USR1"
+            )
+            outcome = self.runner.fail(job, group, f"{message} on worker {self.name}")
+            if outcome is Outcome.FAILED:
+                self.failed += 1
+        return False
+
+
+def _kick(thread_id: int) -> None:
+    """Interrupt a blocking call in the job thread (see SerialWorker.run_forever)."""
+    try:
+        signal.pthread_kill(thread_id, signal.SIGURG)
+    except (ProcessLookupError, OSError):
+        pass

@@ -1,0 +1,174 @@
+"""OS signals: handlers only record what was asked; the worker loops act on it.
+
+Signals (supervisor, and the serial worker):
+
+| signal    | meaning                                                                    |
+|-----------|----------------------------------------------------------------------------|
+| TERM, INT | stop now: abort running jobs, release them to `waiting` (no retry spent);  |
+|           | a second TERM/INT kills the children at once                               |
+| QUIT      | finish the running jobs, take no new ones, exit 0                          |
+| USR1      | kill the running job(s) (failed as `django_qless.JobKilled`) and carry on  |
+| USR2      | stop taking jobs and write every process's stack to stderr (faulthandler)  |
+| CONT      | resume taking jobs                                                         |
+
+Never an interactive console. Exit codes are `ExitCode`.
+"""
+
+from __future__ import annotations
+
+import enum
+import faulthandler
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from types import FrameType
+
+__all__ = ["ExitCode", "SignalState", "WakePipe", "reset_child_signals"]
+
+
+class ExitCode(enum.IntEnum):
+    """Process exit codes of the worker (supervisor and serial worker)."""
+
+    OK = 0  # stopped as asked (QUIT, TERM/INT with jobs released, max-jobs, max-duration)
+    ERROR = 1  # fatal error (cannot reach Redis at start, hooks raised, ...)
+    USAGE = 2  # bad options
+    FORCED = 3  # a second TERM/INT: children were killed without waiting
+    UNRELEASED = 4  # stopped, but some in-flight jobs could not be released (lease expiry)
+    # Child-only codes (seen by the supervisor, never by a shell).
+    CHILD_ABORTED = 75  # the child aborted its job on TERM; the supervisor disposes of it
+    CHILD_CRASHED = 70  # unexpected exception in the child's loop
+    CHILD_ORPHANED = 76  # the supervisor died; the child released its job and left
+
+
+class WakePipe:
+    """A non-blocking self-pipe: signals (via set_wakeup_fd) and threads wake a select()."""
+
+    def __init__(self) -> None:
+        self.read_fd, self.write_fd = os.pipe()
+        os.set_blocking(self.read_fd, False)
+        os.set_blocking(self.write_fd, False)
+
+    def wake(self) -> None:
+        """Make the next (or current) wait return."""
+        try:
+            os.write(self.write_fd, b"\0")
+        except (BlockingIOError, OSError):
+            pass  # full pipe: a wake-up is pending anyway
+
+    def drain(self) -> None:
+        """Consume pending wake-ups."""
+        try:
+            while os.read(self.read_fd, 4096):
+                pass
+        except (BlockingIOError, OSError):
+            pass
+
+    def close(self) -> None:
+        """Close both ends."""
+        for fd in (self.read_fd, self.write_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+class SignalState:
+    """Flags set by signal handlers, read by the loop; optional per-signal callback."""
+
+    HANDLED = (
+        signal.SIGTERM,
+        signal.SIGINT,
+        signal.SIGQUIT,
+        signal.SIGUSR1,
+        signal.SIGUSR2,
+        signal.SIGCONT,
+    )
+
+    def __init__(self, wake: WakePipe | None = None) -> None:
+        self.wake_pipe = wake or WakePipe()
+        self.stop_requests = 0  # TERM/INT count
+        self.graceful = False  # QUIT
+        self.kill_current = False  # USR1 (cleared by the loop once acted on)
+        self.paused = False  # USR2 / CONT
+        self.dump_stacks = False  # USR2 (cleared by the loop)
+        self.last_signal: int | None = None
+        self.callback: Callable[[int], None] | None = None
+        self._previous: dict[int, object] = {}
+        self._installed = False
+        self._old_wakeup_fd = -1
+
+    # -- requests that do not come from a signal (tests, max-jobs, Django command) -----
+    def request_stop(self, graceful: bool = True) -> None:
+        """Ask the loop to stop (graceful: finish running jobs first)."""
+        if graceful:
+            self.graceful = True
+        else:
+            self.stop_requests += 1
+        self.wake_pipe.wake()
+
+    @property
+    def stopping(self) -> bool:
+        """Tell whether the loop should take no more jobs and leave."""
+        return self.graceful or self.stop_requests > 0
+
+    # -- installation -------------------------------------------------------------------
+    def install(self, faulthandler_signal: bool = True) -> None:
+        """Install the handlers (main thread only) and route signal wake-ups to the pipe."""
+        if threading.current_thread() is not threading.main_thread():
+            raise RuntimeError("signal handlers can only be installed from the main thread")
+        for signum in self.HANDLED:
+            self._previous[signum] = signal.signal(signum, self._handle)
+        if faulthandler_signal:
+            # C-level dump first (works even if Python code is stuck), then our flag handler.
+            faulthandler.register(signal.SIGUSR2, file=sys.stderr, all_threads=True, chain=True)
+        self._old_wakeup_fd = signal.set_wakeup_fd(
+            self.wake_pipe.write_fd, warn_on_full_buffer=False
+        )
+        self._installed = True
+
+    def uninstall(self) -> None:
+        """Restore the previous handlers."""
+        if not self._installed:
+            return
+        try:
+            faulthandler.unregister(signal.SIGUSR2)
+        except (RuntimeError, ValueError):
+            pass
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)  # type: ignore[arg-type]
+        signal.set_wakeup_fd(self._old_wakeup_fd)
+        self._installed = False
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        """Record the request; never do I/O beyond the wake byte (set_wakeup_fd writes it)."""
+        self.last_signal = signum
+        if signum in (signal.SIGTERM, signal.SIGINT):
+            self.stop_requests += 1
+        elif signum == signal.SIGQUIT:
+            self.graceful = True
+        elif signum == signal.SIGUSR1:
+            self.kill_current = True
+        elif signum == signal.SIGUSR2:
+            self.paused = True
+            self.dump_stacks = True
+        elif signum == signal.SIGCONT:
+            self.paused = False
+        if self.callback is not None:
+            self.callback(signum)
+
+
+def reset_child_signals() -> None:
+    """Give a freshly forked child default handlers and no inherited wake-up fd."""
+    try:
+        signal.set_wakeup_fd(-1)
+    except ValueError:
+        pass
+    try:
+        faulthandler.unregister(signal.SIGUSR2)
+    except (RuntimeError, ValueError):
+        pass
+    for signum in SignalState.HANDLED:
+        signal.signal(signum, signal.SIG_DFL)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)

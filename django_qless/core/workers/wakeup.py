@@ -1,0 +1,150 @@
+"""Block an idle worker until a queue it serves gets work (no sleep-polling).
+
+The engine publishes the queue name on `ql:wake:<queue>` whenever jobs become ready there.
+The waiter subscribes to those channels and waits for the confirmation *before* the worker's
+first reserve, so a put that lands between "reserve found nothing" and "start waiting" is
+never missed: its wake-up is already buffered on the subscribed socket.
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+import time
+from typing import Any
+
+import redis
+
+from django_qless.core.workers.reservers import QueueSelection
+from django_qless.core.workers.shutdown import WakePipe
+
+__all__ = ["WakeWaiter"]
+
+log = logging.getLogger("django_qless.worker")
+
+_PREFIX = "ql:wake:"
+
+
+class WakeWaiter:
+    """A pubsub connection on the wake channels plus the process's wake pipe."""
+
+    def __init__(self, conn: redis.Redis, selection: QueueSelection, pipe: WakePipe) -> None:
+        self.conn = conn
+        self.selection = selection
+        self.pipe = pipe
+        self._pubsub: Any = None
+        self._subscribed: tuple[frozenset[str], frozenset[str]] | None = None
+        self._broken_until = 0.0
+
+    # -- subscription ---------------------------------------------------------------------
+    def ensure_subscribed(self) -> None:
+        """Subscribe to the wake channels (waiting for Redis to confirm) if not done yet."""
+        channels, patterns = self.selection.wake_channels()
+        wanted = (frozenset(channels), frozenset(patterns))
+        if self._subscribed == wanted and self._pubsub is not None:
+            return
+        if time.monotonic() < self._broken_until:
+            return
+        try:
+            self._subscribe(wanted)
+        except redis.RedisError as exc:
+            log.warning("wake-up subscription failed (%s); polling every interval", exc)
+            self.close()
+            self._broken_until = time.monotonic() + 1.0
+
+    def _subscribe(self, wanted: tuple[frozenset[str], frozenset[str]]) -> None:
+        self.close()
+        pubsub = self.conn.pubsub()  # type: ignore[no-untyped-call, unused-ignore]
+        pending = 0
+        if wanted[0]:
+            pubsub.subscribe(*sorted(wanted[0]))
+            pending += len(wanted[0])
+        if wanted[1]:
+            pubsub.psubscribe(*sorted(wanted[1]))
+            pending += len(wanted[1])
+        deadline = time.monotonic() + 5.0
+        while pending and time.monotonic() < deadline:
+            msg = pubsub.get_message(timeout=max(0.0, deadline - time.monotonic()))
+            if msg is not None and msg["type"] in ("subscribe", "psubscribe"):
+                pending -= 1
+        if pending:
+            pubsub.close()
+            raise redis.TimeoutError("no subscribe confirmation from Redis")
+        self._pubsub = pubsub
+        self._subscribed = wanted
+
+    def close(self) -> None:
+        """Drop the pubsub connection."""
+        if self._pubsub is not None:
+            try:
+                self._pubsub.close()
+            except Exception:  # noqa: S110 - closing a broken socket may fail; nothing to do
+                pass
+        self._pubsub = None
+        self._subscribed = None
+
+    # -- waiting --------------------------------------------------------------------------
+    def drain(self) -> list[str]:
+        """Consume buffered wake-ups without blocking; return the queue names they named."""
+        names: list[str] = []
+        if self._pubsub is None:
+            return names
+        try:
+            while True:
+                msg = self._pubsub.get_message(timeout=0.0)
+                if msg is None:
+                    return names
+                if msg["type"] in ("message", "pmessage"):
+                    name = _queue_of(msg)
+                    names.append(name)
+                    self.selection.note_wake(name)
+        except redis.RedisError as exc:
+            log.warning("wake-up connection lost (%s); resubscribing", exc)
+            self.close()
+            return names
+
+    def wait(self, timeout: float) -> bool:
+        """Block until a wake-up message, a wake-pipe byte, or `timeout`; True if a message."""
+        timeout = max(0.0, timeout)
+        pubsub = self._pubsub
+        if pubsub is None:
+            _poll([self.pipe.read_fd], timeout)
+            self.pipe.drain()
+            return False
+        try:
+            conn = pubsub.connection
+            # Data already buffered in redis-py's parser is invisible to poll().
+            if conn is not None and conn.can_read(timeout=0):
+                return True
+            sock = getattr(conn, "_sock", None) if conn is not None else None
+            if sock is None:
+                msg = pubsub.get_message(timeout=timeout)
+                return msg is not None
+            ready = _poll([sock.fileno(), self.pipe.read_fd], timeout)
+            if self.pipe.read_fd in ready:
+                self.pipe.drain()
+            return sock.fileno() in ready
+        except (redis.RedisError, OSError, ValueError) as exc:
+            log.warning("wake-up wait failed (%s); resubscribing", exc)
+            self.close()
+            return False
+
+
+def _poll(fds: list[int], timeout: float) -> set[int]:
+    """Wait until one of `fds` is readable; return the readable ones."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN | select.POLLERR | select.POLLHUP)
+    try:
+        events = poller.poll(timeout * 1000.0)
+    except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for safety
+        return set()
+    return {fd for fd, _ in events}
+
+
+def _queue_of(msg: dict[str, Any]) -> str:
+    channel = str(msg.get("channel", ""))
+    data = msg.get("data")
+    if isinstance(data, str) and data:
+        return data
+    return channel[len(_PREFIX):] if channel.startswith(_PREFIX) else channel

@@ -1,0 +1,56 @@
+-- api.lua: the entry point. Checks the invocation, loads the modules the command needs,
+-- dispatches ARGV[1] to the command table, then flushes batched statistics and wake-ups.
+--
+-- Invocation: EVALSHA <sha> 0 <command> <now> <args...> (numkeys must be 0).
+-- Keys: whatever the command touches; ql:s:wait|run:* (Q.flush_stats), ql:wake:<queue>.
+
+-- command=modules (loaded in this order) for every command of the protocol and the extensions,
+-- as one long-string constant (built at compile time, not concatenated on every call).
+local ROUTES = [[
+ put=throttle,job requeue=throttle,job complete=throttle,stats,job fail=throttle,job
+retry=throttle,job heartbeat=job timeout=throttle,job cancel=throttle,job depends=job,jobmeta
+priority=jobmeta log=jobmeta tag=jobmeta track=objects,jobmeta get=objects,jobmeta
+multiget=objects,jobmeta pop=throttle,stats,objects,job,spawn,timers,pop
+peek=throttle,stats,objects,job,spawn,timers,pop jobs=timers,queries length=queries
+queues=timers,queries pause=queries unpause=queries queue.forget=queries unfail=queries
+failed=queries stats=queries workers=worker worker.deregister=worker
+reserve=throttle,stats,objects,job,spawn,timers,pop,worker
+complete.reserve=throttle,stats,objects,job,spawn,timers,pop,worker config.get=config
+config.set=config config.unset=config throttle.set=throttle,throttle_cmds
+throttle.get=throttle,throttle_cmds throttle.delete=throttle,throttle_cmds
+throttle.locks=throttle,throttle_cmds throttle.pending=throttle,throttle_cmds
+throttle.release=throttle,throttle_cmds queue.throttle.set=throttle,throttle_cmds
+queue.throttle.get=throttle,throttle_cmds recur=recur recur.get=recur recur.update=recur
+recur.tag=recur recur.untag=recur unrecur=recur
+]]
+
+local function main()
+  if #KEYS > 0 then error('No Keys should be provided') end
+  local command = ARGV[1]
+  if command == nil then error('Must provide a command') end
+  local mods = nil
+  if not command:find('[%s=]') then
+    local at = ROUTES:find('%s' .. command:gsub('%p', '%%%0') .. '=')
+    if at then mods = ROUTES:match('^[^=]+=(%S+)', at + 1) end
+  end
+  if not mods then error('Unknown command ' .. command) end
+  local raw_now = ARGV[2]
+  local now = Q.is_decimal(raw_now) and tonumber(raw_now) or nil
+  if now == nil or now ~= now or now == math.huge or now < 0 then
+    error('Arg "now" missing or not a number: ' .. tostring(raw_now))
+  end
+  Q.need(mods)
+  local entry = Q.commands[command]
+  local args = {}
+  for i = 3, #ARGV do args[i - 2] = ARGV[i] end
+  Q.reset(entry[1])
+  Q.worker_seen = nil
+  Q.qth = nil
+  Q.due = nil
+  local result = entry[2](now, args)
+  if Q.flush_stats then Q.flush_stats() end
+  Q.flush_wake()
+  return result
+end
+
+return main()

@@ -1,0 +1,80 @@
+-- config.lua: configuration commands.
+--
+-- Commands (after `now`):
+--   config.get    [key]      -> value (bulk string, integer for defaults) or JSON of all
+--   config.set    key value  -> nil
+--   config.unset  key        -> nil
+--
+-- Keys:
+--   ql:config   hash  option -> value (HGET, HGETALL, HSET, HDEL); fields starting with '#'
+--               are the engine's bookkeeping: hidden from config.get, refused by set/unset
+--   channel ql:log (config_set / config_unset events)
+
+
+Q.mod.config = function()
+  local rcall = Q.rcall
+  local C = Q.commands
+
+
+  -- Integer options and their lower bounds (max-job-history also allows 0).
+  local INT_RULES = {
+    ['heartbeat'] = 1, ['grace-period'] = 0, ['jobs-history'] = 0, ['jobs-history-count'] = 0,
+    ['max-job-history'] = 3, ['max-worker-age'] = 1, ['stats-history'] = 0,
+    ['histogram-history'] = 0,
+  }
+
+  local function check_value(key, value)
+    local lo = INT_RULES[key]
+    if lo == nil then
+      if key:match('%-heartbeat$') then lo = 1
+      elseif key:match('%-max%-concurrency$') then lo = 0 end
+    end
+    if lo == nil then
+      if #value > 4096 then Q.fail('Arg "value" too long') end
+      return value
+    end
+    local n = Q.number('value', value)
+    if n ~= math.floor(n) or (n < lo and not (key == 'max-job-history' and n == 0)) then
+      Q.fail('Arg "value" for ' .. key .. ' must be an integer >= ' .. lo
+        .. (key == 'max-job-history' and ' or 0' or '') .. ': ' .. value)
+    end
+    return value
+  end
+
+  local function config_key(v)
+    if v == nil or v == '' then Q.fail('Arg "key" missing') end
+    if #v > 256 or not Q.printable(v) or v:sub(1, 1) == '#' then Q.fail('Arg "key" invalid') end
+    return v
+  end
+
+  C['config.get'] = { 'config.get', function(now, args)
+    if args[1] == nil then
+      local out = {}
+      for k, v in pairs(Q.DEFAULTS) do out[k] = v end
+      local all = rcall('HGETALL', 'ql:config')
+      for i = 1, #all, 2 do
+        if all[i]:sub(1, 1) ~= '#' then out[all[i]] = all[i + 1] end
+      end
+      return cjson.encode(out)
+    end
+    local v = rcall('HGET', 'ql:config', args[1])
+    if v then return v end
+    return Q.DEFAULTS[args[1]]
+  end }
+
+  C['config.set'] = { 'config.set', function(now, args)
+    local key = config_key(args[1])
+    local value = args[2]
+    if value == nil then Q.fail('Arg "value" missing') end
+    check_value(key, value)
+    Q.publish('ql:log', '{"option":' .. Q.js(key) .. ',"event":"config_set","value":'
+      .. Q.js(value) .. '}')
+    rcall('HSET', 'ql:config', key, value)
+  end }
+
+  C['config.unset'] = { 'config.unset', function(now, args)
+    local key = config_key(args[1])
+    Q.publish('ql:log', '{"event":"config_unset","option":' .. Q.js(key) .. '}')
+    rcall('HDEL', 'ql:config', key)
+  end }
+end

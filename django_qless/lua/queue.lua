@@ -1,0 +1,452 @@
+-- queue.lua: commands acting on a queue, plus lock invalidation and scheduled promotion.
+--
+-- Commands (after `now`):
+--   pop          queue worker count                 -> JSON array of job objects
+--   peek         queue count [offset]               -> JSON array of job objects
+--   jobs         complete [offset] [count]          -> array of jids
+--   jobs         running|stalled|scheduled|depends|recurring|waiting|throttled queue [offset] [count]
+--   length       queue                              -> integer
+--   queues       [queue]                            -> JSON
+--   pause|unpause|queue.forget  queue...            -> nil
+--   unfail       queue group [count=25]             -> integer
+--   failed       [group [start=0] [limit=25]]       -> JSON
+--   stats        queue date                         -> JSON
+--
+-- Keys:
+--   ql:q:<queue>-work|locks|scheduled|depends|recur|throttled  zset (ZRANGE*, ZADD, ZREM, ZCARD, ZCOUNT)
+--   ql:j:<jid>                 hash  (HMGET, HSET, HDEL)
+--   ql:j:<jid>-history         list  (via Q.history)
+--   ql:paused_queues           set   (SISMEMBER, SADD, SREM)
+--   ql:queues                  zset  (ZRANGE, ZREM)
+--   ql:workers                 zset  (ZADD)
+--   ql:w:<worker>:jobs         zset  (ZADD, ZREM)
+--   ql:tracked                 zset  (ZSCORE)
+--   ql:completed               zset  (ZREVRANGE)
+--   ql:failures                set   (SMEMBERS, SREM)
+--   ql:f:<group>               list  (LRANGE, LLEN, LTRIM)
+--   ql:s:stats|wait|run:<day>:<queue>  hash (HMGET, HINCRBY, via Q.sample)
+--   ql:config                  hash  (HMGET of the queue's options and of the hidden fields
+--                                    #paused:<q>, #throttle:<q>, #due:<q>; HSET/HDEL of them)
+--   channels: ql:log, ql:w:<worker>, ql:popped, ql:stalled, ql:failed, ql:wake:<queue>
+
+
+Q.mod.timers = function()
+  local rcall = Q.rcall
+
+  -- Lowest score of a queue's locks, recurring and scheduled sets (math.huge when empty).
+  function Q.timer_heads(queue)
+    local out = {}
+    for i, kind in ipairs({ 'locks', 'recur', 'scheduled' }) do
+      local first = rcall('ZRANGE', Q.kq(queue, kind), 0, 0, 'WITHSCORES')
+      out[i] = tonumber(first[2]) or math.huge
+    end
+    return out
+  end
+
+  -- Move up to `limit` due scheduled jobs into work (all due ones, bounded, if limit is nil).
+  function Q.promote(now, queue, limit, wake)
+    local key = Q.kq(queue, 'scheduled')
+    local jids = rcall('ZRANGEBYSCORE', key, 0, now, 'LIMIT', 0, limit or Q.CHUNK)
+    if #jids == 0 then return 0 end
+    local moved = 0
+    for _, jid in ipairs(jids) do
+      local priority = rcall('HGET', Q.kjob(jid), 'priority')
+      if priority then
+        rcall('ZADD', Q.kq(queue, 'work'), Q.score(tonumber(priority) or 0, now), jid)
+        rcall('HSET', Q.kjob(jid), 'state', 'waiting')
+        moved = moved + 1
+      end
+    end
+    Q.chunked('ZREM', key, jids)
+    if wake and moved > 0 then Q.wake(queue) end
+    return moved
+  end
+end
+
+Q.mod.pop = function()
+  local rcall = Q.rcall
+  local floor = math.floor
+  local C = Q.commands
+
+
+  Q.POP_FIELDS = { 'jid', 'klass', 'state', 'queue', 'worker', 'priority', 'expires', 'retries',
+    'remaining', 'data', 'tags', 'failure', 'spawned_from_jid', 'throttles', 'history',
+    'time', 'grace', 'held', 'tracked' }
+
+  -- Config fields a pop from these queues may read, for one HMGET per call.
+  function Q.pop_config(queues, extra)
+    local names = { 'heartbeat', 'grace-period', 'max-job-history' }
+    for _, name in ipairs(extra or {}) do table.insert(names, name) end
+    for _, q in ipairs(queues) do
+      table.insert(names, q .. '-heartbeat')
+      table.insert(names, q .. '-max-concurrency')
+      table.insert(names, Q.mfield('throttle', q))
+      table.insert(names, Q.mfield('due', q))
+    end
+    Q.load_config(names)
+  end
+
+  -- Expired locks of a queue (§5.5): courtesy notice, re-dispatch or failure.
+  -- Appends re-dispatched {jid, h} to `selected`.
+  local function invalidate(now, queue, count, selected)
+    local jids = rcall('ZRANGEBYSCORE', Q.kq(queue, 'locks'), '-inf', now, 'LIMIT', 0, count)
+    if #jids == 0 then return end
+    local grace = Q.cfgnum('grace-period', 10)
+    for _, jid in ipairs(jids) do
+      local h = Q.read(jid, Q.POP_FIELDS)
+      if not h then
+        rcall('ZREM', Q.kq(queue, 'locks'), jid)
+      else
+        local owner = h.worker or ''
+        if h.history then Q.migrate_history(jid, h.history); h.history = nil end
+        if owner ~= '' then rcall('ZREM', Q.kwjobs(owner), jid) end
+        local courtesy = h.grace ~= '1' or grace <= 0
+        h.tracked = h.tracked == '1'
+        if courtesy then
+          if h.tracked then Q.publish('ql:stalled', jid) end
+          Q.history(jid, now, 'timed-out')
+          rcall('HSET', Q.kjob(jid), 'grace', 1)
+          Q.lock_lost(jid, owner)
+          rcall('ZADD', Q.kq(queue, 'locks'), now + grace, jid)
+          Q.counter(queue, now, 'retries', 1)
+        end
+        if not courtesy or grace <= 0 then
+          local remaining = (tonumber(h.remaining) or 0) - 1
+          rcall('HDEL', Q.kjob(jid), 'grace')
+          h.grace = nil
+          h.remaining = remaining
+          if remaining >= 0 then
+            table.insert(selected, { jid, h })
+          else
+            rcall('ZREM', Q.kq(queue, 'locks'), jid)
+            local group = 'failed-retries-' .. queue
+            local message = 'Job exhausted retries in queue "' .. queue .. '"'
+            local fields = { 'remaining', remaining }
+            if h.held then table.insert(fields, 'held'); table.insert(fields, '') end
+            Q.exhausted(jid, queue, now, group, message, '', fields)
+            if h.tracked then Q.publish('ql:failed', jid) end
+            Q.publish('ql:log', Q.ev_failed(jid, owner, group, message))
+            Q.release(jid, h.held, now)
+          end
+        end
+      end
+    end
+  end
+
+  -- Take up to `count` jobs from one queue for `worker`; appends job objects to `out`.
+  -- Returns the number taken. `lean` job objects omit history and dependency sets.
+  function Q.pop_queue(now, queue, worker, count, lean, out)
+    local mkey = Q.mfield('due', queue)
+    -- ql:paused_queues is read on every pop: other writers (qless-core) may pause or unpause.
+    if rcall('SISMEMBER', 'ql:paused_queues', queue) == 1 then return 0 end
+    -- Locks, schedules and spawns cannot be due before `due`: skip their scans until then.
+    -- A bound further ahead than HORIZON was not written by this engine's rules (or comes from a
+    -- client whose clock runs ahead): do not trust it.
+    local due = tonumber(Q.cfgraw(mkey)) or 0
+    local heads = nil
+    if now >= due or due > now + Q.HORIZON then heads = Q.timer_heads(queue) end
+    -- '#throttle' ('1'/'0') is re-checked whenever the timers are (at least once per HORIZON
+    -- while the queue is busy), so a queue throttle written by another writer is seen too.
+    local throttled = Q.cfgraw(Q.mfield('throttle', queue))
+    if heads or not throttled then
+      local exists = rcall('EXISTS', 'ql:th:ql:q:' .. queue) == 1 and '1' or '0'
+      if exists ~= throttled then rcall('HSET', 'ql:config', Q.mfield('throttle', queue), exists) end
+      throttled = exists
+    end
+    Q.qth = Q.qth or {}
+    Q.qth[queue] = throttled == '1'
+    Q.due = Q.due or {}
+    if not Q.worker_seen then
+      rcall('ZADD', 'ql:workers', now, worker)
+      Q.worker_seen = true
+    end
+    local maxc = tonumber(Q.cfg(queue .. '-max-concurrency')) or 0
+    if maxc > 0 then
+      local running = rcall('ZCOUNT', Q.kq(queue, 'locks'), now, '+inf')
+      count = math.min(count, math.max(0, maxc - running))
+      if count <= 0 then return 0 end
+    end
+    local expires = now + Q.heartbeat(queue)
+    local selected = {}
+    if heads and heads[1] <= now then invalidate(now, queue, count, selected) end
+    local want = count - #selected
+    if want > 0 then
+      if heads and heads[2] <= now then Q.spawn(now, queue, want, false) end
+      if heads and heads[3] <= now then Q.promote(now, queue, want, false) end
+      -- ZPOPMAX takes the highest scores first, ties in reverse member order: exactly
+      -- ZREVRANGE + ZREM of what we examine (ghosts and throttled jobs leave work too).
+      local work = Q.kq(queue, 'work')
+      local examined = 0
+      local budget = count * 2
+      while want > 0 and examined < budget do
+        local asked = math.min(want, Q.CHUNK)
+        local popped = rcall('ZPOPMAX', work, asked)
+        local jids = {}
+        for i = 1, #popped, 2 do jids[#jids + 1] = popped[i] end
+        for _, jid in ipairs(jids) do
+          examined = examined + 1
+          local h = Q.read(jid, Q.POP_FIELDS)
+          if h then
+            local tids = Q.job_tids(queue, h.throttles)
+            local full = nil
+            if #tids > 0 then full = Q.acquire(jid, tids, now) end
+            if full then
+              Q.throttle_job(jid, queue, full, now)
+            else
+              if #tids > 0 then h.held = cjson.encode(tids) end
+              table.insert(selected, { jid, h })
+              want = want - 1
+            end
+          end
+        end
+        if #jids < asked then break end
+      end
+    end
+    local taken = 0
+    for _, item in ipairs(selected) do
+      local jid, h = item[1], item[2]
+      if h.history then Q.migrate_history(jid, h.history); h.history = nil end
+      Q.history(jid, now, 'popped', { worker = worker })
+      Q.sample('wait', queue, now, now - (tonumber(h.time) or now))
+      local fields = { 'worker', worker, 'expires', expires, 'state', 'running',
+        'time', string.format('%.20f', now), 'remaining', h.remaining }
+      if h.held then table.insert(fields, 'held'); table.insert(fields, h.held) end
+      rcall('HSET', Q.kjob(jid), unpack(fields))
+      if h.grace then rcall('HDEL', Q.kjob(jid), 'grace'); h.grace = nil end
+      rcall('ZADD', Q.kwjobs(worker), expires, jid)
+      rcall('ZADD', Q.kq(queue, 'locks'), expires, jid)
+      local tracked = h.tracked == true or h.tracked == '1'
+      if tracked then Q.publish('ql:popped', jid) end
+      h.worker = worker
+      h.expires = expires
+      h.state = 'running'
+      table.insert(out, Q.job_object(jid, h, tracked, lean))
+      taken = taken + 1
+    end
+    local newdue = due
+    if heads then
+      -- The heads read before this pop stay lower bounds (it only removed or raised entries);
+      -- anything left over because of count limits keeps the bound <= now: rescan next pop.
+      newdue = math.min(now + Q.HORIZON, heads[1], heads[2], heads[3])
+    end
+    if taken > 0 and expires < newdue then newdue = expires end
+    if newdue ~= due then rcall('HSET', 'ql:config', mkey, newdue) end
+    due = newdue
+    Q.due[queue] = due
+    return taken
+  end
+
+  C['pop'] = { 'Pop', function(now, args)
+    local queue = Q.queue(args[1])
+    local worker = Q.worker(args[2])
+    local count = Q.count(args[3], 1, 1000)
+    Q.pop_config({ queue })
+    local out = {}
+    Q.pop_queue(now, queue, worker, count, false, out)
+    return cjson.encode(out)
+  end }
+
+  C['peek'] = { 'Peek', function(now, args)
+    local queue = Q.queue(args[1])
+    local count = Q.count(args[2], 0, 500)
+    local offset = Q.offset('offset', args[3])
+    local out = {}
+    if count == 0 then return cjson.encode(out) end
+    local jids = {}
+    if offset == 0 then
+      jids = rcall('ZRANGEBYSCORE', Q.kq(queue, 'locks'), '-inf', now, 'LIMIT', 0, count)
+    end
+    local want = count - #jids
+    if want > 0 then
+      Q.spawn(now, queue, want, true)
+      Q.promote(now, queue, want, true)
+      for _, jid in ipairs(rcall('ZREVRANGE', Q.kq(queue, 'work'), offset, offset + want - 1)) do
+        table.insert(jids, jid)
+      end
+    end
+    for _, jid in ipairs(jids) do
+      local job = Q.get(jid)
+      if job then table.insert(out, job) end
+    end
+    return cjson.encode(out)
+  end }
+end
+
+Q.mod.queries = function()
+  local rcall = Q.rcall
+  local floor = math.floor
+  local C = Q.commands
+
+
+  C['jobs'] = { 'Jobs', function(now, args)
+    local state = args[1]
+    if state == 'complete' then
+      local offset = Q.offset('offset', args[2])
+      local count = Q.count(args[3], 0, 500, 25)
+      if count == 0 then return {} end
+      return rcall('ZREVRANGE', 'ql:completed', offset, offset + count - 1)
+    end
+    local queue = Q.queue(args[2])
+    local offset = Q.offset('offset', args[3])
+    local count = Q.count(args[4], 0, 500, 25)
+    local known = { running = 1, stalled = 1, scheduled = 1, depends = 1, recurring = 1,
+      waiting = 1, throttled = 1 }
+    if not known[state] then Q.fail('Unknown type "' .. tostring(state) .. '"') end
+    if state == 'scheduled' then Q.promote(now, queue, nil, true) end
+    if count == 0 then return {} end
+    if state == 'running' then
+      return rcall('ZRANGEBYSCORE', Q.kq(queue, 'locks'), now, '+inf', 'LIMIT', offset, count)
+    elseif state == 'stalled' then
+      return rcall('ZRANGEBYSCORE', Q.kq(queue, 'locks'), '-inf', now, 'LIMIT', offset, count)
+    elseif state == 'recurring' then
+      return rcall('ZRANGEBYSCORE', Q.kq(queue, 'recur'), 0, '+inf', 'LIMIT', offset, count)
+    elseif state == 'waiting' then
+      return rcall('ZREVRANGE', Q.kq(queue, 'work'), offset, offset + count - 1)
+    end
+    return rcall('ZRANGE', Q.kq(queue, state), offset, offset + count - 1)
+  end }
+
+  C['length'] = { 'Length', function(now, args)
+    local queue = Q.queue(args[1])
+    return rcall('ZCARD', Q.kq(queue, 'locks')) + rcall('ZCARD', Q.kq(queue, 'work'))
+      + rcall('ZCARD', Q.kq(queue, 'scheduled'))
+  end }
+
+  local function queue_counts(now, queue)
+    Q.promote(now, queue, nil, true)
+    local stalled = rcall('ZCOUNT', Q.kq(queue, 'locks'), '-inf', now)
+    return {
+      name = queue,
+      waiting = rcall('ZCARD', Q.kq(queue, 'work')),
+      stalled = stalled,
+      running = rcall('ZCARD', Q.kq(queue, 'locks')) - stalled,
+      scheduled = rcall('ZCARD', Q.kq(queue, 'scheduled')),
+      depends = rcall('ZCARD', Q.kq(queue, 'depends')),
+      recurring = rcall('ZCARD', Q.kq(queue, 'recur')),
+      throttled = rcall('ZCARD', Q.kq(queue, 'throttled')),
+      paused = rcall('SISMEMBER', 'ql:paused_queues', queue) == 1,
+    }
+  end
+
+  C['queues'] = { 'Queues', function(now, args)
+    if args[1] then return cjson.encode(queue_counts(now, Q.queue(args[1]))) end
+    local out = {}
+    for _, queue in ipairs(rcall('ZRANGE', 'ql:queues', 0, -1)) do
+      table.insert(out, queue_counts(now, queue))
+    end
+    return cjson.encode(out)
+  end }
+
+  local function queue_args(args)
+    local out = {}
+    for i = 1, #args do table.insert(out, Q.queue(args[i])) end
+    if #out == 0 then Q.fail('Arg "queue" missing') end
+    if #out > Q.MAX_LIST then Q.fail('at most ' .. Q.MAX_LIST .. ' queues') end
+    return out
+  end
+
+  C['pause'] = { 'Pause', function(now, args)
+    local queues = queue_args(args)
+    Q.chunked('SADD', 'ql:paused_queues', queues)
+  end }
+
+  C['unpause'] = { 'Unpause', function(now, args)
+    local queues = queue_args(args)
+    Q.chunked('SREM', 'ql:paused_queues', queues)
+    for _, queue in ipairs(queues) do Q.wake(queue) end
+  end }
+
+  C['queue.forget'] = { 'Forget', function(now, args)
+    Q.chunked('ZREM', 'ql:queues', queue_args(args))
+  end }
+
+  C['unfail'] = { 'Unfail', function(now, args)
+    local queue = Q.queue(args[1])
+    local group = Q.group(args[2])
+    local count = Q.count(args[3], 0, 500, 25)
+    if count == 0 then return 0 end
+    local key = 'ql:f:' .. group
+    local jids = rcall('LRANGE', key, -count, -1)
+    local moved = 0
+    for i = #jids, 1, -1 do
+      local jid = jids[i]
+      local h = Q.read(jid, { 'state', 'queue', 'priority', 'retries', 'failure', 'history' })
+      if h and h.state == 'failed' then
+        if h.history then Q.migrate_history(jid, h.history) end
+        Q.unfailed_stat(h.failure, h.queue)
+        Q.history(jid, now, 'put', { q = queue })
+        rcall('HSET', Q.kjob(jid), 'state', 'waiting', 'worker', '', 'expires', 0, 'queue', queue,
+          'remaining', tonumber(h.retries) or 5)
+        rcall('ZADD', Q.kq(queue, 'work'), Q.score(tonumber(h.priority) or 0, now), jid)
+        moved = moved + 1
+      end
+    end
+    rcall('LTRIM', key, 0, -#jids - 1)
+    if rcall('LLEN', key) == 0 then rcall('SREM', 'ql:failures', group) end
+    if moved > 0 then Q.wake(queue) end
+    return moved
+  end }
+
+  -- Decrement the `failed` statistic of the day and queue a job failed in.
+  function Q.unfailed_stat(failure_text, queue)
+    local ok, f = pcall(cjson.decode, failure_text or '')
+    if ok and type(f) == 'table' and tonumber(f.when) and queue and queue ~= '' then
+      Q.counter(queue, tonumber(f.when), 'failed', -1)
+    end
+  end
+
+  C['failed'] = { 'Failed', function(now, args)
+    local group = args[1]
+    if group == nil then
+      local out = {}
+      for _, g in ipairs(rcall('SMEMBERS', 'ql:failures')) do out[g] = rcall('LLEN', 'ql:f:' .. g) end
+      return cjson.encode(out)
+    end
+    Q.group(group)
+    local start = Q.offset('start', args[2], 'is not a number')
+    local limit = 25
+    if args[3] ~= nil then
+      limit = Q.integer('limit', args[3], 0, 500, 'is not a number')
+    end
+    local jobs = {}
+    if limit > 0 then jobs = rcall('LRANGE', 'ql:f:' .. group, start, start + limit - 1) end
+    return cjson.encode({ total = rcall('LLEN', 'ql:f:' .. group), jobs = jobs })
+  end }
+
+  local function histogram_fields()
+    local names = {}
+    for i = 0, 59 do table.insert(names, 's' .. i) end
+    for i = 1, 59 do table.insert(names, 'm' .. i) end
+    for i = 1, 23 do table.insert(names, 'h' .. i) end
+    for i = 1, 6 do table.insert(names, 'd' .. i) end
+    return names
+  end
+
+  local function timing(key)
+    local names = histogram_fields()
+    local fields = { 'total', 'mean', 'vk' }
+    for _, n in ipairs(names) do table.insert(fields, n) end
+    local v = rcall('HMGET', key, unpack(fields))
+    local count = tonumber(v[1]) or 0
+    local vk = tonumber(v[3]) or 0
+    local hist = {}
+    for i = 4, #fields do table.insert(hist, tonumber(v[i]) or 0) end
+    local std = 0
+    if count > 1 then std = math.sqrt(vk / (count - 1)) end
+    return { count = count, mean = tonumber(v[2]) or 0, std = std, histogram = hist }
+  end
+
+  C['stats'] = { 'Stats', function(now, args)
+    local queue = Q.queue(args[1])
+    local date = Q.number('date', args[2], 'missing or not a number')
+    local bin = Q.bin(date)
+    local c = rcall('HMGET', 'ql:s:stats:' .. bin .. ':' .. queue, 'retries', 'failed', 'failures')
+    return cjson.encode({
+      retries = tonumber(c[1]) or 0,
+      failed = tonumber(c[2]) or 0,
+      failures = tonumber(c[3]) or 0,
+      wait = timing('ql:s:wait:' .. bin .. ':' .. queue),
+      run = timing('ql:s:run:' .. bin .. ':' .. queue),
+    })
+  end }
+end

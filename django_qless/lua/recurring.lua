@@ -1,0 +1,234 @@
+-- recurring.lua: recurring job templates and the spawning of their children.
+--
+-- Commands (after `now`):
+--   recur        queue jid klass data 'interval' interval offset
+--                [priority p] [tags JSON] [retries n] [backlog n] [throttles JSON] -> jid
+--   recur.get    jid                                   -> JSON or nil
+--   recur.update jid [priority|interval|retries|data|klass|queue|backlog|throttles value]... -> 1
+--   recur.tag    jid tag...                            -> JSON tag list
+--   recur.untag  jid tag...                            -> JSON tag list
+--   unrecur      jid                                   -> 1
+--
+-- Keys:
+--   ql:r:<jid>             hash  template: jid klass data priority tags state queue type count
+--                                interval retries backlog [throttles]
+--   ql:q:<queue>-recur     zset  recurring jids -> next spawn time
+--   ql:queues              zset  (ZADD NX)
+--   ql:j:<jid>-<n>         hash  spawned children (EXISTS, HSET); their history via Q.history
+--   ql:q:<queue>-work      zset  children (ZADD)
+--   ql:t:<tag>, ql:tags    zset  children's tags (ZADD, ZINCRBY)
+--   ql:config              hash  hidden field #due:<queue> (HGET/HSET)
+
+
+Q.mod.spawn = function()
+  local rcall = Q.rcall
+  local floor = math.floor
+  local C = Q.commands
+
+  local RECUR_FIELDS = { 'klass', 'data', 'priority', 'tags', 'retries', 'interval', 'backlog',
+    'throttles' }
+
+  -- Spawn the due children of a queue's recurring jobs, at most `limit` in total.
+  function Q.spawn(now, queue, limit, wake)
+    local rkey = Q.kq(queue, 'recur')
+    local due = rcall('ZRANGEBYSCORE', rkey, 0, now, 'WITHSCORES', 'LIMIT', 0, limit)
+    local spawned = 0
+    for i = 1, #due, 2 do
+      if spawned >= limit then break end
+      local rjid = due[i]
+      local values = rcall('HMGET', 'ql:r:' .. rjid, unpack(RECUR_FIELDS))
+      if not values[1] then
+        rcall('ZREM', rkey, rjid)
+      else
+        local klass, data, priority = values[1], values[2], tonumber(values[3]) or 0
+        local tags = Q.list(values[4])
+        local retries = tonumber(values[5]) or 0
+        local interval = tonumber(values[6]) or 60
+        local backlog = tonumber(values[7]) or 0
+        local throttles = values[8]
+        local s = floor(tonumber(due[i + 1]))
+        if backlog ~= 0 and (now - s) / interval > backlog then
+          s = s + math.ceil((now - s) / interval - backlog) * interval
+        end
+        local guard = 0
+        while s <= now and spawned < limit and guard < Q.MAX_LIST do
+          guard = guard + 1
+          local n = rcall('HINCRBY', 'ql:r:' .. rjid, 'count', 1)
+          local child = rjid .. '-' .. n
+          if rcall('EXISTS', Q.kjob(child)) == 0 then
+            for _, tag in ipairs(tags) do Q.tag_add(child, tag, now) end
+            local fields = { 'jid', child, 'klass', klass, 'data', data, 'priority', priority,
+              'tags', cjson.encode(tags), 'state', 'waiting', 'worker', '', 'expires', 0,
+              'queue', queue, 'retries', retries, 'remaining', retries,
+              'time', string.format('%.20f', s), 'spawned_from_jid', rjid }
+            if throttles and throttles ~= '' then
+              table.insert(fields, 'throttles'); table.insert(fields, throttles)
+            end
+            rcall('HSET', Q.kjob(child), unpack(fields))
+            Q.history(child, s, 'put', { q = queue })
+            rcall('ZADD', Q.kq(queue, 'work'), Q.score(priority, s), child)
+            spawned = spawned + 1
+            s = s + interval
+          end
+        end
+        rcall('ZADD', rkey, s, rjid)
+      end
+    end
+    if wake and spawned > 0 then Q.wake(queue) end
+    return spawned
+  end
+end
+
+Q.mod.recur = function()
+  local rcall = Q.rcall
+  local floor = math.floor
+  local C = Q.commands
+
+  local function recur_jid(v)
+    return Q.jid(v, 'jid', 48)
+  end
+
+  local function interval_arg(v)
+    local n = Q.number('interval', v)
+    if n < 1 or n > 31536000 then
+      Q.fail('Arg "interval" must be between 1 and 31536000: ' .. tostring(v))
+    end
+    return n
+  end
+
+  C['recur'] = { 'Recur', function(now, args)
+    local queue = Q.queue(args[1])
+    local jid = recur_jid(args[2])
+    local klass = Q.klass(args[3])
+    local data = Q.data(args[4])
+    local spec = args[5]
+    if spec == nil then Q.fail('Arg "spec" missing') end
+    if spec ~= 'interval' then Q.fail('schedule type "' .. spec .. '" unknown') end
+    local interval = interval_arg(args[6])
+    local offset = Q.number('offset', args[7])
+    if offset < 0 then Q.fail('Arg "offset" must be >= 0: ' .. tostring(args[7])) end
+    local opts = Q.pairs_args(args, 8)
+    local tags = opts.tags and Q.tags(opts.tags) or {}
+    local priority = opts.priority and Q.priority(opts.priority) or 0
+    local retries = opts.retries and Q.integer('retries', opts.retries, 0, 1000) or 0
+    local backlog = opts.backlog and Q.integer('backlog', opts.backlog, 0, nil) or 0
+    local throttles = opts.throttles and Q.throttles(opts.throttles) or {}
+    local old = rcall('HMGET', 'ql:r:' .. jid, 'queue', 'count')
+    local count = tonumber(old[2]) or 0
+    if old[1] then rcall('ZREM', Q.kq(old[1], 'recur'), jid) end
+    local fields = { 'jid', jid, 'klass', klass, 'data', data, 'priority', priority,
+      'tags', cjson.encode(tags), 'state', 'recur', 'queue', queue, 'type', 'interval',
+      'count', count, 'interval', interval, 'retries', retries, 'backlog', backlog }
+    if #throttles > 0 then
+      table.insert(fields, 'throttles'); table.insert(fields, cjson.encode(throttles))
+    else
+      rcall('HDEL', 'ql:r:' .. jid, 'throttles')
+    end
+    rcall('HSET', 'ql:r:' .. jid, unpack(fields))
+    rcall('ZADD', Q.kq(queue, 'recur'), now + offset, jid)
+    Q.lower_due(queue, now + offset)
+    rcall('ZADD', 'ql:queues', 'NX', now, queue)
+    return jid
+  end }
+
+  C['recur.get'] = { 'Recur', function(now, args)
+    local jid = recur_jid(args[1])
+    local v = rcall('HMGET', 'ql:r:' .. jid, 'klass', 'queue', 'priority', 'interval', 'retries',
+      'count', 'data', 'tags', 'backlog', 'throttles')
+    if not v[1] then return nil end
+    return cjson.encode({
+      jid = jid, klass = v[1], state = 'recur', queue = v[2],
+      priority = tonumber(v[3]) or 0, interval = tonumber(v[4]) or 0,
+      retries = tonumber(v[5]) or 0, count = tonumber(v[6]) or 0, data = v[7],
+      tags = Q.list(v[8]), backlog = tonumber(v[9]) or 0, throttles = Q.list(v[10]),
+    })
+  end }
+
+  C['recur.update'] = { 'Recur', function(now, args)
+    local jid = recur_jid(args[1])
+    local key = 'ql:r:' .. jid
+    local cur = rcall('HMGET', key, 'queue', 'interval')
+    if not cur[1] then Q.fail('No recurring job ' .. jid) end
+    local sets, newq, newint = {}, nil, nil
+    for i = 2, #args, 2 do
+      local name, value = args[i], args[i + 1]
+      if value == nil then Q.fail('No value provided for ' .. tostring(name)) end
+      if name == 'priority' then
+        table.insert(sets, name); table.insert(sets, Q.priority(value))
+      elseif name == 'retries' then
+        table.insert(sets, name); table.insert(sets, Q.integer('retries', value, 0, 1000))
+      elseif name == 'backlog' then
+        table.insert(sets, name); table.insert(sets, Q.integer('backlog', value, 0, nil))
+      elseif name == 'interval' then
+        newint = interval_arg(value)
+        table.insert(sets, name); table.insert(sets, newint)
+      elseif name == 'data' then
+        table.insert(sets, name); table.insert(sets, Q.data(value))
+      elseif name == 'klass' then
+        table.insert(sets, name); table.insert(sets, Q.klass(value))
+      elseif name == 'queue' then
+        newq = Q.queue(value)
+        table.insert(sets, name); table.insert(sets, newq)
+      elseif name == 'throttles' then
+        table.insert(sets, name); table.insert(sets, cjson.encode(Q.throttles(value)))
+      else
+        Q.fail('Unrecognized option "' .. tostring(name) .. '"')
+      end
+    end
+    local oldq = cur[1]
+    if newint then
+      local score = rcall('ZINCRBY', Q.kq(oldq, 'recur'), newint - (tonumber(cur[2]) or 0), jid)
+      Q.lower_due(oldq, tonumber(score))
+    end
+    if newq and newq ~= oldq then
+      local score = rcall('ZSCORE', Q.kq(oldq, 'recur'), jid)
+      rcall('ZREM', Q.kq(oldq, 'recur'), jid)
+      rcall('ZADD', Q.kq(newq, 'recur'), score or now, jid)
+      Q.lower_due(newq, tonumber(score) or now)
+      rcall('ZADD', 'ql:queues', 'NX', now, newq)
+    end
+    if #sets > 0 then rcall('HSET', key, unpack(sets)) end
+    return 1
+  end }
+
+  local function retag(op, now, args, add)
+    local jid = recur_jid(args[1])
+    local given = {}
+    for i = 2, #args do table.insert(given, Q.tag_name(args[i])) end
+    if #given > Q.MAX_LIST then Q.fail('at most ' .. Q.MAX_LIST .. ' tags') end
+    local tags = rcall('HGET', 'ql:r:' .. jid, 'tags')
+    if not tags then error(op .. '(): Job ' .. jid .. ' does not exist') end
+    local list, have = Q.list(tags), {}
+    for _, t in ipairs(list) do have[t] = true end
+    if add then
+      for _, t in ipairs(given) do
+        if not have[t] then
+          have[t] = true
+          table.insert(list, t)
+        end
+      end
+      if #list > 50 then Q.fail('Arg "tags" has more than 50 entries') end
+    else
+      local drop, kept = {}, {}
+      for _, t in ipairs(given) do drop[t] = true end
+      for _, t in ipairs(list) do
+        if not drop[t] then table.insert(kept, t) end
+      end
+      list = kept
+    end
+    local text = cjson.encode(list)
+    rcall('HSET', 'ql:r:' .. jid, 'tags', text)
+    return text
+  end
+
+  C['recur.tag'] = { 'Tag', function(now, args) return retag('Tag', now, args, true) end }
+  C['recur.untag'] = { 'Untag', function(now, args) return retag('Untag', now, args, false) end }
+
+  C['unrecur'] = { 'Recur', function(now, args)
+    local jid = recur_jid(args[1])
+    local queue = rcall('HGET', 'ql:r:' .. jid, 'queue')
+    if queue then rcall('ZREM', Q.kq(queue, 'recur'), jid) end
+    rcall('DEL', 'ql:r:' .. jid)
+    return 1
+  end }
+end

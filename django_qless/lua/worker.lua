@@ -1,0 +1,138 @@
+-- worker.lua: worker listings and the worker's hot path (reserve, complete.reserve).
+--
+-- Commands (after `now`):
+--   workers            [worker]                          -> JSON
+--   worker.deregister  worker...                         -> nil
+--   reserve            worker count queue...             -> JSON {"jobs": [...], "wake": w}
+--   complete.reserve   jid worker queue data count queue... -> JSON {"state", "jobs", "wake"}
+--
+-- Keys:
+--   ql:workers             zset  worker -> last seen (ZRANGEBYSCORE, ZREVRANGE, ZREM, ZADD)
+--   ql:w:<worker>:jobs     zset  jid -> lock expiry (ZREVRANGEBYSCORE, ZCOUNT, DEL)
+--   ql:q:<queue>-scheduled|recur|locks  zset (ZRANGE 0 0 WITHSCORES, for the wake hint)
+--   everything pop and complete touch (queue.lua, job.lua)
+
+
+Q.mod.worker = function()
+  local rcall = Q.rcall
+  local C = Q.commands
+
+
+  local function collect_workers(now)
+    local age = Q.cfgnum('max-worker-age', 86400)
+    local dead = rcall('ZRANGEBYSCORE', 'ql:workers', 0, now - age, 'LIMIT', 0, Q.CHUNK)
+    for _, w in ipairs(dead) do rcall('DEL', Q.kwjobs(w)) end
+    if #dead > 0 then Q.chunked('ZREM', 'ql:workers', dead) end
+  end
+
+  C['workers'] = { 'Workers', function(now, args)
+    collect_workers(now)
+    if args[1] then
+      local key = Q.kwjobs(Q.worker(args[1]))
+      return cjson.encode({
+        jobs = rcall('ZREVRANGEBYSCORE', key, now + 8640000, now),
+        stalled = rcall('ZREVRANGEBYSCORE', key, now, 0),
+      })
+    end
+    local out = {}
+    for _, w in ipairs(rcall('ZREVRANGE', 'ql:workers', 0, -1)) do
+      table.insert(out, {
+        name = w,
+        jobs = rcall('ZCOUNT', Q.kwjobs(w), now, now + 8640000),
+        stalled = rcall('ZCOUNT', Q.kwjobs(w), 0, now),
+      })
+    end
+    return cjson.encode(out)
+  end }
+
+  C['worker.deregister'] = { 'Deregister', function(now, args)
+    local names = {}
+    for i = 1, #args do table.insert(names, Q.worker(args[i])) end
+    if #names == 0 then Q.fail('Arg "worker" missing') end
+    if #names > Q.MAX_LIST then Q.fail('at most ' .. Q.MAX_LIST .. ' workers') end
+    Q.chunked('ZREM', 'ql:workers', names)
+  end }
+
+  -- Seconds until something may become ready in these queues (-1 if nothing is pending).
+  -- Idle path only: the exact earliest lock expiry, scheduled time or spawn time of the
+  -- (unpaused) queues; also tightens each queue's '#due' bound to that exact value.
+  local function wake_hint(now, queues)
+    local best = math.huge
+    for _, queue in ipairs(queues) do
+      if rcall('SISMEMBER', 'ql:paused_queues', queue) == 0 then
+        local heads = Q.timer_heads(queue)
+        local exact = math.min(heads[1], heads[2], heads[3])
+        local bound = math.min(exact, now + Q.HORIZON)
+        if Q.due == nil or Q.due[queue] ~= bound then
+          rcall('HSET', 'ql:config', Q.mfield('due', queue), bound)
+        end
+        if exact < best then best = exact end
+      end
+    end
+    if best == math.huge then return -1 end
+    return math.max(0, best - now)
+  end
+
+  local function queue_list(args, first)
+    local queues = {}
+    for i = first, #args do table.insert(queues, Q.queue(args[i])) end
+    if #queues == 0 then Q.fail('Arg "queue" missing') end
+    if #queues > 20 then Q.fail('at most 20 queues') end
+    return queues
+  end
+
+  -- Pop up to `count` jobs from the queues in order; returns the reply table.
+  local function reserve(now, worker, count, queues, reply)
+    local jobs = {}
+    local left = count
+    for _, queue in ipairs(queues) do
+      if left <= 0 then break end
+      left = left - Q.pop_queue(now, queue, worker, left, true, jobs)
+    end
+    reply.jobs = jobs
+    if #jobs == 0 then
+      reply.wake = wake_hint(now, queues)
+      -- cjson would encode an empty list as {}; the extension promises a list
+    end
+    return reply
+  end
+
+  -- cjson encodes an empty table as {}; the reserve replies promise "jobs": [].
+  local function encode_reply(reply)
+    if #reply.jobs == 0 then
+      reply.jobs = nil
+      local text = cjson.encode(reply)
+      return '{"jobs":[],' .. text:sub(2)
+    end
+    return cjson.encode(reply)
+  end
+
+  C['reserve'] = { 'Reserve', function(now, args)
+    local worker = Q.worker(args[1])
+    local count = Q.count(args[2], 1, 1000)
+    local queues = queue_list(args, 3)
+    Q.pop_config(queues)
+    return encode_reply(reserve(now, worker, count, queues, {}))
+  end }
+
+  C['complete.reserve'] = { 'Complete', function(now, args)
+    local jid = Q.jid(args[1])
+    local worker = Q.worker(args[2])
+    local queue = Q.queue(args[3])
+    local data = Q.data(args[4])
+    local count = Q.count(args[5], 0, 1000)
+    local queues = {}
+    if count > 0 then queues = queue_list(args, 6) end
+    local h = Q.check_running(jid, worker, queue)
+    Q.pop_config(queues, { 'jobs-history', 'jobs-history-count', '#completed-due',
+      queue .. '-max-concurrency' })
+    local state = Q.complete(now, jid, worker, queue, data, h, nil, 0, nil)
+    local reply = { state = state }
+    if count == 0 then
+      reply.jobs = {}
+      reply.wake = -1
+      return encode_reply(reply)
+    end
+    return encode_reply(reserve(now, worker, count, queues, reply))
+  end }
+end

@@ -1,0 +1,292 @@
+"""``manage.py qless <action>``: operate queues and jobs from the shell (``--json`` for scripts).
+
+Actions: put, get, list, cancel, retry, move, priority, track, untrack, failed, stats,
+config (get/set/unset), pause, unpause, throttle (get/set).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from django_qless.conf import DEFAULT_ALIAS
+
+__all__ = ["Command", "job_dict"]
+
+STATES = ("waiting", "running", "scheduled", "stalled", "depends", "recurring", "throttled",
+          "failed", "complete")
+
+
+def job_dict(job: Any) -> dict[str, Any]:
+    """Return a job as plain data for output."""
+    return {
+        "jid": job.jid, "klass": job.klass_name, "queue": job.queue_name, "state": job.state,
+        "priority": job.priority, "tags": list(job.tags), "worker": job.worker_name,
+        "retries": job.retries, "original_retries": job.original_retries, "data": job.data,
+        "failure": job.failure, "tracked": job.tracked, "dependencies": job.dependencies,
+        "dependents": job.dependents, "history": job.history,
+    }
+
+
+def _csv(value: str | None) -> list[str]:
+    return [v for v in (value or "").split(",") if v]
+
+
+class Command(BaseCommand):
+    """The operator CLI."""
+
+    help = "Inspect and operate qless queues and jobs."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        common = CommandParser(add_help=False)
+        common.add_argument("--alias", "--client", default=None,
+                            help="QLESS alias (default: routed by queue, else 'default')")
+        common.add_argument("--json", action="store_true", help="print JSON")
+        sub = parser.add_subparsers(dest="action", required=True)
+        original = sub.add_parser
+
+        def add_parser(name: str, **kwargs: Any) -> Any:
+            return original(name, parents=[common], **kwargs)
+
+        sub.add_parser = add_parser  # type: ignore[method-assign]
+        put = sub.add_parser("put", help="put a job of a registered klass")
+        put.add_argument("queue")
+        put.add_argument("klass")
+        put.add_argument("--data", default="{}", help="JSON object")
+        put.add_argument("--args", dest="job_args", default=None,
+                         help="JSON list (for @job functions)")
+        put.add_argument("--kwargs", dest="job_kwargs", default=None,
+                         help="JSON object (for @job functions)")
+        put.add_argument("--priority", type=int, default=0)
+        put.add_argument("--tags", default="")
+        put.add_argument("--delay", type=float, default=0)
+        put.add_argument("--retries", type=int, default=5)
+        put.add_argument("--depends", default="")
+        put.add_argument("--throttles", default="")
+        put.add_argument("--jid", default=None)
+        sub.add_parser("get", help="show a job").add_argument("jid")
+        lst = sub.add_parser("list", help="list jids by queue and state, or by tag")
+        lst.add_argument("queue", nargs="?")
+        lst.add_argument("--state", choices=STATES, default="waiting")
+        lst.add_argument("--tag", default=None)
+        lst.add_argument("--group", default=None, help="failure group (with --state failed)")
+        lst.add_argument("--offset", type=int, default=0)
+        lst.add_argument("--count", type=int, default=25)
+        sub.add_parser("cancel", help="cancel jobs").add_argument("jids", nargs="+")
+        retry = sub.add_parser("retry", help="requeue failed jobs, or a whole failure group")
+        retry.add_argument("jids", nargs="*")
+        retry.add_argument("--group", default=None)
+        retry.add_argument("--queue", default=None, help="queue of the group (--group)")
+        retry.add_argument("--count", type=int, default=500)
+        move = sub.add_parser("move", help="move a job to another queue")
+        move.add_argument("jid")
+        move.add_argument("queue")
+        pri = sub.add_parser("priority", help="set a job's priority")
+        pri.add_argument("jid")
+        pri.add_argument("priority", type=int)
+        sub.add_parser("track", help="track a job").add_argument("jid")
+        sub.add_parser("untrack", help="stop tracking a job").add_argument("jid")
+        failed = sub.add_parser("failed", help="failure groups, or the jobs of one")
+        failed.add_argument("group", nargs="?")
+        failed.add_argument("--offset", type=int, default=0)
+        failed.add_argument("--count", type=int, default=25)
+        sub.add_parser("stats", help="queue counts").add_argument("queue", nargs="?")
+        config = sub.add_parser("config", help="qless config (get/set/unset)")
+        config.add_argument("op", choices=("get", "set", "unset"))
+        config.add_argument("key", nargs="?")
+        config.add_argument("value", nargs="?")
+        sub.add_parser("pause", help="pause queues").add_argument("queues", nargs="+")
+        sub.add_parser("unpause", help="unpause queues").add_argument("queues", nargs="+")
+        throttle = sub.add_parser("throttle", help="throttles (get/set)")
+        throttle.add_argument("op", choices=("get", "set"))
+        throttle.add_argument("tid")
+        throttle.add_argument("maximum", nargs="?", type=int)
+        throttle.add_argument("--ttl", type=int, default=0)
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def client(self, queue: str | None = None) -> Any:
+        """Return the client for --alias, else the queue's route, else the default."""
+        from django_qless.clients import get_client
+        from django_qless.conf import get_settings
+
+        alias = self.options["alias"] or (
+            get_settings().alias_for_queue(queue) if queue else DEFAULT_ALIAS)
+        return get_client(alias)
+
+    def job(self, jid: str) -> Any:
+        """Return a job or raise CommandError."""
+        job = self.client().jobs.get(jid)
+        if job is None:
+            raise CommandError(f"no job {jid}")
+        return job
+
+    def emit(self, data: Any, text: str | None = None) -> None:
+        """Print JSON with --json, else the text (or a JSON rendering)."""
+        if self.options["json"] or text is None:
+            self.stdout.write(json.dumps(data, indent=None if self.options["json"] else 2,
+                                         sort_keys=True, default=str))
+        else:
+            self.stdout.write(text)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        """Dispatch to the action."""
+        from django_qless.core.exceptions import QlessError
+
+        self.options = options
+        try:
+            getattr(self, f"do_{options['action']}")()
+        except QlessError as exc:
+            raise CommandError(f"{type(exc).__name__}: {exc}") from exc
+        except json.JSONDecodeError as exc:
+            raise CommandError(f"invalid JSON: {exc}") from exc
+
+    # -- actions ----------------------------------------------------------------------------
+
+    def do_put(self) -> None:
+        from django_qless.registry import get_registry
+
+        o = self.options
+        if not get_registry().is_allowed(o["klass"]):
+            raise CommandError(f"{o['klass']!r} is not a registered job (decorate it with "
+                               "@job or list its module in QLESS['JOB_MODULES'])")
+        data = json.loads(o["data"])
+        if o["job_args"] is not None or o["job_kwargs"] is not None:
+            data = {"args": json.loads(o["job_args"] or "[]"),
+                    "kwargs": json.loads(o["job_kwargs"] or "{}")}
+        if not isinstance(data, dict):
+            raise CommandError("--data must be a JSON object")
+        jid = self.client(o["queue"]).queues[o["queue"]].put(
+            o["klass"], data, jid=o["jid"], priority=o["priority"], tags=_csv(o["tags"]),
+            delay=o["delay"], retries=o["retries"], depends=_csv(o["depends"]),
+            throttles=_csv(o["throttles"]))
+        self.emit({"jid": jid}, jid)
+
+    def do_get(self) -> None:
+        self.emit(job_dict(self.job(self.options["jid"])))
+
+    def do_list(self) -> None:
+        o = self.options
+        client = self.client(o["queue"])
+        if o["tag"]:
+            reply = client.jobs.tagged(o["tag"], o["offset"], o["count"])
+            jids, total = reply["jobs"], reply["total"]
+        elif o["state"] == "failed":
+            if not o["group"]:
+                raise CommandError("list --state failed needs --group (see `qless failed`)")
+            reply = client.jobs.failed(o["group"], o["offset"], o["count"])
+            jids, total = [j.jid for j in reply["jobs"]], reply["total"]
+        elif o["state"] == "complete":
+            jids = client.jobs.complete(o["offset"], o["count"])
+            total = None
+        else:
+            if not o["queue"]:
+                raise CommandError(f"list --state {o['state']} needs a queue")
+            jids = getattr(client.queues[o["queue"]].jobs, o["state"])(o["offset"], o["count"])
+            total = None
+        self.emit({"jids": jids, "total": total}, "\n".join(jids))
+
+    def do_cancel(self) -> None:
+        canceled: list[str] = []
+        for jid in self.options["jids"]:
+            canceled += self.job(jid).cancel()
+        self.emit({"canceled": canceled}, "\n".join(canceled))
+
+    def do_retry(self) -> None:
+        o = self.options
+        if o["group"]:
+            if not o["queue"]:
+                raise CommandError("retry --group needs --queue")
+            count = self.client(o["queue"]).queues[o["queue"]].unfail(o["group"], o["count"])
+            self.emit({"retried": count}, f"{count} jobs requeued")
+            return
+        if not o["jids"]:
+            raise CommandError("retry needs jids or --group")
+        done = []
+        for jid in o["jids"]:
+            job = self.job(jid)
+            if job.state != "failed":
+                raise CommandError(f"job {jid} is {job.state}, not failed")
+            job.requeue()
+            done.append(jid)
+        self.emit({"retried": done}, "\n".join(done))
+
+    def do_move(self) -> None:
+        jid = self.job(self.options["jid"]).move(self.options["queue"])
+        self.emit({"jid": jid, "queue": self.options["queue"]}, f"{jid} -> {self.options['queue']}")
+
+    def do_priority(self) -> None:
+        value = self.job(self.options["jid"]).set_priority(self.options["priority"])
+        self.emit({"jid": self.options["jid"], "priority": value}, str(value))
+
+    def do_track(self) -> None:
+        self.job(self.options["jid"]).track()
+        self.emit({"tracked": self.options["jid"]}, f"tracking {self.options['jid']}")
+
+    def do_untrack(self) -> None:
+        self.job(self.options["jid"]).untrack()
+        self.emit({"untracked": self.options["jid"]}, f"untracked {self.options['jid']}")
+
+    def do_failed(self) -> None:
+        o = self.options
+        client = self.client()
+        if o["group"]:
+            reply = client.jobs.failed(o["group"], o["offset"], o["count"])
+            jobs = [{"jid": j.jid, "queue": j.queue_name, "klass": j.klass_name,
+                     "message": str((j.failure or {}).get("message", ""))[:200]}
+                    for j in reply["jobs"]]
+            self.emit({"total": reply["total"], "jobs": jobs},
+                      "\n".join(f"{j['jid']} {j['queue']} {j['klass']}" for j in jobs))
+        else:
+            groups = client.jobs.failed()
+            self.emit(groups, "\n".join(f"{n:6d}  {g}" for g, n in sorted(
+                groups.items(), key=lambda kv: -kv[1])))
+
+    def do_stats(self) -> None:
+        queue = self.options["queue"]
+        client = self.client(queue)
+        counts = [client.queues[queue].counts] if queue else client.queues.counts
+        lines = [f"{c['name']:20s} " + " ".join(
+            f"{k}={c.get(k, 0)}" for k in ("waiting", "running", "scheduled", "stalled",
+                                             "depends", "recurring")) for c in counts]
+        self.emit(counts, "\n".join(lines))
+
+    def do_config(self) -> None:
+        o = self.options
+        config = self.client().config
+        if o["op"] == "get":
+            value = config.all if o["key"] is None else config.get(o["key"])
+            self.emit(value)
+        elif o["op"] == "set":
+            if o["key"] is None or o["value"] is None:
+                raise CommandError("config set needs KEY VALUE")
+            config[o["key"]] = o["value"]
+            self.emit({o["key"]: config.get(o["key"])}, f"{o['key']} = {config.get(o['key'])}")
+        else:
+            if o["key"] is None:
+                raise CommandError("config unset needs KEY")
+            del config[o["key"]]
+            self.emit({"unset": o["key"]}, f"unset {o['key']}")
+
+    def do_pause(self) -> None:
+        for queue in self.options["queues"]:
+            self.client(queue).queues[queue].pause()
+        self.emit({"paused": self.options["queues"]}, "paused " + " ".join(self.options["queues"]))
+
+    def do_unpause(self) -> None:
+        for queue in self.options["queues"]:
+            self.client(queue).queues[queue].unpause()
+        self.emit({"unpaused": self.options["queues"]},
+                  "unpaused " + " ".join(self.options["queues"]))
+
+    def do_throttle(self) -> None:
+        o = self.options
+        throttle = self.client().throttles[o["tid"]]
+        if o["op"] == "set":
+            if o["maximum"] is None:
+                raise CommandError("throttle set needs TID MAXIMUM")
+            throttle.set(o["maximum"], o["ttl"])
+        info = throttle.info()
+        self.emit(info, f"{o['tid']}: maximum={info.get('maximum')} ttl={info.get('ttl')}")

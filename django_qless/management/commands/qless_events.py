@@ -1,0 +1,52 @@
+"""``manage.py qless_events``: bridge qless pubsub events to Django signals until stopped."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from types import FrameType
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from django_qless.conf import DEFAULT_ALIAS
+
+__all__ = ["Command"]
+
+
+class Command(BaseCommand):
+    """Listen to one alias's events and send job_* signals (receivers run here)."""
+
+    help = "Bridge qless pubsub events to Django signals (job_completed, job_failed, ...)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--alias", "--client", default=DEFAULT_ALIAS)
+        parser.add_argument("--events", default=None,
+                            help="comma-separated event names to bridge (default: all)")
+        parser.add_argument("--health-check-interval", type=float, default=10.0)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        """Run the bridge until SIGTERM/SIGINT."""
+        from django_qless.bridge import Bridge
+        from django_qless.registry import setup
+
+        setup()  # receivers in <app>.jobs modules get connected
+        events = options["events"].split(",") if options["events"] else None
+        bridge = Bridge(options["alias"], events=events,
+                        health_check_interval=options["health_check_interval"])
+
+        def stop(signum: int, frame: FrameType | None) -> None:
+            bridge.stop()
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        bridge.start()
+        if options["verbosity"]:
+            self.stdout.write(f"qless_events: listening on {options['alias']!r}")
+            self.stdout.flush()
+        try:
+            bridge.run_forever()
+        finally:
+            if options["verbosity"]:
+                self.stdout.write(f"qless_events: stopped after {bridge.sent} signals")
+        sys.exit(0)

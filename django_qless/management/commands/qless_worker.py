@@ -1,0 +1,158 @@
+"""``manage.py qless_worker [queue ...]``: run the core worker with the Django hooks."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any, TextIO, cast
+from urllib.parse import quote, urlencode, urlsplit
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from django_qless.conf import AliasSettings, get_settings
+
+__all__ = ["Command", "alias_url"]
+
+
+def alias_url(conf: AliasSettings) -> str:
+    """Return one redis-py URL carrying the alias's credentials and TLS options."""
+    if conf.sentinels or conf.url is None:
+        raise CommandError(
+            f"QLESS[{conf.alias!r}] uses Sentinel; the worker needs a URL alias for now "
+            "(point a URL at the current primary)."
+        )
+    parts = urlsplit(conf.url)
+    netloc = parts.netloc
+    if conf.username is not None or conf.password is not None:
+        host = netloc.rsplit("@", 1)[-1]
+        user = quote(conf.username or "", safe="")
+        secret = quote(conf.password or "", safe="")
+        netloc = f"{user}:{secret}@{host}" if secret else f"{user}@{host}"
+    query = dict(p.split("=", 1) for p in parts.query.split("&") if "=" in p)
+    if parts.scheme == "rediss":
+        query.setdefault("ssl_cert_reqs", conf.ssl_cert_reqs)
+        for name in ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile"):
+            if getattr(conf, name):
+                query[name] = getattr(conf, name)
+    url = f"{parts.scheme}://{netloc}{parts.path}"
+    return f"{url}?{urlencode(query, safe='/')}" if query else url
+
+
+class Command(BaseCommand):
+    """Run a qless worker for the given queues (default: QLESS["WORKER"]["QUEUES"])."""
+
+    help = "Run a qless worker: reserve jobs from the queues and run them."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("queues", nargs="*", help="queues (globs allowed) in priority order")
+        parser.add_argument("--alias", "--client", default=None,
+                            help="QLESS alias to work on (default: the first queue's route)")
+        parser.add_argument("-p", "--processes", type=int, default=None,
+                            help="child processes (0: run jobs in this process)")
+        parser.add_argument("--reserver", choices=("ordered", "round-robin", "shuffled"))
+        parser.add_argument("--interval", type=float, default=None,
+                            help="idle re-check interval in seconds")
+        parser.add_argument("--timeout", type=float, default=None,
+                            help="per-job time limit in seconds")
+        parser.add_argument("--max-jobs", type=int, default=None, help="stop after N jobs")
+        parser.add_argument("--max-duration", type=float, default=0.0,
+                            help="stop after N seconds")
+        parser.add_argument("--child-max-jobs", type=int, default=0,
+                            help="replace a child after N jobs")
+        parser.add_argument("--fork-per-job", action="store_true")
+        parser.add_argument("--name", default=None, help="worker name (default host-pid)")
+        parser.add_argument("--pid", default=None, help="write the process id to this file")
+        parser.add_argument("--print-options", action="store_true",
+                            help="print the resolved options and exit")
+        parser.add_argument("--dry-run", action="store_true",
+                            help="check Redis and list the queues and jobs; take nothing")
+
+    def build_config(self, options: dict[str, Any]) -> Any:
+        """Turn command options and QLESS settings into a core WorkerConfig."""
+        from django_qless.core.workers.config import WorkerConfig
+        from django_qless.registry import get_registry
+
+        conf = get_settings()
+        queues = tuple(options["queues"]) or conf.worker.queues
+        alias = options["alias"] or conf.alias_for_queue(queues[0])
+        if alias not in conf.aliases:
+            raise CommandError(f"unknown QLESS alias {alias!r}")
+        others = {conf.alias_for_queue(q) for q in queues if "*" not in q} - {alias}
+        if others and not options["alias"]:
+            raise CommandError(
+                f"queues {', '.join(queues)} are routed to several aliases ({alias}, "
+                f"{', '.join(sorted(others))}); run one worker per alias with --alias.")
+        processes = options["processes"]
+        if processes is None:
+            processes = conf.worker.processes
+        timeout = options["timeout"] if options["timeout"] is not None else conf.worker.timeout
+        max_jobs = options["max_jobs"] if options["max_jobs"] is not None else conf.worker.max_jobs
+        try:
+            return WorkerConfig(
+                url=alias_url(conf.aliases[alias]),
+                queues=queues,
+                processes=processes,
+                reserver=options["reserver"] or conf.worker.reserver,  # type: ignore[arg-type]
+                interval=options["interval"] or conf.worker.interval,
+                timeout=timeout or 0.0,
+                max_jobs=max_jobs or 0,
+                max_duration=options["max_duration"],
+                child_max_jobs=options["child_max_jobs"],
+                fork_per_job=options["fork_per_job"],
+                name=options["name"],
+                verbosity=options["verbosity"],
+                dry_run=options["dry_run"],
+                socket_timeout=conf.aliases[alias].socket_timeout,
+                registry=get_registry(),
+            )
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        """Build the config, then run the worker until it stops."""
+        config = self.build_config(options)
+        if options["print_options"]:
+            import dataclasses
+            import json
+
+            # Not config.as_dict(): asdict() deep-copies the registry (it holds a lock).
+            data = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
+                    if f.name not in ("middleware", "registry")}
+            data["processes"] = config.process_count
+            data["jobs"] = config.registry.names()
+            data["url"] = get_settings().aliases[
+                options["alias"] or get_settings().alias_for_queue(config.queues[0])].display
+            self.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str))
+            return
+        self._logging(options["verbosity"])
+        if options["pid"]:
+            with open(options["pid"], "w") as fh:
+                fh.write(str(os.getpid()))
+        heartbeat = get_settings().worker.heartbeat
+        if heartbeat is not None:
+            from django_qless.core.client import Client
+
+            with Client(config.url) as client:
+                client.config["heartbeat"] = heartbeat
+        sys.exit(self.run(config))
+
+    def run(self, config: Any) -> int:
+        """Run the core worker (forking, or serial with --processes 0) with Django hooks."""
+        from django_qless.core.workers import run_worker
+        from django_qless.hooks import DjangoWorkerHooks
+
+        out = cast(TextIO, self.stdout)  # OutputWrapper writes like a text stream
+        return int(run_worker(config, DjangoWorkerHooks(), out=out) or 0)
+
+    def _logging(self, verbosity: int) -> None:
+        """Show worker logs on stderr unless the project configured these loggers."""
+        level = {0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)
+        loggers = [logging.getLogger(n) for n in ("django_qless", "django_qless.worker")]
+        if any(logger.handlers for logger in loggers):
+            return  # LOGGING in settings decides (the command is the app, but yours wins)
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter(
+            "%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s"))
+        loggers[0].addHandler(handler)
+        loggers[0].setLevel(level)

@@ -1,0 +1,300 @@
+"""The enqueue machinery behind ``@job``: options, argument encoding, on-commit, unique jobs.
+
+Every path (immediate, delayed, scheduled, recurring, with dependencies) goes through
+:func:`dispatch`, so the commit mode applies to all of them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import logging
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal
+
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import DEFAULT_DB_ALIAS, transaction
+from django.utils import timezone
+
+from django_qless.conf import get_settings
+
+if TYPE_CHECKING:
+    from django_qless.core.client import Client
+    from django_qless.core.job import Job
+
+__all__ = [
+    "ACTIVE_STATES",
+    "Backoff",
+    "JobFailedError",
+    "JobHandle",
+    "JobOptions",
+    "ResultNotReady",
+    "RetryPolicy",
+    "dispatch",
+    "encode_arguments",
+    "to_json",
+    "unique_jid",
+]
+
+log = logging.getLogger("django_qless")
+
+UniquePolicy = Literal["replace", "skip", "raise_priority"]
+UNIQUE_POLICIES = ("replace", "skip", "raise_priority")
+ACTIVE_STATES = frozenset({"waiting", "scheduled", "depends", "running", "stalled", "throttled"})
+RESULT_KEY = "result"
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """How long to wait before attempt N+1: fixed or exponential, optionally jittered."""
+
+    base: float = 10.0
+    factor: float = 1.0
+    maximum: float = 3600.0
+    jitter: bool = False
+
+    @classmethod
+    def fixed(cls, seconds: float, *, jitter: bool = False) -> Backoff:
+        """Wait the same number of seconds before every retry."""
+        return cls(base=seconds, factor=1.0, maximum=seconds, jitter=jitter)
+
+    @classmethod
+    def exponential(cls, base: float = 5.0, factor: float = 2.0, maximum: float = 3600.0, *,
+                    jitter: bool = True) -> Backoff:
+        """Wait base, base*factor, base*factor**2 ... seconds, capped at maximum."""
+        return cls(base=base, factor=factor, maximum=maximum, jitter=jitter)
+
+    def delay(self, attempt: int) -> float:
+        """Return the delay after failed attempt number ``attempt`` (1-based)."""
+        value = min(self.maximum, self.base * self.factor ** max(0, attempt - 1))
+        if self.jitter:
+            # "Full jitter": spread retries of jobs that failed together.
+            value = random.uniform(0, value)
+        return max(0.0, value)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Retry on the named exceptions (while the job has retries left) after a backoff."""
+
+    on: tuple[type[BaseException], ...]
+    backoff: Backoff = Backoff.exponential()
+
+    def matches(self, exc: BaseException) -> bool:
+        """Return whether ``exc`` should be retried."""
+        return bool(self.on) and isinstance(exc, self.on)
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """Every option of a put; ``@job`` defaults, refined by ``.using()`` and per call."""
+
+    queue: str = "default"
+    priority: int = 0
+    tags: tuple[str, ...] = ()
+    retries: int = 5
+    delay: float = 0.0
+    depends: tuple[str, ...] = ()
+    throttles: tuple[str, ...] = ()
+    jid: str | None = None
+    unique: UniquePolicy | None = None
+    client: str | None = None
+    commit_mode: str | None = None
+    database: str = DEFAULT_DB_ALIAS
+    track: bool = False
+    offset: float = 0.0
+    backlog: int = 0
+    retry: RetryPolicy | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        for name in ("tags", "depends", "throttles"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                raise TypeError(f"{name} must be a list of strings, not a string: {value!r}")
+            object.__setattr__(self, name, tuple(value))
+        if self.unique is True:  # type: ignore[comparison-overlap]
+            object.__setattr__(self, "unique", "skip")
+        elif self.unique is False:  # type: ignore[comparison-overlap]
+            object.__setattr__(self, "unique", None)
+        if self.unique is not None and self.unique not in UNIQUE_POLICIES:
+            raise ValueError(f"unique must be one of {UNIQUE_POLICIES} or True, "
+                             f"not {self.unique!r}")
+        if self.commit_mode not in (None, "on_commit", "immediate"):
+            raise ValueError(f'commit_mode must be "on_commit" or "immediate", '
+                             f"not {self.commit_mode!r}")
+        if isinstance(self.delay, timedelta):
+            object.__setattr__(self, "delay", self.delay.total_seconds())
+
+    def merge(self, changes: Mapping[str, Any]) -> JobOptions:
+        """Return a copy with ``changes`` applied (unknown names raise TypeError)."""
+        known = {f.name for f in fields(self)}
+        changes = dict(changes)
+        if "on_commit" in changes:
+            flag = changes.pop("on_commit")
+            if flag is not None:
+                changes["commit_mode"] = "on_commit" if flag else "immediate"
+        unknown = sorted(set(changes) - known)
+        if unknown:
+            raise TypeError(f"unknown job option(s): {', '.join(unknown)}; "
+                            f"valid: {', '.join(sorted(known | {'on_commit'}))}")
+        return replace(self, **changes)
+
+    def validate(self, data: Mapping[str, Any]) -> None:
+        """Check everything the engine would refuse, now rather than after the commit."""
+        from django_qless.core import serialization as ser
+
+        ser.check_name("queue", self.queue)
+        if self.jid is not None:
+            ser.check_jid(self.jid)
+        ser.check_int("priority", self.priority, ser.PRIORITY_MIN, ser.PRIORITY_MAX)
+        ser.check_int("retries", self.retries, 0, 1000)
+        ser.check_number("delay", self.delay, 0, ser.MAX_DELAY)
+        ser.check_tags(self.tags)
+        ser.check_depends(self.depends, self.jid)
+        ser.check_throttles(self.throttles)
+        ser.dumps_data(dict(data))
+
+    @property
+    def alias(self) -> str:
+        """Return the alias this job goes to (explicit, else routed by queue)."""
+        return self.client or get_settings().alias_for_queue(self.queue)
+
+
+class ResultNotReady(LookupError):
+    """The job has not completed (yet), so it has no return value."""
+
+
+class JobFailedError(Exception):
+    """The job failed; ``failure`` holds qless's failure record."""
+
+    def __init__(self, jid: str, failure: Mapping[str, Any]) -> None:
+        self.jid = jid
+        self.failure = dict(failure)
+        super().__init__(f"job {jid} failed: {failure.get('group')}: "
+                         f"{str(failure.get('message', ''))[:200]}")
+
+
+@dataclass
+class JobHandle:
+    """What an enqueue returns: the jid, where it went, and whether it was sent yet."""
+
+    jid: str
+    klass: str
+    queue: str
+    alias: str
+    # "pending" (waiting for the transaction to commit), "enqueued", "skipped" (unique job
+    # already active), "exists" (unique job kept, maybe with a raised priority), "eager"
+    # (ran inline), "recurring".
+    status: str = "pending"
+    _value: Any = field(default=None, repr=False)
+
+    @property
+    def client(self) -> Client:
+        """Return the core client of this job's alias."""
+        from django_qless.clients import get_client
+
+        return get_client(self.alias)
+
+    def get(self) -> Job | None:
+        """Fetch the job from Redis (None if it does not exist or has expired)."""
+        return self.client.jobs.get(self.jid)
+
+    def state(self) -> str | None:
+        """Return the job's current state, or None if it is gone."""
+        job = self.get()
+        return None if job is None else job.state
+
+    def result(self) -> Any:
+        """Return the job's return value; raise ResultNotReady or JobFailedError otherwise."""
+        if self.status == "eager":
+            return self._value
+        job = self.get()
+        if job is None:
+            raise ResultNotReady(f"job {self.jid} does not exist (not sent yet, or expired)")
+        if job.state == "failed":
+            raise JobFailedError(self.jid, job.failure or {})
+        if job.state != "complete":
+            raise ResultNotReady(f"job {self.jid} is {job.state}")
+        data = job.data
+        return data.get(RESULT_KEY) if isinstance(data, dict) else None
+
+
+def to_json(value: Any, where: str) -> Any:
+    """Return ``value`` as plain JSON data (DjangoJSONEncoder types become strings)."""
+    try:
+        text = json.dumps(value, cls=DjangoJSONEncoder, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(
+            f"{where} is not JSON-serialisable: {exc}. Job arguments must be JSON data "
+            "(datetime, date, Decimal, UUID and lazy strings are sent as strings); "
+            "pass a primary key instead of a model instance."
+        ) from None
+    return json.loads(text)
+
+
+def encode_arguments(name: str, signature: inspect.Signature | None, args: Sequence[Any],
+                     kwargs: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+    """Bind arguments to the signature and encode them as JSON (clear TypeErrors)."""
+    if signature is not None:
+        try:
+            signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"{name}(): {exc}") from None
+    positional = [p.name for p in (signature.parameters.values() if signature else ())
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    out_args = []
+    for index, value in enumerate(args):
+        label = positional[index] if index < len(positional) else f"*args[{index}]"
+        out_args.append(to_json(value, f"{name}() argument {label!r}"))
+    out_kwargs = {}
+    for key, value in kwargs.items():
+        out_kwargs[key] = to_json(value, f"{name}() argument {key!r}")
+    return out_args, out_kwargs
+
+
+def unique_jid(klass: str, data: Mapping[str, Any]) -> str:
+    """Derive a stable jid from the job's class and its (JSON) data."""
+    text = json.dumps([klass, data], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:40]
+
+
+def resolve_delay(delay: float | timedelta | None = None, when: datetime | None = None,
+                  now: float | None = None) -> float:
+    """Return seconds to wait for a delay or an absolute time (never negative)."""
+    if when is not None:
+        if timezone.is_naive(when):
+            when = timezone.make_aware(when) if _use_tz() else when.astimezone()
+        base = now if now is not None else timezone.now().timestamp()
+        return max(0.0, when.timestamp() - base)
+    if isinstance(delay, timedelta):
+        return max(0.0, delay.total_seconds())
+    return max(0.0, float(delay or 0))
+
+
+def _use_tz() -> bool:
+    from django.conf import settings
+
+    return bool(getattr(settings, "USE_TZ", True))
+
+
+def dispatch(options: JobOptions, action: Callable[[], None], describe: str) -> bool:
+    """Run ``action`` now, or after the transaction commits; return True if it ran now."""
+    mode = options.commit_mode or get_settings().commit_mode
+    if mode == "on_commit" and transaction.get_connection(options.database).in_atomic_block:
+
+        def after_commit() -> None:
+            try:
+                action()
+            except Exception:
+                # The transaction is committed; the job is not. Say so loudly, with payload.
+                log.exception("django_qless: enqueue after commit failed: %s", describe)
+                raise
+
+        transaction.on_commit(after_commit, using=options.database)
+        return False
+    action()
+    return True

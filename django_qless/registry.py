@@ -1,0 +1,66 @@
+"""The Django side of the job registry: autodiscovery and the ``JOB_MODULES`` allowlist.
+
+The worker runs only what the core registry (``django_qless.core.registry``) knows: functions
+and classes decorated with ``@job`` (registered at import), plus classes under the modules
+listed in ``QLESS["JOB_MODULES"]``. ``setup()`` imports every installed app's ``jobs`` module
+(unless ``AUTODISCOVER`` is False) so the decorators run before the first job is taken.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from django.conf import settings
+from django.utils.module_loading import autodiscover_modules
+
+from django_qless.conf import get_settings
+from django_qless.core.registry import Registry, default_registry
+
+__all__ = ["UNKNOWN_JOB_GROUP", "autodiscover", "get_registry", "register_job", "setup"]
+
+# The failure group of a job whose klass the worker refuses to run.
+UNKNOWN_JOB_GROUP = "django_qless.UnknownJob"
+
+_lock = threading.Lock()
+_done = False
+
+
+def register_job(name: str, target: Any) -> None:
+    """Register a job target under its klass name (re-registration replaces it)."""
+    default_registry.register(name, target, replace=True)
+
+
+def autodiscover() -> None:
+    """Import ``<app>.jobs`` for every installed app."""
+    autodiscover_modules("jobs")
+
+
+def _tasks_backend_in_use() -> bool:
+    tasks = getattr(settings, "TASKS", None) or {}
+    return any(
+        isinstance(conf, dict) and str(conf.get("BACKEND", "")).startswith("django_qless.")
+        for conf in tasks.values()
+    )
+
+
+def setup(*, force: bool = False) -> Registry:
+    """Autodiscover job modules and apply the allowlist (once per process)."""
+    global _done
+    with _lock:
+        if _done and not force:
+            return default_registry
+        conf = get_settings()
+        default_registry.allow_module_prefixes(*conf.job_modules)
+        if conf.autodiscover:
+            autodiscover()
+        if _tasks_backend_in_use():
+            # Registers the shim job that runs django.tasks tasks.
+            import django_qless.tasks_backend  # noqa: F401
+        _done = True
+    return default_registry
+
+
+def get_registry() -> Registry:
+    """Return the registry a worker should use (set up on first call)."""
+    return setup()

@@ -1,0 +1,166 @@
+/* django-qless dashboard: live refresh by polling the JSON API, and small conveniences.
+ * Every page works without this file. Values from Redis are only ever written with
+ * textContent or into URL paths through encodeURIComponent: never as HTML. */
+(function () {
+  "use strict";
+
+  var root = document.getElementById("qless");
+  if (!root) { return; }
+  var interval = parseInt(root.getAttribute("data-poll-interval"), 10) || 3000;
+  var status = root.querySelector("[data-live-status]");
+
+  function lookup(obj, path) {
+    var parts = path.split(".");
+    for (var i = 0; i < parts.length; i++) {
+      if (obj === null || obj === undefined) { return undefined; }
+      obj = obj[parts[i]];
+    }
+    return obj;
+  }
+
+  function show(value) {
+    if (value === null || value === undefined) { return ""; }
+    if (Array.isArray(value)) { return value.join(", "); }
+    if (typeof value === "boolean") { return value ? "yes" : ""; }
+    return String(value);
+  }
+
+  function owned(container, selector) {
+    // Elements whose nearest live container is this one (containers may sit side by side).
+    return Array.prototype.filter.call(container.querySelectorAll(selector), function (el) {
+      return el.closest("[data-live-src]") === container;
+    });
+  }
+
+  function fillRow(template, item) {
+    var frag = template.content.cloneNode(true);
+    frag.querySelectorAll("[data-field]").forEach(function (el) {
+      el.textContent = show(item[el.getAttribute("data-field")]);
+    });
+    frag.querySelectorAll("[data-href]").forEach(function (el) {
+      var value = item[el.getAttribute("data-href-field")];
+      if (value === null || value === undefined || value === "") {
+        el.removeAttribute("href");
+      } else {
+        el.setAttribute("href", el.getAttribute("data-href").replace(
+          "__qv__", encodeURIComponent(String(value))));
+      }
+    });
+    frag.querySelectorAll(".qless-state[data-field]").forEach(function (el) {
+      if (/^[a-z-]+$/.test(el.textContent)) { el.classList.add("qless-state-" + el.textContent); }
+    });
+    return frag;
+  }
+
+  function emptyRow(template, text) {
+    var tr = document.createElement("tr");
+    var td = document.createElement("td");
+    tr.className = "qless-empty";
+    td.colSpan = template.content.querySelectorAll("td").length || 1;
+    td.textContent = text;
+    tr.appendChild(td);
+    return tr;
+  }
+
+  function apply(container, payload) {
+    owned(container, "[data-live-text]").forEach(function (el) {
+      var value = lookup(payload, el.getAttribute("data-live-text"));
+      if (value !== undefined) { el.textContent = show(value); }
+    });
+    owned(container, "[data-live-rows]").forEach(function (body) {
+      var key = body.getAttribute("data-live-rows");
+      var items = lookup(payload, key);
+      var table = body.closest("table");
+      var template = table && table.querySelector("template[data-live-template='" + key + "']");
+      if (!Array.isArray(items) || !template) { return; }
+      var signature = JSON.stringify(items);
+      if (body.getAttribute("data-live-signature") === signature) { return; }
+      body.setAttribute("data-live-signature", signature);
+      while (body.firstChild) { body.removeChild(body.firstChild); }
+      if (items.length === 0) { body.appendChild(emptyRow(template, "Nothing here.")); }
+      items.forEach(function (item) { body.appendChild(fillRow(template, item)); });
+    });
+  }
+
+  function say(text) { if (status) { status.textContent = text; } }
+
+  var containers = Array.prototype.slice.call(document.querySelectorAll("[data-live-src]"));
+  var failures = 0;
+
+  function poll() {
+    if (document.hidden || containers.length === 0) { schedule(); return; }
+    var pending = containers.map(function (container) {
+      return fetch(container.getAttribute("data-live-src"), {
+        credentials: "same-origin",
+        headers: {"Accept": "application/json"},
+        cache: "no-store"
+      }).then(function (response) {
+        if (!response.ok) { throw new Error("HTTP " + response.status); }
+        return response.json();
+      }).then(function (payload) { apply(container, payload); });
+    });
+    Promise.all(pending).then(function () {
+      failures = 0;
+      say("live \u00b7 " + new Date().toLocaleTimeString());
+    }, function () {
+      failures += 1;
+      say("live updates unavailable, retrying");
+    }).then(schedule);
+  }
+
+  function schedule() {
+    window.setTimeout(poll, interval * Math.min(1 + failures, 10));
+  }
+
+  if (containers.length) {
+    document.documentElement.setAttribute("data-qless-live", "on");
+    say("live");
+    schedule();
+  }
+
+  // The Events page: Server-Sent Events from the engine, rendered as text only.
+  var stream = document.querySelector("[data-events-src]");
+  if (stream && window.EventSource) {
+    var source = new EventSource(stream.getAttribute("data-events-src"));
+    var cell = function (row, text, hrefTemplate) {
+      var td = document.createElement("td");
+      if (hrefTemplate && text) {
+        var a = document.createElement("a");
+        a.setAttribute("href", hrefTemplate.replace("__qv__", encodeURIComponent(text)));
+        a.textContent = text;
+        td.appendChild(a);
+      } else {
+        td.textContent = text || "";
+      }
+      row.appendChild(td);
+    };
+    source.addEventListener("open", function () { say("live events"); });
+    source.addEventListener("error", function () { say("reconnecting"); });
+    source.addEventListener("qless", function (message) {
+      var item;
+      try { item = JSON.parse(message.data); } catch (e) { return; }
+      var empty = stream.querySelector(".qless-empty");
+      if (empty) { empty.remove(); }
+      var row = document.createElement("tr");
+      row.setAttribute("data-event", show(item.event));
+      cell(row, new Date((item.when || 0) * 1000).toLocaleTimeString());
+      cell(row, show(item.event));
+      cell(row, show(item.jid), stream.getAttribute("data-job-url"));
+      cell(row, show(item.queue || item.to), stream.getAttribute("data-queue-url"));
+      cell(row, show(item.worker));
+      cell(row, [item.group, item.message, item.option, item.value].filter(function (v) {
+        return v !== undefined && v !== null && v !== false && v !== "";
+      }).map(show).join(" \u00b7 "));
+      stream.insertBefore(row, stream.firstChild);
+      while (stream.rows.length > 200) { stream.deleteRow(stream.rows.length - 1); }
+    });
+  }
+
+  // Buttons that change something important ask first (pages also work without this).
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest("[data-confirm]");
+    if (button && !window.confirm(button.getAttribute("data-confirm"))) {
+      event.preventDefault();
+    }
+  });
+}());

@@ -1,0 +1,93 @@
+"""Template helpers: namespace-aware URLs, times, durations, pretty JSON (all escaped)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+from urllib.parse import urlencode
+
+from django import template
+from django.urls import NoReverseMatch, reverse
+
+__all__ = ["duration", "epoch", "page_url", "pretty_json", "qless_url", "register"]
+
+register = template.Library()
+
+
+@register.simple_tag(takes_context=True)
+def qless_url(context: template.Context, name: str, *args: Any) -> str:
+    """Reverse a dashboard URL in whichever namespace the page was served from."""
+    ns = context.get("qless_ns") or "django_qless"
+    try:
+        return reverse(f"{ns}:{name}", args=[str(a) for a in args])
+    except NoReverseMatch:
+        # A name written by another client may break our converters' rules: no link, no 500.
+        return "#"
+
+
+@register.simple_tag(takes_context=True)
+def page_url(context: template.Context, number: int) -> str:
+    """Return the current query string with ``page`` replaced."""
+    request = context.get("request")
+    params: dict[str, str] = {}
+    if request is not None:
+        params = {k: v for k, v in request.GET.items() if k != "page"}
+    params["page"] = str(number)
+    return "?" + urlencode(params)
+
+
+@register.filter
+def epoch(value: Any) -> dt.datetime | None:
+    """Turn epoch seconds into an aware UTC datetime (None/0 stay empty)."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        return None
+    if seconds <= 0:
+        return None
+    try:
+        return dt.datetime.fromtimestamp(seconds, tz=dt.UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+@register.filter
+def duration(value: Any) -> str:
+    """Format seconds as ``1d 2h``, ``3m 4s`` or ``0.25s``."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        return ""
+    if abs(seconds) < 0.005:  # clock jitter must not show as "-0.00s"
+        seconds = 0.0
+    sign = "-" if seconds < 0 else ""
+    seconds = abs(seconds)
+    if seconds < 10:
+        return f"{sign}{seconds:.2f}s"
+    whole = int(seconds)
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{sign}{days}d {hours}h"
+    if hours:
+        return f"{sign}{hours}h {minutes}m"
+    if minutes:
+        return f"{sign}{minutes}m {secs}s"
+    return f"{sign}{secs}s"
+
+
+@register.filter
+def pretty_json(value: Any) -> str:
+    """Pretty-print JSON text or a value (the result is escaped by the template as usual)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return str(value)
+    try:
+        return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False)
+    except (TypeError, ValueError):
+        return str(value)
+

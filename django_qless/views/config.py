@@ -1,0 +1,57 @@
+"""The engine's config: view every option, set or unset one."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+
+from django_qless.forms import ConfigForm, first_error
+from django_qless.views.base import (
+    client_for,
+    dashboard_view,
+    logger,
+    qurl,
+    redirect_back,
+    render_page,
+)
+
+__all__ = ["config", "config_unset"]
+
+DEFAULT_KEYS = ("application", "grace-period", "heartbeat", "jobs-history",
+                "jobs-history-count", "max-job-history", "max-worker-age", "stats-history",
+                "histogram-history")
+
+
+@dashboard_view()
+def config(request: HttpRequest) -> HttpResponse:
+    """List the config (defaults overlaid with stored values); POST sets one option."""
+    client = client_for(request)
+    if request.method == "POST":
+        form = ConfigForm(request.POST)
+        if not form.is_valid():
+            messages.error(request, first_error(form))
+            return redirect_back(request, qurl(request, "config"))
+        key, value = form.cleaned_data["key"], form.cleaned_data["value"]
+        client.config[key] = value
+        logger.info("user %s set config %s=%s", request.user, key, value)
+        messages.success(request, f"Set {key} to {value}.")
+        return redirect_back(request, qurl(request, "config"))
+    values = client.config.all or {}
+    rows = [{"key": str(k), "value": v} for k, v in sorted(values.items())]
+    return render_page(request, "django_qless/config.html",
+                       {"rows": rows, "form": ConfigForm(), "known": DEFAULT_KEYS},
+                       title="Config", crumbs=[("Config", None)])
+
+
+@dashboard_view(post_only=True)
+def config_unset(request: HttpRequest) -> HttpResponse:
+    """Unset one option (it falls back to its default)."""
+    client = client_for(request)
+    key = request.POST.get("key", "").strip()
+    if not key or len(key) > 128:
+        messages.error(request, "Key: choose an option to unset.")
+        return redirect_back(request, qurl(request, "config"))
+    del client.config[key]
+    logger.info("user %s unset config %s", request.user, key)
+    messages.success(request, f"Unset {key}.")
+    return redirect_back(request, qurl(request, "config"))

@@ -1,0 +1,185 @@
+"""Read the engine into plain dicts shared by the HTML pages, the JSON API and the metrics."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+from collections.abc import Iterable
+from typing import Any
+
+__all__ = [
+    "QUEUE_STATES",
+    "completed_per_minute",
+    "histogram_bars",
+    "job_row",
+    "jobs_by_state",
+    "load_jobs",
+    "overview",
+    "queue_counts",
+    "stats_for_day",
+    "stats_many",
+]
+
+QUEUE_STATES = ("running", "waiting", "scheduled", "stalled", "depends", "recurring", "throttled")
+OVERVIEW_LIMIT = 10
+
+
+def _num(value: Any, default: float = 0) -> float:
+    try:
+        result = float(value)
+    except (TypeError, ValueError):
+        return default
+    return result if math.isfinite(result) else default
+
+
+def queue_counts(client: Any) -> list[dict[str, Any]]:
+    """Return every known queue's counts with all state keys present."""
+    counts = client.queues.counts or []
+    rows = []
+    for item in counts:
+        row: dict[str, Any] = {"name": str(item.get("name", ""))}
+        for key in QUEUE_STATES:
+            row[key] = int(_num(item.get(key, 0)))
+        row["paused"] = bool(item.get("paused", False))
+        rows.append(row)
+    return rows
+
+
+def job_row(job: Any, now: float | None = None) -> dict[str, Any]:
+    """Flatten a Job for tables and JSON (raw strings; templates escape them)."""
+    failure = job.failure or {}
+    expires = _num(getattr(job, "expires_at", 0))
+    return {
+        "jid": job.jid,
+        "klass": job.klass_name,
+        "state": job.state,
+        "queue": job.queue_name or "",
+        "priority": job.priority,
+        "tags": list(job.tags or ()),
+        "worker": job.worker_name or "",
+        "expires": expires,
+        "ttl": (expires - now) if (now is not None and expires > 0) else None,
+        "retries_left": job.retries,
+        "retries_total": job.original_retries,
+        "tracked": bool(job.tracked),
+        "failure_group": failure.get("group", "") if isinstance(failure, dict) else "",
+        "failure_message": failure.get("message", "") if isinstance(failure, dict) else "",
+    }
+
+
+def load_jobs(client: Any, jids: Iterable[str]) -> list[Any]:
+    """Fetch many jobs in one round trip, keeping the listing's order."""
+    wanted = [j for j in jids if j]
+    if not wanted:
+        return []
+    found = {job.jid: job for job in client.jobs.get_many(*wanted)}
+    return [found[j] for j in wanted if j in found]
+
+
+def jobs_by_state(client: Any, queue: str, state: str, offset: int, count: int) -> list[str]:
+    """List the jids of one queue tab (indexed reads only)."""
+    lister = getattr(client.queues[queue].jobs, state)
+    return list(lister(offset=offset, count=count))
+
+
+def completed_per_minute(client: Any, minutes: int = 60) -> list[int]:
+    """Count jobs completed in each of the last ``minutes`` minutes (oldest first)."""
+    now = float(client.now())
+    pipe = client.redis.pipeline(transaction=False)
+    for i in range(minutes, 0, -1):
+        lo = now - i * 60
+        pipe.zcount("ql:completed", f"({lo}", lo + 60)
+    return [int(n) for n in pipe.execute()]
+
+
+def _day_start(day: dt.date) -> float:
+    return dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC).timestamp()
+
+
+def histogram_bars(histogram: list[Any], width: int = 592, height: int = 120) -> dict[str, Any]:
+    """Lay a 148-bucket histogram out as SVG bars (numbers only, safe to render)."""
+    values = [int(_num(v)) for v in histogram][:148]
+    peak = max(values) if values else 0
+    step = width / max(len(values), 1)
+    bars = []
+    for i, value in enumerate(values):
+        h = 0.0 if peak == 0 else max(1.0, value / peak * (height - 14))
+        if i < 60:
+            label = f"{i}s"
+        elif i < 119:
+            label = f"{i - 59}m"
+        elif i < 142:
+            label = f"{i - 118}h"
+        else:
+            label = f"{i - 141}d"
+        bars.append({"x": round(i * step, 2), "y": round(height - h, 2),
+                     "w": round(max(step - 1, 1), 2), "h": round(h, 2),
+                     "value": value, "label": label})
+    return {"bars": bars, "peak": peak, "width": width, "height": height,
+            "ticks": [{"x": round(i * step, 2), "label": t}
+                      for i, t in ((0, "0s"), (60, "1m"), (119, "1h"), (142, "1d"))]}
+
+
+def stats_for_day(client: Any, queue: str, day: dt.date) -> dict[str, Any]:
+    """Return a queue's statistics for one UTC day, with chart geometry."""
+    return _shape_stats(client.queues[queue].stats(_day_start(day) + 43200) or {})
+
+
+def stats_many(client: Any, queues: list[str], day: dt.date) -> dict[str, dict[str, Any]]:
+    """Return several queues' statistics for one day in one round trip."""
+    when = _day_start(day) + 43200
+    replies = client.pipeline_calls([("stats", (name, when)) for name in queues])
+    return {name: _shape_stats(json.loads(reply) if reply else {})
+            for name, reply in zip(queues, replies, strict=True)}
+
+
+def _shape_stats(raw: dict[str, Any]) -> dict[str, Any]:
+    result: dict[str, Any] = {
+        "failed": int(_num(raw.get("failed"))),
+        "failures": int(_num(raw.get("failures"))),
+        "retries": int(_num(raw.get("retries"))),
+    }
+    for kind in ("wait", "run"):
+        part = raw.get(kind) or {}
+        hist = part.get("histogram") or []
+        result[kind] = {
+            "count": int(_num(part.get("count"))),
+            "mean": _num(part.get("mean")),
+            "std": _num(part.get("std")),
+            "histogram": [int(_num(v)) for v in hist],
+            "chart": histogram_bars(list(hist)),
+        }
+    return result
+
+
+def overview(client: Any) -> dict[str, Any]:
+    """Gather the overview: queues, failure groups, tracked jobs, workers, throughput."""
+    queues = queue_counts(client)
+    failed = client.jobs.failed() or {}
+    groups = sorted(((str(g), int(_num(n))) for g, n in failed.items()),
+                    key=lambda item: (-item[1], item[0]))
+    tracked = client.jobs.tracked() or {}
+    tracked_jobs = list(tracked.get("jobs") or [])
+    tracked_by_state: dict[str, int] = {}
+    for job in tracked_jobs:
+        tracked_by_state[job.state] = tracked_by_state.get(job.state, 0) + 1
+    workers = [{"name": str(w.get("name", "")), "jobs": int(_num(w.get("jobs"))),
+                "stalled": int(_num(w.get("stalled")))} for w in (client.workers.counts or [])]
+    per_minute = completed_per_minute(client)
+    totals = {key: sum(q[key] for q in queues) for key in QUEUE_STATES}
+    return {
+        "queues": queues,
+        "totals": totals,
+        # The overview shows the biggest groups and latest workers; their pages list all.
+        "failed_groups": [{"group": g, "count": n} for g, n in groups[:OVERVIEW_LIMIT]],
+        "failed_group_count": len(groups),
+        "failed_total": sum(n for _, n in groups),
+        "tracked_by_state": tracked_by_state,
+        "tracked_count": len(tracked_jobs),
+        "workers": workers[:OVERVIEW_LIMIT],
+        "worker_count": len(workers),
+        "completed_per_minute": per_minute,
+        "completed_last_hour": sum(per_minute),
+        "jobs_per_minute": round(sum(per_minute) / 60.0, 2),
+    }

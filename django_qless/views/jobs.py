@@ -1,0 +1,219 @@
+"""The job page and every action on one job (POST, then redirect with a message)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+
+from django_qless.core.exceptions import JobNotFound
+from django_qless.forms import MoveForm, PriorityForm, TagForm, UndependForm, first_error
+from django_qless.options import RESULT_KEY
+from django_qless.views import data
+from django_qless.views.base import (
+    client_for,
+    dashboard_view,
+    qurl,
+    redirect_back,
+    render_page,
+)
+
+__all__ = [
+    "job_cancel",
+    "job_detail",
+    "job_move",
+    "job_priority",
+    "job_retry",
+    "job_tag",
+    "job_timeout",
+    "job_track",
+    "job_undepend",
+    "job_untag",
+    "job_untrack",
+]
+
+STANDARD_EVENTS = {"put", "popped", "done", "failed", "timed-out", "throttled"}
+PRIORITY_PRESETS = (("high", 25), ("normal", 0), ("low", -25))
+
+
+def get_job(request: HttpRequest, jid: str) -> Any:
+    """Return the job or raise JobNotFound (rendered as a 404)."""
+    job = client_for(request).jobs.get(jid)
+    if job is None:
+        raise JobNotFound(jid)
+    return job
+
+
+def _history(job: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Split history into the timeline and the worker's log entries."""
+    timeline: list[dict[str, Any]] = []
+    logs: list[dict[str, Any]] = []
+    for entry in job.history or []:
+        if not isinstance(entry, dict):
+            continue
+        extra = {k: v for k, v in entry.items() if k not in ("when", "what")}
+        item = {"when": entry.get("when"), "what": str(entry.get("what", "")), "extra": extra}
+        (timeline if item["what"] in STANDARD_EVENTS else logs).append(item)
+    return timeline, logs
+
+
+def _result(job: Any) -> Any:
+    payload = job.data if isinstance(job.data, dict) else {}
+    return payload.get(RESULT_KEY)
+
+
+@dashboard_view()
+def job_detail(request: HttpRequest, jid: str) -> HttpResponse:
+    """Show everything about one job, with the actions the user may take."""
+    client = client_for(request)
+    job = get_job(request, jid)
+    now = float(client.now())
+    timeline, logs = _history(job)
+    failure = job.failure if isinstance(job.failure, dict) and job.failure else None
+    context = {
+        "job": data.job_row(job, now),
+        "raw_data": job.raw_data,
+        "result": _result(job),
+        "timeline": timeline,
+        "logs": logs,
+        "failure": failure,
+        "dependencies": sorted(job.dependencies or []),
+        "dependents": sorted(job.dependents or []),
+        "spawned_from": job.spawned_from,
+        "throttles": list(job.throttles or ()),
+        "queues": client.queues.names(),
+        "presets": PRIORITY_PRESETS,
+        "live_src": qurl(request, "api_job", jid),
+    }
+    return render_page(request, "django_qless/job.html", context, title=f"Job {jid}",
+                       crumbs=[("Jobs", None), (jid, None)])
+
+
+def _back(request: HttpRequest, jid: str) -> HttpResponse:
+    return redirect_back(request, qurl(request, "job", jid))
+
+
+@dashboard_view(manage=True)
+def job_cancel(request: HttpRequest, jid: str) -> HttpResponse:
+    """Ask for confirmation (GET), then cancel the job (POST)."""
+    job = get_job(request, jid)
+    if request.method != "POST":
+        return render_page(
+            request, "django_qless/confirm.html",
+            {"action": qurl(request, "job_cancel", jid), "question":
+             f"Cancel job {jid} ({job.klass_name})? It is deleted with its history.",
+             "button": "Yes, cancel the job", "back": qurl(request, "job", jid)},
+            title="Cancel job", crumbs=[(jid, qurl(request, "job", jid)), ("Cancel", None)])
+    queue = job.queue_name
+    job.cancel()
+    messages.success(request, f"Canceled job {jid}.")
+    if queue:
+        return redirect_back(request, qurl(request, "queue", queue))
+    return redirect_back(request, qurl(request, "overview"))
+
+
+@dashboard_view(post_only=True)
+def job_retry(request: HttpRequest, jid: str) -> HttpResponse:
+    """Put the job back into its queue now (retry a failed job, requeue any other)."""
+    job = get_job(request, jid)
+    if not job.queue_name:
+        messages.error(request, "This job has no queue any more: move it to a queue instead.")
+        return _back(request, jid)
+    job.move(job.queue_name)
+    messages.success(request, f"Requeued job {jid} into {job.queue_name}.")
+    return _back(request, jid)
+
+
+@dashboard_view(post_only=True)
+def job_move(request: HttpRequest, jid: str) -> HttpResponse:
+    """Move the job to another queue (an existing one, or a valid new name)."""
+    job = get_job(request, jid)
+    form = MoveForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, first_error(form))
+        return _back(request, jid)
+    queue = form.cleaned_data["queue"]
+    job.move(queue)
+    messages.success(request, f"Moved job {jid} to {queue}.")
+    return _back(request, jid)
+
+
+@dashboard_view(post_only=True)
+def job_priority(request: HttpRequest, jid: str) -> HttpResponse:
+    """Change the job's priority (presets or a free integer)."""
+    job = get_job(request, jid)
+    form = PriorityForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, first_error(form))
+        return _back(request, jid)
+    job.set_priority(form.cleaned_data["priority"])
+    messages.success(request, f"Priority of {jid} is now {form.cleaned_data['priority']}.")
+    return _back(request, jid)
+
+
+@dashboard_view(post_only=True)
+def job_track(request: HttpRequest, jid: str) -> HttpResponse:
+    """Track the job."""
+    get_job(request, jid).track()
+    messages.success(request, f"Tracking job {jid}.")
+    return _back(request, jid)
+
+
+@dashboard_view(post_only=True)
+def job_untrack(request: HttpRequest, jid: str) -> HttpResponse:
+    """Stop tracking the job."""
+    get_job(request, jid).untrack()
+    messages.success(request, f"Stopped tracking job {jid}.")
+    return _back(request, jid)
+
+
+@dashboard_view(post_only=True)
+def job_tag(request: HttpRequest, jid: str) -> HttpResponse:
+    """Add a tag."""
+    job = get_job(request, jid)
+    form = TagForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, first_error(form))
+        return _back(request, jid)
+    job.tag(form.cleaned_data["tag"])
+    messages.success(request, f"Tagged {jid} with {form.cleaned_data['tag']}.")
+    return _back(request, jid)
+
+
+@dashboard_view(post_only=True)
+def job_untag(request: HttpRequest, jid: str) -> HttpResponse:
+    """Remove a tag."""
+    job = get_job(request, jid)
+    form = TagForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, first_error(form))
+        return _back(request, jid)
+    job.untag(form.cleaned_data["tag"])
+    messages.success(request, f"Removed tag {form.cleaned_data['tag']} from {jid}.")
+    return _back(request, jid)
+
+
+@dashboard_view(post_only=True)
+def job_timeout(request: HttpRequest, jid: str) -> HttpResponse:
+    """Time out a running job: its worker loses the lock and the job is retried."""
+    job = get_job(request, jid)
+    if job.state != "running":
+        messages.error(request, f"Job {jid} is {job.state}, not running: nothing to time out.")
+        return _back(request, jid)
+    job.timeout()
+    messages.success(request, f"Timed out job {jid}.")
+    return _back(request, jid)
+
+
+@dashboard_view(post_only=True)
+def job_undepend(request: HttpRequest, jid: str) -> HttpResponse:
+    """Remove one dependency of a job."""
+    job = get_job(request, jid)
+    form = UndependForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, first_error(form))
+        return _back(request, jid)
+    job.undepend(form.cleaned_data["dependency"])
+    messages.success(request, f"Job {jid} no longer waits for {form.cleaned_data['dependency']}.")
+    return _back(request, jid)

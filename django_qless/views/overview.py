@@ -1,0 +1,30 @@
+"""The overview page: queues, failure groups, tracked jobs, workers, throughput."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse
+
+from django_qless.views import data
+from django_qless.views.base import client_for, dashboard_view, get_pager, qurl, render_page
+
+__all__ = ["QUEUES_PER_PAGE", "overview"]
+
+QUEUES_PER_PAGE = 50
+
+
+@dashboard_view()
+def overview(request: HttpRequest) -> HttpResponse:
+    """Show every queue's counts and the health of the whole system."""
+    client = client_for(request)
+    info = data.overview(client)
+    per_minute = info["completed_per_minute"]
+    peak = max(per_minute) if per_minute else 0
+    heights = [0 if peak == 0 or n == 0 else max(1, round(n / peak * 40)) for n in per_minute]
+    spark = [{"x": i * 6, "y": 42 - h, "h": h, "value": n}
+             for i, (n, h) in enumerate(zip(per_minute, heights, strict=True))]
+    pager = get_pager(request, total=len(info["queues"]), per_page=QUEUES_PER_PAGE)
+    info.update(spark=spark, spark_peak=peak, live_src=qurl(request, "api_overview"),
+                pager=pager, all_queues=len(info["queues"]),
+                queues=info["queues"][pager.offset:pager.offset + pager.per_page],
+                limit=data.OVERVIEW_LIMIT)
+    return render_page(request, "django_qless/overview.html", info, title="Queues")

@@ -1,0 +1,102 @@
+"""Recurring jobs: list across queues, edit schedule and options, cancel."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.http import Http404, HttpRequest, HttpResponse
+
+from django_qless.forms import RecurringForm, first_error
+from django_qless.views.base import (
+    client_for,
+    dashboard_view,
+    get_pager,
+    logger,
+    qurl,
+    redirect_back,
+    render_page,
+)
+from django_qless.views.data import jobs_by_state, queue_counts
+
+__all__ = ["recurring", "recurring_cancel", "recurring_detail"]
+
+
+def get_recurring(client: Any, jid: str) -> Any:
+    """Return the recurring job or 404."""
+    found = client.jobs.recurring(jid)
+    if found is None:
+        raise Http404(f"There is no recurring job {jid!r}.")
+    return found
+
+
+@dashboard_view()
+def recurring(request: HttpRequest) -> HttpResponse:
+    """List every queue's recurring jobs, paginated across queues."""
+    client = client_for(request)
+    counts = [(q["name"], q["recurring"]) for q in queue_counts(client) if q["recurring"]]
+    total = sum(n for _, n in counts)
+    pager = get_pager(request, total=total)
+    skip, want = pager.offset, pager.per_page
+    jids: list[str] = []
+    for name, n in counts:
+        if skip >= n:
+            skip -= n
+            continue
+        take = min(want - len(jids), n - skip)
+        jids.extend(jobs_by_state(client, name, "recurring", skip, take))
+        skip = 0
+        if len(jids) >= want:
+            break
+    rows = [r for r in (client.jobs.recurring(jid) for jid in jids) if r is not None]
+    return render_page(request, "django_qless/recurring.html",
+                       {"recurring": rows, "pager": pager, "total": total},
+                       title="Recurring jobs", crumbs=[("Recurring", None)])
+
+
+@dashboard_view()
+def recurring_detail(request: HttpRequest, jid: str) -> HttpResponse:
+    """Show a recurring job; POST (manage permission) updates it."""
+    client = client_for(request)
+    job = get_recurring(client, jid)
+    if request.method == "POST":
+        form = RecurringForm(request.POST)
+        if not form.is_valid():
+            messages.error(request, first_error(form))
+            return redirect_back(request, qurl(request, "recurring_detail", jid))
+        cleaned = form.cleaned_data
+        job.update(priority=cleaned["priority"], interval=cleaned["interval"],
+                   retries=cleaned["retries"])
+        old, new = set(job.tags or ()), set(cleaned["tags"])
+        if new - old:
+            job.tag(*sorted(new - old))
+        if old - new:
+            job.untag(*sorted(old - new))
+        logger.info("user %s updated recurring job %s", request.user, jid)
+        messages.success(request, f"Updated recurring job {jid}.")
+        return redirect_back(request, qurl(request, "recurring_detail", jid))
+    form = RecurringForm(initial={"interval": job.interval, "priority": job.priority,
+                                  "retries": job.retries, "tags": ", ".join(job.tags or ())})
+    return render_page(request, "django_qless/recurring_detail.html",
+                       {"rj": job, "form": form},
+                       title=f"Recurring job {jid}",
+                       crumbs=[("Recurring", qurl(request, "recurring")), (jid, None)])
+
+
+@dashboard_view(manage=True)
+def recurring_cancel(request: HttpRequest, jid: str) -> HttpResponse:
+    """Confirm (GET) then stop a recurring job (POST); spawned jobs are kept."""
+    client = client_for(request)
+    job = get_recurring(client, jid)
+    if request.method != "POST":
+        return render_page(
+            request, "django_qless/confirm.html",
+            {"action": qurl(request, "recurring_cancel", jid),
+             "question": f"Stop recurring job {jid} ({job.klass_name})? "
+                         "Jobs it already spawned are kept.",
+             "button": "Yes, stop it", "back": qurl(request, "recurring_detail", jid)},
+            title="Cancel recurring job",
+            crumbs=[("Recurring", qurl(request, "recurring")), (jid, None)])
+    job.cancel()
+    messages.success(request, f"Stopped recurring job {jid}.")
+    return redirect_back(request, qurl(request, "recurring"))

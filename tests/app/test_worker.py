@@ -1,0 +1,121 @@
+"""`manage.py qless_worker` as a real subprocess: registry, hooks, signals, retries."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.db import connection
+
+from django_qless.clients import get_client
+from django_qless.hooks import DjangoWorkerHooks
+from tests.app import jobs
+from tests.app.helpers import manage
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def worker(redis_url: str, *args: str, **env: str):
+    result = manage(redis_url, "qless_worker", *args, **env)
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+def test_worker_runs_registered_jobs_and_refuses_the_rest(redis_url, tmp_path):
+    client = get_client()
+    ok = jobs.add.enqueue(40, b=2)
+    legacy = client.queues["default"].put("tests.app.legacy_jobs.Legacy", {})
+    sneaky = client.queues["default"].put("tests.app.not_allowed.Sneaky", {})
+    evil = client.queues["default"].put("os.system", {"args": ["touch /tmp/pwned"]})
+    boom = jobs.boom.enqueue("bad")
+    worker(redis_url, "default", "--processes", "0", "--max-jobs", "5",
+           QLESS_TEST_DB=str(tmp_path / "db.sqlite3"))
+    assert ok.result() == 42
+    assert client.jobs[legacy].state == "complete"
+    assert client.jobs[legacy].data == {"legacy": True}
+    for jid in (sneaky, evil):
+        found = client.jobs[jid]
+        assert found.state == "failed"
+        assert found.failure["group"] == "django_qless.UnknownJob"
+        assert "not a registered job" in found.failure["message"]
+    assert client.jobs[boom.jid].failure["group"] == "builtins.ValueError"
+
+
+def test_forking_worker_runs_retries_and_sends_in_process_signals(redis_url, tmp_path):
+    log = tmp_path / "signals.jsonl"
+    flaky = jobs.flaky.enqueue(1, "fork")
+    queries = [jobs.db_query.enqueue() for _ in range(3)]
+    worker(redis_url, "default", "--processes", "1", "--fork-per-job", "--max-jobs", "5",
+           QLESS_TEST_DB=str(tmp_path / "db.sqlite3"), QLESS_TEST_TMP=str(tmp_path),
+           QLESS_TEST_SIGNAL_LOG=str(log))
+    assert flaky.result() == "ok after 2"
+    pids = {q.result() for q in queries}
+    assert len(pids) == 3  # a fresh child per job, each with a working DB connection
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    finished = [(e["jid"], e["outcome"]) for e in events if e["signal"] == "job_finished"]
+    assert (flaky.jid, "retried") in finished and (flaky.jid, "completed") in finished
+    assert sorted(o for j, o in finished if j != flaky.jid) == ["completed"] * 3
+    assert {e["signal"] for e in events} >= {"worker_started", "worker_stopped",
+                                             "job_started", "job_finished"}
+    assert all(e["sender"] for e in events)
+
+
+def test_hooks_close_db_connections_before_fork_and_around_jobs(monkeypatch):
+    from django.db import connections
+
+    from django_qless import hooks as hooks_module
+    from django_qless.testing import build_job
+
+    calls = []
+    # SQLite's in-memory test database ignores close(); record the calls instead.
+    monkeypatch.setattr(connections, "close_all", lambda: calls.append("close_all"))
+    monkeypatch.setattr(hooks_module, "close_old_connections", lambda: calls.append("old"))
+    hooks = DjangoWorkerHooks()
+    connection.ensure_connection()
+    hooks.before_fork()
+    assert calls == ["close_all"]
+    result = hooks.around_job(build_job("x.y", {}), lambda: calls.append("job") or "r")
+    assert result == "r" and calls == ["close_all", "old", "job", "old"]
+    with pytest.raises(ZeroDivisionError):
+        hooks.around_job(build_job("x.y", {}), lambda: 1 / 0)
+    assert calls[-1] == "old"
+
+
+def test_print_options_masks_credentials(redis_url):
+    result = manage(redis_url, "qless_worker", "reports", "emails", "--print-options",
+                    "--processes", "3")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["queues"] == ["reports", "emails"] and data["processes"] == 3
+    assert data["url"].startswith("unix://")
+
+
+def test_queues_routed_to_several_aliases_are_refused(redis_url):
+    from django.core.management import CommandError, call_command
+    from django.test import override_settings
+
+    with override_settings(QLESS={"default": {"URL": redis_url},
+                                  "reports": {"URL": redis_url}, "QUEUES": {"pdf": "reports"}}):
+        with pytest.raises(CommandError, match="routed to several aliases"):
+            call_command("qless_worker", "default", "pdf", print_options=True)
+
+
+def test_alias_url_carries_credentials_and_tls_options():
+    from django_qless.conf import AliasSettings
+    from django_qless.management.commands.qless_worker import alias_url
+
+    url = alias_url(AliasSettings("x", "rediss://h:1/0", username="u", password="p w",
+                                  ssl_ca_certs="/ca.pem"))
+    assert url == "rediss://u:p%20w@h:1/0?ssl_cert_reqs=required&ssl_ca_certs=/ca.pem"
+    assert alias_url(AliasSettings("x", "unix:///s.sock?db=2")) == "unix:///s.sock?db=2"
+
+
+def test_worker_heartbeat_setting_and_dry_run(redis_url, tmp_path):
+    handle = jobs.add.enqueue(2, b=2)
+    result = manage(redis_url, "qless_worker", "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert "default: 1 waiting" in result.stdout and "tests.app.jobs.add" in result.stdout
+    worker(redis_url, "--processes", "0", "--max-jobs", "1",
+           QLESS_WORKER_HEARTBEAT="17", QLESS_TEST_DB=str(tmp_path / "db"))
+    assert get_client().config["heartbeat"] == 17
+    assert jobs.add.handle(handle.jid).result() == 4

@@ -1,0 +1,348 @@
+"""Fault-injection harness: a private TCP Redis with AOF, a reply-dropping proxy, a SQLite
+ledger outside the queue keys, real worker subprocesses, and the auditor at the end.
+
+Every test here is `@pytest.mark.fault` with a hard timeout. Redis listens on 127.0.0.1 at a
+free port of our own (never another server); the unix-socket session server of
+tests/conftest.py is not used, because these tests restart, pause and proxy Redis.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from django_qless.core.audit import audit
+from django_qless.core.client import Client
+from django_qless.core.server import RedisServer, find_redis_server
+
+ROOT = Path(__file__).resolve().parents[2]
+LEDGER_ENV = "QLESS_FAULT_LEDGER"
+
+
+def free_port() -> int:
+    """Return a TCP port nobody listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(cond: Callable[[], Any], timeout: float = 10.0, step: float = 0.02) -> Any:
+    """Poll `cond` until truthy; fail the test after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        time.sleep(step)
+
+
+def alive(pid: int) -> bool:
+    """Tell whether `pid` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def children_of(pid: int) -> list[int]:
+    """Return the live children of `pid` (from /proc)."""
+    kids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z" and int(fields[1]) == pid:
+                kids.append(int(entry))
+    return sorted(kids)
+
+
+def assert_audit_clean(conn: Client | redis.Redis) -> None:
+    """Every fault test ends here: the invariants of reliability.md §b hold."""
+    report = audit(conn)
+    assert report.ok, str(report)
+
+
+# ---------------------------------------------------------------------------- Redis
+
+class TcpRedis:
+    """A private redis-server on 127.0.0.1:<free port>, AOF always, restartable in place."""
+
+    def __init__(self, directory: Path, aof: bool = True) -> None:
+        self.directory = directory
+        self.port = free_port()
+        self.args = ["--appendonly", "yes", "--appendfsync", "always"] if aof else []
+        self.server: RedisServer | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> TcpRedis:
+        self.server = RedisServer(find_redis_server(), directory=str(self.directory),
+                                  extra_args=self.args, port=self.port).start()
+        return self
+
+    def conn(self, **kwargs: Any) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=self.port, decode_responses=True, **kwargs)
+
+    def crash(self) -> None:
+        """SHUTDOWN NOSAVE: the process dies without a final save (AOF keeps what it logged)."""
+        c = self.conn()
+        try:
+            c.shutdown(nosave=True)
+        except redis.ConnectionError:
+            pass
+        assert self.server is not None and self.server.process is not None
+        self.server.process.wait(timeout=10)
+        self.server = None
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+
+@pytest.fixture
+def tcp_redis(tmp_path: Path) -> Iterator[TcpRedis]:
+    """A fresh private TCP Redis with AOF `always` for one test."""
+    d = tmp_path / "redis"
+    d.mkdir()
+    server = TcpRedis(d).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def rconn(tcp_redis: TcpRedis) -> Iterator[redis.Redis]:
+    c = tcp_redis.conn()
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def client(tcp_redis: TcpRedis) -> Iterator[Client]:
+    c = Client(tcp_redis.url, worker_name="test-client")
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def short_leases(client: Client) -> Client:
+    """Heartbeat 2 s, grace 1 s: a lost job is offered again about 3 s after its last beat."""
+    client.config["heartbeat"] = 2
+    client.config["grace-period"] = 1
+    return client
+
+
+# ---------------------------------------------------------------------------- proxy
+
+class Proxy:
+    """A threaded TCP proxy; can drop a connection after forwarding a matching request
+    but before its reply (lost ack), or go silent without closing (half-open)."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self.listener.getsockname()[1])
+        self.drop_reply_to: bytes | None = None
+        self.frozen: set[int] = set()  # ids of connections that went quiet (half-open)
+        self.dropped = 0
+        self._pairs: list[tuple[socket.socket, socket.socket]] = []
+        self._stop = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def _accept(self) -> None:
+        while not self._stop:
+            try:
+                down, _ = self.listener.accept()
+            except OSError:
+                return
+            up = socket.create_connection(("127.0.0.1", self.upstream_port))
+            state: dict[str, Any] = {"swallow": False, "id": len(self._pairs)}
+            self._pairs.append((down, up))
+            threading.Thread(target=self._requests, args=(down, up, state), daemon=True).start()
+            threading.Thread(target=self._replies, args=(up, down, state), daemon=True).start()
+
+    def freeze(self) -> None:
+        """Stop forwarding on every open connection without closing it (half-open)."""
+        self.frozen |= set(range(len(self._pairs)))
+
+    def _wait_thaw(self, state: dict[str, Any]) -> None:
+        while state["id"] in self.frozen and not self._stop:
+            time.sleep(0.01)
+
+    def _requests(self, down: socket.socket, up: socket.socket, state: dict[str, Any]) -> None:
+        try:
+            while data := down.recv(65536):
+                self._wait_thaw(state)
+                pattern = self.drop_reply_to
+                if pattern is not None and pattern in data:
+                    self.drop_reply_to = None
+                    state["swallow"] = True
+                up.sendall(data)
+        except OSError:
+            pass
+        if not state["swallow"]:
+            self._close(down, up)
+
+    def _replies(self, up: socket.socket, down: socket.socket, state: dict[str, Any]) -> None:
+        try:
+            while data := up.recv(65536):
+                self._wait_thaw(state)
+                if state["swallow"]:
+                    # The server ran the command; its reply never reaches the client.
+                    self.dropped += 1
+                    break
+                down.sendall(data)
+        except OSError:
+            pass
+        self._close(down, up)
+
+    @staticmethod
+    def _close(*socks: socket.socket) -> None:
+        for s in socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+    def close(self) -> None:
+        self._stop = True
+        self.listener.close()
+        for down, up in self._pairs:
+            self._close(down, up)
+
+
+@pytest.fixture
+def proxy(tcp_redis: TcpRedis) -> Iterator[Proxy]:
+    p = Proxy(tcp_redis.port)
+    yield p
+    p.close()
+
+
+# ---------------------------------------------------------------------------- ledger
+
+class Ledger:
+    """A SQLite ledger in tmp (outside Redis): (jid, attempt, worker, pid, event, t)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        db = self.db()
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("CREATE TABLE IF NOT EXISTS ledger (jid TEXT, attempt INTEGER, worker TEXT,"
+                   " pid INTEGER, event TEXT, t REAL, extra TEXT)")
+        db.execute("CREATE TABLE IF NOT EXISTS effects (jid TEXT PRIMARY KEY, pid INTEGER)")
+        db.commit()
+        db.close()
+
+    def db(self) -> sqlite3.Connection:
+        return sqlite3.connect(self.path, timeout=60)
+
+    def rows(self, event: str | None = None, jid: str | None = None) -> list[dict[str, Any]]:
+        db = self.db()
+        try:
+            cur = db.execute("SELECT jid, attempt, worker, pid, event, t, extra FROM ledger")
+            names = [c[0] for c in cur.description]
+            rows = [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+        finally:
+            db.close()
+        return [r for r in rows if (event is None or r["event"] == event)
+                and (jid is None or r["jid"] == jid)]
+
+    def effects(self) -> int:
+        db = self.db()
+        try:
+            return int(db.execute("SELECT COUNT(*) FROM effects").fetchone()[0])
+        finally:
+            db.close()
+
+
+@pytest.fixture
+def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Ledger:
+    path = tmp_path / "ledger.sqlite3"
+    monkeypatch.setenv(LEDGER_ENV, str(path))
+    return Ledger(path)
+
+
+# ---------------------------------------------------------------------------- workers
+
+class WorkerProcess:
+    """`python -m django_qless.core.workers` in its own session, jobs from tests.faults.jobs."""
+
+    def __init__(self, url: str, args: list[str], tmp: Path) -> None:
+        self.stderr_path = tmp / f"worker-{time.monotonic_ns()}.err"
+        argv = [sys.executable, "-m", "django_qless.core.workers", "--url", url,
+                "--import", "tests.faults.jobs", "--sandbox-root", str(tmp / "sandboxes"),
+                "-v", *args]
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        self._err = open(self.stderr_path, "w")  # noqa: SIM115 - closed in kill_all
+        self.proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=self._err,
+                                     start_new_session=True)
+        self.pid = self.proc.pid
+
+    def children(self) -> list[int]:
+        return children_of(self.pid)
+
+    def wait_children(self, n: int, timeout: float = 15.0) -> list[int]:
+        return list(wait_until(lambda: (lambda k: k if len(k) == n else None)(self.children()),
+                               timeout))
+
+    def signal(self, signum: int) -> None:
+        os.kill(self.pid, signum)
+
+    def wait(self, timeout: float = 20.0) -> int:
+        return self.proc.wait(timeout=timeout)
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+    def kill_all(self) -> None:
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        self._err.close()
+
+
+@pytest.fixture
+def start_worker(tcp_redis: TcpRedis, tmp_path: Path, ledger: Ledger
+                 ) -> Iterator[Callable[..., WorkerProcess]]:
+    """Start CLI workers against the TCP Redis; each one's session is killed at teardown."""
+    started: list[WorkerProcess] = []
+
+    def start(*args: str, url: str | None = None) -> WorkerProcess:
+        worker = WorkerProcess(url or tcp_redis.url, list(args), tmp_path)
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.kill_all()

@@ -1,0 +1,111 @@
+"""Fixtures for the dashboard tests: the test Redis as QLESS, users with each access level."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.test import Client, override_settings
+
+from django_qless.clients import clients, get_client
+
+XSS_PROBES = (
+    "<script>alert(1)</script>",
+    '"><img src=x onerror=alert(1)>',
+    "');alert(1);//",
+)
+TOKEN = "t0ken-for-tests"
+
+
+@pytest.fixture(autouse=True)
+def qless_settings(redis_url: str) -> Iterator[str]:
+    """Point the default alias at the flushed test database; set an API token."""
+    with override_settings(
+        QLESS={"default": {"URL": redis_url}, "JOB_MODULES": ["tests.app.legacy_jobs"]},
+        QLESS_UI={"API_TOKEN": TOKEN, "POLL_INTERVAL_MS": 500, "EVENTS_STREAM_SECONDS": 3},
+    ):
+        yield redis_url
+    clients.close_all()
+
+
+@pytest.fixture
+def qc(qless_settings: str) -> Any:
+    """The core client the dashboard uses."""
+    return get_client("default")
+
+
+def _user(name: str, *, staff: bool, perms: tuple[str, ...] = ()) -> User:
+    user = User.objects.create_user(name, f"{name}@example.com", "pw-" + name)
+    user.is_staff = staff
+    user.save()
+    for codename in perms:
+        user.user_permissions.add(
+            Permission.objects.get(content_type__app_label="django_qless", codename=codename))
+    return User.objects.get(pk=user.pk)  # fresh: no stale permission cache
+
+
+@pytest.fixture
+def manager(db: None) -> User:
+    """Staff with view + manage permissions."""
+    return _user("manager", staff=True, perms=("view_dashboard", "manage_jobs"))
+
+
+@pytest.fixture
+def viewer(db: None) -> User:
+    """Staff with the view permission only."""
+    return _user("viewer", staff=True, perms=("view_dashboard",))
+
+
+@pytest.fixture
+def plain(db: None) -> User:
+    """A logged-in user who is not staff."""
+    return _user("plain", staff=False)
+
+
+@pytest.fixture
+def staff_noperm(db: None) -> User:
+    """Staff without any dashboard permission."""
+    return _user("staffnoperm", staff=True)
+
+
+@pytest.fixture
+def as_user() -> Callable[..., Client]:
+    """Return a test client logged in as the given user."""
+
+    def make(user: User, *, csrf: bool = False) -> Client:
+        client = Client(enforce_csrf_checks=csrf)
+        client.force_login(user)
+        return client
+
+    return make
+
+
+@pytest.fixture
+def mc(manager: User, as_user: Callable[..., Client]) -> Client:
+    """A test client logged in as the manager."""
+    return as_user(manager)
+
+
+def fail_job(qc: Any, queue: str = "q", *, group: str = "boom.Error",
+             message: str = "Traceback...\nValueError: boom", worker: str = "w1",
+             klass: str = "tests.Job", data: dict[str, Any] | None = None,
+             tags: tuple[str, ...] = (), priority: int = 2147483647) -> str:
+    """Put, pop and fail a job; return its jid."""
+    from django_qless.core.client import Client as CoreClient
+
+    # The highest priority pops first, so other waiting jobs of the queue stay untouched.
+    jid = qc.queues[queue].put(klass, data or {"n": 1}, tags=tags, priority=priority)
+    popper = CoreClient(qc.redis, worker_name=worker, clock=qc.now)
+    job = popper.queues[queue].pop()
+    assert job is not None and job.jid == jid
+    job.fail(group, message)
+    return jid
+
+
+def pop_job(qc: Any, queue: str = "q", worker: str = "w1") -> Any:
+    """Pop one job as a named worker (so it is running)."""
+    from django_qless.core.client import Client as CoreClient
+
+    return CoreClient(qc.redis, worker_name=worker, clock=qc.now).queues[queue].pop()
