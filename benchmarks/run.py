@@ -26,6 +26,7 @@ from report import aggregate, check_targets, format_report, format_scale  # noqa
 from django_qless.core.server import RedisServer, find_redis_server  # noqa: E402
 
 ADAPTERS = HERE / "adapters"
+METRIC_GROUPS = ("enqueue,bulk", "drain", "worker", "latency")
 RESULTS = HERE / "results"
 
 
@@ -136,17 +137,24 @@ def main(argv: list[str] | None = None) -> int:
         rounds: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
         notes: dict[str, dict[str, str]] = {}
         for r in range(s["rounds"]):
-            order = systems[r % len(systems):] + systems[: r % len(systems)]  # interleave
-            for system in order:
-                metrics = "enqueue,bulk,drain,worker,latency" if system.name == "django-qless" \
-                    else "enqueue,drain,worker,latency"
-                result = run_adapter(system, server.url, metrics, s)
-                rounds[system.name].append(result)
-                if system.name not in notes and "lua_patch" in result.get("notes", {}):
-                    print(f"{system.name} Lua: {result['notes']['lua_patch']}")
-                notes[system.name] = result.get("notes", {})
-                print(f"round {r + 1}/{s['rounds']} {system.name:13} done in "
-                      f"{result['seconds']}s", flush=True)
+            # Metric-major and rotated: each metric is measured for all systems back to back,
+            # so a burst of load from other processes hits them alike, and no system is
+            # always first.
+            order = systems[r % len(systems):] + systems[: r % len(systems)]
+            merged: dict[str, dict[str, Any]] = {sys_.name: {"seconds": 0.0} for sys_ in order}
+            for group in METRIC_GROUPS:
+                for system in order:
+                    metrics = group if system.name == "django-qless" else \
+                        ",".join(m for m in group.split(",") if m != "bulk")
+                    result = run_adapter(system, server.url, metrics, s)
+                    seconds = merged[system.name]["seconds"] + result.pop("seconds")
+                    merged[system.name].update(result, seconds=round(seconds, 1))
+                    if system.name not in notes and "lua_patch" in result.get("notes", {}):
+                        print(f"{system.name} Lua: {result['notes']['lua_patch']}")
+                    notes[system.name] = result.get("notes", {})
+                print(f"round {r + 1}/{s['rounds']} {group:14} done", flush=True)
+            for name, result in merged.items():
+                rounds[name].append(result)
         scale: dict[str, Any] = {}
         if not args.skip_scale:
             for system in systems:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from .audit import (
     BATCH,
+    JOB_BATCH,
     QUEUE_KINDS,
     STATE_INDEX,
     STATES,
@@ -41,7 +42,16 @@ def job_tids(queue: str, throttles: str | None) -> list[str]:
 def members(a: Auditor, key: str, kind: str) -> Iterator[list[str]]:
     """Yield the members of an index key in batches (zset, set or list)."""
     if kind == "zset":
-        yield from chunks(m for m, _ in a.r.zscan_iter(key, count=BATCH))
+        # Pages by rank: members shift on a live system, so an entry may be seen twice or
+        # missed for one run; the re-check pass and the next audit cover both.
+        start = 0
+        while True:
+            page = [str(m) for m in a.r.zrange(key, start, start + BATCH - 1)]
+            if page:
+                yield page
+            if len(page) < BATCH:
+                return
+            start += BATCH
     elif kind == "set":
         yield from chunks(str(m) for m in a.r.sscan_iter(key, count=BATCH))
     else:
@@ -59,9 +69,9 @@ def members(a: Auditor, key: str, kind: str) -> Iterator[list[str]]:
 
 def check_jobs(a: Auditor) -> None:
     """Each job hash: one known state, in exactly the index it implies, sane fields."""
-    for batch in chunks(a.job_keys()):
+    for batch in chunks(a.job_keys(), JOB_BATCH):
         jobs = a.read_jobs(batch)
-        pipe = a.r.pipeline(transaction=False)
+        pipe = a.reads()
         plans: list[tuple[str, dict[str, str], list[tuple[str, str]]]] = []
         for jid, h in jobs.items():
             if h is None:
@@ -263,7 +273,7 @@ def check_failure_groups(a: Auditor, groups: set[str]) -> None:
 def check_recur_index(a: Auditor, key: str, queue: str) -> None:
     """Every recurring entry has its template, and the template names this queue."""
     for batch in members(a, key, "zset"):
-        pipe = a.r.pipeline(transaction=False)
+        pipe = a.reads()
         for jid in batch:
             pipe.hget(f"ql:r:{jid}", "queue")
         for jid, owner in zip(batch, pipe.execute(), strict=True):
@@ -286,7 +296,7 @@ def check_dependencies(a: Auditor) -> None:
         if a.r.exists(f"ql:j:{owner}") == 0:
             a.add("orphan.key", key, "dependency set of a job that does not exist")
         for batch in members(a, key, "set"):
-            pipe = a.r.pipeline(transaction=False)
+            pipe = a.reads()
             for other in batch:
                 pipe.exists(f"ql:j:{other}")
                 pipe.sismember(f"ql:j:{other}-{mirror}", owner)
@@ -328,9 +338,13 @@ def check_misc(a: Auditor) -> None:
         if not queue or a.r.zscore(f"ql:q:{queue}-recur", key[5:]) is None:
             a.add("recur.index", key, f"template not in ql:q:{queue}-recur")
     check_bookkeeping(a)
-    for key in a.scan("ql:j:*-history", "list"):
-        if a.r.exists(f"ql:j:{key[5:-8]}") == 0:
-            a.add("orphan.key", key, "history of a job that does not exist")
+    for batch in chunks(a.scan("ql:j:*-history", "list")):
+        reads = a.reads()
+        for key in batch:
+            reads.exists(f"ql:j:{key[5:-8]}")
+        for key, found in zip(batch, reads.execute(), strict=True):
+            if not found:
+                a.add("orphan.key", key, "history of a job that does not exist")
 
 
 def check_bookkeeping(a: Auditor) -> None:

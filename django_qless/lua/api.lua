@@ -10,11 +10,11 @@ local ROUTES = [[
  put=throttle,job requeue=throttle,job complete=throttle,stats,job fail=throttle,job
 retry=throttle,job heartbeat=job timeout=throttle,job cancel=throttle,job depends=job,jobmeta
 priority=jobmeta log=jobmeta tag=jobmeta track=objects,jobmeta get=objects,jobmeta
-multiget=objects,jobmeta pop=throttle,stats,objects,job,spawn,timers,pop
-peek=throttle,stats,objects,job,spawn,timers,pop jobs=timers,queries length=queries
+multiget=objects,jobmeta pop=throttle,stats,objects,spawn,timers,pop
+peek=objects,spawn,timers,pop jobs=timers,queries length=queries
 queues=timers,queries pause=queries unpause=queries queue.forget=queries unfail=queries
 failed=queries stats=queries workers=worker worker.deregister=worker
-reserve=throttle,stats,objects,job,spawn,timers,pop,worker
+reserve=throttle,stats,objects,spawn,timers,pop,worker
 complete.reserve=throttle,stats,objects,job,spawn,timers,pop,worker config.get=config
 config.set=config config.unset=config throttle.set=throttle,throttle_cmds
 throttle.get=throttle,throttle_cmds throttle.delete=throttle,throttle_cmds

@@ -457,6 +457,22 @@ function Q.counter(queue, when, field, delta)
   rcall('HINCRBY', 'ql:s:stats:' .. Q.bin(when) .. ':' .. queue, field, delta)
 end
 
+-- Fail a job whose retries are exhausted (retry and lock loss); `h` has its fields.
+function Q.exhausted(jid, queue, now, group, message, worker, fields)
+  Q.history(jid, now, 'failed', { group = group })
+  table.insert(fields, 'state'); table.insert(fields, 'failed')
+  table.insert(fields, 'worker'); table.insert(fields, '')
+  table.insert(fields, 'expires'); table.insert(fields, '')
+  table.insert(fields, 'failure')
+  table.insert(fields, cjson_encode({ group = group, message = message,
+    when = worker ~= '' and floor(now) or now, worker = worker }))
+  rcall('HSET', Q.kjob(jid), unpack(fields))
+  rcall('SADD', 'ql:failures', group)
+  rcall('LPUSH', 'ql:f:' .. group, jid)
+  Q.counter(queue, now, 'failures', 1)
+  Q.counter(queue, now, 'failed', 1)
+end
+
 -- ---------------------------------------------------------------- events
 
 -- JSON text of a string (or false), escaped exactly as cjson does it.

@@ -10,6 +10,8 @@
 --   ql:workers             zset  worker -> last seen (ZRANGEBYSCORE, ZREVRANGE, ZREM, ZADD)
 --   ql:w:<worker>:jobs     zset  jid -> lock expiry (ZREVRANGEBYSCORE, ZCOUNT, DEL)
 --   ql:q:<queue>-scheduled|recur|locks  zset (ZRANGE 0 0 WITHSCORES, for the wake hint)
+--   ql:paused_queues       set   (SISMEMBER, wake hint skips paused queues)
+--   ql:config              hash  (HSET #due:<queue> with the exact bound on the idle path)
 --   everything pop and complete touch (queue.lua, job.lua)
 
 

@@ -492,3 +492,28 @@ def test_queue_throttle_written_by_another_writer(lua: Any, r: redis.Redis) -> N
     # "a" was popped before the throttle existed, so it holds no slot.
     assert [j["jid"] for j in lua.json("pop", 4, "queue", "worker", 5)] == ["b"]
     assert lua.json("get", 4, "c")["state"] == "throttled"
+
+
+def test_complete_reserve_events_match_complete(lua: Any, events: Events) -> None:
+    """complete.reserve publishes what complete and pop would (tracked jobs)."""
+    running(lua, "a")
+    lua("track", 0, "track", "a")
+    put(lua, "b", now=1)
+    lua("track", 1, "track", "b")
+    events()
+    lua("complete.reserve", 2, "a", "worker", "queue", {}, 1, "queue")
+    got = [e for e in events() if not e[0].startswith("ql:wake:")]
+    assert got == [("ql:completed", "a"),
+                   ("ql:log", '{"jid":"a","event":"completed","queue":"queue"}'),
+                   ("ql:popped", "b")]
+
+
+def test_reserve_records_wait_and_run_stats(lua: Any) -> None:
+    """Reserve and complete.reserve write the same statistics as pop and complete."""
+    put(lua, "a", now=0)
+    put(lua, "b", now=2)
+    lua("reserve", 4, "worker", 1, "queue")
+    lua("complete.reserve", 10, "a", "worker", "queue", {}, 1, "queue")
+    stats = lua.json("stats", 10, "queue", 0)
+    assert (stats["wait"]["count"], stats["wait"]["mean"]) == (2, 6)
+    assert (stats["run"]["count"], stats["run"]["mean"]) == (1, 6)

@@ -435,3 +435,37 @@ def test_unknown_command(lua: Any) -> None:
     for name in ("nope", "pu", "put=x", "throttle", "p.t"):
         with pytest.raises(redis.ResponseError, match="Unknown command"):
             lua(name, 0)
+
+
+def test_capped_queue_wakes_when_a_slot_frees(lua: Any, events: Any) -> None:
+    """With <queue>-max-concurrency, finishing a job wakes idle workers of the queue."""
+    lua("config.set", 0, "q-max-concurrency", 1)
+    put(lua, "a", now=0)
+    put(lua, "b", now=1)
+    assert [j["jid"] for j in pop(lua, count=2, now=2)] == ["a"]
+    events()
+    lua("complete", 3, "a", "w", Q, "{}")
+    assert wakes(events()) == ["ql:wake:q"]
+    assert [j["jid"] for j in pop(lua, count=2, now=4)] == ["b"]
+
+
+@pytest.mark.parametrize("how", ["cancel", "timeout", "fail", "retry", "put"])
+def test_throttle_slot_released(lua: Any, how: str) -> None:
+    """Every way out of `running` gives the throttle slot back."""
+    lua("throttle.set", 0, "t", 1)
+    put(lua, "a", now=0, throttles='["t"]')
+    put(lua, "b", now=1, throttles='["t"]')
+    assert [j["jid"] for j in pop(lua, count=2, now=2)] == ["a"]
+    calls = {
+        "cancel": ("cancel", 3, "a"),
+        "timeout": ("timeout", 3, "a"),
+        "fail": ("fail", 3, "a", "w", "g", "m"),
+        "retry": ("retry", 3, "a", Q, "w", 100),
+        "put": ("put", 3, "w", "q2", "a", "K", "{}", 0),
+    }
+    lua(*calls[how])
+    assert lua("throttle.locks", 3, "t") == []
+    assert lua.json("get", 3, "b")["state"] == "waiting"
+    # a timed-out job sits at +inf in work, so it takes the slot again before b
+    expected = ["a"] if how == "timeout" else ["b"]
+    assert [j["jid"] for j in pop(lua, count=2, now=4)] == expected

@@ -164,6 +164,7 @@ class Proxy:
         self.port = int(self.listener.getsockname()[1])
         self.drop_reply_to: bytes | None = None
         self.frozen: set[int] = set()  # ids of connections that went quiet (half-open)
+        self.freeze_new = False
         self.dropped = 0
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
         self._stop = False
@@ -181,13 +182,17 @@ class Proxy:
                 return
             up = socket.create_connection(("127.0.0.1", self.upstream_port))
             state: dict[str, Any] = {"swallow": False, "id": len(self._pairs)}
+            if self.freeze_new:
+                self.frozen.add(state["id"])
             self._pairs.append((down, up))
             threading.Thread(target=self._requests, args=(down, up, state), daemon=True).start()
             threading.Thread(target=self._replies, args=(up, down, state), daemon=True).start()
 
-    def freeze(self) -> None:
-        """Stop forwarding on every open connection without closing it (half-open)."""
+    def freeze(self, new_too: bool = False) -> None:
+        """Stop forwarding on every open connection without closing it (half-open); with
+        `new_too`, connections made later are accepted and then stay silent as well."""
         self.frozen |= set(range(len(self._pairs)))
+        self.freeze_new = new_too
 
     def _wait_thaw(self, state: dict[str, Any]) -> None:
         while state["id"] in self.frozen and not self._stop:

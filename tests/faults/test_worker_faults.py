@@ -4,9 +4,10 @@ tests/worker/test_faults.py and test_lifecycle.py already cover: SIGKILL of a ch
 SIGKILL of the supervisor (no child left), the poison job, TERM/INT release, double TERM,
 TERM to the process group, USR1/USR2/CONT. This file covers what they do not: FI-02 with
 every child busy, FI-04 (a stopped child loses its lease), FI-06 (QUIT leaves the queue
-alone), FI-08 (TERM at random moments), FI-10 (SCRIPT FLUSH under load), FI-11 (Redis
-crash + AOF restart), FI-16 (CLIENT PAUSE), FI-24 (dependencies, with FI-01's history and
-retry accounting) and FI-26 (throttle slot of a killed child).
+alone), FI-07 with Redis unreachable at TERM, FI-08 (TERM at random moments), FI-10 (SCRIPT
+FLUSH under load), FI-11 (Redis crash + AOF restart), FI-16 (CLIENT PAUSE), FI-18 (start-up
+eviction warning), FI-24 (dependencies, with FI-01's history and retry accounting) and
+FI-26 (throttle slot of a killed child).
 """
 
 from __future__ import annotations
@@ -253,4 +254,47 @@ def test_fi26_throttle_slot_of_a_killed_child_comes_back(
     assert len(ledger.rows("started", first["jid"])) == 2
     worker.signal(signal.SIGQUIT)
     assert worker.wait() == 0
+    assert_audit_clean(client)
+
+
+def test_fi18_worker_reports_an_evicting_redis_at_start(client, rconn, start_worker):
+    rconn.config_set("maxmemory-policy", "allkeys-lru")
+    try:
+        worker = start_worker("q", "-n", "1")
+        wait_until(lambda: "maxmemory-policy" in worker.stderr(), timeout=15)
+        assert "allkeys-lru" in worker.stderr() and "noeviction" in worker.stderr()
+        worker.signal(signal.SIGQUIT)
+        assert worker.wait() == 0
+    finally:
+        rconn.config_set("maxmemory-policy", "noeviction")
+    assert_audit_clean(client)
+
+
+@pytest.mark.parametrize("outage", ["closed", "half-open"])
+def test_fi07_term_while_redis_is_unreachable_job_returns_by_lease(
+    short_leases, proxy, start_worker, ledger, outage
+):
+    client = short_leases
+    q = client.queues["q"]
+    worker = start_worker("q", "-n", "1", "--shutdown-grace", "2", url=proxy.url)
+    jid = q.put(WORK, {"seconds": 30}, retries=3)
+    wait_until(lambda: ledger.rows("started", jid), timeout=15)
+    if outage == "closed":
+        proxy.close()  # connections cut, new ones refused
+    else:
+        proxy.freeze(new_too=True)  # sockets stay open (and new ones open), nothing flows
+    t0 = time.monotonic()
+    worker.signal(signal.SIGTERM)
+    code = worker.wait(timeout=90)
+    stopped = time.monotonic() - t0
+    print(f"FI-07 {outage}: exit {code} after {stopped:.1f}s")
+    assert code == 4  # stopped, but the job could not be released
+    # Closed: immediate. Half-open: each Redis call waits out the worker's read timeout
+    # (15 s per call, reported: exit is not bounded by --shutdown-grace).
+    assert stopped < (5 if outage == "closed" else 60)
+    # The lease runs out and another worker gets the job (one retry spent).
+    wait_until(lambda: q.pop(), timeout=10)
+    job = client.jobs[jid]
+    assert job.state == "running" and job.retries == 2
+    job.complete()
     assert_audit_clean(client)

@@ -100,7 +100,11 @@ class WorkerProcess:
     def wait(self, timeout: float = 15.0) -> int:
         """Wait for the worker to exit; return its exit code (fail with its log if it hangs)."""
         try:
-            return self.proc.wait(timeout=timeout)
+            code = self.proc.wait(timeout=timeout)
+            if code != 0:
+                # Shown by pytest if the test fails on the exit code.
+                sys.stderr.write(f"--- worker stderr ---\n{self.stderr()[-6000:]}\n")
+            return code
         except subprocess.TimeoutExpired:
             titles = [cmdline(p) for p in [self.pid, *self.children()] if alive(p)]
             raise AssertionError(

@@ -154,3 +154,29 @@ def test_max_duration_stops_gracefully(client, start_worker):
     worker = start_worker("q", "-n", "1", "--max-duration", "1")
     assert worker.wait(timeout=10) == 0
     assert 1 <= time.monotonic() - t0 < 6
+
+
+@pytest.mark.parametrize("processes", ["0", "1"])
+def test_pubsub_connections_killed_worker_resubscribes(client, r, start_worker, processes):
+    q = client.queues["q"]
+    worker = start_worker("q", "-n", processes, "--interval", "30")
+    warm = q.put("tests.worker.jobs.ok", {})
+    wait_until(lambda: client.jobs[warm].state == "complete")
+    time.sleep(0.2)
+    assert r.client_kill_filter(_type="pubsub") >= 1
+    time.sleep(0.3)
+    jid = q.put("tests.worker.jobs.ok", {})
+    # Far sooner than the 30 s interval: the worker noticed and re-subscribed.
+    wait_until(lambda: client.jobs[jid].state == "complete", timeout=5)
+    # And the lock-lost channel works again: a cancel still aborts a running job.
+    slow = q.put("tests.worker.jobs.sleep_long", {"seconds": 30})
+    wait_until(lambda: ledger(client.redis, "started", slow))
+    client.jobs[slow].cancel()
+    after = q.put("tests.worker.jobs.ok", {})
+    try:
+        wait_until(lambda: client.jobs[after].state == "complete", timeout=10)
+    except AssertionError:
+        print(worker.stderr())
+        raise
+    worker.signal(signal.SIGQUIT)
+    assert worker.wait() == 0

@@ -141,6 +141,7 @@ def test_worker_warns_when_redis_may_evict_keys(r, start_worker):
     try:
         worker = start_worker("q", "-n", "0")
         wait_until(lambda: "maxmemory-policy is 'allkeys-lru'" in worker.stderr(), timeout=10)
+        wait_until(lambda: r.zcard("ql:workers"))  # started (signal handlers in place)
         worker.signal(signal.SIGQUIT)
         assert worker.wait() == 0
     finally:

@@ -302,6 +302,9 @@ class ForkingWorker:
     # -- pubsub events -------------------------------------------------------------------------
     def _handle_events(self) -> None:
         assert self.channels is not None
+        if self.channels.missed_events:
+            self.channels.missed_events = False
+            self._recheck_running_jobs()
         by_name = {c.name: c for c in self.children.values()}
         for worker, payload in self.channels.poll():
             child = by_name.get(worker)
@@ -310,6 +313,22 @@ class ForkingWorker:
                 continue
             if child.jid is not None and payload.get("jid") == child.jid:
                 log.warning("child %s: %s for job %s; killing it", child.name, event, child.jid)
+                self._kill(child, "lock_lost", signal.SIGKILL)
+
+    def _recheck_running_jobs(self) -> None:
+        """After a pubsub gap, kill children whose job is no longer theirs (events missed)."""
+        assert self.client is not None
+        for child in list(self.children.values()):
+            if child.jid is None or child.kill_reason is not None:
+                continue
+            try:
+                reply = self.client.call_json("get", child.jid)
+            except QlessError as exc:
+                log.warning("could not re-check job %s: %s", child.jid, exc)
+                continue
+            if not reply or reply.get("state") != "running" or reply.get("worker") != child.name:
+                log.warning("child %s: job %s was taken away while we were not listening; "
+                            "killing it", child.name, child.jid)
                 self._kill(child, "lock_lost", signal.SIGKILL)
 
     # -- signals and limits --------------------------------------------------------------------

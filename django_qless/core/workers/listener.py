@@ -35,11 +35,15 @@ class WorkerChannelListener(threading.Thread):
         on_event: Callable[[str, dict[str, Any]], None],
         *,
         health_check_interval: float = 10.0,
+        on_reconnect: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(name="qless-worker-listener", daemon=True)
         self.conn = conn
         self.on_event = on_event
         self.health_check_interval = health_check_interval
+        # Called once re-subscribed after a dropped connection: events may have been missed.
+        self.on_reconnect = on_reconnect
+        self._sessions = 0
         self._lock = threading.Lock()
         self._wanted: set[str] = set()
         self._confirmed: dict[str, threading.Event] = {}
@@ -92,6 +96,8 @@ class WorkerChannelListener(threading.Thread):
                     pass
 
     def _serve(self, pubsub: Any) -> None:
+        self._sessions += 1
+        recheck = self._sessions > 1 and self.on_reconnect is not None
         subscribed: set[str] = set()
         last_ping = time.monotonic()
         self._changed.set()
@@ -123,6 +129,12 @@ class WorkerChannelListener(threading.Thread):
                 continue
             last_ping = now
             self._handle(msg)
+            if recheck and msg.get("type") == "subscribe" and self.on_reconnect is not None:
+                recheck = False
+                try:
+                    self.on_reconnect()
+                except Exception:
+                    log.exception("re-check after reconnect failed")
 
     def _handle(self, msg: dict[str, Any]) -> None:
         kind = msg.get("type")

@@ -44,7 +44,9 @@ class SerialWorker(JobLoop):
             resume=config.resume, max_jobs=config.max_jobs,
         )
         self.install_signals = install_signals
-        self.listener = WorkerChannelListener(self.client.redis, self._on_channel_event)
+        self.listener = WorkerChannelListener(
+            self.client.redis, self._on_channel_event, on_reconnect=self._recheck_current
+        )
         self.released = 0
         self.unreleased = 0
         self._old_urg: Any = signal.SIG_DFL
@@ -110,6 +112,16 @@ class SerialWorker(JobLoop):
         current = self.current
         if event in ABORT_EVENTS and current is not None and payload.get("jid") == current.jid:
             log.warning("job %s: %s event, aborting it", current.jid, event)
+            self.guard.abort("lock_lost")
+
+    def _recheck_current(self) -> None:
+        """After a pubsub gap, abort the job if it was taken away meanwhile."""
+        current = self.current
+        if current is None:
+            return
+        reply = self.client.call_json("get", current.jid)
+        if not reply or reply.get("state") != "running" or reply.get("worker") != self.name:
+            log.warning("job %s was taken away while the listener was reconnecting", current.jid)
             self.guard.abort("lock_lost")
 
     # -- dispositions -----------------------------------------------------------------------

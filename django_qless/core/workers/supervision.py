@@ -51,6 +51,9 @@ class ChildChannels:
         self._pubsub: Any = None
         self._last_traffic = time.monotonic()
         self._retry_at = 0.0
+        self._connected_once = False
+        # Set after a reconnect: events may have been missed, the caller re-checks jobs.
+        self.missed_events = False
 
     def _ensure(self) -> Any:
         if self._pubsub is not None or time.monotonic() < self._retry_at:
@@ -63,6 +66,9 @@ class ChildChannels:
                 pubsub.subscribe(_PREFIX + "-")  # keep the connection in pubsub mode
             self._pubsub = pubsub
             self._last_traffic = time.monotonic()
+            if self._connected_once:
+                self.missed_events = True
+            self._connected_once = True
         except (redis.RedisError, OSError) as exc:
             log.warning("supervisor pubsub unavailable (%s); retrying", exc)
             self._retry_at = time.monotonic() + 1.0
@@ -71,7 +77,7 @@ class ChildChannels:
     def _broken(self, exc: BaseException) -> None:
         log.warning("supervisor pubsub connection lost (%s); reconnecting", exc)
         self.close()
-        self._retry_at = time.monotonic() + 0.5
+        self._retry_at = 0.0  # at once; _ensure backs off only if reconnecting fails
 
     def add(self, name: str) -> None:
         """Listen for worker `name`."""

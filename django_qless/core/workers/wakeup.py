@@ -108,7 +108,12 @@ class WakeWaiter:
         timeout = max(0.0, timeout)
         pubsub = self._pubsub
         if pubsub is None:
-            _poll([self.pipe.read_fd], timeout)
+            # Lost the subscription (connection dropped): get it back first. Once back, a
+            # put may have slipped by while we were deaf, so reserve again at once.
+            self.ensure_subscribed()
+            if self._pubsub is not None:
+                return True
+            _poll([self.pipe.read_fd], min(timeout, 1.0))
             self.pipe.drain()
             return False
         try:
