@@ -38,6 +38,8 @@ METRICS = [
     Metric("worker_1.redis_cpu_us_per_job", "Redis CPU/job (1 proc)", "us", False),
     Metric("worker_2.redis_cpu_us_per_job", "Redis CPU/job (2 procs)", "us", False),
     Metric("memory_bytes_per_10k", "Redis memory / 10k waiting jobs", "bytes", False),
+    Metric("enqueue_client_cpu_us_per_job", "client CPU/job, enqueue", "us", False),
+    Metric("drain_client_cpu_us_per_job", "client CPU/job, drain", "us", False),
 ]
 
 

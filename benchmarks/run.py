@@ -104,12 +104,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-install", action="store_true", help="fail instead of creating venvs")
     p.add_argument("--redis-server", default=None, help="redis-server binary (default: PATH)")
     p.add_argument("--no-save", action="store_true", help="do not write benchmarks/results/")
+    p.add_argument("--show", metavar="JSON", help="print the report of a saved run and exit")
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Install the peers, start Redis, run the rounds, print and save the results."""
     args = parse_args(argv)
+    if args.show:
+        print(render(json.loads(Path(args.show).read_text())))
+        return 0
     s = sizes(args)
     names = [n.strip() for n in args.systems.split(",") if n.strip()]
     unknown = [n for n in names if n not in SYSTEMS]
@@ -163,28 +167,42 @@ def main(argv: list[str] | None = None) -> int:
     info["loadavg_end"] = list(os.getloadavg())
     info["total_seconds"] = round(time.monotonic() - started, 1)
     agg = aggregate(rounds)
-    targets = check_targets(agg)
-    print()
-    for name, n in notes.items():
-        for key, text in n.items():
-            print(f"note {name} {key}: {text}")
-    print()
-    print(format_report(agg, names, targets))
-    if scale:
-        print(f"\nscaling (us per single put / per pop+complete; depth_N: N jobs waiting in one "
-              f"queue; queues_N: {s['scale'].split(',')[0]} jobs spread over N queues, "
-              f"consumer lists all N; huey has one queue per instance)")
-        print(format_scale(scale))
-    print(f"\ntotal {info['total_seconds']}s, load at end {info['loadavg_end']}")
+    doc = {"machine": info, "sizes": s, "systems": names, "notes": notes, "rounds": rounds,
+           "aggregate": agg, "targets": check_targets(agg), "scale": scale}
+    text = render(doc)
+    print("\n" + text)
     if not args.no_save:
         RESULTS.mkdir(exist_ok=True)
-        doc = {"machine": info, "sizes": s, "notes": notes, "rounds": rounds, "aggregate": agg,
-               "targets": targets, "scale": scale}
         stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H%M%SZ")
         for path in (RESULTS / f"{stamp}.json", RESULTS / "latest.json"):
             path.write_text(json.dumps(doc, indent=1) + "\n")
-        print(f"saved {RESULTS / (stamp + '.json')} and latest.json")
+        (RESULTS / "latest.txt").write_text(text + "\n")
+        print(f"saved {RESULTS / (stamp + '.json')}, latest.json and latest.txt")
     return 0
+
+
+def render(doc: dict[str, Any]) -> str:
+    """Return the full text report of a saved run."""
+    info, s = doc["machine"], doc["sizes"]
+    lines = [
+        f"date {info['date']}  nproc {info['nproc']}  cpu {info['cpu_model']}  "
+        f"redis {info['redis_version']}  python {info['python_version']}",
+        f"sizes: {s['rounds']} round(s), enqueue {s['enqueue']}, drain {s['drain']}, worker "
+        f"{s['worker']}, latency samples {s['latency']}; load start {info['loadavg_start']} "
+        f"end {info['loadavg_end']}; total {info['total_seconds']}s",
+    ]
+    lines += [f"  {name:13} {v}" for name, v in info.get("versions", {}).items()]
+    lines.append("")
+    for name, n in doc["notes"].items():
+        lines += [f"note {name} {key}: {text}" for key, text in n.items()]
+    names = doc.get("systems") or list(doc["rounds"])
+    lines += ["", format_report(doc["aggregate"], names, doc["targets"])]
+    if doc["scale"]:
+        lines += ["", f"scaling (us per single put / per pop+complete, median of 5 batches; "
+                  f"depth_N: N jobs waiting in one queue; queues_N: {s['scale'].split(',')[0]} "
+                  f"jobs spread over N queues, consumer lists all N; huey: one queue per instance)",
+                  format_scale(doc["scale"])]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

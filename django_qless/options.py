@@ -107,7 +107,7 @@ class JobOptions:
     database: str = DEFAULT_DB_ALIAS
     track: bool = False
     offset: float = 0.0
-    backlog: int = 0
+    backlog: int = 1  # at most backlog + 1 catch-up children after an outage (0 = unlimited)
     retry: RetryPolicy | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:

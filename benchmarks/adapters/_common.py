@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import shutil
 import signal
 import statistics
@@ -73,18 +74,27 @@ def _per_sec(n: int, seconds: float) -> float:
     return n / seconds if seconds > 0 else float("inf")
 
 
+def _cpu() -> float:
+    """Return this process's user + system CPU seconds so far."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def measure_enqueue(a: Any, n: int) -> dict[str, float]:
     """Time n single puts; also the memory growth they caused."""
     _flush(a.url)
     r = _redis(a.url)
     mem0 = int(r.info("memory")["used_memory"])
+    cpu0 = _cpu()
     start = time.perf_counter()
     for i in range(n):
         a.put(i)
     elapsed = time.perf_counter() - start
+    cpu = _cpu() - cpu0
     mem1 = int(r.info("memory")["used_memory"])
     return {
         "enqueue_jobs_per_s": _per_sec(n, elapsed),
+        "enqueue_client_cpu_us_per_job": cpu * 1e6 / n,
         "memory_bytes_per_10k": (mem1 - mem0) * 10_000 / n,
     }
 
@@ -109,10 +119,12 @@ def measure_drain(a: Any, n: int) -> dict[str, float]:
     """Fill n jobs, then time pop + complete of all of them in this process."""
     _flush(a.url)
     a.fill(n, ["bench"])
+    cpu0 = _cpu()
     done, elapsed = _drain(a, ["bench"])
+    cpu = _cpu() - cpu0
     if done != n:
         raise RuntimeError(f"drain finished {done} jobs, expected {n}")
-    return {"drain_jobs_per_s": _per_sec(n, elapsed)}
+    return {"drain_jobs_per_s": _per_sec(n, elapsed), "drain_client_cpu_us_per_job": cpu * 1e6 / n}
 
 
 class _Timestamps:

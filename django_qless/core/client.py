@@ -257,7 +257,12 @@ class Client:
                 return self._execute(command)
             except NoScriptError:
                 self.load_script()
+            try:
                 return self._execute(command)
+            except NoScriptError:
+                # Flushed again between our load and the call (a flush storm): EVAL sends
+                # the text itself, so it cannot miss. Safe: NOSCRIPT means nothing ran.
+                return self._execute(("EVAL", script_text(), 0, *argv))
         except redis.ResponseError as exc:
             raise error_from_reply(exc) from exc
         except _TRANSPORT_ERRORS as exc:

@@ -149,8 +149,15 @@ class Events:
     def _connect(self) -> Any:
         """Open a dedicated connection (RESP2, no retries) and subscribe."""
         pool = self.client.redis.connection_pool
+        # redis-py 8 adds maintenance-notification settings to TCP pools; they need RESP3,
+        # and this connection speaks RESP2, so leave them out.
+        inherited = {
+            key: value
+            for key, value in pool.connection_kwargs.items()
+            if not key.startswith(("maint_notifications", "maintenance", "oss_cluster_maint"))
+        }
         kwargs = {
-            **pool.connection_kwargs,
+            **inherited,
             "retry": Retry(NoBackoff(), 0),
             "protocol": 2,
             "health_check_interval": 0,  # we PING ourselves; redis-py's check expects "PONG"

@@ -163,9 +163,14 @@ class Queue:
     def recur(
         self, klass: str | type, data: Mapping[str, Any], interval: float, *, offset: float = 0,
         jid: str | None = None, priority: int = 0, tags: Iterable[str] = (), retries: int = 5,
-        backlog: int = 0, throttles: Iterable[str] = (),
+        backlog: int = 1, throttles: Iterable[str] = (),
     ) -> str:
-        """Spawn a child job every `interval` seconds, first after `offset`; return the jid."""
+        """Spawn a child job every `interval` seconds, first after `offset`; return the jid.
+
+        After missed intervals (no worker popped the queue) at most `backlog` + 1 catch-up
+        children are spawned; the default 1 avoids a burst after an outage. `backlog=0` means
+        unlimited catch-up, as qless-core's own default.
+        """
         jid = new_jid() if jid is None else check_recurring_jid(jid)
         args = [
             self.name, jid, check_klass(klass), dumps_data(data), "interval",

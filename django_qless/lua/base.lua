@@ -415,13 +415,18 @@ local function history_entry(when, what, extra)
   return cjson_encode({ floor(when), what })
 end
 
--- Expand a legacy single-field `history` array into list entries and drop the field.
-function Q.migrate_history(jid, legacy)
-  local ok, old = pcall(cjson_decode, legacy)
-  rcall('HDEL', 'ql:j:' .. jid, 'history')
-  if not ok or type(old) ~= 'table' then return end
-  local key = Q.khist(jid)
+-- Compact history. A job's first visit (put, popped, done) lives in the job hash field
+-- `history`, in qless-core's own legacy encoding: a JSON array of visit objects with `q`,
+-- `put`, `popped`, `worker`, `failed`, `done` timestamps. qless-core (and this engine) expand
+-- that field into list entries and delete it on first touch, so the field plus the list always
+-- read as the list alone would. The engine writes it only for a job's first event, extends it
+-- for the first pop and the completion, and migrates on any other event.
+
+-- The list entries a legacy `history` field stands for (after whatever the list holds).
+local function legacy_entries(legacy)
   local entries = {}
+  local ok, old = pcall(cjson_decode, legacy)
+  if not ok or type(old) ~= 'table' then return entries end
   for _, h in ipairs(old) do
     if type(h) == 'table' then
       if h.put then tinsert(entries, history_entry(h.put, 'put', { q = h.q })) end
@@ -430,15 +435,67 @@ function Q.migrate_history(jid, legacy)
       if h.done then tinsert(entries, history_entry(h.done, 'done')) end
     end
   end
-  for i = 1, #entries, Q.CHUNK do
-    rcall('RPUSH', key, unpack(entries, i, math.min(i + Q.CHUNK - 1, #entries)))
-  end
+  return entries
+end
+Q.legacy_entries = legacy_entries
+
+-- Field text of a first visit that starts with a put (floor(when), as list entries use).
+function Q.compact_put(queue, when)
+  return '[{"q":' .. cjson_encode(queue) .. ',"put":' .. cjson_encode(floor(when)) .. '}]'
 end
 
--- Append a history entry; trim to max-job-history (keep the first entry and the last n-1).
-function Q.history(jid, when, what, extra)
+-- The field with the first pop added, or nil when the field is not a bare first put.
+function Q.compact_popped(legacy, when, worker)
+  if not legacy:match('^%[{"q":"[%w_%.%-]*","put":%d+}%]$') then return nil end
+  return legacy:sub(1, -3) .. ',"popped":' .. cjson_encode(floor(when)) .. ',"worker":'
+    .. cjson_encode(worker) .. '}]'
+end
+
+-- The field with the completion added, or nil unless it is a first put + pop by `worker`.
+function Q.compact_done(legacy, when, worker)
+  local head = legacy:match('^%[{"q":"[%w_%.%-]*","put":%d+,"popped":%d+')
+  if not head then return nil end
+  local tail = ',"worker":' .. cjson_encode(worker) .. '}]'
+  if #head + #tail ~= #legacy or legacy:sub(#head + 1) ~= tail then return nil end
+  return legacy:sub(1, -3) .. ',"done":' .. cjson_encode(floor(when)) .. '}]'
+end
+
+-- The `time` field text: 14 significant digits when that reads back as the same number,
+-- else 17 (always exact); qless-core reads it with tonumber.
+function Q.ftime(t)
+  local text = tostring(t)
+  if tonumber(text) ~= t then text = string.format('%.17g', t) end
+  return text
+end
+
+-- Push entries in chunks; returns the list length.
+local function push_entries(key, entries)
+  local len = 0
+  for i = 1, #entries, Q.CHUNK do
+    len = rcall('RPUSH', key, unpack(entries, i, math.min(i + Q.CHUNK - 1, #entries)))
+  end
+  return len
+end
+
+-- Expand a legacy single-field `history` array into list entries and drop the field.
+function Q.migrate_history(jid, legacy)
+  rcall('HDEL', 'ql:j:' .. jid, 'history')
+  push_entries(Q.khist(jid), legacy_entries(legacy))
+end
+
+-- Append a history entry (after migrating `legacy`, the job's `history` field, if given, in
+-- the same RPUSH); trim to max-job-history (keep the first entry and the last n-1).
+function Q.history(jid, when, what, extra, legacy)
   local key = Q.khist(jid)
-  local len = rcall('RPUSH', key, history_entry(when, what, extra))
+  local len
+  if legacy then
+    rcall('HDEL', 'ql:j:' .. jid, 'history')
+    local entries = legacy_entries(legacy)
+    tinsert(entries, history_entry(when, what, extra))
+    len = push_entries(key, entries)
+  else
+    len = rcall('RPUSH', key, history_entry(when, what, extra))
+  end
   -- The cap is 0 (none) or >= 3, so a list of 3 or fewer entries never needs a trim.
   if len <= 3 then return end
   local n = Q.cfgnum('max-job-history', 100)
@@ -457,9 +514,10 @@ function Q.counter(queue, when, field, delta)
   rcall('HINCRBY', 'ql:s:stats:' .. Q.bin(when) .. ':' .. queue, field, delta)
 end
 
--- Fail a job whose retries are exhausted (retry and lock loss); `h` has its fields.
-function Q.exhausted(jid, queue, now, group, message, worker, fields)
-  Q.history(jid, now, 'failed', { group = group })
+-- Fail a job whose retries are exhausted (retry and lock loss); `fields` are more hash
+-- fields to write, `legacy` the job's `history` field (migrated).
+function Q.exhausted(jid, queue, now, group, message, worker, fields, legacy)
+  Q.history(jid, now, 'failed', { group = group }, legacy)
   table.insert(fields, 'state'); table.insert(fields, 'failed')
   table.insert(fields, 'worker'); table.insert(fields, '')
   table.insert(fields, 'expires'); table.insert(fields, '')
@@ -543,9 +601,16 @@ end
 -- ---------------------------------------------------------------- job objects (module)
 
 Q.mod.objects = function()
-  function Q.read_history(jid)
+  -- History objects of the list followed by the legacy field's entries; `compact` (the
+  -- field was just written by pop from a bare first put) means there is no list to read.
+  function Q.read_history(jid, legacy, compact)
     local out = {}
-    for _, raw in ipairs(rcall('LRANGE', Q.khist(jid), 0, -1)) do
+    local raws = {}
+    if not compact then raws = rcall('LRANGE', Q.khist(jid), 0, -1) end
+    if legacy then
+      for _, e in ipairs(Q.legacy_entries(legacy)) do tinsert(raws, e) end
+    end
+    for _, raw in ipairs(raws) do
       local ok, e = pcall(cjson_decode, raw)
       if ok and type(e) == 'table' then
         if e[2] ~= nil then
@@ -564,8 +629,8 @@ Q.mod.objects = function()
 
 
   -- Build the JSON-ready job object from a hash read with Q.ALL (lean: no history/deps).
+  -- Reads never migrate a legacy/compact `history` field: they expand it after the list.
   function Q.job_object(jid, h, tracked, lean)
-    if h.history then Q.migrate_history(jid, h.history) end
     local failure = {}
     if h.failure and h.failure ~= '' then
       local ok, f = pcall(cjson_decode, h.failure)
@@ -590,9 +655,14 @@ Q.mod.objects = function()
       throttles = Q.list(h.throttles),
     }
     if not lean then
-      obj.history = Q.read_history(jid)
-      obj.dependents = rcall('SMEMBERS', Q.kdents(jid))
-      obj.dependencies = rcall('SMEMBERS', Q.kdeps(jid))
+      obj.history = Q.read_history(jid, h.history, h.compact)
+      -- Most jobs have neither set: one EXISTS instead of two SMEMBERS.
+      local empty = {}
+      obj.dependents, obj.dependencies = empty, empty
+      if rcall('EXISTS', Q.kdents(jid), Q.kdeps(jid)) > 0 then
+        obj.dependents = rcall('SMEMBERS', Q.kdents(jid))
+        obj.dependencies = rcall('SMEMBERS', Q.kdeps(jid))
+      end
     end
     return obj
   end

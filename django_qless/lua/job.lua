@@ -211,8 +211,8 @@ Q.mod.job = function()
       end
     end
     Q.publish('ql:log', Q.ev_put(jid, queue))
-    if old and old.history then Q.migrate_history(jid, old.history) end
-    Q.history(jid, now, 'put', { q = queue })
+    -- A new job's first event goes to the compact `history` field (written by the HSET below).
+    if old then Q.history(jid, now, 'put', { q = queue }, old.history) end
     if old then
       Q.unqueue(jid, old.queue, old.state, old.throttles)
       Q.release(jid, old.held, now)
@@ -237,7 +237,10 @@ Q.mod.job = function()
     if old then ndeps = rcall('SCARD', Q.kdeps(jid)) end
     local fields = { 'jid', jid, 'klass', klass, 'data', data, 'priority', priority,
       'tags', cjson.encode(tags), 'state', state, 'worker', '', 'expires', 0, 'queue', queue,
-      'retries', retries, 'remaining', retries, 'time', string.format('%.20f', now) }
+      'retries', retries, 'remaining', retries, 'time', Q.ftime(now) }
+    if not old then
+      table.insert(fields, 'history'); table.insert(fields, Q.compact_put(queue, now))
+    end
     if throttles then
       table.insert(fields, 'throttles'); table.insert(fields, throttles)
     end
@@ -300,15 +303,16 @@ Q.mod.job = function()
   -- Complete a running job whose ownership was checked (h from Q.check_running).
   function Q.complete(now, jid, worker, queue, data, h, nextq, delay, depends)
     local key = Q.kjob(jid)
-    if h.history then Q.migrate_history(jid, h.history) end
-    Q.history(jid, now, 'done')
+    local compact = not nextq and h.history and Q.compact_done(h.history, now, worker)
+    if not compact then Q.history(jid, now, 'done', nil, h.history) end
     rcall('ZREM', Q.kq(queue, 'locks'), jid)
     Q.sample('run', queue, now, now - (tonumber(h.time) or now))
     rcall('ZREM', Q.kwjobs(worker), jid)
     if h.tracked == '1' then Q.publish('ql:completed', jid) end
     local retries = tonumber(h.retries) or 5
     local fields = { 'data', data, 'worker', '', 'failure', '{}', 'expires', 0,
-      'remaining', retries, 'time', string.format('%.20f', now) }
+      'remaining', retries, 'time', Q.ftime(now) }
+    if compact then table.insert(fields, 'history'); table.insert(fields, compact) end
     if h.held then table.insert(fields, 'held'); table.insert(fields, '') end
     if nextq then
       Q.publish('ql:log', '{"jid":' .. Q.js(jid) .. ',"to":' .. Q.js(nextq)
@@ -387,8 +391,7 @@ Q.mod.job = function()
     Q.publish('ql:log', Q.ev_failed(jid, worker, group, message))
     if h.tracked == '1' then Q.publish('ql:failed', jid) end
     rcall('ZREM', Q.kwjobs(worker), jid)
-    if h.history then Q.migrate_history(jid, h.history) end
-    Q.history(jid, now, 'failed', { worker = worker, group = group })
+    Q.history(jid, now, 'failed', { worker = worker, group = group }, h.history)
     Q.counter(queue, now, 'failures', 1)
     Q.counter(queue, now, 'failed', 1)
     rcall('ZREM', Q.kq(queue, 'locks'), jid)
@@ -427,7 +430,7 @@ Q.mod.job = function()
     end
     if h.queue ~= queue then Q.fail('Job ' .. jid .. ' running in another queue: ' .. tostring(h.queue)) end
     local remaining = (tonumber(h.remaining) or 0) - 1
-    if h.history then Q.migrate_history(jid, h.history) end
+    -- No history entry unless retries are exhausted: a compact `history` field stays as it is.
     rcall('ZREM', Q.kq(queue, 'locks'), jid)
     rcall('ZREM', Q.kwjobs(worker), jid)
     if h.grace then rcall('HDEL', Q.kjob(jid), 'grace') end
@@ -440,7 +443,7 @@ Q.mod.job = function()
         m = 'Job exhausted retries in queue "' .. queue .. '"'
         w = ''
       end
-      Q.exhausted(jid, queue, now, g, m, w, fields)
+      Q.exhausted(jid, queue, now, g, m, w, fields, h.history)
       if h.tracked == '1' then Q.publish('ql:failed', jid) end
     else
       if delay > 0 then
@@ -504,8 +507,7 @@ Q.mod.job = function()
       local h = jobs[i]
       if h.state == 'running' then -- a jid listed twice is handled once
         h.state = 'stalled'
-        if h.history then Q.migrate_history(jid, h.history) end
-        Q.history(jid, now, 'timed-out')
+        Q.history(jid, now, 'timed-out', nil, h.history)
         rcall('ZREM', Q.kq(h.queue, 'locks'), jid)
         rcall('ZADD', Q.kq(h.queue, 'work'), '+inf', jid)
         rcall('HSET', Q.kjob(jid), 'state', 'stalled', 'expires', 0, 'worker', '')
@@ -632,8 +634,7 @@ Q.mod.jobmeta = function()
     end
     local h = Q.read(jid, { 'state', 'history' })
     if not h then Q.fail('Job ' .. jid .. ' does not exist') end
-    if h.history then Q.migrate_history(jid, h.history) end
-    Q.history(jid, now, message, extra)
+    Q.history(jid, now, message, extra, h.history)
   end }
 
   C['get'] = { 'Get', function(now, args)

@@ -99,13 +99,13 @@ Q.mod.pop = function()
         rcall('ZREM', Q.kq(queue, 'locks'), jid)
       else
         local owner = h.worker or ''
-        if h.history then Q.migrate_history(jid, h.history); h.history = nil end
         if owner ~= '' then rcall('ZREM', Q.kwjobs(owner), jid) end
         local courtesy = h.grace ~= '1' or grace <= 0
         h.tracked = h.tracked == '1'
         if courtesy then
           if h.tracked then Q.publish('ql:stalled', jid) end
-          Q.history(jid, now, 'timed-out')
+          Q.history(jid, now, 'timed-out', nil, h.history)
+          h.history = nil
           rcall('HSET', Q.kjob(jid), 'grace', 1)
           Q.lock_lost(jid, owner)
           rcall('ZADD', Q.kq(queue, 'locks'), now + grace, jid)
@@ -124,7 +124,7 @@ Q.mod.pop = function()
             local message = 'Job exhausted retries in queue "' .. queue .. '"'
             local fields = { 'remaining', remaining }
             if h.held then table.insert(fields, 'held'); table.insert(fields, '') end
-            Q.exhausted(jid, queue, now, group, message, '', fields)
+            Q.exhausted(jid, queue, now, group, message, '', fields, h.history)
             if h.tracked then Q.publish('ql:failed', jid) end
             Q.publish('ql:log', Q.ev_failed(jid, owner, group, message))
             Q.release(jid, h.held, now)
@@ -206,11 +206,15 @@ Q.mod.pop = function()
     local taken = 0
     for _, item in ipairs(selected) do
       local jid, h = item[1], item[2]
-      if h.history then Q.migrate_history(jid, h.history); h.history = nil end
-      Q.history(jid, now, 'popped', { worker = worker })
+      -- The first pop of a job still in its compact first visit extends the `history` field.
+      local compact = h.history and Q.compact_popped(h.history, now, worker)
+      if not compact then Q.history(jid, now, 'popped', { worker = worker }, h.history) end
+      h.history = compact or nil
+      h.compact = compact and true or nil
       Q.sample('wait', queue, now, now - (tonumber(h.time) or now))
       local fields = { 'worker', worker, 'expires', expires, 'state', 'running',
-        'time', string.format('%.20f', now), 'remaining', h.remaining }
+        'time', Q.ftime(now), 'remaining', h.remaining }
+      if compact then table.insert(fields, 'history'); table.insert(fields, compact) end
       if h.held then table.insert(fields, 'held'); table.insert(fields, h.held) end
       rcall('HSET', Q.kjob(jid), unpack(fields))
       if h.grace then rcall('HDEL', Q.kjob(jid), 'grace'); h.grace = nil end
@@ -373,9 +377,8 @@ Q.mod.queries = function()
       local jid = jids[i]
       local h = Q.read(jid, { 'state', 'queue', 'priority', 'retries', 'failure', 'history' })
       if h and h.state == 'failed' then
-        if h.history then Q.migrate_history(jid, h.history) end
         Q.unfailed_stat(h.failure, h.queue)
-        Q.history(jid, now, 'put', { q = queue })
+        Q.history(jid, now, 'put', { q = queue }, h.history)
         rcall('HSET', Q.kjob(jid), 'state', 'waiting', 'worker', '', 'expires', 0, 'queue', queue,
           'remaining', tonumber(h.retries) or 5)
         rcall('ZADD', Q.kq(queue, 'work'), Q.score(tonumber(h.priority) or 0, now), jid)

@@ -60,12 +60,12 @@ Q.mod.spawn = function()
             local fields = { 'jid', child, 'klass', klass, 'data', data, 'priority', priority,
               'tags', cjson.encode(tags), 'state', 'waiting', 'worker', '', 'expires', 0,
               'queue', queue, 'retries', retries, 'remaining', retries,
-              'time', string.format('%.20f', s), 'spawned_from_jid', rjid }
+              'time', Q.ftime(s), 'spawned_from_jid', rjid,
+              'history', Q.compact_put(queue, s) }
             if throttles and throttles ~= '' then
               table.insert(fields, 'throttles'); table.insert(fields, throttles)
             end
             rcall('HSET', Q.kjob(child), unpack(fields))
-            Q.history(child, s, 'put', { q = queue })
             rcall('ZADD', Q.kq(queue, 'work'), Q.score(priority, s), child)
             spawned = spawned + 1
             s = s + interval

@@ -233,7 +233,9 @@ def test_peek_does_not_lock(lua: Any, r: redis.Redis) -> None:
     assert jobs[0]["state"] == "waiting"
     assert r.hgetall("ql:j:jid") == before
     assert r.zcard("ql:workers") == 0
-    assert r.llen("ql:j:jid-history") == 1
+    # (storage detail updated: the first put is in the compact `history` field, no list)
+    assert not r.exists("ql:j:jid-history")
+    assert jobs[0]["history"] == [{"when": 1, "what": "put", "q": "queue"}]
     assert r.zscore(WORK, "jid") is not None
 
 

@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.fault, pytest.mark.timeout(90)]
 def test_fi19_listener_survives_kill_half_open_and_a_raising_receiver(
     tcp_redis, rconn, proxy
 ):
-    # Work around the events.py TCP bug (see the xfail test below): no maint notifications.
+    # Through the proxy, with redis-py 8's maintenance notifications off (RESP2 proxying).
     conn = redis.Redis(host="127.0.0.1", port=proxy.port, decode_responses=True,
                        maint_notifications_config=MaintNotificationsConfig(enabled=False))
     c = Client(conn, worker_name="w")
@@ -58,10 +58,6 @@ def test_fi19_listener_survives_kill_half_open_and_a_raising_receiver(
     assert_audit_clean(rconn)
 
 
-@pytest.mark.xfail(strict=True, raises=QlessConnectionError,
-                   reason="events.py _connect copies redis-py 8's maint_notifications kwargs of a "
-                          "TCP pool and forces RESP2: redis-py refuses, so Events never "
-                          "subscribes over TCP (client bug, reported)")
 def test_fi19_events_listener_subscribes_over_tcp_with_a_url_client(tcp_redis):
     c = Client(tcp_redis.url)
     ev = c.events(health_check_interval=0.5)

@@ -351,10 +351,6 @@ def test_fi28_job_data_is_kept_byte_for_byte_on_every_path(tcp_redis, rconn, cli
 
 # ------------------------------------------------------------------------- FI-10 (client)
 
-@pytest.mark.xfail(strict=True, raises=QlessError,
-                   reason="client.py _evalsha retries NOSCRIPT once: a flush between its SCRIPT "
-                          "LOAD and the retried EVALSHA surfaces as ScriptError (client bug, "
-                          "reported; seen under a 200 ms flush storm)")
 def test_fi10_flush_between_reload_and_retry_is_survived(tcp_redis, rconn, monkeypatch):
     c = Client(tcp_redis.url)
     real = Client.load_script
@@ -383,7 +379,6 @@ def test_fi23d_put_with_the_recurring_jid_itself_is_refused(tcp_redis, rconn, cl
         client.queues["r"].put("K", {}, jid="nightly")
 
 
-@pytest.mark.xfail(strict=True, reason="DISCREPANCIES.md 8: default backlog is unlimited")
 def test_fi23c_default_backlog_is_small(tcp_redis, rconn):
     now = [0.0]
     c = Client(tcp_redis.url, clock=lambda: now[0])

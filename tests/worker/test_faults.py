@@ -48,7 +48,11 @@ def test_sigkill_supervisor_leaves_no_child_behind(short_leases, start_worker):
     wait_until(lambda: ledger(client.redis, "started", jid))
     worker.signal(signal.SIGKILL)
     worker.proc.wait(timeout=5)
-    wait_until(lambda: not any(alive(k) for k in kids), timeout=5)
+    try:
+        wait_until(lambda: not any(alive(k) for k in kids), timeout=5)
+    except AssertionError:
+        left = {k: cmdline(k) for k in kids if alive(k)}
+        raise AssertionError(f"children left: {left}\n{worker.stderr()}") from None
     # The orphaned child released its job rather than leaving it to lease expiry.
     job = client.jobs[jid]
     assert job.state == "waiting" and job.retries == job.original_retries

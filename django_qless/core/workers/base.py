@@ -150,6 +150,10 @@ class JobLoop:
         """Return False to leave the loop (e.g. the supervisor died)."""
         return True
 
+    def _pre_abort(self) -> str | None:
+        """Return why a job must not start although it was handed over (a stop request)."""
+        return "shutdown" if self.signals.stop_requests else None
+
     # -- the loop ---------------------------------------------------------------------------
     def run(self) -> None:
         """Serve jobs until stopped; always deregisters and releases unstarted jobs."""
@@ -187,6 +191,9 @@ class JobLoop:
                     self._idle(wake)
                     continue
                 self._pending.extend(jobs)
+            # A stop that landed during the reserve: do not start the job (released later).
+            if self.signals.stop_requests or not self.should_continue():
+                return
             job = self._pending.popleft()
             if self._perform(job):
                 return
@@ -198,7 +205,7 @@ class JobLoop:
         self.on_job_start(job)
         self.heartbeater.watch(job)
         try:
-            outcome = self.runner.run(job)
+            outcome = self.runner.run(job, self._pre_abort)
         finally:
             self.heartbeater.unwatch()
         stop = False

@@ -141,6 +141,9 @@ class ForkingWorker:
         # handlers would otherwise hit the supervisor's inherited ones and be lost (a QUIT
         # lost that way leaves a child running forever). The child unblocks once ready.
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, _BLOCKED)
+        # Taken before the fork: a child asking getppid() later could already see its
+        # new parent (init) if we die first, and would never notice it was orphaned.
+        supervisor_pid = os.getpid()
         try:
             pid = os.fork()
         except BaseException:
@@ -153,7 +156,7 @@ class ForkingWorker:
                 for fd in sibling_fds:
                     os.close(fd)
                 self.signals.wake_pipe.close()
-                code = child_main(self.config, self.hooks, slot, write_fd, os.getppid(),
+                code = child_main(self.config, self.hooks, slot, write_fd, supervisor_pid,
                                   resume=resume, signal_mask=mask,
                                   paused=self.signals.paused)
             finally:

@@ -181,8 +181,12 @@ class JobRunner:
         entry = self.registry.resolve(job.klass_name)
         return entry.handler(job.queue_name), entry.middleware
 
-    def run(self, job: Job) -> Outcome:
-        """Perform `job` and settle failures; the caller completes on Outcome.COMPLETE."""
+    def run(self, job: Job, pre_abort: Callable[[], str | None] | None = None) -> Outcome:
+        """Perform `job` and settle failures; the caller completes on Outcome.COMPLETE.
+
+        `pre_abort` is asked once job code counts as running: a stop that arrived just
+        before (too early for the signal handler to raise into the job) still aborts it.
+        """
         try:
             target, job_middleware = self._target(job)
         except UnregisteredJobClass as exc:
@@ -206,6 +210,10 @@ class JobRunner:
         try:
             try:
                 self.guard.enter()
+                reason = pre_abort() if pre_abort is not None else None
+                if reason is not None:
+                    self.guard.reason = reason
+                    raise JobAborted(reason)
                 self.hooks.around_job(job, call_next)
             finally:
                 self.guard.leave()
