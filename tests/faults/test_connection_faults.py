@@ -12,7 +12,6 @@ import redis
 from redis.maint_notifications import MaintNotificationsConfig
 
 from django_qless.core.client import Client
-from django_qless.core.exceptions import QlessConnectionError
 from tests.faults.conftest import assert_audit_clean, wait_until
 
 pytestmark = [pytest.mark.fault, pytest.mark.timeout(90)]
