@@ -68,10 +68,11 @@ def check_engine(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 @register(TAG, deploy=True)
 def check_deploy(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
                  ) -> list[CheckMessage]:
-    """Under ``--deploy``: ping every alias and require ``maxmemory-policy noeviction``."""
+    """Under ``--deploy``: flag insecure connections, ping every alias, require noeviction."""
     import redis
 
     from django_qless.clients import build_redis
+    from django_qless.core.health import SAFE_POLICY, clock_skew, eviction_policy
 
     if any(not p.warning for p in get_problems()):
         return []
@@ -82,10 +83,12 @@ def check_deploy(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
                                 hint="Set EAGER only in tests.", id="django_qless.W080"))
     for alias, settings in conf.aliases.items():
         where = f"QLESS[{alias!r}] ({settings.display})"
+        messages.extend(_connection_warnings(alias, where, settings))
         conn = build_redis(settings)
         try:
             conn.ping()
-            policy = _eviction_policy(conn)
+            policy = eviction_policy(conn)
+            skew = clock_skew(conn)
         except redis.RedisError as exc:
             messages.append(Error(f"{where} cannot be reached: {type(exc).__name__}: {exc}",
                                   hint="Check the URL, credentials, TLS settings and network.",
@@ -93,24 +96,39 @@ def check_deploy(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
             continue
         finally:
             conn.close()
-        if policy is not None and policy != "noeviction":
+        if policy != SAFE_POLICY:
             messages.append(Error(
                 f"{where} uses maxmemory-policy {policy!r}; eviction deletes queued jobs.",
                 hint="Set maxmemory-policy noeviction on this Redis.",
                 obj=alias, id="django_qless.E082"))
+        if abs(skew) > 5:
+            messages.append(Warning(
+                f"This host's clock is {skew:+.1f}s off {where}'s clock.",
+                hint="Run NTP. The engine uses the Redis clock, but logs and schedules you "
+                     "compute locally will disagree with it.",
+                obj=alias, id="django_qless.W085"))
     return messages
 
 
-def _eviction_policy(conn: Any) -> str | None:
-    """Return the server's eviction policy (CONFIG GET, else INFO memory)."""
-    import redis
+def _connection_warnings(alias: str, where: str, settings: Any) -> list[CheckMessage]:
+    """Warn about a remote Redis reached without a password or without TLS."""
+    from urllib.parse import urlsplit
 
-    try:
-        reply = conn.config_get("maxmemory-policy")
-        if reply:
-            return str(reply.get("maxmemory-policy"))
-    except redis.ResponseError:
-        pass  # managed Redis often forbids CONFIG
-    info = conn.info("memory")
-    value = info.get("maxmemory_policy")
-    return None if value is None else str(value)
+    if settings.sentinels or not settings.url:
+        return []
+    parts = urlsplit(settings.url)
+    if parts.scheme == "unix" or parts.hostname in (None, "localhost", "127.0.0.1", "::1"):
+        return []
+    messages: list[CheckMessage] = []
+    if not (settings.password or parts.password):
+        messages.append(Warning(
+            f"{where} is a remote Redis reached without a password.",
+            hint="Create an ACL user limited to ~ql:* and &ql:* and put its credentials "
+                 "in QLESS_URL (see docs/guarantees.md).",
+            obj=alias, id="django_qless.W083"))
+    if parts.scheme != "rediss":
+        messages.append(Warning(
+            f"{where} is a remote Redis reached without TLS.",
+            hint="Use a rediss:// URL so job data and credentials are encrypted.",
+            obj=alias, id="django_qless.W084"))
+    return messages

@@ -74,3 +74,23 @@ def test_deploy_check_is_registered_for_deploy_only(redis_url):
     registered = checks.registry.registry.get_checks(include_deployment_checks=True)
     assert check_deploy in registered
     assert check_deploy not in checks.registry.registry.get_checks()
+
+
+def test_deploy_flags_remote_redis_without_password_or_tls():
+    from django_qless.checks import _connection_warnings
+    from django_qless.conf import get_settings
+
+    cases = {
+        "redis://cache.example.com:6379/0": {"django_qless.W083", "django_qless.W084"},
+        "redis://:s3cret@cache.example.com:6379/0": {"django_qless.W084"},
+        "rediss://user:s3cret@cache.example.com:6380/0": set(),
+        "redis://127.0.0.1:6379/0": set(),
+        "unix:///run/redis.sock?db=0": set(),
+    }
+    for url, expected in cases.items():
+        # No network: these only read the parsed settings.
+        with override_settings(QLESS={"default": {"URL": url}}):
+            alias = get_settings().aliases["default"]
+            found = _connection_warnings("default", "QLESS['default']", alias)
+        assert set(ids(found)) == expected, url
+        assert all("s3cret" not in m.msg for m in found)
