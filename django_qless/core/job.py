@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .exceptions import InvalidArgument, JobNotFound
@@ -37,13 +37,26 @@ class Job:
         "client", "jid", "_klass", "_queue", "_raw", "_data", "_priority", "_tags", "_state",
         "_worker", "_expires", "_retries", "_remaining", "_history", "_dependents",
         "_dependencies", "_failure", "_tracked", "_throttles", "_spawned_from", "_owner",
+        "_sandbox",
     )
 
     def __init__(self, client: Client, d: Mapping[str, Any], *, owner: str | None = None) -> None:
         self.client = client
         self.jid: str = d["jid"]
         self._owner = owner
+        self._sandbox: Callable[[], str] | None = None
         self._fill(d)
+
+    @property
+    def sandbox(self) -> str:
+        """Return the job's private scratch directory (exists only while a worker runs it)."""
+        if self._sandbox is None:
+            raise RuntimeError(f"job {self.jid} has no sandbox: only a worker running it does")
+        return self._sandbox()
+
+    def bind_sandbox(self, getter: Callable[[], str] | None) -> None:
+        """Give the job its sandbox (the worker calls this around each job)."""
+        self._sandbox = getter
 
     @classmethod
     def from_dict(cls, client: Client, d: Mapping[str, Any], *, owner: str | None = None) -> Job:

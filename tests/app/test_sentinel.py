@@ -64,3 +64,18 @@ def test_jobs_go_through_a_sentinel_alias(sentinel):
         assert direct.hget(f"ql:j:{handle.jid}", "klass") == "tests.app.jobs.add"
     finally:
         direct.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_worker_command_runs_jobs_through_a_sentinel_alias(sentinel, tmp_path):
+    from tests.app.helpers import manage
+
+    port, primary = sentinel
+    with override_settings(QLESS={"default": {"SENTINELS": [("127.0.0.1", port)],
+                                              "MASTER_NAME": "mymaster"}}):
+        handle = jobs.add.enqueue(40, b=2)
+        result = manage(primary.url, "qless_worker", "default", "--processes", "0",
+                        "--max-jobs", "1", QLESS_TEST_SENTINEL=f"127.0.0.1:{port}",
+                        QLESS_TEST_DB=str(tmp_path / "db.sqlite3"))
+        assert result.returncode == 0, result.stderr
+        assert handle.result() == 42

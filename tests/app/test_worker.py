@@ -100,14 +100,17 @@ def test_queues_routed_to_several_aliases_are_refused(redis_url):
             call_command("qless_worker", "default", "pdf", print_options=True)
 
 
-def test_alias_url_carries_credentials_and_tls_options():
+def test_alias_connector_carries_credentials_tls_options_and_a_timeout():
     from django_qless.conf import AliasSettings
-    from django_qless.management.commands.qless_worker import alias_url
+    from django_qless.management.commands.qless_worker import alias_connector
 
-    url = alias_url(AliasSettings("x", "rediss://h:1/0", username="u", password="p w",
-                                  ssl_ca_certs="/ca.pem"))
-    assert url == "rediss://u:p%20w@h:1/0?ssl_cert_reqs=required&ssl_ca_certs=/ca.pem"
-    assert alias_url(AliasSettings("x", "unix:///s.sock?db=2")) == "unix:///s.sock?db=2"
+    conn = alias_connector(AliasSettings("x", "rediss://h:1/0", username="u", password="p w",
+                                         ssl_ca_certs="/ca.pem"))()
+    kwargs = conn.connection_pool.connection_kwargs
+    assert (kwargs["username"], kwargs["password"]) == ("u", "p w")
+    assert kwargs["ssl_ca_certs"] == "/ca.pem" and kwargs["ssl_cert_reqs"] == "required"
+    assert kwargs["socket_timeout"] == 30.0  # a half-open connection cannot hang a worker
+    assert conn.get_encoder().decode_responses
 
 
 def test_worker_heartbeat_setting_and_dry_run(redis_url, tmp_path):

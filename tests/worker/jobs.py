@@ -99,7 +99,8 @@ def sandboxed(job: Job) -> None:
     """Write a file into the job's sandbox and record the path."""
     from django_qless.core.workers import current_sandbox
 
-    path = current_sandbox()
+    path = job.sandbox
+    assert path == current_sandbox()
     assert path is not None and os.path.isdir(path)
     with open(os.path.join(path, "scratch.txt"), "w") as fh:
         fh.write("x")

@@ -95,7 +95,7 @@ class JobLoop:
         self.signals = signals
         self.resume = resume
         self.max_jobs = max_jobs
-        self.client = Client(config.url, worker_name=name, socket_timeout=config.socket_timeout)
+        self.client = config.make_client(worker_name=name)
         self.selection = QueueSelection(
             config.queues, self.client.queues.names, refresh=config.queue_refresh
         )

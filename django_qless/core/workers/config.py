@@ -6,9 +6,14 @@ import os
 import re
 import socket
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
 
+import redis
+
+from django_qless.core.client import Client
 from django_qless.core.registry import Middleware, Registry, default_registry
 
 __all__ = ["RESERVERS", "WorkerConfig", "default_worker_name", "sanitize_name"]
@@ -66,10 +71,15 @@ class WorkerConfig:
     # A child dying sooner than this after its start counts toward the respawn back-off.
     respawn_min_uptime: float = 1.0
     respawn_max_backoff: float = 30.0
-    # Redis socket timeout for worker connections (None: redis-py's default, blocking).
-    socket_timeout: float | None = None
+    # Redis socket timeout for worker connections: a half-open TCP connection must not
+    # block a worker forever (None: block).
+    socket_timeout: float | None = 30.0
     middleware: tuple[Middleware, ...] = field(default=(), compare=False)
     registry: Registry = field(default=default_registry, compare=False, repr=False)
+    # Build the Redis connection yourself (Sentinel, client certificates, ...) instead of
+    # from `url`: called in every process that needs one, after fork; must return a
+    # redis.Redis with decode_responses=True. Socket timeouts are then the factory's.
+    connect: Callable[[], redis.Redis] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.queues, str):
@@ -116,6 +126,28 @@ class WorkerConfig:
         """Return how many jobs a child runs before it is replaced (0: unlimited)."""
         return 1 if self.fork_per_job else self.child_max_jobs
 
+    @property
+    def safe_url(self) -> str:
+        """Return the URL with any password masked (for logs and --print-options)."""
+        if self.connect is not None:
+            return "(custom connection)"
+        parts = urlsplit(self.url)
+        if parts.password is None:
+            return self.url
+        user = parts.username or ""
+        host = parts.hostname or ""
+        netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
+        return urlunsplit(parts._replace(netloc=netloc))
+
+    def make_client(
+        self, *, worker_name: str | None = None, socket_timeout: float | None = -1.0
+    ) -> Client:
+        """Return a new core Client for this process (socket_timeout -1: the config's)."""
+        if self.connect is not None:
+            return Client(self.connect(), worker_name=worker_name)
+        timeout = self.socket_timeout if socket_timeout == -1.0 else socket_timeout
+        return Client(self.url, worker_name=worker_name, socket_timeout=timeout)
+
     def with_options(self, **changes: Any) -> WorkerConfig:
         """Return a copy with some options changed."""
         return replace(self, **changes)
@@ -125,8 +157,9 @@ class WorkerConfig:
         data = {
             f.name: getattr(self, f.name)
             for f in fields(self)
-            if f.name not in ("middleware", "registry")
+            if f.name not in ("middleware", "registry", "connect")
         }
+        data["url"] = self.safe_url
         data["processes"] = self.process_count
         data["middleware"] = [getattr(m, "__qualname__", repr(m)) for m in self.middleware]
         return data

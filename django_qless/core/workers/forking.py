@@ -20,7 +20,7 @@ from typing import Any
 import redis
 
 from django_qless.core.client import Client
-from django_qless.core.exceptions import QlessError
+from django_qless.core.exceptions import QlessConnectionError, QlessError
 from django_qless.core.workers.base import release_job
 from django_qless.core.workers.child import child_main
 from django_qless.core.workers.config import WorkerConfig, default_worker_name
@@ -48,6 +48,7 @@ class ForkingWorker:
         self.wanted = config.process_count
         self.signals = SignalState()
         self.client: Client | None = None
+        self._releaser: Client | None = None
         self.channels: ChildChannels | None = None
         self.children: dict[int, ChildProc] = {}
         self.free_slots = list(range(self.wanted))
@@ -80,8 +81,7 @@ class ForkingWorker:
         self.signals.install()
         # A Python-level SIGCHLD handler makes child deaths write to the wake pipe too.
         signal.signal(signal.SIGCHLD, lambda *_: None)
-        self.client = Client(self.config.url, worker_name=self.name,
-                             socket_timeout=self.config.socket_timeout)
+        self.client = self.config.make_client(worker_name=self.name)
         self.channels = ChildChannels(self.client.redis)
         log.info("supervisor %s (pid %d) starting %d children on %s", self.name, os.getpid(),
                  self.wanted, ",".join(self.queues))
@@ -277,17 +277,32 @@ class ForkingWorker:
 
     def _release_all(self, child: ChildProc) -> None:
         """Release every job the dead child still held (including one not yet reported)."""
-        assert self.client is not None
-        jids = set(self.client.workers[child.name]["jobs"])
+        client = self._release_client()
+        jids = set(client.workers[child.name]["jobs"])
         if child.jid:
             jids.add(child.jid)
         for jid in sorted(jids):
             try:
-                release_job(self.client, jid, child.name)
+                release_job(client, jid, child.name)
+            except QlessConnectionError as exc:
+                # Redis is unreachable or silent: don't wait a timeout per job; the leases
+                # expire and the jobs come back to another worker anyway.
+                log.error("could not release %d job(s) (%s); their leases will expire",
+                          len(jids), exc)
+                self._unreleased += 1
+                return
             except QlessError as exc:
                 log.error("job %s: could not release (%s); its lease will expire", jid, exc)
                 self._unreleased += 1
-        self.client.workers.deregister(child.name)
+        client.workers.deregister(child.name)
+
+    def _release_client(self) -> Client:
+        """Return a client with a short socket timeout for releasing jobs at shutdown."""
+        if self._releaser is None:
+            timeout = min(5.0, max(0.5, self.config.shutdown_grace / 2))
+            self._releaser = self.config.make_client(worker_name=self.name,
+                                                     socket_timeout=timeout)
+        return self._releaser
 
     def _fail(self, child: ChildProc, reason: str) -> None:
         assert self.client is not None and child.jid is not None

@@ -10,8 +10,8 @@ from typing import TextIO
 
 import redis
 
-from django_qless.core.client import Client
 from django_qless.core.exceptions import QlessError
+from django_qless.core.health import check_eviction, clock_skew
 from django_qless.core.workers.config import WorkerConfig
 from django_qless.core.workers.forking import ForkingWorker
 from django_qless.core.workers.hooks import WorkerHooksProtocol
@@ -41,13 +41,13 @@ def make_worker(
 
 def dry_run(config: WorkerConfig, out: TextIO) -> int:
     """Check Redis, resolve the queues, list runnable jobs; take nothing."""
-    client = Client(config.url, socket_timeout=config.socket_timeout or 5.0)
+    client = config.make_client(socket_timeout=5.0)
     try:
         selection = QueueSelection(config.queues, client.queues.names)
         queues = selection.names()
         counts = {q: client.queues[q].counts for q in queues}
     except QlessError as exc:
-        out.write(f"dry run: cannot use Redis at {config.url}: {exc}\n")
+        out.write(f"dry run: cannot use Redis at {config.safe_url}: {exc}\n")
         return ExitCode.ERROR
     finally:
         client.close()
@@ -86,13 +86,21 @@ def run_worker(
 
 
 def warn_about_eviction(config: WorkerConfig) -> None:
-    """Log an error if Redis may evict keys (a job hash could vanish under its jid)."""
-    client = Client(config.url, socket_timeout=config.socket_timeout or 5.0)
+    """Log an error if Redis may evict keys, and a warning if the clocks disagree."""
+    client = config.make_client(socket_timeout=5.0)
     try:
-        policy = client.redis.config_get("maxmemory-policy").get("maxmemory-policy")
-    except redis.RedisError:
-        return  # CONFIG may be forbidden by ACLs; the Django check covers deploys
+        warning = check_eviction(client)
+        skew = clock_skew(client)
+        heartbeat = float(client.config["heartbeat"] or 60)
+    except (QlessError, redis.RedisError) as exc:
+        log.warning("could not check the Redis server's settings: %s", exc)
+        return
     finally:
         client.close()
-    if policy and policy != "noeviction":
-        log.error("Redis maxmemory-policy is %r: jobs can be lost; set it to noeviction", policy)
+    if warning:
+        log.error("%s", warning)
+    # Leases use the Redis clock, but a far-off local clock still means this host's logs,
+    # schedules and timeouts disagree with everyone else's.
+    if abs(skew) > heartbeat / 4:
+        log.warning("this host's clock is %+.1fs off the Redis server's (heartbeat %gs): "
+                    "check NTP", skew, heartbeat)

@@ -193,6 +193,7 @@ class JobRunner:
             log.error("job %s: %s", job.jid, exc)
             return self.fail(job, UNKNOWN_JOB_GROUP, f"{exc}\nworker: {job.worker_name}")
         set_current_sandbox(self.sandbox)
+        job.bind_sandbox(self.sandbox.get)
         middleware = (*self.config.middleware, *job_middleware)
         error: BaseException | None = None
 
@@ -233,6 +234,7 @@ class JobRunner:
             return self.fail(job, error_group(exc), format_failure(exc))
         finally:
             set_current_sandbox(None)
+            job.bind_sandbox(None)
             self.sandbox.cleanup()
         if self.guard.reason == "lock_lost":
             return Outcome.LOST

@@ -5,38 +5,30 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Callable
+from dataclasses import replace
+from functools import partial
 from typing import Any, TextIO, cast
-from urllib.parse import quote, urlencode, urlsplit
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from django_qless.clients import build_redis
 from django_qless.conf import AliasSettings, get_settings
 
-__all__ = ["Command", "alias_url"]
+__all__ = ["Command", "alias_connector"]
+
+WORKER_SOCKET_TIMEOUT = 30.0
 
 
-def alias_url(conf: AliasSettings) -> str:
-    """Return one redis-py URL carrying the alias's credentials and TLS options."""
-    if conf.sentinels or conf.url is None:
-        raise CommandError(
-            f"QLESS[{conf.alias!r}] uses Sentinel; the worker needs a URL alias for now "
-            "(point a URL at the current primary)."
-        )
-    parts = urlsplit(conf.url)
-    netloc = parts.netloc
-    if conf.username is not None or conf.password is not None:
-        host = netloc.rsplit("@", 1)[-1]
-        user = quote(conf.username or "", safe="")
-        secret = quote(conf.password or "", safe="")
-        netloc = f"{user}:{secret}@{host}" if secret else f"{user}@{host}"
-    query = dict(p.split("=", 1) for p in parts.query.split("&") if "=" in p)
-    if parts.scheme == "rediss":
-        query.setdefault("ssl_cert_reqs", conf.ssl_cert_reqs)
-        for name in ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile"):
-            if getattr(conf, name):
-                query[name] = getattr(conf, name)
-    url = f"{parts.scheme}://{netloc}{parts.path}"
-    return f"{url}?{urlencode(query, safe='/')}" if query else url
+def alias_connector(conf: AliasSettings) -> Callable[[], Any]:
+    """Return a factory building the alias's redis.Redis (URL, TLS, ACL or Sentinel).
+
+    The worker calls it in every process after fork. Worker connections get a socket
+    timeout even when the alias has none, so a half-open connection cannot hang a worker.
+    """
+    if conf.socket_timeout is None:
+        conf = replace(conf, socket_timeout=WORKER_SOCKET_TIMEOUT)
+    return partial(build_redis, conf)
 
 
 class Command(BaseCommand):
@@ -90,7 +82,8 @@ class Command(BaseCommand):
         max_jobs = options["max_jobs"] if options["max_jobs"] is not None else conf.worker.max_jobs
         try:
             return WorkerConfig(
-                url=alias_url(conf.aliases[alias]),
+                url=conf.aliases[alias].display,
+                connect=alias_connector(conf.aliases[alias]),
                 queues=queues,
                 processes=processes,
                 reserver=options["reserver"] or conf.worker.reserver,  # type: ignore[arg-type]
@@ -103,7 +96,6 @@ class Command(BaseCommand):
                 name=options["name"],
                 verbosity=options["verbosity"],
                 dry_run=options["dry_run"],
-                socket_timeout=conf.aliases[alias].socket_timeout,
                 registry=get_registry(),
             )
         except ValueError as exc:
@@ -113,16 +105,11 @@ class Command(BaseCommand):
         """Build the config, then run the worker until it stops."""
         config = self.build_config(options)
         if options["print_options"]:
-            import dataclasses
             import json
 
-            # Not config.as_dict(): asdict() deep-copies the registry (it holds a lock).
-            data = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
-                    if f.name not in ("middleware", "registry")}
-            data["processes"] = config.process_count
+            data = config.as_dict()
             data["jobs"] = config.registry.names()
-            data["url"] = get_settings().aliases[
-                options["alias"] or get_settings().alias_for_queue(config.queues[0])].display
+            data["url"] = config.url  # the alias's credential-free description
             self.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str))
             return
         self._logging(options["verbosity"])
