@@ -49,6 +49,7 @@ class ForkingWorker:
         self.signals = SignalState()
         self.client: Client | None = None
         self._releaser: Client | None = None
+        self._redis_down = False
         self.channels: ChildChannels | None = None
         self.children: dict[int, ChildProc] = {}
         self.free_slots = list(range(self.wanted))
@@ -277,24 +278,30 @@ class ForkingWorker:
 
     def _release_all(self, child: ChildProc) -> None:
         """Release every job the dead child still held (including one not yet reported)."""
+        if self._redis_down:
+            self._unreleased += 1
+            return
         client = self._release_client()
-        jids = set(client.workers[child.name]["jobs"])
-        if child.jid:
-            jids.add(child.jid)
-        for jid in sorted(jids):
-            try:
-                release_job(client, jid, child.name)
-            except QlessConnectionError as exc:
-                # Redis is unreachable or silent: don't wait a timeout per job; the leases
-                # expire and the jobs come back to another worker anyway.
-                log.error("could not release %d job(s) (%s); their leases will expire",
-                          len(jids), exc)
-                self._unreleased += 1
-                return
-            except QlessError as exc:
-                log.error("job %s: could not release (%s); its lease will expire", jid, exc)
-                self._unreleased += 1
-        client.workers.deregister(child.name)
+        try:
+            jids = set(client.workers[child.name]["jobs"])
+            if child.jid:
+                jids.add(child.jid)
+            for jid in sorted(jids):
+                try:
+                    release_job(client, jid, child.name)
+                except QlessConnectionError:
+                    raise
+                except QlessError as exc:
+                    log.error("job %s: could not release (%s); its lease will expire", jid, exc)
+                    self._unreleased += 1
+            client.workers.deregister(child.name)
+        except QlessConnectionError as exc:
+            # Redis is unreachable or silent: don't wait a timeout per job; the leases
+            # expire and the jobs come back to another worker anyway.
+            log.error("could not release child %s's jobs (%s); their leases will expire",
+                      child.name, exc)
+            self._unreleased += 1
+            self._redis_down = True
 
     def _release_client(self) -> Client:
         """Return a client with a short socket timeout for releasing jobs at shutdown."""
@@ -421,11 +428,15 @@ class ForkingWorker:
             time.sleep(0.01)
         if self.channels is not None:
             self.channels.close()
+        # Short timeouts from here on: a silent Redis must not hold up the exit, and a
+        # Redis already found unreachable while releasing jobs is not asked again.
         try:
-            if self.client is not None:
-                self.client.workers.deregister(self.name)
-                self.client.close()
+            if self.client is not None and not self._redis_down:
+                self._release_client().workers.deregister(self.name)
         except (QlessError, redis.RedisError):
             pass
+        for client in (self.client, self._releaser):
+            if client is not None:
+                client.close()
         self.signals.uninstall()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
