@@ -9,6 +9,7 @@ last line of stdout. Every metric starts from a flushed Redis.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -20,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import redis
@@ -211,6 +212,23 @@ def _stop_worker(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
+@contextlib.contextmanager
+def _running_worker(
+    a: Any, processes: int
+) -> Iterator[tuple[_Timestamps, subprocess.Popen[bytes]]]:
+    """Start the library's worker; always stop it and remove its directories afterwards."""
+    ts = _Timestamps()
+    try:
+        with open(ts.log_path, "wb") as log:
+            proc = _start_worker(a, processes, ts, log)
+            try:
+                yield ts, proc
+            finally:
+                _stop_worker(proc)
+    finally:
+        ts.remove()
+
+
 def _server_cost(r: redis.Redis) -> tuple[int, float, dict[str, int]]:
     stats = r.info("commandstats")
     calls = {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items()}
@@ -224,20 +242,13 @@ def measure_worker(a: Any, n: int, processes: int, timeout: float) -> dict[str, 
     _flush(a.url)
     a.fill(n, ["bench"])
     r = _redis(a.url)
-    ts = _Timestamps()
     r.config_resetstat()
     _, cpu0, _ = _server_cost(r)
-    log = open(ts.log_path, "wb")  # noqa: SIM115 - closed below
     launch = time.time()
-    proc = _start_worker(a, processes, ts, log)
-    try:
+    with _running_worker(a, processes) as (ts, proc):
         ts.wait(n, timeout, proc)
         commands, cpu1, calls = _server_cost(r)
-    finally:
-        _stop_worker(proc)
-        log.close()
-    done = [t for t, _ in ts.lines()]
-    ts.remove()
+        done = [t for t, _ in ts.lines()]
     first, last = done[0], done[n - 1]
     counted = ((v, k) for k, v in calls.items() if k.split("|")[0] not in IGNORED_COMMANDS)
     top = sorted(counted, reverse=True)[:8]
@@ -259,11 +270,8 @@ def _percentile(values: list[float], q: float) -> float:
 def measure_latency(a: Any, samples: int, timeout: float) -> dict[str, float]:
     """Put jobs 50-150 ms apart to an idle single-process worker; put -> job body start."""
     _flush(a.url)
-    ts = _Timestamps()
-    log = open(ts.log_path, "wb")  # noqa: SIM115 - closed below
-    proc = _start_worker(a, 1, ts, log)
     rng = random.Random(42)
-    try:
+    with _running_worker(a, 1) as (ts, proc):
         for i in range(3):  # warm-up: imports done, connections open
             a.put(i)
         ts.wait(3, timeout, proc)
@@ -273,11 +281,7 @@ def measure_latency(a: Any, samples: int, timeout: float) -> dict[str, float]:
             time.sleep(rng.uniform(0.05, 0.15))
             a.put(i, time.time())
         ts.wait(samples, timeout, proc)
-    finally:
-        _stop_worker(proc)
-        log.close()
-    lat = [(done - t0) * 1000 for done, t0 in ts.lines()]
-    ts.remove()
+        lat = [(done - t0) * 1000 for done, t0 in ts.lines()]
     return {
         "latency_p50_ms": statistics.median(lat),
         "latency_p99_ms": _percentile(lat, 0.99),
