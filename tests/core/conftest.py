@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 import redis
 
+from django_qless.core.client import Client
 from django_qless.core.lua import script_text
+from django_qless.core.queue import Queue
 
 
 class Lua:
@@ -65,3 +67,36 @@ def snapshot(conn: redis.Redis) -> dict[str, bytes]:
         return {key.decode(): raw.dump(key) for key in sorted(raw.keys("*"))}
     finally:
         raw.close()
+
+
+class FakeClock:
+    """A settable clock (epoch seconds) to inject into a Client."""
+
+    def __init__(self, t: float = 1_000_000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    """A fake clock; override the fixture in a module to start elsewhere."""
+    return FakeClock()
+
+
+@pytest.fixture
+def client(redis_url: str, clock: FakeClock) -> Iterator[Client]:
+    """A core Client named w1 on the flushed test database, on the fake clock."""
+    client = Client(redis_url, worker_name="w1", clock=clock)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def q(client: Client) -> Queue:
+    """The queue named q."""
+    return client.queues["q"]

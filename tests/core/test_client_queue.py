@@ -3,46 +3,16 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 import redis
 
 from django_qless.core import Client, Job, JobNotFound, Queue, RecurringJob
-
-
-class FakeClock:
-    """A settable clock (epoch seconds)."""
-
-    def __init__(self, t: float = 1_000_000.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-    def advance(self, seconds: float) -> None:
-        self.t += seconds
+from tests.core.conftest import FakeClock
 
 
 class Payload:
     """A class whose dotted name becomes the klass."""
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def client(redis_url: str, clock: FakeClock) -> Iterator[Client]:
-    client = Client(redis_url, worker_name="w1", clock=clock)
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def q(client: Client) -> Queue:
-    return client.queues["q"]
 
 
 def test_put_stores_every_option(client: Client, q: Queue) -> None:

@@ -2,37 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import redis
 
 from django_qless.core import Client, LostLockError
-
-
-class FakeClock:
-    """A settable clock (epoch seconds)."""
-
-    def __init__(self, t: float = 4_000_000.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-    def advance(self, seconds: float) -> None:
-        self.t += seconds
+from tests.core.conftest import FakeClock
 
 
 @pytest.fixture
 def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def client(redis_url: str, clock: FakeClock) -> Iterator[Client]:
-    client = Client(redis_url, worker_name="w1", clock=clock)
-    yield client
-    client.close()
+    return FakeClock(4_000_000.0)
 
 
 def test_reserve_takes_queues_in_order(client: Client, clock: FakeClock) -> None:
