@@ -10,7 +10,8 @@
 -- Keys read or written here:
 --   ql:config                      hash  config option -> value (HMGET/HGET); also the hidden
 --                                        '#' bookkeeping fields (#due:<queue>, HGET/HSET)
---   ql:j:<jid>                     hash  job record (HMGET, HDEL of legacy `history`)
+--   ql:j:<jid>                     hash  job record (HMGET; field `history` = compact first visit
+--                                        in qless-core's legacy format, HDEL on migration)
 --   ql:j:<jid>-history             list  JSON history entries (RPUSH, LRANGE, LSET/LREM/LPOP/LTRIM/LPUSH)
 --   ql:j:<jid>-dependents          set   (SMEMBERS, for job objects)
 --   ql:j:<jid>-dependencies        set   (SMEMBERS, for job objects)
@@ -279,6 +280,30 @@ function Q.depends(v, self_jid)
   return out
 end
 
+-- Refuse edges jid -> d that would close a cycle: some d already (transitively) depends on
+-- jid. Read-only, so callers run it with the other checks before their first write. Only a
+-- job that others wait for can be on a cycle, so most calls cost one EXISTS.
+function Q.check_cycle(jid, deps)
+  if #deps == 0 or rcall('EXISTS', Q.kdents(jid)) == 0 then return end
+  local seen, stack, visited = {}, {}, 0
+  for i = #deps, 1, -1 do stack[#stack + 1] = deps[i] end
+  while #stack > 0 do
+    local cur = table.remove(stack)
+    if cur == jid then
+      Q.fail('Arg "depends" invalid: dependency cycle: ' .. jid .. ' would wait for itself')
+    end
+    if not seen[cur] then
+      seen[cur] = true
+      visited = visited + 1
+      if visited > Q.MAX_LIST then
+        Q.fail('Arg "depends" invalid: more than ' .. Q.MAX_LIST
+          .. ' jobs to check for a dependency cycle')
+      end
+      for _, x in ipairs(rcall('SMEMBERS', Q.kdeps(cur))) do stack[#stack + 1] = x end
+    end
+  end
+end
+
 function Q.throttle_id(t, name)
   if type(t) ~= 'string' or #t < 1 or #t > 128 or not t:match('^[\33-\126]+$') then
     Q.fail('Arg "' .. (name or 'throttles') .. '" invalid throttle id: ' .. tostring(t))
@@ -424,6 +449,22 @@ end
 
 -- The list entries a legacy `history` field stands for (after whatever the list holds).
 local function legacy_entries(legacy)
+  -- Fast path for the engine's own shapes (a bare first put, or put + popped): the entries
+  -- are spliced from the field's text, which holds the very number and string texts cjson
+  -- writes; anything unusual (leading zeros, other keys, non-canonical escapes) goes the
+  -- generic way below.
+  local q, put, rest = legacy:match('^%[{"q":"([%w_%.%-]*)","put":([1-9]%d*)(.*)$')
+  if q and #put <= 14 then
+    local first = '[' .. put .. ',"put",{"q":"' .. q .. '"}]'
+    if rest == '}]' then return { first } end
+    local popped, wtext = rest:match('^,"popped":([1-9]%d*),"worker":(".*")}%]$')
+    if popped and #popped <= 14 then
+      local ok, w = pcall(cjson_decode, wtext)
+      if ok and type(w) == 'string' and cjson_encode(w) == wtext then
+        return { first, '[' .. popped .. ',"popped",{"worker":' .. wtext .. '}]' }
+      end
+    end
+  end
   local entries = {}
   local ok, old = pcall(cjson_decode, legacy)
   if not ok or type(old) ~= 'table' then return entries end
@@ -439,25 +480,51 @@ local function legacy_entries(legacy)
 end
 Q.legacy_entries = legacy_entries
 
--- Field text of a first visit that starts with a put (floor(when), as list entries use).
-function Q.compact_put(queue, when)
-  return '[{"q":' .. cjson_encode(queue) .. ',"put":' .. cjson_encode(floor(when)) .. '}]'
+-- Redis keeps a small hash in its compact encoding (listpack/ziplist) only while every value
+-- is at most `hash-max-listpack-value` bytes (default 64); one longer value converts the job
+-- hash to a real hash table for good, which costs far more than a history list. So the field
+-- only grows past this length when the hash already holds a longer value (`roomy`).
+Q.SMALL_VALUE = 64
+
+-- True when one of the given field values is longer than Q.SMALL_VALUE.
+function Q.roomy(...)
+  for i = 1, select('#', ...) do
+    local v = select(i, ...)
+    if type(v) == 'string' and #v > Q.SMALL_VALUE then return true end
+  end
+  return false
 end
 
--- The field with the first pop added, or nil when the field is not a bare first put.
-function Q.compact_popped(legacy, when, worker)
-  if not legacy:match('^%[{"q":"[%w_%.%-]*","put":%d+}%]$') then return nil end
-  return legacy:sub(1, -3) .. ',"popped":' .. cjson_encode(floor(when)) .. ',"worker":'
+-- Field text of a first visit that starts with a put (floor(when), as list entries use), or
+-- nil when it would not fit.
+function Q.compact_put(queue, when, roomy)
+  local text = '[{"q":' .. cjson_encode(queue) .. ',"put":' .. cjson_encode(floor(when)) .. '}]'
+  if #text > Q.SMALL_VALUE and not roomy then return nil end
+  return text
+end
+
+-- The field with the first pop added and {put time, queue, pop time, worker}, or nil when
+-- the field is not a bare first put.
+function Q.compact_popped(legacy, when, worker, roomy)
+  local queue, put = legacy:match('^%[{"q":"([%w_%.%-]*)","put":(%d+)}%]$')
+  local at = floor(when)
+  -- (cjson writes 14 significant digits: larger times take the generic path)
+  if not queue or at >= 1e14 then return nil end
+  local text = legacy:sub(1, -3) .. ',"popped":' .. cjson_encode(at) .. ',"worker":'
     .. cjson_encode(worker) .. '}]'
+  if #text > Q.SMALL_VALUE and not roomy then return nil end
+  return text, { tonumber(put), queue, at, worker }
 end
 
 -- The field with the completion added, or nil unless it is a first put + pop by `worker`.
-function Q.compact_done(legacy, when, worker)
+function Q.compact_done(legacy, when, worker, roomy)
   local head = legacy:match('^%[{"q":"[%w_%.%-]*","put":%d+,"popped":%d+')
   if not head then return nil end
   local tail = ',"worker":' .. cjson_encode(worker) .. '}]'
   if #head + #tail ~= #legacy or legacy:sub(#head + 1) ~= tail then return nil end
-  return legacy:sub(1, -3) .. ',"done":' .. cjson_encode(floor(when)) .. '}]'
+  local text = legacy:sub(1, -3) .. ',"done":' .. cjson_encode(floor(when)) .. '}]'
+  if #text > Q.SMALL_VALUE and not roomy then return nil end
+  return text
 end
 
 -- The `time` field text: 14 significant digits when that reads back as the same number,
@@ -485,19 +552,28 @@ end
 
 -- Append a history entry (after migrating `legacy`, the job's `history` field, if given, in
 -- the same RPUSH); trim to max-job-history (keep the first entry and the last n-1).
-function Q.history(jid, when, what, extra, legacy)
+-- `overwrite`: the caller's own HSET replaces the field with `[]` (an empty legacy history,
+-- which every reader expands to nothing) instead of an HDEL here.
+-- Returns the pushed entries when they are now the whole list (it was empty), else nil.
+function Q.history(jid, when, what, extra, legacy, overwrite)
   local key = Q.khist(jid)
   local len
+  local entries
+  if legacy == '[]' then legacy = nil end
   if legacy then
-    rcall('HDEL', 'ql:j:' .. jid, 'history')
-    local entries = legacy_entries(legacy)
+    if not overwrite then rcall('HDEL', 'ql:j:' .. jid, 'history') end
+    entries = legacy_entries(legacy)
     tinsert(entries, history_entry(when, what, extra))
     len = push_entries(key, entries)
   else
-    len = rcall('RPUSH', key, history_entry(when, what, extra))
+    entries = { history_entry(when, what, extra) }
+    len = rcall('RPUSH', key, entries[1])
   end
   -- The cap is 0 (none) or >= 3, so a list of 3 or fewer entries never needs a trim.
-  if len <= 3 then return end
+  if len <= 3 then
+    if len == #entries then return entries end
+    return nil
+  end
   local n = Q.cfgnum('max-job-history', 100)
   if n < 3 or len <= n then return end
   if len == n + 1 then
@@ -601,12 +677,20 @@ end
 -- ---------------------------------------------------------------- job objects (module)
 
 Q.mod.objects = function()
-  -- History objects of the list followed by the legacy field's entries; `compact` (the
-  -- field was just written by pop from a bare first put) means there is no list to read.
-  function Q.read_history(jid, legacy, compact)
+  -- History objects of the list followed by the legacy field's entries. `compact`
+  -- ({put time, queue, pop time, worker}, from a pop that just extended a bare first put)
+  -- means there is no list to read: the two objects are built as the list form decodes them.
+  function Q.read_history(jid, legacy, compact, listed)
+    if compact then
+      local put = { when = compact[1], what = 'put' }
+      put.q = compact[2]
+      local popped = { when = compact[3], what = 'popped' }
+      popped.worker = compact[4]
+      return { put, popped }
+    end
     local out = {}
-    local raws = {}
-    if not compact then raws = rcall('LRANGE', Q.khist(jid), 0, -1) end
+    -- `listed`: the list's whole content, known from the RPUSH that created it.
+    local raws = listed or rcall('LRANGE', Q.khist(jid), 0, -1)
     if legacy then
       for _, e in ipairs(Q.legacy_entries(legacy)) do tinsert(raws, e) end
     end
@@ -655,7 +739,7 @@ Q.mod.objects = function()
       throttles = Q.list(h.throttles),
     }
     if not lean then
-      obj.history = Q.read_history(jid, h.history, h.compact)
+      obj.history = Q.read_history(jid, h.history, h.compact, h.listed)
       -- Most jobs have neither set: one EXISTS instead of two SMEMBERS.
       local empty = {}
       obj.dependents, obj.dependencies = empty, empty

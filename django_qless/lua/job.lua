@@ -185,6 +185,8 @@ Q.mod.job = function()
       if parent and rcall('EXISTS', 'ql:r:' .. parent) == 1 then
         Q.fail('Job ' .. jid .. ' collides with recurring job ' .. parent)
       end
+    elseif depends then
+      Q.check_cycle(jid, depends)  -- a new job has no dependents, so no cycle
     end
     -- All arguments are valid: write from here on.
     local key = Q.kjob(jid)
@@ -212,7 +214,12 @@ Q.mod.job = function()
     end
     Q.publish('ql:log', Q.ev_put(jid, queue))
     -- A new job's first event goes to the compact `history` field (written by the HSET below).
-    if old then Q.history(jid, now, 'put', { q = queue }, old.history) end
+    local compact = nil
+    if not old then
+      compact = Q.compact_put(queue, now, Q.roomy(data, klass, throttles) or #tags > 0
+        and Q.roomy(cjson.encode(tags)))
+    end
+    if not compact then Q.history(jid, now, 'put', { q = queue }, old and old.history) end
     if old then
       Q.unqueue(jid, old.queue, old.state, old.throttles)
       Q.release(jid, old.held, now)
@@ -238,9 +245,7 @@ Q.mod.job = function()
     local fields = { 'jid', jid, 'klass', klass, 'data', data, 'priority', priority,
       'tags', cjson.encode(tags), 'state', state, 'worker', '', 'expires', 0, 'queue', queue,
       'retries', retries, 'remaining', retries, 'time', Q.ftime(now) }
-    if not old then
-      table.insert(fields, 'history'); table.insert(fields, Q.compact_put(queue, now))
-    end
+    if compact then table.insert(fields, 'history'); table.insert(fields, compact) end
     if throttles then
       table.insert(fields, 'throttles'); table.insert(fields, throttles)
     end
@@ -268,8 +273,9 @@ Q.mod.job = function()
 
   -- ---------------------------------------------------------------- complete
 
+  -- (klass, tags, failure, throttles: only to know whether the hash already holds a long value)
   local OWN_FIELDS = { 'state', 'queue', 'worker', 'priority', 'retries', 'time', 'held', 'history',
-    'tracked' }
+    'tracked', 'klass', 'tags', 'failure', 'throttles' }
 
   -- Ownership checks shared by complete and complete.reserve.
   function Q.check_running(jid, worker, queue)
@@ -303,8 +309,9 @@ Q.mod.job = function()
   -- Complete a running job whose ownership was checked (h from Q.check_running).
   function Q.complete(now, jid, worker, queue, data, h, nextq, delay, depends)
     local key = Q.kjob(jid)
-    local compact = not nextq and h.history and Q.compact_done(h.history, now, worker)
-    if not compact then Q.history(jid, now, 'done', nil, h.history) end
+    local compact = not nextq and h.history and Q.compact_done(h.history, now, worker,
+      Q.roomy(data, h.klass, h.tags, h.failure, h.throttles, h.held))
+    if not compact then Q.history(jid, now, 'done', nil, h.history, true) end
     rcall('ZREM', Q.kq(queue, 'locks'), jid)
     Q.sample('run', queue, now, now - (tonumber(h.time) or now))
     rcall('ZREM', Q.kwjobs(worker), jid)
@@ -312,7 +319,10 @@ Q.mod.job = function()
     local retries = tonumber(h.retries) or 5
     local fields = { 'data', data, 'worker', '', 'failure', '{}', 'expires', 0,
       'remaining', retries, 'time', Q.ftime(now) }
-    if compact then table.insert(fields, 'history'); table.insert(fields, compact) end
+    if compact or (h.history and h.history ~= '[]') then
+      -- the compact field, or `[]` for a field just migrated (this HSET replaces an HDEL)
+      table.insert(fields, 'history'); table.insert(fields, compact or '[]')
+    end
     if h.held then table.insert(fields, 'held'); table.insert(fields, '') end
     if nextq then
       Q.publish('ql:log', '{"jid":' .. Q.js(jid) .. ',"to":' .. Q.js(nextq)
@@ -367,6 +377,7 @@ Q.mod.job = function()
     if opts.delay and not nextq then Q.fail('"delay" cannot be used without a "next".') end
     if opts.depends and not nextq then Q.fail('"depends" cannot be used without a "next".') end
     local h = Q.check_running(jid, worker, queue)
+    if depends then Q.check_cycle(jid, depends) end
     Q.load_config({ 'jobs-history', 'jobs-history-count', 'max-job-history', '#completed-due',
       queue .. '-max-concurrency' })
     return Q.complete(now, jid, worker, queue, data, h, nextq, delay, depends)
@@ -593,6 +604,7 @@ Q.mod.jobmeta = function()
       Q.fail('Job ' .. jid .. ' not in the depends state: ' .. tostring(h and h.state or false))
     end
     if command == 'on' then
+      Q.check_cycle(jid, targets)
       Q.add_deps(jid, targets)
       return 1
     end
@@ -613,7 +625,8 @@ Q.mod.jobmeta = function()
     local priority = Q.priority(args[2], 'missing or not a number')
     local h = Q.read(jid, { 'queue', 'state' })
     if not h then Q.fail('Job ' .. jid .. ' does not exist') end
-    if h.queue and h.queue ~= '' then
+    -- A timed-out (stalled) job keeps its +inf score: it stays first in line.
+    if h.queue and h.queue ~= '' and h.state ~= 'stalled' then
       local key = Q.kq(h.queue, 'work')
       if rcall('ZSCORE', key, jid) then rcall('ZADD', key, priority, jid) end
     end

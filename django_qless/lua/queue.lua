@@ -207,14 +207,23 @@ Q.mod.pop = function()
     for _, item in ipairs(selected) do
       local jid, h = item[1], item[2]
       -- The first pop of a job still in its compact first visit extends the `history` field.
-      local compact = h.history and Q.compact_popped(h.history, now, worker)
-      if not compact then Q.history(jid, now, 'popped', { worker = worker }, h.history) end
-      h.history = compact or nil
-      h.compact = compact and true or nil
+      local compact, parts
+      if h.history then
+        compact, parts = Q.compact_popped(h.history, now, worker,
+          Q.roomy(h.data, h.klass, h.tags, h.failure, h.throttles, h.held))
+      end
+      local cleared = false
+      if not compact then
+        cleared = h.history ~= nil and h.history ~= '[]'
+        h.listed = Q.history(jid, now, 'popped', { worker = worker }, h.history, true)
+      end
+      h.history = compact
+      h.compact = parts
       Q.sample('wait', queue, now, now - (tonumber(h.time) or now))
       local fields = { 'worker', worker, 'expires', expires, 'state', 'running',
         'time', Q.ftime(now), 'remaining', h.remaining }
       if compact then table.insert(fields, 'history'); table.insert(fields, compact) end
+      if cleared then table.insert(fields, 'history'); table.insert(fields, '[]') end
       if h.held then table.insert(fields, 'held'); table.insert(fields, h.held) end
       rcall('HSET', Q.kjob(jid), unpack(fields))
       if h.grace then rcall('HDEL', Q.kjob(jid), 'grace'); h.grace = nil end

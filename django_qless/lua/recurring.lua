@@ -60,12 +60,14 @@ Q.mod.spawn = function()
             local fields = { 'jid', child, 'klass', klass, 'data', data, 'priority', priority,
               'tags', cjson.encode(tags), 'state', 'waiting', 'worker', '', 'expires', 0,
               'queue', queue, 'retries', retries, 'remaining', retries,
-              'time', Q.ftime(s), 'spawned_from_jid', rjid,
-              'history', Q.compact_put(queue, s) }
+              'time', Q.ftime(s), 'spawned_from_jid', rjid }
+            local compact = Q.compact_put(queue, s, Q.roomy(data, klass, throttles, fields[10]))
+            if compact then table.insert(fields, 'history'); table.insert(fields, compact) end
             if throttles and throttles ~= '' then
               table.insert(fields, 'throttles'); table.insert(fields, throttles)
             end
             rcall('HSET', Q.kjob(child), unpack(fields))
+            if not compact then Q.history(child, s, 'put', { q = queue }) end
             rcall('ZADD', Q.kq(queue, 'work'), Q.score(priority, s), child)
             spawned = spawned + 1
             s = s + interval

@@ -10,11 +10,14 @@ import redis
 
 Q = "queue"
 HIST = "ql:j:jid-history"
+# Job data longer than 64 bytes: the job hash is a real hash table anyway, so the field may grow.
+BIG = json.dumps({"payload": "x" * 80})
 
 
-def put(lua: Any, jid: str = "jid", queue: str = Q, now: float = 0, *opts: Any) -> Any:
-    """Put a job with empty data."""
-    return lua("put", now, "w", queue, jid, "K", "{}", 0, *opts)
+def put(lua: Any, jid: str = "jid", queue: str = Q, now: float = 0, *opts: Any,
+        data: str = "{}") -> Any:
+    """Put a job (empty data unless given)."""
+    return lua("put", now, "w", queue, jid, "K", data, 0, *opts)
 
 
 def pop(lua: Any, now: float = 1, worker: str = "w", queue: str = Q) -> Any:
@@ -28,9 +31,9 @@ def complete(lua: Any, now: float = 2, jid: str = "jid", worker: str = "w", *opt
 
 
 def field(r: redis.Redis, jid: str = "jid") -> Any:
-    """The job's `history` field, decoded (None when absent)."""
+    """The job's `history` field, decoded (None when absent or `[]`, the migrated form)."""
     text = r.hget(f"ql:j:{jid}", "history")
-    return None if text is None else json.loads(text)
+    return None if text is None else json.loads(text) or None
 
 
 def whats(lua: Any, jid: str = "jid", now: float = 100) -> list[str]:
@@ -104,12 +107,12 @@ def test_time_field_is_short_and_exact(lua: Any, r: redis.Redis) -> None:
 @pytest.mark.parametrize("stage", ["put", "popped", "done"])
 def test_compact_reads_like_list(lua: Any, r: redis.Redis, stage: str) -> None:
     """get, multiget, peek and track give byte-identical replies for either storage."""
-    put(lua, now=1700000000.5)
+    put(lua, now=1700000000.5, data=BIG)
     lua("track", 1700000000.5, "track", "jid")
     if stage != "put":
         pop(lua, now=1700000003.25, worker="w1")
     if stage == "done":
-        complete(lua, 1700000007.75, "jid", "w1")
+        assert lua("complete", 1700000007.75, "jid", "w1", Q, BIG) == "complete"
 
     def replies() -> list[Any]:
         return [lua("get", 1700000010, "jid"), lua("multiget", 1700000010, "jid"),
@@ -134,6 +137,79 @@ def test_pop_reply_like_list(lua: Any, r: redis.Redis) -> None:
     assert field(r, "a") is not None and field(r, "b") is None
     assert r.lrange("ql:j:b-history", 0, -1) == ['[5,"put",{"q":"queue"}]',
                                                   '[9,"popped",{"worker":"w"}]']
+
+
+@pytest.mark.parametrize("data", ["{}", BIG])
+@pytest.mark.parametrize("worker", ["w", 'odd"\\/worker'])
+def test_pop_reply_bytes_like_list(lua: Any, r: redis.Redis, worker: str, data: str) -> None:
+    """pop's raw reply for a compact job equals the reply for the same job stored as a list."""
+    put(lua, "jid", Q, 1700000000.5, data=data)
+    compact = lua("pop", 1700000009.5, Q, worker, 1)
+    assert (field(r) is not None) == (data == BIG)
+    r.flushdb()
+    put(lua, "jid", Q, 1700000000.5, data=data)
+    to_list(r)
+    assert lua("pop", 1700000009.5, Q, worker, 1) == compact
+    assert r.hget("ql:j:jid", "history") is None
+
+
+def test_huge_clock_takes_generic_path(lua: Any, r: redis.Redis) -> None:
+    """Times cjson cannot write exactly (>= 1e14) are never extended compactly."""
+    put(lua, now=1e14 + 5)
+    pop(lua, now=1e14 + 7)
+    assert field(r) is None
+    assert whats(lua, now=1e14 + 8) == ["put", "popped"]
+
+
+# -- the field never turns a compact-encoded job hash into a hash table ------------------------
+
+
+def test_small_job_keeps_field_short(lua: Any, r: redis.Redis) -> None:
+    """With small values, a field that would pass 64 bytes is migrated instead of extended."""
+    put(lua, now=1700000000)
+    assert len(r.hget("ql:j:jid", "history")) <= 64
+    pop(lua, now=1700000001, worker="a-rather-long-worker-name")
+    assert field(r) is None
+    assert whats(lua) == ["put", "popped"]
+    assert complete(lua, 1700000002, "jid", "a-rather-long-worker-name") == "complete"
+    assert whats(lua) == ["put", "popped", "done"]
+    assert r.object("encoding", "ql:j:jid") in ("listpack", "ziplist")
+
+
+def test_small_job_short_names_compact_until_done(lua: Any, r: redis.Redis) -> None:
+    """Short names fit the first pop in 64 bytes; the completion then migrates."""
+    put(lua, "jid", "q", 1700000000)
+    pop(lua, 1700000001, "w", "q")
+    assert field(r) == [{"q": "q", "put": 1700000000, "popped": 1700000001, "worker": "w"}]
+    assert lua("complete", 1700000002, "jid", "w", "q", "{}") == "complete"
+    assert field(r) is None and r.llen(HIST) == 3
+    assert r.object("encoding", "ql:j:jid") in ("listpack", "ziplist")
+
+
+def test_long_queue_name_uses_list(lua: Any, r: redis.Redis) -> None:
+    """A first put whose field would pass 64 bytes goes to the list as before."""
+    queue = "q" * 40
+    put(lua, "jid", queue, 1700000000)
+    assert field(r) is None and r.llen(HIST) == 1
+    put(lua, "big", queue, 1700000000, data=BIG)
+    assert field(r, "big") == [{"q": queue, "put": 1700000000}]
+
+
+def test_big_data_stays_compact_to_done(lua: Any, r: redis.Redis) -> None:
+    """A job hash that already holds a long value keeps the whole first visit in the field."""
+    put(lua, now=1700000000, data=BIG)
+    pop(lua, now=1700000001, worker="a-rather-long-worker-name")
+    assert lua("complete", 1700000002, "jid", "a-rather-long-worker-name", Q, BIG) == "complete"
+    assert [*field(r)[0]] == ["q", "put", "popped", "worker", "done"]
+    assert not r.exists(HIST)
+
+
+def test_completion_with_long_data_stays_compact(lua: Any, r: redis.Redis) -> None:
+    """Completing with data longer than 64 bytes makes room for the `done` time."""
+    put(lua, "jid", "q", 1700000000)
+    pop(lua, 1700000001, "w", "q")
+    assert lua("complete", 1700000002, "jid", "w", "q", BIG) == "complete"
+    assert field(r)[0]["done"] == 1700000002 and not r.exists(HIST)
 
 
 def test_reads_do_not_migrate(lua: Any, r: redis.Redis) -> None:
@@ -238,3 +314,43 @@ def test_history_cap_on_full_compact_job(lua: Any, r: redis.Redis) -> None:
     complete(lua, 2)
     lua("log", 5, "jid", "later")
     assert whats(lua) == ["put", "done", "later"]
+
+
+def test_migrated_field_left_empty(lua: Any, r: redis.Redis) -> None:
+    """pop and complete migrate by writing `[]` in their own HSET; `[]` reads as nothing."""
+    put(lua, now=1700000000)
+    pop(lua, now=1700000001, worker="a-rather-long-worker-name")
+    assert r.hget("ql:j:jid", "history") == "[]"
+    assert r.lrange(HIST, 0, -1) == ['[1700000000,"put",{"q":"queue"}]',
+                                     '[1700000001,"popped",{"worker":"a-rather-long-worker-name"}]']
+    lua("log", 1700000002, "jid", "note")
+    assert r.llen(HIST) == 3
+    assert whats(lua) == ["put", "popped", "note"]
+    assert r.hget("ql:j:jid", "history") == "[]"
+
+
+@pytest.mark.parametrize("worker", ["a-rather-long-worker-name", 'odd"\\/w-rather-long-name'])
+@pytest.mark.parametrize("stage", ["pop", "complete"])
+def test_migrated_entries_match_generic_expansion(lua: Any, r: redis.Redis, worker: str,
+                                                  stage: str) -> None:
+    """Entries migrated from the engine's own field equal those from a re-spaced legacy field."""
+    def run(respace: bool) -> list[str]:
+        r.flushdb()
+        # complete: big data lets the pop extend the field; completing with "{}" then
+        # does not know the hash is roomy and migrates put + popped + done.
+        put(lua, "jid", "q", 1700000000.5, data=BIG if stage == "complete" else "{}")
+        if stage == "complete":
+            lua("pop", 1700000001.5, "q", worker, 1)
+            assert field(r)[0]["worker"] == worker
+        if respace:  # same content, another writer's layout: only the generic path reads it
+            r.hset("ql:j:jid", "history", json.dumps(json.loads(r.hget("ql:j:jid", "history"))))
+        if stage == "pop":
+            lua("pop", 1700000002.5, "q", worker, 1)
+        else:
+            assert lua("complete", 1700000002.5, "jid", worker, "q", "{}") == "complete"
+        assert field(r) is None
+        return r.lrange(HIST, 0, -1)
+
+    own = run(False)
+    assert len(own) == (2 if stage == "pop" else 3)
+    assert own == run(True)

@@ -7,6 +7,8 @@ from typing import Any
 import pytest
 import redis
 
+from tests.core.conftest import snapshot
+
 __all__: list[str] = []
 
 DEPS = "ql:q:queue-depends"
@@ -243,3 +245,50 @@ def test_released_delayed_dependent_pops_at_its_time(lua: Any) -> None:
     finish(lua, "a", 5)
     assert lua("pop", 99, "queue", "worker", 1) == "{}"
     assert lua.json("pop", 100, "queue", "worker", 1)[0]["jid"] == "b"
+
+
+# -- cycles (docs/engine.md: refused before any write) -----------------------------------------
+
+
+def test_fix_put_refuses_a_dependency_cycle(lua: Any, r: redis.Redis) -> None:
+    """Re-putting a job so that it waits for its own dependent is refused, nothing written."""
+    put(lua, "a")
+    put(lua, "b", depends=["a"])
+    put(lua, "c", depends=["b"])
+    before = snapshot(r)
+    with pytest.raises(redis.ResponseError, match=r"Put\(\): .*dependency cycle"):
+        put(lua, "a", depends=["c"])
+    assert snapshot(r) == before
+
+
+def test_fix_depends_on_refuses_a_cycle(lua: Any, r: redis.Redis) -> None:
+    """`depends on` may not close a cycle either."""
+    put(lua, "x")
+    put(lua, "a", depends=["x"])
+    put(lua, "b", depends=["a"])
+    before = snapshot(r)
+    with pytest.raises(redis.ResponseError, match=r"Depends\(\): .*dependency cycle"):
+        lua("depends", 1, "a", "on", "b")
+    assert snapshot(r) == before
+
+
+def test_fix_complete_next_refuses_a_cycle(lua: Any, r: redis.Redis) -> None:
+    """Advancing a job to wait for one of its own dependents is refused."""
+    put(lua, "a")
+    put(lua, "b", depends=["a"])
+    lua("pop", 1, "queue", "worker", 1)
+    before = snapshot(r)
+    with pytest.raises(redis.ResponseError, match=r"Complete\(\): .*dependency cycle"):
+        lua("complete", 2, "a", "worker", "queue", "{}", "next", "q2", "depends", ["b"])
+    assert snapshot(r) == before
+
+
+def test_independent_dependencies_are_not_cycles(lua: Any) -> None:
+    """A diamond (b and c on a, d on both) is fine, and so is re-putting with a new edge."""
+    put(lua, "a")
+    put(lua, "b", depends=["a"])
+    put(lua, "c", depends=["a"])
+    put(lua, "d", depends=["b", "c"])
+    put(lua, "e")
+    put(lua, "b", depends=["a", "e"])
+    assert state(lua, "b") == "depends" and state(lua, "d") == "depends"

