@@ -67,7 +67,15 @@ def build_redis(conf: AliasSettings) -> redis.Redis:
             conf.master_name or "mymaster", redis_class=redis.Redis, decode_responses=True)
         return master
     assert conf.url is not None
-    return redis.Redis.from_url(conf.url, **kwargs)
+    conn = redis.Redis.from_url(conf.url, **kwargs)
+    # from_url lets credentials in the URL win over keyword arguments; the documented rule
+    # is the other way round (USERNAME/PASSWORD override the URL's). No connection is open
+    # yet, so updating the pool's arguments is enough.
+    pool_kwargs = conn.connection_pool.connection_kwargs
+    for name in ("username", "password"):
+        if getattr(conf, name) is not None:
+            pool_kwargs[name] = getattr(conf, name)
+    return conn
 
 
 class ClientHandler:

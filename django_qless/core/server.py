@@ -109,6 +109,8 @@ class RedisServer:
                     conn.ping()
                     conn.close()
                     return self
+                except redis.AuthenticationError:
+                    return self  # up, and asking for the password it was given
                 except redis.ConnectionError:
                     pass
             time.sleep(0.01)

@@ -191,3 +191,15 @@ def test_options_pass_through_to_redis():
                            "SOCKET_TIMEOUT": 7}})
     kw = redis_kwargs(conf.aliases["default"])
     assert kw["socket_connect_timeout"] == 2 and kw["socket_timeout"] == 7
+
+
+def test_password_setting_overrides_the_url_credentials():
+    from django_qless.clients import build_redis
+    from django_qless.conf import AliasSettings
+
+    conn = build_redis(AliasSettings("x", "redis://olduser:urlpw@db.example.com:6379/0",
+                                     username="app", password="setpw"))
+    kwargs = conn.connection_pool.connection_kwargs
+    assert (kwargs["username"], kwargs["password"]) == ("app", "setpw")
+    plain = build_redis(AliasSettings("y", "redis://:urlpw@db.example.com:6379/0"))
+    assert plain.connection_pool.connection_kwargs["password"] == "urlpw"

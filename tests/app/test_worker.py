@@ -122,3 +122,35 @@ def test_worker_heartbeat_setting_and_dry_run(redis_url, tmp_path):
            QLESS_WORKER_HEARTBEAT="17", QLESS_TEST_DB=str(tmp_path / "db"))
     assert get_client().config["heartbeat"] == 17
     assert jobs.add.handle(handle.jid).result() == 4
+
+
+def test_worker_command_with_password_url_and_heartbeat_setting(tmp_path):
+    from django_qless.core.client import Client
+    from django_qless.core.server import RedisServer, find_redis_server
+
+    server = RedisServer(find_redis_server(), extra_args=["--requirepass", "s3cret"]).start()
+    try:
+        url = f"unix://{server.socket_path}?db=0&password=s3cret"
+        client = Client(url)
+        jid = client.queues["default"].put("tests.app.jobs.add", {"args": [1], "kwargs": {"b": 2}})
+        result = manage(url, "qless_worker", "default", "--processes", "0", "--max-jobs", "1",
+                        QLESS_WORKER_HEARTBEAT="30", QLESS_TEST_DB=str(tmp_path / "db.sqlite3"))
+        assert result.returncode == 0, result.stderr
+        assert "s3cret" not in result.stdout + result.stderr
+        assert client.config["heartbeat"] == 30
+        assert client.jobs[jid].state == "complete"
+        client.close()
+    finally:
+        server.stop()
+
+
+def test_worker_command_has_the_core_worker_options(redis_url):
+    result = manage(redis_url, "qless_worker", "default", "-n", "3", "--resume", "--name", "w1",
+                    "--exec", "cat -n", "--kill-grace", "2", "--shutdown-grace", "4",
+                    "--import", "tests.app.jobs", "--print-options")
+    assert result.returncode == 0, result.stderr
+    options = json.loads(result.stdout)
+    assert options["processes"] == 3 and options["resume"] is True
+    assert options["exec_command"] == ["cat", "-n"]
+    assert (options["kill_grace"], options["shutdown_grace"]) == (2.0, 4.0)
+    assert options["import_modules"] == ["tests.app.jobs"]

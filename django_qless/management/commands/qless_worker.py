@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import sys
 from collections.abc import Callable
 from dataclasses import replace
@@ -40,7 +41,7 @@ class Command(BaseCommand):
         parser.add_argument("queues", nargs="*", help="queues (globs allowed) in priority order")
         parser.add_argument("--alias", "--client", default=None,
                             help="QLESS alias to work on (default: the first queue's route)")
-        parser.add_argument("-p", "--processes", type=int, default=None,
+        parser.add_argument("-p", "-n", "--processes", type=int, default=None,
                             help="child processes (0: run jobs in this process)")
         parser.add_argument("--reserver", choices=("ordered", "round-robin", "shuffled"))
         parser.add_argument("--interval", type=float, default=None,
@@ -53,6 +54,18 @@ class Command(BaseCommand):
         parser.add_argument("--child-max-jobs", type=int, default=0,
                             help="replace a child after N jobs")
         parser.add_argument("--fork-per-job", action="store_true")
+        parser.add_argument("--import", dest="imports", action="append", default=[],
+                            metavar="MODULE", help="import MODULE before forking (repeatable)")
+        parser.add_argument("--resume", action="store_true",
+                            help="first run the jobs this worker name still holds (with --name)")
+        parser.add_argument("--exec", dest="exec_command", default=None, metavar="COMMAND",
+                            help="run COMMAND per job: data JSON on stdin, jid as last argument")
+        parser.add_argument("--kill-grace", type=float, default=5.0,
+                            help="seconds between TERM and KILL for a job over its limit")
+        parser.add_argument("--shutdown-grace", type=float, default=10.0,
+                            help="seconds TERM waits for children before killing them")
+        parser.add_argument("--sandbox-root", default=None,
+                            help="parent directory of the per-worker sandboxes")
         parser.add_argument("--name", default=None, help="worker name (default host-pid)")
         parser.add_argument("--pid", default=None, help="write the process id to this file")
         parser.add_argument("--print-options", action="store_true",
@@ -93,6 +106,12 @@ class Command(BaseCommand):
                 max_duration=options["max_duration"],
                 child_max_jobs=options["child_max_jobs"],
                 fork_per_job=options["fork_per_job"],
+                import_modules=tuple(options["imports"]),
+                resume=options["resume"],
+                exec_command=tuple(shlex.split(options["exec_command"] or "")),
+                kill_grace=options["kill_grace"],
+                shutdown_grace=options["shutdown_grace"],
+                **({"sandbox_root": options["sandbox_root"]} if options["sandbox_root"] else {}),
                 name=options["name"],
                 verbosity=options["verbosity"],
                 dry_run=options["dry_run"],
@@ -118,9 +137,7 @@ class Command(BaseCommand):
                 fh.write(str(os.getpid()))
         heartbeat = get_settings().worker.heartbeat
         if heartbeat is not None:
-            from django_qless.core.client import Client
-
-            with Client(config.url) as client:
+            with config.make_client(socket_timeout=5.0) as client:
                 client.config["heartbeat"] = heartbeat
         sys.exit(self.run(config))
 
