@@ -13,8 +13,10 @@ channels, which qless publishes for tracked jobs.
 from __future__ import annotations
 
 import logging
+import signal
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from types import FrameType
 from typing import Any
 
 from django_qless.clients import get_client
@@ -22,7 +24,7 @@ from django_qless.conf import DEFAULT_ALIAS
 from django_qless.core.events import Events
 from django_qless.signals import BRIDGED_SIGNALS
 
-__all__ = ["Bridge", "LOG_EVENTS"]
+__all__ = ["Bridge", "LOG_EVENTS", "serve"]
 
 log = logging.getLogger("django_qless")
 
@@ -91,3 +93,27 @@ class Bridge:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def serve(alias: str = DEFAULT_ALIAS, *, events: Iterable[str] | None = None,
+          health_check_interval: float = 10.0,
+          ready: Callable[[], None] | None = None) -> int:
+    """Bridge events until SIGTERM/SIGINT (main thread only); return how many were sent.
+
+    `ready` is called once the listener is subscribed, so a caller can wait for it.
+    """
+    from django_qless.registry import setup
+
+    setup()  # receivers in <app>.jobs modules get connected
+    bridge = Bridge(alias, events=events, health_check_interval=health_check_interval)
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        bridge.stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    bridge.start()
+    if ready is not None:
+        ready()
+    bridge.run_forever()
+    return bridge.sent

@@ -205,6 +205,16 @@ class Events:
             elif now - last_seen >= interval:
                 conn.send_command("PING")
                 ping_sent = now
+        self._drain(conn)
+
+    def _drain(self, conn: Any, grace: float = 0.05, limit: int = 10_000) -> None:
+        """On stop, deliver what already arrived (or arrives within `grace` seconds)."""
+        for _ in range(limit):
+            if not conn.can_read(timeout=grace):
+                return
+            reply = conn.read_response()
+            if reply[0] == "message":
+                self.dispatch(decode_event(reply[1], reply[2]))
 
     def _run(self) -> None:
         """Connect, listen, and reconnect with back-off until stopped."""

@@ -74,6 +74,10 @@ QLESS = {
     "default": {"URL": os.environ.get("QLESS_URL", "redis://localhost:6379/0")},
     "JOB_MODULES": ["tests.app.legacy_jobs"],
 }
+# Subprocess tests that check the webhook receiver point it at a local server.
+if os.environ.get("QLESS_TEST_WEBHOOK"):
+    QLESS["RECEIVERS"] = {"WEBHOOK_URL": os.environ["QLESS_TEST_WEBHOOK"],
+                          "WEBHOOK_EVENTS": ["completed", "failed"]}
 # "host:port": subprocess tests run the default alias through a Sentinel instead.
 if os.environ.get("QLESS_TEST_SENTINEL"):
     _host, _port = os.environ["QLESS_TEST_SENTINEL"].rsplit(":", 1)

@@ -154,3 +154,36 @@ def test_worker_command_has_the_core_worker_options(redis_url):
     assert options["exec_command"] == ["cat", "-n"]
     assert (options["kill_grace"], options["shutdown_grace"]) == (2.0, 4.0)
     assert options["import_modules"] == ["tests.app.jobs"]
+
+
+def test_worker_with_events_bridges_signals_in_its_own_process(redis_url, tmp_path):
+    """--with-events: a bridge process next to the worker sends job signals (here: webhooks)."""
+    import http.server
+    import threading
+
+    posted: list[dict] = []
+
+    class Hook(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+            posted.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        handle = jobs.add.using(track=True).enqueue(2, b=3)
+        result = manage(redis_url, "qless_worker", "default", "--processes", "0", "--max-jobs",
+                        "1", "--with-events", QLESS_TEST_DB=str(tmp_path / "db.sqlite3"),
+                        QLESS_TEST_WEBHOOK=f"http://127.0.0.1:{server.server_port}/hook",
+                        QLESS_WORKER_INTERVAL="0.2")
+        assert result.returncode == 0, result.stderr
+        assert handle.result() == 5
+    finally:
+        server.shutdown()
+        server.server_close()
+    # The bridge is stopped when the worker exits, so its webhook POST happened before.
+    assert [(p["event"], p["jid"]) for p in posted] == [("completed", handle.jid)]

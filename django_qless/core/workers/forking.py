@@ -229,16 +229,15 @@ class ForkingWorker:
                 pass
 
     def _reap(self) -> None:
-        while self.children:
+        # Only our own children: the embedding program may have others (an event bridge).
+        for pid in list(self.children):
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                done, status = os.waitpid(pid, os.WNOHANG)
             except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            child = self.children.pop(pid, None)
-            if child is None:
+                done, status = pid, 0
+            if done == 0:
                 continue
+            child = self.children.pop(pid)
             self._read_status(child)
             os.close(child.status_fd)
             self._after_death(child, os.waitstatus_to_exitcode(status))

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import signal
 import sys
-from types import FrameType
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
@@ -27,26 +25,18 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         """Run the bridge until SIGTERM/SIGINT."""
-        from django_qless.bridge import Bridge
-        from django_qless.registry import setup
+        from django_qless.bridge import serve
 
-        setup()  # receivers in <app>.jobs modules get connected
-        events = options["events"].split(",") if options["events"] else None
-        bridge = Bridge(options["alias"], events=events,
-                        health_check_interval=options["health_check_interval"])
+        verbose = bool(options["verbosity"])
 
-        def stop(signum: int, frame: FrameType | None) -> None:
-            bridge.stop()
+        def ready() -> None:
+            if verbose:
+                self.stdout.write(f"qless_events: listening on {options['alias']!r}")
+                self.stdout.flush()
 
-        signal.signal(signal.SIGTERM, stop)
-        signal.signal(signal.SIGINT, stop)
-        bridge.start()
-        if options["verbosity"]:
-            self.stdout.write(f"qless_events: listening on {options['alias']!r}")
-            self.stdout.flush()
-        try:
-            bridge.run_forever()
-        finally:
-            if options["verbosity"]:
-                self.stdout.write(f"qless_events: stopped after {bridge.sent} signals")
+        sent = serve(options["alias"],
+                     events=options["events"].split(",") if options["events"] else None,
+                     health_check_interval=options["health_check_interval"], ready=ready)
+        if verbose:
+            self.stdout.write(f"qless_events: stopped after {sent} signals")
         sys.exit(0)

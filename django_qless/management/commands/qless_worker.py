@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import shlex
+import signal
 import sys
 from collections.abc import Callable
 from dataclasses import replace
@@ -64,6 +65,9 @@ class Command(BaseCommand):
                             help="seconds between TERM and KILL for a job over its limit")
         parser.add_argument("--shutdown-grace", type=float, default=10.0,
                             help="seconds TERM waits for children before killing them")
+        parser.add_argument("--with-events", action="store_true",
+                            help="also bridge Redis events to Django signals (as qless_events "
+                                 "does), in a process of its own")
         parser.add_argument("--sandbox-root", default=None,
                             help="parent directory of the per-worker sandboxes")
         parser.add_argument("--name", default=None, help="worker name (default host-pid)")
@@ -81,6 +85,7 @@ class Command(BaseCommand):
         conf = get_settings()
         queues = tuple(options["queues"]) or conf.worker.queues
         alias = options["alias"] or conf.alias_for_queue(queues[0])
+        self._alias = alias
         if alias not in conf.aliases:
             raise CommandError(f"unknown QLESS alias {alias!r}")
         others = {conf.alias_for_queue(q) for q in queues if "*" not in q} - {alias}
@@ -139,7 +144,54 @@ class Command(BaseCommand):
         if heartbeat is not None:
             with config.make_client(socket_timeout=5.0) as client:
                 client.config["heartbeat"] = heartbeat
-        sys.exit(self.run(config))
+        bridge = self._start_bridge(config) if options["with_events"] else None
+        try:
+            code = self.run(config)
+        finally:
+            if bridge is not None:
+                self._stop_bridge(bridge)
+        sys.exit(code)
+
+    def _start_bridge(self, config: Any) -> int:
+        """Fork the event bridge before the worker starts any thread; return once it listens."""
+        from django.db import connections
+
+        from django_qless.bridge import serve
+        from django_qless.core.workers.child import set_parent_death_signal
+
+        connections.close_all()
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid:
+            os.close(write_fd)
+            # Wait until it is subscribed, so no event of this worker's first job is missed.
+            with os.fdopen(read_fd, "rb") as pipe:
+                if pipe.read(1) != b"1":
+                    raise CommandError("the event bridge did not start (see its log)")
+            return pid
+        os.close(read_fd)
+        code = 1
+        try:
+            set_parent_death_signal(signal.SIGTERM)  # never outlive the worker
+
+            def listening() -> None:
+                os.write(write_fd, b"1")
+                os.close(write_fd)
+
+            serve(self._alias, ready=listening)
+            code = 0
+        except BaseException:
+            logging.getLogger("django_qless").exception("the event bridge stopped")
+        finally:
+            os._exit(code)
+
+    def _stop_bridge(self, pid: int) -> None:
+        """Stop the event bridge and reap it."""
+        try:
+            os.kill(pid, signal.SIGTERM)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
 
     def run(self, config: Any) -> int:
         """Run the core worker (forking, or serial with --processes 0) with Django hooks."""
