@@ -91,7 +91,7 @@ def main(argv: list[str]) -> int:
     if primary is None:
         print("[run_tests] no redis-server available", file=sys.stderr)
         return 2
-    legs = [(primary, ["tests"])]
+    legs = [(primary, ["tests", "benchmarks/tests"])]
     if secondary and secondary != primary and redis_version(secondary) != redis_version(primary):
         legs.append((secondary, ["tests/core"]))
     legs_py = [(sys.executable, binary, paths) for binary, paths in legs]
