@@ -111,7 +111,9 @@ class Queue:
     ) -> list[str]:
         """Validate one put and return its arguments after `now`."""
         jid = new_jid() if jid is None else check_jid(jid)
-        throttle_list = check_throttles(throttles)
+        # The default () needs no check; None tells put_options to send no throttles.
+        no_throttles = type(throttles) is tuple and not throttles
+        throttle_list = None if no_throttles else check_throttles(throttles)
         return [
             self.client.worker_name, self.name, jid, check_klass(klass), dumps_data(data),
             check_delay(delay),

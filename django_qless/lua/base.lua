@@ -96,6 +96,7 @@ end
 -- optional exponent. Rejects hex, spaces, nan, inf.
 local function is_decimal(s)
   if type(s) ~= 'string' then return false end
+  if s:find('^%-?%d+$') then return true end  -- plain integers (most arguments): one scan
   local body = s:match('^[-+]?(.*)$')
   local mant, exp = body:match('^([%d%.]+)[eE]([-+]?%d+)$')
   if not mant then mant = body end
@@ -259,6 +260,7 @@ function Q.tag_name(t)
 end
 
 function Q.tags(v)
+  if v == '[]' then return {} end  -- the common case: no decoding needed
   local list = json_list('tags', v, 50)
   local out, seen = {}, {}
   for _, t in ipairs(list) do
@@ -269,6 +271,7 @@ function Q.tags(v)
 end
 
 function Q.depends(v, self_jid)
+  if v == '[]' then return {} end  -- the common case: no decoding needed
   local list = json_list('depends', v, Q.MAX_LIST)
   local out, seen = {}, {}
   for _, d in ipairs(list) do

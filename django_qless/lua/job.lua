@@ -181,7 +181,7 @@ Q.mod.job = function()
       throttles = #list > 0 and cjson.encode(list) or nil
     end
     if not old then
-      local parent = jid:match('^(.+)%-%d+$')
+      local parent = jid:find('-', 2, true) and jid:match('^(.+)%-%d+$')
       if parent and rcall('EXISTS', 'ql:r:' .. parent) == 1 then
         Q.fail('Job ' .. jid .. ' collides with recurring job ' .. parent)
       end
@@ -242,8 +242,10 @@ Q.mod.job = function()
     local state = delay > 0 and 'scheduled' or 'waiting'
     local ndeps = depends and Q.add_deps(jid, depends) or 0
     if old then ndeps = rcall('SCARD', Q.kdeps(jid)) end
+    -- ('{}' is what cjson writes for an empty table: skip the encoder for the common case)
     local fields = { 'jid', jid, 'klass', klass, 'data', data, 'priority', priority,
-      'tags', cjson.encode(tags), 'state', state, 'worker', '', 'expires', 0, 'queue', queue,
+      'tags', #tags > 0 and cjson.encode(tags) or '{}', 'state', state, 'worker', '',
+      'expires', 0, 'queue', queue,
       'retries', retries, 'remaining', retries, 'time', Q.ftime(now) }
     if compact then table.insert(fields, 'history'); table.insert(fields, compact) end
     if throttles then

@@ -190,3 +190,16 @@ def test_lone_surrogates_are_refused(client: Client, r: redis.Redis) -> None:
     with pytest.raises(InvalidArgument, match="not valid UTF-8"):
         client.pipeline_calls([("log", ["j", "\ud800"])])
     assert evalsha_calls(r) == before
+
+
+def test_new_jid_is_a_random_uuid4_hex() -> None:
+    import uuid
+
+    from django_qless.core.serialization import check_jid, new_jid
+
+    jids = {new_jid() for _ in range(1000)}
+    assert len(jids) == 1000
+    for jid in jids:
+        parsed = uuid.UUID(hex=jid)
+        assert parsed.hex == jid and parsed.version == 4 and parsed.variant == uuid.RFC_4122
+        assert check_jid(jid) == jid
