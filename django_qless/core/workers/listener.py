@@ -80,7 +80,8 @@ class WorkerChannelListener(threading.Thread):
             try:
                 self._serve(pubsub)
                 backoff = 0.1
-            except (redis.RedisError, OSError, ValueError) as exc:
+            except (redis.RedisError, OSError, ValueError, TypeError, AttributeError) as exc:
+                # hiredis raises TypeError/AttributeError on a socket closed under it.
                 if self._stop_event.is_set():
                     break
                 log.warning("worker-channel listener lost its connection (%s); reconnecting", exc)

@@ -112,7 +112,7 @@ class ChildChannels:
         conn = getattr(self._pubsub, "connection", None)
         try:
             return bool(conn is not None and conn.can_read(timeout=0))
-        except (redis.RedisError, OSError):
+        except (redis.RedisError, OSError, ValueError, TypeError, AttributeError):
             return True
 
     def poll(self) -> list[tuple[str, dict[str, Any]]]:
@@ -139,7 +139,8 @@ class ChildChannels:
             if time.monotonic() - self._last_traffic >= self.health_check_interval:
                 pubsub.ping()
                 self._last_traffic = time.monotonic()
-        except (redis.RedisError, OSError, ValueError) as exc:
+        except (redis.RedisError, OSError, ValueError, TypeError, AttributeError) as exc:
+            # hiredis raises TypeError/AttributeError on a socket closed under it.
             self._broken(exc)
         return events
 

@@ -98,7 +98,7 @@ class WakeWaiter:
                     name = _queue_of(msg)
                     names.append(name)
                     self.selection.note_wake(name)
-        except redis.RedisError as exc:
+        except (redis.RedisError, OSError, ValueError, TypeError, AttributeError) as exc:
             log.warning("wake-up connection lost (%s); resubscribing", exc)
             self.close()
             return names
@@ -129,7 +129,8 @@ class WakeWaiter:
             if self.pipe.read_fd in ready:
                 self.pipe.drain()
             return sock.fileno() in ready
-        except (redis.RedisError, OSError, ValueError) as exc:
+        except (redis.RedisError, OSError, ValueError, TypeError, AttributeError) as exc:
+            # hiredis raises TypeError/AttributeError on a socket closed under it.
             log.warning("wake-up wait failed (%s); resubscribing", exc)
             self.close()
             return False
