@@ -168,30 +168,33 @@ def job_untrack(request: HttpRequest, jid: str) -> HttpResponse:
     return _back(request, jid)
 
 
-@dashboard_view(post_only=True)
-def job_tag(request: HttpRequest, jid: str) -> HttpResponse:
-    """Add a tag."""
+def _change_tag(request: HttpRequest, jid: str, *, add: bool) -> HttpResponse:
+    """Add or remove one tag named in the POSTed form."""
     job = get_job(request, jid)
     form = TagForm(request.POST)
     if not form.is_valid():
         messages.error(request, first_error(form))
         return _back(request, jid)
-    job.tag(form.cleaned_data["tag"])
-    messages.success(request, f"Tagged {jid} with {form.cleaned_data['tag']}.")
+    tag = form.cleaned_data["tag"]
+    if add:
+        job.tag(tag)
+        messages.success(request, f"Tagged {jid} with {tag}.")
+    else:
+        job.untag(tag)
+        messages.success(request, f"Removed tag {tag} from {jid}.")
     return _back(request, jid)
+
+
+@dashboard_view(post_only=True)
+def job_tag(request: HttpRequest, jid: str) -> HttpResponse:
+    """Add a tag."""
+    return _change_tag(request, jid, add=True)
 
 
 @dashboard_view(post_only=True)
 def job_untag(request: HttpRequest, jid: str) -> HttpResponse:
     """Remove a tag."""
-    job = get_job(request, jid)
-    form = TagForm(request.POST)
-    if not form.is_valid():
-        messages.error(request, first_error(form))
-        return _back(request, jid)
-    job.untag(form.cleaned_data["tag"])
-    messages.success(request, f"Removed tag {form.cleaned_data['tag']} from {jid}.")
-    return _back(request, jid)
+    return _change_tag(request, jid, add=False)
 
 
 @dashboard_view(post_only=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -14,12 +13,7 @@ from django.test import override_settings
 from django_qless.clients import get_client
 from django_qless.core.server import RedisServer, find_redis_server
 from tests.app import jobs
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.helpers import free_port
 
 
 @pytest.fixture

@@ -15,12 +15,7 @@ from django.test import override_settings
 from django_qless.clients import get_client
 from django_qless.core.server import find_redis_server
 from tests.app import jobs
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.helpers import free_port
 
 
 def make_certs(path: Path) -> None:

@@ -26,52 +26,18 @@ import redis
 from django_qless.core.audit import audit
 from django_qless.core.client import Client
 from django_qless.core.server import RedisServer, find_redis_server
+from tests.helpers import alive, children_of, free_port, wait_until  # noqa: F401 - re-exported
 
 ROOT = Path(__file__).resolve().parents[2]
 LEDGER_ENV = "QLESS_FAULT_LEDGER"
 
 
-def free_port() -> int:
-    """Return a TCP port nobody listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
-def wait_until(cond: Callable[[], Any], timeout: float = 10.0, step: float = 0.02) -> Any:
-    """Poll `cond` until truthy; fail the test after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(step)
 
 
-def alive(pid: int) -> bool:
-    """Tell whether `pid` exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
-def children_of(pid: int) -> list[int]:
-    """Return the live children of `pid` (from /proc)."""
-    kids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as fh:
-                    fields = fh.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[0] != "Z" and int(fields[1]) == pid:
-                kids.append(int(entry))
-    return sorted(kids)
 
 
 def assert_audit_clean(conn: Client | redis.Redis) -> None:

@@ -11,52 +11,19 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from django_qless.core.client import Client
+from tests.helpers import alive, children_of, wait_until  # noqa: F401 - re-exported
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def wait_until(cond: Callable[[], Any], timeout: float = 10.0, step: float = 0.01) -> Any:
-    """Poll `cond` until it returns something truthy; fail the test after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s: {cond}")
-        time.sleep(step)
 
 
-def children_of(pid: int) -> list[int]:
-    """Return the pids whose parent is `pid` (from /proc)."""
-    kids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        # Field 4 (ppid) follows the parenthesised command, which may contain spaces.
-        fields = stat.rsplit(")", 1)[1].split()
-        if fields[0] != "Z" and int(fields[1]) == pid:
-            kids.append(int(entry))
-    return sorted(kids)
 
 
-def alive(pid: int) -> bool:
-    """Tell whether `pid` exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def cmdline(pid: int) -> str:
