@@ -33,9 +33,11 @@ from django_qless.options import (
     ACTIVE_STATES,
     RESULT_KEY,
     Backoff,
+    InvalidJobArgument,
     JobHandle,
     JobOptions,
     RetryPolicy,
+    check_timing,
     dispatch,
     encode_arguments,
     resolve_delay,
@@ -82,6 +84,7 @@ class _Sender:
             options = options.merge({"jid": new_jid()})
         assert options.jid is not None
         options.validate(data)
+        check_timing(options, delay=delay, when=when, interval=interval)
         handle = JobHandle(options.jid, self.klass, options.queue, options.alias)
         if self._eager(options):
 
@@ -304,6 +307,9 @@ class JobClass(_Sender):
                         overrides={**self.overrides, **options})
 
     def _data(self, data: Mapping[str, Any] | None) -> dict[str, Any]:
+        if data is not None and not isinstance(data, Mapping):
+            raise InvalidJobArgument(f"{self.klass} job data must be a dict (a JSON object), "
+                                     f"got {type(data).__name__}")
         value = to_json(dict(data or {}), f"{self.klass} job data")
         return value  # type: ignore[no-any-return]
 

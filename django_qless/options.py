@@ -11,7 +11,7 @@ import inspect
 import json
 import logging
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
@@ -21,6 +21,7 @@ from django.db import DEFAULT_DB_ALIAS, transaction
 from django.utils import timezone
 
 from django_qless.conf import get_settings
+from django_qless.core.exceptions import InvalidArgument
 
 if TYPE_CHECKING:
     from django_qless.core.client import Client
@@ -29,11 +30,13 @@ if TYPE_CHECKING:
 __all__ = [
     "ACTIVE_STATES",
     "Backoff",
+    "InvalidJobArgument",
     "JobFailedError",
     "JobHandle",
     "JobOptions",
     "ResultNotReady",
     "RetryPolicy",
+    "check_timing",
     "dispatch",
     "encode_arguments",
     "to_json",
@@ -46,6 +49,14 @@ UniquePolicy = Literal["replace", "skip", "raise_priority"]
 UNIQUE_POLICIES = ("replace", "skip", "raise_priority")
 ACTIVE_STATES = frozenset({"waiting", "scheduled", "depends", "running", "stalled", "throttled"})
 RESULT_KEY = "result"
+
+
+class InvalidJobArgument(InvalidArgument, TypeError):
+    """An enqueue argument has the wrong type or is not JSON.
+
+    An ``InvalidArgument`` like every other refused argument, and still a ``TypeError`` for
+    code written against the first releases.
+    """
 
 
 @dataclass(frozen=True)
@@ -113,8 +124,10 @@ class JobOptions:
     def __post_init__(self) -> None:
         for name in ("tags", "depends", "throttles"):
             value = getattr(self, name)
-            if isinstance(value, str):
-                raise TypeError(f"{name} must be a list of strings, not a string: {value!r}")
+            if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+                kind = "a string" if isinstance(value, str | bytes) else type(value).__name__
+                raise InvalidJobArgument(f"{name} must be a list of strings, not {kind}: "
+                                         f"{_show(value)}")
             object.__setattr__(self, name, tuple(value))
         if self.unique is True:  # type: ignore[comparison-overlap]
             object.__setattr__(self, "unique", "skip")
@@ -227,8 +240,10 @@ def to_json(value: Any, where: str) -> Any:
     """Return ``value`` as plain JSON data (DjangoJSONEncoder types become strings)."""
     try:
         text = json.dumps(value, cls=DjangoJSONEncoder, allow_nan=False)
+    except RecursionError:
+        raise InvalidJobArgument(f"{where} is nested too deeply to be JSON data") from None
     except (TypeError, ValueError) as exc:
-        raise TypeError(
+        raise InvalidJobArgument(
             f"{where} is not JSON-serialisable: {exc}. Job arguments must be JSON data "
             "(datetime, date, Decimal, UUID and lazy strings are sent as strings); "
             "pass a primary key instead of a model instance."
@@ -273,6 +288,41 @@ def resolve_delay(delay: float | timedelta | None = None, when: datetime | None 
     if isinstance(delay, timedelta):
         return max(0.0, delay.total_seconds())
     return max(0.0, float(delay or 0))
+
+
+def check_timing(options: JobOptions, *, delay: float | timedelta | None = None,
+                 when: datetime | None = None, interval: float | timedelta | None = None
+                 ) -> None:
+    """Check an explicit delay, run time or recurring schedule before anything is sent.
+
+    The put itself happens later (after the commit, or never in eager mode), so a value the
+    engine would refuse must fail here, in the caller's code.
+    """
+    from django_qless.core import serialization as ser
+
+    if delay is not None:
+        seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
+        ser.check_number("delay", seconds, 0, ser.MAX_DELAY)
+    if when is not None:
+        if not isinstance(when, datetime):
+            raise InvalidJobArgument(f"when must be a datetime, got {_show(when)}")
+        # A time in the past means "now"; a time beyond the engine's horizon is refused.
+        if resolve_delay(when=when) > ser.MAX_DELAY:
+            raise InvalidArgument(f"when must be at most {ser.MAX_DELAY} seconds (ten years) "
+                                  f"ahead, got {when.isoformat()}")
+    if interval is not None:
+        seconds = interval.total_seconds() if isinstance(interval, timedelta) else interval
+        ser.check_number("interval", seconds, 1, ser.MAX_INTERVAL)
+        ser.check_number("offset", options.offset, 0, ser.MAX_INTERVAL)
+        ser.check_int("backlog", options.backlog, 0)
+        if options.jid is not None:
+            ser.check_recurring_jid(options.jid)
+
+
+def _show(value: object) -> str:
+    """Return a short repr of a refused value."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _use_tz() -> bool:

@@ -49,7 +49,7 @@ except ImportError:  # the django-tasks backport (Django 5.2)
 from django_qless.conf import get_settings
 from django_qless.core.serialization import new_jid
 from django_qless.core.workers.runner import error_group
-from django_qless.options import JobOptions, dispatch
+from django_qless.options import InvalidJobArgument, JobOptions, check_timing, dispatch
 from django_qless.registry import register_job
 
 __all__ = ["KLASS", "DjangoTaskJob", "QlessBackend"]
@@ -67,6 +67,20 @@ def _when(value: Any) -> datetime | None:
     if not value:
         return None
     return datetime.fromtimestamp(float(value), tz=UTC)
+
+
+def _json_arguments(task: Any, args: Any, kwargs: Any) -> tuple[list[Any], dict[str, Any]]:
+    """Return the arguments as JSON data; name the first one that is not JSON."""
+    out_args, out_kwargs = list(args), dict(kwargs)
+    named = [(f"argument {i}", v) for i, v in enumerate(out_args)]
+    named += [(f"argument {k!r}", v) for k, v in out_kwargs.items()]
+    for label, value in named:
+        try:
+            normalize_json(value)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise InvalidJobArgument(f"task {task.module_path} {label} is not JSON-serialisable:"
+                                     f" {exc}") from None
+    return out_args, out_kwargs
 
 
 class QlessBackend(BaseTaskBackend):
@@ -104,6 +118,7 @@ class QlessBackend(BaseTaskBackend):
         """Put a job running ``task`` with these arguments; the result id is the jid."""
         self.validate_task(task)
         self._check_importable(task)
+        args, kwargs = _json_arguments(task, args, kwargs)
         jid = new_jid()
         result: Any = TaskResult(
             task=task, id=jid, status=TaskResultStatus.READY, enqueued_at=None,
@@ -117,6 +132,9 @@ class QlessBackend(BaseTaskBackend):
         options = JobOptions(queue=task.queue_name, priority=task.priority,
                              retries=self.retries, client=alias, jid=jid,
                              commit_mode=self.commit_mode)
+        # Refuse now, in the caller's transaction, what the put would refuse after the commit.
+        options.validate(data)
+        check_timing(options, when=task.run_after)
 
         def send() -> None:
             from django_qless.clients import get_client

@@ -21,7 +21,8 @@ class DjangoQless:
     name = "django-qless"
     multi_queue = True
     notes = {
-        "bulk": f"Queue.put_many in chunks of {BULK_CHUNK} jobs (one pipeline each)",
+        "bulk": f"Queue.put_many of {BULK_CHUNK} jobs at a time (one `put.many` engine call per "
+        "500 jobs)",
         "drain": "Queue.pop() + Job.complete() (one queue); Client.reserve(queues) + "
         "Job.complete() when several queues are listed (20 queues per call, in order, as the core "
         "worker does)",

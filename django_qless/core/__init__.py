@@ -10,7 +10,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .client import Client, Tags, Workers
+    from .accessors import Tags, Workers
+    from .client import Client
     from .clock import ServerClock
     from .config import Config
     from .events import Events
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
     from .throttle import Throttle, Throttles
 
 _EXPORTS = {
-    "Client": "client", "Tags": "client", "Workers": "client",
+    "Client": "client", "Tags": "accessors", "Workers": "accessors",
     "ServerClock": "clock",
     "Config": "config",
     "Events": "events",

@@ -5,21 +5,23 @@ from __future__ import annotations
 import json
 import os
 import socket
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 from redis import Redis
 from redis.backoff import NoBackoff
-from redis.exceptions import NoScriptError
+from redis.exceptions import ResponseError
 from redis.retry import Retry
 
+from .accessors import Tags, Workers
 from .clock import ServerClock
 from .config import Config
 from .exceptions import InvalidArgument, QlessConnectionError, QlessError, error_from_reply
+from .invoke import Invoker
 from .job import Job
 from .jobs import Jobs
-from .lua import script_sha, script_text
+from .lua import library_text, script_sha, script_text
 from .queue import Queues
 from .serialization import (
     as_list,
@@ -35,7 +37,7 @@ from .throttle import Throttles
 if TYPE_CHECKING:
     from .events import Events
 
-__all__ = ["Client", "Workers", "Tags"]
+__all__ = ["Client"]
 
 T = TypeVar("T")
 _TRANSPORT_ERRORS = (redis.ConnectionError, redis.TimeoutError, OSError)
@@ -61,44 +63,6 @@ def _connection_error(exc: BaseException) -> QlessConnectionError:
     return QlessConnectionError(f"{type(exc).__name__}: {exc}")
 
 
-class Workers:
-    """`client.workers`: worker names seen by the engine and the jobs they hold."""
-
-    __slots__ = ("_client",)
-
-    def __init__(self, client: Client) -> None:
-        self._client = client
-
-    @property
-    def counts(self) -> list[dict[str, Any]]:
-        """Return [{"name", "jobs", "stalled"}], most recently seen first."""
-        return as_list(self._client.call_json("workers"))
-
-    def __getitem__(self, name: str) -> dict[str, list[str]]:
-        reply = self._client.call_json("workers", check_worker(name)) or {}
-        return {"jobs": as_list(reply.get("jobs")), "stalled": as_list(reply.get("stalled"))}
-
-    def deregister(self, *names: str) -> None:
-        """Forget workers (their job sets stay until the locks expire)."""
-        if names:
-            self._client.call("worker.deregister", *(check_worker(n) for n in names))
-
-
-class Tags:
-    """`client.tags`: tag statistics."""
-
-    __slots__ = ("_client",)
-
-    def __init__(self, client: Client) -> None:
-        self._client = client
-
-    def top(self, offset: int = 0, count: int = 25) -> list[str]:
-        """Return tags used by at least two jobs, most used first."""
-        return as_list(self._client.call_json(
-            "tag", "top", check_int("offset", offset, 0), check_int("count", count, 0, 500)
-        ))
-
-
 class Client:
     """A connection to one Redis database holding qless data."""
 
@@ -109,6 +73,7 @@ class Client:
         worker_name: str | None = None,
         clock: Callable[[], float] | None = None,
         socket_timeout: float | None = None,
+        engine: str | None = None,
     ) -> None:
         self._redis = self._make_redis(url_or_redis, socket_timeout)
         self._owns_pool = self._redis is not url_or_redis
@@ -119,6 +84,8 @@ class Client:
         self._clock: Callable[[], float] = clock if clock is not None else self.server_clock
         self._sha = script_sha()
         self._script_loaded = False
+        # auto: FCALL our function library (Redis 7+), EVALSHA where FCALL is unknown or denied.
+        self._engine = Invoker(engine or os.environ.get("QLESS_ENGINE_CALL", "auto"))
         self.queues = Queues(self)
         self.jobs = Jobs(self)
         self.workers = Workers(self)
@@ -249,19 +216,57 @@ class Client:
         self._script_loaded = True
         return sha
 
-    def _evalsha(self, argv: Sequence[str]) -> Any:
-        """EVALSHA the engine; on NOSCRIPT load it and call again (it did not run)."""
-        command = ("EVALSHA", self._sha, 0, *argv)
+    @property
+    def engine_mode(self) -> str:
+        """Return how the engine is called: function (FCALL), script (EVALSHA) or auto."""
+        return self._engine.mode
+
+    def load_engine(self) -> None:
+        """Load the engine the way this client calls it (function library or script)."""
+        engine = self._engine
+        if engine.mode == "script":
+            self.load_script()
+            return
         try:
-            try:
-                return self._execute(command)
-            except NoScriptError:
+            self._execute(("FUNCTION", "LOAD", library_text()))
+        except redis.ResponseError as exc:
+            if "already exists" in str(exc):
+                pass  # another client loaded this same version first
+            elif engine.falls_back(exc):
+                engine.mode = "script"
                 self.load_script()
+                return
+            else:
+                raise error_from_reply(exc) from exc
+        except _TRANSPORT_ERRORS as exc:
+            raise _connection_error(exc) from exc
+        engine.mode = "function"
+
+    def _recover(self, exc: ResponseError) -> None:
+        """Make the engine callable after a reply saying it was missing (nothing ran)."""
+        if self._engine.falls_back(exc):
+            self._engine.mode = "script"
+        self.load_engine()
+
+    def _invoke(self, argv: Sequence[str]) -> Any:
+        """Call the engine; if it is not loaded, load it and call again (it did not run)."""
+        engine = self._engine
+        try:
+            command = engine.command(argv)
             try:
                 return self._execute(command)
-            except NoScriptError:
+            except redis.ResponseError as exc:
+                if not engine.missing(exc, command):
+                    raise
+                self._recover(exc)
+            command = engine.command(argv)
+            try:
+                return self._execute(command)
+            except redis.ResponseError as exc:
+                if not engine.missing(exc, command):
+                    raise
                 # Flushed again between our load and the call (a flush storm): EVAL sends
-                # the text itself, so it cannot miss. Safe: NOSCRIPT means nothing ran.
+                # the text itself, so it cannot miss. Safe: a missing engine means nothing ran.
                 return self._execute(("EVAL", script_text(), 0, *argv))
         except redis.ResponseError as exc:
             raise error_from_reply(exc) from exc
@@ -273,7 +278,24 @@ class Client:
 
     def call(self, command: str, *args: Any) -> Any:
         """Run an engine command with the current time; return the raw reply."""
-        return self._evalsha((command, repr(self.now()), *map(_arg, args)))
+        return self._invoke((command, repr(self.now()), *map(_arg, args)))
+
+    def call_at(self, now: float, command: str, *args: Any) -> Any:
+        """Run an engine command at the time `now` (epoch seconds); return the raw reply."""
+        return self._invoke((command, repr(float(now)), *map(_arg, args)))
+
+    def call_replayable(self, command: str, *args: Any) -> Any:
+        """Run a command carrying an attempt token; after a lost reply, send it once more.
+
+        The engine records what a token's call did, so the repeat returns that result instead
+        of acting again (or being refused). A second transport error is raised: the outcome
+        is then unknown to the caller, though the engine applied the call at most once.
+        """
+        argv = (command, repr(self.now()), *map(_arg, args))
+        try:
+            return self._invoke(argv)
+        except QlessConnectionError:
+            return self._invoke(argv)
 
     def call_json(self, command: str, *args: Any) -> Any:
         """Run an engine command whose reply is JSON and decode it (None stays None)."""
@@ -286,7 +308,7 @@ class Client:
         """Run many engine commands in one round trip; return their raw replies in order.
 
         With `raise_on_error=False` failed calls are returned as QlessError instances.
-        If the script cache was flushed midway, only the calls that got NOSCRIPT are run
+        If the engine was flushed midway, only the calls that found it missing are run
         again (the others had executed).
         """
         encoded = [(command, [_arg(a) for a in args]) for command, args in calls]
@@ -300,31 +322,36 @@ class Client:
                     ) from None
         if not encoded:
             return []
-        if not self._script_loaded:
-            self.load_script()
+        engine = self._engine
+        if engine.mode == "auto" or (engine.mode == "script" and not self._script_loaded):
+            self.load_engine()
         now = self.now()
-        commands = [
-            ("EVALSHA", self._sha, 0, command, repr(now + index * _STAGGER), *args)
+        argvs = [
+            (command, repr(now + index * _STAGGER), *args)
             for index, (command, args) in enumerate(encoded)
         ]
-        results: list[Any] = [None] * len(commands)
-        pending = list(range(len(commands)))
+        results: list[Any] = [None] * len(argvs)
+        pending = list(range(len(argvs)))
         for attempt in range(2):
             try:
-                replies = self._execute_many([commands[i] for i in pending])
+                sent = [engine.command(argvs[i]) for i in pending]
+                replies = self._execute_many(sent)
             except _TRANSPORT_ERRORS as exc:
                 raise _connection_error(exc) from exc
             missing = []
-            for index, reply in zip(pending, replies, strict=True):
-                if isinstance(reply, NoScriptError) and attempt == 0:
+            first_missing: ResponseError | None = None
+            for index, command, reply in zip(pending, sent, replies, strict=True):
+                failed = isinstance(reply, redis.ResponseError)
+                if attempt == 0 and failed and engine.missing(reply, command):
                     missing.append(index)
+                    first_missing = first_missing or reply
                 elif isinstance(reply, redis.ResponseError):
                     results[index] = error_from_reply(reply)
                 else:
                     results[index] = reply
-            if not missing:
+            if first_missing is None:
                 break
-            self.load_script()
+            self._recover(first_missing)
             pending = missing
         if raise_on_error:
             for result in results:
@@ -366,12 +393,28 @@ class Client:
         return jobs, (None if wake is None or wake < 0 else float(wake))
 
     def reserve(
-        self, queues: Sequence[str], count: int = 1, worker: str | None = None
+        self, queues: Sequence[str], count: int = 1, worker: str | None = None,
+        holding: Collection[str] = (),
     ) -> tuple[list[Job], float | None]:
-        """Pop up to `count` jobs from `queues` in order; also return seconds until due work."""
+        """Pop up to `count` jobs from `queues` in order; also return seconds until due work.
+
+        After a lost reply, returns the jobs that call reserved (held by the worker, minus
+        the jids in `holding`, the ones the caller is still working on) rather than more.
+        """
         name = self.worker_name if worker is None else check_worker(worker)
         args = self._reserve_args(queues, check_int("count", count, 1, 1000))
-        reply = self.call_json("reserve", name, *args)
+        try:
+            reply = self.call_json("reserve", name, *args)
+        except QlessConnectionError:
+            # The lost call may have run and handed `name` jobs it never heard of: take those
+            # (running for `name`, not in `holding`) instead of popping more. None held: the
+            # call popped nothing, so reserving again is safe. A second error is raised.
+            orphans = [j for j in self.workers[name]["jobs"] if j not in holding]
+            if not orphans:
+                reply = self.call_json("reserve", name, *args)
+                return self._jobs_and_wake(reply, name)
+            found = as_list(self.call_json("multiget", *orphans[:count]))
+            return [Job(self, d, owner=name) for d in found if d.get("worker") == name], None
         return self._jobs_and_wake(reply, name)
 
     def complete_and_reserve(
@@ -380,10 +423,23 @@ class Client:
         """Complete `job` and reserve the next jobs in one round trip."""
         worker = job._worker_arg()
         args = self._reserve_args(queues, check_int("count", count, 0, 1000))
-        reply = self.call_json(
-            "complete.reserve", job.jid, worker, job.queue_name, job._data_text(), *args
-        )
+        reply = json.loads(self.call_replayable(
+            "complete.reserve", job.jid, worker, job.queue_name, job._data_text(),
+            job.attempt_token, *args,
+        ))
         state = str(reply.get("state", "complete"))
         job._released(state, job.queue_name)
         jobs, wake = self._jobs_and_wake(reply, worker)
         return state, jobs, wake
+
+    def reap(self, queues: Sequence[str] | None = None) -> list[str]:
+        """Re-offer jobs whose lease expired in `queues` (all known queues if None).
+
+        Does for idle queues what the next pop would: a courtesy notice first, then, after the
+        grace period, the job goes back to waiting (a retry spent) or fails when none remain.
+        Returns the jids moved to waiting or failed (at most 100 per queue per call).
+        """
+        if isinstance(queues, str):
+            queues = [queues]
+        names = [] if queues is None else [check_name("queue", q) for q in queues]
+        return [str(jid) for jid in self.call_json("reap", *names)]

@@ -66,9 +66,11 @@ class ScriptError(QlessError):
     """Any other error reply from the engine or from Redis."""
 
 
-# Redis 7: "user_script:12: <msg> script: <sha>, on @user_script:12."
+# Redis 7: "user_script:12: <msg> script: <sha>, on @user_script:12."; as a function:
+# "user_function:12: <msg> script: <function name>, on @user_function:12."
 _WRAP_7 = re.compile(
-    r"^(?:ERR )?(?:user_script:\d+: )?(?P<msg>.*) script: [0-9a-f]{40}, on @\w+:\d+\.$", re.S
+    r"^(?:ERR )?(?:user_(?:script|function):\d+: )?(?P<msg>.*) script: \w+, on @\w+:\d+\.$",
+    re.S,
 )
 # Redis 6.2: "Error running script (call to f_<sha>): @user_script:12: user_script:12: <msg>"
 _WRAP_6 = re.compile(
@@ -119,7 +121,7 @@ def _classify(message: str) -> type[QlessError]:
         return LostLockError
     if "does not exist" in low or "no recurring job" in low:
         return JobNotFound
-    if "is a dependency" in low or "depends state" in low:
+    if "is a dependency" in low or "depends state" in low or "no such dependency" in low:
         return DependencyError
     if any(phrase in low for phrase in _INVALID):
         if any(phrase in low for phrase in _LIMIT):

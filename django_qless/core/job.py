@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +38,7 @@ class Job:
         "client", "jid", "_klass", "_queue", "_raw", "_data", "_priority", "_tags", "_state",
         "_worker", "_expires", "_retries", "_remaining", "_history", "_dependents",
         "_dependencies", "_failure", "_tracked", "_throttles", "_spawned_from", "_owner",
-        "_sandbox",
+        "_sandbox", "_token",
     )
 
     def __init__(self, client: Client, d: Mapping[str, Any], *, owner: str | None = None) -> None:
@@ -45,6 +46,7 @@ class Job:
         self.jid: str = d["jid"]
         self._owner = owner
         self._sandbox: Callable[[], str] | None = None
+        self._token: str | None = None
         self._fill(d)
 
     @property
@@ -212,6 +214,14 @@ class Job:
 
     # -- mutators -------------------------------------------------------------------------
 
+    @property
+    def attempt_token(self) -> str:
+        """Return this attempt's token: complete/fail/retry send it, so the engine can
+        recognise a call repeated after a lost reply and return what it recorded."""
+        if self._token is None:
+            self._token = os.urandom(8).hex()
+        return self._token
+
     def _worker_arg(self) -> str:
         """Return the worker name to act as: the popper's, else the client's."""
         return self._owner or self.client.worker_name
@@ -247,7 +257,8 @@ class Job:
             args += ["delay", check_delay(delay)]
         if depends is not None:
             args += ["depends", dumps(check_depends(depends, self.jid))]
-        state: str = self.client.call("complete", *args)
+        args += ["token", self.attempt_token]
+        state: str = self.client.call_replayable("complete", *args)
         # The queue is kept locally on a plain complete so a repeated call gets the
         # engine's "not currently running" refusal rather than a missing-argument error.
         self._released(state, next or self._queue)
@@ -258,23 +269,21 @@ class Job:
         check_text("group", group, 256)
         if not isinstance(message, str):
             raise InvalidArgument(f"message must be a string, got {type(message).__name__}")
-        args = [self.jid, self._worker_arg(), group, message]
-        if self._data_changed():
-            args.append(self._data_text())
-        result: str = self.client.call("fail", *args)
+        args = [self.jid, self._worker_arg(), group, message, self._data_text(), self.attempt_token]
+        result: str = self.client.call_replayable("fail", *args)
         self._released("failed", self._queue)
         return result
 
     def retry(self, delay: float = 0, group: str | None = None, message: str | None = None) -> int:
         """Give the job back for another attempt; return the retries left (< 0: failed)."""
-        args = [self.jid, self._queue, self._worker_arg(), check_delay(delay)]
+        args = [self.jid, self._queue, self._worker_arg(), check_delay(delay), "", ""]
         if group is not None:
-            args.append(check_text("group", group, 256))
+            args[4] = check_text("group", group, 256)
             if message is not None:
-                args.append(str(message))
+                args[5] = str(message)
         elif message is not None:
             raise InvalidArgument("message needs group")
-        remaining = int(self.client.call("retry", *args))
+        remaining = int(self.client.call_replayable("retry", *args, self.attempt_token))
         self._remaining = remaining
         state = "failed" if remaining < 0 else "scheduled" if float(args[3]) > 0 else "waiting"
         self._released(state, self._queue)

@@ -1,7 +1,9 @@
 """Assemble the engine's Lua sources into the one script every client loads.
 
 `python -m django_qless.core.lua` prints the assembled script, so any qless client
-(Ruby, Python, Go) can load our engine in place of qless-core's.
+(Ruby, Python, Go) can load our engine in place of qless-core's. On Redis 7+ our own
+client loads the same code as a function library instead (`library_text`): a function's
+top level runs once per server, where EVALSHA re-runs the whole script body on every call.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import sys
 from functools import cache
 from importlib import resources
 
-__all__ = ["MANIFEST", "script_text", "script_sha"]
+__all__ = ["MANIFEST", "function_name", "library_text", "script_sha", "script_text"]
 
 # Concatenation order: helpers first, the dispatch table and entry point last.
 MANIFEST: tuple[str, ...] = (
@@ -41,6 +43,44 @@ def script_text() -> str:
 def script_sha() -> str:
     """Return the SHA1 that Redis will use for the assembled script."""
     return hashlib.sha1(script_text().encode("utf-8")).hexdigest()  # noqa: S324 - Redis's id
+
+
+_ENTRY = "return main(KEYS, ARGV)\n"
+
+
+@cache
+def function_name() -> str:
+    """Return the name of the engine's Redis function (one per engine version)."""
+    return f"djqless_{script_sha()[:16]}"
+
+
+@cache
+def library_text() -> str:
+    """Return the engine as a Redis 7 function library.
+
+    It registers `<name>` and `<name>_ro` (flag no-writes, still callable at maxmemory) with
+    the EVAL protocol's arguments. The body runs on the first call, not at FUNCTION LOAD,
+    because Redis exposes only `redis.register_function` while a library loads.
+    """
+    text = script_text()
+    if not text.endswith(_ENTRY):
+        raise AssertionError("api.lua must end with the EVAL entry point")
+    name = function_name()
+    return (
+        f"#!lua name={name}\n"
+        "local function build()\n"
+        f"{text[: -len(_ENTRY)]}"
+        "return main\n"
+        "end\n"
+        "local main = nil\n"
+        "local function call(keys, args)\n"
+        "  if not main then main = build() end\n"
+        "  return main(keys, args)\n"
+        "end\n"
+        f"redis.register_function{{function_name='{name}', callback=call}}\n"
+        f"redis.register_function{{function_name='{name}_ro', callback=call, "
+        "flags={'no-writes'}}\n"
+    )
 
 
 def main() -> None:

@@ -315,15 +315,29 @@ def put_options(
     depends: object | None,
     throttles: object | None,
     jid: str,
+    depends_missing: str = "error",
 ) -> list[str]:
-    """Validate and encode the name/value options shared by put, requeue and move."""
+    """Validate and encode the name/value options shared by put, requeue and move.
+
+    `depends_missing="error"` refuses a dependency on a jid that does not exist
+    (`DependencyError`); "ignore" drops it silently, as qless-core does.
+    """
     options = [
         "priority", str(check_int("priority", priority, PRIORITY_MIN, PRIORITY_MAX)),
         "tags", "[]" if _empty(tags) else dumps(check_tags(tags)),
         "retries", str(check_int("retries", retries, 0, 1000)),
     ]
     if depends is not None:
-        options += ["depends", "[]" if _empty(depends) else dumps(check_depends(depends, jid))]
+        if depends_missing not in ("error", "ignore"):
+            raise InvalidArgument(
+                f"depends_missing must be 'error' or 'ignore', got {depends_missing!r}"
+            )
+        if _empty(depends):
+            options += ["depends", "[]"]
+        else:
+            options += ["depends", dumps(check_depends(depends, jid))]
+            if depends_missing == "error":
+                options += ["depends-missing", "error"]
     if throttles is not None:
         options += ["throttles", "[]" if _empty(throttles) else dumps(check_throttles(throttles))]
     return options

@@ -49,9 +49,14 @@ Q.commands = {}
 Q.MAX_LIST = 1000
 -- Module loaders: every EVALSHA runs the whole script body, and creating a closure costs
 -- time, so each file wraps its functions in a loader that api.lua runs only for the
--- commands that need it (see ROUTES there).
+-- commands that need it (see ROUTES there). As a Redis 7 function each loader runs once.
 Q.mod = {}
+-- Module lists already loaded: as a Redis 7 function the script body runs once per server, so
+-- after the first call of each command this is one table lookup.
+local ready = {}
 function Q.need(names)
+  if ready[names] then return end
+  ready[names] = true
   for name in names:gmatch('[^,]+') do
     local loader = Q.mod[name]
     if loader then
@@ -176,7 +181,8 @@ function Q.jid(v, name, maxlen)
     reason = 'longer than ' .. (maxlen or 64) .. ' characters'
   elseif not v:match('^[%w_%.%-]+$') then
     reason = 'only letters, digits, "_", "." and "-" are allowed'
-  elseif v:match('%-history$') or v:match('%-dependents$') or v:match('%-dependencies$') then
+  elseif v:find('-', 1, true) and (v:match('%-history$') or v:match('%-dependents$')
+      or v:match('%-dependencies$')) then
     reason = 'must not end in -history, -dependents or -dependencies'
   end
   if reason then Q.fail('Arg "' .. name .. '" invalid: ' .. v .. ' (' .. reason .. ')') end
@@ -608,6 +614,26 @@ function Q.exhausted(jid, queue, now, group, message, worker, fields, legacy)
   rcall('LPUSH', 'ql:f:' .. group, jid)
   Q.counter(queue, now, 'failures', 1)
   Q.counter(queue, now, 'failed', 1)
+end
+
+-- ---------------------------------------------------------------- attempt tokens
+
+-- An attempt token (optional, caller-chosen per pop): 1-64 of [A-Za-z0-9_-]; '' means none.
+function Q.token(v)
+  if v == nil or v == '' then return nil end
+  if #v > 64 or v:find('[^%w_%-]') then
+    Q.fail('Arg "token" must be 1-64 characters of A-Z a-z 0-9 _ -: ' .. v:sub(1, 80))
+  end
+  return v
+end
+
+-- The result recorded in the job's `done` field (token .. ' ' .. result) for this token, if
+-- any: a call repeated after a lost reply returns it instead of acting (or failing) again.
+function Q.recorded(h, token)
+  if not token or not h.done then return nil end
+  local n = #token
+  if h.done:sub(1, n + 1) == token .. ' ' then return h.done:sub(n + 2) end
+  return nil
 end
 
 -- ---------------------------------------------------------------- events

@@ -3,6 +3,8 @@
 -- Commands (after `now`):
 --   pop          queue worker count                 -> JSON array of job objects
 --   peek         queue count [offset]               -> JSON array of job objects
+--   reap         [queue...]                         -> JSON array of jids re-queued or failed
+--                (extension: expired leases handled as a pop would, without popping)
 --   jobs         complete [offset] [count]          -> array of jids
 --   jobs         running|stalled|scheduled|depends|recurring|waiting|throttled queue [offset] [count]
 --   length       queue                              -> integer
@@ -88,8 +90,8 @@ Q.mod.pop = function()
   end
 
   -- Expired locks of a queue (§5.5): courtesy notice, re-dispatch or failure.
-  -- Appends re-dispatched {jid, h} to `selected`.
-  local function invalidate(now, queue, count, selected)
+  -- Appends re-dispatched {jid, h} to `selected` and the jids it failed to `dead` (if given).
+  local function invalidate(now, queue, count, selected, dead)
     local jids = rcall('ZRANGEBYSCORE', Q.kq(queue, 'locks'), '-inf', now, 'LIMIT', 0, count)
     if #jids == 0 then return end
     local grace = Q.cfgnum('grace-period', 10)
@@ -128,6 +130,7 @@ Q.mod.pop = function()
             if h.tracked then Q.publish('ql:failed', jid) end
             Q.publish('ql:log', Q.ev_failed(jid, owner, group, message))
             Q.release(jid, h.held, now)
+            if dead then table.insert(dead, jid) end
           end
         end
       end
@@ -257,6 +260,42 @@ Q.mod.pop = function()
     Q.pop_config({ queue })
     local out = {}
     Q.pop_queue(now, queue, worker, count, false, out)
+    return cjson.encode(out)
+  end }
+
+  -- Extension: the periodic reaper. Expired leases of the named queues (all known queues when
+  -- none are named) get what a pop would give them (courtesy notice, then retry or failure),
+  -- but a job whose grace ran out goes back to waiting instead of to a worker, so queues nobody
+  -- pops recover too (and free their throttle slots). At most REAP_LIMIT jobs per queue per call.
+  local REAP_LIMIT = 100
+  C['reap'] = { 'Reap', function(now, args)
+    local queues = {}
+    for i = 1, #args do queues[i] = Q.queue(args[i]) end
+    if #queues == 0 then queues = rcall('ZRANGE', 'ql:queues', 0, -1) end
+    local out = {}
+    for _, queue in ipairs(queues) do
+      local locks = Q.kq(queue, 'locks')
+      local head = rcall('ZRANGE', locks, 0, 0, 'WITHSCORES')
+      if head[2] and tonumber(head[2]) <= now then
+        Q.pop_config({ queue })
+        local selected = {}
+        invalidate(now, queue, REAP_LIMIT, selected, out)
+        for _, item in ipairs(selected) do
+          local jid, h = item[1], item[2]
+          rcall('ZREM', locks, jid)
+          rcall('ZADD', Q.kq(queue, 'work'), Q.score(tonumber(h.priority) or 0, now), jid)
+          local fields = { 'state', 'waiting', 'worker', '', 'expires', 0, 'remaining', h.remaining }
+          if h.held then table.insert(fields, 'held'); table.insert(fields, '') end
+          rcall('HSET', Q.kjob(jid), unpack(fields))
+          Q.release(jid, h.held, now)
+          Q.wake(queue)
+          table.insert(out, jid)
+        end
+        -- A courtesy notice moved locks to now + grace: keep the pop's timer bound below it.
+        Q.lower_due(queue, now + Q.cfgnum('grace-period', 10))
+      end
+    end
+    if #out == 0 then return '[]' end
     return cjson.encode(out)
   end }
 

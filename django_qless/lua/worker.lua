@@ -4,7 +4,9 @@
 --   workers            [worker]                          -> JSON
 --   worker.deregister  worker...                         -> nil
 --   reserve            worker count queue...             -> JSON {"jobs": [...], "wake": w}
---   complete.reserve   jid worker queue data count queue... -> JSON {"state", "jobs", "wake"}
+--   complete.reserve   jid worker queue data token count queue... -> JSON {"state", "jobs", "wake"}
+--                      (token: the attempt token or ''; a repeat after a lost reply returns the
+--                      recorded state and the jobs the worker holds)
 --
 -- Keys:
 --   ql:workers             zset  worker -> last seen (ZRANGEBYSCORE, ZREVRANGE, ZREM, ZADD)
@@ -117,18 +119,39 @@ Q.mod.worker = function()
     return encode_reply(reserve(now, worker, count, queues, {}))
   end }
 
+  -- Lean job objects of the running jobs `worker` holds (the replay of a lost reply).
+  local function held_jobs(now, worker)
+    local jobs = {}
+    for _, jid in ipairs(rcall('ZRANGEBYSCORE', Q.kwjobs(worker), now, '+inf', 'LIMIT', 0, 1000)) do
+      local h = Q.read(jid, Q.POP_FIELDS)
+      if h and h.state == 'running' and h.worker == worker then
+        h.tracked = h.tracked == '1'
+        h.history = nil
+        table.insert(jobs, Q.job_object(jid, h, h.tracked, true))
+      end
+    end
+    return jobs
+  end
+
   C['complete.reserve'] = { 'Complete', function(now, args)
     local jid = Q.jid(args[1])
     local worker = Q.worker(args[2])
     local queue = Q.queue(args[3])
     local data = Q.data(args[4])
-    local count = Q.count(args[5], 0, 1000)
+    local token = Q.token(args[5])
+    local count = Q.count(args[6], 0, 1000)
     local queues = {}
-    if count > 0 then queues = queue_list(args, 6) end
-    local h = Q.check_running(jid, worker, queue)
+    if count > 0 then queues = queue_list(args, 7) end
+    local h, recorded = Q.check_running(jid, worker, queue, token)
+    if recorded then
+      -- Replayed after a lost reply: the jobs that call reserved are held by `worker` now.
+      local reply = { state = recorded, jobs = held_jobs(now, worker) }
+      if #reply.jobs == 0 then reply.wake = 0 end
+      return encode_reply(reply)
+    end
     Q.pop_config(queues, { 'jobs-history', 'jobs-history-count', '#completed-due',
       queue .. '-max-concurrency' })
-    local state = Q.complete(now, jid, worker, queue, data, h, nil, 0, nil)
+    local state = Q.complete(now, jid, worker, queue, data, h, nil, 0, nil, token)
     local reply = { state = state }
     if count == 0 then
       reply.jobs = {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -10,20 +11,30 @@ import pytest
 import redis
 
 from django_qless.core.client import Client
-from django_qless.core.lua import script_text
+from django_qless.core.lua import function_name, library_text, script_text
 from django_qless.core.queue import Queue
 
 
 class Lua:
-    """Call the engine with EVALSHA 0 <command> <now> <args...> and collect events."""
+    """Call the engine as a client would: FCALL of the function library on Redis 7+ (as our
+    client does), EVALSHA of the script on 6.2 or with QLESS_ENGINE_CALL=script."""
 
     def __init__(self, conn: redis.Redis) -> None:
         self.conn = conn
         self.script = conn.register_script(script_text())
+        mode = os.environ.get("QLESS_ENGINE_CALL", "auto")
+        self.function: str | None = None
+        if mode != "script" and int(str(conn.info("server")["redis_version"]).split(".")[0]) >= 7:
+            # The function stays loaded across tests (FLUSHALL keeps it), as on a real server.
+            if not conn.function_list(library=function_name()):
+                conn.function_load(library_text(), replace=True)
+            self.function = function_name()
 
     def __call__(self, command: str, now: float | str, *args: Any) -> Any:
         """Run one command; `now` is the caller's clock; returns the raw reply."""
         argv = [command, now, *[json.dumps(a) if isinstance(a, (dict, list)) else a for a in args]]
+        if self.function is not None:
+            return self.conn.fcall(self.function, 0, *argv)
         return self.script(keys=[], args=argv)
 
     def json(self, command: str, now: float | str, *args: Any) -> Any:

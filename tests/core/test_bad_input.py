@@ -162,9 +162,18 @@ CASES: list[Any] = [
     case("complete.other-queue", "complete", ["run", "worker", "q2", "{}"], "another queue"),
     case("complete.missing", "complete", ["nope", "worker", "queue", "{}"], "does not exist"),
     *numeric("complete.reserve.count", "complete.reserve",
-             lambda v: ["run", "worker", "queue", "{}", v, "queue"], 'Arg "count"'),
+             lambda v: ["run", "worker", "queue", "{}", "", v, "queue"], 'Arg "count"'),
     case("complete.reserve.other-worker", "complete.reserve",
-         ["run", "thief", "queue", "{}", 1, "queue"], "another worker"),
+         ["run", "thief", "queue", "{}", "", 1, "queue"], "another worker"),
+    *[case(f"complete.reserve.token={t[:8]!r}", "complete.reserve",
+           ["run", "worker", "queue", "{}", t, 1, "queue"], 'Arg "token"')
+      for t in ["a b", "x" * 65, "tok:en", "é"]],
+    *[case(f"complete.token={t[:8]!r}", "complete",
+           ["run", "worker", "queue", "{}", "token", t], 'Arg "token"')
+      for t in ["a b", "x" * 65]],
+    case("fail.token", "fail", ["run", "worker", "g", "m", "{}", "bad token"], 'Arg "token"'),
+    case("retry.token", "retry", ["run", "queue", "worker", 0, "", "", "bad token"],
+         'Arg "token"'),
     # fail
     *[case(f"fail.group={v[:4]!r}", "fail", ["run", "worker", v, "msg"], 'Arg "group"')
       for v in ["", "g" * 257]],
@@ -527,7 +536,7 @@ class Fuzz:
         if kind == 15:
             return ["reserve", worker, rng.randint(1, 3), *rng.sample(self.queues, 2)]
         if kind == 16:
-            return ["complete.reserve", jid, owner, hq, "{}", rng.randint(0, 2), queue]
+            return ["complete.reserve", jid, owner, hq, "{}", "", rng.randint(0, 2), queue]
         if kind == 17:
             return ["recur.update", "rec", self.pick(["queue", "interval", "priority"]),
                     self.pick([queue, 10, 1])]

@@ -33,6 +33,8 @@ WRAPPED = [
     f"Error running script (call to f_{SHA}): @user_script:1234: user_script:1234: {MSG}",
     f"ERR user_script:7: {MSG} script: {SHA}, on @user_script:7.",
     f"ERR Error running script (call to f_{SHA}): @user_script:7: user_script:7: {MSG}",
+    f"user_function:100: {MSG} script: djqless_1630bd77af1c67a0, on @user_function:100.",
+    f"ERR user_function:9: {MSG} script: djqless_1630bd77af1c67a0_ro, on @user_function:9.",
 ]
 
 

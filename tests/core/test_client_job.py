@@ -56,11 +56,30 @@ def test_complete_sends_the_raw_data_unless_changed(client: Client, q: Queue,
 
 
 def test_complete_twice_is_refused(client: Client, q: Queue) -> None:
+    """Another attempt is refused; the same attempt again gets the recorded result."""
     q.put("K", {}, jid="j")
     job = pop(q)
     job.complete()
     with pytest.raises(LostLockError, match="not currently running: complete"):
-        job.complete()
+        client.call("complete", "j", "w1", "q", "{}", "token", "another")
+    assert job.complete() == "complete"
+    assert [e["what"] for e in client.jobs["j"].history].count("done") == 1
+
+
+def test_fail_and_retry_repeated_with_the_same_token(client: Client, q: Queue) -> None:
+    """fail and retry repeated by the same attempt return what the first call did, once."""
+    q.put("K", {}, jid="f")
+    failing = pop(q)
+    assert failing.fail("g", "m") == "f"
+    assert failing.fail("g", "m") == "f"
+    assert client.redis.llen("ql:f:g") == 1
+    q.put("K", {}, jid="r", retries=3)
+    retrying = pop(q)
+    assert retrying.retry() == 2
+    assert retrying.retry() == 2
+    assert client.jobs["r"].retries == 2
+    with pytest.raises(LostLockError):
+        client.call("retry", "r", "q", "w1", 0, "", "", "another")
 
 
 def test_complete_advances_with_delay_and_depends(client: Client, q: Queue,

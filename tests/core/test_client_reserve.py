@@ -62,5 +62,8 @@ def test_complete_and_reserve(client: Client, clock: FakeClock, r: redis.Redis) 
     state, none, _ = client.complete_and_reserve(more[1], ["q"])
     assert none == []
     assert r.hget("ql:j:j2", "data") == '{"i":99}'
+    # The same attempt again (a repeat after a lost reply) gets the recorded result ...
+    assert client.complete_and_reserve(more[1], ["q"])[:2] == ("complete", [])
+    # ... another attempt token is refused.
     with pytest.raises(LostLockError):
-        client.complete_and_reserve(more[1], ["q"])
+        client.call("complete.reserve", "j2", "w1", "q", "{}", "another", 1, "q")

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import redis
 
-from django_qless.core import Client, QlessConnectionError, ServerClock
-from django_qless.core.lua import script_sha
+from django_qless.core import Client, QlessConnectionError, QlessError, ServerClock
+from django_qless.core.lua import function_name, script_sha
 
 # A script that keeps the server busy for ARGV[1] seconds (Redis reads no socket meanwhile).
 BUSY = """
@@ -79,7 +79,10 @@ def test_wraps_a_caller_redis_without_decoding(
     raw.close()
 
 
-def test_noscript_reload_after_script_flush(client: Client, r: redis.Redis) -> None:
+def test_noscript_reload_after_script_flush(
+    make_client: Callable[..., Client], r: redis.Redis
+) -> None:
+    client = make_client(engine="script")
     q = client.queues["q"]
     q.put("K", {}, jid="a")
     r.script_flush()
@@ -87,7 +90,7 @@ def test_noscript_reload_after_script_flush(client: Client, r: redis.Redis) -> N
     q.put("K", {}, jid="b")
     assert r.script_exists(script_sha()) == [True]
     assert q.jobs.waiting() == ["a", "b"]
-    # put_many loads once, then pipelines.
+    # put_many loads the script once, then calls it.
     r.script_flush()
     before = calls(r, "script|load") + calls(r, "script")
     jids = q.put_many([{"klass": "K", "data": {"i": i}} for i in range(3)])
@@ -95,29 +98,115 @@ def test_noscript_reload_after_script_flush(client: Client, r: redis.Redis) -> N
     assert q.jobs.waiting(count=10) == ["a", "b", *jids]
 
 
+@pytest.fixture
+def redis7(redis_version_info: tuple[int, ...]) -> None:
+    """Skip on servers without functions (Redis < 7)."""
+    if redis_version_info < (7,):
+        pytest.skip("Redis functions need Redis 7")
+
+
+@pytest.mark.usefixtures("redis7")
+def test_function_reload_after_function_flush(
+    make_client: Callable[..., Client], r: redis.Redis
+) -> None:
+    client = make_client(engine="auto")
+    q = client.queues["q"]
+    q.put("K", {}, jid="a")
+    assert client.engine_mode in ("auto", "function")
+    assert r.function_list(library=function_name())
+    r.function_flush()
+    evalsha = calls(r, "evalsha")
+    q.put("K", {}, jid="b")
+    assert client.engine_mode == "function"
+    assert r.function_list(library=function_name())
+    assert calls(r, "evalsha") == evalsha
+    r.function_flush()
+    jids = q.put_many([{"klass": "K", "data": {"i": i}} for i in range(3)])
+    assert q.jobs.waiting(count=10) == ["a", "b", *jids]
+
+
+@pytest.mark.usefixtures("redis7")
+def test_reads_still_work_at_maxmemory(make_client: Callable[..., Client], r: redis.Redis) -> None:
+    """Read commands go to the no-writes function, which Redis runs even when out of memory."""
+    client = make_client(engine="auto")
+    jid = client.queues["q"].put("K", {})
+    used = int(r.info("memory")["used_memory"])
+    r.config_set("maxmemory", used // 2)
+    try:
+        assert client.jobs[jid].state == "waiting"
+        assert client.config["heartbeat"] == 60
+        with pytest.raises(QlessError, match="OOM"):
+            client.queues["q"].put("K", {})
+    finally:
+        r.config_set("maxmemory", 0)
+
+
+def test_script_mode_without_fcall(
+    make_client: Callable[..., Client], redis_version_info: tuple[int, ...]
+) -> None:
+    """On Redis 6.2 (no FCALL) the first call falls back to EVALSHA and sticks to it."""
+    if redis_version_info >= (7,):
+        pytest.skip("Redis 7 has FCALL")
+    client = make_client()
+    jid = client.queues["q"].put("K", {})
+    assert client.engine_mode == "script"
+    assert client.jobs[jid].state == "waiting"
+
+
+@pytest.mark.usefixtures("redis7")
+def test_script_mode_when_fcall_is_denied(
+    make_client: Callable[..., Client], r: redis.Redis, redis_server: Any
+) -> None:
+    """A user without FCALL (or a Redis without it) gets EVALSHA, transparently."""
+    r.acl_setuser("nofcall", enabled=True, passwords=["+pw"], keys=["~*"], channels=["*"],
+                  commands=["+@all", "-fcall", "-fcall_ro", "-function"])
+    try:
+        limited = redis.Redis(unix_socket_path=redis_server.socket_path, username="nofcall",
+                              password="pw", decode_responses=True)
+        client = make_client(limited)
+        jid = client.queues["q"].put("K", {})
+        assert client.engine_mode == "script"
+        assert client.jobs[jid].state == "waiting"
+        limited.close()
+    finally:
+        r.acl_deluser("nofcall")
+
+
 class FlushMidway(Client):
-    """A client whose next pipeline has a SCRIPT FLUSH spliced in after two commands."""
+    """A client whose next pipeline has an engine flush spliced in after two commands."""
 
     flush_at: int | None = 2
+    flush: tuple[str, str] = ("SCRIPT", "FLUSH")
 
     def _execute_many(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
         if self.flush_at is None:
             return super()._execute_many(commands)
         spliced = list(commands)
-        spliced.insert(self.flush_at, ("SCRIPT", "FLUSH"))
+        spliced.insert(self.flush_at, self.flush)
         replies = super()._execute_many(spliced)
         del replies[self.flush_at]
         self.flush_at = None
         return replies
 
 
-def test_pipeline_reruns_only_the_calls_that_got_noscript(
-    make_client: Callable[..., Client]
+class FunctionFlushMidway(FlushMidway):
+    """The same with FUNCTION FLUSH, for a client calling the function library."""
+
+    flush = ("FUNCTION", "FLUSH")
+
+
+@pytest.mark.parametrize("cls,engine", [(FlushMidway, "script"), (FunctionFlushMidway, "auto")])
+def test_pipeline_reruns_only_the_calls_that_found_the_engine_missing(
+    make_client: Callable[..., Client], redis_version_info: tuple[int, ...],
+    cls: type[Client], engine: str,
 ) -> None:
-    client = make_client(cls=FlushMidway)
+    if engine == "auto" and redis_version_info < (7,):
+        pytest.skip("Redis functions need Redis 7")
+    client = make_client(cls=cls, engine=engine)
     q = client.queues["q"]
     jids = [f"j{i}" for i in range(5)]
-    assert q.put_many([{"klass": "K", "data": {}, "jid": j} for j in jids]) == jids
+    calls = [("put", [client.worker_name, "q", j, "K", "{}", 0]) for j in jids]
+    assert client.pipeline_calls(calls) == jids
     assert q.jobs.waiting(count=10) == jids
     for jid in jids:
         assert [e["what"] for e in client.jobs[jid].history] == ["put"]
@@ -264,3 +353,27 @@ def test_injected_clock_is_sent_as_now(make_client: Callable[..., Client]) -> No
     jid = client.queues["q"].put("K", {})
     assert client.now() == 1234.75
     assert client.jobs[jid].history[0]["when"] == 1234
+
+
+def test_first_calls_from_many_threads_all_succeed(make_client: Callable[..., Client]) -> None:
+    """Threads racing through the engine's first load (or the 6.2 fallback) all get answers."""
+    client = make_client(engine="auto")
+    for i in range(20):
+        make_client().queues["q"].put("K", {"i": i})
+    errors: list[BaseException] = []
+    popped: list[str] = []
+
+    def reserve(n: int) -> None:
+        try:
+            jobs, _ = client.reserve(["q"], worker=f"t{n}")
+            popped.extend(job.jid for job in jobs)
+        except BaseException as exc:  # noqa: BLE001 - collected for the assertion
+            errors.append(exc)
+
+    threads = [threading.Thread(target=reserve, args=(n,)) for n in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert len(set(popped)) == 20

@@ -79,7 +79,7 @@ def test_reserve_path_is_compact(lua: Any, r: redis.Redis) -> None:
     put(lua, "a")
     put(lua, "b")
     lua("reserve", 1, "w", 1, Q)
-    lua("complete.reserve", 2, "b", "w", Q, "{}", 1, Q)
+    lua("complete.reserve", 2, "b", "w", Q, "{}", "", 1, Q)
     assert field(r, "b") == [{"q": Q, "put": 0, "popped": 1, "worker": "w", "done": 2}]
     assert field(r, "a") == [{"q": Q, "put": 0, "popped": 2, "worker": "w"}]
     assert r.keys("ql:j:*-history") == []

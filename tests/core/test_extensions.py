@@ -223,7 +223,7 @@ def test_complete_reserve(lua: Any) -> None:
     """Complete one job and take the next in one call."""
     running(lua, "a")
     put(lua, "b", now=1)
-    reply = lua.json("complete.reserve", 2, "a", "worker", "queue", {}, 1, "queue")
+    reply = lua.json("complete.reserve", 2, "a", "worker", "queue", {}, "", 1, "queue")
     assert reply["state"] == "complete"
     assert [j["jid"] for j in reply["jobs"]] == ["b"]
     assert lua.json("get", 2, "a")["state"] == "complete"
@@ -233,7 +233,7 @@ def test_complete_reserve_count_zero(lua: Any) -> None:
     """Count 0 only completes."""
     running(lua, "a")
     put(lua, "b", now=1)
-    reply = lua.json("complete.reserve", 2, "a", "worker", "queue", {}, 0, "queue")
+    reply = lua.json("complete.reserve", 2, "a", "worker", "queue", {}, "", 0, "queue")
     assert reply["state"] == "complete"
     assert empty(reply["jobs"])
     assert lua.json("get", 2, "b")["state"] == "waiting"
@@ -244,7 +244,7 @@ def test_complete_reserve_refused_takes_nothing(lua: Any) -> None:
     running(lua, "a")
     put(lua, "b", now=1)
     with pytest.raises(redis.ResponseError, match="another worker"):
-        lua("complete.reserve", 2, "a", "thief", "queue", {}, 1, "queue")
+        lua("complete.reserve", 2, "a", "thief", "queue", {}, "", 1, "queue")
     assert lua.json("get", 2, "b")["state"] == "waiting"
 
 
@@ -501,7 +501,7 @@ def test_complete_reserve_events_match_complete(lua: Any, events: Events) -> Non
     put(lua, "b", now=1)
     lua("track", 1, "track", "b")
     events()
-    lua("complete.reserve", 2, "a", "worker", "queue", {}, 1, "queue")
+    lua("complete.reserve", 2, "a", "worker", "queue", {}, "", 1, "queue")
     got = [e for e in events() if not e[0].startswith("ql:wake:")]
     assert got == [("ql:completed", "a"),
                    ("ql:log", '{"jid":"a","event":"completed","queue":"queue"}'),
@@ -513,7 +513,7 @@ def test_reserve_records_wait_and_run_stats(lua: Any) -> None:
     put(lua, "a", now=0)
     put(lua, "b", now=2)
     lua("reserve", 4, "worker", 1, "queue")
-    lua("complete.reserve", 10, "a", "worker", "queue", {}, 1, "queue")
+    lua("complete.reserve", 10, "a", "worker", "queue", {}, "", 1, "queue")
     stats = lua.json("stats", 10, "queue", 0)
     assert (stats["wait"]["count"], stats["wait"]["mean"]) == (2, 6)
     assert (stats["run"]["count"], stats["run"]["mean"]) == (1, 6)

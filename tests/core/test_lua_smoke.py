@@ -121,7 +121,7 @@ def test_refused_calls_change_nothing(lua: Any, r: redis.Redis, call: tuple[Any,
     put(lua, "old", tags='["t1"]')
     pop(lua)
     before = snapshot(r)
-    with pytest.raises(redis.ResponseError, match=r"user_script:\d+: "):
+    with pytest.raises(redis.ResponseError, match=r"user_(script|function):\d+: "):
         lua(*call)
     assert snapshot(r) == before
 
@@ -277,11 +277,11 @@ def test_complete_reserve(lua: Any, r: redis.Redis) -> None:
     put(lua, "a", now=0)
     put(lua, "b", now=1)
     pop(lua)
-    reply = lua.json("complete.reserve", 2, "a", "w", Q, '{"x": []}', 1, Q)
+    reply = lua.json("complete.reserve", 2, "a", "w", Q, '{"x": []}', "", 1, Q)
     assert reply["state"] == "complete"
     assert [j["jid"] for j in reply["jobs"]] == ["b"]
     assert r.hget("ql:j:a", "data") == '{"x": []}'
-    assert lua.json("complete.reserve", 3, "b", "w", Q, "{}", 0) == {
+    assert lua.json("complete.reserve", 3, "b", "w", Q, "{}", "", 0) == {
         "state": "complete", "jobs": [], "wake": -1}
 
 
@@ -427,7 +427,7 @@ def test_every_command_is_routed(lua: Any, command: str) -> None:
     except redis.ResponseError as exc:
         assert "Unknown command" not in str(exc)
         assert "attempt to" not in str(exc)  # no call into a module that was not loaded
-        assert re.search(r"user_script:\d+: \S+\(\): ", str(exc)), str(exc)
+        assert re.search(r"user_(script|function):\d+: \S+\(\): ", str(exc)), str(exc)
 
 
 def test_unknown_command(lua: Any) -> None:

@@ -292,3 +292,49 @@ def test_independent_dependencies_are_not_cycles(lua: Any) -> None:
     put(lua, "e")
     put(lua, "b", depends=["a", "e"])
     assert state(lua, "b") == "depends" and state(lua, "d") == "depends"
+
+
+# -- depends-missing (extension; reliability §c 32) -------------------------------------------
+
+
+def test_depends_missing_error_refuses_and_writes_nothing(lua: Any, r: redis.Redis) -> None:
+    """With depends-missing error, a dependency on a jid that does not exist refuses the put."""
+    lua("put", 0, "worker", "queue", "a", "klass", {}, 0)
+    before = snapshot(r)
+    with pytest.raises(redis.ResponseError, match="no such dependency: nope"):
+        lua("put", 1, "worker", "queue", "b", "klass", {}, 0, "depends", ["a", "nope"],
+            "depends-missing", "error")
+    assert snapshot(r) == before
+    lua("put", 1, "worker", "queue", "b", "klass", {}, 0, "depends", ["a"],
+        "depends-missing", "error")
+    assert r.hget("ql:j:b", "state") == "depends"
+
+
+def test_depends_missing_ignore_is_qless_behaviour(lua: Any, r: redis.Redis) -> None:
+    lua("put", 0, "worker", "queue", "b", "klass", {}, 0, "depends", ["nope"],
+        "depends-missing", "ignore")
+    assert r.hget("ql:j:b", "state") == "waiting"
+
+
+def test_depends_missing_bad_value(lua: Any) -> None:
+    with pytest.raises(redis.ResponseError, match='Arg "depends-missing"'):
+        lua("put", 0, "worker", "queue", "b", "klass", {}, 0, "depends", ["x"],
+            "depends-missing", "maybe")
+
+
+def test_client_refuses_missing_dependency_by_default(redis_url: str) -> None:
+    from django_qless.core import Client, DependencyError
+
+    with Client(redis_url) as client:
+        q = client.queues["q"]
+        with pytest.raises(DependencyError, match="nope"):
+            q.put("K", {}, depends=["nope"])
+        assert client.redis.dbsize() == 0
+        assert client.jobs[q.put("K", {}, depends=["nope"], depends_missing="ignore")].state \
+            == "waiting"
+        first = q.put_many([{"klass": "K", "data": {}, "jid": "p"},
+                            {"klass": "K", "data": {}, "depends": ["p"]}])
+        assert client.jobs[first[1]].state == "depends"
+        with pytest.raises(DependencyError):
+            q.put_many([{"klass": "K", "data": {}, "depends": ["later"]},
+                        {"klass": "K", "data": {}, "jid": "later"}])

@@ -27,8 +27,10 @@ pytestmark = [pytest.mark.fault, pytest.mark.timeout(90)]
 
 
 def evalsha_calls(r: redis.Redis) -> int:
-    """Return how many EVALSHA the server has executed so far."""
-    return int(r.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+    """Return how many engine calls (FCALL or EVALSHA) the server has executed so far."""
+    stats = r.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{name}", {}).get("calls", 0))
+               for name in ("evalsha", "fcall", "eval"))
 
 
 # ------------------------------------------------------------------------- FI-05
@@ -74,28 +76,59 @@ def test_fi05_late_heartbeat_without_a_pop_in_between_succeeds(tcp_redis, rconn)
 
 # ------------------------------------------------------------------------- FI-12
 
-def test_fi12_lost_ack_on_complete_runs_once_and_is_not_resent(tcp_redis, rconn, proxy):
+def done_count(url: str, jid: str) -> int:
+    """Return how many `done` entries the job's history holds."""
+    return [h["what"] for h in Client(url).jobs[jid].history].count("done")
+
+
+def test_fi12_lost_ack_on_complete_is_replayed_with_its_token(tcp_redis, rconn, proxy):
     c = Client(proxy.url, worker_name="P")
     jid = c.queues["q"].put("K", {})
     job = c.queues["q"].pop()
     before = evalsha_calls(rconn)
     proxy.drop_reply_to = b"complete"
-    with pytest.raises(QlessConnectionError):
-        job.complete()
+    # The reply is lost; the client sends the same call (same attempt token) once more and
+    # the engine answers with what it recorded instead of completing (or refusing) again.
+    assert job.complete() == "complete"
     assert proxy.dropped == 1
-    assert evalsha_calls(rconn) == before + 1  # executed exactly once, never re-sent
-    fresh = Client(tcp_redis.url).jobs[jid]
-    assert fresh.state == "complete"
-    assert [h["what"] for h in fresh.history].count("done") == 1
-    # No attempt token yet (R-9 (2)): a repeated complete is refused, never applied twice.
+    assert evalsha_calls(rconn) == before + 2
+    assert rconn.hget(f"ql:j:{jid}", "done") == f"{job.attempt_token} complete"
+    assert done_count(tcp_redis.url, jid) == 1
+    assert rconn.zcard("ql:completed") == 1
+    # Another attempt (another token) is still refused: one accepted completion per pop.
     again = Client(tcp_redis.url, worker_name="P")
     with pytest.raises((InvalidStateTransition, LostLockError)):
-        again.call("complete", jid, "P", "q", "{}")
-    assert [h["what"] for h in Client(tcp_redis.url).jobs[jid].history].count("done") == 1
+        again.call("complete", jid, "P", "q", "{}", "token", "other-attempt")
+    assert done_count(tcp_redis.url, jid) == 1
+    assert_audit_clean(rconn)
+
+
+def test_fi12_lost_ack_twice_is_ambiguous_but_applied_once(tcp_redis, rconn, proxy):
+    c = Client(proxy.url, worker_name="P")
+    jid = c.queues["q"].put("K", {})
+    job = c.queues["q"].pop()
+    proxy.drop_reply_to = b"complete"
+
+    real_invoke = c._invoke
+    calls = []
+
+    def invoke_dropping_twice(argv):
+        calls.append(argv)
+        if len(calls) == 2:
+            proxy.drop_reply_to = b"complete"
+        return real_invoke(argv)
+
+    c._invoke = invoke_dropping_twice
+    with pytest.raises(QlessConnectionError):
+        job.complete()
+    assert len(calls) == 2 and calls[0] == calls[1]
+    assert rconn.hget(f"ql:j:{jid}", "state") == "complete"
+    assert done_count(tcp_redis.url, jid) == 1
     assert_audit_clean(rconn)
 
 
 def test_fi12_lost_ack_on_pop_job_comes_back_after_the_lease(tcp_redis, rconn, proxy):
+    """Plain qless `pop` has no request token: the job waits out its lease."""
     c = Client(proxy.url, worker_name="P")
     c.config["heartbeat"] = 1
     c.config["grace-period"] = 0
@@ -116,6 +149,39 @@ def test_fi12_lost_ack_on_pop_job_comes_back_after_the_lease(tcp_redis, rconn, p
     assert_audit_clean(rconn)
 
 
+def test_fi12_lost_ack_on_reserve_returns_the_same_jobs(tcp_redis, rconn, proxy):
+    """The worker's reserve takes back what the lost call handed it instead of popping more."""
+    c = Client(proxy.url, worker_name="P")
+    q = c.queues["q"]
+    first, second = q.put("K", {}), q.put("K", {})
+    before = evalsha_calls(rconn)
+    proxy.drop_reply_to = b"reserve"
+    jobs, _ = c.reserve(["q"])
+    assert [j.jid for j in jobs] == [first]
+    # the lost reserve, then two reads (the worker's jobs, the orphan's data): no second pop
+    assert evalsha_calls(rconn) == before + 3
+    assert rconn.hget(f"ql:j:{second}", "state") == "waiting"
+    assert jobs[0].complete() == "complete"
+    assert_audit_clean(rconn)
+
+
+def test_fi12_lost_ack_on_complete_reserve_returns_recorded_state_and_jobs(
+    tcp_redis, rconn, proxy
+):
+    c = Client(proxy.url, worker_name="P")
+    q = c.queues["q"]
+    a, b, rest = q.put("K", {}), q.put("K", {}), q.put("K", {})
+    (job,), _ = c.reserve(["q"])
+    proxy.drop_reply_to = b"complete.reserve"
+    state, more, _ = c.complete_and_reserve(job, ["q"])
+    assert proxy.dropped == 1
+    assert (state, [j.jid for j in more]) == ("complete", [b])
+    assert rconn.hget(f"ql:j:{rest}", "state") == "waiting"  # nothing popped twice
+    assert done_count(tcp_redis.url, a) == 1
+    more[0].complete()
+    assert_audit_clean(rconn)
+
+
 @pytest.mark.parametrize("op", ["put", "fail", "retry", "heartbeat"])
 def test_fi12_lost_ack_on_other_mutations_executes_once(tcp_redis, rconn, proxy, op):
     c = Client(proxy.url, worker_name="P")
@@ -124,21 +190,26 @@ def test_fi12_lost_ack_on_other_mutations_executes_once(tcp_redis, rconn, proxy,
     job = q.pop()
     before = evalsha_calls(rconn)
     proxy.drop_reply_to = op.encode()
-    with pytest.raises(QlessConnectionError):
-        if op == "put":
-            q.put("K", {"n": 1}, jid=jid)
-        elif op == "fail":
-            job.fail("g", "m")
-        elif op == "retry":
-            job.retry()
-        else:
-            job.heartbeat()
-    assert evalsha_calls(rconn) == before + 1
+    if op in ("fail", "retry"):
+        # Token-carrying calls are replayed once and answered from the record.
+        result = job.fail("g", "m") if op == "fail" else job.retry()
+        assert result == (jid if op == "fail" else 3)
+        assert evalsha_calls(rconn) == before + 2
+    else:
+        with pytest.raises(QlessConnectionError):
+            if op == "put":
+                q.put("K", {"n": 1}, jid=jid)
+            else:
+                job.heartbeat()
+        assert evalsha_calls(rconn) == before + 1
+    assert proxy.dropped == 1
     state = rconn.hgetall(f"ql:j:{jid}")
     expected = {"put": "waiting", "fail": "failed", "retry": "waiting", "heartbeat": "running"}
     assert state["state"] == expected[op]
     if op == "retry":
         assert state["remaining"] == "3"  # spent once, not twice
+    if op == "fail":
+        assert rconn.llen("ql:f:g") == 1
     if op == "put":
         # A caller-chosen jid makes put naturally idempotent: re-sending it is harmless.
         Client(tcp_redis.url, worker_name="P").queues["q"].put("K", {"n": 1}, jid=jid)

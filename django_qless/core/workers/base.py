@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import threading
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -31,6 +32,7 @@ from django_qless.core.workers.config import WorkerConfig
 from django_qless.core.workers.heartbeat import Heartbeater
 from django_qless.core.workers.hooks import WorkerHooksProtocol
 from django_qless.core.workers.proctitle import child_title, set_title
+from django_qless.core.workers.reaper import LeaseReaper
 from django_qless.core.workers.reservers import QueueSelection, make_reserver
 from django_qless.core.workers.runner import AbortGuard, JobRunner, Outcome
 from django_qless.core.workers.sandbox import Sandbox
@@ -45,6 +47,9 @@ __all__ = ["JobLoop", "release_job"]
 log = logging.getLogger("django_qless.worker")
 
 _MAX_QUEUES_PER_CALL = 20
+# While jobs flow, buffered wake-ups are consumed at most this often (the wake socket must
+# not fill up); the reserve that follows an empty complete+reserve drains anyway.
+_DRAIN_EVERY = 0.05
 _TRANSIENT = (QlessConnectionError, redis.ConnectionError, redis.TimeoutError, OSError)
 
 
@@ -116,6 +121,13 @@ class JobLoop:
         self.current: Job | None = None
         self._pending: deque[Job] = deque()
         self._backoff = 0.0
+        self._drain_at = 0.0
+        self._woken = False
+        # Only where no supervisor does it (the serial worker); see reaper.py.
+        self.reaper: LeaseReaper | None = None
+        # The heartbeat thread sets the running title, the loop the idle one: this keeps a
+        # late "running" from overwriting "idle".
+        self._title_lock = threading.Lock()
 
     # -- WorkerInfo -------------------------------------------------------------------------
     @property
@@ -130,7 +142,8 @@ class JobLoop:
 
     def _on_lock_lost(self, job: Job, why: str) -> None:
         """Called from the heartbeat thread when the engine refused a heartbeat."""
-        self.guard.abort("lock_lost")
+        if self.current is job:
+            self.guard.abort("lock_lost")
 
     def _on_timeout(self, job: Job) -> None:
         """Called from the heartbeat thread when the job ran past its time limit."""
@@ -141,6 +154,9 @@ class JobLoop:
 
     def on_job_end(self, job: Job, outcome: Outcome) -> None:
         """Called after a job was settled."""
+
+    def between_jobs(self) -> None:
+        """Called before the loop reserves on its own, pauses or leaves (no job running)."""
 
     def on_aborted(self, job: Job, reason: str) -> bool:
         """Dispose of an aborted job; return True to stop the loop."""
@@ -180,12 +196,16 @@ class JobLoop:
         while True:
             if self.signals.stopping or self._limit_reached() or not self.should_continue():
                 return
+            if self.reaper is not None:
+                self.reaper.maybe_reap()
             if self.signals.paused:
+                self.between_jobs()
                 self._idle_title()
                 self.waiter.wait(min(self.config.interval, self.idle_cap))
                 self.waiter.drain()  # wake-ups while paused must not make wait() spin
                 continue
             if not self._pending:
+                self.between_jobs()
                 jobs, wake = self._reserve()
                 if not jobs:
                     self._idle(wake)
@@ -200,8 +220,9 @@ class JobLoop:
 
     def _perform(self, job: Job) -> bool:
         """Run one job and settle it; return True to stop the loop."""
+        # No title here: the heartbeat thread sets "running" once it notices the job (within
+        # its check interval), so a stream of short jobs costs no setproctitle per job.
         self.current = job
-        self._title(job)
         self.on_job_start(job)
         self.heartbeater.watch(job)
         try:
@@ -229,7 +250,10 @@ class JobLoop:
         queues = self.reserver.order()[:_MAX_QUEUES_PER_CALL] or [job.queue_name]
         if want:
             self.waiter.ensure_subscribed()
-            self.waiter.drain()
+            now = time.monotonic()
+            if now >= self._drain_at:
+                self._drain_at = now + _DRAIN_EVERY
+                self.waiter.drain()
         try:
             _, jobs, _ = self.client.complete_and_reserve(job, queues, want)
         except (LostLockError, InvalidStateTransition, JobNotFound) as exc:
@@ -251,9 +275,25 @@ class JobLoop:
         return not (duration and time.monotonic() - self.started >= duration)
 
     def _reserve(self) -> tuple[list[Job], float | None]:
-        """Take one job from the selected queues (subscribing to wake-ups first)."""
+        """Take one job from the selected queues (subscribing to wake-ups first).
+
+        Wake-ups buffered before a reserve are consumed first, so one arriving while we
+        wait means new work. Right after a wake-up, though, the reserve goes first (the
+        drain costs about as much as the reserve on a process that just woke): if it
+        yields a job, the buffered wake-ups are consumed before the next complete+reserve;
+        if not, they are consumed now and the reserve repeated, as usual.
+        """
         self.waiter.ensure_subscribed()
+        woken, self._woken = self._woken, False
+        if woken:
+            jobs, wake = self._reserve_once()
+            if jobs:
+                self._drain_at = 0.0
+                return jobs, wake
         self.waiter.drain()
+        return self._reserve_once()
+
+    def _reserve_once(self) -> tuple[list[Job], float | None]:
         try:
             order = self.reserver.order()
             wake: float | None = None
@@ -283,7 +323,9 @@ class JobLoop:
         if wake is not None:
             # A lock expiring "now" can report 0 repeatedly during its grace: do not spin.
             timeout = min(timeout, max(wake, 0.005))
-        self.waiter.wait(timeout)
+        if self.reaper is not None:
+            timeout = min(timeout, max(self.reaper.seconds_left(), 0.005))
+        self._woken = self.waiter.wait(timeout)
 
     def _held_jobs(self) -> list[Job]:
         """Return the jobs this worker name still holds (for `resume`)."""
@@ -315,16 +357,17 @@ class JobLoop:
         self.hooks.on_worker_stop(self)
 
     # -- titles ----------------------------------------------------------------------------
-    def _title(self, job: Job) -> None:
-        set_title(child_title(self.name, self.config.queues, jid=job.jid,
-                              klass=job.klass_name, queue=job.queue_name))
-
     def _tick(self, job: Job, elapsed: float) -> None:
-        set_title(child_title(self.name, self.config.queues, jid=job.jid,
-                              klass=job.klass_name, queue=job.queue_name, elapsed=elapsed))
+        """Show the running job (heartbeat thread: on noticing the job, then every second)."""
+        with self._title_lock:
+            if self.current is job:
+                set_title(child_title(self.name, self.config.queues, jid=job.jid,
+                                      klass=job.klass_name, queue=job.queue_name,
+                                      elapsed=elapsed))
 
     def _idle_title(self) -> None:
-        set_title(child_title(self.name, self.config.queues, paused=self.signals.paused))
+        with self._title_lock:
+            set_title(child_title(self.name, self.config.queues, paused=self.signals.paused))
 
     def pid(self) -> int:
         """Return this process's id."""

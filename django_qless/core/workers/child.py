@@ -1,7 +1,10 @@
 """The life of one forked child: fresh state after fork, a job loop, `os._exit`.
 
 The child takes and runs jobs itself and tells the supervisor what it is doing over a pipe
-(one JSON line per event: start, end, lost). The supervisor is the watchdog: it kills the
+(one tab-separated line per event: start, end, lost; see `status_line`). A job's end line is
+held back and written together with the next job's start line (one write per job), or as
+soon as the child reserves on its own, pauses or leaves, so the supervisor never believes an
+idle child is still running a job. The supervisor is the watchdog: it kills the
 child on lock loss, time limit, USR1 or a second TERM, and disposes of the job (release or
 fail). On TERM the child aborts its job and leaves without touching it, unless the
 supervisor is gone, in which case it releases the job itself.
@@ -10,12 +13,12 @@ supervisor is gone, in which case it releases the job itself.
 from __future__ import annotations
 
 import ctypes
-import json
 import logging
 import os
 import random
 import signal
 import sys
+import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -29,11 +32,32 @@ from django_qless.core.workers.shutdown import ExitCode, SignalState, reset_chil
 if TYPE_CHECKING:
     from django_qless.core.job import Job
 
-__all__ = ["ForkChild", "child_main", "set_parent_death_signal"]
+__all__ = ["ForkChild", "child_main", "parse_status_line", "set_parent_death_signal", "status_line"]
 
 log = logging.getLogger("django_qless.worker")
 
 _PR_SET_PDEATHSIG = 1
+_DEFERRED = frozenset({Outcome.COMPLETE, Outcome.SETTLED, Outcome.FAILED})
+_FIELD_CUT = str.maketrans("\t\n\r", "   ")
+
+
+def status_line(event: str, *fields: str) -> str:
+    """Return one status line: the event letter and its fields, tab-separated (no tab inside).
+
+    Events: `s jid queue klass` (start), `e jid outcome` (end), `l jid why` (lock lost).
+    """
+    return "\t".join((event, *(f.translate(_FIELD_CUT) for f in fields))) + "\n"
+
+
+def _start_line(job: Job) -> str:
+    """Return the start line of `job` (hot path: jid and queue are engine-checked names)."""
+    return f"s\t{job.jid}\t{job.queue_name}\t{job.klass_name[:200].translate(_FIELD_CUT)}\n"
+
+
+def parse_status_line(line: bytes) -> tuple[str, list[str]]:
+    """Split a status line into its event letter and fields."""
+    event, *fields = line.decode("utf-8", "replace").split("\t")
+    return event, fields
 
 
 def set_parent_death_signal(signum: int) -> bool:
@@ -69,13 +93,33 @@ class ForkChild(JobLoop):
         self.status_fd = status_fd
         self.supervisor_pid = supervisor_pid
         self.exit_code = ExitCode.OK
+        # Serializes the job thread's and the heartbeat thread's writes and the held line.
+        self._status_lock = threading.Lock()
+        self._held = ""
 
     # -- supervisor link --------------------------------------------------------------------
-    def report(self, event: str, **fields: object) -> None:
-        """Send one status line to the supervisor (atomic: well under PIPE_BUF)."""
-        line = json.dumps({"e": event, **fields}, separators=(",", ":")) + "\n"
+    def report(self, line: str, *, hold: bool = False) -> None:
+        """Send a status line (after any held one); with `hold`, keep it for the next write."""
+        with self._status_lock:
+            text = self._held + line
+            if hold:
+                self._held = text
+                return
+            self._held = ""
+            self._write(text)
+
+    def flush_status(self) -> None:
+        """Write the held status line, if any."""
+        with self._status_lock:
+            if self._held:
+                text, self._held = self._held, ""
+                self._write(text)
+
+    def _write(self, text: str) -> None:
+        # Fields are capped (jid, queue: 64; klass: 200; why: 500), so a write stays well
+        # under PIPE_BUF and is atomic.
         try:
-            os.write(self.status_fd, line.encode("utf-8")[:4000])
+            os.write(self.status_fd, text.encode("utf-8"))
         except OSError:
             pass  # the supervisor is gone; should_continue() notices
 
@@ -106,14 +150,23 @@ class ForkChild(JobLoop):
 
     # -- job events ---------------------------------------------------------------------------
     def on_job_start(self, job: Job) -> None:
-        self.report("start", jid=job.jid, klass=job.klass_name[:200], queue=job.queue_name)
+        self.report(_start_line(job))
 
     def on_job_end(self, job: Job, outcome: Outcome) -> None:
-        self.report("end", jid=job.jid, outcome=outcome.value)
+        # A settled job's end rides along with the next start; an aborted or lost job
+        # matters to the supervisor now.
+        self.report(f"e\t{job.jid}\t{outcome.value}\n", hold=outcome in _DEFERRED)
+
+    def between_jobs(self) -> None:
+        self.flush_status()
+
+    def _finish(self) -> None:
+        self.flush_status()
+        super()._finish()
 
     def _on_lock_lost(self, job: Job, why: str) -> None:
         # The supervisor kills us: aborting here could race it onto the next job.
-        self.report("lost", jid=job.jid, why=why[:500])
+        self.report(status_line("l", job.jid, why[:500]))
         if self.orphaned():
             self.guard.abort("lock_lost")
 

@@ -15,12 +15,14 @@ import redis
 
 from django_qless.core.client import Client
 from django_qless.core.registry import Middleware, Registry, default_registry
+from django_qless.core.workers.reaper import LeaseReaper
 
 __all__ = ["RESERVERS", "WorkerConfig", "default_worker_name", "sanitize_name"]
 
 RESERVERS = ("ordered", "round-robin", "shuffled")
 ReserverName = Literal["ordered", "round-robin", "shuffled"]
 
+_REAP_TIMEOUT = 5.0
 _BAD_NAME_CHARS = re.compile(r"[^\x21-\x7e]|:")
 
 
@@ -71,6 +73,9 @@ class WorkerConfig:
     # A child dying sooner than this after its start counts toward the respawn back-off.
     respawn_min_uptime: float = 1.0
     respawn_max_backoff: float = 30.0
+    # Recover expired leases on every known queue this often, in seconds (None: half of the
+    # engine's min(heartbeat, grace-period), 1-30 s; 0: never). Supervisor/serial worker only.
+    reap_interval: float | None = None
     # Redis socket timeout for worker connections: a half-open TCP connection must not
     # block a worker forever (None: block).
     socket_timeout: float | None = 30.0
@@ -99,6 +104,8 @@ class WorkerConfig:
         for name in ("max_jobs", "child_max_jobs"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
+        if self.reap_interval is not None and not self.reap_interval >= 0:
+            raise ValueError(f"reap_interval must be >= 0: {self.reap_interval}")
         for name in ("max_duration", "timeout", "kill_grace", "shutdown_grace"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
@@ -147,6 +154,16 @@ class WorkerConfig:
             return Client(self.connect(), worker_name=worker_name)
         timeout = self.socket_timeout if socket_timeout == -1.0 else socket_timeout
         return Client(self.url, worker_name=worker_name, socket_timeout=timeout)
+
+    def make_reaper(self, worker_name: str) -> LeaseReaper | None:
+        """Return the periodic lease reaper for a supervisor or serial worker (None: off)."""
+        if self.reap_interval == 0:
+            return None
+        # Its own connection with a short timeout: a silent Redis must not stall the caller.
+        return LeaseReaper(
+            lambda: self.make_client(worker_name=worker_name, socket_timeout=_REAP_TIMEOUT),
+            period=self.reap_interval,
+        )
 
     def with_options(self, **changes: Any) -> WorkerConfig:
         """Return a copy with some options changed."""

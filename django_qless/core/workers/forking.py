@@ -9,20 +9,18 @@ poll() over the signal pipe, the children's status pipes and its pubsub socket.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import select
 import signal
 import time
-from typing import Any
 
 import redis
 
 from django_qless.core.client import Client
 from django_qless.core.exceptions import QlessConnectionError, QlessError
 from django_qless.core.workers.base import release_job
-from django_qless.core.workers.child import child_main
+from django_qless.core.workers.child import child_main, parse_status_line
 from django_qless.core.workers.config import WorkerConfig, default_worker_name
 from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol
 from django_qless.core.workers.listener import ABORT_EVENTS
@@ -67,6 +65,7 @@ class ForkingWorker:
         self._shutdown_deadline = 0.0
         self._title_at = 0.0
         self._status_at = 0.0
+        self.reaper = config.make_reaper(self.name)
 
     @property
     def queues(self) -> tuple[str, ...]:
@@ -98,6 +97,7 @@ class ForkingWorker:
                 self._handle_events()
                 self._act_on_signals()
                 self._enforce_limits()
+                self._reap_leases()
                 self._title()
                 if self.stopping and not self.children:
                     break
@@ -200,27 +200,23 @@ class ForkingWorker:
             return
         *lines, child.buffer = child.buffer.split(b"\n")
         for line in lines:
-            try:
-                msg = json.loads(line)
-            except ValueError:
-                continue
-            self._on_status(child, msg)
+            event, fields = parse_status_line(line)
+            self._on_status(child, event, fields)
 
-    def _on_status(self, child: ChildProc, msg: dict[str, Any]) -> None:
-        event = msg.get("e")
-        if event == "start":
-            child.jid, child.klass, child.queue = msg.get("jid"), msg.get("klass"), msg.get("queue")
+    def _on_status(self, child: ChildProc, event: str, fields: list[str]) -> None:
+        if event == "s" and len(fields) == 3:
+            child.jid, child.queue, child.klass = fields
             child.job_started = time.monotonic()
-        elif event == "end":
-            outcome = msg.get("outcome")
+        elif event == "e" and len(fields) == 2:
+            jid, outcome = fields
             if outcome == "failed":
                 self.failed += 1
             elif outcome in ("complete", "settled"):
                 self.done += 1
             # An aborted job is still held by the child: the supervisor disposes of it.
-            if child.jid == msg.get("jid") and outcome != "aborted":
+            if child.jid == jid and outcome != "aborted":
                 child.jid = child.klass = child.queue = None
-        elif event == "lost" and child.jid == msg.get("jid"):
+        elif event == "l" and fields and child.jid == fields[0]:
             log.warning("child %s: heartbeat lost %s's lock; killing it", child.name, child.jid)
             self._kill(child, "lock_lost", signal.SIGKILL)
 
@@ -428,6 +424,11 @@ class ForkingWorker:
             log.info("max-jobs/max-duration reached: stopping gracefully")
             self.signals.request_stop(graceful=True)
 
+    def _reap_leases(self) -> None:
+        """Recover expired leases on idle queues now and then (see reaper.py)."""
+        if self.reaper is not None and not self.stopping:
+            self.reaper.maybe_reap()
+
     def _title(self) -> None:
         now = time.monotonic()
         if now - self._title_at < 0.5:
@@ -445,6 +446,8 @@ class ForkingWorker:
             time.sleep(0.01)
         if self.channels is not None:
             self.channels.close()
+        if self.reaper is not None:
+            self.reaper.close()
         # Short timeouts from here on: a silent Redis must not hold up the exit, and a
         # Redis already found unreachable while releasing jobs is not asked again.
         try:

@@ -4,6 +4,12 @@ One long-lived thread per job-running process. `watch(job)` starts beating for a
 `unwatch()` stops. The lock is renewed at about a third of its lifetime, so two beats can be
 lost before the lease ends. A heartbeat refused by the engine means the lock is gone (the job
 was handed to another worker, canceled or moved): `on_lost` is called and the job must stop.
+
+`watch`/`unwatch` are on the per-job hot path, so they only swap one attribute: waking the
+thread for every job (a condition notify, then the thread fighting the job for the GIL) cost
+more than a no-op job itself. While jobs flow the thread looks every `check` seconds (a job
+is noticed at most that late; the first beat is due a third of a lease after `watch`, at
+least 0.2 s); after `park_after` seconds without a job it sleeps until the next `watch`.
 """
 
 from __future__ import annotations
@@ -29,6 +35,11 @@ __all__ = ["Heartbeater"]
 log = logging.getLogger("django_qless.worker")
 
 _MIN_PERIOD = 0.2
+_TICK = 1.0
+
+# (generation, job or None, monotonic time of watch/unwatch): replaced as a whole, so the
+# thread always reads a consistent triple without taking a lock.
+_Current = tuple[int, "Job | None", float]
 
 
 class Heartbeater(threading.Thread):
@@ -41,38 +52,44 @@ class Heartbeater(threading.Thread):
         timeout: float = 0.0,
         on_timeout: Callable[[Job], None] | None = None,
         on_tick: Callable[[Job, float], None] | None = None,
+        check: float = 0.05,
+        park_after: float = 1.0,
     ) -> None:
         super().__init__(name="qless-heartbeat", daemon=True)
         self.on_lost = on_lost
         self.timeout = timeout
         self.on_timeout = on_timeout
-        # Called about once a second with the job's elapsed time (process titles).
+        # Called when the thread first notices a job, then about once a second, with the
+        # job's elapsed time (process titles).
         self.on_tick = on_tick
+        self.check = check
+        self.park_after = park_after
         self._cond = threading.Condition()
-        self._job: Job | None = None
-        self._generation = 0
+        self._current: _Current = (0, None, time.monotonic())
         self._stopped = False
+        self._parked = False
         self.beats = 0
 
     def watch(self, job: Job) -> None:
         """Start heartbeating `job` (replaces any previous job)."""
-        with self._cond:
-            self._job = job
-            self._generation += 1
-            self._cond.notify_all()
+        self._current = (self._current[0] + 1, job, time.monotonic())
+        if self._parked:
+            with self._cond:
+                self._cond.notify_all()
 
     def unwatch(self) -> None:
         """Stop heartbeating the current job."""
-        with self._cond:
-            self._job = None
-            self._generation += 1
-            self._cond.notify_all()
+        self._current = (self._current[0] + 1, None, time.monotonic())
 
     def stop(self) -> None:
         """End the thread."""
         with self._cond:
             self._stopped = True
             self._cond.notify_all()
+
+    def is_current(self, generation: int) -> bool:
+        """Tell whether `generation` is still the watched job's."""
+        return self._current[0] == generation
 
     @staticmethod
     def period_for(job: Job) -> float:
@@ -83,46 +100,57 @@ class Heartbeater(threading.Thread):
             lifetime = 60.0
         return max(_MIN_PERIOD, lifetime / 3.0)
 
-    def run(self) -> None:
-        while True:
-            with self._cond:
-                while self._job is None and not self._stopped:
+    def _sleep(self, seconds: float) -> None:
+        with self._cond:
+            if not self._stopped and seconds > 0:
+                self._cond.wait(seconds)
+
+    def _park(self) -> None:
+        """Sleep until `watch` (or `stop`): no wake-ups at all while the process is idle."""
+        with self._cond:
+            # `watch` sets the job, then reads _parked; we set _parked, then read the job:
+            # one of the two sees the other's write, so no watch is slept through.
+            self._parked = True
+            try:
+                while self._current[1] is None and not self._stopped:
                     self._cond.wait()
-                if self._stopped:
-                    return
-                job = self._job
-                generation = self._generation
-            assert job is not None
-            started = time.monotonic()
-            period = self.period_for(job)
-            next_beat = started + period
-            deadline = started + self.timeout if self.timeout > 0 else None
-            next_tick = started + 1.0
-            while True:
-                now = time.monotonic()
-                wake_at = next_beat if deadline is None else min(next_beat, deadline)
-                if self.on_tick is not None:
-                    wake_at = min(wake_at, next_tick)
-                with self._cond:
-                    if self._stopped or self._generation != generation:
-                        break
-                    if wake_at > now:
-                        self._cond.wait(wake_at - now)
-                        if self._stopped or self._generation != generation:
-                            break
-                now = time.monotonic()
-                if self.on_tick is not None and now >= next_tick:
-                    next_tick = now + 1.0
-                    try:
-                        self.on_tick(job, now - started)
-                    except Exception:  # noqa: S110 - a title is cosmetic
-                        pass
-                if deadline is not None and now >= deadline:
-                    self._fire_timeout(job, generation)
-                    deadline = None
-                    continue
-                if now >= next_beat:
-                    next_beat = self._beat(job, generation, period)
+            finally:
+                self._parked = False
+
+    def run(self) -> None:
+        seen = -1
+        period = next_beat = next_tick = 0.0
+        deadline: float | None = None
+        while not self._stopped:
+            generation, job, since = self._current
+            now = time.monotonic()
+            if job is None:
+                if now - since >= self.park_after:
+                    self._park()
+                else:
+                    self._sleep(min(self.check, since + self.park_after - now))
+                continue
+            if generation != seen:
+                seen = generation
+                period = self.period_for(job)
+                next_beat = since + period
+                deadline = since + self.timeout if self.timeout > 0 else None
+                next_tick = now  # the first tick (title) as soon as the job is noticed
+            if self.on_tick is not None and now >= next_tick:
+                next_tick = now + _TICK
+                try:
+                    self.on_tick(job, now - since)
+                except Exception:  # noqa: S110 - a title is cosmetic
+                    pass
+            if deadline is not None and now >= deadline:
+                deadline = None
+                self._fire_timeout(job, generation)
+            if now >= next_beat and self.is_current(generation):
+                next_beat = self._beat(job, generation, period)
+            wake_at = min(now + self.check, next_beat, next_tick)
+            if deadline is not None:
+                wake_at = min(wake_at, deadline)
+            self._sleep(wake_at - time.monotonic())
 
     def _beat(self, job: Job, generation: int, period: float) -> float:
         """Renew the lock once; return when to beat next."""
@@ -131,9 +159,7 @@ class Heartbeater(threading.Thread):
             self.beats += 1
             return time.monotonic() + self.period_for(job)
         except (LostLockError, InvalidStateTransition, JobNotFound) as exc:
-            with self._cond:
-                current = self._generation == generation
-            if current:
+            if self.is_current(generation):
                 log.warning("job %s: heartbeat refused, lock lost: %s", job.jid, exc)
                 self.on_lost(job, str(exc))
             return time.monotonic() + 3600.0
@@ -144,8 +170,6 @@ class Heartbeater(threading.Thread):
         return time.monotonic() + max(_MIN_PERIOD, min(period, 1.0))
 
     def _fire_timeout(self, job: Job, generation: int) -> None:
-        with self._cond:
-            current = self._generation == generation
-        if current and self.on_timeout is not None:
+        if self.is_current(generation) and self.on_timeout is not None:
             log.warning("job %s: time limit of %.1fs reached", job.jid, self.timeout)
             self.on_timeout(job)

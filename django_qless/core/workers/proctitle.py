@@ -21,6 +21,8 @@ _last = ""
 def set_title(title: str) -> None:
     """Set this process's title (no-op if setproctitle is missing)."""
     global _last
+    if title == _last:
+        return  # the idle title is asked for on every wait: skip the system call
     _last = title
     if _set is not None:
         _set(title)

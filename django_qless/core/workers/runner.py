@@ -26,7 +26,7 @@ from django_qless.core.exceptions import (
 from django_qless.core.registry import Registry
 from django_qless.core.workers.config import WorkerConfig
 from django_qless.core.workers.execmode import ExecFailed, ExecRunner, ExecTimeout
-from django_qless.core.workers.hooks import WorkerHooksProtocol
+from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol
 from django_qless.core.workers.middleware import compose
 from django_qless.core.workers.sandbox import Sandbox, set_current_sandbox
 
@@ -49,6 +49,7 @@ TIMEOUT_GROUP = "django_qless.JobTimeout"
 KILLED_GROUP = "django_qless.JobKilled"
 MAX_MESSAGE = 65536
 _HEAD = 4096
+_HANDLER_CACHE = 1024
 
 class JobAborted(BaseException):
     """Raised inside a job to stop it; `AbortGuard.reason` tells why.
@@ -168,6 +169,10 @@ class JobRunner:
         self.registry = registry
         self.sandbox = sandbox
         self.guard = guard
+        # The do-nothing hooks and no middleware: call the target directly (no closures).
+        self._bare = type(hooks) is WorkerHooks and not config.middleware
+        # (klass, queue) -> (registry entry, handler): resolving a handler inspects the target.
+        self._handlers: dict[tuple[str, str], tuple[Any, Callable[[Job], Any]]] = {}
         self.exec_runner = (
             ExecRunner(config.exec_command, config.timeout, config.kill_grace)
             if config.exec_command
@@ -179,7 +184,34 @@ class JobRunner:
         if self.exec_runner is not None:
             return self.exec_runner, ()
         entry = self.registry.resolve(job.klass_name)
-        return entry.handler(job.queue_name), entry.middleware
+        key = (job.klass_name, job.queue_name)
+        cached = self._handlers.get(key)
+        if cached is not None and cached[0] is entry:
+            return cached[1], entry.middleware
+        handler = entry.handler(job.queue_name)
+        if len(self._handlers) >= _HANDLER_CACHE:
+            self._handlers.clear()
+        self._handlers[key] = (entry, handler)
+        return handler, entry.middleware
+
+    def _call_hooked(
+        self, job: Job, target: Callable[[Job], Any], middleware: tuple[Any, ...]
+    ) -> None:
+        """Call `target` inside around_job, before/after_job and the middleware."""
+        error: BaseException | None = None
+
+        def call_next() -> Any:
+            nonlocal error
+            self.hooks.before_job(job)
+            try:
+                return compose(middleware, job, lambda: target(job))()
+            except BaseException as exc:
+                error = exc
+                raise
+            finally:
+                self.hooks.after_job(job, error)
+
+        self.hooks.around_job(job, call_next)
 
     def run(self, job: Job, pre_abort: Callable[[], str | None] | None = None) -> Outcome:
         """Perform `job` and settle failures; the caller completes on Outcome.COMPLETE.
@@ -194,20 +226,6 @@ class JobRunner:
             return self.fail(job, UNKNOWN_JOB_GROUP, f"{exc}\nworker: {job.worker_name}")
         set_current_sandbox(self.sandbox)
         job.bind_sandbox(self.sandbox.get)
-        middleware = (*self.config.middleware, *job_middleware)
-        error: BaseException | None = None
-
-        def call_next() -> Any:
-            nonlocal error
-            self.hooks.before_job(job)
-            try:
-                return compose(middleware, job, lambda: target(job))()
-            except BaseException as exc:
-                error = exc
-                raise
-            finally:
-                self.hooks.after_job(job, error)
-
         try:
             try:
                 self.guard.enter()
@@ -215,7 +233,10 @@ class JobRunner:
                 if reason is not None:
                     self.guard.reason = reason
                     raise JobAborted(reason)
-                self.hooks.around_job(job, call_next)
+                if self._bare and not job_middleware:
+                    target(job)
+                else:
+                    self._call_hooked(job, target, (*self.config.middleware, *job_middleware))
             finally:
                 self.guard.leave()
         except JobAborted:

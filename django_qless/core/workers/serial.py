@@ -49,6 +49,7 @@ class SerialWorker(JobLoop):
         )
         self.released = 0
         self.unreleased = 0
+        self.reaper = config.make_reaper(name)
         self._old_urg: Any = signal.SIG_DFL
 
     # -- control ----------------------------------------------------------------------------
@@ -88,6 +89,8 @@ class SerialWorker(JobLoop):
                 signal.signal(signal.SIGURG, self._old_urg)
                 self.signals.uninstall()
             self.signals.wake_pipe.close()
+            if self.reaper is not None:
+                self.reaper.close()
             self.client.close()
         if self.unreleased:
             return ExitCode.UNRELEASED

@@ -39,10 +39,10 @@ class WakeWaiter:
     # -- subscription ---------------------------------------------------------------------
     def ensure_subscribed(self) -> None:
         """Subscribe to the wake channels (waiting for Redis to confirm) if not done yet."""
+        if self._pubsub is not None and self._subscribed is not None:
+            return  # the channels follow the queue specs, which never change
         channels, patterns = self.selection.wake_channels()
         wanted = (frozenset(channels), frozenset(patterns))
-        if self._subscribed == wanted and self._pubsub is not None:
-            return
         if time.monotonic() < self._broken_until:
             return
         try:

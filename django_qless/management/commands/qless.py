@@ -12,6 +12,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_qless.conf import DEFAULT_ALIAS
+from django_qless.core.workers.cli import integer, non_negative_int, number
 
 __all__ = ["Command", "job_dict"]
 
@@ -32,6 +33,28 @@ def job_dict(job: Any) -> dict[str, Any]:
 
 def _csv(value: str | None) -> list[str]:
     return [v for v in (value or "").split(",") if v]
+
+
+def _json_option(option: str, text: str, kind: type) -> Any:
+    """Decode a JSON option that must be a list or an object, naming the option."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CommandError(f"{option}: invalid JSON: {exc}") from None
+    except RecursionError:
+        raise CommandError(f"{option}: invalid JSON: nested too deeply") from None
+    if not isinstance(value, kind):
+        what = "a JSON object" if kind is dict else "a JSON list"
+        raise CommandError(f"{option} must be {what}, got {type(value).__name__}")
+    return value
+
+
+def _check_queues(queues: list[str]) -> None:
+    """Refuse the whole command if any queue name is invalid (nothing done by halves)."""
+    from django_qless.core.serialization import check_name
+
+    for queue in queues:
+        check_name("queue", queue)
 
 
 class Command(BaseCommand):
@@ -59,10 +82,10 @@ class Command(BaseCommand):
                          help="JSON list (for @job functions)")
         put.add_argument("--kwargs", dest="job_kwargs", default=None,
                          help="JSON object (for @job functions)")
-        put.add_argument("--priority", type=int, default=0)
+        put.add_argument("--priority", type=integer, default=0)
         put.add_argument("--tags", default="")
-        put.add_argument("--delay", type=float, default=0)
-        put.add_argument("--retries", type=int, default=5)
+        put.add_argument("--delay", type=number, default=0)
+        put.add_argument("--retries", type=integer, default=5)
         put.add_argument("--depends", default="")
         put.add_argument("--throttles", default="")
         put.add_argument("--jid", default=None)
@@ -72,26 +95,26 @@ class Command(BaseCommand):
         lst.add_argument("--state", choices=STATES, default="waiting")
         lst.add_argument("--tag", default=None)
         lst.add_argument("--group", default=None, help="failure group (with --state failed)")
-        lst.add_argument("--offset", type=int, default=0)
-        lst.add_argument("--count", type=int, default=25)
+        lst.add_argument("--offset", type=non_negative_int, default=0)
+        lst.add_argument("--count", type=non_negative_int, default=25)
         sub.add_parser("cancel", help="cancel jobs").add_argument("jids", nargs="+")
         retry = sub.add_parser("retry", help="requeue failed jobs, or a whole failure group")
         retry.add_argument("jids", nargs="*")
         retry.add_argument("--group", default=None)
         retry.add_argument("--queue", default=None, help="queue of the group (--group)")
-        retry.add_argument("--count", type=int, default=500)
+        retry.add_argument("--count", type=non_negative_int, default=500)
         move = sub.add_parser("move", help="move a job to another queue")
         move.add_argument("jid")
         move.add_argument("queue")
         pri = sub.add_parser("priority", help="set a job's priority")
         pri.add_argument("jid")
-        pri.add_argument("priority", type=int)
+        pri.add_argument("priority", type=integer)
         sub.add_parser("track", help="track a job").add_argument("jid")
         sub.add_parser("untrack", help="stop tracking a job").add_argument("jid")
         failed = sub.add_parser("failed", help="failure groups, or the jobs of one")
         failed.add_argument("group", nargs="?")
-        failed.add_argument("--offset", type=int, default=0)
-        failed.add_argument("--count", type=int, default=25)
+        failed.add_argument("--offset", type=non_negative_int, default=0)
+        failed.add_argument("--count", type=non_negative_int, default=25)
         sub.add_parser("stats", help="queue counts").add_argument("queue", nargs="?")
         config = sub.add_parser("config", help="qless config (get/set/unset)")
         config.add_argument("op", choices=("get", "set", "unset"))
@@ -102,8 +125,8 @@ class Command(BaseCommand):
         throttle = sub.add_parser("throttle", help="throttles (get/set)")
         throttle.add_argument("op", choices=("get", "set"))
         throttle.add_argument("tid")
-        throttle.add_argument("maximum", nargs="?", type=int)
-        throttle.add_argument("--ttl", type=int, default=0)
+        throttle.add_argument("maximum", nargs="?", type=non_negative_int)
+        throttle.add_argument("--ttl", type=non_negative_int, default=0)
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -140,8 +163,6 @@ class Command(BaseCommand):
             getattr(self, f"do_{options['action']}")()
         except QlessError as exc:
             raise CommandError(f"{type(exc).__name__}: {exc}") from exc
-        except json.JSONDecodeError as exc:
-            raise CommandError(f"invalid JSON: {exc}") from exc
 
     # -- actions ----------------------------------------------------------------------------
 
@@ -152,12 +173,13 @@ class Command(BaseCommand):
         if not get_registry().is_allowed(o["klass"]):
             raise CommandError(f"{o['klass']!r} is not a registered job (decorate it with "
                                "@job or list its module in QLESS['JOB_MODULES'])")
-        data = json.loads(o["data"])
+        data = _json_option("--data", o["data"], dict)
         if o["job_args"] is not None or o["job_kwargs"] is not None:
-            data = {"args": json.loads(o["job_args"] or "[]"),
-                    "kwargs": json.loads(o["job_kwargs"] or "{}")}
-        if not isinstance(data, dict):
-            raise CommandError("--data must be a JSON object")
+            if data:
+                raise CommandError("--data cannot be combined with --args/--kwargs (they "
+                                   "build the data of a @job function)")
+            data = {"args": _json_option("--args", o["job_args"] or "[]", list),
+                    "kwargs": _json_option("--kwargs", o["job_kwargs"] or "{}", dict)}
         jid = self.client(o["queue"]).queues[o["queue"]].put(
             o["klass"], data, jid=o["jid"], priority=o["priority"], tags=_csv(o["tags"]),
             delay=o["delay"], retries=o["retries"], depends=_csv(o["depends"]),
@@ -189,9 +211,13 @@ class Command(BaseCommand):
         self.emit({"jids": jids, "total": total}, "\n".join(jids))
 
     def do_cancel(self) -> None:
-        canceled: list[str] = []
-        for jid in self.options["jids"]:
-            canceled += self.job(jid).cancel()
+        from django_qless.core.serialization import as_list, check_jids
+
+        jids = check_jids(self.options["jids"])
+        for jid in jids:
+            self.job(jid)  # every jid must exist before any is canceled
+        # One engine call: all canceled, or (e.g. a dependent left out) none.
+        canceled = as_list(self.client().call("cancel", *dict.fromkeys(jids)))
         self.emit({"canceled": canceled}, "\n".join(canceled))
 
     def do_retry(self) -> None:
@@ -204,13 +230,14 @@ class Command(BaseCommand):
             return
         if not o["jids"]:
             raise CommandError("retry needs jids or --group")
-        done = []
-        for jid in o["jids"]:
-            job = self.job(jid)
+        found = [self.job(jid) for jid in dict.fromkeys(o["jids"])]
+        for job in found:  # check them all before requeueing any
             if job.state != "failed":
-                raise CommandError(f"job {jid} is {job.state}, not failed")
+                raise CommandError(f"job {job.jid} is {job.state}, not failed")
+        done = []
+        for job in found:
             job.requeue()
-            done.append(jid)
+            done.append(job.jid)
         self.emit({"retried": done}, "\n".join(done))
 
     def do_move(self) -> None:
@@ -271,11 +298,13 @@ class Command(BaseCommand):
             self.emit({"unset": o["key"]}, f"unset {o['key']}")
 
     def do_pause(self) -> None:
+        _check_queues(self.options["queues"])
         for queue in self.options["queues"]:
             self.client(queue).queues[queue].pause()
         self.emit({"paused": self.options["queues"]}, "paused " + " ".join(self.options["queues"]))
 
     def do_unpause(self) -> None:
+        _check_queues(self.options["queues"])
         for queue in self.options["queues"]:
             self.client(queue).queues[queue].unpause()
         self.emit({"unpaused": self.options["queues"]},

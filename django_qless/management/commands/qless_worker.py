@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shlex
 import signal
 import sys
 from collections.abc import Callable
@@ -16,6 +15,14 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_qless.clients import build_redis
 from django_qless.conf import AliasSettings, get_settings
+from django_qless.core.workers.cli import (
+    check_imports,
+    check_queue_specs,
+    non_negative_int,
+    non_negative_number,
+    number,
+    split_command,
+)
 
 __all__ = ["Command", "alias_connector"]
 
@@ -42,17 +49,18 @@ class Command(BaseCommand):
         parser.add_argument("queues", nargs="*", help="queues (globs allowed) in priority order")
         parser.add_argument("--alias", "--client", default=None,
                             help="QLESS alias to work on (default: the first queue's route)")
-        parser.add_argument("-p", "-n", "--processes", type=int, default=None,
+        parser.add_argument("-p", "-n", "--processes", type=non_negative_int, default=None,
                             help="child processes (0: run jobs in this process)")
         parser.add_argument("--reserver", choices=("ordered", "round-robin", "shuffled"))
-        parser.add_argument("--interval", type=float, default=None,
+        parser.add_argument("--interval", type=number, default=None,
                             help="idle re-check interval in seconds")
-        parser.add_argument("--timeout", type=float, default=None,
+        parser.add_argument("--timeout", type=non_negative_number, default=None,
                             help="per-job time limit in seconds")
-        parser.add_argument("--max-jobs", type=int, default=None, help="stop after N jobs")
-        parser.add_argument("--max-duration", type=float, default=0.0,
+        parser.add_argument("--max-jobs", type=non_negative_int, default=None,
+                            help="stop after N jobs")
+        parser.add_argument("--max-duration", type=non_negative_number, default=0.0,
                             help="stop after N seconds")
-        parser.add_argument("--child-max-jobs", type=int, default=0,
+        parser.add_argument("--child-max-jobs", type=non_negative_int, default=0,
                             help="replace a child after N jobs")
         parser.add_argument("--fork-per-job", action="store_true")
         parser.add_argument("--import", dest="imports", action="append", default=[],
@@ -61,9 +69,9 @@ class Command(BaseCommand):
                             help="first run the jobs this worker name still holds (with --name)")
         parser.add_argument("--exec", dest="exec_command", default=None, metavar="COMMAND",
                             help="run COMMAND per job: data JSON on stdin, jid as last argument")
-        parser.add_argument("--kill-grace", type=float, default=5.0,
+        parser.add_argument("--kill-grace", type=non_negative_number, default=5.0,
                             help="seconds between TERM and KILL for a job over its limit")
-        parser.add_argument("--shutdown-grace", type=float, default=10.0,
+        parser.add_argument("--shutdown-grace", type=non_negative_number, default=10.0,
                             help="seconds TERM waits for children before killing them")
         parser.add_argument("--with-events", action="store_true",
                             help="also bridge Redis events to Django signals (as qless_events "
@@ -84,6 +92,12 @@ class Command(BaseCommand):
 
         conf = get_settings()
         queues = tuple(options["queues"]) or conf.worker.queues
+        try:
+            check_queue_specs(queues)
+            exec_command = split_command(options["exec_command"])
+            check_imports(options["imports"])
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
         alias = options["alias"] or conf.alias_for_queue(queues[0])
         self._alias = alias
         if alias not in conf.aliases:
@@ -105,7 +119,8 @@ class Command(BaseCommand):
                 queues=queues,
                 processes=processes,
                 reserver=options["reserver"] or conf.worker.reserver,  # type: ignore[arg-type]
-                interval=options["interval"] or conf.worker.interval,
+                interval=(options["interval"] if options["interval"] is not None
+                          else conf.worker.interval),
                 timeout=timeout or 0.0,
                 max_jobs=max_jobs or 0,
                 max_duration=options["max_duration"],
@@ -113,7 +128,7 @@ class Command(BaseCommand):
                 fork_per_job=options["fork_per_job"],
                 import_modules=tuple(options["imports"]),
                 resume=options["resume"],
-                exec_command=tuple(shlex.split(options["exec_command"] or "")),
+                exec_command=exec_command,
                 kill_grace=options["kill_grace"],
                 shutdown_grace=options["shutdown_grace"],
                 **({"sandbox_root": options["sandbox_root"]} if options["sandbox_root"] else {}),

@@ -1,0 +1,74 @@
+"""How a client calls the engine: FCALL of our function library on Redis 7+, EVALSHA before.
+
+A Redis function's top level runs once per server; EVALSHA re-runs the whole ~100 KB script
+body (every helper closure) on every call, which costs more Redis CPU than most commands'
+own work. Both paths run the same Lua and give the same replies and events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+from redis.exceptions import NoScriptError
+
+from .exceptions import InvalidArgument
+from .lua import function_name, script_sha
+
+__all__ = ["Invoker", "READ_ONLY_COMMANDS"]
+
+# Commands that never write: sent to the `_ro` function (flag no-writes), so they still work
+# when Redis is at maxmemory, as EVALSHA reads do. Anything else goes to the writing function.
+READ_ONLY_COMMANDS = frozenset({
+    "get", "multiget", "config.get", "failed", "stats", "length",
+    "throttle.get", "throttle.locks", "throttle.pending", "queue.throttle.get", "recur.get",
+})
+
+
+def _fcall_refused(text: str) -> bool:
+    """Tell whether an error reply says this server or user cannot FCALL at all."""
+    lowered = text.lower()
+    return "fcall" in lowered and ("unknown command" in lowered or "no permissions" in lowered)
+
+
+class Invoker:
+    """Build engine commands for one server and recognise "engine not loaded" replies."""
+
+    __slots__ = ("mode", "_sha", "_fn", "_fn_ro")
+
+    def __init__(self, mode: str = "auto") -> None:
+        if mode not in ("auto", "function", "script"):
+            raise InvalidArgument(
+                f"engine call mode must be auto, function or script, got {mode!r}"
+            )
+        self.mode = mode
+        self._sha = script_sha()
+        self._fn = function_name()
+        self._fn_ro = f"{self._fn}_ro"
+
+    def command(self, argv: Sequence[Any]) -> tuple[Any, ...]:
+        """Return the Redis command running the engine with `argv` (command, now, args)."""
+        if self.mode == "script":
+            return ("EVALSHA", self._sha, 0, *argv)
+        name = self._fn_ro if argv[0] in READ_ONLY_COMMANDS else self._fn
+        return ("FCALL", name, 0, *argv)
+
+    @staticmethod
+    def missing(exc: redis.ResponseError, sent: Sequence[Any]) -> bool:
+        """Tell whether `exc`, the reply to command `sent`, means the engine was not there
+        (so nothing ran). Judged by what was sent, not the current mode: another thread may
+        have switched modes while this call was in flight."""
+        if isinstance(exc, NoScriptError):
+            return True
+        if sent[0] != "FCALL":
+            return False
+        text = str(exc)
+        return text.startswith("Function not found") or _fcall_refused(text)
+
+    def falls_back(self, exc: redis.ResponseError) -> bool:
+        """Tell whether `exc` (to FCALL or FUNCTION LOAD) means: use EVALSHA from now on."""
+        text = str(exc).lower()
+        return self.mode == "auto" and (
+            _fcall_refused(text) or "no permissions" in text or "unknown command" in text
+        )

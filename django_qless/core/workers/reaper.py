@@ -1,0 +1,123 @@
+"""Recover lost leases on every known queue, even queues nobody pops (`Client.reap`).
+
+The engine re-offers an expired lease only when someone pops its queue; a queue whose last
+worker died would keep its jobs "running" for a dead worker forever. The supervisor (or the
+serial worker) therefore calls `reap` now and then: one script call, every known queue, at
+most 100 leases per queue per call. A lease is handled in two steps a grace period apart
+(courtesy notice, then back to waiting or failed), so the period follows the engine's own
+timing: half of min(heartbeat, grace-period), clamped to [1 s, 30 s], jittered by ±20% so
+many supervisors do not call in step. Errors are logged and retried later, never raised.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from django_qless.core.client import Client
+
+__all__ = ["LeaseReaper", "reap_period"]
+
+log = logging.getLogger("django_qless.worker")
+
+_MIN_PERIOD = 1.0
+_MAX_PERIOD = 30.0
+_JITTER = 0.2
+_ENGINE_LIMIT = 100  # leases per queue per call: a full batch means "call again soon"
+
+
+def reap_period(settings: dict[str, Any]) -> float:
+    """Return the reaper's base period for the engine's `heartbeat` and `grace-period`."""
+
+    def seconds(key: str, default: float) -> float:
+        try:
+            value = float(settings.get(key, default))
+        except (TypeError, ValueError):
+            return default
+        return value if value > 0 else default
+
+    base = min(seconds("heartbeat", 60.0), seconds("grace-period", 10.0)) / 2
+    return min(max(base, _MIN_PERIOD), _MAX_PERIOD)
+
+
+class LeaseReaper:
+    """Call `Client.reap` every period (± jitter); cheap to ask whether it is due."""
+
+    def __init__(
+        self,
+        make_client: Callable[[], Client],
+        *,
+        period: float | None = None,
+        queues: Sequence[str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._make_client = make_client
+        self._client: Client | None = None
+        # None: follow the engine's config (re-read at every call); > 0: fixed.
+        self.fixed_period = period
+        self.queues = None if queues is None else list(queues)
+        self._clock = clock
+        self.period = period or _MAX_PERIOD
+        # The first call soon after start: a restarted worker finds its predecessors' leases.
+        self.next_at = clock() + _jittered(_MIN_PERIOD)
+        self.calls = 0
+        self.failures = 0
+        self.reaped = 0
+
+    def seconds_left(self) -> float:
+        """Return how long until the next call is due (0 if due now)."""
+        return max(0.0, self.next_at - self._clock())
+
+    def maybe_reap(self) -> list[str]:
+        """Reap if due; return the jids handled (empty when not due or on error)."""
+        if self._clock() < self.next_at:
+            return []
+        return self.reap()
+
+    def reap(self) -> list[str]:
+        """Call the engine now and plan the next call; log errors, never raise them."""
+        jids: list[str] = []
+        delay = self.period
+        try:
+            client = self._connection()
+            if self.fixed_period is None:
+                self.period = reap_period(client.config.all)
+                delay = self.period
+            jids = client.reap(self.queues)
+            self.calls += 1
+            self.reaped += len(jids)
+            if jids:
+                log.info("reaper: %d expired lease(s) re-offered or failed: %s", len(jids),
+                         ", ".join(jids[:10]) + (" ..." if len(jids) > 10 else ""))
+            if len(jids) >= _ENGINE_LIMIT:
+                delay = _MIN_PERIOD  # a backlog: catch up soon
+        except Exception as exc:  # noqa: BLE001 - a reaper error must never stop a worker
+            self.failures += 1
+            log.warning("reaper: reap failed (%s); retrying in about %.0fs", exc, delay)
+            self._drop_connection()
+        self.next_at = self._clock() + _jittered(delay)
+        return jids
+
+    def close(self) -> None:
+        """Close the reaper's connection."""
+        self._drop_connection()
+
+    def _connection(self) -> Client:
+        if self._client is None:
+            self._client = self._make_client()
+        return self._client
+
+    def _drop_connection(self) -> None:
+        if self._client is not None:
+            try:
+                self._client.close()
+            except Exception:  # noqa: S110 - closing a broken connection may fail
+                pass
+            self._client = None
+
+
+def _jittered(seconds: float) -> float:
+    return seconds * (1.0 + _JITTER * (2.0 * random.random() - 1.0))  # noqa: S311

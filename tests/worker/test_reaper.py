@@ -1,0 +1,132 @@
+"""The periodic lease reaper: lost leases on queues nobody pops come back (or fail)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+from typing import Any
+
+import pytest
+
+from django_qless.core.client import Client
+from django_qless.core.workers.config import WorkerConfig
+from django_qless.core.workers.reaper import LeaseReaper, reap_period
+from tests.worker.conftest import wait_until
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def ghost_job(client: Client, redis_url: str, queue: str, retries: int) -> str:
+    """Put a job on `queue` and pop it as a worker that never heartbeats; return its jid."""
+    jid = client.queues[queue].put("tests.worker.jobs.noop", {}, retries=retries)
+    ghost = Client(redis_url, worker_name="ghost-worker")
+    try:
+        job = ghost.queues[queue].pop()
+        assert job is not None and job.jid == jid
+    finally:
+        ghost.close()
+    assert client.jobs[jid].state == "running"
+    return jid
+
+
+@pytest.mark.parametrize("processes", ["1", "0"])
+def test_worker_reaps_a_lost_lease_on_a_queue_nobody_pops(
+    short_leases, redis_url, start_worker, processes
+):
+    client = short_leases
+    jid = ghost_job(client, redis_url, "orphan", retries=2)
+    # The worker serves another queue: no pop on "orphan" ever happens, only the reaper
+    # (heartbeat 2 s + grace 1 s: reaper period 1 s) can give the job back.
+    worker = start_worker("q", "-n", processes)
+    job = wait_until(lambda: (lambda j: j if j.state == "waiting" else None)(client.jobs[jid]),
+                     timeout=20, step=0.1)
+    assert job.queue_name == "orphan" and job.worker_name == ""
+    assert job.retries == 1  # one retry spent on the lost lease
+    assert jid not in client.workers["ghost-worker"]["jobs"]
+    # The queue's own work is untouched by the reaper and still served.
+    done = client.queues["q"].put("tests.worker.jobs.noop", {})
+    wait_until(lambda: client.jobs[done].state == "complete", timeout=10)
+    worker.signal(signal.SIGQUIT)
+    assert worker.wait() == 0
+    assert client.jobs[jid].state == "waiting"  # nobody serves "orphan": it waits there
+
+
+def test_reaped_lease_without_retries_left_fails(short_leases, redis_url, start_worker):
+    client = short_leases
+    jid = ghost_job(client, redis_url, "orphan", retries=0)
+    worker = start_worker("q", "-n", "1")
+    job = wait_until(lambda: (lambda j: j if j.state == "failed" else None)(client.jobs[jid]),
+                     timeout=20, step=0.1)
+    assert job.failure is not None and job.failure["group"] == "failed-retries-orphan"
+    worker.signal(signal.SIGQUIT)
+    assert worker.wait() == 0
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_reaper_calls_only_when_due_and_recovers_the_lease(short_leases, redis_url):
+    client = short_leases
+    jid = ghost_job(client, redis_url, "orphan", retries=3)
+    clock = FakeClock()
+    reaper = LeaseReaper(lambda: Client(redis_url), clock=clock)
+    try:
+        assert 0.8 <= reaper.seconds_left() <= 1.2  # first call about a second after start
+        assert reaper.maybe_reap() == [] and reaper.calls == 0
+        clock.now += 1.3
+        # The lease has not expired yet (heartbeat 2 s): a call, nothing to do.
+        assert reaper.maybe_reap() == [] and reaper.calls == 1
+        assert reaper.period == 1.0  # min(heartbeat 2, grace 1) / 2, clamped to >= 1 s
+        assert 0.8 <= reaper.seconds_left() <= 1.2
+        assert client.jobs[jid].state == "running"
+        # Expired, then the grace: two calls (courtesy notice, then back to waiting).
+        handled: list[str] = []
+
+        def step() -> bool:
+            clock.now += 1.3
+            handled.extend(reaper.maybe_reap())
+            return client.jobs[jid].state == "waiting"
+
+        wait_until(step, timeout=15, step=0.3)
+        assert handled == [jid] and reaper.reaped == 1 and reaper.failures == 0
+    finally:
+        reaper.close()
+
+
+def test_reaper_logs_errors_and_retries_later(redis_url, caplog):
+    clock = FakeClock()
+    factories: list[Any] = [lambda: Client("unix:///nonexistent/qless.sock", socket_timeout=1)]
+    reaper = LeaseReaper(lambda: factories[0](), period=7.0, clock=clock)
+    clock.now += 2
+    with caplog.at_level(logging.WARNING, logger="django_qless.worker"):
+        assert reaper.maybe_reap() == []
+    assert reaper.failures == 1 and reaper.calls == 0
+    assert "reap failed" in caplog.text
+    assert 7.0 * 0.8 <= reaper.seconds_left() <= 7.0 * 1.2  # retried at the next period
+    factories[0] = lambda: Client(redis_url)
+    clock.now += 9
+    assert reaper.maybe_reap() == [] and reaper.calls == 1 and reaper.failures == 1
+    reaper.close()
+
+
+def test_reap_period_follows_the_engine_timing():
+    assert reap_period({}) == 5.0  # defaults: heartbeat 60, grace 10
+    assert reap_period({"heartbeat": 2, "grace-period": 1}) == 1.0
+    assert reap_period({"heartbeat": 600, "grace-period": 600}) == 30.0
+    assert reap_period({"heartbeat": 8, "grace-period": 30}) == 4.0
+    assert reap_period({"heartbeat": "junk", "grace-period": 0}) == 5.0
+
+
+def test_reap_interval_option():
+    assert WorkerConfig(queues=("q",), reap_interval=0).make_reaper("w") is None
+    fixed = WorkerConfig(queues=("q",), reap_interval=3).make_reaper("w")
+    assert fixed is not None and fixed.period == 3 and fixed.fixed_period == 3
+    auto = WorkerConfig(queues=("q",)).make_reaper("w")
+    assert auto is not None and auto.fixed_period is None and auto.queues is None
+    with pytest.raises(ValueError, match="reap_interval"):
+        WorkerConfig(queues=("q",), reap_interval=-1)
