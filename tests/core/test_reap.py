@@ -17,7 +17,8 @@ __all__: list[str] = []
 Events = Callable[[], list[tuple[str, str]]]
 
 
-def running(lua: Any, jid: str = "jid", queue: str = "queue", retries: int = 5, **extra: Any) -> None:
+def running(lua: Any, jid: str = "jid", queue: str = "queue", retries: int = 5,
+            **extra: Any) -> None:
     """Put and pop one job for `worker` at time 0 (heartbeat 60, grace 10 by default)."""
     options = [item for pair in extra.items() for item in pair]
     lua("put", 0, "worker", queue, jid, "klass", {}, 0, "retries", retries, *options)
@@ -34,7 +35,7 @@ def test_nothing_expired_writes_nothing(lua: Any, r: redis.Redis) -> None:
 
 
 def test_courtesy_then_back_to_waiting(lua: Any, r: redis.Redis, events: Events) -> None:
-    """First the owner is told (lock_lost, grace); after grace the job waits again, a retry spent."""
+    """First the owner is told (lock_lost, grace); after grace the job waits, a retry spent."""
     running(lua)
     events()
     assert lua.json("reap", 61) == []
