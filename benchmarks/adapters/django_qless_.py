@@ -23,9 +23,9 @@ class DjangoQless:
     notes = {
         "bulk": f"Queue.put_many of {BULK_CHUNK} jobs at a time (one `put.many` engine call per "
         "500 jobs)",
-        "drain": "Queue.pop() + Job.complete() (one queue); Client.reserve(queues) + "
-        "Job.complete() when several queues are listed (20 queues per call, in order, as the core "
-        "worker does)",
+        "drain": "Client.reserve(queues) for the first job, then "
+        "Client.complete_and_reserve(job, queues): each call completes one job and pops the next "
+        "(one engine call per job, the core worker's path; 20 queues per call, in order)",
         "worker": "`python -m django_qless.core.workers --url URL -n N --import jobs_django_qless "
         "bench` (pre-forked children, wake-up on pubsub, complete+reserve in one call)",
     }
@@ -34,6 +34,7 @@ class DjangoQless:
         self.url = url
         self.client = Client(url)
         self.queues = {}
+        self._next = None
 
     def _queue(self, name: str):  # type: ignore[no-untyped-def]
         q = self.queues.get(name)
@@ -60,10 +61,9 @@ class DjangoQless:
                 self._queue(name).put_many(jobs)
 
     def pop_complete(self, queues: list[str]) -> bool:
-        if len(queues) == 1:
-            job = self._queue(queues[0]).pop()
-        else:
-            job = None
+        # The job the previous call's complete_and_reserve took (its pop is counted there).
+        job, self._next = self._next, None
+        if job is None:
             for start in range(0, len(queues), RESERVE_QUEUES):
                 jobs, _ = self.client.reserve(queues[start:start + RESERVE_QUEUES])
                 if jobs:
@@ -71,7 +71,9 @@ class DjangoQless:
                     break
         if job is None:
             return False
-        job.complete()
+        # Complete this job and pop the next one in one engine call, as the core worker does.
+        _, more, _ = self.client.complete_and_reserve(job, queues[:RESERVE_QUEUES])
+        self._next = more[0] if more else None
         return True
 
     def worker_argv(self, processes: int, queue: str) -> list[str]:

@@ -20,6 +20,7 @@ MANIFEST: tuple[str, ...] = (
     "base.lua",
     "throttle.lua",
     "job.lua",
+    "put.lua",
     "recurring.lua",
     "queue.lua",
     "worker.lua",

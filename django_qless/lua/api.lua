@@ -10,7 +10,7 @@
 -- as one long-string constant (built at compile time, not concatenated on every call). Every
 -- entry is preceded by a space or a newline; main() finds ' <command>=' with a plain find.
 local ROUTES = [[
- put=throttle,job put.many=throttle,job requeue=throttle,job complete=throttle,stats,job fail=throttle,job
+ put=throttle,job,put put.many=throttle,job,put requeue=throttle,job,put complete=throttle,stats,job fail=throttle,job
 retry=throttle,job heartbeat=job timeout=throttle,job cancel=throttle,job depends=job,jobmeta
 priority=jobmeta log=jobmeta tag=jobmeta track=objects,jobmeta get=objects,jobmeta
 multiget=objects,jobmeta pop=throttle,stats,objects,spawn,timers,pop

@@ -1,0 +1,313 @@
+-- put.lua: creating and moving jobs.
+--
+-- Commands (after `now`):
+--   put       worker queue jid klass data delay [priority p] [tags JSON] [retries n]
+--             [depends JSON] [throttles JSON] [depends-missing error|ignore]  -> jid
+--   requeue   same as put (the job must exist)                     -> jid
+--   put.many  worker queue n, then n times: jid klass data delay nopts [key value]*nopts
+--             (put's options; all checked before any write)        -> JSON array of jids
+--
+-- Keys:
+--   ql:j:<jid>                 hash  job record (EXISTS, HMGET, HSET, HDEL)
+--   ql:j:<jid>-history         list  (RPUSH via Q.history)
+--   ql:j:<jid>-dependencies    set   (SADD, SREM, SMEMBERS, SCARD)
+--   ql:j:<jid>-dependents      set   (SADD, SREM)
+--   ql:q:<queue>-work|scheduled|depends  zset (ZADD; ZREM via Q.unqueue)
+--   ql:queues                  zset  (ZADD NX)
+--   ql:w:<worker>:jobs         zset  (ZREM of a moved job's old worker)
+--   ql:completed               zset  (ZREM of a re-put complete job)
+--   ql:t:<tag>, ql:tags        zset  (ZADD, ZREM, ZINCRBY)
+--   ql:r:<jid>                 hash  (EXISTS, recurring-collision check)
+--   ql:config                  hash  (HGET/HSET of #due:<queue>)
+--   channels: ql:log, ql:w:<worker>, ql:put, ql:wake:<queue>
+
+
+Q.mod.put = function()
+  local rcall = Q.rcall
+  local C = Q.commands
+
+  -- ---------------------------------------------------------------- put / requeue
+
+  local PUT_FIELDS = { 'state', 'queue', 'worker', 'tags', 'priority', 'retries', 'failure',
+    'throttles', 'held', 'grace', 'scheduled', 'history', 'tracked' }
+
+  -- Validate a put and do the reads it needs, writing nothing; returns the context apply_put
+  -- writes from. `batch` (put.many only) knows the call's other jobs.
+  local function check_put(now, args, must_exist, batch)
+    local worker = Q.worker(args[1])
+    local queue = Q.queue(args[2])
+    local jid = Q.jid(args[3])
+    if batch and batch.pos[jid] ~= batch.i then
+      Q.fail('Arg "jid" invalid: ' .. jid .. ' repeats job ' .. batch.pos[jid] .. ' of this call')
+    end
+    local klass = Q.klass(args[4])
+    local data = Q.data(args[5])
+    local delay = Q.delay(args[6])
+    local opts = Q.pairs_args(args, 7)
+    -- (most puts are of new jobs: an EXISTS costs a fifth of a 13-field HMGET of nothing)
+    local old = rcall('EXISTS', Q.kjob(jid)) == 1 and Q.read(jid, PUT_FIELDS) or nil
+    if must_exist and not old then Q.fail('Job ' .. jid .. ' does not exist') end
+    local retries = tonumber(old and old.retries) or 5
+    if opts.retries then retries = Q.integer('retries', opts.retries, 0, 1000) end
+    local tags = Q.list(old and old.tags)
+    if opts.tags then tags = Q.tags(opts.tags) end
+    local priority = tonumber(old and old.priority) or 0
+    if opts.priority then priority = Q.priority(opts.priority) end
+    local depends = opts.depends and Q.depends(opts.depends, jid) or nil
+    -- depends-missing: 'ignore' (qless-core's behaviour, the default on the wire) drops a
+    -- dependency on a jid that does not exist; 'error' refuses the put (our client's default).
+    local missing = opts['depends-missing']
+    if missing ~= nil and missing ~= 'ignore' and missing ~= 'error' then
+      Q.fail('Arg "depends-missing" must be error or ignore: ' .. missing:sub(1, 80))
+    end
+    if missing == 'error' and depends then
+      for _, d in ipairs(depends) do
+        local earlier = batch and batch.pos[d] and batch.pos[d] < batch.i
+        if not earlier and rcall('EXISTS', Q.kjob(d)) == 0 then
+          Q.fail('Arg "depends" names no such dependency: ' .. d)
+        end
+      end
+    end
+    local throttles = old and old.throttles or nil
+    if opts.throttles then
+      local list = Q.throttles(opts.throttles)
+      throttles = #list > 0 and cjson.encode(list) or nil
+    end
+    if not old then
+      local parent = jid:find('-', 2, true) and jid:match('^(.+)%-%d+$')
+      if parent and rcall('EXISTS', 'ql:r:' .. parent) == 1 then
+        Q.fail('Job ' .. jid .. ' collides with recurring job ' .. parent)
+      end
+    elseif depends then
+      -- a new job has no dependents, so no cycle
+      if batch then batch.cycle(jid, depends) else Q.check_cycle(jid, depends) end
+    end
+    if batch then batch.note(jid, depends) end
+    return { worker = worker, queue = queue, jid = jid, klass = klass, data = data, delay = delay,
+      opts = opts, old = old, retries = retries, tags = tags, priority = priority,
+      depends = depends, throttles = throttles }
+  end
+
+  -- Write a put checked by check_put (c); returns the jid.
+  local function apply_put(now, c)
+    local worker, queue, jid, klass, data = c.worker, c.queue, c.jid, c.klass, c.data
+    local delay, opts, old, retries, tags = c.delay, c.opts, c.old, c.retries, c.tags
+    local priority, depends, throttles = c.priority, c.depends, c.throttles
+    -- All arguments are valid: write from here on.
+    local key = Q.kjob(jid)
+    local tracked = old and old.tracked == '1'
+    -- Tags: only real changes touch the counts.
+    local newset = {}
+    for _, t in ipairs(tags) do newset[t] = true end
+    local oldset = {}
+    if old then
+      for _, t in ipairs(Q.list(old.tags)) do
+        oldset[t] = true
+        if not newset[t] then Q.tag_remove(jid, t) end
+      end
+    end
+    -- Dependencies: a non-empty new list replaces the old edges.
+    if old and depends and #depends > 0 then
+      local want = {}
+      for _, d in ipairs(depends) do want[d] = true end
+      for _, d in ipairs(rcall('SMEMBERS', Q.kdeps(jid))) do
+        if not want[d] then
+          rcall('SREM', Q.kdents(d), jid)
+          rcall('SREM', Q.kdeps(jid), d)
+        end
+      end
+    end
+    Q.publish('ql:log', Q.ev_put(jid, queue))
+    -- A new job's first event goes to the compact `history` field (written by the HSET below).
+    local compact = nil
+    if not old then
+      compact = Q.compact_put(queue, now, Q.roomy(data, klass, throttles) or #tags > 0
+        and Q.roomy(cjson.encode(tags)))
+    end
+    if not compact then Q.history(jid, now, 'put', { q = queue }, old and old.history) end
+    if old then
+      Q.unqueue(jid, old.queue, old.state, old.throttles)
+      Q.release(jid, old.held, now)
+      if old.worker and old.worker ~= '' then
+        rcall('ZREM', Q.kwjobs(old.worker), jid)
+        if old.worker ~= worker then Q.lock_lost(jid, old.worker) end
+      end
+      if old.state == 'complete' then rcall('ZREM', 'ql:completed', jid) end
+      if old.state == 'failed' then Q.unfailed(jid, old.failure, old.queue) end
+      local stale = {}
+      for _, f in ipairs({ 'grace', 'scheduled', 'held' }) do
+        if old[f] then table.insert(stale, f) end
+      end
+      if opts.throttles and not throttles and old.throttles then table.insert(stale, 'throttles') end
+      if #stale > 0 then rcall('HDEL', key, unpack(stale)) end
+    end
+    for _, t in ipairs(tags) do
+      if oldset[t] then rcall('ZADD', 'ql:t:' .. t, now, jid) else Q.tag_add(jid, t, now) end
+    end
+    local state = delay > 0 and 'scheduled' or 'waiting'
+    local ndeps = depends and Q.add_deps(jid, depends) or 0
+    if old then ndeps = rcall('SCARD', Q.kdeps(jid)) end
+    -- ('{}' is what cjson writes for an empty table: skip the encoder for the common case)
+    local fields = { 'jid', jid, 'klass', klass, 'data', data, 'priority', priority,
+      'tags', #tags > 0 and cjson.encode(tags) or '{}', 'state', state, 'worker', '',
+      'expires', 0, 'queue', queue,
+      'retries', retries, 'remaining', retries, 'time', Q.ftime(now) }
+    if compact then table.insert(fields, 'history'); table.insert(fields, compact) end
+    if throttles then
+      table.insert(fields, 'throttles'); table.insert(fields, throttles)
+    end
+    if ndeps > 0 then
+      fields[12] = 'depends'
+      rcall('ZADD', Q.kq(queue, 'depends'), now, jid)
+      if delay > 0 then
+        table.insert(fields, 'scheduled'); table.insert(fields, now + delay)
+      end
+    elseif delay > 0 then
+      rcall('ZADD', Q.kq(queue, 'scheduled'), now + delay, jid)
+      Q.lower_due(queue, now + delay)
+    elseif c.work then
+      local w = c.work  -- put.many: one ZADD for the call (nothing reads -work before it)
+      w[#w + 1] = Q.score(priority, now); w[#w + 1] = jid
+      Q.wake(queue)
+    else
+      rcall('ZADD', Q.kq(queue, 'work'), Q.score(priority, now), jid)
+      Q.wake(queue)
+    end
+    rcall('HSET', key, unpack(fields))
+    if not c.listed then rcall('ZADD', 'ql:queues', 'NX', now, queue) end
+    if tracked then Q.publish('ql:put', jid) end
+    return jid
+  end
+
+  local function put(now, args, must_exist)
+    return apply_put(now, check_put(now, args, must_exist))
+  end
+
+  C['put'] = { 'Put', function(now, args) return put(now, args, false) end }
+  C['requeue'] = { 'Requeue', function(now, args) return put(now, args, true) end }
+
+  -- ---------------------------------------------------------------- put.many
+
+  local MANY_MAX = 1000
+  local MANY_STEP = 1e-6  -- job i is put at now + (i - 1) * MANY_STEP: FIFO within the call
+
+  -- Run f(...) for job i of a put.many; its error text gets `job i: ` after `Put(): `.
+  local function for_job(i, f, ...)
+    local ok, res = pcall(f, ...)
+    if ok then return res end
+    if type(res) ~= 'string' then error(res, 0) end
+    local mark = Q.op .. '(): '
+    local at = res:find(mark, 1, true)
+    if at then
+      local cut = at + #mark - 1
+      res = res:sub(1, cut) .. 'job ' .. i .. ': ' .. res:sub(cut + 1)
+    end
+    error(res, 0)
+  end
+
+  -- Whether a job exists and is not complete (what Q.add_deps needs to add an edge).
+  local function live(jid)
+    local state = rcall('HGET', Q.kjob(jid), 'state')
+    return state and state ~= 'complete'
+  end
+
+  -- The checks a put.many needs beyond put's: the jobs are checked before any is written, so
+  -- the edges earlier jobs of the call will have written by a job's turn are kept here.
+  local function new_batch(pos)
+    local b = { pos = pos, i = 0, edges = {}, dents = {} }
+    -- Refuse a dependency on a later job of the call that does not exist yet: put would
+    -- silently drop it (it is not there at this job's turn). Then remember this job's edges.
+    function b.note(jid, depends)
+      if not depends or #depends == 0 then return end
+      for _, d in ipairs(depends) do
+        local k = pos[d]
+        if k and k > b.i and rcall('EXISTS', Q.kjob(d)) == 0 then
+          Q.fail('Arg "depends" invalid: ' .. d .. ' is job ' .. k
+            .. ' of this call, put after this one')
+        end
+        b.dents[d] = true
+      end
+      b.edges[jid] = depends
+    end
+    -- Q.check_cycle on the graph as it will be at this job's turn: a job put earlier in the
+    -- call with a non-empty list has exactly the edges Q.add_deps gives it, others the stored.
+    function b.cycle(jid, deps)
+      if next(b.edges) == nil then return Q.check_cycle(jid, deps) end
+      if #deps == 0 or (not b.dents[jid] and rcall('EXISTS', Q.kdents(jid)) == 0) then return end
+      local seen, stack, visited = {}, {}, 0
+      for i = #deps, 1, -1 do stack[#stack + 1] = deps[i] end
+      while #stack > 0 do
+        local cur = table.remove(stack)
+        if cur == jid then
+          Q.fail('Arg "depends" invalid: dependency cycle: ' .. jid .. ' would wait for itself')
+        end
+        if not seen[cur] then
+          seen[cur] = true
+          visited = visited + 1
+          if visited > Q.MAX_LIST then
+            Q.fail('Arg "depends" invalid: more than ' .. Q.MAX_LIST
+              .. ' jobs to check for a dependency cycle')
+          end
+          local pending = b.edges[cur]
+          if pending then
+            for _, d in ipairs(pending) do
+              local k = pos[d]
+              if (k and k < pos[cur]) or live(d) then stack[#stack + 1] = d end
+            end
+          else
+            for _, x in ipairs(rcall('SMEMBERS', Q.kdeps(cur))) do stack[#stack + 1] = x end
+          end
+        end
+      end
+    end
+    return b
+  end
+
+  -- put.many worker queue n, then n groups: jid klass data delay nopts [key value]*nopts.
+  -- Every job is checked (as put checks it) before the first write; job i is then put as put
+  -- would at now + (i - 1) * MANY_STEP. Replies a JSON array of the jids.
+  C['put.many'] = { 'Put', function(now, args)
+    local worker = Q.worker(args[1])
+    local queue = Q.queue(args[2])
+    local n = Q.integer('n', args[3], 1, MANY_MAX)
+    -- Where each job's arguments start, and each jid's first position in the call.
+    local starts, pos, at = {}, {}, 4
+    for i = 1, n do
+      if args[at + 4] == nil then
+        Q.fail('Arg "n" does not match the arguments: job ' .. i .. ' of ' .. n .. ' is incomplete')
+      end
+      local nopts = for_job(i, Q.integer, 'nopts', args[at + 4], 0, 10)
+      starts[i] = at
+      local jid = args[at]
+      if pos[jid] == nil then pos[jid] = i end
+      at = at + 5 + 2 * nopts
+      if at - 1 > #args then
+        Q.fail('Arg "n" does not match the arguments: job ' .. i .. ' of ' .. n .. ' is incomplete')
+      end
+    end
+    if at - 1 ~= #args then
+      Q.fail('Arg "n" does not match the arguments: ' .. (#args - at + 1)
+        .. ' left over after job ' .. n)
+    end
+    local batch = new_batch(pos)
+    local checked = {}
+    for i = 1, n do
+      local s = starts[i]
+      local a = { worker, queue, args[s], args[s + 1], args[s + 2], args[s + 3] }
+      for k = s + 5, (starts[i + 1] or at) - 1 do a[#a + 1] = args[k] end
+      batch.i = i
+      checked[i] = for_job(i, check_put, now + (i - 1) * MANY_STEP, a, false, batch)
+    end
+    local jids, work = {}, {}
+    for i = 1, n do
+      local c = checked[i]
+      c.work = work
+      -- an earlier job's write may have changed this one (a throttle it released admitted it)
+      if c.old then c.old = Q.read(c.jid, PUT_FIELDS) or c.old end
+      c.listed = i > 1  -- the first job added the queue to ql:queues (ZADD NX)
+      jids[i] = apply_put(now + (i - 1) * MANY_STEP, c)
+    end
+    if #work > 0 then rcall('ZADD', Q.kq(queue, 'work'), unpack(work)) end
+    return cjson.encode(jids)
+  end }
+end
