@@ -11,7 +11,7 @@
 -- entry is preceded by a space or a newline; main() finds ' <command>=' with a plain find.
 local ROUTES = [[
  put=throttle,job,put put.many=throttle,job,put requeue=throttle,job,put complete=throttle,stats,job fail=throttle,job
-retry=throttle,job heartbeat=job timeout=throttle,job cancel=throttle,job depends=job,jobmeta
+retry=throttle,job release=throttle,job heartbeat=job timeout=throttle,job cancel=throttle,job depends=job,jobmeta
 priority=jobmeta log=jobmeta tag=jobmeta track=objects,jobmeta get=objects,jobmeta
 multiget=objects,jobmeta pop=throttle,stats,objects,spawn,timers,pop
 peek=objects,spawn,timers,pop reap=throttle,stats,objects,spawn,timers,pop jobs=timers,queries length=queries

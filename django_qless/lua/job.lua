@@ -5,6 +5,7 @@
 --   complete  jid worker queue data [next q] [delay d] [depends JSON] [token t] -> state text
 --   fail      jid worker group message [data [token]]               -> jid
 --   retry     jid queue worker [delay] [group] [message] [token]    -> remaining (integer)
+--   release   jid worker        (extension: back to waiting, no retry spent) -> 'waiting'
 --   heartbeat jid worker [data]                                     -> new expiry (integer)
 --   timeout   jid...                                                -> nil
 --   cancel    jid...                                                -> array of the jids
@@ -370,6 +371,36 @@ Q.mod.job = function()
     end
     Q.release(jid, h.held, now)
     return floor(remaining)
+  end }
+
+  -- Extension: a worker gives back a job it holds (stopping on TERM), spending no retry.
+  -- The job goes to the front of its priority in its queue: waiting, throttle slots freed.
+  C['release'] = { 'Release', function(now, args)
+    local jid = Q.jid(args[1])
+    local worker = Q.worker(args[2])
+    local h = Q.read(jid, FAIL_FIELDS)
+    if not h then Q.fail('Job ' .. jid .. ' does not exist') end
+    if h.state ~= 'running' then
+      Q.fail('Job ' .. jid .. ' is not currently running: ' .. tostring(h.state))
+    end
+    if h.worker ~= worker then
+      Q.fail('Job ' .. jid .. ' has been given to another worker: ' .. tostring(h.worker))
+    end
+    local queue = h.queue
+    rcall('ZREM', Q.kq(queue, 'locks'), jid)
+    rcall('ZREM', Q.kwjobs(worker), jid)
+    rcall('ZADD', Q.kq(queue, 'work'), Q.score(tonumber(h.priority) or 0, now), jid)
+    Q.history(jid, now, 'put', { q = queue }, h.history)
+    local fields = { 'state', 'waiting', 'worker', '', 'expires', 0 }
+    if h.held then table.insert(fields, 'held'); table.insert(fields, '') end
+    rcall('HSET', Q.kjob(jid), unpack(fields))
+    if h.grace then rcall('HDEL', Q.kjob(jid), 'grace') end
+    if h.tracked == '1' then Q.publish('ql:put', jid) end
+    Q.publish('ql:log', Q.ev_put(jid, queue))
+    Q.release(jid, h.held, now)
+    Q.slot_freed(queue)
+    Q.wake(queue)
+    return 'waiting'
   end }
 
   -- ---------------------------------------------------------------- heartbeat / timeout

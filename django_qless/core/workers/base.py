@@ -15,7 +15,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import redis
 
@@ -27,7 +27,7 @@ from django_qless.core.exceptions import (
     QlessConnectionError,
     QlessError,
 )
-from django_qless.core.serialization import dumps
+from django_qless.core.serialization import check_jid, check_worker
 from django_qless.core.workers.config import WorkerConfig
 from django_qless.core.workers.heartbeat import Heartbeater
 from django_qless.core.workers.hooks import WorkerHooksProtocol
@@ -56,25 +56,14 @@ _TRANSIENT = (QlessConnectionError, redis.ConnectionError, redis.TimeoutError, O
 def release_job(client: Client, jid: str, worker: str) -> bool:
     """Put a job held by `worker` back to waiting, keeping everything, spending no retry.
 
-    The put is sent *as* `worker`, the job's holder: re-putting your own job sends no
-    lock_lost. Returns False if the job is no longer running for that worker.
+    One engine call (`release`), so it cannot race a lock expiry. Returns False if the job
+    is no longer running for that worker.
     """
-    reply = client.call_json("get", jid)
-    if not reply or reply.get("state") != "running" or reply.get("worker") != worker:
+    try:
+        client.call("release", check_jid(jid), check_worker(worker))
+    except (LostLockError, InvalidStateTransition, JobNotFound):
         return False
-    raw = reply.get("data")
-    data = raw if isinstance(raw, str) else dumps(raw or {})
-    args: list[Any] = [
-        worker, reply["queue"], jid, reply["klass"], data, "0",
-        "priority", str(int(reply.get("priority") or 0)),
-        "tags", dumps(list(reply.get("tags") or [])),
-        "retries", str(int(reply.get("retries") or 0)),
-    ]
-    throttles = list(reply.get("throttles") or [])
-    if throttles:
-        args += ["throttles", dumps(throttles)]
-    client.call("put", *args)
-    log.info("job %s released back to %s", jid, reply["queue"])
+    log.info("job %s released back to waiting", jid)
     return True
 
 

@@ -389,6 +389,7 @@ class ForkingWorker:
             self._signal_all(signal.SIGQUIT)
         if sig.kill_current:
             sig.kill_current = False
+            self._read_all_status()  # status is read in batches: know the current jobs
             for child in self.children.values():
                 if child.jid is not None:
                     log.warning("USR1: killing child %s running %s", child.name, child.jid)
