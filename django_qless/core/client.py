@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import threading
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -84,6 +85,8 @@ class Client:
         self._clock: Callable[[], float] = clock if clock is not None else self.server_clock
         self._sha = script_sha()
         self._script_loaded = False
+        self._pinned: tuple[int, int, Any] | None = None
+        self._checked_queues: dict[tuple[str, ...], tuple[str, ...]] = {}
         # auto: FCALL our function library (Redis 7+), EVALSHA where FCALL is unknown or denied.
         self._engine = Invoker(engine or os.environ.get("QLESS_ENGINE_CALL", "auto"))
         self.queues = Queues(self)
@@ -144,6 +147,7 @@ class Client:
 
     def close(self) -> None:
         """Close the pool's connections (unless the pool is the caller's, shared)."""
+        self._unpin()
         if self._owns_pool:
             self._redis.close()
             self._redis.connection_pool.disconnect()
@@ -174,7 +178,33 @@ class Client:
     # -- script calls (never retried: a re-sent pop hands out jobs nobody works) ------------
 
     def _execute(self, args: Sequence[Any]) -> Any:
-        """Send one command on a pooled connection, without any retry."""
+        """Send one command without any retry.
+
+        The first thread to call keeps one pooled connection for itself (redis-py's pool
+        get/release costs ~5 µs a call, as much as the engine's own work on a cheap command);
+        other threads, and every call after a transport error, go through the pool.
+        """
+        pinned = self._pinned
+        if pinned is not None and pinned[1] != os.getpid():
+            pinned = self._pinned = None  # inherited across fork: the pool starts afresh
+        if pinned is not None:
+            owner, _, conn = pinned
+            if owner != threading.get_ident():
+                return self._execute_pooled(args)
+        else:
+            conn = self._redis.connection_pool.get_connection()
+            self._pinned = (threading.get_ident(), os.getpid(), conn)
+        try:
+            conn.send_command(*args)
+            return conn.read_response()
+        except redis.ResponseError:
+            raise  # an error reply: the connection is fine
+        except BaseException:
+            self._unpin()
+            raise
+
+    def _execute_pooled(self, args: Sequence[Any]) -> Any:
+        """Send one command on a connection taken from the pool for this call."""
         pool = self._redis.connection_pool
         conn: Any = pool.get_connection()
         try:
@@ -182,6 +212,13 @@ class Client:
             return conn.read_response()
         finally:
             pool.release(conn)
+
+    def _unpin(self) -> None:
+        """Give the pinned connection back (disconnected); the next call pins a fresh one."""
+        pinned, self._pinned = self._pinned, None
+        if pinned is not None and pinned[1] == os.getpid():
+            pinned[2].disconnect()
+            self._redis.connection_pool.release(pinned[2])
 
     def _execute_many(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
         """Send commands in one round trip; error replies are returned, not raised."""
@@ -381,9 +418,18 @@ class Client:
         """Validate the queue list and count of reserve/complete.reserve."""
         if isinstance(queues, str):
             queues = [queues]
-        names = [check_name("queue", q) for q in queues]
-        if not 1 <= len(names) <= 20:
-            raise InvalidArgument(f"queues must name 1 to 20 queues, got {len(names)}")
+        key = tuple(queues)
+        try:
+            names = self._checked_queues.get(key)
+        except TypeError:  # an unhashable entry: check_name below refuses it
+            names = None
+        if names is None:
+            # A worker sends the same list on every call: check it once.
+            names = tuple(check_name("queue", q) for q in key)
+            if not 1 <= len(names) <= 20:
+                raise InvalidArgument(f"queues must name 1 to 20 queues, got {len(names)}")
+            if len(self._checked_queues) < 64:
+                self._checked_queues[key] = names  # hashable: every entry is a valid name
         return [str(count), *names]
 
     def _jobs_and_wake(self, reply: dict[str, Any], worker: str) -> tuple[list[Job], float | None]:

@@ -130,3 +130,16 @@ def test_reap_interval_option():
     assert auto is not None and auto.fixed_period is None and auto.queues is None
     with pytest.raises(ValueError, match="reap_interval"):
         WorkerConfig(queues=("q",), reap_interval=-1)
+
+
+def test_reap_interval_from_the_command_line() -> None:
+    """`--reap-interval` reaches WorkerConfig; a negative value is refused by the parser."""
+    from django_qless.core.workers.cli import build_parser, config_from_args
+
+    parser = build_parser()
+    args = parser.parse_args(["--url", "redis://localhost:6379/0", "--reap-interval", "0", "q"])
+    assert config_from_args(args).reap_interval == 0
+    args = parser.parse_args(["--url", "redis://localhost:6379/0", "q"])
+    assert config_from_args(args).reap_interval is None
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--reap-interval", "-1", "q"])

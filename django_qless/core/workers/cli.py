@@ -164,6 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds between TERM and KILL for a job over its limit")
     p.add_argument("--shutdown-grace", type=non_negative_number, default=10.0,
                    help="seconds TERM waits for children before killing them")
+    p.add_argument("--reap-interval", type=non_negative_number, default=None,
+                   help="seconds between lease reaper runs (default: from the heartbeat and "
+                        "grace-period config; 0 = off)")
     p.add_argument("--name", default=None, help="worker name (default host-pid)")
     p.add_argument("--sandbox-root", default=None, help="parent of per-worker sandboxes")
     p.add_argument("-v", "--verbose", action="count", default=0, help="-v info, -vv debug")
@@ -199,6 +202,7 @@ def config_from_args(args: argparse.Namespace) -> WorkerConfig:
         timeout=args.timeout,
         kill_grace=args.kill_grace,
         shutdown_grace=args.shutdown_grace,
+        reap_interval=args.reap_interval,
         name=args.name,
         verbosity=args.verbose,
         **extra,

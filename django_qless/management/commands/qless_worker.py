@@ -73,6 +73,9 @@ class Command(BaseCommand):
                             help="seconds between TERM and KILL for a job over its limit")
         parser.add_argument("--shutdown-grace", type=non_negative_number, default=10.0,
                             help="seconds TERM waits for children before killing them")
+        parser.add_argument("--reap-interval", type=non_negative_number, default=None,
+                            help="seconds between lease reaper runs (default: from the "
+                                 "heartbeat and grace-period config; 0 = off)")
         parser.add_argument("--with-events", action="store_true",
                             help="also bridge Redis events to Django signals (as qless_events "
                                  "does), in a process of its own")
@@ -131,6 +134,7 @@ class Command(BaseCommand):
                 exec_command=exec_command,
                 kill_grace=options["kill_grace"],
                 shutdown_grace=options["shutdown_grace"],
+                reap_interval=options["reap_interval"],
                 **({"sandbox_root": options["sandbox_root"]} if options["sandbox_root"] else {}),
                 name=options["name"],
                 verbosity=options["verbosity"],
