@@ -52,6 +52,7 @@ class DjangoQless:
                         for i in range(start, min(n, start + BULK_CHUNK))])
 
     def fill(self, n: int, queues: list[str]) -> None:
+        self._next = None  # a fill follows a flush: a job held from before is gone
         for start in range(0, n, BULK_CHUNK):
             by_queue: dict[str, list] = {}
             for i in range(start, min(n, start + BULK_CHUNK)):

@@ -291,9 +291,11 @@ end
 
 -- Refuse edges jid -> d that would close a cycle: some d already (transitively) depends on
 -- jid. Read-only, so callers run it with the other checks before their first write. Only a
--- job that others wait for can be on a cycle, so most calls cost one EXISTS.
-function Q.check_cycle(jid, deps)
-  if #deps == 0 or rcall('EXISTS', Q.kdents(jid)) == 0 then return end
+-- job that others wait for can be on a cycle, so most calls cost one EXISTS (skipped when
+-- the caller knows `waited_on`). `edges(cur)` lists cur's dependencies (default: stored).
+function Q.check_cycle(jid, deps, edges, waited_on)
+  if #deps == 0 then return end
+  if not waited_on and rcall('EXISTS', Q.kdents(jid)) == 0 then return end
   local seen, stack, visited = {}, {}, 0
   for i = #deps, 1, -1 do stack[#stack + 1] = deps[i] end
   while #stack > 0 do
@@ -308,7 +310,8 @@ function Q.check_cycle(jid, deps)
         Q.fail('Arg "depends" invalid: more than ' .. Q.MAX_LIST
           .. ' jobs to check for a dependency cycle')
       end
-      for _, x in ipairs(rcall('SMEMBERS', Q.kdeps(cur))) do stack[#stack + 1] = x end
+      local next_deps = edges and edges(cur) or rcall('SMEMBERS', Q.kdeps(cur))
+      for _, x in ipairs(next_deps) do stack[#stack + 1] = x end
     end
   end
 end

@@ -233,32 +233,16 @@ Q.mod.put = function()
     -- call with a non-empty list has exactly the edges Q.add_deps gives it, others the stored.
     function b.cycle(jid, deps)
       if next(b.edges) == nil then return Q.check_cycle(jid, deps) end
-      if #deps == 0 or (not b.dents[jid] and rcall('EXISTS', Q.kdents(jid)) == 0) then return end
-      local seen, stack, visited = {}, {}, 0
-      for i = #deps, 1, -1 do stack[#stack + 1] = deps[i] end
-      while #stack > 0 do
-        local cur = table.remove(stack)
-        if cur == jid then
-          Q.fail('Arg "depends" invalid: dependency cycle: ' .. jid .. ' would wait for itself')
+      Q.check_cycle(jid, deps, function(cur)
+        local pending = b.edges[cur]
+        if not pending then return rcall('SMEMBERS', Q.kdeps(cur)) end
+        local out = {}
+        for _, d in ipairs(pending) do
+          local k = pos[d]
+          if (k and k < pos[cur]) or live(d) then out[#out + 1] = d end
         end
-        if not seen[cur] then
-          seen[cur] = true
-          visited = visited + 1
-          if visited > Q.MAX_LIST then
-            Q.fail('Arg "depends" invalid: more than ' .. Q.MAX_LIST
-              .. ' jobs to check for a dependency cycle')
-          end
-          local pending = b.edges[cur]
-          if pending then
-            for _, d in ipairs(pending) do
-              local k = pos[d]
-              if (k and k < pos[cur]) or live(d) then stack[#stack + 1] = d end
-            end
-          else
-            for _, x in ipairs(rcall('SMEMBERS', Q.kdeps(cur))) do stack[#stack + 1] = x end
-          end
-        end
-      end
+        return out
+      end, b.dents[jid])
     end
     return b
   end
