@@ -18,6 +18,9 @@ __all__ = ["MANIFEST", "function_name", "library_text", "script_sha", "script_te
 # Concatenation order: helpers first, the dispatch table and entry point last.
 MANIFEST: tuple[str, ...] = (
     "base.lua",
+    "validate.lua",
+    "history.lua",
+    "objects.lua",
     "throttle.lua",
     "job.lua",
     "put.lua",
