@@ -153,7 +153,8 @@ def main(argv: list[str]) -> int:
     try:
         manage(env, "migrate", "--noinput", quiet=True)
         password = os.environ.get("DEMO_PASSWORD") or secrets.token_urlsafe(9)
-        manage(env, "demo_setup", "--username", "admin", "--password", password)
+        # `--password=...` in one word: a generated password may start with "-".
+        manage(env, "demo_setup", "--username", "admin", f"--password={password}")
         port = args.port or (free_port() if args.smoke else 8000)
         base = f"http://127.0.0.1:{port}"
         logs = [workdir / "worker.log", workdir / "web.log"] if args.smoke else []
