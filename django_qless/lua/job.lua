@@ -310,6 +310,16 @@ Q.mod.job = function()
     return jid
   end }
 
+  -- Refuse unless job `jid` (hash fields h) is running for `worker` (retry's wording).
+  local function check_held(h, jid, worker)
+    if h.state ~= 'running' then
+      Q.fail('Job ' .. jid .. ' is not currently running: ' .. tostring(h.state))
+    end
+    if h.worker ~= worker then
+      Q.fail('Job ' .. jid .. ' has been given to another worker: ' .. tostring(h.worker))
+    end
+  end
+
   C['retry'] = { 'Retry', function(now, args)
     local jid = Q.jid(args[1])
     local queue = Q.queue(args[2])
@@ -327,12 +337,7 @@ Q.mod.job = function()
     if not h then Q.fail('Job ' .. jid .. ' does not exist') end
     local recorded = Q.recorded(h, token)
     if recorded then return tonumber(recorded) end
-    if h.state ~= 'running' then
-      Q.fail('Job ' .. jid .. ' is not currently running: ' .. tostring(h.state))
-    end
-    if h.worker ~= worker then
-      Q.fail('Job ' .. jid .. ' has been given to another worker: ' .. tostring(h.worker))
-    end
+    check_held(h, jid, worker)
     if h.queue ~= queue then Q.fail('Job ' .. jid .. ' running in another queue: ' .. tostring(h.queue)) end
     local remaining = (tonumber(h.remaining) or 0) - 1
     -- No history entry unless retries are exhausted: a compact `history` field stays as it is.
@@ -380,12 +385,7 @@ Q.mod.job = function()
     local worker = Q.worker(args[2])
     local h = Q.read(jid, FAIL_FIELDS)
     if not h then Q.fail('Job ' .. jid .. ' does not exist') end
-    if h.state ~= 'running' then
-      Q.fail('Job ' .. jid .. ' is not currently running: ' .. tostring(h.state))
-    end
-    if h.worker ~= worker then
-      Q.fail('Job ' .. jid .. ' has been given to another worker: ' .. tostring(h.worker))
-    end
+    check_held(h, jid, worker)
     local queue = h.queue
     rcall('ZREM', Q.kq(queue, 'locks'), jid)
     rcall('ZREM', Q.kwjobs(worker), jid)
