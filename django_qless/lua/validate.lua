@@ -178,15 +178,19 @@ function Q.tag_name(t)
   return t
 end
 
-function Q.tags(v)
-  if v == '[]' then return {} end  -- the common case: no decoding needed
-  local list = json_list('tags', v, 50)
+-- A JSON list of names, each passed to `check`, duplicates dropped (first kept).
+local function name_list(name, v, maxn, check)
   local out, seen = {}, {}
-  for _, t in ipairs(list) do
-    Q.tag_name(t)
+  for _, t in ipairs(json_list(name, v, maxn)) do
+    check(t)
     if not seen[t] then seen[t] = true; tinsert(out, t) end
   end
   return out
+end
+
+function Q.tags(v)
+  if v == '[]' then return {} end  -- the common case: no decoding needed
+  return name_list('tags', v, 50, Q.tag_name)
 end
 
 function Q.depends(v, self_jid)
@@ -237,13 +241,7 @@ function Q.throttle_id(t, name)
 end
 
 function Q.throttles(v)
-  local list = json_list('throttles', v, 10)
-  local out, seen = {}, {}
-  for _, t in ipairs(list) do
-    Q.throttle_id(t)
-    if not seen[t] then seen[t] = true; tinsert(out, t) end
-  end
-  return out
+  return name_list('throttles', v, 10, Q.throttle_id)
 end
 
 -- A list of jids given as separate arguments, at most 1000.

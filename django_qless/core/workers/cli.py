@@ -31,6 +31,7 @@ from django_qless.core.workers.run import run_worker
 from django_qless.core.workers.shutdown import ExitCode
 
 __all__ = [
+    "add_shared_options",
     "build_parser",
     "check_imports",
     "check_queue_specs",
@@ -126,6 +127,32 @@ def _check_url(url: str) -> None:
                          f"got scheme {scheme[:20]!r}")
 
 
+def add_shared_options(p: argparse.ArgumentParser) -> None:
+    """Add the options `qless-worker` and `manage.py qless_worker` declare alike."""
+    p.add_argument("--fork-per-job", action="store_true", help="a fresh child for every job")
+    p.add_argument("--child-max-jobs", type=non_negative_int, default=0,
+                   help="replace a child after this many jobs (0: never)")
+    p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                   help="import MODULE before forking (it registers jobs); repeatable")
+    p.add_argument("--max-duration", type=non_negative_number, default=0.0,
+                   help="stop after SECONDS")
+    p.add_argument("--resume", action="store_true",
+                   help="first run the jobs this worker name still holds (use with --name)")
+    p.add_argument("--dry-run", action="store_true", help="check setup, take no job")
+    p.add_argument("--print-options", action="store_true", help="print options and exit")
+    p.add_argument("--exec", dest="exec_command", default=None, metavar="COMMAND",
+                   help="run COMMAND per job: data JSON on stdin, jid as last argument")
+    p.add_argument("--kill-grace", type=non_negative_number, default=5.0,
+                   help="seconds between TERM and KILL for a job over its limit")
+    p.add_argument("--shutdown-grace", type=non_negative_number, default=10.0,
+                   help="seconds TERM waits for children before killing them")
+    p.add_argument("--reap-interval", type=non_negative_number, default=None,
+                   help="seconds between lease reaper runs (default: from the heartbeat and "
+                        "grace-period config; 0 = off)")
+    p.add_argument("--name", default=None, help="worker name (default host-pid)")
+    p.add_argument("--sandbox-root", default=None, help="parent of per-worker sandboxes")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser."""
     p = argparse.ArgumentParser(
@@ -140,35 +167,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", "--processes", type=non_negative_int, default=None,
                    help="children to pre-fork (default: CPU count; 0: run jobs in-process)")
     p.add_argument("--reserver", choices=RESERVERS, default="ordered")
-    p.add_argument("--fork-per-job", action="store_true", help="a fresh child for every job")
-    p.add_argument("--child-max-jobs", type=non_negative_int, default=0,
-                   help="replace a child after this many jobs (0: never)")
-    p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
-                   help="import MODULE before forking (it registers jobs); repeatable")
-    p.add_argument("--allow-module", action="append", default=[], metavar="PREFIX",
-                   help="allow job classes under this module prefix to be imported")
     p.add_argument("--max-jobs", type=non_negative_int, default=0, help="stop after this many jobs")
-    p.add_argument("--max-duration", type=non_negative_number, default=0.0,
-                   help="stop after SECONDS")
     p.add_argument("--interval", type=number, default=5.0,
                    help="idle safety re-check in seconds (wake-ups arrive on pubsub)")
-    p.add_argument("--resume", action="store_true",
-                   help="first run the jobs this worker name still holds (use with --name)")
-    p.add_argument("--dry-run", action="store_true", help="check setup, take no job")
-    p.add_argument("--print-options", action="store_true", help="print options and exit")
-    p.add_argument("--exec", dest="exec_command", default=None, metavar="COMMAND",
-                   help="run COMMAND per job: data JSON on stdin, jid as last argument")
     p.add_argument("--timeout", type=non_negative_number, default=0.0,
                    help="per-job time limit (seconds)")
-    p.add_argument("--kill-grace", type=non_negative_number, default=5.0,
-                   help="seconds between TERM and KILL for a job over its limit")
-    p.add_argument("--shutdown-grace", type=non_negative_number, default=10.0,
-                   help="seconds TERM waits for children before killing them")
-    p.add_argument("--reap-interval", type=non_negative_number, default=None,
-                   help="seconds between lease reaper runs (default: from the heartbeat and "
-                        "grace-period config; 0 = off)")
-    p.add_argument("--name", default=None, help="worker name (default host-pid)")
-    p.add_argument("--sandbox-root", default=None, help="parent of per-worker sandboxes")
+    p.add_argument("--allow-module", action="append", default=[], metavar="PREFIX",
+                   help="allow job classes under this module prefix to be imported")
+    add_shared_options(p)
     p.add_argument("-v", "--verbose", action="count", default=0, help="-v info, -vv debug")
     return p
 

@@ -16,6 +16,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django_qless.clients import build_redis
 from django_qless.conf import AliasSettings, get_settings
 from django_qless.core.workers.cli import (
+    add_shared_options,
     check_imports,
     check_queue_specs,
     non_negative_int,
@@ -58,35 +59,11 @@ class Command(BaseCommand):
                             help="per-job time limit in seconds")
         parser.add_argument("--max-jobs", type=non_negative_int, default=None,
                             help="stop after N jobs")
-        parser.add_argument("--max-duration", type=non_negative_number, default=0.0,
-                            help="stop after N seconds")
-        parser.add_argument("--child-max-jobs", type=non_negative_int, default=0,
-                            help="replace a child after N jobs")
-        parser.add_argument("--fork-per-job", action="store_true")
-        parser.add_argument("--import", dest="imports", action="append", default=[],
-                            metavar="MODULE", help="import MODULE before forking (repeatable)")
-        parser.add_argument("--resume", action="store_true",
-                            help="first run the jobs this worker name still holds (with --name)")
-        parser.add_argument("--exec", dest="exec_command", default=None, metavar="COMMAND",
-                            help="run COMMAND per job: data JSON on stdin, jid as last argument")
-        parser.add_argument("--kill-grace", type=non_negative_number, default=5.0,
-                            help="seconds between TERM and KILL for a job over its limit")
-        parser.add_argument("--shutdown-grace", type=non_negative_number, default=10.0,
-                            help="seconds TERM waits for children before killing them")
-        parser.add_argument("--reap-interval", type=non_negative_number, default=None,
-                            help="seconds between lease reaper runs (default: from the "
-                                 "heartbeat and grace-period config; 0 = off)")
+        add_shared_options(parser)
         parser.add_argument("--with-events", action="store_true",
                             help="also bridge Redis events to Django signals (as qless_events "
                                  "does), in a process of its own")
-        parser.add_argument("--sandbox-root", default=None,
-                            help="parent directory of the per-worker sandboxes")
-        parser.add_argument("--name", default=None, help="worker name (default host-pid)")
         parser.add_argument("--pid", default=None, help="write the process id to this file")
-        parser.add_argument("--print-options", action="store_true",
-                            help="print the resolved options and exit")
-        parser.add_argument("--dry-run", action="store_true",
-                            help="check Redis and list the queues and jobs; take nothing")
 
     def build_config(self, options: dict[str, Any]) -> Any:
         """Turn command options and QLESS settings into a core WorkerConfig."""
