@@ -11,18 +11,18 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 from redis import Redis
-from redis.backoff import NoBackoff
 from redis.exceptions import ResponseError
-from redis.retry import Retry
 
 from .accessors import Tags, Workers
 from .clock import ServerClock
 from .config import Config
+from .deferred import SideConnection
 from .exceptions import InvalidArgument, QlessConnectionError, QlessError, error_from_reply
 from .hotpath import WorkerCalls
 from .invoke import Invoker
 from .jobs import Jobs
 from .lua import library_text, script_sha, script_text
+from .pool import make_redis
 from .queue import Queues
 from .serialization import (
     check_jid,
@@ -73,7 +73,7 @@ class Client(WorkerCalls):
         socket_timeout: float | None = None,
         engine: str | None = None,
     ) -> None:
-        self._redis = self._make_redis(url_or_redis, socket_timeout)
+        self._redis = make_redis(url_or_redis, socket_timeout)
         self._owns_pool = self._redis is not url_or_redis
         self._worker_name = None if worker_name is None else check_worker(worker_name)
         self._default_name = ""
@@ -83,6 +83,7 @@ class Client(WorkerCalls):
         self._sha = script_sha()
         self._script_loaded = False
         self._pinned: tuple[int, int, Any] | None = None
+        self._side: SideConnection | None = None
         self._checked_queues: dict[tuple[str, ...], tuple[str, ...]] = {}
         # auto: FCALL our function library (Redis 7+), EVALSHA where FCALL is unknown or denied.
         self._engine = Invoker(engine or os.environ.get("QLESS_ENGINE_CALL", "auto"))
@@ -92,32 +93,6 @@ class Client(WorkerCalls):
         self.config = Config(self)
         self.throttles = Throttles(self)
         self.tags = Tags(self)
-
-    @staticmethod
-    def _make_redis(url_or_redis: str | redis.Redis, socket_timeout: float | None) -> redis.Redis:
-        """Build (or adapt) the one pool: decoded replies, no automatic command retries."""
-        options: dict[str, Any] = {"decode_responses": True, "retry": Retry(NoBackoff(), 0)}
-        if socket_timeout is not None:
-            options["socket_timeout"] = socket_timeout
-        if isinstance(url_or_redis, str):
-            return redis.Redis.from_url(url_or_redis, **options)
-        pool = url_or_redis.connection_pool
-        kwargs = pool.connection_kwargs
-        if kwargs.get("decode_responses") and socket_timeout is None:
-            # Share the caller's pool; script calls bypass its retry policy anyway.
-            return url_or_redis
-        if type(pool) not in (redis.ConnectionPool, redis.BlockingConnectionPool):
-            # Sentinel/cluster pools cannot be cloned from their kwargs alone.
-            raise InvalidArgument(
-                f"pass a redis.Redis built with decode_responses=True for a "
-                f"{type(pool).__name__}, or set socket_timeout on it yourself"
-            )
-        new_pool = type(pool)(
-            connection_class=pool.connection_class,
-            max_connections=pool.max_connections,
-            **{**kwargs, **options},
-        )
-        return redis.Redis(connection_pool=new_pool)
 
     def __repr__(self) -> str:
         return f"<Client {self._redis.connection_pool!r}>"
@@ -209,6 +184,13 @@ class Client(WorkerCalls):
             return conn.read_response()
         finally:
             pool.release(conn)
+
+    def _side_connection(self) -> tuple[int, SideConnection]:
+        """Return this process's id and the connection kept for deferred calls."""
+        side = self._side
+        if side is None:
+            side = self._side = SideConnection(self._redis.connection_pool)
+        return os.getpid(), side
 
     def _unpin(self) -> None:
         """Give the pinned connection back (disconnected); the next call pins a fresh one."""

@@ -9,9 +9,10 @@ import json
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
+from .deferred import DeferredCall
 from .exceptions import InvalidArgument, QlessConnectionError
 from .job import Job
-from .serialization import as_list, check_int, check_name, check_worker
+from .serialization import as_list, check_int, check_name, check_number, check_worker, num
 
 if TYPE_CHECKING:
     from .accessors import Workers
@@ -31,6 +32,7 @@ class WorkerCalls:
         def worker_name(self) -> str: ...
         def call_json(self, command: str, *args: Any) -> Any: ...
         def call_replayable(self, command: str, *args: Any) -> Any: ...
+        def now(self) -> float: ...
 
     def _reserve_args(self, queues: Sequence[str], count: int) -> list[str]:
         """Validate the queue list and count of reserve/complete.reserve."""
@@ -58,40 +60,71 @@ class WorkerCalls:
 
     def reserve(
         self, queues: Sequence[str], count: int = 1, worker: str | None = None,
-        holding: Collection[str] = (),
+        holding: Collection[str] = (), wait: float | None = None,
     ) -> tuple[list[Job], float | None]:
         """Pop up to `count` jobs from `queues` in order; also return seconds until due work.
 
+        With `wait` (seconds), when nothing is ready the worker stays registered as idle that
+        long: the next job ready in these queues is popped for it and published on
+        `ql:hand:<worker>` (engine `reserve.wait`; the worker must listen there).
         After a lost reply, returns the jobs that call reserved (held by the worker, minus
         the jids in `holding`, the ones the caller is still working on) rather than more.
         """
         name = self.worker_name if worker is None else check_worker(worker)
         args = self._reserve_args(queues, check_int("count", count, 1, 1000))
+        command = "reserve"
+        if wait is not None:
+            if not 0 < check_number("wait", wait, 0, 3600):
+                raise InvalidArgument(f"wait must be > 0, got {wait!r}")
+            command = "reserve.wait"
+            args = [num(wait), *args]
         try:
-            reply = self.call_json("reserve", name, *args)
+            reply = self.call_json(command, name, *args)
         except QlessConnectionError:
             # The lost call may have run and handed `name` jobs it never heard of: take those
             # (running for `name`, not in `holding`) instead of popping more. None held: the
             # call popped nothing, so reserving again is safe. A second error is raised.
             orphans = [j for j in self.workers[name]["jobs"] if j not in holding]
             if not orphans:
-                reply = self.call_json("reserve", name, *args)
+                reply = self.call_json(command, name, *args)
                 return self._jobs_and_wake(reply, name)
             found = as_list(self.call_json("multiget", *orphans[:count]))
             client = cast("Client", self)
             return [Job(client, d, owner=name) for d in found if d.get("worker") == name], None
         return self._jobs_and_wake(reply, name)
 
+    def handed_jobs(self, messages: Sequence[dict[str, Any]], worker: str) -> list[Job]:
+        """Build the Jobs the engine handed `worker` (decoded `ql:hand:<worker>` messages)."""
+        client = cast("Client", self)
+        return [Job(client, d, owner=worker) for d in messages if d.get("worker") == worker]
+
     def complete_and_reserve(
         self, job: Job, queues: Sequence[str], count: int = 1
     ) -> tuple[str, list[Job], float | None]:
         """Complete `job` and reserve the next jobs in one round trip."""
+        args = self._complete_reserve_args(job, queues, count)
+        return self._completed(job, self.call_replayable("complete.reserve", *args))
+
+    def send_complete_and_reserve(
+        self, job: Job, queues: Sequence[str], count: int = 1
+    ) -> DeferredCall[tuple[str, list[Job], float | None]]:
+        """Send `complete_and_reserve` now; its `result()` reads the reply later, once.
+
+        Lets a worker run a job it already holds while Redis completes the previous one.
+        """
+        args = self._complete_reserve_args(job, queues, count)
+        argv = ("complete.reserve", repr(self.now()), *args)
+        return DeferredCall(cast("Client", self), argv, lambda raw: self._completed(job, raw))
+
+    def _complete_reserve_args(self, job: Job, queues: Sequence[str], count: int) -> list[str]:
+        """Validate and encode the arguments of `complete.reserve` after the time."""
+        return [job.jid, job._worker_arg(), job.queue_name, job._data_text(), job.attempt_token,
+                *self._reserve_args(queues, check_int("count", count, 0, 1000))]
+
+    def _completed(self, job: Job, raw: Any) -> tuple[str, list[Job], float | None]:
+        """Decode a `complete.reserve` reply and mark `job` as no longer ours."""
+        reply = json.loads(raw)
         worker = job._worker_arg()
-        args = self._reserve_args(queues, check_int("count", count, 0, 1000))
-        reply = json.loads(self.call_replayable(
-            "complete.reserve", job.jid, worker, job.queue_name, job._data_text(),
-            job.attempt_token, *args,
-        ))
         state = str(reply.get("state", "complete"))
         job._released(state, job.queue_name)
         jobs, wake = self._jobs_and_wake(reply, worker)

@@ -27,6 +27,7 @@ MANIFEST: tuple[str, ...] = (
     "recurring.lua",
     "queue.lua",
     "worker.lua",
+    "handoff.lua",
     "config.lua",
     "api.lua",
 )

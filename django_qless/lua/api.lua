@@ -4,7 +4,8 @@
 -- Invocation: EVALSHA <sha> 0 <command> <now> <args...> (numkeys must be 0), or on Redis 7+
 -- FCALL <function> 0 <command> <now> <args...> of the library built by core/lua.py, which runs
 -- everything above main() once per server instead of once per call.
--- Keys: whatever the command touches; ql:s:wait|run:* (Q.flush_stats), ql:wake:<queue>.
+-- Keys: whatever the command touches; ql:s:wait|run:* (Q.flush_stats), ql:wake:<queue> and
+-- the hand-off keys (Q.flush_wake, handoff.lua).
 
 -- command=modules (loaded in this order) for every command of the protocol and the extensions,
 -- as one long-string constant (built at compile time, not concatenated on every call). Every
@@ -18,6 +19,7 @@ peek=objects,spawn,timers,pop reap=throttle,stats,objects,spawn,timers,pop jobs=
 queues=timers,queries pause=queries unpause=queries queue.forget=queries unfail=queries
 failed=queries stats=queries workers=worker worker.deregister=worker
 reserve=throttle,stats,objects,spawn,timers,pop,worker
+reserve.wait=throttle,stats,objects,spawn,timers,pop,handoff,worker
 complete.reserve=throttle,stats,objects,job,spawn,timers,pop,worker config.get=config
 config.set=config config.unset=config throttle.set=throttle,throttle_cmds
 throttle.get=throttle,throttle_cmds throttle.delete=throttle,throttle_cmds
@@ -53,8 +55,8 @@ local function main(keys, argv)
   Q.qth = nil
   Q.due = nil
   local result = entry[2](now, args)
+  Q.flush_wake(now) -- first: a hand-off pops, and its statistics are flushed below
   if Q.flush_stats then Q.flush_stats() end
-  Q.flush_wake()
   return result
 end
 

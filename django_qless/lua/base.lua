@@ -15,6 +15,7 @@
 --   ql:s:stats:<day>:<queue>       hash  failures/failed/retries counters (HINCRBY)
 --   ql:failures, ql:f:<group>      set, list  failure groups (SADD, LPUSH; Q.exhausted)
 --   ql:wake:<queue>                channel  queue name, published once per call per queue
+--   ql:idle:<queue>                zset     idle workers waiting for a hand-off (handoff.lua)
 --   ql:log, ql:w:<worker>, ql:<event>  channels (PUBLISH)
 
 local Q = {}
@@ -239,7 +240,27 @@ function Q.wake(queue)
   end
 end
 
-function Q.flush_wake()
+-- Modules a hand-off needs (handoff.lua), loaded only when a worker waits for one.
+local HANDOFF_MODS = 'throttle,stats,objects,spawn,timers,pop,handoff'
+
+-- Publish the wake-ups noted during this call. First, ready jobs go straight to the idle
+-- workers waiting on the queue (handoff.lua); a queue left with no ready job needs no wake-up.
+function Q.flush_wake(now)
+  local list = Q.woken_list
+  if #list == 0 then return end
+  Q.woken = {}
+  Q.woken_list = {}
+  for _, queue in ipairs(list) do
+    local idle = rcall('ZRANGEBYSCORE', 'ql:idle:' .. queue, now, '+inf', 'LIMIT', 0, 10)
+    local ready = true
+    if #idle > 0 then
+      Q.need(HANDOFF_MODS)
+      Q.hand_off(now, queue, idle)
+      ready = rcall('ZCARD', Q.kq(queue, 'work')) > 0
+    end
+    if ready then rcall('PUBLISH', 'ql:wake:' .. queue, queue) end
+  end
+  -- Queues woken by those pops (an expired lock put back), without a second hand-off round.
   for _, queue in ipairs(Q.woken_list) do rcall('PUBLISH', 'ql:wake:' .. queue, queue) end
   Q.woken = {}
   Q.woken_list = {}

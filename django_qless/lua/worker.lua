@@ -4,6 +4,8 @@
 --   workers            [worker]                          -> JSON
 --   worker.deregister  worker...                         -> nil
 --   reserve            worker count queue...             -> JSON {"jobs": [...], "wake": w}
+--   reserve.wait       worker ttl count queue...         -> as reserve; when nothing is ready,
+--                      the worker waits for a hand-off on those queues for ttl s (handoff.lua)
 --   complete.reserve   jid worker queue data token count queue... -> JSON {"state", "jobs", "wake"}
 --                      (token: the attempt token or ''; a repeat after a lost reply returns the
 --                      recorded state and the jobs the worker holds)
@@ -117,6 +119,22 @@ Q.mod.worker = function()
     local queues = queue_list(args, 3)
     Q.pop_config(queues)
     return encode_reply(reserve(now, worker, count, queues, {}))
+  end }
+
+  C['reserve.wait'] = { 'Reserve', function(now, args)
+    local worker = Q.worker(args[1])
+    local ttl = Q.number('ttl', args[2], 'missing or not a number')
+    if ttl <= 0 or ttl > 3600 then Q.fail('Arg "ttl" must be > 0 and <= 3600: ' .. args[2]) end
+    local count = Q.count(args[3], 1, 1000)
+    local queues = queue_list(args, 4)
+    Q.pop_config(queues)
+    local reply = reserve(now, worker, count, queues, {})
+    if #reply.jobs > 0 then
+      Q.idle_forget(worker)
+    else
+      Q.idle_register(now, worker, ttl, queues)
+    end
+    return encode_reply(reply)
   end }
 
   -- Lean job objects of the running jobs `worker` holds (the replay of a lost reply).

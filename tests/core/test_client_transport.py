@@ -125,6 +125,39 @@ def test_function_reload_after_function_flush(
     assert q.jobs.waiting(count=10) == ["a", "b", *jids]
 
 
+def test_deferred_complete_reserve_after_the_engine_was_flushed(
+    make_client: Callable[..., Client], r: redis.Redis
+) -> None:
+    """A completion sent ahead that finds the engine gone: reloaded, run once, same reply."""
+    client = make_client()
+    q = client.queues["q"]
+    first, second = q.put("K", {}), q.put("K", {})
+    (job,), _ = client.reserve(["q"])
+    r.script_flush()
+    if client.engine_mode == "function":
+        r.function_flush()
+    call = client.send_complete_and_reserve(job, ["q"])
+    state, more, _ = call.result()
+    assert (state, [j.jid for j in more]) == ("complete", [second])
+    assert client.jobs[first].state == "complete"
+    assert popped_count(client, [first, second]) == 2
+
+
+def test_deferred_calls_use_their_own_connections(make_client: Callable[..., Client]) -> None:
+    """Two completions in flight and the thread's own calls never read each other's replies."""
+    client = make_client()
+    q = client.queues["q"]
+    jids = [q.put("K", {"n": n}) for n in range(6)]
+    (a,), _ = client.reserve(["q"])
+    (b,), _ = client.reserve(["q"])
+    call_a = client.send_complete_and_reserve(a, ["q"])
+    call_b = client.send_complete_and_reserve(b, ["q"], 2)
+    assert client.jobs[jids[5]].state == "waiting"  # a plain call in between
+    assert [j.jid for j in call_b.result()[1]] == jids[3:5]
+    assert [j.jid for j in call_a.result()[1]] == [jids[2]]
+    assert client.jobs[a.jid].state == client.jobs[b.jid].state == "complete"
+
+
 @pytest.mark.usefixtures("redis7")
 def test_reads_still_work_at_maxmemory(make_client: Callable[..., Client], r: redis.Redis) -> None:
     """Read commands go to the no-writes function, which Redis runs even when out of memory."""

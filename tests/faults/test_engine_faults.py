@@ -182,6 +182,38 @@ def test_fi12_lost_ack_on_complete_reserve_returns_recorded_state_and_jobs(
     assert_audit_clean(rconn)
 
 
+def test_fi12_lost_ack_on_a_deferred_complete_reserve_is_replayed(tcp_redis, rconn, proxy):
+    """The worker's completion sent ahead: its reply, read later, is lost on the way."""
+    c = Client(proxy.url, worker_name="P")
+    q = c.queues["q"]
+    a, b, rest = q.put("K", {}), q.put("K", {}), q.put("K", {})
+    (job,), _ = c.reserve(["q"])
+    proxy.drop_reply_to = b"complete.reserve"
+    call = c.send_complete_and_reserve(job, ["q"])
+    other = q.put("K", {})  # the thread's own connection is free meanwhile
+    state, more, _ = call.result()
+    assert proxy.dropped == 1
+    assert (state, [j.jid for j in more]) == ("complete", [b])
+    assert call.result()[1] is more  # read and decoded once
+    assert rconn.hget(f"ql:j:{rest}", "state") == "waiting"  # nothing popped twice
+    assert done_count(tcp_redis.url, a) == 1
+    more[0].complete()
+    assert {rconn.hget(f"ql:j:{j}", "state") for j in (rest, other)} == {"waiting"}
+    assert_audit_clean(rconn)
+
+
+def test_fi12_a_deferred_complete_refused_raises_its_typed_error(tcp_redis, rconn):
+    c = Client(tcp_redis.url, worker_name="P")
+    c.queues["q"].put("K", {})
+    (job,), _ = c.reserve(["q"])
+    Client(tcp_redis.url).jobs[job.jid].timeout()  # the lock is gone before we complete
+    call = c.send_complete_and_reserve(job, ["q"])
+    for _ in range(2):  # the same error every time it is asked
+        with pytest.raises((LostLockError, InvalidStateTransition)):
+            call.result()
+    assert_audit_clean(rconn)
+
+
 @pytest.mark.parametrize("op", ["put", "fail", "retry", "heartbeat"])
 def test_fi12_lost_ack_on_other_mutations_executes_once(tcp_redis, rconn, proxy, op):
     c = Client(proxy.url, worker_name="P")

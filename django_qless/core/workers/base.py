@@ -1,73 +1,51 @@
 """The reserve → run → complete loop shared by the serial worker and each forked child.
 
 Hot path: one round trip per job. `complete.reserve` completes the finished job and takes
-the next one in the same script call. When nothing is ready the loop blocks on the wake-up
-channels (subscribed *before* reserving) for at most min(interval, wake), where `wake` is
-the engine's "seconds until something is due" (scheduled job, recurring spawn, lock expiry).
+the next one in the same script call; after a short job it is only sent, and the job held
+ahead runs while Redis works (inhand.py). How an idle loop gets its next job (hand-off,
+wake-up, reserve) is in taking.py.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import random
 import threading
 import time
-from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-import redis
-
-from django_qless.core.client import Client
-from django_qless.core.exceptions import (
-    InvalidStateTransition,
-    JobNotFound,
-    LostLockError,
-    QlessConnectionError,
-    QlessError,
-)
-from django_qless.core.serialization import check_jid, check_worker
+from django_qless.core.exceptions import QlessError
 from django_qless.core.workers.config import WorkerConfig
 from django_qless.core.workers.heartbeat import Heartbeater
 from django_qless.core.workers.hooks import WorkerHooksProtocol
+from django_qless.core.workers.inhand import JobsInHand, complete_outcome
 from django_qless.core.workers.proctitle import child_title, set_title
 from django_qless.core.workers.reaper import LeaseReaper
 from django_qless.core.workers.reservers import QueueSelection, make_reserver
 from django_qless.core.workers.runner import AbortGuard, JobRunner, Outcome
 from django_qless.core.workers.sandbox import Sandbox
 from django_qless.core.workers.shutdown import SignalState
+from django_qless.core.workers.taking import MAX_QUEUES_PER_CALL, JobTaking
 from django_qless.core.workers.wakeup import WakeWaiter
 
 if TYPE_CHECKING:
     from django_qless.core.job import Job
 
-__all__ = ["JobLoop", "release_job"]
+__all__ = ["JobLoop"]
 
 log = logging.getLogger("django_qless.worker")
 
-_MAX_QUEUES_PER_CALL = 20
 # While jobs flow, buffered wake-ups are consumed at most this often (the wake socket must
 # not fill up); the reserve that follows an empty complete+reserve drains anyway.
 _DRAIN_EVERY = 0.05
-_TRANSIENT = (QlessConnectionError, redis.ConnectionError, redis.TimeoutError, OSError)
+# A job that ran this briefly lets the loop hold the next job ahead (see inhand.py); one that
+# runs this long hands the held job back.
+PREFETCH_BELOW = 0.005
+HAND_BACK_AFTER = 0.1
 
 
-def release_job(client: Client, jid: str, worker: str) -> bool:
-    """Put a job held by `worker` back to waiting, keeping everything, spending no retry.
-
-    One engine call (`release`), so it cannot race a lock expiry. Returns False if the job
-    is no longer running for that worker.
-    """
-    try:
-        client.call("release", check_jid(jid), check_worker(worker))
-    except (LostLockError, InvalidStateTransition, JobNotFound):
-        return False
-    log.info("job %s released back to waiting", jid)
-    return True
-
-
-class JobLoop:
+class JobLoop(JobTaking):
     """Take jobs and run them in this process until told to stop."""
 
     #: Wait at most this long while idle before re-checking the supervisor (children).
@@ -97,21 +75,26 @@ class JobLoop:
         self.guard = AbortGuard()
         self.sandbox = Sandbox(config.sandbox_root, name)
         self.runner = JobRunner(config, hooks, config.registry, self.sandbox, self.guard)
-        self.waiter = WakeWaiter(self.client.redis, self.selection, signals.wake_pipe)
+        self.waiter = WakeWaiter(self.client.redis, self.selection, signals.wake_pipe, name)
         self.heartbeater = Heartbeater(
             self._on_lock_lost,
             timeout=self._thread_timeout(),
             on_timeout=self._on_timeout,
             on_tick=self._tick,
+            on_long=self._on_long,
+            long_after=HAND_BACK_AFTER,
         )
         self.started = time.monotonic()
         self.done = 0
         self.failed = 0
+        self.taken = 0  # jobs started (what max_jobs counts)
         self.current: Job | None = None
-        self._pending: deque[Job] = deque()
+        self.in_hand = JobsInHand(self.client, name)
+        # Outcomes are counted by the job thread and, for a completion read by the heartbeat
+        # thread (a long job hands the held jobs back), by that thread.
+        self._count_lock = threading.Lock()
         self._backoff = 0.0
         self._drain_at = 0.0
-        self._woken = False
         # Only where no supervisor does it (the serial worker); see reaper.py.
         self.reaper: LeaseReaper | None = None
         # The heartbeat thread sets the running title, the loop the idle one: this keeps a
@@ -166,13 +149,13 @@ class JobLoop:
         self.heartbeater.start()
         try:
             if self.resume:
-                self._pending.extend(self._held_jobs())
+                self.in_hand.add(self._held_jobs())
             self._loop()
         finally:
             self._finish()
 
     def _limit_reached(self) -> bool:
-        if self.max_jobs and self.done + self.failed >= self.max_jobs:
+        if self.max_jobs and self.taken >= self.max_jobs:
             return True
         duration = self.config.max_duration
         return bool(duration and time.monotonic() - self.started >= duration)
@@ -188,22 +171,30 @@ class JobLoop:
             if self.reaper is not None:
                 self.reaper.maybe_reap()
             if self.signals.paused:
+                self._hand_back()  # held ahead, or handed over after registering as idle
                 self.between_jobs()
                 self._idle_title()
                 self.waiter.wait(min(self.config.interval, self.idle_cap))
                 self.waiter.drain()  # wake-ups while paused must not make wait() spin
                 continue
-            if not self._pending:
+            job = self.in_hand.take()
+            while job is None and self.in_hand.in_flight:
+                self._settle_inflight()  # the oldest reply may carry the next job
+                job = self.in_hand.take()
+            if job is None:
                 self.between_jobs()
                 jobs, wake = self._reserve()
                 if not jobs:
                     self._idle(wake)
                     continue
-                self._pending.extend(jobs)
+                self.in_hand.add(jobs)
+                job = self.in_hand.take()
+                if job is None:
+                    continue
             # A stop that landed during the reserve: do not start the job (released later).
             if self.signals.stop_requests or not self.should_continue():
+                self.in_hand.put_back(job)
                 return
-            job = self._pending.popleft()
             if self._perform(job):
                 return
 
@@ -212,7 +203,9 @@ class JobLoop:
         # No title here: the heartbeat thread sets "running" once it notices the job (within
         # its check interval), so a stream of short jobs costs no setproctitle per job.
         self.current = job
+        self.taken += 1
         self.on_job_start(job)
+        started = time.monotonic()
         self.heartbeater.watch(job)
         try:
             outcome = self.runner.run(job, self._pre_abort)
@@ -224,119 +217,105 @@ class JobLoop:
             log.warning("job %s aborted: %s", job.jid, reason)
             stop = self.on_aborted(job, reason)
         elif outcome is Outcome.COMPLETE:
-            outcome = self._complete(job)
-        if outcome is Outcome.FAILED:
-            self.failed += 1
-        elif outcome in (Outcome.COMPLETE, Outcome.SETTLED):
-            self.done += 1
+            completed = self._complete(job, time.monotonic() - started)
+            if completed is None:
+                self.current = None  # sent ahead: counted when its reply is read
+                return stop
+            outcome = completed
         self.current = None
-        self.on_job_end(job, outcome)
+        self._settled(job, outcome)
         return stop
 
-    def _complete(self, job: Job) -> Outcome:
-        """Complete `job` and, if we may, take the next one in the same round trip."""
-        want = 1 if not self._pending and self._will_take_after(job) else 0
-        queues = self.reserver.order()[:_MAX_QUEUES_PER_CALL] or [job.queue_name]
+    def _settled(self, job: Job, outcome: Outcome) -> None:
+        """Count a settled job and report it."""
+        with self._count_lock:
+            if outcome is Outcome.FAILED:
+                self.failed += 1
+            elif outcome in (Outcome.COMPLETE, Outcome.SETTLED):
+                self.done += 1
+        self.on_job_end(job, outcome)
+
+    def _settle_inflight(self) -> None:
+        """Read the oldest reply of a completion sent ahead, if any (its jobs are held)."""
+        settled = self.in_hand.settle()
+        if settled is not None:
+            self._settled(*settled)
+
+    def _hand_back(self) -> None:
+        """Release the jobs held ahead or handed over (none is running), after reading the
+        calls in flight (job thread)."""
+        self._adopt_handed()
+        self._release_in_hand()
+
+    def _release_in_hand(self) -> None:
+        for settled in self.in_hand.hand_back():
+            self._settled(*settled)
+
+    def _on_long(self, job: Job) -> None:
+        """Heartbeat thread: `job` runs long, so the jobs held ahead go back to waiting."""
+        if len(self.in_hand) or self.in_hand.in_flight:
+            log.debug("job %s runs long: handing back the jobs held ahead", job.jid)
+            self._release_in_hand()
+
+    def _complete(self, job: Job, elapsed: float) -> Outcome | None:
+        """Complete `job` and, if we may, take the next one in the same round trip.
+
+        After a short job, while another job is held or coming, the completion is only sent
+        (None is returned; the reply is read later): the next job runs while Redis works.
+        """
+        in_hand = self.in_hand
+        ahead = self.config.prefetch and elapsed < PREFETCH_BELOW
+        if not ahead:
+            self._settle_all()  # a completion waited for comes after the ones in flight
+        elif in_hand.in_flight >= in_hand.max_in_flight:
+            self._settle_inflight()
+        held = len(in_hand) + in_hand.coming
+        want = 0
+        if self._will_take_after():
+            # Hold the next job, plus one ahead after short jobs; never past max_jobs.
+            want = (2 if ahead else 1) - held
+            if self.max_jobs:
+                want = min(want, self.max_jobs - self.taken - held)
+            want = max(0, want)
+        queues = self.reserver.order()[:MAX_QUEUES_PER_CALL] or [job.queue_name]
         if want:
             self.waiter.ensure_subscribed()
             now = time.monotonic()
             if now >= self._drain_at:
                 self._drain_at = now + _DRAIN_EVERY
                 self.waiter.drain()
-        try:
-            _, jobs, _ = self.client.complete_and_reserve(job, queues, want)
-        except (LostLockError, InvalidStateTransition, JobNotFound) as exc:
-            log.warning("job %s: complete refused, lock lost: %s", job.jid, exc)
-            return Outcome.LOST
-        except QlessError as exc:
-            log.error("job %s: complete failed: %s", job.jid, exc)
-            return Outcome.LOST
-        self._pending.extend(jobs)
-        return Outcome.COMPLETE
+                self._adopt_handed()
+        if ahead and held and self._will_take_after():
+            try:
+                in_hand.send(job, queues, want)
+                return None
+            except QlessError as exc:  # refused before sending (bad arguments)
+                log.error("job %s: complete failed: %s", job.jid, exc)
+                return Outcome.LOST
+        self._settle_all()
+        outcome, jobs = complete_outcome(
+            job, lambda: self.client.complete_and_reserve(job, queues, want)
+        )
+        in_hand.add(jobs)
+        return outcome
 
-    def _will_take_after(self, job: Job) -> bool:
-        """Tell whether the loop will want another job once `job` counts as done."""
+    def _settle_all(self) -> None:
+        for settled in self.in_hand.settle_all():
+            self._settled(*settled)
+
+    def _will_take_after(self) -> bool:
+        """Tell whether the loop will want another job once the running one is done."""
         if self.signals.stopping or self.signals.paused or not self.should_continue():
             return False
-        if self.max_jobs and self.done + self.failed + 1 >= self.max_jobs:
+        if self.max_jobs and self.taken + len(self.in_hand) + self.in_hand.coming >= self.max_jobs:
             return False
         duration = self.config.max_duration
         return not (duration and time.monotonic() - self.started >= duration)
 
-    def _reserve(self) -> tuple[list[Job], float | None]:
-        """Take one job from the selected queues (subscribing to wake-ups first).
-
-        Wake-ups buffered before a reserve are consumed first, so one arriving while we
-        wait means new work. Right after a wake-up, though, the reserve goes first (the
-        drain costs about as much as the reserve on a process that just woke): if it
-        yields a job, the buffered wake-ups are consumed before the next complete+reserve;
-        if not, they are consumed now and the reserve repeated, as usual.
-        """
-        self.waiter.ensure_subscribed()
-        woken, self._woken = self._woken, False
-        if woken:
-            jobs, wake = self._reserve_once()
-            if jobs:
-                self._drain_at = 0.0
-                return jobs, wake
-        self.waiter.drain()
-        return self._reserve_once()
-
-    def _reserve_once(self) -> tuple[list[Job], float | None]:
-        try:
-            order = self.reserver.order()
-            wake: float | None = None
-            for start in range(0, len(order), _MAX_QUEUES_PER_CALL):
-                chunk = order[start:start + _MAX_QUEUES_PER_CALL]
-                jobs, chunk_wake = self.client.reserve(chunk, 1)
-                if jobs:
-                    self._backoff = 0.0
-                    return jobs, None
-                if chunk_wake is not None:
-                    wake = chunk_wake if wake is None else min(wake, chunk_wake)
-            self._backoff = 0.0
-            return [], wake
-        except _TRANSIENT as exc:
-            self._backoff = min(max(self._backoff * 2, 0.1), 10.0)
-            log.warning("reserve failed (%s); retrying in %.1fs", exc, self._backoff)
-            return [], self._backoff * (0.5 + random.random())  # noqa: S311
-        except QlessError as exc:
-            self._backoff = min(max(self._backoff * 2, 0.5), 10.0)
-            log.error("reserve refused (%s); retrying in %.1fs", exc, self._backoff)
-            return [], self._backoff
-
-    def _idle(self, wake: float | None) -> None:
-        """Block until a wake-up, a signal, or the next due time."""
-        self._idle_title()
-        timeout = min(self.config.interval, self.idle_cap)
-        if wake is not None:
-            # A lock expiring "now" can report 0 repeatedly during its grace: do not spin.
-            timeout = min(timeout, max(wake, 0.005))
-        if self.reaper is not None:
-            timeout = min(timeout, max(self.reaper.seconds_left(), 0.005))
-        self._woken = self.waiter.wait(timeout)
-
-    def _held_jobs(self) -> list[Job]:
-        """Return the jobs this worker name still holds (for `resume`)."""
-        try:
-            jids = self.client.workers[self.name]["jobs"]
-            jobs = self.client.jobs.get_many(*jids) if jids else []
-        except QlessError as exc:
-            log.error("resume: could not list held jobs: %s", exc)
-            return []
-        held = [j for j in jobs if j.state == "running" and j.worker_name == self.name]
-        if held:
-            log.info("resuming %d held job(s): %s", len(held), ", ".join(j.jid for j in held))
-        return held
-
     def _finish(self) -> None:
         """Release unstarted jobs, stop threads, deregister, run stop hooks."""
-        for job in list(self._pending):
-            try:
-                release_job(self.client, job.jid, self.name)
-            except QlessError as exc:
-                log.error("job %s: could not release (%s); its lease will expire", job.jid, exc)
-        self._pending.clear()
+        self.waiter.stop_hand_offs()
+        self._hand_back()
         self.heartbeater.stop()
         self.waiter.close()
         try:

@@ -23,9 +23,10 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from django_qless.core.exceptions import QlessError
-from django_qless.core.workers.base import JobLoop, release_job
+from django_qless.core.workers.base import JobLoop
 from django_qless.core.workers.config import WorkerConfig, default_worker_name
 from django_qless.core.workers.hooks import WorkerHooksProtocol
+from django_qless.core.workers.inhand import release_job
 from django_qless.core.workers.runner import Outcome
 from django_qless.core.workers.shutdown import ExitCode, SignalState, reset_child_signals
 

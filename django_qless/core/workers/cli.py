@@ -130,6 +130,8 @@ def _check_url(url: str) -> None:
 def add_shared_options(p: argparse.ArgumentParser) -> None:
     """Add the options `qless-worker` and `manage.py qless_worker` declare alike."""
     p.add_argument("--fork-per-job", action="store_true", help="a fresh child for every job")
+    p.add_argument("--no-prefetch", dest="prefetch", action="store_false",
+                   help="never hold a job ahead while short jobs run (see docs/worker.md)")
     p.add_argument("--child-max-jobs", type=non_negative_int, default=0,
                    help="replace a child after this many jobs (0: never)")
     p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
@@ -196,6 +198,7 @@ def config_from_args(args: argparse.Namespace) -> WorkerConfig:
         processes=args.processes,
         reserver=args.reserver,
         fork_per_job=args.fork_per_job,
+        prefetch=args.prefetch,
         child_max_jobs=args.child_max_jobs,
         import_modules=tuple(args.imports),
         max_jobs=args.max_jobs,

@@ -48,6 +48,9 @@ class WorkerConfig:
     processes: int | None = None
     reserver: ReserverName = "ordered"
     fork_per_job: bool = False
+    # While jobs finish within a few ms, hold the next job ahead and send each completion
+    # without waiting for its reply (see inhand.py); False: one job at a time.
+    prefetch: bool = True
     # Recycle a child after this many jobs (0: never); fork_per_job means 1.
     child_max_jobs: int = 0
     import_modules: tuple[str, ...] = ()

@@ -18,14 +18,13 @@ import time
 import redis
 
 from django_qless.core.client import Client
-from django_qless.core.exceptions import QlessConnectionError, QlessError
-from django_qless.core.workers.base import release_job
+from django_qless.core.exceptions import QlessError
 from django_qless.core.workers.child import child_main, parse_status_line
 from django_qless.core.workers.config import WorkerConfig, default_worker_name
+from django_qless.core.workers.disposal import ChildDisposal
 from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol
 from django_qless.core.workers.listener import ABORT_EVENTS
 from django_qless.core.workers.proctitle import set_title, supervisor_title
-from django_qless.core.workers.runner import KILLED_GROUP, TIMEOUT_GROUP
 from django_qless.core.workers.shutdown import ExitCode, SignalState
 from django_qless.core.workers.supervision import ChildChannels, ChildProc
 
@@ -37,7 +36,7 @@ _BLOCKED = {*SignalState.HANDLED, signal.SIGCHLD}
 _STATUS_EVERY = 0.05  # seconds between two reads of the children's status pipes
 
 
-class ForkingWorker:
+class ForkingWorker(ChildDisposal):
     """Pre-fork N job-running children and supervise them."""
 
     def __init__(self, config: WorkerConfig, hooks: WorkerHooksProtocol | None = None) -> None:
@@ -250,87 +249,6 @@ class ForkingWorker:
             self._read_status(child)
             os.close(child.status_fd)
             self._after_death(child, os.waitstatus_to_exitcode(status))
-
-    def _after_death(self, child: ChildProc, code: int) -> None:
-        """Dispose of the dead child's job and plan its replacement."""
-        assert self.client is not None and self.channels is not None
-        self.channels.remove(child.name)
-        reason = child.kill_reason
-        if reason is None and self.signals.stop_requests and code == ExitCode.CHILD_ABORTED:
-            reason = "shutdown"
-        level = logging.INFO if code == 0 or reason else logging.ERROR
-        log.log(level, "child %s (pid %d) exited with %d (%s)%s", child.name, child.pid, code,
-                reason or "unexpected", f", job {child.jid}" if child.jid else "")
-        try:
-            if reason in ("shutdown", "forced"):
-                self._release_all(child)
-            elif reason in ("timeout", "killed") and child.jid:
-                self._fail(child, reason)
-            elif child.jid is None or code == 0:
-                self.client.workers.deregister(child.name)
-        except QlessError as exc:
-            log.error("could not dispose of child %s's job: %s", child.name, exc)
-            if reason in ("shutdown", "forced"):
-                self._unreleased += 1
-        uptime = time.monotonic() - child.started
-        crashed = code != 0 and reason is None
-        if crashed and uptime < self.config.respawn_min_uptime:
-            self.slot_failures[child.slot] += 1
-            delay = min(0.1 * 2 ** self.slot_failures[child.slot], self.config.respawn_max_backoff)
-            log.warning("child slot %d dies quickly; respawning in %.1fs", child.slot, delay)
-            self.slot_ready_at[child.slot] = time.monotonic() + delay
-        else:
-            self.slot_failures[child.slot] = 0
-            self.slot_ready_at[child.slot] = 0.0
-        self.free_slots.append(child.slot)
-
-    def _release_all(self, child: ChildProc) -> None:
-        """Release every job the dead child still held (including one not yet reported)."""
-        if self._redis_down:
-            self._unreleased += 1
-            return
-        client = self._release_client()
-        try:
-            jids = set(client.workers[child.name]["jobs"])
-            if child.jid:
-                jids.add(child.jid)
-            for jid in sorted(jids):
-                try:
-                    release_job(client, jid, child.name)
-                except QlessConnectionError:
-                    raise
-                except QlessError as exc:
-                    log.error("job %s: could not release (%s); its lease will expire", jid, exc)
-                    self._unreleased += 1
-            client.workers.deregister(child.name)
-        except QlessConnectionError as exc:
-            # Redis is unreachable or silent: don't wait a timeout per job; the leases
-            # expire and the jobs come back to another worker anyway.
-            log.error("could not release child %s's jobs (%s); their leases will expire",
-                      child.name, exc)
-            self._unreleased += 1
-            self._redis_down = True
-
-    def _release_client(self) -> Client:
-        """Return a client with a short socket timeout for releasing jobs at shutdown."""
-        if self._releaser is None:
-            timeout = min(5.0, max(0.5, self.config.shutdown_grace / 2))
-            self._releaser = self.config.make_client(worker_name=self.name,
-                                                     socket_timeout=timeout)
-        return self._releaser
-
-    def _fail(self, child: ChildProc, reason: str) -> None:
-        assert self.client is not None and child.jid is not None
-        reply = self.client.call_json("get", child.jid)
-        if not reply or reply.get("state") != "running" or reply.get("worker") != child.name:
-            return
-        if reason == "timeout":
-            group, text = TIMEOUT_GROUP, f"job exceeded its time limit of {self.config.timeout:g}s"
-        else:
-            group, text = KILLED_GROUP, "job killed by USR1"
-        self.client.call("fail", child.jid, child.name, group,
-                         f"{text} on worker {child.name} (pid {child.pid})")
-        self.failed += 1
 
     # -- pubsub events -------------------------------------------------------------------------
     def _handle_events(self) -> None:

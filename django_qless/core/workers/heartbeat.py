@@ -52,6 +52,8 @@ class Heartbeater(threading.Thread):
         timeout: float = 0.0,
         on_timeout: Callable[[Job], None] | None = None,
         on_tick: Callable[[Job, float], None] | None = None,
+        on_long: Callable[[Job], None] | None = None,
+        long_after: float = 0.1,
         check: float = 0.05,
         park_after: float = 1.0,
     ) -> None:
@@ -62,6 +64,9 @@ class Heartbeater(threading.Thread):
         # Called when the thread first notices a job, then about once a second, with the
         # job's elapsed time (process titles).
         self.on_tick = on_tick
+        # Called once when a job has run `long_after` seconds (jobs held ahead go back).
+        self.on_long = on_long
+        self.long_after = long_after
         self.check = check
         self.park_after = park_after
         self._cond = threading.Condition()
@@ -121,6 +126,7 @@ class Heartbeater(threading.Thread):
         seen = -1
         period = next_beat = next_tick = 0.0
         deadline: float | None = None
+        long_at: float | None = None
         while not self._stopped:
             generation, job, since = self._current
             now = time.monotonic()
@@ -135,6 +141,7 @@ class Heartbeater(threading.Thread):
                 period = self.period_for(job)
                 next_beat = since + period
                 deadline = since + self.timeout if self.timeout > 0 else None
+                long_at = since + self.long_after if self.on_long is not None else None
                 next_tick = now  # the first tick (title) as soon as the job is noticed
             if self.on_tick is not None and now >= next_tick:
                 next_tick = now + _TICK
@@ -145,11 +152,16 @@ class Heartbeater(threading.Thread):
             if deadline is not None and now >= deadline:
                 deadline = None
                 self._fire_timeout(job, generation)
+            if long_at is not None and now >= long_at:
+                long_at = None
+                self._fire_long(job, generation)
             if now >= next_beat and self.is_current(generation):
                 next_beat = self._beat(job, generation, period)
             wake_at = min(now + self.check, next_beat, next_tick)
             if deadline is not None:
                 wake_at = min(wake_at, deadline)
+            if long_at is not None:
+                wake_at = min(wake_at, long_at)
             self._sleep(wake_at - time.monotonic())
 
     def _beat(self, job: Job, generation: int, period: float) -> float:
@@ -168,6 +180,13 @@ class Heartbeater(threading.Thread):
         except Exception as exc:  # connection errors and the like: transient
             log.warning("job %s: heartbeat failed (%s); retrying", job.jid, exc)
         return time.monotonic() + max(_MIN_PERIOD, min(period, 1.0))
+
+    def _fire_long(self, job: Job, generation: int) -> None:
+        if self.is_current(generation) and self.on_long is not None:
+            try:
+                self.on_long(job)
+            except Exception:
+                log.exception("job %s: handing back the jobs held ahead failed", job.jid)
 
     def _fire_timeout(self, job: Job, generation: int) -> None:
         if self.is_current(generation) and self.on_timeout is not None:

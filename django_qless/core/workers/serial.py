@@ -13,9 +13,10 @@ import signal
 from typing import TYPE_CHECKING, Any
 
 from django_qless.core.exceptions import QlessError
-from django_qless.core.workers.base import JobLoop, release_job
+from django_qless.core.workers.base import JobLoop
 from django_qless.core.workers.config import WorkerConfig, default_worker_name
 from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol
+from django_qless.core.workers.inhand import release_job
 from django_qless.core.workers.listener import ABORT_EVENTS, WorkerChannelListener
 from django_qless.core.workers.runner import KILLED_GROUP, TIMEOUT_GROUP, Outcome
 from django_qless.core.workers.shutdown import ExitCode, SignalState

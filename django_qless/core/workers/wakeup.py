@@ -4,10 +4,17 @@ The engine publishes the queue name on `ql:wake:<queue>` whenever jobs become re
 The waiter subscribes to those channels and waits for the confirmation *before* the worker's
 first reserve, so a put that lands between "reserve found nothing" and "start waiting" is
 never missed: its wake-up is already buffered on the subscribed socket.
+
+It also listens on `ql:hand:<worker>`: a worker that found nothing registers as idle
+(`reserve.wait`), and the engine then pops the next ready job for it and publishes the job
+there (engine handoff.lua), saving the reserve round trip. Handed jobs are kept in `handed`
+until the worker takes them. If the subscription breaks, messages may have been lost:
+`lost` is set, and the worker looks up the jobs the engine says it holds.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import select
 import time
@@ -23,18 +30,30 @@ __all__ = ["WakeWaiter"]
 log = logging.getLogger("django_qless.worker")
 
 _PREFIX = "ql:wake:"
+HAND_PREFIX = "ql:hand:"
 
 
 class WakeWaiter:
     """A pubsub connection on the wake channels plus the process's wake pipe."""
 
-    def __init__(self, conn: redis.Redis, selection: QueueSelection, pipe: WakePipe) -> None:
+    def __init__(
+        self, conn: redis.Redis, selection: QueueSelection, pipe: WakePipe, worker: str = ""
+    ) -> None:
         self.conn = conn
         self.selection = selection
         self.pipe = pipe
+        # The worker's hand-off channel ("" : none): jobs published there are kept in `handed`.
+        self.hand_channel = HAND_PREFIX + worker if worker else ""
+        self.handed: list[dict[str, Any]] = []
+        self.lost = False  # the subscription broke: hand-offs may have been missed
         self._pubsub: Any = None
         self._subscribed: tuple[frozenset[str], frozenset[str]] | None = None
         self._broken_until = 0.0
+
+    @property
+    def subscribed(self) -> bool:
+        """Tell whether the wake channels (and the hand-off channel) are listened to now."""
+        return self._pubsub is not None
 
     # -- subscription ---------------------------------------------------------------------
     def ensure_subscribed(self) -> None:
@@ -42,6 +61,8 @@ class WakeWaiter:
         if self._pubsub is not None and self._subscribed is not None:
             return  # the channels follow the queue specs, which never change
         channels, patterns = self.selection.wake_channels()
+        if self.hand_channel:
+            channels = [*channels, self.hand_channel]
         wanted = (frozenset(channels), frozenset(patterns))
         if time.monotonic() < self._broken_until:
             return
@@ -65,17 +86,22 @@ class WakeWaiter:
         deadline = time.monotonic() + 5.0
         while pending and time.monotonic() < deadline:
             msg = pubsub.get_message(timeout=max(0.0, deadline - time.monotonic()))
-            if msg is not None and msg["type"] in ("subscribe", "psubscribe"):
+            if msg is None:
+                continue
+            if msg["type"] in ("subscribe", "psubscribe"):
                 pending -= 1
+            elif msg["type"] == "message" and msg.get("channel") == self.hand_channel:
+                self._keep_handed(msg.get("data"))
         if pending:
             pubsub.close()
             raise redis.TimeoutError("no subscribe confirmation from Redis")
         self._pubsub = pubsub
         self._subscribed = wanted
 
-    def close(self) -> None:
-        """Drop the pubsub connection."""
+    def close(self, *, broken: bool = True) -> None:
+        """Drop the pubsub connection (`broken`: messages may have been lost)."""
         if self._pubsub is not None:
+            self.lost = self.lost or broken
             try:
                 self._pubsub.close()
             except Exception:  # noqa: S110 - closing a broken socket may fail; nothing to do
@@ -95,6 +121,9 @@ class WakeWaiter:
                 if msg is None:
                     return names
                 if msg["type"] in ("message", "pmessage"):
+                    if msg.get("channel") == self.hand_channel:
+                        self._keep_handed(msg.get("data"))
+                        continue
                     name = _queue_of(msg)
                     names.append(name)
                     self.selection.note_wake(name)
@@ -102,6 +131,46 @@ class WakeWaiter:
             log.warning("wake-up connection lost (%s); resubscribing", exc)
             self.close()
             return names
+
+    def _keep_handed(self, data: Any) -> None:
+        try:
+            job = json.loads(data)
+        except (TypeError, ValueError):
+            log.error("unreadable hand-off message ignored: %.200r", data)
+            return
+        if isinstance(job, dict) and job.get("jid"):
+            self.handed.append(job)
+
+    def stop_hand_offs(self) -> None:
+        """Unsubscribe from the hand-off channel, keeping what arrived before (leaving).
+
+        Redis confirms the unsubscribe after every message published before it, and hands
+        nothing to a worker nobody listens for: afterwards `handed` is complete.
+        """
+        pubsub = self._pubsub
+        if pubsub is None or not self.hand_channel:
+            return
+        try:
+            pubsub.unsubscribe(self.hand_channel)
+            deadline = time.monotonic() + 2.0
+            while time.monotonic() < deadline:
+                msg = pubsub.get_message(timeout=max(0.0, deadline - time.monotonic()))
+                if msg is None:
+                    continue
+                if msg.get("channel") != self.hand_channel:
+                    continue
+                if msg["type"] == "unsubscribe":
+                    return
+                if msg["type"] == "message":
+                    self._keep_handed(msg.get("data"))
+        except (redis.RedisError, OSError, ValueError, TypeError, AttributeError) as exc:
+            log.warning("could not stop hand-offs cleanly (%s)", exc)
+        self.close()
+
+    def take_handed(self) -> list[dict[str, Any]]:
+        """Return the jobs handed to this worker since the last call (job-thread only)."""
+        jobs, self.handed = self.handed, []
+        return jobs
 
     def wait(self, timeout: float) -> bool:
         """Block until a wake-up message, a wake-pipe byte, or `timeout`; True if a message."""

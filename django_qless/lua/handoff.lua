@@ -1,0 +1,62 @@
+-- handoff.lua: hand a ready job straight to an idle worker (extension).
+--
+-- A worker with nothing to do calls `reserve.wait`: it reserves as `reserve` does and, when
+-- nothing is ready, registers as idle on those queues until now + ttl. When jobs then become
+-- ready in one of them (any call that wakes the queue: put, release, retry, promotion,
+-- unpause...), the engine pops one for the longest-waiting idle worker that still listens on
+-- ql:hand:<worker> (PUBSUB NUMSUB) and publishes the job there, the same JSON object as in a
+-- reserve reply: the job starts without a reserve round trip. A queue whose new work all
+-- went to idle workers gets no ql:wake:<queue> message. Stock qless clients never register,
+-- so nothing changes for them. A handed job is popped like any other: if its worker dies, the
+-- supervisor releases it, or its lease expires.
+--
+-- Commands (after `now`):
+--   reserve.wait   worker ttl count queue...   -> JSON {"jobs": [...], "wake": w} (as reserve)
+--                  (in worker.lua; ttl: seconds the idle registration lasts, 0 < ttl <= 3600)
+--
+-- Keys:
+--   ql:idle:<queue>    zset  worker -> registration expiry (ZADD, ZRANGEBYSCORE, ZREM,
+--                            ZREMRANGEBYSCORE)
+--   ql:idle            hash  worker -> the queues it registered on, space-separated
+--   channels: ql:hand:<worker> (PUBSUB NUMSUB, PUBLISH), ql:wake:<queue>
+
+Q.mod.handoff = function()
+  local rcall = Q.rcall
+
+  -- Forget `worker`'s idle registration on every queue it named.
+  function Q.idle_forget(worker)
+    local queues = rcall('HGET', 'ql:idle', worker)
+    if not queues then return end
+    for queue in queues:gmatch('%S+') do rcall('ZREM', 'ql:idle:' .. queue, worker) end
+    rcall('HDEL', 'ql:idle', worker)
+  end
+
+  -- Register `worker` as idle on `queues` until now + ttl (dropping lapsed registrations).
+  function Q.idle_register(now, worker, ttl, queues)
+    Q.idle_forget(worker)
+    for _, queue in ipairs(queues) do
+      local key = 'ql:idle:' .. queue
+      rcall('ZREMRANGEBYSCORE', key, '-inf', '(' .. now)
+      rcall('ZADD', key, now + ttl, worker)
+    end
+    rcall('HSET', 'ql:idle', worker, table.concat(queues, ' '))
+  end
+
+  -- Pop one job of `queue` for each listening worker of `idle` (oldest registration first)
+  -- and publish it on its ql:hand channel; stop when the queue yields nothing (paused,
+  -- throttled, at its concurrency limit): those workers stay registered for later.
+  function Q.hand_off(now, queue, idle)
+    for _, worker in ipairs(idle) do
+      if tonumber(rcall('PUBSUB', 'NUMSUB', 'ql:hand:' .. worker)[2]) == 0 then
+        Q.idle_forget(worker) -- gone, or stopped waiting
+      else
+        Q.pop_config({ queue })
+        Q.worker_seen = nil -- this worker's ql:workers entry is its own
+        local out = {}
+        if Q.pop_queue(now, queue, worker, 1, true, out) == 0 then return end
+        Q.idle_forget(worker)
+        rcall('PUBLISH', 'ql:hand:' .. worker, cjson.encode(out[1]))
+      end
+    end
+  end
+end

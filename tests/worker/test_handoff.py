@@ -1,0 +1,89 @@
+"""Idle workers get jobs handed over by the engine (reserve.wait + ql:hand:<worker>)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from django_qless.core.client import Client
+from django_qless.core.registry import Registry
+from django_qless.core.workers import SerialWorker, WorkerConfig
+from tests.worker.conftest import wait_until
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def idle_worker(redis_url: str, registry: Registry) -> tuple[SerialWorker, threading.Thread]:
+    config = WorkerConfig(url=redis_url, queues=("q",), processes=0, registry=registry,
+                          name="idle", interval=30)
+    worker = SerialWorker(config, install_signals=False)
+    thread = threading.Thread(target=worker.run_forever, daemon=True)
+    thread.start()
+    return worker, thread
+
+
+def registered(client: Client) -> bool:
+    return client.redis.hget("ql:idle", "idle") == "q"
+
+
+def test_a_job_put_for_an_idle_worker_starts_without_a_reserve(
+    redis_url: str, client: Client
+) -> None:
+    started: list[tuple[str, int]] = []
+    registry = Registry()
+    worker: SerialWorker
+    registry.register("k", lambda job: started.append((job.jid, reserves[0])))
+    reserves = [0]
+    worker, thread = idle_worker(redis_url, registry)
+    real = worker.client.reserve
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        reserves[0] += 1
+        return real(*args, **kwargs)
+
+    worker.client.reserve = counting  # type: ignore[method-assign]
+    wait_until(lambda: registered(client))
+    before = reserves[0]
+    jid = client.queues["q"].put("k", {})
+    wait_until(lambda: client.jobs[jid].state == "complete")
+    assert started == [(jid, before)]  # no reserve between the put and the start
+    assert client.jobs[jid].history[1]["worker"] == "idle"
+    wait_until(lambda: registered(client))  # idle again: registered again
+    worker.request_stop()
+    thread.join(10)
+
+
+def test_a_paused_worker_gives_a_handed_job_back(redis_url: str, client: Client) -> None:
+    ran: list[str] = []
+    registry = Registry()
+    registry.register("k", lambda job: ran.append(job.jid))
+    worker, thread = idle_worker(redis_url, registry)
+    wait_until(lambda: registered(client))
+    worker.pause()
+    jid = client.queues["q"].put("k", {}, retries=2)
+    # Handed over (the registration predates the pause), then released unstarted.
+    wait_until(lambda: client.jobs[jid].state == "waiting"
+               and len(client.jobs[jid].history) >= 3)
+    job = client.jobs[jid]
+    assert [h["what"] for h in job.history] == ["put", "popped", "put"]
+    assert job.retries == 2 and ran == []
+    worker.unpause()
+    wait_until(lambda: client.jobs[jid].state == "complete")
+    assert ran == [jid]
+    worker.request_stop()
+    thread.join(10)
+
+
+def test_a_stopped_worker_is_not_handed_jobs(redis_url: str, client: Client) -> None:
+    registry = Registry()
+    registry.register("k", lambda job: None)
+    worker, thread = idle_worker(redis_url, registry)
+    wait_until(lambda: registered(client))
+    worker.request_stop()
+    thread.join(10)
+    assert not thread.is_alive()
+    jid = client.queues["q"].put("k", {})
+    assert client.jobs[jid].state == "waiting"
+    assert client.redis.hget("ql:idle", "idle") is None  # dropped: nobody listens

@@ -1,0 +1,158 @@
+"""Holding one job ahead while short jobs flow (see django_qless/core/workers/inhand.py).
+
+The worker sends a short job's completion without waiting and runs the job it holds while
+Redis works. What must hold: every job runs once; the worker never holds more than one job
+beyond the one it runs (plus one whose completion is on its way); a long job hands the held
+job back without spending its retry; max_jobs and `prefetch=False` are honoured; and a child
+that dies gives back, through its supervisor, the job it held ahead.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from django_qless.core.client import Client
+from django_qless.core.registry import Registry
+from django_qless.core.workers import SerialWorker, WorkerConfig
+from tests.worker.conftest import wait_until
+from tests.worker.jobs import ledger
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def serial(redis_url: str, registry: Registry, **options: Any) -> SerialWorker:
+    config = WorkerConfig(url=redis_url, queues=("q",), processes=0, registry=registry,
+                          name="ahead", interval=0.5, **options)
+    return SerialWorker(config, install_signals=False)
+
+
+def run(worker: SerialWorker) -> tuple[threading.Thread, list[int]]:
+    codes: list[int] = []
+    thread = threading.Thread(target=lambda: codes.append(worker.run_forever()), daemon=True)
+    thread.start()
+    return thread, codes
+
+
+def counting_registry(redis_url: str, seen: list[tuple[str, int]]) -> Registry:
+    """A registry whose job records its jid and how many jobs its worker holds right now."""
+    probe = Client(redis_url)
+    registry = Registry()
+    registry.register("probe", lambda job: seen.append(
+        (job.jid, len(probe.workers[job.worker_name]["jobs"]))))
+    return registry
+
+
+@pytest.mark.parametrize("prefetch", [True, False])
+def test_short_jobs_run_once_and_the_worker_holds_at_most_one_ahead(
+    redis_url: str, client: Client, prefetch: bool
+) -> None:
+    seen: list[tuple[str, int]] = []
+    jids = [client.queues["q"].put("probe", {"n": i}) for i in range(300)]
+    worker = serial(redis_url, counting_registry(redis_url, seen), max_jobs=300,
+                    prefetch=prefetch)
+    thread, codes = run(worker)
+    thread.join(40)
+    assert codes == [0]
+    assert sorted(jid for jid, _ in seen) == sorted(jids)  # each ran exactly once
+    assert all(client.jobs[j].state == "complete" for j in jids)
+    held = [n for _, n in seen]
+    if prefetch:
+        assert worker.in_hand.sent_ahead > 200
+        # The running job, the one held ahead, and at most one whose completion Redis has
+        # not processed yet (it was sent on another connection just before).
+        assert max(held) <= 3
+        assert held.count(2) > len(held) // 2  # it does hold one ahead
+    else:
+        assert worker.in_hand.sent_ahead == 0
+        assert max(held) == 1  # each completion was answered before the next job started
+    assert client.workers["ahead"]["jobs"] == []
+
+
+def test_a_long_job_hands_the_held_job_back_without_spending_a_retry(
+    redis_url: str, client: Client
+) -> None:
+    q = client.queues["q"]
+    during: dict[str, Any] = {}
+    registry = Registry()
+    registry.register("short", lambda job: None)
+
+    def long(job: Any) -> None:
+        time.sleep(0.4)  # the heartbeat thread hands back after 0.1 s
+        held = client.jobs["x"]
+        during.update(state=held.state, worker=held.worker_name)
+
+    registry.register("long", long)
+    for n, priority in enumerate((10, 9, 8)):
+        q.put("short", {}, jid=f"s{n}", priority=priority)
+    q.put("long", {}, jid="long", priority=7)
+    q.put("short", {}, jid="x", priority=0, retries=3)
+    worker = serial(redis_url, registry, max_jobs=5)
+    thread, codes = run(worker)
+    thread.join(20)
+    assert codes == [0]
+    assert during == {"state": "waiting", "worker": ""}
+    assert worker.in_hand.handed_back == 1
+    x = client.jobs["x"]
+    assert x.state == "complete"
+    assert (x.original_retries, x.retries) == (3, 3)
+    events = [h["what"] for h in x.history]
+    assert events == ["put", "popped", "put", "popped", "done"]
+
+
+def test_max_jobs_is_never_overshot_by_jobs_held_ahead(redis_url: str, client: Client) -> None:
+    seen: list[tuple[str, int]] = []
+    jids = [client.queues["q"].put("probe", {"n": i}) for i in range(20)]
+    worker = serial(redis_url, counting_registry(redis_url, seen), max_jobs=5)
+    thread, codes = run(worker)
+    thread.join(20)
+    assert codes == [0]
+    assert len(seen) == 5 and worker.in_hand.sent_ahead > 0
+    states = [client.jobs[j].state for j in jids]
+    assert states.count("complete") == 5 and states.count("waiting") == 15
+    assert client.workers["ahead"]["jobs"] == []
+
+
+def test_stop_request_releases_the_job_held_ahead(redis_url: str, client: Client) -> None:
+    q = client.queues["q"]
+    registry = Registry()
+    registry.register("short", lambda job: None)
+    stop_now: dict[str, SerialWorker] = {}
+
+    def stopper(job: Any) -> None:
+        stop_now["w"].request_stop(graceful=True)
+
+    registry.register("stopper", stopper)
+    for n in range(3):
+        q.put("short", {}, jid=f"s{n}", priority=10 - n)
+    q.put("stopper", {}, jid="stop", priority=5)
+    q.put("short", {}, jid="x", priority=0)
+    worker = stop_now["w"] = serial(redis_url, registry)
+    thread, codes = run(worker)
+    thread.join(20)
+    assert codes == [0]
+    assert client.jobs["stop"].state == "complete"
+    x = client.jobs["x"]
+    # Held ahead or never taken: either way back to waiting, nothing spent, nothing held.
+    assert x.state == "waiting" and x.retries == x.original_retries
+    assert client.workers["ahead"]["jobs"] == []
+
+
+def test_a_crashed_child_gives_back_the_job_it_held_ahead(client: Client, start_worker) -> None:
+    """The supervisor releases it at once: no waiting for the lease (60 s here)."""
+    q = client.queues["q"]
+    for n in range(3):
+        q.put("tests.worker.jobs.ok", {}, jid=f"ok{n}", priority=10 - n)
+    q.put("tests.worker.jobs.suicide", {}, jid="poison", priority=5, retries=0)
+    q.put("tests.worker.jobs.ok", {}, jid="x", priority=0, retries=2)
+    worker = start_worker("q", "-n", "1")
+    wait_until(lambda: ledger(client.redis, "done", "x"), timeout=15)
+    x = client.jobs["x"]
+    assert x.state == "complete" and (x.original_retries, x.retries) == (2, 2)
+    assert [h["what"] for h in x.history] == ["put", "popped", "put", "popped", "done"]
+    assert client.jobs["poison"].state == "running"  # left to its lease: a crash counts
+    assert len(ledger(client.redis, "started", "x")) == 1
+    worker.kill_all()
