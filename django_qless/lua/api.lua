@@ -29,27 +29,50 @@ queue.throttle.get=throttle,throttle_cmds recur=recur recur.get=recur recur.upda
 recur.tag=recur recur.untag=recur unrecur=recur
 ]]
 
+-- command -> its modules, filled as commands are first seen (as a Redis 7 function this table
+-- lives across calls, so a known command costs one lookup; only routes found are stored).
+local route_of = {}
+
 local function main(keys, argv)
   if #keys > 0 then error('No Keys should be provided') end
   local command = argv[1]
   if command == nil then error('Must provide a command') end
-  local mods = nil
+  local mods = route_of[command]
   -- Command names are letters and dots: a plain find of ' <name>=' (a pattern search over the
   -- whole table cost ~7 µs a call) cannot match inside another entry.
-  if not command:find('[^%a%.]') then
+  if not mods and not command:find('[^%a%.]') then
     local at = ROUTES:find(' ' .. command .. '=', 1, true) or ROUTES:find('\n' .. command .. '=', 1, true)
-    if at then mods = ROUTES:match('^[^=]+=(%S+)', at + 1) end
+    if at then
+      mods = ROUTES:match('^[^=]+=(%S+)', at + 1)
+      route_of[command] = mods
+    end
   end
   if not mods then error('Unknown command ' .. command) end
   local raw_now = argv[2]
-  local now = Q.is_decimal(raw_now) and tonumber(raw_now) or nil
+  local now
+  -- The caller's text of `now` when it is plain decimal (Q.time_arg)
+  if type(raw_now) == 'string' and raw_now:find('^%d+%.?%d*$') then
+    now = raw_now + 0  -- (tonumber parses its argument twice)
+    Q.now_text = raw_now
+  else
+    now = Q.is_decimal(raw_now) and tonumber(raw_now) or nil
+    Q.now_text = nil
+  end
+  Q.now = now
   if now == nil or now ~= now or now == math.huge or now < 0 then
     error('Arg "now" missing or not a number: ' .. tostring(raw_now))
   end
   Q.need(mods)
   local entry = Q.commands[command]
-  local args = {}
-  for i = 3, #argv do args[i - 2] = argv[i] end
+  local args
+  if #argv <= 200 then
+    -- (one constructor: a copy loop grows the table several times)
+    args = { unpack(argv, 3) }
+  else
+    -- (unpack is bounded by the Lua stack: put.many sends thousands of arguments)
+    args = {}
+    for i = 3, #argv do args[i - 2] = argv[i] end
+  end
   Q.reset(entry[1])
   Q.worker_seen = nil
   Q.qth = nil

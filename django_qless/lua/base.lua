@@ -64,14 +64,23 @@ Q.CHUNK = 500
 Q.MAX_DATA = 1048576
 Q.MAX_MESSAGE = 65536
 
--- Per-call state, reset by the dispatcher (api.lua).
+-- Per-call state, reset by the dispatcher (api.lua). The batches are emptied by their flush;
+-- only a call that raised leaves them dirty, so most calls allocate no new tables here.
+Q.woken = {}
+Q.woken_list = {}
+Q.stats_acc = {}
+Q.stats_order = {}
 function Q.reset(op)
   Q.op = op
   Q.cfgv = nil
-  Q.woken = {}
-  Q.woken_list = {}
-  Q.stats_acc = {}
-  Q.stats_order = {}
+  if Q.woken_list[1] then
+    Q.woken = {}
+    Q.woken_list = {}
+  end
+  if Q.stats_order[1] then
+    Q.stats_acc = {}
+    Q.stats_order = {}
+  end
 end
 
 -- ---------------------------------------------------------------- keys
@@ -81,9 +90,61 @@ function Q.khist(jid) return 'ql:j:' .. jid .. '-history' end
 function Q.kdeps(jid) return 'ql:j:' .. jid .. '-dependencies' end
 function Q.kdents(jid) return 'ql:j:' .. jid .. '-dependents' end
 function Q.kq(queue, kind) return 'ql:q:' .. queue .. '-' .. kind end
-function Q.kwjobs(worker) return 'ql:w:' .. worker .. ':jobs' end
 function Q.bin(t) return floor(t - (t % 86400)) end
+
+-- The key and config field names of a queue that every pop and complete use, built once per
+-- queue (kept across calls as a Redis 7 function; bounded).
+local names_by_queue, nqueues = {}, 0
+function Q.qn(queue)
+  local n = names_by_queue[queue]
+  if n then return n end
+  if nqueues >= 256 then names_by_queue, nqueues = {}, 0 end
+  n = { work = 'ql:q:' .. queue .. '-work', locks = 'ql:q:' .. queue .. '-locks',
+    heartbeat = queue .. '-heartbeat', maxc = queue .. '-max-concurrency',
+    due = '#due:' .. queue, throttle = '#throttle:' .. queue }
+  names_by_queue[queue] = n
+  nqueues = nqueues + 1
+  return n
+end
+
+-- ql:w:<worker>:jobs of the last worker asked (one worker calls at a time).
+local wjobs_w, wjobs_k
+function Q.kwjobs(worker)
+  if worker ~= wjobs_w then wjobs_w, wjobs_k = worker, 'ql:w:' .. worker .. ':jobs' end
+  return wjobs_k
+end
 function Q.score(priority, now) return priority - now / 10000000000 end
+
+-- A number argument for redis.call: an integer as '%d' text, the very digits redis.call
+-- would write with '%.17g' at several times the cost; any other number as is.
+local sformat = string.format
+function Q.int_arg(n)
+  if n == 0 then return 1 / n > 0 and '0' or n end  -- ('%.17g' writes -0 as "-0")
+  if n == floor(n) and n < 1e15 and n > -1e15 then return sformat('%d', n) end
+  return n
+end
+
+-- A time for a ZADD score: the caller's own text of `now` when it is plain decimal (ZADD
+-- parses it to the very same double, and redis.call need not format the number), else as is.
+function Q.time_arg(t)
+  if t == Q.now and Q.now_text then return Q.now_text end
+  return t
+end
+
+-- tonumber of a bookkeeping value read on every call (`#due:<queue>`, `#completed-due`): the
+-- texts change about once a second, so the parsed numbers are remembered (a few at a time).
+local parsed, nparsed = {}, 0
+function Q.tonum(text)
+  if not text then return nil end
+  local n = parsed[text]
+  if n == nil then
+    if nparsed >= 16 then parsed, nparsed = {}, 0 end
+    n = tonumber(text) or false
+    parsed[text] = n
+    nparsed = nparsed + 1
+  end
+  return n or nil
+end
 
 -- ---------------------------------------------------------------- config
 
@@ -114,7 +175,7 @@ end
 
 -- Lock duration for a queue: <queue>-heartbeat, else heartbeat, else 60.
 function Q.heartbeat(queue)
-  local v = tonumber(Q.cfg(queue .. '-heartbeat'))
+  local v = tonumber(Q.cfg(Q.qn(queue).heartbeat))
   if v == nil then v = Q.cfgnum('heartbeat', 60) end
   return v
 end
@@ -173,7 +234,8 @@ end
 
 -- Decode a stored JSON list (tags/throttles); tolerate the {} quirk and garbage.
 function Q.list(text)
-  if not text or text == '' then return {} end
+  -- (the empty forms every job has skip cjson)
+  if not text or text == '' or text == '{}' or text == '[]' then return {} end
   local ok, v = pcall(cjson_decode, text)
   if ok and type(v) == 'table' then return v end
   return {}
@@ -247,7 +309,7 @@ local HANDOFF_MODS = 'throttle,stats,objects,spawn,timers,pop,handoff'
 -- workers waiting on the queue (handoff.lua); a queue left with no ready job needs no wake-up.
 function Q.flush_wake(now)
   local list = Q.woken_list
-  if #list == 0 then return end
+  if not list[1] then return end
   Q.woken = {}
   Q.woken_list = {}
   for _, queue in ipairs(list) do
@@ -261,9 +323,11 @@ function Q.flush_wake(now)
     if ready then rcall('PUBLISH', 'ql:wake:' .. queue, queue) end
   end
   -- Queues woken by those pops (an expired lock put back), without a second hand-off round.
-  for _, queue in ipairs(Q.woken_list) do rcall('PUBLISH', 'ql:wake:' .. queue, queue) end
-  Q.woken = {}
-  Q.woken_list = {}
+  if Q.woken_list[1] then
+    for _, queue in ipairs(Q.woken_list) do rcall('PUBLISH', 'ql:wake:' .. queue, queue) end
+    Q.woken = {}
+    Q.woken_list = {}
+  end
 end
 
 -- ---------------------------------------------------------------- tags index

@@ -8,9 +8,31 @@
 
 -- ---------------------------------------------------------------- history
 
+-- Text of floor(t), as cjson writes it (both use 14 significant digits). Remembers the last
+-- one: a call formats its `now` once however many entries and fields it writes.
+local floor_t, floor_s
+function Q.floor_text(t)
+  local f = floor(t)
+  if f ~= floor_t then floor_t, floor_s = f, tostring(f) end
+  return floor_s
+end
+
+-- JSON text of a worker name (remembered: pop and complete of one call share it).
+local worker_n, worker_s
+function Q.worker_json(worker)
+  if worker ~= worker_n then worker_n, worker_s = worker, cjson_encode(worker) end
+  return worker_s
+end
+
 local function history_entry(when, what, extra)
   if extra then return cjson_encode({ floor(when), what, extra }) end
-  return cjson_encode({ floor(when), what })
+  -- (what cjson writes for the 2-element array, without building one)
+  return '[' .. Q.floor_text(when) .. ',' .. cjson_encode(what) .. ']'
+end
+
+-- The `popped` entry's text (what history_entry writes for it).
+function Q.popped_entry(when, worker)
+  return '[' .. Q.floor_text(when) .. ',"popped",{"worker":' .. Q.worker_json(worker) .. '}]'
 end
 
 -- Compact history. A job's first visit (put, popped, done) lives in the job hash field
@@ -60,12 +82,10 @@ Q.legacy_entries = legacy_entries
 Q.SMALL_VALUE = 64
 
 -- True when one of the given field values is longer than Q.SMALL_VALUE.
-function Q.roomy(...)
-  for i = 1, select('#', ...) do
-    local v = select(i, ...)
-    if type(v) == 'string' and #v > Q.SMALL_VALUE then return true end
-  end
-  return false
+-- (at most six values, as fixed parameters: a vararg loop costs two C calls per value)
+local function long(v) return type(v) == 'string' and #v > Q.SMALL_VALUE end
+function Q.roomy(a, b, c, d, e, f)
+  return long(a) or long(b) or long(c) or long(d) or long(e) or long(f)
 end
 
 -- Field text of a first visit that starts with a put (floor(when), as list entries use), or
@@ -77,34 +97,48 @@ function Q.compact_put(queue, when, roomy)
 end
 
 -- The field with the first pop added and {put time, queue, pop time, worker}, or nil when
--- the field is not a bare first put.
-function Q.compact_popped(legacy, when, worker, roomy)
-  local queue, put = legacy:match('^%[{"q":"([%w_%.%-]*)","put":(%d+)}%]$')
+-- the field is not a bare first put. `h`: the job hash (its long values make room); the
+-- length is checked before any text is built, since with a `host-pid` worker name it rarely fits.
+function Q.compact_popped(legacy, when, worker, h)
   local at = floor(when)
   -- (cjson writes 14 significant digits: larger times take the generic path)
-  if not queue or at >= 1e14 then return nil end
-  local text = legacy:sub(1, -3) .. ',"popped":' .. cjson_encode(at) .. ',"worker":'
-    .. cjson_encode(worker) .. '}]'
-  if #text > Q.SMALL_VALUE and not roomy then return nil end
+  if at >= 1e14 then return nil end
+  local atext, wtext = Q.floor_text(when), Q.worker_json(worker)
+  if #legacy + 20 + #atext + #wtext > Q.SMALL_VALUE
+      and not Q.roomy(h.data, h.klass, h.tags, h.failure, h.throttles, h.held) then
+    return nil
+  end
+  local queue, put = legacy:match('^%[{"q":"([%w_%.%-]*)","put":(%d+)}%]$')
+  if not queue then return nil end
+  local text = legacy:sub(1, -3) .. ',"popped":' .. atext .. ',"worker":' .. wtext .. '}]'
   return text, { tonumber(put), queue, at, worker }
 end
 
 -- The field with the completion added, or nil unless it is a first put + pop by `worker`.
-function Q.compact_done(legacy, when, worker, roomy)
+-- `h`: the job hash as complete read it and `data` the new data (long values make room).
+function Q.compact_done(legacy, when, worker, jid, h, data)
   local head = legacy:match('^%[{"q":"[%w_%.%-]*","put":%d+,"popped":%d+')
   if not head then return nil end
-  local tail = ',"worker":' .. cjson_encode(worker) .. '}]'
+  local tail = ',"worker":' .. Q.worker_json(worker) .. '}]'
   if #head + #tail ~= #legacy or legacy:sub(#head + 1) ~= tail then return nil end
-  local text = legacy:sub(1, -3) .. ',"done":' .. cjson_encode(floor(when)) .. '}]'
-  if #text > Q.SMALL_VALUE and not roomy then return nil end
+  local text = legacy:sub(1, -3) .. ',"done":' .. Q.floor_text(when) .. '}]'
+  if #text > Q.SMALL_VALUE and not Q.roomy(data, h.held) and not Q.long_values(jid) then
+    return nil
+  end
   return text
 end
 
 -- The `time` field text: 14 significant digits when that reads back as the same number,
 -- else 17 (always exact); qless-core reads it with tonumber.
+local ftime_t, ftime_s
 function Q.ftime(t)
+  -- (remembered: pop and complete of one call write the same `now`)
+  if t == ftime_t then return ftime_s end
   local text = tostring(t)
-  if tonumber(text) ~= t then text = string.format('%.17g', t) end
+  -- (`text + 0` parses once where tonumber parses twice; only inf and nan do not read back)
+  local back = (t == t and t ~= math.huge and t ~= -math.huge) and text + 0 or nil
+  if back ~= t then text = string.format('%.17g', t) end
+  ftime_t, ftime_s = t, text
   return text
 end
 
@@ -129,6 +163,11 @@ end
 -- which every reader expands to nothing) instead of an HDEL here.
 -- Returns the pushed entries when they are now the whole list (it was empty), else nil.
 function Q.history(jid, when, what, extra, legacy, overwrite)
+  return Q.history_text(jid, history_entry(when, what, extra), legacy, overwrite)
+end
+
+-- Q.history with the entry's JSON text already built.
+function Q.history_text(jid, entry, legacy, overwrite)
   local key = Q.khist(jid)
   local len
   local entries
@@ -136,11 +175,11 @@ function Q.history(jid, when, what, extra, legacy, overwrite)
   if legacy then
     if not overwrite then rcall('HDEL', 'ql:j:' .. jid, 'history') end
     entries = legacy_entries(legacy)
-    tinsert(entries, history_entry(when, what, extra))
+    tinsert(entries, entry)
     len = push_entries(key, entries)
   else
-    entries = { history_entry(when, what, extra) }
-    len = rcall('RPUSH', key, entries[1])
+    entries = { entry }
+    len = rcall('RPUSH', key, entry)
   end
   -- The cap is 0 (none) or >= 3, so a list of 3 or fewer entries never needs a trim.
   if len <= 3 then

@@ -39,7 +39,7 @@ Q.mod.job = function()
 
   -- A running job left `queue`: with a concurrency cap, idle workers may now take another.
   function Q.slot_freed(queue)
-    if (tonumber(Q.cfg(queue .. '-max-concurrency')) or 0) > 0 then Q.wake(queue) end
+    if (tonumber(Q.cfg(Q.qn(queue).maxc)) or 0) > 0 then Q.wake(queue) end
   end
 
   -- Remove a job from the queue sets its state says it is in (all of them if unsure).
@@ -126,7 +126,7 @@ Q.mod.job = function()
     local age = Q.cfgnum('jobs-history', 604800)
     -- '#completed-due': no completed job can be older than jobs-history before this time; it is
     -- at most HORIZON ahead, so completions recorded by another writer are seen within it.
-    local due = tonumber(Q.cfgraw('#completed-due'))
+    local due = Q.tonum(Q.cfgraw('#completed-due'))
     local jids = {}
     if due == nil or now >= due or due > now + Q.HORIZON then
       jids = rcall('ZRANGEBYSCORE', 'ql:completed', '-inf', now - age, 'LIMIT', 0, budget)
@@ -153,14 +153,32 @@ Q.mod.job = function()
 
   -- ---------------------------------------------------------------- complete
 
-  -- (klass, tags, failure, throttles: only to know whether the hash already holds a long value)
-  local OWN_FIELDS = { 'state', 'queue', 'worker', 'priority', 'retries', 'time', 'held', 'history',
-    'tracked', 'klass', 'tags', 'failure', 'throttles', 'done' }
+  -- The job hash fields complete needs, in one constructor (sized once, where setting them
+  -- one by one into `{}` grows the table again and again). `priority` only for `next`; the
+  -- fields that only tell whether the hash holds a long value are read by Q.long_values.
+  local function read_own(jid, nextq)
+    local v = rcall('HMGET', 'ql:j:' .. jid, 'state', 'queue', 'worker', 'retries', 'time',
+      'held', 'history', 'tracked', 'done', nextq and 'priority' or 'state')
+    local any = false
+    for i = 1, 9 do
+      if v[i] then any = true; break end
+    end
+    if not any then return nil end
+    return { state = v[1] or nil, queue = v[2] or nil, worker = v[3] or nil,
+      retries = v[4] or nil, time = v[5] or nil, held = v[6] or nil, history = v[7] or nil,
+      tracked = v[8] or nil, done = v[9] or nil, priority = nextq and v[10] or nil }
+  end
+
+  -- True when the job hash already holds a value longer than Q.SMALL_VALUE among the fields
+  -- complete did not read (a completion that would lengthen `history` past it asks this).
+  function Q.long_values(jid)
+    return Q.roomy(unpack(rcall('HMGET', 'ql:j:' .. jid, 'klass', 'tags', 'failure', 'throttles')))
+  end
 
   -- Ownership checks shared by complete and complete.reserve. With an attempt token that
   -- already completed this job, returns (h, recorded result) and the caller acts no further.
-  function Q.check_running(jid, worker, queue, token)
-    local h = Q.read(jid, OWN_FIELDS)
+  function Q.check_running(jid, worker, queue, token, nextq)
+    local h = read_own(jid, nextq)
     if not h then Q.fail('Job ' .. jid .. ' does not exist') end
     local recorded = Q.recorded(h, token)
     if recorded then return h, recorded end
@@ -192,15 +210,17 @@ Q.mod.job = function()
   -- Complete a running job whose ownership was checked (h from Q.check_running).
   function Q.complete(now, jid, worker, queue, data, h, nextq, delay, depends, token)
     local key = Q.kjob(jid)
-    local compact = not nextq and h.history and Q.compact_done(h.history, now, worker,
-      Q.roomy(data, h.klass, h.tags, h.failure, h.throttles, h.held))
-    if not compact then Q.history(jid, now, 'done', nil, h.history, true) end
-    rcall('ZREM', Q.kq(queue, 'locks'), jid)
+    local compact = not nextq and h.history
+      and Q.compact_done(h.history, now, worker, jid, h, data)
+    if not compact then
+      Q.history_text(jid, '[' .. Q.floor_text(now) .. ',"done"]', h.history, true)
+    end
+    rcall('ZREM', Q.qn(queue).locks, jid)
     Q.sample('run', queue, now, now - (tonumber(h.time) or now))
     rcall('ZREM', Q.kwjobs(worker), jid)
     if h.tracked == '1' then Q.publish('ql:completed', jid) end
-    local retries = tonumber(h.retries) or 5
-    local fields = { 'data', data, 'worker', '', 'failure', '{}', 'expires', 0,
+    local retries = Q.int_arg(tonumber(h.retries) or 5)
+    local fields = { 'data', data, 'worker', '', 'failure', '{}', 'expires', '0',
       'remaining', retries, 'time', Q.ftime(now) }
     if compact or (h.history and h.history ~= '[]') then
       -- the compact field, or `[]` for a field just migrated (this HSET replaces an HDEL)
@@ -241,7 +261,7 @@ Q.mod.job = function()
     table.insert(fields, 'queue'); table.insert(fields, '')
     if token then table.insert(fields, 'done'); table.insert(fields, token .. ' complete') end
     rcall('HSET', key, unpack(fields))
-    rcall('ZADD', 'ql:completed', now, jid)
+    rcall('ZADD', 'ql:completed', Q.time_arg(now), jid)
     Q.release(jid, h.held, now)
     Q.slot_freed(queue)
     release_dependents(jid, now)
@@ -262,7 +282,7 @@ Q.mod.job = function()
     if opts.delay and not nextq then Q.fail('"delay" cannot be used without a "next".') end
     if opts.depends and not nextq then Q.fail('"depends" cannot be used without a "next".') end
     local token = Q.token(opts.token)
-    local h, recorded = Q.check_running(jid, worker, queue, token)
+    local h, recorded = Q.check_running(jid, worker, queue, token, nextq)
     if recorded then return recorded end
     if depends then Q.check_cycle(jid, depends) end
     Q.load_config({ 'jobs-history', 'jobs-history-count', 'max-job-history', '#completed-due',

@@ -148,10 +148,12 @@ Q.mod.put = function()
     local ndeps = depends and Q.add_deps(jid, depends) or 0
     if old then ndeps = rcall('SCARD', Q.kdeps(jid)) end
     -- ('{}' is what cjson writes for an empty table: skip the encoder for the common case)
-    local fields = { 'jid', jid, 'klass', klass, 'data', data, 'priority', priority,
+    -- (the integers as text: Q.int_arg)
+    local retries_s = Q.int_arg(retries)
+    local fields = { 'jid', jid, 'klass', klass, 'data', data, 'priority', Q.int_arg(priority),
       'tags', #tags > 0 and cjson.encode(tags) or '{}', 'state', state, 'worker', '',
-      'expires', 0, 'queue', queue,
-      'retries', retries, 'remaining', retries, 'time', Q.ftime(now) }
+      'expires', '0', 'queue', queue,
+      'retries', retries_s, 'remaining', retries_s, 'time', Q.ftime(now) }
     if compact then table.insert(fields, 'history'); table.insert(fields, compact) end
     if throttles then
       table.insert(fields, 'throttles'); table.insert(fields, throttles)
@@ -174,7 +176,7 @@ Q.mod.put = function()
       Q.wake(queue)
     end
     rcall('HSET', key, unpack(fields))
-    if not c.listed then rcall('ZADD', 'ql:queues', 'NX', now, queue) end
+    if not c.listed then rcall('ZADD', 'ql:queues', 'NX', Q.time_arg(now), queue) end
     if tracked then Q.publish('ql:put', jid) end
     return jid
   end

@@ -76,15 +76,66 @@ Q.mod.pop = function()
     'remaining', 'data', 'tags', 'failure', 'spawned_from_jid', 'throttles', 'history',
     'time', 'grace', 'held', 'tracked' }
 
-  -- Config fields a pop from these queues may read, for one HMGET per call.
-  function Q.pop_config(queues, extra)
-    local names = { 'heartbeat', 'grace-period', 'max-job-history' }
-    for _, name in ipairs(extra or {}) do table.insert(names, name) end
-    for _, q in ipairs(queues) do
-      table.insert(names, q .. '-heartbeat')
-      table.insert(names, q .. '-max-concurrency')
-      table.insert(names, Q.mfield('throttle', q))
-      table.insert(names, Q.mfield('due', q))
+  -- Q.POP_FIELDS as a set (a constructor: under EVALSHA this runs on every call)
+  local POP_FIELD = { jid = true, klass = true, state = true, queue = true, worker = true,
+    priority = true, expires = true, retries = true, remaining = true, data = true, tags = true,
+    failure = true, spawned_from_jid = true, throttles = true, history = true, time = true,
+    grace = true, held = true, tracked = true }
+
+  -- Q.read(jid, Q.POP_FIELDS) with one HGETALL: a job hash is small and holds little else,
+  -- and in its compact (listpack) encoding HMGET scans the whole hash for every field it
+  -- asks for (six of them usually absent), where HGETALL walks it once. Other fields are
+  -- dropped, so the table is what Q.read would return.
+  function Q.read_pop(jid)
+    local v = rcall('HGETALL', 'ql:j:' .. jid)
+    if not v[1] then return nil end
+    -- (one constructor sizes the table for every field pop may set, instead of growing it)
+    local h = { jid = nil, klass = nil, state = nil, queue = nil, worker = nil, priority = nil,
+      expires = nil, retries = nil, remaining = nil, data = nil, tags = nil, failure = nil,
+      spawned_from_jid = nil, throttles = nil, history = nil, time = nil, grace = nil,
+      held = nil, tracked = nil, listed = nil, compact = nil }
+    local any = false
+    for i = 1, #v, 2 do
+      local name = v[i]
+      if POP_FIELD[name] then h[name] = v[i + 1]; any = true end
+    end
+    if not any then return nil end
+    return h
+  end
+
+  -- The field list of Q.pop_config, by completed job's queue ('' for none) and popped queue,
+  -- for single-queue pops; kept across calls as a Redis 7 function (bounded).
+  local names_of, nnames = {}, 0
+
+  -- Config fields a pop from these queues may read, for one HMGET per call; `completing`:
+  -- the queue of a job completed in the same call (complete.reserve), whose fields it adds.
+  function Q.pop_config(queues, completing)
+    local by_queue = #queues == 1 and names_of[completing or ''] or nil
+    local names = by_queue and by_queue[queues[1]]
+    if not names then
+      names = { 'heartbeat', 'grace-period', 'max-job-history' }
+      local seen = {}
+      local function add(name)
+        if not seen[name] then seen[name] = true; table.insert(names, name) end
+      end
+      if completing then
+        add('jobs-history'); add('jobs-history-count'); add('#completed-due')
+        add(completing .. '-max-concurrency')
+      end
+      for _, q in ipairs(queues) do
+        local qn = Q.qn(q)
+        add(qn.heartbeat)
+        add(qn.maxc)
+        add(qn.throttle)
+        add(qn.due)
+      end
+      if #queues == 1 then
+        if nnames >= 64 then names_of, nnames = {}, 0 end
+        by_queue = names_of[completing or '']
+        if not by_queue then by_queue = {}; names_of[completing or ''] = by_queue end
+        by_queue[queues[1]] = names
+        nnames = nnames + 1
+      end
     end
     Q.load_config(names)
   end
@@ -96,7 +147,7 @@ Q.mod.pop = function()
     if #jids == 0 then return end
     local grace = Q.cfgnum('grace-period', 10)
     for _, jid in ipairs(jids) do
-      local h = Q.read(jid, Q.POP_FIELDS)
+      local h = Q.read_pop(jid)
       if not h then
         rcall('ZREM', Q.kq(queue, 'locks'), jid)
       else
@@ -140,37 +191,41 @@ Q.mod.pop = function()
   -- Take up to `count` jobs from one queue for `worker`; appends job objects to `out`.
   -- Returns the number taken. `lean` job objects omit history and dependency sets.
   function Q.pop_queue(now, queue, worker, count, lean, out)
-    local mkey = Q.mfield('due', queue)
+    local qn = Q.qn(queue)
+    local mkey = qn.due
     -- ql:paused_queues is read on every pop: other writers (qless-core) may pause or unpause.
     if rcall('SISMEMBER', 'ql:paused_queues', queue) == 1 then return 0 end
     -- Locks, schedules and spawns cannot be due before `due`: skip their scans until then.
     -- A bound further ahead than HORIZON was not written by this engine's rules (or comes from a
     -- client whose clock runs ahead): do not trust it.
-    local due = tonumber(Q.cfgraw(mkey)) or 0
+    local due = Q.tonum(Q.cfgraw(mkey)) or 0
     local heads = nil
     if now >= due or due > now + Q.HORIZON then heads = Q.timer_heads(queue) end
     -- '#throttle' ('1'/'0') is re-checked whenever the timers are (at least once per HORIZON
     -- while the queue is busy), so a queue throttle written by another writer is seen too.
-    local throttled = Q.cfgraw(Q.mfield('throttle', queue))
+    local throttled = Q.cfgraw(qn.throttle)
     if heads or not throttled then
       local exists = rcall('EXISTS', 'ql:th:ql:q:' .. queue) == 1 and '1' or '0'
-      if exists ~= throttled then rcall('HSET', 'ql:config', Q.mfield('throttle', queue), exists) end
+      if exists ~= throttled then rcall('HSET', 'ql:config', qn.throttle, exists) end
       throttled = exists
     end
     Q.qth = Q.qth or {}
     Q.qth[queue] = throttled == '1'
     Q.due = Q.due or {}
     if not Q.worker_seen then
-      rcall('ZADD', 'ql:workers', now, worker)
+      rcall('ZADD', 'ql:workers', Q.time_arg(now), worker)
       Q.worker_seen = true
     end
-    local maxc = tonumber(Q.cfg(queue .. '-max-concurrency')) or 0
+    local maxc = tonumber(Q.cfg(qn.maxc)) or 0
     if maxc > 0 then
-      local running = rcall('ZCOUNT', Q.kq(queue, 'locks'), now, '+inf')
+      local running = rcall('ZCOUNT', qn.locks, now, '+inf')
       count = math.min(count, math.max(0, maxc - running))
       if count <= 0 then return 0 end
     end
     local expires = now + Q.heartbeat(queue)
+    -- Formatted once for the HSET and both ZADDs (redis.call would format it for each, with
+    -- the same '%.17g').
+    local expires_s = string.format('%.17g', expires)
     local selected = {}
     if heads and heads[1] <= now then invalidate(now, queue, count, selected) end
     local want = count - #selected
@@ -179,7 +234,7 @@ Q.mod.pop = function()
       if heads and heads[3] <= now then Q.promote(now, queue, want, false) end
       -- ZPOPMAX takes the highest scores first, ties in reverse member order: exactly
       -- ZREVRANGE + ZREM of what we examine (ghosts and throttled jobs leave work too).
-      local work = Q.kq(queue, 'work')
+      local work = qn.work
       local examined = 0
       local budget = count * 2
       while want > 0 and examined < budget do
@@ -189,7 +244,7 @@ Q.mod.pop = function()
         for i = 1, #popped, 2 do jids[#jids + 1] = popped[i] end
         for _, jid in ipairs(jids) do
           examined = examined + 1
-          local h = Q.read(jid, Q.POP_FIELDS)
+          local h = Q.read_pop(jid)
           if h then
             local tids = Q.job_tids(queue, h.throttles)
             local full = nil
@@ -211,27 +266,24 @@ Q.mod.pop = function()
       local jid, h = item[1], item[2]
       -- The first pop of a job still in its compact first visit extends the `history` field.
       local compact, parts
-      if h.history then
-        compact, parts = Q.compact_popped(h.history, now, worker,
-          Q.roomy(h.data, h.klass, h.tags, h.failure, h.throttles, h.held))
-      end
+      if h.history then compact, parts = Q.compact_popped(h.history, now, worker, h) end
       local cleared = false
       if not compact then
         cleared = h.history ~= nil and h.history ~= '[]'
-        h.listed = Q.history(jid, now, 'popped', { worker = worker }, h.history, true)
+        h.listed = Q.history_text(jid, Q.popped_entry(now, worker), h.history, true)
       end
       h.history = compact
       h.compact = parts
       Q.sample('wait', queue, now, now - (tonumber(h.time) or now))
-      local fields = { 'worker', worker, 'expires', expires, 'state', 'running',
+      local fields = { 'worker', worker, 'expires', expires_s, 'state', 'running',
         'time', Q.ftime(now), 'remaining', h.remaining }
       if compact then table.insert(fields, 'history'); table.insert(fields, compact) end
       if cleared then table.insert(fields, 'history'); table.insert(fields, '[]') end
       if h.held then table.insert(fields, 'held'); table.insert(fields, h.held) end
       rcall('HSET', Q.kjob(jid), unpack(fields))
       if h.grace then rcall('HDEL', Q.kjob(jid), 'grace'); h.grace = nil end
-      rcall('ZADD', Q.kwjobs(worker), expires, jid)
-      rcall('ZADD', Q.kq(queue, 'locks'), expires, jid)
+      rcall('ZADD', Q.kwjobs(worker), expires_s, jid)
+      rcall('ZADD', qn.locks, expires_s, jid)
       local tracked = h.tracked == true or h.tracked == '1'
       if tracked then Q.publish('ql:popped', jid) end
       h.worker = worker

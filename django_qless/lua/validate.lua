@@ -15,6 +15,7 @@ end
 local function is_decimal(s)
   if type(s) ~= 'string' then return false end
   if s:find('^%-?%d+$') then return true end  -- plain integers (most arguments): one scan
+  if s:find('^%d+%.%d+$') then return true end  -- plain fractions (every `now`): one more
   local body = s:match('^[-+]?(.*)$')
   local mant, exp = body:match('^([%d%.]+)[eE]([-+]?%d+)$')
   if not mant then mant = body end

@@ -141,7 +141,7 @@ Q.mod.worker = function()
   local function held_jobs(now, worker)
     local jobs = {}
     for _, jid in ipairs(rcall('ZRANGEBYSCORE', Q.kwjobs(worker), now, '+inf', 'LIMIT', 0, 1000)) do
-      local h = Q.read(jid, Q.POP_FIELDS)
+      local h = Q.read_pop(jid)
       if h and h.state == 'running' and h.worker == worker then
         h.tracked = h.tracked == '1'
         h.history = nil
@@ -167,8 +167,7 @@ Q.mod.worker = function()
       if #reply.jobs == 0 then reply.wake = 0 end
       return encode_reply(reply)
     end
-    Q.pop_config(queues, { 'jobs-history', 'jobs-history-count', '#completed-due',
-      queue .. '-max-concurrency' })
+    Q.pop_config(queues, queue)
     local state = Q.complete(now, jid, worker, queue, data, h, nil, 0, nil, token)
     local reply = { state = state }
     if count == 0 then

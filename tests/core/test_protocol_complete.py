@@ -372,3 +372,16 @@ def test_retention_sees_completions_by_another_writer(lua: Any, r: redis.Redis) 
     complete(lua, "next", now=1050)
     assert r.zscore("ql:completed", "theirs") is None
     assert not r.exists("ql:j:theirs")
+
+
+@pytest.mark.parametrize("now", [1700000000.123456, "1700000000.5", "1.7e9"])
+def test_complete_records_exact_time_and_score(lua: Any, r: redis.Redis,
+                                               now: float | str) -> None:
+    """The completion time is stored exactly, as text and as the ql:completed score."""
+    lua("put", 0, "worker", "queue", "jid", "klass", "{}", 0, "retries", 3)
+    lua("pop", 0, "queue", "worker", 1)
+    assert lua("complete", now, "jid", "worker", "queue", "{}") == "complete"
+    assert r.zscore("ql:completed", "jid") == float(now)
+    assert float(r.hget("ql:j:jid", "time")) == float(now)
+    assert r.hget("ql:j:jid", "remaining") == "3"
+    assert r.hget("ql:j:jid", "expires") == "0"

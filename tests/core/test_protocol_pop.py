@@ -412,3 +412,22 @@ def test_pop_by_slightly_slower_clock_promotes_due_jobs(lua: Any) -> None:
     assert len(pop(lua, now=100)) == 1
     # A second worker whose clock is 0.5 s behind: b (due at 10) is due for it as well.
     assert len(pop(lua, now=99.5, worker="w2")) == 1
+
+
+@pytest.mark.parametrize("now", [1700000000.123456, "1700000000.5", "1.7e9", 1700000000])
+def test_pop_writes_times_as_redis_formats_numbers(lua: Any, r: redis.Redis,
+                                                   now: float | str) -> None:
+    """Expiry, lock and worker scores are exactly those of the numbers, however `now` is written.
+
+    The engine hands some of them to Redis as text it formatted (or the caller's own `now`
+    text) instead of as numbers: the stored values must not differ.
+    """
+    put(lua, now=0)
+    pop(lua, now=now)
+    at = float(now)
+    expires = at + 60
+    assert r.hget("ql:j:jid", "expires") == f"{expires:.17g}"
+    assert r.zscore(LOCKS, "jid") == expires
+    assert r.zscore("ql:w:worker:jobs", "jid") == expires
+    assert r.zscore("ql:workers", "worker") == at
+    assert float(r.hget("ql:j:jid", "time")) == at

@@ -266,6 +266,39 @@ def test_stats_hash_layout(lua: Any, r: redis.Redis) -> None:
     assert wait["s30"] == "1"
 
 
+def welford(samples: list[float]) -> tuple[int, float, float]:
+    """Count, mean and vk of the samples, folded one at a time in the engine's order."""
+    count, mean, vk = 0, 0.0, 0.0
+    for v in samples:
+        count += 1
+        if count == 1:
+            mean, vk = v, 0.0
+        else:
+            old = mean
+            mean = mean + (v - mean) / count
+            vk = vk + (v - mean) * (v - old)
+    return count, mean, vk
+
+
+@pytest.mark.parametrize("per_call", [1, 3])
+def test_stats_hash_text_exact(lua: Any, r: redis.Redis, per_call: int) -> None:
+    """One sample per call or several: the stored texts are Redis's own number formats."""
+    for n in range(6):
+        put(lua, f"j{n}", now=1700000000 + n * 0.1)
+    pops = [1700000000.7, 1700000001.3] if per_call == 3 else [
+        1700000000.7, 1700000000.9, 1700000001.1, 1700000001.3, 1700000001.5, 1700000001.7]
+    waits = []
+    for at in pops:
+        for job in lua.json("pop", at, "queue", "worker", per_call):
+            waits.append(at - (1700000000 + int(job["jid"][1:]) * 0.1))
+    count, mean, vk = welford(waits)
+    wait = r.hgetall(f"ql:s:wait:{DAY}:queue")
+    assert wait["total"] == str(count) == "6"
+    assert wait["mean"] == f"{mean:.17g}"
+    assert wait["vk"] == f"{vk:.17g}"
+    assert sum(int(v) for k, v in wait.items() if k[0] in "smhd" and k[1:].isdigit()) == 6
+
+
 def test_stats_day_bins(lua: Any) -> None:
     """Any time within a day selects that day's statistics."""
     put(lua, now=1700000000)
