@@ -22,7 +22,7 @@ from .hotpath import WorkerCalls
 from .invoke import Invoker
 from .jobs import Jobs
 from .lua import library_text, script_sha, script_text
-from .pool import make_redis
+from .pool import make_redis, send
 from .queue import Queues
 from .serialization import (
     check_jid,
@@ -167,7 +167,7 @@ class Client(WorkerCalls):
             conn = self._redis.connection_pool.get_connection()
             self._pinned = (threading.get_ident(), os.getpid(), conn)
         try:
-            conn.send_command(*args)
+            send(conn, args)
             return conn.read_response()
         except redis.ResponseError:
             raise  # an error reply: the connection is fine
@@ -180,7 +180,7 @@ class Client(WorkerCalls):
         pool = self._redis.connection_pool
         conn: Any = pool.get_connection()
         try:
-            conn.send_command(*args)
+            send(conn, args)
             return conn.read_response()
         finally:
             pool.release(conn)

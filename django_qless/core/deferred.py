@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import redis
 
 from .exceptions import InvalidArgument, error_from_reply
+from .pool import send
 
 if TYPE_CHECKING:
     from .client import Client
@@ -81,7 +82,7 @@ class DeferredCall(Generic[T]):
         self._pid, side = client._side_connection()
         conn = side.take(self._pid)
         try:
-            conn.send_command(*self._command)
+            send(conn, self._command)
         except UnicodeEncodeError as exc:
             side.give(self._pid, conn)  # raised while packing: nothing was sent
             raise InvalidArgument(f"argument is not valid UTF-8 text: {exc.reason}") from None

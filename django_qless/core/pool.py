@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import redis
+from hiredis import pack_command
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from .exceptions import InvalidArgument
 
-__all__ = ["make_redis"]
+__all__ = ["make_redis", "send"]
+
+
+def send(conn: Any, args: Sequence[Any]) -> None:
+    """Send one command on a redis-py connection.
+
+    Engine calls carry only str and int arguments, so they are packed by hiredis (a
+    dependency) directly: redis-py's own packer walks every argument first, ~8 µs a call.
+    """
+    conn.send_packed_command([pack_command(tuple(args))])
 
 
 def make_redis(url_or_redis: str | redis.Redis, socket_timeout: float | None) -> redis.Redis:

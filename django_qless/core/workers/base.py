@@ -270,8 +270,9 @@ class JobLoop(JobTaking):
         elif in_hand.in_flight >= in_hand.max_in_flight:
             self._settle_inflight()
         held = len(in_hand) + in_hand.coming
+        taking = self._will_take_after()
         want = 0
-        if self._will_take_after():
+        if taking:
             # Hold the next job, plus one ahead after short jobs; never past max_jobs.
             want = (2 if ahead else 1) - held
             if self.max_jobs:
@@ -285,7 +286,7 @@ class JobLoop(JobTaking):
                 self._drain_at = now + _DRAIN_EVERY
                 self.waiter.drain()
                 self._adopt_handed()
-        if ahead and held and self._will_take_after():
+        if ahead and held and taking:
             try:
                 in_hand.send(job, queues, want)
                 return None

@@ -80,6 +80,7 @@ class JobsInHand:
         self._jobs: deque[Job] = deque()
         # (job completed, jobs it asked for, the call), oldest first.
         self._inflight: deque[tuple[Job, int, DeferredCall[_Reply]]] = deque()
+        self._coming = 0
         self.sent_ahead = 0  # completions sent without waiting
         self.handed_back = 0  # jobs held ahead and released unstarted
 
@@ -94,7 +95,7 @@ class JobsInHand:
     @property
     def coming(self) -> int:
         """Return how many jobs the calls in flight asked for (they may bring fewer)."""
-        return sum(want for _, want, _ in self._inflight)
+        return self._coming
 
     def add(self, jobs: Iterable[Job]) -> None:
         """Hold `jobs` (after the ones already held)."""
@@ -118,6 +119,7 @@ class JobsInHand:
                 raise RuntimeError("too many completions in flight")
             call = self.client.send_complete_and_reserve(job, queues, count)
             self._inflight.append((job, count, call))
+            self._coming += count
             self.sent_ahead += 1
 
     def settle(self) -> tuple[Job, Outcome] | None:
@@ -125,7 +127,8 @@ class JobsInHand:
         with self._lock:
             if not self._inflight:
                 return None
-            job, _, call = self._inflight.popleft()
+            job, count, call = self._inflight.popleft()
+            self._coming -= count
             outcome, jobs = complete_outcome(job, call.result)
             self._jobs.extend(jobs)
         return job, outcome
