@@ -27,7 +27,8 @@ class DjangoQless:
         "Client.complete_and_reserve(job, queues): each call completes one job and pops the next "
         "(one engine call per job, the core worker's path; 20 queues per call, in order)",
         "worker": "`python -m django_qless.core.workers --url URL -n N --import jobs_django_qless "
-        "bench` (pre-forked children, wake-up on pubsub, complete+reserve in one call)",
+        "bench` (pre-forked children; complete+reserve in one call, sent without waiting while "
+        "the next job, held ahead, runs; an idle child is handed the next job by the put)",
     }
 
     def __init__(self, url: str) -> None:
