@@ -11,7 +11,7 @@
 -- as one long-string constant (built at compile time, not concatenated on every call). Every
 -- entry is preceded by a space or a newline; main() finds ' <command>=' with a plain find.
 local ROUTES = [[
- put=throttle,job,put put.many=throttle,job,put requeue=throttle,job,put complete=throttle,stats,job fail=throttle,job
+ put=throttle,job,put put.many=throttle,job,put requeue=throttle,job,put complete=throttle,stats,job,complete fail=throttle,job
 retry=throttle,job release=throttle,job heartbeat=job timeout=throttle,job cancel=throttle,job depends=job,jobmeta
 priority=jobmeta log=jobmeta tag=jobmeta track=objects,jobmeta get=objects,jobmeta
 multiget=objects,jobmeta pop=throttle,stats,objects,spawn,timers,pop
@@ -20,7 +20,7 @@ queues=timers,queries pause=queries unpause=queries queue.forget=queries unfail=
 failed=queries stats=queries workers=worker worker.deregister=worker
 reserve=throttle,stats,objects,spawn,timers,pop,worker
 reserve.wait=throttle,stats,objects,spawn,timers,pop,handoff,worker
-complete.reserve=throttle,stats,objects,job,spawn,timers,pop,worker config.get=config
+complete.reserve=throttle,stats,objects,job,complete,spawn,timers,pop,worker config.get=config
 config.set=config config.unset=config throttle.set=throttle,throttle_cmds
 throttle.get=throttle,throttle_cmds throttle.delete=throttle,throttle_cmds
 throttle.locks=throttle,throttle_cmds throttle.pending=throttle,throttle_cmds

@@ -1,0 +1,194 @@
+-- complete.lua: completing a job (also the first half of the worker's complete.reserve),
+-- releasing its dependents, and the retention of completed jobs.
+--
+-- Commands (after `now`):
+--   complete  jid worker queue data [next q] [delay d] [depends JSON] [token t] -> state text
+--
+-- Keys:
+--   ql:j:<jid>                 hash  (HMGET, HSET, HDEL; `done` = "<token> <result>")
+--   ql:j:<jid>-history         list  (RPUSH via Q.history)
+--   ql:j:<jid>-dependents      set   (SMEMBERS, DEL)
+--   ql:j:<jid>-dependencies    set   of each dependent (SREM, SCARD)
+--   ql:q:<queue>-work|locks|scheduled|depends  zset (ZADD, ZREM)
+--   ql:queues                  zset  (ZADD NX)
+--   ql:w:<worker>:jobs         zset  (ZREM)
+--   ql:completed               zset  (ZADD, ZREM, ZRANGEBYSCORE, ZCARD, ZRANGE)
+--   ql:tracked                 zset  (ZREM, via Q.delete_job)
+--   ql:s:run:<day>:<queue>     hash  (via Q.sample)
+--   ql:config                  hash  (HSET of #completed-due)
+--   channels: ql:log, ql:completed, ql:wake:<queue>
+
+Q.mod.complete = function()
+  local rcall = Q.rcall
+  local C = Q.commands
+
+  -- Completed-job retention: at most 500 deletions per call.
+  function Q.expire_completed(now)
+    local budget = Q.CHUNK
+    local age = Q.cfgnum('jobs-history', 604800)
+    -- '#completed-due': no completed job can be older than jobs-history before this time; it is
+    -- at most HORIZON ahead, so completions recorded by another writer are seen within it.
+    local due = Q.tonum(Q.cfgraw('#completed-due'))
+    local jids = {}
+    if due == nil or now >= due or due > now + Q.HORIZON then
+      jids = rcall('ZRANGEBYSCORE', 'ql:completed', '-inf', now - age, 'LIMIT', 0, budget)
+      for _, jid in ipairs(jids) do Q.delete_job(jid) end
+      if #jids > 0 then Q.chunked('ZREM', 'ql:completed', jids) end
+      local next_due = now
+      if #jids < budget then
+        next_due = now + Q.HORIZON
+        local first = rcall('ZRANGE', 'ql:completed', 0, 0, 'WITHSCORES')
+        local oldest = tonumber(first[2])
+        if oldest and oldest + age < next_due then next_due = math.max(oldest + age, now) end
+      end
+      rcall('HSET', 'ql:config', '#completed-due', next_due)
+    end
+    budget = budget - #jids
+    local keep = Q.cfgnum('jobs-history-count', 50000)
+    local excess = rcall('ZCARD', 'ql:completed') - keep
+    if excess > 0 and budget > 0 then
+      jids = rcall('ZRANGE', 'ql:completed', 0, math.min(excess, budget) - 1)
+      for _, jid in ipairs(jids) do Q.delete_job(jid) end
+      Q.chunked('ZREM', 'ql:completed', jids)
+    end
+  end
+
+  -- ---------------------------------------------------------------- complete
+
+  -- The job hash fields complete needs, in one constructor (sized once, where setting them
+  -- one by one into `{}` grows the table again and again). `priority` only for `next`; the
+  -- fields that only tell whether the hash holds a long value are read by Q.long_values.
+  local function read_own(jid, nextq)
+    local v = rcall('HMGET', 'ql:j:' .. jid, 'state', 'queue', 'worker', 'retries', 'time',
+      'held', 'history', 'tracked', 'done', nextq and 'priority' or 'state')
+    local any = false
+    for i = 1, 9 do
+      if v[i] then any = true; break end
+    end
+    if not any then return nil end
+    return { state = v[1] or nil, queue = v[2] or nil, worker = v[3] or nil,
+      retries = v[4] or nil, time = v[5] or nil, held = v[6] or nil, history = v[7] or nil,
+      tracked = v[8] or nil, done = v[9] or nil, priority = nextq and v[10] or nil }
+  end
+
+  -- True when the job hash already holds a value longer than Q.SMALL_VALUE among the fields
+  -- complete did not read (a completion that would lengthen `history` past it asks this).
+  function Q.long_values(jid)
+    return Q.roomy(unpack(rcall('HMGET', 'ql:j:' .. jid, 'klass', 'tags', 'failure', 'throttles')))
+  end
+
+  -- Ownership checks shared by complete and complete.reserve. With an attempt token that
+  -- already completed this job, returns (h, recorded result) and the caller acts no further.
+  function Q.check_running(jid, worker, queue, token, nextq)
+    local h = read_own(jid, nextq)
+    if not h then Q.fail('Job ' .. jid .. ' does not exist') end
+    local recorded = Q.recorded(h, token)
+    if recorded then return h, recorded end
+    if h.state ~= 'running' then
+      Q.fail('Job ' .. jid .. ' is not currently running: ' .. tostring(h.state))
+    end
+    if h.worker ~= worker then
+      Q.fail('Job ' .. jid .. ' has been handed out to another worker: ' .. tostring(h.worker))
+    end
+    if h.queue ~= queue then
+      Q.fail('Job ' .. jid .. ' running in another queue: ' .. tostring(h.queue))
+    end
+    return h
+  end
+
+  -- Release every dependent of a completed job whose last dependency this was.
+  local function release_dependents(jid, now)
+    local dents = rcall('SMEMBERS', Q.kdents(jid))
+    for _, d in ipairs(dents) do
+      rcall('SREM', Q.kdeps(d), jid)
+      if rcall('SCARD', Q.kdeps(d)) == 0 then
+        local h = Q.read(d, { 'state', 'queue', 'priority', 'scheduled' })
+        if h and h.state == 'depends' and h.queue and h.queue ~= '' then Q.undepend(d, h, now) end
+      end
+    end
+    if #dents > 0 then rcall('DEL', Q.kdents(jid)) end
+  end
+
+  -- Complete a running job whose ownership was checked (h from Q.check_running).
+  function Q.complete(now, jid, worker, queue, data, h, nextq, delay, depends, token)
+    local key = Q.kjob(jid)
+    local compact = not nextq and h.history
+      and Q.compact_done(h.history, now, worker, jid, h, data)
+    if not compact then
+      Q.history_text(jid, '[' .. Q.floor_text(now) .. ',"done"]', h.history, true)
+    end
+    rcall('ZREM', Q.qn(queue).locks, jid)
+    Q.sample('run', queue, now, now - (tonumber(h.time) or now))
+    rcall('ZREM', Q.kwjobs(worker), jid)
+    if h.tracked == '1' then Q.publish('ql:completed', jid) end
+    local retries = Q.int_arg(tonumber(h.retries) or 5)
+    local fields = { 'data', data, 'worker', '', 'failure', '{}', 'expires', '0',
+      'remaining', retries, 'time', Q.ftime(now) }
+    if compact or (h.history and h.history ~= '[]') then
+      -- the compact field, or `[]` for a field just migrated (this HSET replaces an HDEL)
+      table.insert(fields, 'history'); table.insert(fields, compact or '[]')
+    end
+    if h.held then table.insert(fields, 'held'); table.insert(fields, '') end
+    if nextq then
+      Q.publish('ql:log', '{"jid":' .. Q.js(jid) .. ',"to":' .. Q.js(nextq)
+        .. ',"event":"advanced","queue":' .. Q.js(queue) .. '}')
+      Q.history(jid, now, 'put', { q = nextq })
+      rcall('ZADD', 'ql:queues', 'NX', now, nextq)
+      table.insert(fields, 'queue'); table.insert(fields, nextq)
+      local result
+      local ndeps = 0
+      if depends and #depends > 0 then ndeps = Q.add_deps(jid, depends) end
+      if delay > 0 and ndeps == 0 and not (depends and #depends > 0) then
+        rcall('ZADD', Q.kq(nextq, 'scheduled'), now + delay, jid)
+        Q.lower_due(nextq, now + delay)
+        result = 'scheduled'
+      elseif ndeps > 0 then
+        rcall('ZADD', Q.kq(nextq, 'depends'), now, jid)
+        if delay > 0 then table.insert(fields, 'scheduled'); table.insert(fields, now + delay) end
+        result = 'depends'
+      else
+        rcall('ZADD', Q.kq(nextq, 'work'), Q.score(tonumber(h.priority) or 0, now), jid)
+        Q.wake(nextq)
+        result = 'waiting'
+      end
+      table.insert(fields, 'state'); table.insert(fields, result)
+      if token then table.insert(fields, 'done'); table.insert(fields, token .. ' ' .. result) end
+      rcall('HSET', key, unpack(fields))
+      Q.release(jid, h.held, now)
+      Q.slot_freed(queue)
+      return result
+    end
+    Q.publish('ql:log', '{"jid":' .. Q.js(jid) .. ',"event":"completed","queue":' .. Q.js(queue) .. '}')
+    table.insert(fields, 'state'); table.insert(fields, 'complete')
+    table.insert(fields, 'queue'); table.insert(fields, '')
+    if token then table.insert(fields, 'done'); table.insert(fields, token .. ' complete') end
+    rcall('HSET', key, unpack(fields))
+    rcall('ZADD', 'ql:completed', Q.time_arg(now), jid)
+    Q.release(jid, h.held, now)
+    Q.slot_freed(queue)
+    release_dependents(jid, now)
+    Q.expire_completed(now)
+    return 'complete'
+  end
+
+  C['complete'] = { 'Complete', function(now, args)
+    local jid = Q.jid(args[1])
+    local worker = Q.worker(args[2])
+    local queue = Q.queue(args[3])
+    local data = Q.data(args[4])
+    local opts = Q.pairs_args(args, 5)
+    local nextq = opts['next'] and Q.queue(opts['next'], 'next') or nil
+    local delay = 0
+    if opts.delay then delay = Q.delay(opts.delay) end
+    local depends = opts.depends and Q.depends(opts.depends, jid) or nil
+    if opts.delay and not nextq then Q.fail('"delay" cannot be used without a "next".') end
+    if opts.depends and not nextq then Q.fail('"depends" cannot be used without a "next".') end
+    local token = Q.token(opts.token)
+    local h, recorded = Q.check_running(jid, worker, queue, token, nextq)
+    if recorded then return recorded end
+    if depends then Q.check_cycle(jid, depends) end
+    Q.load_config({ 'jobs-history', 'jobs-history-count', 'max-job-history', '#completed-due',
+      queue .. '-max-concurrency' })
+    return Q.complete(now, jid, worker, queue, data, h, nextq, delay, depends, token)
+  end }
+end
