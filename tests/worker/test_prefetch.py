@@ -187,3 +187,27 @@ def test_killing_children_while_short_jobs_flow_spends_retries_only_of_running_j
     assert sum("timed-out" in h for h in histories) <= kills
     assert all(h.count("done") == 1 for h in histories)
     worker.kill_all()
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.05, 0.2])
+def test_term_while_short_jobs_flow_leaves_nothing_held(
+    client: Client, start_worker, delay: float
+) -> None:
+    """TERM with completions in flight and jobs held ahead: all released or completed."""
+    q = client.queues["q"]
+    jids = q.put_many([{"klass": "tests.worker.jobs.brief", "data": {"n": i}}
+                       for i in range(400)])
+    worker = start_worker("q", "-n", "2")
+    wait_until(lambda: ledger(client.redis, "done"))
+    time.sleep(delay)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(timeout=20) == 0
+    jobs = [client.jobs[j] for j in jids]
+    assert {j.state for j in jobs} <= {"waiting", "complete"}
+    assert any(j.state == "waiting" for j in jobs)
+    assert client.queues["q"].counts["running"] == 0
+    assert all(w["jobs"] == 0 for w in client.workers.counts)
+    for job in jobs:
+        whats = [h["what"] for h in job.history]
+        assert "timed-out" not in whats
+        assert whats.count("done") == (1 if job.state == "complete" else 0)
