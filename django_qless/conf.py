@@ -10,7 +10,8 @@ global options::
         "QUEUES": {"reports": "reports"},          # queue name -> alias (default: "default")
         "WORKER": {"QUEUES": ["default"], "PROCESSES": 2, "RESERVER": "ordered",
                    "INTERVAL": 5.0, "TIMEOUT": None, "MAX_JOBS": None,
-                   "HEARTBEAT": None},             # seconds: set in qless config at start
+                   "HEARTBEAT": None,              # seconds: set in qless config at start
+                   "PREFETCH": True},              # hold one job ahead while short jobs run
         "COMMIT_MODE": "on_commit",                # or "immediate"
         "JOB_MODULES": ["myapp.legacy_jobs"],      # classes under these modules may run
         "AUTODISCOVER": True,                      # import <app>.jobs for every installed app
@@ -28,7 +29,8 @@ must be set explicitly to skip certificate checks), ``SSL_CA_CERTS``, ``SSL_CERT
 Environment (django-environ; a value in settings always wins): ``QLESS_URL`` (default alias),
 ``QLESS_<ALIAS>_URL``, ``QLESS_<ALIAS>_PASSWORD``, ``QLESS_COMMIT_MODE``, ``QLESS_EAGER``,
 ``QLESS_WORKER_QUEUES`` (comma list), ``QLESS_WORKER_PROCESSES``, ``QLESS_WORKER_RESERVER``,
-``QLESS_WORKER_INTERVAL``, ``QLESS_WORKER_TIMEOUT``, ``QLESS_WORKER_HEARTBEAT``.
+``QLESS_WORKER_INTERVAL``, ``QLESS_WORKER_TIMEOUT``, ``QLESS_WORKER_HEARTBEAT``,
+``QLESS_WORKER_PREFETCH``.
 Without any setting or variable the default alias is ``redis://localhost:6379/0``.
 """
 
@@ -69,7 +71,8 @@ ALIAS_KEYS = frozenset(
      "SSL_CERT_REQS", "SSL_CA_CERTS", "SSL_CERTFILE", "SSL_KEYFILE", "SOCKET_TIMEOUT", "EAGER"}
 )
 WORKER_KEYS = frozenset(
-    {"QUEUES", "PROCESSES", "RESERVER", "INTERVAL", "TIMEOUT", "MAX_JOBS", "HEARTBEAT"}
+    {"QUEUES", "PROCESSES", "RESERVER", "INTERVAL", "TIMEOUT", "MAX_JOBS", "HEARTBEAT",
+     "PREFETCH"}
 )
 RECEIVER_KEYS = frozenset(
     {"MAIL_ADMINS_ON_FAILURE", "WEBHOOK_URL", "WEBHOOK_EVENTS", "WEBHOOK_TIMEOUT"}
@@ -132,6 +135,7 @@ class WorkerSettings:
     timeout: float | None = None
     max_jobs: int | None = None
     heartbeat: int | None = None
+    prefetch: bool = True
 
 
 @dataclass(frozen=True)

@@ -206,6 +206,8 @@ class _Parser:
             reserver = "ordered"
         interval = self.number(f"{k}['INTERVAL']", raw.get(
             "INTERVAL", self.envval("QLESS_WORKER_INTERVAL", "float")), integer=False, minimum=0)
+        prefetch = self.bool_(f"{k}['PREFETCH']", raw.get(
+            "PREFETCH", self.envval("QLESS_WORKER_PREFETCH", "bool")))
         return WorkerSettings(
             queues=(queues and self.queue_list(f"{k}['QUEUES']", queues)) or ("default",),
             processes=self.number(f"{k}['PROCESSES']", raw.get(
@@ -221,6 +223,7 @@ class _Parser:
             heartbeat=self.number(f"{k}['HEARTBEAT']", raw.get(
                 "HEARTBEAT", self.envval("QLESS_WORKER_HEARTBEAT", "int")),
                 integer=True, minimum=1),
+            prefetch=prefetch is not False,
         )
 
     def receivers(self, raw: Any) -> ReceiverSettings:

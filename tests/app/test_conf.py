@@ -58,6 +58,14 @@ def test_env_deployment_options():
     assert conf.aliases["default"].password == "s3cret"
 
 
+def test_worker_prefetch_setting():
+    assert ok({}).worker.prefetch is True
+    assert ok({"WORKER": {"PREFETCH": False}}).worker.prefetch is False
+    assert ok({}, QLESS_WORKER_PREFETCH="false").worker.prefetch is False
+    assert ok({"WORKER": {"PREFETCH": True}}, QLESS_WORKER_PREFETCH="false").worker.prefetch
+    assert any("PREFETCH" in e for e in errors({"WORKER": {"PREFETCH": "no"}}))
+
+
 def test_bad_env_value_names_the_variable():
     assert any("QLESS_WORKER_PROCESSES" in e for e in errors({}, QLESS_WORKER_PROCESSES="x"))
 

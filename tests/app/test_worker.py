@@ -154,6 +154,12 @@ def test_worker_command_has_the_core_worker_options(redis_url):
     assert options["exec_command"] == ["cat", "-n"]
     assert (options["kill_grace"], options["shutdown_grace"]) == (2.0, 4.0)
     assert options["import_modules"] == ["tests.app.jobs"]
+    assert options["prefetch"] is True
+    off = manage(redis_url, "qless_worker", "default", "--no-prefetch", "--print-options")
+    assert json.loads(off.stdout)["prefetch"] is False
+    by_setting = manage(redis_url, "qless_worker", "default", "--print-options",
+                        QLESS_WORKER_PREFETCH="false")
+    assert json.loads(by_setting.stdout)["prefetch"] is False
 
 
 def test_worker_with_events_bridges_signals_in_its_own_process(redis_url, tmp_path):

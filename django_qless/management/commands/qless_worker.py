@@ -106,7 +106,7 @@ class Command(BaseCommand):
                 max_duration=options["max_duration"],
                 child_max_jobs=options["child_max_jobs"],
                 fork_per_job=options["fork_per_job"],
-                prefetch=options["prefetch"],
+                prefetch=options["prefetch"] and conf.worker.prefetch,
                 import_modules=tuple(options["imports"]),
                 resume=options["resume"],
                 exec_command=exec_command,
