@@ -118,14 +118,14 @@ class JobTaking:
         self.waiter.wait(timeout)
 
     def _held_jobs(self) -> list[Job]:
-        """Return the jobs this worker name still holds (for `resume`)."""
+        """Return the jobs this worker name still holds (`resume`, or hand-offs missed)."""
         try:
             jids = self.client.workers[self.name]["jobs"]
             jobs = self.client.jobs.get_many(*jids) if jids else []
         except QlessError as exc:
-            log.error("resume: could not list held jobs: %s", exc)
+            log.error("could not list the jobs this worker holds: %s", exc)
             return []
         held = [j for j in jobs if j.state == "running" and j.worker_name == self.name]
         if held:
-            log.info("resuming %d held job(s): %s", len(held), ", ".join(j.jid for j in held))
+            log.info("taking back %d held job(s): %s", len(held), ", ".join(j.jid for j in held))
         return held

@@ -98,10 +98,10 @@ class WakeWaiter:
         self._pubsub = pubsub
         self._subscribed = wanted
 
-    def close(self, *, broken: bool = True) -> None:
-        """Drop the pubsub connection (`broken`: messages may have been lost)."""
+    def close(self) -> None:
+        """Drop the pubsub connection (messages sent to it from now on are lost)."""
         if self._pubsub is not None:
-            self.lost = self.lost or broken
+            self.lost = True
             try:
                 self._pubsub.close()
             except Exception:  # noqa: S110 - closing a broken socket may fail; nothing to do
