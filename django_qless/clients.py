@@ -33,7 +33,7 @@ def redis_kwargs(conf: AliasSettings) -> dict[str, Any]:
     """Return the redis-py keyword arguments for an alias (no I/O)."""
     kwargs: dict[str, Any] = {
         "decode_responses": True,
-        # A re-sent script call that changes state would run twice (reliability R-9).
+        # A re-sent script call that changes state would run twice (see docs/guarantees.md, rule 2).
         "retry": Retry(NoBackoff(), 0),
         "health_check_interval": 30,
     }

@@ -3,7 +3,7 @@
 - `eviction_policy(redis)`: the server's `maxmemory-policy` (CONFIG GET, falling back to
   INFO memory where managed Redis forbids CONFIG).
 - `check_eviction(redis)`: a warning text unless the policy is `noeviction` (any other
-  policy can drop a job hash and leave its jid in a queue: reliability R-7).
+  policy can drop a job hash and leave its jid in a queue: see docs/guarantees.md).
 - `clock_skew(redis, clock=time.time)`: local clock minus the Redis server clock, measured
   at the midpoint of a TIME round trip (positive: this host runs ahead).
 """

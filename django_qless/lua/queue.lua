@@ -133,7 +133,7 @@ Q.mod.pop = function()
     Q.load_config(names)
   end
 
-  -- Expired locks of a queue (§5.5): courtesy notice, re-dispatch or failure.
+  -- Expired locks of a queue: courtesy notice, re-dispatch or failure.
   -- Appends re-dispatched {jid, h} to `selected` and the jids it failed to `dead` (if given).
   local function invalidate(now, queue, count, selected, dead)
     local jids = rcall('ZRANGEBYSCORE', Q.kq(queue, 'locks'), '-inf', now, 'LIMIT', 0, count)

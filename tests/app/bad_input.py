@@ -1,4 +1,4 @@
-"""The database every bad-input test starts from (issue 7): one of each kind of thing."""
+"""The database every bad-input test starts from: one of each kind of thing."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 7, the command-line layers: every reliability.md §c case that can enter them.
+"""The command-line layers: every bad-input case (docs/guarantees.md) that can enter them.
 
 ``manage.py qless`` (operator CLI), ``manage.py qless_worker`` and the Django-free
 ``qless-worker`` / ``python -m django_qless.core.workers``: a bad value is refused with one
@@ -268,7 +268,7 @@ def test_good_operator_values_are_accepted(populated: None) -> None:
                        "315360000", "--jid", "j" * 64, "--tags", "a,b", "--json"])
     assert json.loads(out) == {"jid": "j" * 64}
     assert get_client().jobs["j" * 64].state == "scheduled"
-    assert run_command(["qless", "list", "nope"]).strip() == ""  # §c 21: empty, not an error
+    assert run_command(["qless", "list", "nope"]).strip() == ""  # case 21: empty, not an error
     out = run_command(["qless", "cancel", "parent", "child", "--json"])
     assert sorted(json.loads(out)["canceled"]) == ["child", "parent"]
 

@@ -1,4 +1,4 @@
-"""Issue 7, the ``@job`` enqueue layer: every reliability.md §c case that can enter it.
+"""The ``@job`` enqueue layer: every bad-input case (docs/guarantees.md) that can enter it.
 
 Each bad call goes through the real decorators (and the django.tasks backend) on a real Redis:
 it must raise the typed error with a message naming the argument, before anything is sent,
@@ -56,13 +56,13 @@ PRIORITY_RANGE = r"^priority must be an integer in \[-2147483648, 2147483647\]"
 
 def row(ident: str, section: str, call: Callable[[], object], cls: type[Exception],
         match: str, *, modes: tuple[str, ...] = tuple(NOW_MODES)) -> list[Any]:
-    """One case, once per mode it applies to (the id carries the §c row number)."""
+    """One case, once per mode it applies to (the id carries its case number)."""
     return [pytest.param(call, cls, match, mode, id=f"{section}-{ident}-{mode}")
             for mode in modes]
 
 
 CASES: list[Any] = [
-    # §c 1-4: priority
+    # cases 1-4: priority
     *row("priority=high", "c1", lambda: add.using(priority="high").enqueue(1), InvalidArgument,
          r"^priority must be an integer, got 'high'$"),
     *row("priority=nan", "c2", lambda: add.using(priority=float("nan")).enqueue(1),
@@ -75,7 +75,7 @@ CASES: list[Any] = [
     *[r for v in (2**31, -(2**31) - 1)
       for r in row(f"priority={v}", "c4", lambda v=v: add.using(priority=v).enqueue(1),
                    InvalidArgument, PRIORITY_RANGE)],
-    # §c 5-7: delay (option, enqueue_in, enqueue_at)
+    # cases 5-7: delay (option, enqueue_in, enqueue_at)
     *row("using.delay=-5", "c5", lambda: add.using(delay=-5).enqueue(1), InvalidArgument,
          r"^delay must be >= 0, got -5$"),
     *row("enqueue_in(-5)", "c5", lambda: add.enqueue_in(-5, 1), InvalidArgument,
@@ -97,21 +97,21 @@ CASES: list[Any] = [
          r"^delay must be a number, got 'abc'$"),
     *row("enqueue_at('tomorrow')", "c7", lambda: add.enqueue_at("tomorrow", 1),
          InvalidJobArgument, r"^when must be a datetime, got 'tomorrow'$"),
-    # §c 8-9: retries
+    # cases 8-9: retries
     *row("retries=-1", "c8", lambda: add.using(retries=-1).enqueue(1), InvalidArgument,
          r"^retries must be an integer in \[0, 1000\], got -1$"),
     *row("retries='5.5'", "c9", lambda: add.using(retries="5.5").enqueue(1), InvalidArgument,
          r"^retries must be an integer, got '5\.5'$"),
     *row("retries=1e9", "c9", lambda: add.using(retries=10**9).enqueue(1), InvalidArgument,
          r"^retries must be an integer in \[0, 1000\], got 1000000000$"),
-    # §c 10-11: data that is not a JSON object (job classes take a data dict)
+    # cases 10-11: data that is not a JSON object (job classes take a data dict)
     *row("class.data='{bad'", "c10", lambda: Thumb.enqueue("{bad"), InvalidJobArgument,
          r"job data must be a dict \(a JSON object\), got str$"),
     *row("class.data=[1]", "c11", lambda: Thumb.enqueue([1]), InvalidJobArgument,
          r"job data must be a dict \(a JSON object\), got list$"),
     *row("class.data=pairs", "c11", lambda: Thumb.enqueue([("width", 1)]), InvalidJobArgument,
          r"job data must be a dict \(a JSON object\), got list$"),
-    # §c 12: not JSON-serialisable (datetime/Decimal/UUID become strings: documented)
+    # cases 12: not JSON-serialisable (datetime/Decimal/UUID become strings: documented)
     *row("arg=set", "c12", lambda: add.enqueue({1}), InvalidJobArgument,
          r"^tests\.app\.jobs\.add\(\) argument 'a' is not JSON-serialisable: .*set"),
     *row("kwarg=object", "c12", lambda: add.enqueue(1, b=object()), InvalidJobArgument,
@@ -127,7 +127,7 @@ CASES: list[Any] = [
     *row("task.kwarg=Decimal-in-set", "c12",
          lambda: tasks.multiply.enqueue(1, b={decimal.Decimal(1)}), InvalidJobArgument,
          r"argument 'b' is not JSON-serialisable"),
-    # §c 13-14: size and depth
+    # cases 13-14: size and depth
     *row("data=1MiB", "c13", lambda: add.enqueue("x" * (1 << 20)), LimitExceeded,
          r"^data is 1\.0 MiB, limit is 1 MiB$"),
     *row("class.data=1MiB", "c13", lambda: Thumb.enqueue({"x": "x" * (1 << 20)}),
@@ -138,7 +138,7 @@ CASES: list[Any] = [
          r"^data\['args'\]\[0\].* is nested deeper than 64 levels$"),
     *row("data.depth=100000", "c14", lambda: add.enqueue(nested(100_000)), InvalidJobArgument,
          r"argument 'a' is nested too deeply to be JSON data$"),
-    # §c 15-18: jids
+    # cases 15-18: jids
     *row("jid=''", "c15", lambda: add.using(jid="").enqueue(1), InvalidArgument,
          r"^jid must be a non-empty string, got ''$"),
     *[r for v in ("exists-history", "exists-dependents", "exists-dependencies")
@@ -151,7 +151,7 @@ CASES: list[Any] = [
     *[r for v in ("a:b", "a b", "x" * 65, "\u00e9", "a\x00b", "a\ud800")
       for r in row(f"jid={v[:6]!r}", "c18", lambda v=v: add.using(jid=v).enqueue(1),
                    InvalidArgument, r"^jid (may only contain|must be at most 64)")],
-    # §c 19-20, 50: queue names
+    # cases 19-20, 50: queue names
     *row("queue=''", "c19", lambda: add.using(queue="").enqueue(1), InvalidArgument,
          r"^queue must be a non-empty string, got ''$"),
     *[r for v in ("<script>", "a'b", "a/b", "a:b", "{a}", "q" * 65)
@@ -162,7 +162,7 @@ CASES: list[Any] = [
     *[r for v in ("a\x00b", "a\ud800", "e\u0301", "a\x01")
       for r in row(f"queue={v!r}", "c50", lambda v=v: add.using(queue=v).enqueue(1),
                    InvalidArgument, r"^queue may only contain A-Z a-z 0-9 _ \. -")],
-    # §c 34-35: depends
+    # cases 34-35: depends
     *row("depends=self", "c34", lambda: add.using(jid="me", depends=["me"]).enqueue(1),
          InvalidArgument, r"^depends must not contain the job itself: 'me'$"),
     # Re-putting the parent so that it waits for its own dependent: only the engine sees it.
@@ -176,7 +176,7 @@ CASES: list[Any] = [
          InvalidJobArgument, r"^depends must be a list of strings, not a string: 'exists'$"),
     *row("depends=[1]", "c34", lambda: add.using(depends=[1]).enqueue(1), InvalidArgument,
          r"^depends item must be a non-empty string, got 1$"),
-    # §c 38-39: tags
+    # cases 38-39: tags
     *row("tags='abc'", "c38", lambda: add.using(tags="abc").enqueue(1), InvalidJobArgument,
          r"^tags must be a list of strings, not a string: 'abc'$"),
     *row("tags=5", "c38", lambda: add.using(tags=5).enqueue(1), InvalidJobArgument,
@@ -188,7 +188,7 @@ CASES: list[Any] = [
     *[r for v in ("", "t" * 65, "a\x01", "a\nb")
       for r in row(f"tag={v[:4]!r}", "c39", lambda v=v: add.using(tags=[v]).enqueue(1),
                    InvalidArgument, r"^tags item must be")],
-    # §c 40-44: recurring
+    # cases 40-44: recurring
     *[r for v in (0, -1, 0.001)
       for r in row(f"recur({v})", "c40/42", lambda v=v: add.recur(v, 1), InvalidArgument,
                    rf"^interval must be >= 1, got {v}$")],
@@ -208,7 +208,7 @@ CASES: list[Any] = [
                    InvalidArgument, r"^offset must be ")],
     *row("recur.jid=49", "c18", lambda: add.using(jid="r" * 49).recur(60, 1), InvalidArgument,
          r"^jid of a recurring job must be at most 48 characters"),
-    # §c 51 (throttle names; a throttle's maximum cannot be set from @job)
+    # cases 51 (throttle names; a throttle's maximum cannot be set from @job)
     *[r for v in ("", "t" * 129, "a\x01")
       for r in row(f"throttle={v[:4]!r}", "c51", lambda v=v: add.using(throttles=[v]).enqueue(1),
                    InvalidArgument, r"^throttles item must be")],
@@ -286,7 +286,7 @@ def test_the_same_calls_with_good_values_are_sent(populated: None, r: redis.Redi
 
 def test_engine_refusal_after_commit_is_logged_and_writes_nothing(
         populated: None, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
-    """§c 17 inside a transaction: the put after the commit is refused, logged, not written."""
+    """Case 17 inside a transaction: the put after the commit is refused, logged, not written."""
     before = snapshot(r)
     with caplog.at_level("ERROR", logger="django_qless"), pytest.raises(InvalidArgument,
                                                                         match="collides"):
@@ -298,7 +298,7 @@ def test_engine_refusal_after_commit_is_logged_and_writes_nothing(
 
 
 def test_depends_on_a_missing_job_is_refused(populated: None, r: redis.Redis) -> None:
-    """§c 32: a dependency on a jid that does not exist is refused and writes nothing."""
+    """Case 32: a dependency on a jid that does not exist is refused and writes nothing."""
     before = snapshot(r)
     with pytest.raises(DependencyError, match="nope"):
         add.using(depends=["nope"]).enqueue(1)

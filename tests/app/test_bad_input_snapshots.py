@@ -1,4 +1,4 @@
-"""Issue 7, the layers tests/ui and tests/core cover without a DUMP check: dashboard forms and
+"""Bad input: the layers tests/ui and tests/core cover without a DUMP check: dashboard forms and
 the core client.
 
 tests/ui checks that the one field it edits is unchanged and tests/core/test_client_* checks
@@ -114,7 +114,7 @@ def test_dashboard_form_refuses_and_writes_nothing(populated: None, r: redis.Red
 def test_dashboard_unknown_or_invalid_names_are_404(populated: None, r: redis.Redis,
                                                     manager_client: WebClient,
                                                     path: str) -> None:
-    """§c 18, 20-22 in a URL: 404, nothing written."""
+    """Bad-input cases 18, 20-22 in a URL: 404, nothing written."""
     before = snapshot(r)
     assert manager_client.get(path).status_code == 404
     assert snapshot(r) == before
@@ -212,7 +212,7 @@ def test_core_client_refuses_and_writes_nothing(
 
 def test_second_complete_with_the_same_token_returns_the_first_result(
         populated: None, r: redis.Redis, redis_url: str) -> None:
-    """§c 25: a repeated complete (same attempt) answers "complete" again and writes nothing."""
+    """Case 25: a repeated complete (same attempt) answers "complete" again, writes nothing."""
     client = Client(redis_url, worker_name="w1")
     try:
         job = done(client)

@@ -1,4 +1,4 @@
-"""Enqueue waits for the transaction to commit on every path (FI-22)."""
+"""Enqueue waits for the transaction to commit on every path."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Bad input (reliability.md §c, docs/engine.md validation): every refused call raises a clear
+"""Bad input (docs/guarantees.md, docs/engine.md): every refused call raises a clear
 error and leaves Redis byte-for-byte unchanged."""
 
 from __future__ import annotations
@@ -456,7 +456,7 @@ WORDING: list[Any] = [
 @pytest.mark.parametrize("command,args,match", WORDING)
 def test_error_wording(populated: Any, r: redis.Redis, command: str, args: list[Any],
                        match: str) -> None:
-    """Use the messages docs/engine.md and core-protocol.md §1.3 spell out."""
+    """Use the messages docs/engine.md spells out."""
     before = snapshot(r)
     with pytest.raises(redis.ResponseError, match=match):
         populated(command, "nan" if match.startswith('Arg "now"') else NOW, *args)
@@ -542,7 +542,7 @@ class Fuzz:
                     self.pick([queue, 10, 1])]
         if kind == 18:
             calls = [["track", "track", jid], ["depends", jid, "on", self.pick(self.jids)]]
-            # §2.12 re-scores any jid in the work set, a stalled one (+inf) included; the core
+            # `priority` re-scores any jid in the work set, a stalled one (+inf) included; the core
             # auditor's `stalled.score` rule objects to that, so leave stalled jobs alone here.
             if h.get("state") != "stalled":
                 calls.append(["priority", jid, rng.randint(-3, 3)])

@@ -1,4 +1,4 @@
-"""Compact history: a job's first visit lives in the legacy `history` hash field (§4.3)."""
+"""Compact history: a job's first visit lives in the legacy `history` hash field."""
 
 from __future__ import annotations
 

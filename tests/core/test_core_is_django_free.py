@@ -1,4 +1,4 @@
-"""The core never imports Django (DESIGN.md §1)."""
+"""The core never imports Django (docs/architecture.md: layering)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Exact pub/sub payloads and publish order (core-protocol.md §6).
+"""Exact pub/sub payloads and publish order.
 
 The wake-up channel `ql:wake:<queue>` (docs/engine.md) is an additive extension whose position
 relative to the qless events is unspecified, so these tests drop it; test_extensions.py covers it.
@@ -252,7 +252,7 @@ def test_cancel_running(lua: Any, events: Events) -> None:
 
 
 def test_cancel_missing_job(lua: Any, events: Events) -> None:
-    """A canceled unknown jid reports `false` queue and worker (§2.10, §9)."""
+    """A canceled unknown jid reports `false` queue and worker."""
     lua("cancel", 0, "nope")
     assert qless_events(events) == [
         ("ql:log", '{"jid":"nope","queue":false,"event":"canceled","worker":false}')]

@@ -1,4 +1,4 @@
-"""Conformance of `cancel` (core-protocol.md §2.10)."""
+"""Conformance of `cancel`."""
 
 from __future__ import annotations
 

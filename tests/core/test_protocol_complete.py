@@ -1,4 +1,4 @@
-"""Conformance of `complete`, advancing and completed-job retention (§2.5, §5.6, §5.7)."""
+"""Conformance of `complete`, advancing and completed-job retention."""
 
 from __future__ import annotations
 
@@ -196,7 +196,7 @@ def test_advance_history_and_queue(lua: Any, r: redis.Redis) -> None:
 
 
 def test_fix_advance_with_delay_is_scheduled(lua: Any, r: redis.Redis) -> None:
-    """Return and store state `scheduled` (docs/engine.md fix of §9)."""
+    """Return and store state `scheduled` (a qless-core bug fixed: docs/compatibility.md)."""
     running(lua)
     assert complete(lua, "jid", 10, "next", "later", "delay", 30) == "scheduled"
     assert r.zscore("ql:q:later-scheduled", "jid") == 40

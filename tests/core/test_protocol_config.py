@@ -1,4 +1,4 @@
-"""Conformance of `config.get/set/unset` (core-protocol.md §2.26, docs/engine.md validation)."""
+"""Conformance of `config.get/set/unset` (docs/engine.md validation)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Conformance of dependencies and the `depends` command (core-protocol.md §2.11, §5.6)."""
+"""Conformance of dependencies and the `depends` command."""
 
 from __future__ import annotations
 
@@ -229,7 +229,7 @@ def test_fix_depends_off_delay_then_pop(lua: Any) -> None:
 
 def test_release_with_past_delay_goes_through_scheduled(lua: Any, r: redis.Redis) -> None:
     """Send a released dependent with a past remembered time through `-scheduled`."""
-    # §5.6: ZADD scheduled <b.scheduled>, state scheduled; the next pop promotes it.
+    # Delayed dependent: ZADD scheduled <b.scheduled>, state scheduled; the next pop promotes it.
     put(lua, "a")
     put(lua, "b", now=0, delay=10, depends=["a"])
     finish(lua, "a", 50)
@@ -294,7 +294,7 @@ def test_independent_dependencies_are_not_cycles(lua: Any) -> None:
     assert state(lua, "b") == "depends" and state(lua, "d") == "depends"
 
 
-# -- depends-missing (extension; reliability §c 32) -------------------------------------------
+# -- depends-missing (extension; bad-input case 32) -------------------------------------------
 
 
 def test_depends_missing_error_refuses_and_writes_nothing(lua: Any, r: redis.Redis) -> None:

@@ -1,4 +1,4 @@
-"""Conformance of `fail` and `retry` (core-protocol.md §2.6, §2.7, §4.4)."""
+"""Conformance of `fail` and `retry`."""
 
 from __future__ import annotations
 
@@ -284,7 +284,7 @@ def test_fix_retry_refuses_other_queue(lua: Any, r: redis.Redis) -> None:
 
 
 def test_failed_job_keeps_failure_record_across_put(lua: Any) -> None:
-    """`put` does not clear the failure record (§4.4)."""
+    """`put` does not clear the failure record."""
     running(lua)
     fail(lua)
     lua("put", 20, "worker", "queue", "jid", "klass", {}, 0)

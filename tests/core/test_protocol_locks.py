@@ -1,5 +1,4 @@
-"""Conformance of heartbeat, lock expiry, grace, retries exhaustion and timeout (§2.8, §2.9, §5.4,
-§5.5)."""
+"""Conformance of heartbeat, lock expiry, grace, retries exhaustion and timeout."""
 
 from __future__ import annotations
 
@@ -367,7 +366,7 @@ def test_skewed_clock_put_after_later_pop(lua: Any) -> None:
 
 
 def test_grace_zero_after_earlier_notice(lua: Any) -> None:
-    """With grace 0 a second notice is still sent before invalidation (§5.5: g <= 0)."""
+    """With grace 0 a second notice is still sent before invalidation (grace <= 0)."""
     running(lua)
     pop(lua, 60)
     lua("config.set", 0, "grace-period", 0)

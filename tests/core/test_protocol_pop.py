@@ -1,4 +1,4 @@
-"""Conformance of `pop` and `peek` (core-protocol.md §2.3, §2.4, §5.2, §5.4, §5.10)."""
+"""Conformance of `pop` and `peek`."""
 
 from __future__ import annotations
 
@@ -293,7 +293,7 @@ def test_peek_count_zero(lua: Any) -> None:
 
 
 def test_pop_honours_paused_set_written_directly(lua: Any, r: redis.Redis) -> None:
-    """Honour a pause found in `ql:paused_queues` (§2.3, §3)."""
+    """Honour a pause found in `ql:paused_queues`."""
     # E.g. a queue paused by qless-core (which only SADDs the set) before the switch.
     put(lua)
     r.sadd("ql:paused_queues", "queue")
@@ -344,7 +344,7 @@ def test_pop_honours_unpause_by_another_writer(lua: Any, r: redis.Redis) -> None
     assert [j["jid"] for j in pop(lua, now=1)] == ["jid"]
 
 
-# Every pop examines locks, spawns and schedules (§2.3): sub-second timers must not be missed
+# Every pop examines locks, spawns and schedules: sub-second timers must not be missed
 # because an earlier idle pop looked at the queue a moment before.
 
 

@@ -1,4 +1,4 @@
-"""Conformance of `put` and `requeue` (core-protocol.md §2.1, §2.2, §5.1, §5.2)."""
+"""Conformance of `put` and `requeue`."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def test_put_returns_the_jid(lua: Any) -> None:
 
 
 def test_put_writes_the_job_hash(lua: Any, r: redis.Redis) -> None:
-    """Write every field of §2.1 step 10."""
+    """Write every field of the job hash."""
     put(lua, data='{"a": [1, 2]}', now=1700000000.5)
     job = r.hgetall("ql:j:jid")
     assert job["jid"] == "jid"
@@ -168,7 +168,7 @@ def test_put_dependency_objects(lua: Any) -> None:
 
 
 def test_put_dependency_on_missing_job_is_ignored(lua: Any, r: redis.Redis) -> None:
-    """Silently ignore dependencies that do not exist (core-protocol §2.1 step 11)."""
+    """Silently ignore dependencies that do not exist (qless behaviour without depends-missing)."""
     put(lua, "b", depends=["nope"])
     assert get(lua, "b")["state"] == "waiting"
     assert r.zscore(WORK, "b") is not None

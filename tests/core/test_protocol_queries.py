@@ -1,5 +1,4 @@
-"""Conformance of the query and admin commands (core-protocol.md §2.12-§2.13, §2.16-§2.25, §4.3,
-§5.8, §5.9)."""
+"""Conformance of the query and admin commands."""
 
 from __future__ import annotations
 
@@ -504,14 +503,14 @@ def test_history_legacy_field_migrated(lua: Any, r: redis.Redis) -> None:
 
 
 def test_history_unlimited_with_zero(lua: Any, r: redis.Redis) -> None:
-    """max-job-history 0 does not cap history (§4.3: only n > 0 trims)."""
+    """max-job-history 0 does not cap history (only n > 0 trims)."""
     lua("config.set", 0, "max-job-history", 0)
     for n in range(120):
         put(lua, now=n)
     assert r.llen("ql:j:jid-history") == 120
 
 
-# -- wait statistics sources (§5.8) -------------------------------------------------------------
+# -- wait statistics sources -------------------------------------------------------------
 
 
 def wait_stats(lua: Any, day: float = 0) -> Any:
@@ -568,7 +567,7 @@ def test_run_histogram(lua: Any) -> None:
 
 
 def test_unfail_leaves_queues_alone(lua: Any, r: redis.Redis) -> None:
-    """Unfail into a new queue does not register it in `ql:queues` (§2.19)."""
+    """Unfail into a new queue does not register it in `ql:queues`."""
     failed(lua, "a")
     lua("unfail", 10, "fresh", "grp")
     assert r.zscore("ql:queues", "fresh") is None
@@ -576,7 +575,7 @@ def test_unfail_leaves_queues_alone(lua: Any, r: redis.Redis) -> None:
 
 
 def test_unfail_keeps_failure_record(lua: Any) -> None:
-    """Unfail does not clear the failure record (§2.19)."""
+    """Unfail does not clear the failure record."""
     failed(lua, "a")
     lua("unfail", 10, "queue", "grp")
     assert lua.json("get", 10, "a")["failure"]["group"] == "grp"

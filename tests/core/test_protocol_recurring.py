@@ -1,4 +1,4 @@
-"""Conformance of recurring jobs (core-protocol.md §2.27-§2.31, §4.5, §5.3)."""
+"""Conformance of recurring jobs."""
 
 from __future__ import annotations
 
@@ -393,7 +393,7 @@ def test_child_remaining_and_state(lua: Any) -> None:
 
 def test_spawn_never_overwrites_an_existing_job(lua: Any) -> None:
     """Never overwrite an earlier child when a recurring job is recreated."""
-    # reliability.md §c #17: qless-core overwrote them.
+    # bad-input case 17: qless-core overwrote them.
     recur(lua)
     assert [j["jid"] for j in pop(lua, 0)] == ["rec-1"]
     lua("unrecur", 1, "rec")

@@ -1,4 +1,4 @@
-"""Conformance of `tag` and `track` (core-protocol.md §2.14, §2.15)."""
+"""Conformance of `tag` and `track`."""
 
 from __future__ import annotations
 

@@ -41,7 +41,7 @@ LEDGER_ENV = "QLESS_FAULT_LEDGER"
 
 
 def assert_audit_clean(conn: Client | redis.Redis) -> None:
-    """Every fault test ends here: the invariants of reliability.md §b hold."""
+    """Every fault test ends here: the invariants of docs/faults.md hold."""
     report = audit(conn)
     assert report.ok, str(report)
 

@@ -1,11 +1,11 @@
-"""FI-14 driver: one process of N logical workers (threads), each with its own worker name.
+"""Contention driver: one process of N logical workers (threads), each with its own worker name.
 
 Run as `python -m tests.faults.contention URL PROC THREADS OUTDIR QUEUES...`. Every pop and
 every completion attempt is appended (one JSON line, written at once, so SIGKILL loses
 nothing already recorded) to OUTDIR/proc-<PROC>.jsonl. A pop row is the ledger entry
 `(jid, worker, pop_time, lease_end)`: `before`/`after` bracket the engine call on the server
 clock (the engine's own `now` lies between them) and `expires` is the lease end it granted.
-Threads stop when the key `fi14:stop` (outside the ql:* keys) exists.
+Threads stop when the key `contention:stop` (outside the ql:* keys) exists.
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ def main(argv: list[str]) -> None:
         os.write(fd, (json.dumps(row) + "\n").encode())
 
     def stopped() -> bool:
-        return bool(client.redis.exists("fi14:stop"))
+        return bool(client.redis.exists("contention:stop"))
 
     def run(index: int) -> None:
-        name = f"fi14-{proc}-{index}"
+        name = f"contention-{proc}-{index}"
         order = queues[index % len(queues):] + queues[:index % len(queues)]
         idle = 0
         while True:

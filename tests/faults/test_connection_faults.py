@@ -1,5 +1,5 @@
-"""Connection faults: the pubsub listener killed or half-open (FI-19), and the connection
-pool across fork (FI-20)."""
+"""Connection faults: the pubsub listener killed or half-open, and the connection
+pool across fork."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from tests.faults.conftest import assert_audit_clean, wait_until
 pytestmark = [pytest.mark.fault, pytest.mark.timeout(90)]
 
 
-def test_fi19_listener_survives_kill_half_open_and_a_raising_receiver(
+def test_listener_survives_kill_half_open_and_a_raising_receiver(
     tcp_redis, rconn, proxy
 ):
     # Through the proxy, with redis-py 8's maintenance notifications off (RESP2 proxying).
@@ -57,7 +57,7 @@ def test_fi19_listener_survives_kill_half_open_and_a_raising_receiver(
     assert_audit_clean(rconn)
 
 
-def test_fi19_events_listener_subscribes_over_tcp_with_a_url_client(tcp_redis):
+def test_events_listener_subscribes_over_tcp_with_a_url_client(tcp_redis):
     c = Client(tcp_redis.url)
     ev = c.events(health_check_interval=0.5)
     try:
@@ -66,7 +66,7 @@ def test_fi19_events_listener_subscribes_over_tcp_with_a_url_client(tcp_redis):
         ev.stop()
 
 
-def test_fi20_fork_gives_each_process_its_own_connections(tcp_redis, rconn, tmp_path):
+def test_fork_gives_each_process_its_own_connections(tcp_redis, rconn, tmp_path):
     c = Client(tcp_redis.url, worker_name="parent")
     q = c.queues["q"]
     q.put("K", {})

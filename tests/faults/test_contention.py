@@ -1,9 +1,10 @@
-"""FI-14: many logical workers popping one job at a time from three queues.
+"""Contention: many logical workers popping one job at a time from three queues.
 
-Default (CI) scale: 4 processes x 5 threads, 2,000 jobs. Full scale (the catalogue's 50 x 20,
-50,000 jobs) with QLESS_FI14_FULL=1; a JSON summary goes to QLESS_FI14_SUMMARY_DIR (default
-the test's tmp dir; the path is printed). Variant `kill`: ceil(5% of the processes) driver
-processes, chosen at random, are SIGKILLed at random points of the run (at least 5% of the
+Default (CI) scale: 4 processes x 5 threads, 2,000 jobs. Full scale (50 x 20,
+50,000 jobs) with QLESS_CONTENTION_FULL=1; a JSON summary goes to
+QLESS_CONTENTION_SUMMARY_DIR (default the test's tmp dir; the path is printed).
+Variant `kill`: ceil(5% of the processes) driver processes, chosen at random, are
+SIGKILLed at random points of the run (at least 5% of the
 workers; a quarter at CI scale); the jobs they held come back after the lease.
 Checks: every jid completed exactly once by the engine; the ledger shows no jid popped while
 another holder's lease was valid; every extra execution is a re-dispatch of a killed worker's
@@ -30,7 +31,7 @@ import redis
 from django_qless.core.audit import audit
 from tests.faults.conftest import ROOT, wait_until
 
-FULL = os.environ.get("QLESS_FI14_FULL") == "1"
+FULL = os.environ.get("QLESS_CONTENTION_FULL") == "1"
 PROCS, THREADS, JOBS = (50, 20, 50_000) if FULL else (4, 5, 2_000)
 QUEUES = ["c1", "c2", "c3"]
 PRIORITIES = [0, 5, 10]
@@ -146,12 +147,12 @@ def start_drivers(url: str, outdir: Path) -> list[subprocess.Popen]:
 
 
 @pytest.mark.parametrize("kill", [False, True], ids=["load", "kill"])
-def test_fi14_contention(short_leases, rconn, tcp_redis, tmp_path, kill):
+def test_many_workers_popping_one_job_at_a_time(short_leases, rconn, tcp_redis, tmp_path, kill):
     client = short_leases
     assert client.config["heartbeat"] == HEARTBEAT and client.config["grace-period"] == GRACE
     rconn.config_set("slowlog-log-slower-than", SLOWLOG_FLOOR_US)
     rconn.config_set("slowlog-max-len", 100_000)
-    seed = int(os.environ.get("QLESS_FI14_SEED", time.time_ns() % 1_000_000))
+    seed = int(os.environ.get("QLESS_CONTENTION_SEED", time.time_ns() % 1_000_000))
     rng = random.Random(seed)
     jids: list[str] = []
     for start in range(0, JOBS, 250):
@@ -160,7 +161,7 @@ def test_fi14_contention(short_leases, rconn, tcp_redis, tmp_path, kill):
         jids += client.queues[QUEUES[(start // 250) % 3]].put_many(batch)
     rconn.slowlog_reset()
     rconn.config_resetstat()
-    outdir = tmp_path / "fi14"
+    outdir = tmp_path / "contention"
     outdir.mkdir()
     victims = sorted(rng.sample(range(PROCS), math.ceil(0.05 * PROCS))) if kill else []
     kill_at = sorted(rng.uniform(0.1, 0.7) for _ in victims)
@@ -185,16 +186,16 @@ def test_fi14_contention(short_leases, rconn, tcp_redis, tmp_path, kill):
         wall = time.monotonic() - t0
         switches = preemptions(redis_pid) - switches
     finally:
-        rconn.set("fi14:stop", 1)
+        rconn.set("contention:stop", 1)
         for p in procs:
             try:
                 p.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
-    rconn.delete("fi14:stop")
+    rconn.delete("contention:stop")
     for i, p in enumerate(procs):
         assert p.returncode == (-signal.SIGKILL if i in victims else 0), (i, p.returncode)
-    killed = {f"fi14-{v}-{t}" for v in victims for t in range(THREADS)}
+    killed = {f"contention-{v}-{t}" for v in victims for t in range(THREADS)}
 
     rows = load(outdir)
     errors = [r for r in rows if r["ev"] in ("error", "refused")]
@@ -259,9 +260,9 @@ def test_fi14_contention(short_leases, rconn, tcp_redis, tmp_path, kill):
     }
     report = audit(client)
     summary["audit"] = "clean" if report.ok else str(report)
-    out = Path(os.environ.get("QLESS_FI14_SUMMARY_DIR", tmp_path))
+    out = Path(os.environ.get("QLESS_CONTENTION_SUMMARY_DIR", tmp_path))
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"fi14-{PROCS}x{THREADS}-{summary['variant']}.json"
+    path = out / f"contention-{PROCS}x{THREADS}-{summary['variant']}.json"
     path.write_text(json.dumps(summary, indent=2) + "\n")
     print(f"\nFI-14 summary ({path}):\n{json.dumps(summary)}")
     assert proc_margin <= PROCESS_CLOCK_TOLERANCE, f"priority inversion {proc_margin:.3f}s"

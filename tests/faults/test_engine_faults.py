@@ -1,6 +1,6 @@
-"""Fault injection at the client/engine level: races on the lease deadline (FI-05), lost
-acks through a proxy (FI-12), read timeouts (FI-13), clock skew (FI-15), OOM (FI-17),
-eviction (FI-18), recurring jobs (FI-23), big batches (FI-27) and data fidelity (FI-28)."""
+"""Fault injection at the client/engine level: races on the lease deadline, lost
+acks through a proxy, read timeouts, clock skew, out of memory, eviction, recurring jobs,
+big batches and data fidelity (catalogue: docs/faults.md)."""
 
 from __future__ import annotations
 
@@ -33,10 +33,10 @@ def evalsha_calls(r: redis.Redis) -> int:
                for name in ("evalsha", "fcall", "eval"))
 
 
-# ------------------------------------------------------------------------- FI-05
+# ------------------------------------------------------------------------- lease deadline
 
 @pytest.mark.parametrize("first", ["pop", "heartbeat"])
-def test_fi05_heartbeat_racing_the_lease_deadline(tcp_redis, rconn, first):
+def test_heartbeat_racing_the_lease_deadline(tcp_redis, rconn, first):
     now = [1000.0]
     a = Client(tcp_redis.url, worker_name="A", clock=lambda: now[0])
     b = Client(tcp_redis.url, worker_name="B", clock=lambda: now[0])
@@ -62,7 +62,7 @@ def test_fi05_heartbeat_racing_the_lease_deadline(tcp_redis, rconn, first):
     assert_audit_clean(rconn)
 
 
-def test_fi05_late_heartbeat_without_a_pop_in_between_succeeds(tcp_redis, rconn):
+def test_late_heartbeat_without_a_pop_in_between_succeeds(tcp_redis, rconn):
     now = [1000.0]
     a = Client(tcp_redis.url, worker_name="A", clock=lambda: now[0])
     a.config["heartbeat"] = 10
@@ -74,14 +74,14 @@ def test_fi05_late_heartbeat_without_a_pop_in_between_succeeds(tcp_redis, rconn)
     assert_audit_clean(rconn)
 
 
-# ------------------------------------------------------------------------- FI-12
+# ------------------------------------------------------------------------- lost replies
 
 def done_count(url: str, jid: str) -> int:
     """Return how many `done` entries the job's history holds."""
     return [h["what"] for h in Client(url).jobs[jid].history].count("done")
 
 
-def test_fi12_lost_ack_on_complete_is_replayed_with_its_token(tcp_redis, rconn, proxy):
+def test_lost_ack_on_complete_is_replayed_with_its_token(tcp_redis, rconn, proxy):
     c = Client(proxy.url, worker_name="P")
     jid = c.queues["q"].put("K", {})
     job = c.queues["q"].pop()
@@ -103,7 +103,7 @@ def test_fi12_lost_ack_on_complete_is_replayed_with_its_token(tcp_redis, rconn, 
     assert_audit_clean(rconn)
 
 
-def test_fi12_lost_ack_twice_is_ambiguous_but_applied_once(tcp_redis, rconn, proxy):
+def test_lost_ack_twice_is_ambiguous_but_applied_once(tcp_redis, rconn, proxy):
     c = Client(proxy.url, worker_name="P")
     jid = c.queues["q"].put("K", {})
     job = c.queues["q"].pop()
@@ -127,7 +127,7 @@ def test_fi12_lost_ack_twice_is_ambiguous_but_applied_once(tcp_redis, rconn, pro
     assert_audit_clean(rconn)
 
 
-def test_fi12_lost_ack_on_pop_job_comes_back_after_the_lease(tcp_redis, rconn, proxy):
+def test_lost_ack_on_pop_job_comes_back_after_the_lease(tcp_redis, rconn, proxy):
     """Plain qless `pop` has no request token: the job waits out its lease."""
     c = Client(proxy.url, worker_name="P")
     c.config["heartbeat"] = 1
@@ -149,7 +149,7 @@ def test_fi12_lost_ack_on_pop_job_comes_back_after_the_lease(tcp_redis, rconn, p
     assert_audit_clean(rconn)
 
 
-def test_fi12_lost_ack_on_reserve_returns_the_same_jobs(tcp_redis, rconn, proxy):
+def test_lost_ack_on_reserve_returns_the_same_jobs(tcp_redis, rconn, proxy):
     """The worker's reserve takes back what the lost call handed it instead of popping more."""
     c = Client(proxy.url, worker_name="P")
     q = c.queues["q"]
@@ -165,7 +165,7 @@ def test_fi12_lost_ack_on_reserve_returns_the_same_jobs(tcp_redis, rconn, proxy)
     assert_audit_clean(rconn)
 
 
-def test_fi12_lost_ack_on_complete_reserve_returns_recorded_state_and_jobs(
+def test_lost_ack_on_complete_reserve_returns_recorded_state_and_jobs(
     tcp_redis, rconn, proxy
 ):
     c = Client(proxy.url, worker_name="P")
@@ -182,7 +182,7 @@ def test_fi12_lost_ack_on_complete_reserve_returns_recorded_state_and_jobs(
     assert_audit_clean(rconn)
 
 
-def test_fi12_lost_ack_on_a_deferred_complete_reserve_is_replayed(tcp_redis, rconn, proxy):
+def test_lost_ack_on_a_deferred_complete_reserve_is_replayed(tcp_redis, rconn, proxy):
     """The worker's completion sent ahead: its reply, read later, is lost on the way."""
     c = Client(proxy.url, worker_name="P")
     q = c.queues["q"]
@@ -202,7 +202,7 @@ def test_fi12_lost_ack_on_a_deferred_complete_reserve_is_replayed(tcp_redis, rco
     assert_audit_clean(rconn)
 
 
-def test_fi12_a_deferred_complete_refused_raises_its_typed_error(tcp_redis, rconn):
+def test_a_deferred_complete_refused_raises_its_typed_error(tcp_redis, rconn):
     c = Client(tcp_redis.url, worker_name="P")
     c.queues["q"].put("K", {})
     (job,), _ = c.reserve(["q"])
@@ -215,7 +215,7 @@ def test_fi12_a_deferred_complete_refused_raises_its_typed_error(tcp_redis, rcon
 
 
 @pytest.mark.parametrize("op", ["put", "fail", "retry", "heartbeat"])
-def test_fi12_lost_ack_on_other_mutations_executes_once(tcp_redis, rconn, proxy, op):
+def test_lost_ack_on_other_mutations_executes_once(tcp_redis, rconn, proxy, op):
     c = Client(proxy.url, worker_name="P")
     q = c.queues["q"]
     jid = q.put("K", {}, jid="fixed-jid", retries=4)
@@ -249,9 +249,9 @@ def test_fi12_lost_ack_on_other_mutations_executes_once(tcp_redis, rconn, proxy,
     assert_audit_clean(rconn)
 
 
-# ------------------------------------------------------------------------- FI-13
+# ------------------------------------------------------------------------- read timeouts
 
-def test_fi13_read_timeout_raises_once_without_resending(tcp_redis, rconn):
+def test_read_timeout_raises_once_without_resending(tcp_redis, rconn):
     c = Client(tcp_redis.url, worker_name="P", socket_timeout=0.3)
     c.load_script()
     before = evalsha_calls(rconn)
@@ -268,9 +268,9 @@ def test_fi13_read_timeout_raises_once_without_resending(tcp_redis, rconn):
     assert_audit_clean(rconn)
 
 
-# ------------------------------------------------------------------------- FI-15
+# ------------------------------------------------------------------------- clock skew
 
-def test_fi15_skewed_local_clock_does_not_steal_a_healthy_job(tcp_redis, rconn, monkeypatch):
+def test_skewed_local_clock_does_not_steal_a_healthy_job(tcp_redis, rconn, monkeypatch):
     a = Client(tcp_redis.url, worker_name="A")
     a.config["heartbeat"] = 60
     jid = a.queues["q"].put("K", {})
@@ -292,7 +292,7 @@ def test_fi15_skewed_local_clock_does_not_steal_a_healthy_job(tcp_redis, rconn, 
     assert_audit_clean(rconn)
 
 
-def test_fi15_client_time_mode_documents_the_steal(tcp_redis, rconn):
+def test_client_time_mode_documents_the_steal(tcp_redis, rconn):
     """With a caller-supplied clock (the test hook), a fast clock does steal: documented."""
     a = Client(tcp_redis.url, worker_name="A")
     a.config["heartbeat"] = 60
@@ -311,9 +311,9 @@ def test_fi15_client_time_mode_documents_the_steal(tcp_redis, rconn):
     assert_audit_clean(rconn)
 
 
-# ------------------------------------------------------------------------- FI-17 / FI-18
+# ------------------------------------------------------------------------- memory and eviction
 
-def test_fi17_out_of_memory_put_raises_and_nothing_half_written(tcp_redis, rconn, client):
+def test_out_of_memory_put_raises_and_nothing_half_written(tcp_redis, rconn, client):
     q = client.queues["q"]
     running = q.put("K", {})
     job = q.pop()
@@ -340,7 +340,7 @@ def test_fi17_out_of_memory_put_raises_and_nothing_half_written(tcp_redis, rconn
         assert "OOM" in str(exc)
         completed_at_limit = False
         assert rconn.hget(f"ql:j:{running}", "state") == "running"
-    print(f"FI-17: {len(accepted)} puts accepted; complete at the limit "
+    print(f"out of memory: {len(accepted)} puts accepted; complete at the limit "
           f"{'accepted' if completed_at_limit else 'refused (OOM)'}")
     assert_audit_clean(rconn)
     rconn.config_set("maxmemory", 0)
@@ -350,7 +350,7 @@ def test_fi17_out_of_memory_put_raises_and_nothing_half_written(tcp_redis, rconn
     assert_audit_clean(rconn)
 
 
-def test_fi18_eviction_policy_is_reported_and_its_damage_detected(tcp_redis, rconn, client):
+def test_eviction_policy_is_reported_and_its_damage_detected(tcp_redis, rconn, client):
     assert check_eviction(rconn) is None
     rconn.config_set("maxmemory-policy", "allkeys-random")
     warning = check_eviction(client)
@@ -371,9 +371,9 @@ def test_fi18_eviction_policy_is_reported_and_its_damage_detected(tcp_redis, rco
     assert fixed.ok, str(fixed)
 
 
-# ------------------------------------------------------------------------- FI-23
+# ------------------------------------------------------------------------- recurring jobs
 
-def test_fi23_recurring_spawns_once_per_interval_under_concurrent_pops(tcp_redis, rconn):
+def test_recurring_spawns_once_per_interval_under_concurrent_pops(tcp_redis, rconn):
     now = [0.0]
     base = Client(tcp_redis.url, clock=lambda: now[0])
     rjid = base.queues["r"].recur("K", {}, 60, jid="nightly", backlog=2)
@@ -406,9 +406,9 @@ def test_fi23_recurring_spawns_once_per_interval_under_concurrent_pops(tcp_redis
     assert_audit_clean(rconn)
 
 
-# ------------------------------------------------------------------------- FI-27
+# ------------------------------------------------------------------------- batch sizes
 
-def test_fi27_oversized_batches_are_refused_up_front(tcp_redis, rconn, client):
+def test_oversized_batches_are_refused_up_front(tcp_redis, rconn, client):
     q = client.queues["q"]
     for start in range(0, 9000, 1000):
         q.put_many([{"klass": "K", "data": {}, "jid": f"b{start + i}"} for i in range(1000)])
@@ -428,9 +428,9 @@ def test_fi27_oversized_batches_are_refused_up_front(tcp_redis, rconn, client):
     assert_audit_clean(rconn)
 
 
-# ------------------------------------------------------------------------- FI-28
+# ------------------------------------------------------------------------- data fidelity
 
-def test_fi28_job_data_is_kept_byte_for_byte_on_every_path(tcp_redis, rconn, client):
+def test_job_data_is_kept_byte_for_byte_on_every_path(tcp_redis, rconn, client):
     texts = [
         '{"a":[],"b":{},"c":[[],[{}]],"big":12345678901234567890,"f":0.1,"tiny":1e-300}',
         '{"u":"emoji \U0001f600 rtl \u05e9\u05dc\u05d5\u05dd e\u0301","nul":"\\u0000"}',
@@ -452,9 +452,9 @@ def test_fi28_job_data_is_kept_byte_for_byte_on_every_path(tcp_redis, rconn, cli
     assert_audit_clean(rconn)
 
 
-# ------------------------------------------------------------------------- FI-10 (client)
+# ------------------------------------------------------------------------- script flush (client)
 
-def test_fi10_flush_between_reload_and_retry_is_survived(tcp_redis, rconn, monkeypatch):
+def test_flush_between_reload_and_retry_is_survived(tcp_redis, rconn, monkeypatch):
     c = Client(tcp_redis.url)
     real = Client.load_script
     flushed: list[int] = []
@@ -475,7 +475,7 @@ def test_fi10_flush_between_reload_and_retry_is_survived(tcp_redis, rconn, monke
 # ------------------------------------------------------------------------- open engine items
 # Each is listed in tests/core/DISCREPANCIES.md (items 7-10); strict, so a fix shows up.
 
-def test_fi23d_a_job_and_a_recurring_job_may_share_a_jid(tcp_redis, rconn, client):
+def test_a_job_and_a_recurring_job_may_share_a_jid(tcp_redis, rconn, client):
     # Deliberate (docs/compatibility.md): they live in separate key spaces (ql:j: and ql:r:),
     # so neither overwrites the other; only spawned child names (<jid>-<n>) are refused.
     q = client.queues["r"]
@@ -487,7 +487,7 @@ def test_fi23d_a_job_and_a_recurring_job_may_share_a_jid(tcp_redis, rconn, clien
         q.put("K", {}, jid="nightly-7")
 
 
-def test_fi23c_default_backlog_is_small(tcp_redis, rconn):
+def test_default_backlog_is_small(tcp_redis, rconn):
     now = [0.0]
     c = Client(tcp_redis.url, clock=lambda: now[0])
     c.queues["r"].recur("K", {}, 60, jid="nightly")
@@ -502,7 +502,7 @@ def test_priority_of_a_stalled_job_keeps_it_at_the_front(tcp_redis, rconn, clien
     assert_audit_clean(rconn)  # stalled => work score +inf
 
 
-def test_fi24_dependency_cycle_is_refused_at_put(tcp_redis, rconn, client):
+def test_dependency_cycle_is_refused_at_put(tcp_redis, rconn, client):
     q = client.queues["c"]
     q.put("K", {}, jid="A1")
     q.put("K", {}, jid="B1", depends=["A1"])

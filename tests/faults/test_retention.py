@@ -1,6 +1,6 @@
-"""FI-25: completed-job retention under load is trimmed in bounded chunks.
+"""Completed-job retention under load is trimmed in bounded chunks.
 
-CI scale: 5,000 completed jobs; the catalogue's 200,000 with QLESS_FI25_FULL=1.
+CI scale: 5,000 completed jobs; 200,000 with QLESS_RETENTION_FULL=1.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 from tests.faults.conftest import assert_audit_clean
 
-FULL = os.environ.get("QLESS_FI25_FULL") == "1"
+FULL = os.environ.get("QLESS_RETENTION_FULL") == "1"
 COMPLETED = 200_000 if FULL else 5_000
 CHUNK = 500  # docs/engine.md: at most 500 deletions per call
 
@@ -27,7 +27,7 @@ def complete_all(client, queue: str) -> None:
                                for j in jobs])
 
 
-def test_fi25_lowering_retention_trims_in_bounded_chunks(client, rconn):
+def test_lowering_retention_trims_in_bounded_chunks(client, rconn):
     q = client.queues["q"]
     for start in range(0, COMPLETED, 1000):
         q.put_many([{"klass": "K", "data": {}, "tags": ["keep", f"t{(start + i) % 7}"]}
@@ -51,7 +51,7 @@ def test_fi25_lowering_retention_trims_in_bounded_chunks(client, rconn):
         assert before + 1 - after <= CHUNK  # bounded work per call
         assert calls <= COMPLETED // CHUNK + 2
     durations = [e["duration"] for e in rconn.slowlog_get(128)]
-    print(f"FI-25 {COMPLETED} completed: {calls} completes to converge, "
+    print(f"retention {COMPLETED} completed: {calls} completes to converge, "
           f"worst call {worst * 1000:.1f} ms, slowest logged {max(durations) / 1000:.1f} ms")
     rconn.config_set("slowlog-log-slower-than", 10000)
     assert rconn.zcard("ql:completed") <= 101

@@ -1,4 +1,4 @@
-"""FI-29: failover to a replica under Sentinel (1 primary, 1 replica, 3 sentinels on loopback,
+"""Failover to a replica under Sentinel (1 primary, 1 replica, 3 sentinels on loopback,
 all started from the same redis-server binary with `--sentinel`).
 
 Writes acknowledged before the failover and replicated (`WAIT 1`) survive; the client keeps
@@ -68,7 +68,7 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
     c.stop()
 
 
-def test_fi29_sentinel_failover(cluster: Cluster) -> None:
+def test_sentinel_failover(cluster: Cluster) -> None:
     sentinel = Sentinel([("127.0.0.1", p) for p in cluster.sentinel_ports],
                         socket_timeout=2, decode_responses=True)
     wait_until(lambda: _replicas_known(sentinel), timeout=20, step=0.2)
@@ -114,7 +114,7 @@ def test_fi29_sentinel_failover(cluster: Cluster) -> None:
             j.complete()
     assert new.zcard("ql:completed") == 21 + new.exists("ql:j:in-window")
     survived = new.exists("ql:j:in-window") == 1
-    print(f"FI-29 split-brain window {window:.2f}s; a put in it was {window_put}, "
+    print(f"sentinel split-brain window {window:.2f}s; a put in it was {window_put}, "
           f"{'kept' if survived else 'lost'} after demotion")
     assert window_put == "acknowledged" or not survived
     assert_audit_clean(new)

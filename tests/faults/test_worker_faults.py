@@ -2,12 +2,12 @@
 
 tests/worker/test_faults.py and test_lifecycle.py already cover: SIGKILL of a child (one job),
 SIGKILL of the supervisor (no child left), the poison job, TERM/INT release, double TERM,
-TERM to the process group, USR1/USR2/CONT. This file covers what they do not: FI-02 with
-every child busy, FI-04 (a stopped child loses its lease), FI-06 (QUIT leaves the queue
-alone), FI-07 with Redis unreachable at TERM, FI-08 (TERM at random moments), FI-10 (SCRIPT
-FLUSH under load), FI-11 (Redis crash + AOF restart), FI-16 (CLIENT PAUSE), FI-18 (start-up
-eviction warning), FI-24 (dependencies, with FI-01's history and retry accounting) and
-FI-26 (throttle slot of a killed child).
+TERM to the process group, USR1/USR2/CONT. This file covers what they do not: a killed
+supervisor with every child busy, a stopped child losing its lease, QUIT leaving the queue
+alone, TERM while Redis is unreachable, TERM at random moments, SCRIPT FLUSH under load, a
+Redis crash and AOF restart, CLIENT PAUSE, the start-up eviction warning, dependencies
+across a killed worker (with the history and retry accounting of a killed child) and the
+throttle slot of a killed child (catalogue: docs/faults.md).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def all_complete(client: Client, jids: list[str]) -> bool:
     return states(client, jids) == {"complete": len(jids)}
 
 
-def test_fi02_killed_supervisor_with_every_child_busy(short_leases, start_worker, ledger):
+def test_killed_supervisor_with_every_child_busy(short_leases, start_worker, ledger):
     client = short_leases
     q = client.queues["q"]
     worker = start_worker("q", "-n", "4")
@@ -60,7 +60,7 @@ def test_fi02_killed_supervisor_with_every_child_busy(short_leases, start_worker
     assert_audit_clean(client)
 
 
-def test_fi04_stopped_child_loses_its_lease_and_its_late_complete_is_refused(
+def test_stopped_child_loses_its_lease_and_its_late_complete_is_refused(
     short_leases, start_worker, ledger
 ):
     client = short_leases
@@ -95,7 +95,7 @@ def test_fi04_stopped_child_loses_its_lease_and_its_late_complete_is_refused(
     assert_audit_clean(client)
 
 
-def test_fi06_quit_finishes_running_jobs_and_leaves_the_queue_alone(
+def test_quit_finishes_running_jobs_and_leaves_the_queue_alone(
     client, start_worker, ledger
 ):
     q = client.queues["q"]
@@ -113,7 +113,7 @@ def test_fi06_quit_finishes_running_jobs_and_leaves_the_queue_alone(
 
 
 @pytest.mark.parametrize("delay", [0.0, 0.1, 0.35])
-def test_fi08_term_at_any_moment_never_orphans_a_popped_job(
+def test_term_at_any_moment_never_orphans_a_popped_job(
     client, start_worker, ledger, delay
 ):
     q = client.queues["q"]
@@ -129,7 +129,7 @@ def test_fi08_term_at_any_moment_never_orphans_a_popped_job(
     assert_audit_clean(client)
 
 
-def test_fi10_script_flush_under_load(client, tcp_redis, rconn, start_worker, ledger):
+def test_script_flush_under_load(client, tcp_redis, rconn, start_worker, ledger):
     q = client.queues["q"]
     jids = [j for i in range(0, 400, 100)
             for j in q.put_many([{"klass": WORK, "data": {}} for _ in range(100)])]
@@ -163,7 +163,7 @@ def test_fi10_script_flush_under_load(client, tcp_redis, rconn, start_worker, le
     assert_audit_clean(client)
 
 
-def test_fi11_redis_crash_and_aof_restart(short_leases, tcp_redis, start_worker, ledger):
+def test_redis_crash_and_aof_restart(short_leases, tcp_redis, start_worker, ledger):
     client = short_leases
     client.config["heartbeat"] = 5
     q = client.queues["q"]
@@ -187,7 +187,7 @@ def test_fi11_redis_crash_and_aof_restart(short_leases, tcp_redis, start_worker,
     assert_audit_clean(fresh)
 
 
-def test_fi16_redis_stall_is_transient(client, rconn, start_worker, ledger):
+def test_redis_stall_is_transient(client, rconn, start_worker, ledger):
     q = client.queues["q"]
     jids = q.put_many([{"klass": WORK, "data": {"seconds": 0.05}} for _ in range(80)])
     worker = start_worker("q", "-n", "2")
@@ -202,7 +202,7 @@ def test_fi16_redis_stall_is_transient(client, rconn, start_worker, ledger):
     assert_audit_clean(client)
 
 
-def test_fi24_dependencies_survive_a_killed_worker(short_leases, start_worker, ledger):
+def test_dependencies_survive_a_killed_worker(short_leases, start_worker, ledger):
     client = short_leases
     q = client.queues["q"]
     a = q.put("tests.faults.jobs.kill_once", {"seconds": 0.2}, retries=5)
@@ -214,7 +214,7 @@ def test_fi24_dependencies_survive_a_killed_worker(short_leases, start_worker, l
     wait_until(lambda: client.jobs[doomed].state == "failed", timeout=20)
     job_a = client.jobs[a]
     whats = [h["what"] for h in job_a.history if h["what"] in ("popped", "timed-out", "done")]
-    assert whats == ["popped", "timed-out", "popped", "done"]  # FI-01's expected history
+    assert whats == ["popped", "timed-out", "popped", "done"]  # killed: timed out, run again
     assert job_a.retries == job_a.original_retries == 5  # 5 -> 4 on lease loss, reset on done
     assert len(ledger.rows("started", b)) == 1  # released exactly once
     assert client.jobs[blocked].state == "depends"  # stays visible, not lost
@@ -225,7 +225,7 @@ def test_fi24_dependencies_survive_a_killed_worker(short_leases, start_worker, l
     assert_audit_clean(client)
 
 
-def test_fi26_throttle_slot_of_a_killed_child_comes_back(
+def test_throttle_slot_of_a_killed_child_comes_back(
     short_leases, rconn, start_worker, ledger
 ):
     client = short_leases
@@ -257,7 +257,7 @@ def test_fi26_throttle_slot_of_a_killed_child_comes_back(
     assert_audit_clean(client)
 
 
-def test_fi18_worker_reports_an_evicting_redis_at_start(client, rconn, start_worker):
+def test_worker_reports_an_evicting_redis_at_start(client, rconn, start_worker):
     rconn.config_set("maxmemory-policy", "allkeys-lru")
     try:
         worker = start_worker("q", "-n", "1")
@@ -271,7 +271,7 @@ def test_fi18_worker_reports_an_evicting_redis_at_start(client, rconn, start_wor
 
 
 @pytest.mark.parametrize("outage", ["closed", "half-open"])
-def test_fi07_term_while_redis_is_unreachable_job_returns_by_lease(
+def test_term_while_redis_is_unreachable_job_returns_by_lease(
     short_leases, proxy, start_worker, ledger, outage
 ):
     client = short_leases
@@ -287,7 +287,7 @@ def test_fi07_term_while_redis_is_unreachable_job_returns_by_lease(
     worker.signal(signal.SIGTERM)
     code = worker.wait(timeout=90)
     stopped = time.monotonic() - t0
-    print(f"FI-07 {outage}: exit {code} after {stopped:.1f}s")
+    print(f"TERM with Redis {outage}: exit {code} after {stopped:.1f}s")
     assert code == 4  # stopped, but the job could not be released
     # Closed: immediate. Half-open: the shutdown grace, then short-timeout release calls
     # that give up at the first silent one.

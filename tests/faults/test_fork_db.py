@@ -1,6 +1,6 @@
-"""FI-21: 200 forks from a supervisor that uses the Django ORM between forks.
+"""200 forks from a supervisor that uses the Django ORM between forks.
 
-The real `qless_worker` management command (through tests.faults.fi21_worker, which is
+The real `qless_worker` management command (through tests.faults.fork_db_worker, which is
 manage.py plus an ORM query in the supervisor after every fork and a record of its
 connections around `before_fork`) runs 200 jobs with `--fork-per-job` on a SQLite file
 database. Every child writes through the ORM. Expected: every job completes in its own
@@ -18,7 +18,7 @@ import sys
 import pytest
 
 from tests.app.helpers import ROOT, command_env, manage
-from tests.faults.fi21_worker import QUEUE, make_user
+from tests.faults.fork_db_worker import QUEUE, make_user
 
 JOBS = 200
 BAD_OUTPUT = ("database is locked", "ssl error", "unexpected eof", "decryption failed",
@@ -27,15 +27,15 @@ BAD_OUTPUT = ("database is locked", "ssl error", "unexpected eof", "decryption f
 pytestmark = [pytest.mark.fault, pytest.mark.timeout(400)]
 
 
-def test_fi21_supervisor_orm_between_200_forks(client, tcp_redis, tmp_path):
-    db, ledger = tmp_path / "fi21.sqlite3", tmp_path / "fi21.jsonl"
+def test_supervisor_orm_between_200_forks(client, tcp_redis, tmp_path):
+    db, ledger = tmp_path / "forkdb.sqlite3", tmp_path / "forkdb.jsonl"
     migrated = manage(tcp_redis.url, "migrate", "--noinput", timeout=180, QLESS_TEST_DB=str(db))
     assert migrated.returncode == 0, migrated.stderr
     jids = client.queues[QUEUE].put_many(
         [{"klass": make_user.klass, "data": {"args": [n], "kwargs": {}}} for n in range(JOBS)])
-    env = command_env(tcp_redis.url, QLESS_TEST_DB=str(db), FI21_LEDGER=str(ledger))
+    env = command_env(tcp_redis.url, QLESS_TEST_DB=str(db), FORK_DB_LEDGER=str(ledger))
     result = subprocess.run(
-        [sys.executable, "-m", "tests.faults.fi21_worker", "qless_worker", QUEUE,
+        [sys.executable, "-m", "tests.faults.fork_db_worker", "qless_worker", QUEUE,
          "--processes", "2", "--fork-per-job", "--max-jobs", str(JOBS)],
         cwd=ROOT, env=env, text=True, capture_output=True, timeout=360)
     output = (result.stdout + result.stderr).lower()
@@ -47,7 +47,7 @@ def test_fi21_supervisor_orm_between_200_forks(client, tcp_redis, tmp_path):
     assert states == {"complete"}, states
     with sqlite3.connect(db) as conn:
         rows = conn.execute("SELECT username, first_name FROM auth_user").fetchall()
-    assert sorted(u for u, _ in rows) == sorted(f"fi21-{n}" for n in range(JOBS))
+    assert sorted(u for u, _ in rows) == sorted(f"forkdb-{n}" for n in range(JOBS))
     assert len({pid for _, pid in rows}) == JOBS  # a fresh child per job
 
     events = [json.loads(line) for line in ledger.read_text().splitlines()]

@@ -1,7 +1,7 @@
-"""FI-21 driver: `manage.py qless_worker` whose supervisor uses the ORM between forks.
+"""Fork-and-ORM driver: `manage.py qless_worker` whose supervisor uses the ORM between forks.
 
-Run as `python -m tests.faults.fi21_worker qless_worker <options>` with the test settings and
-FI21_LEDGER set. Before handing over to Django's command line (exactly what manage.py does)
+Run as `python -m tests.faults.fork_db_worker qless_worker <options>` with the test settings and
+FORK_DB_LEDGER set. Before handing over to Django's command line (exactly what manage.py does)
 it runs an ORM query, and after every fork the supervisor runs another one (the
 django-tasks-scheduler #393 trigger: maintenance code in the parent reopens its connection).
 Each `before_fork` appends a JSON line to the ledger saying whether the supervisor's
@@ -20,21 +20,21 @@ from django_qless import job
 
 __all__ = ["QUEUE", "main", "make_user"]
 
-QUEUE = "fi21"
+QUEUE = "forkdb"
 
 
 # An explicit name: run as `-m`, this module is __main__ and would register "__main__.make_user".
-@job(queue=QUEUE, name="fi21.make_user")
+@job(queue=QUEUE, name="forkdb.make_user")
 def make_user(n: int) -> int:
-    """Create user fi21-<n> (first name: this child's pid) through the ORM; return the pid."""
+    """Create user forkdb-<n> (first name: this child's pid) through the ORM; return the pid."""
     from django.contrib.auth.models import User
 
-    User.objects.create(username=f"fi21-{n}", first_name=str(os.getpid()))
+    User.objects.create(username=f"forkdb-{n}", first_name=str(os.getpid()))
     return os.getpid()
 
 
 def _record(**row: Any) -> None:
-    fd = os.open(os.environ["FI21_LEDGER"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    fd = os.open(os.environ["FORK_DB_LEDGER"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         os.write(fd, (json.dumps(row) + "\n").encode())
     finally:
@@ -46,7 +46,7 @@ def _parent_query(when: str) -> None:
     from django.contrib.auth.models import User
 
     try:
-        count = User.objects.filter(username__startswith="fi21-").count()
+        count = User.objects.filter(username__startswith="forkdb-").count()
         _record(ev="parent_query", when=when, pid=os.getpid(), count=count)
     except Exception as exc:
         _record(ev="parent_error", when=when, pid=os.getpid(), error=repr(exc)[:300])
