@@ -21,7 +21,7 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/mypy django_qless/core
+	$(BIN)/mypy django_qless
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py $(ARGS)

@@ -54,3 +54,12 @@ def test_mypy_checks_enqueue_arguments(tmp_path):
     lines = {int(line.split(":")[1]) for line in result.stdout.splitlines()
              if line.startswith(str(path)) and ": error:" in line}
     assert lines == {24, 25, 26, 27, 28}, result.stdout
+
+
+@pytest.mark.slow
+def test_the_whole_package_is_mypy_strict_clean():
+    pytest.importorskip("mypy")
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-error-summary", "django_qless"],
+        cwd=ROOT, capture_output=True, text=True, timeout=110)
+    assert result.returncode == 0, result.stdout
