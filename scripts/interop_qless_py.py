@@ -58,8 +58,8 @@ ALLOWED_FAILURES = {
     # Compares the list of a job's dependencies with a fixed order, but the engine returns
     # the members of a Redis set, whose order is not defined.
     "test_job.py::TestJob::test_depend_undepend",
-    # Expects the ImportError of Python 2; Python 3.6+ raises ModuleNotFoundError, which the
-    # test does not accept.
+    # Expects the failure group foo-ImportError; on Python 3.6+ the import raises
+    # ModuleNotFoundError, and qless-py names the group after the exception's class.
     "test_job.py::TestJob::test_no_import",
 }
 
