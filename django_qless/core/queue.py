@@ -48,6 +48,13 @@ _PUT_KEYS = frozenset(
 )
 
 
+def with_throttled(counts: Any) -> dict[str, Any]:
+    """Return a queue's counts with "throttled" present (the engine omits it when 0)."""
+    out: dict[str, Any] = dict(counts) if isinstance(counts, Mapping) else {}
+    out.setdefault("throttled", 0)
+    return out
+
+
 def _check_utf8(text: str) -> None:
     """Refuse text that cannot be sent (lone surrogates) before anything is sent."""
     try:
@@ -290,8 +297,7 @@ class Queue:
     @property
     def counts(self) -> dict[str, Any]:
         """Return waiting/running/stalled/scheduled/depends/recurring/throttled counts."""
-        reply: dict[str, Any] = self.client.call_json("queues", self.name)
-        return reply
+        return with_throttled(self.client.call_json("queues", self.name))
 
     @property
     def length(self) -> int:
@@ -364,7 +370,7 @@ class Queues:
     @property
     def counts(self) -> list[dict[str, Any]]:
         """Return the counts of every known queue."""
-        return as_list(self._client.call_json("queues"))
+        return [with_throttled(item) for item in as_list(self._client.call_json("queues"))]
 
     def names(self) -> list[str]:
         """Return the names of known queues, oldest first."""

@@ -3,6 +3,8 @@
 -- Commands (after `now`):
 --   put       worker queue jid klass data delay [priority p] [tags JSON] [retries n]
 --             [depends JSON] [throttles JSON] [depends-missing error|ignore]  -> jid
+--             also the older form without `worker` (read as worker ''; see older_put);
+--             worker '' means no worker (a move by a client, not by a worker)
 --   requeue   same as put (the job must exist)                     -> jid
 --   put.many  worker queue n, then n times: jid klass data delay nopts [key value]*nopts
 --             (put's options; all checked before any write)        -> JSON array of jids
@@ -34,7 +36,7 @@ Q.mod.put = function()
   -- Validate a put and do the reads it needs, writing nothing; returns the context apply_put
   -- writes from. `batch` (put.many only) knows the call's other jobs.
   local function check_put(now, args, must_exist, batch)
-    local worker = Q.worker(args[1])
+    local worker = args[1] == '' and '' or Q.worker(args[1])
     local queue = Q.queue(args[2])
     local jid = Q.jid(args[3])
     if batch and batch.pos[jid] ~= batch.i then
@@ -185,7 +187,21 @@ Q.mod.put = function()
     return apply_put(now, check_put(now, args, must_exist))
   end
 
-  C['put'] = { 'Put', function(now, args) return put(now, args, false) end }
+  -- Clients older than the worker argument (qless-py 0.11.4) send
+  -- `put queue jid klass data delay [name value]...`. The 6th argument tells the forms
+  -- apart: there the current form has data, which must be a JSON object, and the older form
+  -- the delay, a number. So only a put whose 6th argument does not start with `{` and whose
+  -- 5th (the older form's data) does is read as the older form, with worker ''; any other
+  -- put is the current form and gets its errors. Returns the arguments in the current form.
+  local function older_put(args)
+    local sixth, fifth = args[5], args[4]
+    if sixth and sixth:find('^%s*{') then return args end
+    if not (fifth and fifth:find('^%s*{')) then return args end
+    table.insert(args, 1, '')
+    return args
+  end
+
+  C['put'] = { 'Put', function(now, args) return put(now, older_put(args), false) end }
   C['requeue'] = { 'Requeue', function(now, args) return put(now, args, true) end }
 
   -- ---------------------------------------------------------------- put.many
@@ -253,7 +269,7 @@ Q.mod.put = function()
   -- Every job is checked (as put checks it) before the first write; job i is then put as put
   -- would at now + (i - 1) * MANY_STEP. Replies a JSON array of the jids.
   C['put.many'] = { 'Put', function(now, args)
-    local worker = Q.worker(args[1])
+    local worker = args[1] == '' and '' or Q.worker(args[1])  -- as put's
     local queue = Q.queue(args[2])
     local n = Q.integer('n', args[3], 1, MANY_MAX)
     -- Where each job's arguments start, and each jid's first position in the call.

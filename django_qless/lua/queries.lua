@@ -4,7 +4,7 @@
 --   jobs         complete [offset] [count]          -> array of jids
 --   jobs         running|stalled|scheduled|depends|recurring|waiting|throttled queue [offset] [count]
 --   length       queue                              -> integer
---   queues       [queue]                            -> JSON
+--   queues       [queue]                            -> JSON (key "throttled" only when > 0)
 --   pause|unpause|queue.forget  queue...            -> nil
 --   unfail       queue group [count=25]             -> integer
 --   failed       [group [start=0] [limit=25]]       -> JSON
@@ -63,6 +63,7 @@ Q.mod.queries = function()
   local function queue_counts(now, queue)
     Q.promote(now, queue, nil, true)
     local stalled = rcall('ZCOUNT', Q.kq(queue, 'locks'), '-inf', now)
+    local throttled = rcall('ZCARD', Q.kq(queue, 'throttled'))
     return {
       name = queue,
       waiting = rcall('ZCARD', Q.kq(queue, 'work')),
@@ -71,7 +72,9 @@ Q.mod.queries = function()
       scheduled = rcall('ZCARD', Q.kq(queue, 'scheduled')),
       depends = rcall('ZCARD', Q.kq(queue, 'depends')),
       recurring = rcall('ZCARD', Q.kq(queue, 'recur')),
-      throttled = rcall('ZCARD', Q.kq(queue, 'throttled')),
+      -- Only when there are some: stock clients compare counts with qless-core's exact set of
+      -- keys, and only our throttle commands can make a job throttled (nil drops the key).
+      throttled = throttled > 0 and throttled or nil,
       paused = rcall('SISMEMBER', 'ql:paused_queues', queue) == 1,
     }
   end

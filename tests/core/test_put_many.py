@@ -189,7 +189,7 @@ def test_bad_field_in_one_job_refuses_the_call(
     (["w1", "q", 1001], 'Arg "n" must be an integer in [1, 1000]: 1001'),
     (["w1", "q", "x"], 'Arg "n" not a number: x'),
     (["w1", "", 1, "a", "K", "{}", 0, 0], 'Put(): Arg "queue" missing'),
-    (["", "q", 1, "a", "K", "{}", 0, 0], 'Put(): Arg "worker" missing'),
+    (["a:b", "q", 1, "a", "K", "{}", 0, 0], 'Put(): Arg "worker" invalid: a:b'),
 ])
 def test_argument_count_must_match_n(
     lua: Lua, r: redis.Redis, args: list[Any], message: str
