@@ -26,6 +26,7 @@ from django_qless.core.exceptions import InvalidArgument
 if TYPE_CHECKING:
     from django_qless.core.client import Client
     from django_qless.core.job import Job
+    from django_qless.core.recurring import RecurringJob
 
 __all__ = [
     "ACTIVE_STATES",
@@ -212,14 +213,31 @@ class JobHandle:
 
         return get_client(self.alias)
 
-    def get(self) -> Job | None:
-        """Fetch the job from Redis (None if it does not exist or has expired)."""
-        return self.client.jobs.get(self.jid)
+    def get(self) -> Job | RecurringJob | None:
+        """Fetch the job, or the recurring template, from Redis (None if there is none)."""
+        jobs = self.client.jobs
+        if self.status == "recurring":
+            return jobs.recurring(self.jid)
+        found = jobs.get(self.jid)
+        # A handle rebuilt from a jid (``.handle(jid)``) may name a recurring template.
+        return found if found is not None else jobs.recurring(self.jid)
 
     def state(self) -> str | None:
-        """Return the job's current state, or None if it is gone."""
-        job = self.get()
-        return None if job is None else job.state
+        """Return the job's current state ("recurring" for a template), None if it is gone."""
+        from django_qless.core.job import Job
+
+        found = self.get()
+        if found is None:
+            return None
+        return found.state if isinstance(found, Job) else "recurring"
+
+    def cancel(self) -> bool:
+        """Cancel the job, or stop a recurring one; return whether anything was there."""
+        found = self.get()
+        if found is None:
+            return False
+        found.cancel()
+        return True
 
     def result(self) -> Any:
         """Return the job's return value; raise ResultNotReady or JobFailedError otherwise."""

@@ -23,7 +23,7 @@ __all__ = ["Jobs"]
 
 
 class Jobs:
-    """Job lookups (read-only: nothing here changes a job)."""
+    """Job lookups, and canceling several jobs at once."""
 
     __slots__ = ("_client",)
 
@@ -92,6 +92,11 @@ class Jobs:
         return as_list(self._client.call(
             "jobs", "complete", check_int("offset", offset, 0), check_int("count", count, 0, 500)
         ))
+
+    def cancel(self, *jids: str) -> list[str]:
+        """Cancel jobs in one engine call (all of them, or none); return the canceled jids."""
+        wanted = list(dict.fromkeys(check_jids(jids, limit=len(jids) or 1)))
+        return as_list(self._client.call("cancel", *wanted)) if wanted else []
 
     def recurring(self, jid: str) -> RecurringJob | None:
         """Return the recurring job template, or None."""

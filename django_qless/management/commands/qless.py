@@ -211,14 +211,26 @@ class Command(BaseCommand):
         self.emit({"jids": jids, "total": total}, "\n".join(jids))
 
     def do_cancel(self) -> None:
-        from django_qless.core.serialization import as_list, check_jids
+        from django_qless.core.serialization import check_jids
 
-        jids = check_jids(self.options["jids"])
-        for jid in jids:
-            self.job(jid)  # every jid must exist before any is canceled
+        client = self.client()
+        plain, recurring = [], []
+        # Every jid must exist before anything is canceled; a recurring jid is stopped.
+        for jid in dict.fromkeys(check_jids(self.options["jids"])):
+            if client.jobs.get(jid) is not None:
+                plain.append(jid)
+            elif client.jobs.recurring(jid) is not None:
+                recurring.append(jid)
+            else:
+                raise CommandError(f"no job {jid}")
         # One engine call: all canceled, or (e.g. a dependent left out) none.
-        canceled = as_list(self.client().call("cancel", *dict.fromkeys(jids)))
-        self.emit({"canceled": canceled}, "\n".join(canceled))
+        canceled = client.jobs.cancel(*plain) if plain else []
+        for jid in recurring:
+            template = client.jobs.recurring(jid)
+            if template is not None:
+                template.cancel()
+        self.emit({"canceled": canceled, "recurring": recurring},
+                  "\n".join([*canceled, *(f"{jid} (recurring, stopped)" for jid in recurring)]))
 
     def do_retry(self) -> None:
         o = self.options
