@@ -243,7 +243,9 @@ class JobHandle:
         """Return the job's return value; raise ResultNotReady or JobFailedError otherwise."""
         if self.status == "eager":
             return self._value
-        job = self.get()
+        if self.status == "recurring":
+            raise ResultNotReady(f"job {self.jid} is recurring: its children have the results")
+        job = self.client.jobs.get(self.jid)
         if job is None:
             raise ResultNotReady(f"job {self.jid} does not exist (not sent yet, or expired)")
         if job.state == "failed":
