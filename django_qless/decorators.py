@@ -23,7 +23,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from asgiref.sync import async_to_sync, sync_to_async
@@ -31,12 +31,13 @@ from asgiref.sync import async_to_sync, sync_to_async
 from django_qless.core.registry import klass_name_of
 from django_qless.options import (
     ACTIVE_STATES,
-    RESULT_KEY,
     Backoff,
+    Delay,
     InvalidJobArgument,
     JobHandle,
     JobOptions,
     RetryPolicy,
+    When,
     check_timing,
     dispatch,
     encode_arguments,
@@ -45,6 +46,7 @@ from django_qless.options import (
     unique_jid,
 )
 from django_qless.registry import register_job
+from django_qless.running import RetryScheduled, perform_function
 
 __all__ = [
     "Backoff", "JobClass", "JobFunction", "JobHandle", "RetryPolicy", "RetryScheduled",
@@ -56,7 +58,6 @@ log = logging.getLogger("django_qless")
 P = ParamSpec("P")
 R = TypeVar("R")
 C = TypeVar("C", bound=type)
-Delay = float | int | timedelta
 
 
 class _Sender:
@@ -74,7 +75,7 @@ class _Sender:
         raise NotImplementedError
 
     def _send(self, data: dict[str, Any], options: JobOptions, *,
-              delay: Delay | None = None, when: datetime | None = None,
+              delay: Delay | None = None, when: When | None = None,
               interval: Delay | None = None) -> JobHandle:
         if options.unique is not None and options.jid is None:
             options = options.merge({"jid": unique_jid(self.klass, data)})
@@ -105,7 +106,7 @@ class _Sender:
 
 
 def _put(klass: str, data: dict[str, Any], options: JobOptions, *, delay: Delay | None,
-         when: datetime | None, interval: Delay | None) -> str:
+         when: When | None, interval: Delay | None) -> str:
     """Send one job to Redis now; return the handle status."""
     from django_qless.clients import get_client
 
@@ -213,8 +214,8 @@ class JobFunction(_Sender, Generic[P, R]):
         """Put the job to run after ``delay`` (seconds or a timedelta)."""
         return self._send(self._data(args, kwargs), self.options, delay=delay)
 
-    def enqueue_at(self, when: datetime, /, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
-        """Put the job to run at ``when`` (aware datetime; naive means the current zone)."""
+    def enqueue_at(self, when: When, /, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
+        """Put the job to run at ``when``: a datetime (naive per USE_TZ) or epoch seconds."""
         return self._send(self._data(args, kwargs), self.options, when=when)
 
     def recur(self, interval: Delay, /, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
@@ -246,40 +247,6 @@ class JobFunction(_Sender, Generic[P, R]):
     def process(self, job: Any) -> Any:
         """Run the job for a worker: call, apply the retry policy, store the return value."""
         return perform_function(self, job)
-
-
-class RetryScheduled(Exception):  # noqa: N818 - an outcome, not an error
-    """The job raised a retryable exception and was put back with a delay."""
-
-
-def perform_function(target: JobFunction[Any, Any], job: Any) -> Any:
-    """Run a function job for a worker; see ``JobFunction.process``."""
-    data = job.data if isinstance(job.data, dict) else {}
-    try:
-        value = target.call_with(data)
-    except Exception as exc:
-        policy = target.options.retry
-        if policy is None or not policy.matches(exc) or job.retries <= 0:
-            raise
-        attempt = max(1, job.original_retries - job.retries + 1)
-        delay = policy.backoff.delay(attempt)
-        group = f"{type(exc).__module__}.{type(exc).__qualname__}"
-        job.retry(delay, group, f"{exc}"[:4000] or group)
-        log.info("job %s retried in %.1fs after %s (attempt %d)", job.jid, delay, group, attempt)
-        raise RetryScheduled(f"retry in {delay:.1f}s after {group}") from exc
-    store_result(job, value)
-    return value
-
-
-def store_result(job: Any, value: Any) -> None:
-    """Keep the return value in the job data (saved by complete) if it is JSON."""
-    try:
-        encoded = to_json(value, f"return value of {job.klass_name}")
-    except TypeError:
-        log.warning("job %s returned a non-JSON value; it is not stored", job.jid)
-        return
-    if isinstance(job.data, dict):
-        job.data[RESULT_KEY] = encoded
 
 
 class JobClass(_Sender):
@@ -323,8 +290,8 @@ class JobClass(_Sender):
         payload = self._data(data)
         return self._send(payload, self._options(payload), delay=delay)
 
-    def enqueue_at(self, when: datetime, data: Mapping[str, Any] | None = None) -> JobHandle:
-        """Put a job of this class to run at ``when``."""
+    def enqueue_at(self, when: When, data: Mapping[str, Any] | None = None) -> JobHandle:
+        """Put a job of this class to run at ``when`` (a datetime or epoch seconds)."""
         payload = self._data(data)
         return self._send(payload, self._options(payload), when=when)
 

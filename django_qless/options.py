@@ -46,6 +46,8 @@ __all__ = [
 
 log = logging.getLogger("django_qless")
 
+Delay = float | int | timedelta
+When = datetime | float | int
 UniquePolicy = Literal["replace", "skip", "raise_priority"]
 UNIQUE_POLICIES = ("replace", "skip", "raise_priority")
 ACTIVE_STATES = frozenset({"waiting", "scheduled", "depends", "running", "stalled", "throttled"})
@@ -297,22 +299,34 @@ def unique_jid(klass: str, data: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:40]
 
 
-def resolve_delay(delay: float | timedelta | None = None, when: datetime | None = None,
+# Epoch seconds before 2001-09-09 are refused: such a number is a delay passed by mistake.
+MIN_EPOCH = 1_000_000_000
+
+
+def epoch_of(when: datetime | float) -> float:
+    """Return epoch seconds for a datetime (naive: Django's USE_TZ rule) or epoch seconds."""
+    if isinstance(when, datetime):
+        if timezone.is_naive(when):
+            # USE_TZ: the current time zone, as Django reads naive datetimes; else local time.
+            when = timezone.make_aware(when) if _use_tz() else when.astimezone()
+        return when.timestamp()
+    return float(when)
+
+
+def resolve_delay(delay: float | timedelta | None = None, when: datetime | float | None = None,
                   now: float | None = None) -> float:
     """Return seconds to wait for a delay or an absolute time (never negative)."""
     if when is not None:
-        if timezone.is_naive(when):
-            when = timezone.make_aware(when) if _use_tz() else when.astimezone()
         base = now if now is not None else timezone.now().timestamp()
-        return max(0.0, when.timestamp() - base)
+        return max(0.0, epoch_of(when) - base)
     if isinstance(delay, timedelta):
         return max(0.0, delay.total_seconds())
     return max(0.0, float(delay or 0))
 
 
 def check_timing(options: JobOptions, *, delay: float | timedelta | None = None,
-                 when: datetime | None = None, interval: float | timedelta | None = None
-                 ) -> None:
+                 when: datetime | float | None = None,
+                 interval: float | timedelta | None = None) -> None:
     """Check an explicit delay, run time or recurring schedule before anything is sent.
 
     The put itself happens later (after the commit, or never in eager mode), so a value the
@@ -324,12 +338,20 @@ def check_timing(options: JobOptions, *, delay: float | timedelta | None = None,
         seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
         ser.check_number("delay", seconds, 0, ser.MAX_DELAY)
     if when is not None:
+        if isinstance(when, bool) or not isinstance(when, datetime | int | float):
+            raise InvalidJobArgument(f"when must be a datetime or epoch seconds, got "
+                                     f"{_show(when)}")
         if not isinstance(when, datetime):
-            raise InvalidJobArgument(f"when must be a datetime, got {_show(when)}")
+            ser.check_number("when", when)
+            if when < MIN_EPOCH:
+                raise InvalidArgument(
+                    f"when is epoch seconds (a time), got {_show(when)}, which is before "
+                    "2001; for a delay use enqueue_in()")
         # A time in the past means "now"; a time beyond the engine's horizon is refused.
         if resolve_delay(when=when) > ser.MAX_DELAY:
+            shown = when.isoformat() if isinstance(when, datetime) else _show(when)
             raise InvalidArgument(f"when must be at most {ser.MAX_DELAY} seconds (ten years) "
-                                  f"ahead, got {when.isoformat()}")
+                                  f"ahead, got {shown}")
     if interval is not None:
         seconds = interval.total_seconds() if isinstance(interval, timedelta) else interval
         ser.check_number("interval", seconds, 1, ser.MAX_INTERVAL)

@@ -96,7 +96,7 @@ CASES: list[Any] = [
     *row("using.delay='abc'", "c7", lambda: add.using(delay="abc").enqueue(1), InvalidArgument,
          r"^delay must be a number, got 'abc'$"),
     *row("enqueue_at('tomorrow')", "c7", lambda: add.enqueue_at("tomorrow", 1),
-         InvalidJobArgument, r"^when must be a datetime, got 'tomorrow'$"),
+         InvalidJobArgument, r"^when must be a datetime or epoch seconds, got 'tomorrow'$"),
     # §c 8-9: retries
     *row("retries=-1", "c8", lambda: add.using(retries=-1).enqueue(1), InvalidArgument,
          r"^retries must be an integer in \[0, 1000\], got -1$"),
