@@ -46,6 +46,7 @@ from django_qless.options import (
     unique_jid,
 )
 from django_qless.registry import register_job
+from django_qless.retries import RetryPriority
 from django_qless.running import RetryScheduled, perform_function
 
 __all__ = [
@@ -152,6 +153,7 @@ def _options_from(kwargs: Mapping[str, Any]) -> JobOptions:
     values = dict(kwargs)
     retry_on = values.pop("retry_on", None)
     backoff = values.pop("backoff", None)
+    priority = values.pop("retry_priority", None)
     if retry_on is not None:
         excs = tuple(retry_on) if isinstance(retry_on, Iterable) else (retry_on,)
         if not all(inspect.isclass(e) and issubclass(e, BaseException) for e in excs):
@@ -160,9 +162,10 @@ def _options_from(kwargs: Mapping[str, Any]) -> JobOptions:
             backoff = Backoff.exponential()
         elif isinstance(backoff, int | float):
             backoff = Backoff.fixed(backoff)
-        values["retry"] = RetryPolicy(excs, backoff)
-    elif backoff is not None:
-        raise TypeError("backoff needs retry_on: name the exceptions to retry on")
+        values["retry"] = RetryPolicy(excs, backoff, priority)
+    elif backoff is not None or priority is not None:
+        given = "backoff" if backoff is not None else "retry_priority"
+        raise TypeError(f"{given} needs retry_on: name the exceptions to retry on")
     return JobOptions().merge(values)
 
 
@@ -354,7 +357,8 @@ def job(*, queue: str = ..., priority: int = ..., tags: Iterable[str] = ...,
         unique: bool | str | None = ..., client: str | None = ...,
         commit_mode: str | None = ..., on_commit: bool | None = ...,
         retry_on: Iterable[type[BaseException]] | type[BaseException] | None = ...,
-        backoff: Backoff | float | None = ..., track: bool = ..., name: str | None = ...,
+        backoff: Backoff | float | None = ..., retry_priority: RetryPriority | None = ...,
+        track: bool = ..., name: str | None = ...,
         **options: Any) -> _JobDecorator: ...
 
 

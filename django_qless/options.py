@@ -10,7 +10,6 @@ import hashlib
 import inspect
 import json
 import logging
-import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timedelta
@@ -22,6 +21,7 @@ from django.utils import timezone
 
 from django_qless.conf import get_settings
 from django_qless.core.exceptions import InvalidArgument
+from django_qless.retries import Backoff, RetryPolicy
 
 if TYPE_CHECKING:
     from django_qless.core.client import Client
@@ -60,47 +60,6 @@ class InvalidJobArgument(InvalidArgument, TypeError):
     An ``InvalidArgument`` like every other refused argument, and still a ``TypeError`` for
     code written against the first releases.
     """
-
-
-@dataclass(frozen=True)
-class Backoff:
-    """How long to wait before attempt N+1: fixed or exponential, optionally jittered."""
-
-    base: float = 10.0
-    factor: float = 1.0
-    maximum: float = 3600.0
-    jitter: bool = False
-
-    @classmethod
-    def fixed(cls, seconds: float, *, jitter: bool = False) -> Backoff:
-        """Wait the same number of seconds before every retry."""
-        return cls(base=seconds, factor=1.0, maximum=seconds, jitter=jitter)
-
-    @classmethod
-    def exponential(cls, base: float = 5.0, factor: float = 2.0, maximum: float = 3600.0, *,
-                    jitter: bool = True) -> Backoff:
-        """Wait base, base*factor, base*factor**2 ... seconds, capped at maximum."""
-        return cls(base=base, factor=factor, maximum=maximum, jitter=jitter)
-
-    def delay(self, attempt: int) -> float:
-        """Return the delay after failed attempt number ``attempt`` (1-based)."""
-        value = min(self.maximum, self.base * self.factor ** max(0, attempt - 1))
-        if self.jitter:
-            # "Full jitter": spread retries of jobs that failed together.
-            value = random.uniform(0, value)
-        return max(0.0, value)
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Retry on the named exceptions (while the job has retries left) after a backoff."""
-
-    on: tuple[type[BaseException], ...]
-    backoff: Backoff = Backoff.exponential()
-
-    def matches(self, exc: BaseException) -> bool:
-        """Return whether ``exc`` should be retried."""
-        return bool(self.on) and isinstance(exc, self.on)
 
 
 @dataclass(frozen=True)

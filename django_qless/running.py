@@ -31,7 +31,8 @@ def perform_function(target: JobFunction[Any, Any], job: Any) -> Any:
         attempt = max(1, job.original_retries - job.retries + 1)
         delay = policy.backoff.delay(attempt)
         group = f"{type(exc).__module__}.{type(exc).__qualname__}"
-        job.retry(delay, group, f"{exc}"[:4000] or group)
+        priority = policy.priority_for(job.priority, attempt)
+        job.retry(delay, group, f"{exc}"[:4000] or group, priority=priority)
         log.info("job %s retried in %.1fs after %s (attempt %d)", job.jid, delay, group, attempt)
         raise RetryScheduled(f"retry in {delay:.1f}s after {group}") from exc
     store_result(job, value)

@@ -103,6 +103,8 @@ class Command(BaseCommand):
         retry.add_argument("--group", default=None)
         retry.add_argument("--queue", default=None, help="queue of the group (--group)")
         retry.add_argument("--count", type=non_negative_int, default=500)
+        retry.add_argument("--priority", type=integer, default=None,
+                           help="requeue the jobs at this priority (with jids)")
         move = sub.add_parser("move", help="move a job to another queue")
         move.add_argument("jid")
         move.add_argument("queue")
@@ -237,6 +239,8 @@ class Command(BaseCommand):
         if o["group"]:
             if not o["queue"]:
                 raise CommandError("retry --group needs --queue")
+            if o["priority"] is not None:
+                raise CommandError("retry --priority needs jids (a group keeps its priorities)")
             count = self.client(o["queue"]).queues[o["queue"]].unfail(o["group"], o["count"])
             self.emit({"retried": count}, f"{count} jobs requeued")
             return
@@ -246,9 +250,13 @@ class Command(BaseCommand):
         for job in found:  # check them all before requeueing any
             if job.state != "failed":
                 raise CommandError(f"job {job.jid} is {job.state}, not failed")
+        if o["priority"] is not None:
+            from django_qless.core.serialization import PRIORITY_MAX, PRIORITY_MIN, check_int
+
+            check_int("--priority", o["priority"], PRIORITY_MIN, PRIORITY_MAX)
         done = []
         for job in found:
-            job.requeue()
+            job.requeue(priority=o["priority"])
             done.append(job.jid)
         self.emit({"retried": done}, "\n".join(done))
 
