@@ -13,13 +13,18 @@ from .serialization import (
     check_int,
     check_jid,
     check_jids,
+    check_name,
+    check_number,
     check_text,
 )
 
 if TYPE_CHECKING:
     from .client import Client
 
-__all__ = ["Jobs"]
+__all__ = ["FAILED_CHUNK", "Jobs"]
+
+# Failed jids read per engine call while filtering a group.
+FAILED_CHUNK = 250
 
 
 class Jobs:
@@ -86,6 +91,49 @@ class Jobs:
         jids = as_list(reply.get("jobs"))
         return {"total": int(reply.get("total") or 0),
                 "jobs": self.get_many(*jids) if jids else []}
+
+    def failed_matching(
+        self, group: str, *, queue: str | None = None, since: float | None = None,
+        until: float | None = None, cursor: int = 0, count: int = 25, scan: int = 5000,
+    ) -> dict[str, Any]:
+        """Return a group's failures in ``queue`` that failed in [since, until), newest first.
+
+        Reads the group from position ``cursor`` on, at most ``scan`` entries per call, and
+        replies ``{"jobs": [Job, ...], "next": int | None, "total": int}``: pass ``next`` as
+        the cursor of the following call (None: the group's end was reached); ``total``
+        counts the whole group.
+        """
+        group = check_text("group", group, 256)
+        if queue is not None:
+            check_name("queue", queue)
+        low = None if since is None else check_number("since", since, 0)
+        high = None if until is None else check_number("until", until, 0)
+        position = check_int("cursor", cursor, 0)
+        count = check_int("count", count, 1, 500)
+        budget = check_int("scan", scan, 1, 100_000)
+        found: list[Job] = []
+        total = 0
+        while budget > 0:
+            chunk = min(FAILED_CHUNK, budget)
+            reply = self._client.call_json("failed", group, position, chunk)
+            total = int(reply.get("total") or 0)
+            jids = as_list(reply.get("jobs"))
+            jobs = {job.jid: job for job in self.get_many(*jids)} if jids else {}
+            for index, jid in enumerate(jids):
+                job = jobs.get(jid)
+                if job is None or (queue is not None and job.queue_name != queue):
+                    continue
+                when = float((job.failure or {}).get("when") or 0)
+                if (low is not None and when < low) or (high is not None and when >= high):
+                    continue
+                found.append(job)
+                if len(found) == count:
+                    return {"jobs": found, "next": position + index + 1, "total": total}
+            position += len(jids)
+            budget -= len(jids)
+            if len(jids) < chunk:
+                return {"jobs": found, "next": None, "total": total}
+        return {"jobs": found, "next": position, "total": total}
 
     def complete(self, offset: int = 0, count: int = 25) -> list[str]:
         """Return completed jids, most recent first."""
