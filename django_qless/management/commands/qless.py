@@ -49,6 +49,22 @@ def _json_option(option: str, text: str, kind: type) -> Any:
     return value
 
 
+def _moment(*, until: bool) -> Any:
+    """Return an argparse type reading a time (epoch seconds, a day or an ISO datetime)."""
+    import argparse
+
+    def parse(text: str) -> float:
+        from django_qless.forms import parse_moment
+
+        try:
+            return parse_moment(text, until=until)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parse.__name__ = "time"
+    return parse
+
+
 def _check_queues(queues: list[str]) -> None:
     """Refuse the whole command if any queue name is invalid (nothing done by halves)."""
     from django_qless.core.serialization import check_name
@@ -95,6 +111,11 @@ class Command(BaseCommand):
         lst.add_argument("--state", choices=STATES, default="waiting")
         lst.add_argument("--tag", default=None)
         lst.add_argument("--group", default=None, help="failure group (with --state failed)")
+        lst.add_argument("--since", type=_moment(until=False), default=None,
+                         help="with --state failed: failed at or after (epoch seconds, "
+                              "YYYY-MM-DD or an ISO datetime)")
+        lst.add_argument("--until", type=_moment(until=True), default=None,
+                         help="with --state failed: failed before (a day is included)")
         lst.add_argument("--offset", type=non_negative_int, default=0)
         lst.add_argument("--count", type=non_negative_int, default=25)
         sub.add_parser("cancel", help="cancel jobs").add_argument("jids", nargs="+")
@@ -191,15 +212,31 @@ class Command(BaseCommand):
     def do_get(self) -> None:
         self.emit(job_dict(self.job(self.options["jid"])))
 
+    def _list_failed_matching(self, client: Any) -> None:
+        """List a failure group's jobs in a queue and/or time window; --offset is a cursor."""
+        o = self.options
+        reply = client.jobs.failed_matching(o["group"], queue=o["queue"], since=o["since"],
+                                            until=o["until"], cursor=o["offset"],
+                                            count=o["count"])
+        jids = [job.jid for job in reply["jobs"]]
+        self.emit({"jids": jids, "total": None, "next": reply["next"]}, "\n".join(jids))
+        if reply["next"] is not None and not o["json"]:
+            self.stderr.write(f"more: --offset {reply['next']}")
+
     def do_list(self) -> None:
         o = self.options
         client = self.client(o["queue"])
+        if o["state"] != "failed" and (o["since"] is not None or o["until"] is not None):
+            raise CommandError("--since/--until apply to --state failed only")
         if o["tag"]:
             reply = client.jobs.tagged(o["tag"], o["offset"], o["count"])
             jids, total = reply["jobs"], reply["total"]
         elif o["state"] == "failed":
             if not o["group"]:
                 raise CommandError("list --state failed needs --group (see `qless failed`)")
+            if o["queue"] or o["since"] is not None or o["until"] is not None:
+                self._list_failed_matching(client)
+                return
             reply = client.jobs.failed(o["group"], o["offset"], o["count"])
             jids, total = [j.jid for j in reply["jobs"]], reply["total"]
         elif o["state"] == "complete":
