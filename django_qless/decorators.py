@@ -89,20 +89,22 @@ class _Sender:
         check_timing(options, delay=delay, when=when, interval=interval)
         handle = JobHandle(options.jid, self.klass, options.queue, options.alias)
         if self._eager(options):
-
-            def run_inline() -> None:
-                handle._value = self._run_inline(data, options)
-                handle.status = "eager"
-
-            dispatch(options, run_inline, f"{self.klass} eager {options.jid}")
+            # Eager mode runs at once, even inside a transaction: a test that never commits
+            # (pytest-django, TestCase) still sees the job run.
+            handle._value = self._run_inline(data, options)
+            handle.status = "eager"
             return handle
 
         def send() -> None:
-            handle.status = _put(self.klass, data, options, delay=delay, when=when,
-                                 interval=interval)
+            try:
+                handle.status = _put(self.klass, data, options, delay=delay, when=when,
+                                     interval=interval)
+            except BaseException:
+                handle.status = "error"
+                raise
 
         dispatch(options, send, f"{self.klass} jid={options.jid} queue={options.queue} "
-                                f"data={str(data)[:500]}")
+                                f"data={str(data)[:500]}", handle)
         return handle
 
 

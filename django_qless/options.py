@@ -153,19 +153,42 @@ class JobFailedError(Exception):
                          f"{str(failure.get('message', ''))[:200]}")
 
 
-@dataclass
 class JobHandle:
-    """What an enqueue returns: the jid, where it went, and whether it was sent yet."""
+    """What an enqueue returns: the jid, where it went, and whether it was sent yet.
 
-    jid: str
-    klass: str
-    queue: str
-    alias: str
-    # "pending" (waiting for the transaction to commit), "enqueued", "skipped" (unique job
-    # already active), "exists" (unique job kept, maybe with a raised priority), "eager"
-    # (ran inline), "recurring".
-    status: str = "pending"
-    _value: Any = field(default=None, repr=False)
+    ``status``: "pending" (waiting for the transaction to commit), "discarded" (the
+    transaction, or the savepoint around the enqueue, rolled back: never sent), "error"
+    (the send at commit raised), "enqueued", "skipped" (unique job already active),
+    "exists" (unique job kept, maybe with a raised priority), "eager" (ran inline),
+    "recurring".
+    """
+
+    def __init__(self, jid: str, klass: str, queue: str, alias: str,
+                 status: str = "pending") -> None:
+        self.jid, self.klass, self.queue, self.alias = jid, klass, queue, alias
+        self._status = status
+        self._value: Any = None
+        # (database, callback) while the send waits in that connection's on-commit list.
+        self._waiting: tuple[str, Callable[[], None]] | None = None
+
+    def __repr__(self) -> str:
+        return (f"JobHandle(jid={self.jid!r}, klass={self.klass!r}, queue={self.queue!r}, "
+                f"alias={self.alias!r}, status={self.status!r})")
+
+    @property
+    def status(self) -> str:
+        """Return where the enqueue stands (see the class docstring)."""
+        if self._status == "pending" and self._waiting is not None:
+            database, callback = self._waiting
+            queued = transaction.get_connection(database).run_on_commit
+            # Django drops the callbacks of a rolled-back transaction or savepoint.
+            if not any(entry[1] is callback for entry in queued):
+                self._status = "discarded"
+        return self._status
+
+    @status.setter
+    def status(self, value: str) -> None:
+        self._status = value
 
     @property
     def client(self) -> Client:
@@ -332,7 +355,8 @@ def _use_tz() -> bool:
     return bool(getattr(settings, "USE_TZ", True))
 
 
-def dispatch(options: JobOptions, action: Callable[[], None], describe: str) -> bool:
+def dispatch(options: JobOptions, action: Callable[[], None], describe: str,
+             handle: JobHandle | None = None) -> bool:
     """Run ``action`` now, or after the transaction commits; return True if it ran now."""
     mode = options.commit_mode or get_settings().commit_mode
     if mode == "on_commit" and transaction.get_connection(options.database).in_atomic_block:
@@ -346,6 +370,8 @@ def dispatch(options: JobOptions, action: Callable[[], None], describe: str) -> 
                 raise
 
         transaction.on_commit(after_commit, using=options.database)
+        if handle is not None:
+            handle._waiting = (options.database, after_commit)
         return False
     action()
     return True

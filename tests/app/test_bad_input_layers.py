@@ -123,7 +123,7 @@ CASES: list[Any] = [
     *row("class.data=set", "c12", lambda: Thumb.enqueue({"s": {1}}), InvalidJobArgument,
          r"^tests\.app\.jobs\.Thumbnail job data is not JSON-serialisable: .*set"),
     *row("task.arg=set", "c12", lambda: tasks.multiply.enqueue({1}, 2), InvalidJobArgument,
-         r"^task tests\.app\.tasks\.multiply argument 0 is not JSON-serialisable"),
+         r"^tests\.app\.tasks\.multiply\(\) argument 'a' is not JSON-serialisable"),
     *row("task.kwarg=Decimal-in-set", "c12",
          lambda: tasks.multiply.enqueue(1, b={decimal.Decimal(1)}), InvalidJobArgument,
          r"argument 'b' is not JSON-serialisable"),
