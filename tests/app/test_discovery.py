@@ -101,3 +101,23 @@ def test_a_qless_url_django_setting_is_reported_as_ignored():
     assert "environment variable QLESS_URL" in messages[1].hint
     assert "QLESS = {\"default\": {\"URL\": ...}}" in messages[1].hint
     assert checks.check_stray_settings() == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_real_worker_warns_at_start_and_its_failure_says_what_to_do(redis_url):
+    import subprocess
+    import sys
+
+    from tests.app.helpers import ROOT, command_env
+
+    env = {**command_env(redis_url), "DJANGO_SETTINGS_MODULE": "tests.strayapp.settings"}
+    jid = get_client().queues["stray"].put("tests.strayapp.tasks.shout",
+                                           {"args": ["hi"], "kwargs": {}})
+    result = subprocess.run([sys.executable, "-m", "django", "qless_worker", "stray", "-p", "0",
+                             "--max-jobs", "1"], cwd=ROOT, env=env, text=True,
+                            capture_output=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "django_qless.W061" in result.stderr and "tests.strayapp.tasks" in result.stderr
+    failure = get_client().jobs[jid].failure
+    assert failure["group"] == "django_qless.UnknownJob"
+    assert "move it to tests.strayapp.jobs" in failure["message"]
