@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, overload
 
 from .exceptions import JobNotFound
@@ -140,6 +141,14 @@ class Jobs:
         return as_list(self._client.call(
             "jobs", "complete", check_int("offset", offset, 0), check_int("count", count, 0, 500)
         ))
+
+    def unique_lock(self, jid: str, timeout: float = 10.0) -> AbstractContextManager[Any]:
+        """Return a short Redis lock serialising the producers of one jid (a context manager)."""
+        # A plain redis-py lock: check-then-put by two producers of a unique job must not
+        # interleave; the lock expires by itself if a producer dies holding it.
+        lock: AbstractContextManager[Any] = self._client.redis.lock(
+            f"ql:unique-lock:{check_jid(jid)}", timeout=timeout, blocking_timeout=timeout)
+        return lock
 
     def cancel(self, *jids: str) -> list[str]:
         """Cancel jobs in one engine call (all of them, or none); return the canceled jids."""
