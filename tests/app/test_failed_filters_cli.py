@@ -10,8 +10,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from django_qless.clients import get_client
-from django_qless.core import Client
 from tests.app.helpers import manage
+from tests.helpers import client_at
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -20,7 +20,7 @@ NOV3 = dt.datetime(2026, 11, 3, 12, tzinfo=dt.UTC).timestamp()
 
 
 def fail_at(queue: str, when: float, group: str = "boom") -> str:
-    client = Client(get_client().redis, worker_name="w1", clock=lambda: when)
+    client = client_at(get_client().redis, when)
     jid = client.queues[queue].put("tests.app.jobs.add", {"args": [1], "kwargs": {}})
     job = client.queues[queue].pop()
     assert job is not None and job.jid == jid

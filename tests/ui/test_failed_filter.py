@@ -9,7 +9,7 @@ from django.contrib.messages import get_messages
 from django.test import Client
 from django.urls import reverse
 
-from django_qless.core.client import Client as CoreClient
+from tests.helpers import client_at
 
 NOV1 = dt.datetime(2026, 11, 1, 12, tzinfo=dt.UTC).timestamp()
 NOV3 = dt.datetime(2026, 11, 3, 12, tzinfo=dt.UTC).timestamp()
@@ -17,7 +17,7 @@ NOV3 = dt.datetime(2026, 11, 3, 12, tzinfo=dt.UTC).timestamp()
 
 def fail_at(qc: Any, queue: str, when: float, group: str = "boom.Error") -> str:
     """Put, pop and fail a job whose failure is recorded at `when`."""
-    client = CoreClient(qc.redis, worker_name="w1", clock=lambda: when)
+    client = client_at(qc.redis, when)
     jid = client.queues[queue].put("tests.Job", {"n": 1}, priority=2147483647)
     job = client.queues[queue].pop()
     assert job is not None and job.jid == jid
