@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, overload
+
+from redis.lock import Lock
 
 from .exceptions import JobNotFound
 from .job import Job
@@ -142,18 +143,22 @@ class Jobs:
             "jobs", "complete", check_int("offset", offset, 0), check_int("count", count, 0, 500)
         ))
 
-    def unique_lock(self, jid: str, timeout: float = 10.0) -> AbstractContextManager[Any]:
-        """Return a short Redis lock serialising the producers of one jid (a context manager)."""
-        # A plain redis-py lock: check-then-put by two producers of a unique job must not
-        # interleave; the lock expires by itself if a producer dies holding it.
-        lock: AbstractContextManager[Any] = self._client.redis.lock(
-            f"ql:unique-lock:{check_jid(jid)}", timeout=timeout, blocking_timeout=timeout)
-        return lock
-
     def cancel(self, *jids: str) -> list[str]:
-        """Cancel jobs in one engine call (all of them, or none); return the canceled jids."""
-        wanted = list(dict.fromkeys(check_jids(jids, limit=len(jids) or 1)))
-        return as_list(self._client.call("cancel", *wanted)) if wanted else []
+        """Cancel jobs in one engine call, all or none; return the canceled jids."""
+        if not jids:
+            return []
+        wanted = check_jids(jids, limit=len(jids))
+        return as_list(self._client.call("cancel", *wanted))
+
+    def unique_lock(self, jid: str, *, timeout: float = 10.0, wait: float = 10.0) -> Lock:
+        """Return a lock serialising producers of one jid (use it as a context manager).
+
+        It expires after `timeout` seconds if its holder dies; entering it waits at most
+        `wait` seconds and raises redis.exceptions.LockError after that.
+        """
+        key = f"ql:unique-lock:{check_jid(jid)}"
+        lock: Lock = self._client.redis.lock(key, timeout=timeout, blocking_timeout=wait)
+        return lock
 
     def recurring(self, jid: str) -> RecurringJob | None:
         """Return the recurring job template, or None."""

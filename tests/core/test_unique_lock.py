@@ -22,7 +22,7 @@ def test_the_lock_serialises_holders_of_one_jid(client: Client) -> None:
 
 
 def test_different_jids_do_not_block_each_other(client: Client) -> None:
-    with client.jobs.unique_lock("a"), client.jobs.unique_lock("b", timeout=0.5):
+    with client.jobs.unique_lock("a"), client.jobs.unique_lock("b", timeout=0.5, wait=0.5):
         pass
 
 
