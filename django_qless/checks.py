@@ -11,7 +11,8 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
 from django_qless.conf import get_problems, get_settings
 
-__all__ = ["check_deploy", "check_engine", "check_job_modules", "check_settings"]
+__all__ = ["check_deploy", "check_engine", "check_job_modules", "check_settings",
+           "check_stray_jobs", "check_stray_settings"]
 
 TAG = "django_qless"
 
@@ -44,6 +45,45 @@ def check_job_modules(app_configs: Sequence[AppConfig] | None = None, **kwargs: 
                 f"QLESS['JOB_MODULES'] lists {module!r}, which cannot be found.",
                 hint="Fix the module path or remove it; jobs under it cannot run.",
                 obj="QLESS['JOB_MODULES']", id="django_qless.W060"))
+    return messages
+
+
+@register(TAG)
+def check_stray_jobs(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+                     ) -> list[CheckMessage]:
+    """Warn about ``@job`` jobs in app modules no worker imports (an app's ``tasks.py``)."""
+    from django_qless.discovery import find_stray_job_modules
+
+    if any(not p.warning for p in get_problems()):
+        return []
+    return [Warning(
+        f"{stray.module} defines @job {', '.join(stray.names)}, but workers import only "
+        f"<app>.jobs modules and QLESS['JOB_MODULES']: these jobs would fail as "
+        f"django_qless.UnknownJob.",
+        hint=f"To let workers run them, {stray.advice()}.", obj=stray.module,
+        id="django_qless.W061") for stray in find_stray_job_modules(app_configs)]
+
+
+@register(TAG)
+def check_stray_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+                         ) -> list[CheckMessage]:
+    """Warn about ``QLESS_*`` Django settings, which django-qless never reads."""
+    from django.conf import settings
+
+    read = {"QLESS", "QLESS_UI"}
+    messages: list[CheckMessage] = []
+    for name in sorted(n for n in dir(settings) if n.startswith("QLESS_") and n not in read):
+        key = name.removeprefix("QLESS_")
+        if key in ("URL", "USERNAME", "PASSWORD"):
+            where = f'QLESS = {{"default": {{"{key}": ...}}}}'
+        else:
+            where = "the matching key of QLESS (see the QLESS setting's documentation)"
+        messages.append(Warning(
+            f"The Django setting {name} is ignored: django-qless reads {name} from the "
+            "environment only, and its settings from QLESS.",
+            hint=f"Set the environment variable {name}, or use {where}; then remove the "
+                 f"{name} setting.",
+            obj=name, id="django_qless.W062"))
     return messages
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from asgiref.sync import async_to_sync, sync_to_async
@@ -31,12 +31,13 @@ from asgiref.sync import async_to_sync, sync_to_async
 from django_qless.core.registry import klass_name_of
 from django_qless.options import (
     ACTIVE_STATES,
-    RESULT_KEY,
     Backoff,
+    Delay,
     InvalidJobArgument,
     JobHandle,
     JobOptions,
     RetryPolicy,
+    When,
     check_timing,
     dispatch,
     encode_arguments,
@@ -45,6 +46,8 @@ from django_qless.options import (
     unique_jid,
 )
 from django_qless.registry import register_job
+from django_qless.retries import RetryPriority
+from django_qless.running import RetryScheduled, perform_function
 
 __all__ = [
     "Backoff", "JobClass", "JobFunction", "JobHandle", "RetryPolicy", "RetryScheduled",
@@ -56,7 +59,6 @@ log = logging.getLogger("django_qless")
 P = ParamSpec("P")
 R = TypeVar("R")
 C = TypeVar("C", bound=type)
-Delay = float | int | timedelta
 
 
 class _Sender:
@@ -74,7 +76,7 @@ class _Sender:
         raise NotImplementedError
 
     def _send(self, data: dict[str, Any], options: JobOptions, *,
-              delay: Delay | None = None, when: datetime | None = None,
+              delay: Delay | None = None, when: When | None = None,
               interval: Delay | None = None) -> JobHandle:
         if options.unique is not None and options.jid is None:
             options = options.merge({"jid": unique_jid(self.klass, data)})
@@ -87,25 +89,27 @@ class _Sender:
         check_timing(options, delay=delay, when=when, interval=interval)
         handle = JobHandle(options.jid, self.klass, options.queue, options.alias)
         if self._eager(options):
-
-            def run_inline() -> None:
-                handle._value = self._run_inline(data, options)
-                handle.status = "eager"
-
-            dispatch(options, run_inline, f"{self.klass} eager {options.jid}")
+            # Eager mode runs at once, even inside a transaction: a test that never commits
+            # (pytest-django, TestCase) still sees the job run.
+            handle._value = self._run_inline(data, options)
+            handle.status = "eager"
             return handle
 
         def send() -> None:
-            handle.status = _put(self.klass, data, options, delay=delay, when=when,
-                                 interval=interval)
+            try:
+                handle.status = _put(self.klass, data, options, delay=delay, when=when,
+                                     interval=interval)
+            except BaseException:
+                handle.status = "error"
+                raise
 
         dispatch(options, send, f"{self.klass} jid={options.jid} queue={options.queue} "
-                                f"data={str(data)[:500]}")
+                                f"data={str(data)[:500]}", handle)
         return handle
 
 
 def _put(klass: str, data: dict[str, Any], options: JobOptions, *, delay: Delay | None,
-         when: datetime | None, interval: Delay | None) -> str:
+         when: When | None, interval: Delay | None) -> str:
     """Send one job to Redis now; return the handle status."""
     from django_qless.clients import get_client
 
@@ -122,8 +126,7 @@ def _put(klass: str, data: dict[str, Any], options: JobOptions, *, delay: Delay 
                          now=client.now() if when is not None else None)
     if options.unique in ("skip", "raise_priority"):
         # Serialise producers of the same unique jid, so check-then-put cannot interleave.
-        with client.redis.lock(f"ql:unique-lock:{options.jid}", timeout=10,
-                               blocking_timeout=10):
+        with client.jobs.unique_lock(options.jid, timeout=10, wait=10):
             existing = client.jobs.get(options.jid)
             if existing is not None and existing.state in ACTIVE_STATES:
                 if options.unique == "raise_priority" and options.priority > existing.priority:
@@ -151,6 +154,7 @@ def _options_from(kwargs: Mapping[str, Any]) -> JobOptions:
     values = dict(kwargs)
     retry_on = values.pop("retry_on", None)
     backoff = values.pop("backoff", None)
+    priority = values.pop("retry_priority", None)
     if retry_on is not None:
         excs = tuple(retry_on) if isinstance(retry_on, Iterable) else (retry_on,)
         if not all(inspect.isclass(e) and issubclass(e, BaseException) for e in excs):
@@ -159,9 +163,10 @@ def _options_from(kwargs: Mapping[str, Any]) -> JobOptions:
             backoff = Backoff.exponential()
         elif isinstance(backoff, int | float):
             backoff = Backoff.fixed(backoff)
-        values["retry"] = RetryPolicy(excs, backoff)
-    elif backoff is not None:
-        raise TypeError("backoff needs retry_on: name the exceptions to retry on")
+        values["retry"] = RetryPolicy(excs, backoff, priority)
+    elif backoff is not None or priority is not None:
+        given = "backoff" if backoff is not None else "retry_priority"
+        raise TypeError(f"{given} needs retry_on: name the exceptions to retry on")
     return JobOptions().merge(values)
 
 
@@ -213,8 +218,8 @@ class JobFunction(_Sender, Generic[P, R]):
         """Put the job to run after ``delay`` (seconds or a timedelta)."""
         return self._send(self._data(args, kwargs), self.options, delay=delay)
 
-    def enqueue_at(self, when: datetime, /, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
-        """Put the job to run at ``when`` (aware datetime; naive means the current zone)."""
+    def enqueue_at(self, when: When, /, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
+        """Put the job to run at ``when``: a datetime (naive per USE_TZ) or epoch seconds."""
         return self._send(self._data(args, kwargs), self.options, when=when)
 
     def recur(self, interval: Delay, /, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
@@ -246,40 +251,6 @@ class JobFunction(_Sender, Generic[P, R]):
     def process(self, job: Any) -> Any:
         """Run the job for a worker: call, apply the retry policy, store the return value."""
         return perform_function(self, job)
-
-
-class RetryScheduled(Exception):  # noqa: N818 - an outcome, not an error
-    """The job raised a retryable exception and was put back with a delay."""
-
-
-def perform_function(target: JobFunction[Any, Any], job: Any) -> Any:
-    """Run a function job for a worker; see ``JobFunction.process``."""
-    data = job.data if isinstance(job.data, dict) else {}
-    try:
-        value = target.call_with(data)
-    except Exception as exc:
-        policy = target.options.retry
-        if policy is None or not policy.matches(exc) or job.retries <= 0:
-            raise
-        attempt = max(1, job.original_retries - job.retries + 1)
-        delay = policy.backoff.delay(attempt)
-        group = f"{type(exc).__module__}.{type(exc).__qualname__}"
-        job.retry(delay, group, f"{exc}"[:4000] or group)
-        log.info("job %s retried in %.1fs after %s (attempt %d)", job.jid, delay, group, attempt)
-        raise RetryScheduled(f"retry in {delay:.1f}s after {group}") from exc
-    store_result(job, value)
-    return value
-
-
-def store_result(job: Any, value: Any) -> None:
-    """Keep the return value in the job data (saved by complete) if it is JSON."""
-    try:
-        encoded = to_json(value, f"return value of {job.klass_name}")
-    except TypeError:
-        log.warning("job %s returned a non-JSON value; it is not stored", job.jid)
-        return
-    if isinstance(job.data, dict):
-        job.data[RESULT_KEY] = encoded
 
 
 class JobClass(_Sender):
@@ -323,8 +294,8 @@ class JobClass(_Sender):
         payload = self._data(data)
         return self._send(payload, self._options(payload), delay=delay)
 
-    def enqueue_at(self, when: datetime, data: Mapping[str, Any] | None = None) -> JobHandle:
-        """Put a job of this class to run at ``when``."""
+    def enqueue_at(self, when: When, data: Mapping[str, Any] | None = None) -> JobHandle:
+        """Put a job of this class to run at ``when`` (a datetime or epoch seconds)."""
         payload = self._data(data)
         return self._send(payload, self._options(payload), when=when)
 
@@ -387,7 +358,8 @@ def job(*, queue: str = ..., priority: int = ..., tags: Iterable[str] = ...,
         unique: bool | str | None = ..., client: str | None = ...,
         commit_mode: str | None = ..., on_commit: bool | None = ...,
         retry_on: Iterable[type[BaseException]] | type[BaseException] | None = ...,
-        backoff: Backoff | float | None = ..., track: bool = ..., name: str | None = ...,
+        backoff: Backoff | float | None = ..., retry_priority: RetryPriority | None = ...,
+        track: bool = ..., name: str | None = ...,
         **options: Any) -> _JobDecorator: ...
 
 

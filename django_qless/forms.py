@@ -11,6 +11,7 @@ from django.core.exceptions import ValidationError
 
 __all__ = [
     "ConfigForm",
+    "FailedFilterForm",
     "MoveForm",
     "PriorityForm",
     "QueueSettingsForm",
@@ -19,7 +20,9 @@ __all__ = [
     "TagForm",
     "ThrottleForm",
     "UndependForm",
+    "day_start",
     "first_error",
+    "parse_moment",
     "split_tags",
 ]
 
@@ -118,6 +121,74 @@ class StatsDateForm(forms.Form):
         if value is not None and not dt.date(1970, 1, 2) <= value <= dt.date(2999, 12, 31):
             raise ValidationError("Choose a day between 1970 and 2999.")
         return value
+
+
+def day_start(day: dt.date) -> float:
+    """Return the epoch seconds at which ``day`` starts in the current time zone."""
+    from django.utils import timezone
+
+    midnight = dt.datetime.combine(day, dt.time())
+    return timezone.make_aware(midnight).timestamp()
+
+
+def parse_moment(text: str, *, until: bool = False) -> float:
+    """Parse epoch seconds, a day (YYYY-MM-DD) or an ISO datetime (ValueError if none).
+
+    A day means its start, or with ``until`` the start of the next day (the day included);
+    naive datetimes are read in the current time zone.
+    """
+    from django_qless.options import epoch_of
+
+    text = text.strip()
+    if re.fullmatch(r"[0-9]+(\.[0-9]+)?", text):
+        return float(text)
+    if re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", text):
+        day = dt.date.fromisoformat(text)
+        return day_start(day + dt.timedelta(days=1) if until else day)
+    try:
+        return epoch_of(dt.datetime.fromisoformat(text))
+    except ValueError:
+        raise ValueError(f"expected epoch seconds, YYYY-MM-DD or an ISO datetime, got "
+                         f"{text[:40]!r}") from None
+
+
+class FailedFilterForm(forms.Form):
+    """Filter a failure group's jobs by queue and by the day they failed (both optional)."""
+
+    queue = forms.CharField(required=False, max_length=64)
+    since = forms.DateField(required=False, input_formats=["%Y-%m-%d"],
+                            widget=forms.DateInput(attrs={"type": "date"}),
+                            label="Failed from")
+    until = forms.DateField(required=False, input_formats=["%Y-%m-%d"],
+                            widget=forms.DateInput(attrs={"type": "date"}), label="to")
+
+    def clean_queue(self) -> str | None:
+        value = str(self.cleaned_data.get("queue") or "").strip()
+        if value and not QUEUE_RE.match(value):
+            raise ValidationError("Queue names are 1-64 characters of A-Z a-z 0-9 _ . -")
+        return value or None
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        since, until = data.get("since"), data.get("until")
+        for day in (since, until):
+            if day is not None and not dt.date(1970, 1, 2) <= day <= dt.date(2999, 12, 31):
+                raise ValidationError("Choose days between 1970 and 2999.")
+        if since is not None and until is not None and until < since:
+            raise ValidationError("The last day is before the first one.")
+        return data
+
+    @property
+    def active(self) -> bool:
+        """Tell whether a valid filter was given."""
+        return self.is_bound and self.is_valid() and any(
+            self.cleaned_data.get(k) for k in ("queue", "since", "until"))
+
+    def bounds(self) -> tuple[float | None, float | None]:
+        """Return [since, until) in epoch seconds; ``until`` includes its whole day."""
+        since, until = self.cleaned_data.get("since"), self.cleaned_data.get("until")
+        return (None if since is None else day_start(since),
+                None if until is None else day_start(until + dt.timedelta(days=1)))
 
 
 class RecurringForm(forms.Form):

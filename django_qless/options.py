@@ -10,7 +10,6 @@ import hashlib
 import inspect
 import json
 import logging
-import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timedelta
@@ -22,10 +21,12 @@ from django.utils import timezone
 
 from django_qless.conf import get_settings
 from django_qless.core.exceptions import InvalidArgument
+from django_qless.retries import Backoff, RetryPolicy
 
 if TYPE_CHECKING:
     from django_qless.core.client import Client
     from django_qless.core.job import Job
+    from django_qless.core.recurring import RecurringJob
 
 __all__ = [
     "ACTIVE_STATES",
@@ -45,6 +46,8 @@ __all__ = [
 
 log = logging.getLogger("django_qless")
 
+Delay = float | int | timedelta
+When = datetime | float | int
 UniquePolicy = Literal["replace", "skip", "raise_priority"]
 UNIQUE_POLICIES = ("replace", "skip", "raise_priority")
 ACTIVE_STATES = frozenset({"waiting", "scheduled", "depends", "running", "stalled", "throttled"})
@@ -57,47 +60,6 @@ class InvalidJobArgument(InvalidArgument, TypeError):
     An ``InvalidArgument`` like every other refused argument, and still a ``TypeError`` for
     code written against the first releases.
     """
-
-
-@dataclass(frozen=True)
-class Backoff:
-    """How long to wait before attempt N+1: fixed or exponential, optionally jittered."""
-
-    base: float = 10.0
-    factor: float = 1.0
-    maximum: float = 3600.0
-    jitter: bool = False
-
-    @classmethod
-    def fixed(cls, seconds: float, *, jitter: bool = False) -> Backoff:
-        """Wait the same number of seconds before every retry."""
-        return cls(base=seconds, factor=1.0, maximum=seconds, jitter=jitter)
-
-    @classmethod
-    def exponential(cls, base: float = 5.0, factor: float = 2.0, maximum: float = 3600.0, *,
-                    jitter: bool = True) -> Backoff:
-        """Wait base, base*factor, base*factor**2 ... seconds, capped at maximum."""
-        return cls(base=base, factor=factor, maximum=maximum, jitter=jitter)
-
-    def delay(self, attempt: int) -> float:
-        """Return the delay after failed attempt number ``attempt`` (1-based)."""
-        value = min(self.maximum, self.base * self.factor ** max(0, attempt - 1))
-        if self.jitter:
-            # "Full jitter": spread retries of jobs that failed together.
-            value = random.uniform(0, value)
-        return max(0.0, value)
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Retry on the named exceptions (while the job has retries left) after a backoff."""
-
-    on: tuple[type[BaseException], ...]
-    backoff: Backoff = Backoff.exponential()
-
-    def matches(self, exc: BaseException) -> bool:
-        """Return whether ``exc`` should be retried."""
-        return bool(self.on) and isinstance(exc, self.on)
 
 
 @dataclass(frozen=True)
@@ -191,19 +153,42 @@ class JobFailedError(Exception):
                          f"{str(failure.get('message', ''))[:200]}")
 
 
-@dataclass
 class JobHandle:
-    """What an enqueue returns: the jid, where it went, and whether it was sent yet."""
+    """What an enqueue returns: the jid, where it went, and whether it was sent yet.
 
-    jid: str
-    klass: str
-    queue: str
-    alias: str
-    # "pending" (waiting for the transaction to commit), "enqueued", "skipped" (unique job
-    # already active), "exists" (unique job kept, maybe with a raised priority), "eager"
-    # (ran inline), "recurring".
-    status: str = "pending"
-    _value: Any = field(default=None, repr=False)
+    ``status``: "pending" (waiting for the transaction to commit), "discarded" (the
+    transaction, or the savepoint around the enqueue, rolled back: never sent), "error"
+    (the send at commit raised), "enqueued", "skipped" (unique job already active),
+    "exists" (unique job kept, maybe with a raised priority), "eager" (ran inline),
+    "recurring".
+    """
+
+    def __init__(self, jid: str, klass: str, queue: str, alias: str,
+                 status: str = "pending") -> None:
+        self.jid, self.klass, self.queue, self.alias = jid, klass, queue, alias
+        self._status = status
+        self._value: Any = None
+        # (database, callback) while the send waits in that connection's on-commit list.
+        self._waiting: tuple[str, Callable[[], None]] | None = None
+
+    def __repr__(self) -> str:
+        return (f"JobHandle(jid={self.jid!r}, klass={self.klass!r}, queue={self.queue!r}, "
+                f"alias={self.alias!r}, status={self.status!r})")
+
+    @property
+    def status(self) -> str:
+        """Return where the enqueue stands (see the class docstring)."""
+        if self._status == "pending" and self._waiting is not None:
+            database, callback = self._waiting
+            queued = transaction.get_connection(database).run_on_commit
+            # Django drops the callbacks of a rolled-back transaction or savepoint.
+            if not any(entry[1] is callback for entry in queued):
+                self._status = "discarded"
+        return self._status
+
+    @status.setter
+    def status(self, value: str) -> None:
+        self._status = value
 
     @property
     def client(self) -> Client:
@@ -212,20 +197,39 @@ class JobHandle:
 
         return get_client(self.alias)
 
-    def get(self) -> Job | None:
-        """Fetch the job from Redis (None if it does not exist or has expired)."""
-        return self.client.jobs.get(self.jid)
+    def get(self) -> Job | RecurringJob | None:
+        """Fetch the job, or the recurring template, from Redis (None if there is none)."""
+        jobs = self.client.jobs
+        if self.status == "recurring":
+            return jobs.recurring(self.jid)
+        found = jobs.get(self.jid)
+        # A handle rebuilt from a jid (``.handle(jid)``) may name a recurring template.
+        return found if found is not None else jobs.recurring(self.jid)
 
     def state(self) -> str | None:
-        """Return the job's current state, or None if it is gone."""
-        job = self.get()
-        return None if job is None else job.state
+        """Return the job's current state ("recurring" for a template), None if it is gone."""
+        from django_qless.core.job import Job
+
+        found = self.get()
+        if found is None:
+            return None
+        return found.state if isinstance(found, Job) else "recurring"
+
+    def cancel(self) -> bool:
+        """Cancel the job, or stop a recurring one; return whether anything was there."""
+        found = self.get()
+        if found is None:
+            return False
+        found.cancel()
+        return True
 
     def result(self) -> Any:
         """Return the job's return value; raise ResultNotReady or JobFailedError otherwise."""
         if self.status == "eager":
             return self._value
-        job = self.get()
+        if self.status == "recurring":
+            raise ResultNotReady(f"job {self.jid} is recurring: its children have the results")
+        job = self.client.jobs.get(self.jid)
         if job is None:
             raise ResultNotReady(f"job {self.jid} does not exist (not sent yet, or expired)")
         if job.state == "failed":
@@ -277,22 +281,34 @@ def unique_jid(klass: str, data: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:40]
 
 
-def resolve_delay(delay: float | timedelta | None = None, when: datetime | None = None,
+# Epoch seconds before 2001-09-09 are refused: such a number is a delay passed by mistake.
+MIN_EPOCH = 1_000_000_000
+
+
+def epoch_of(when: datetime | float) -> float:
+    """Return epoch seconds for a datetime (naive: Django's USE_TZ rule) or epoch seconds."""
+    if isinstance(when, datetime):
+        if timezone.is_naive(when):
+            # USE_TZ: the current time zone, as Django reads naive datetimes; else local time.
+            when = timezone.make_aware(when) if _use_tz() else when.astimezone()
+        return when.timestamp()
+    return float(when)
+
+
+def resolve_delay(delay: float | timedelta | None = None, when: datetime | float | None = None,
                   now: float | None = None) -> float:
     """Return seconds to wait for a delay or an absolute time (never negative)."""
     if when is not None:
-        if timezone.is_naive(when):
-            when = timezone.make_aware(when) if _use_tz() else when.astimezone()
         base = now if now is not None else timezone.now().timestamp()
-        return max(0.0, when.timestamp() - base)
+        return max(0.0, epoch_of(when) - base)
     if isinstance(delay, timedelta):
         return max(0.0, delay.total_seconds())
     return max(0.0, float(delay or 0))
 
 
 def check_timing(options: JobOptions, *, delay: float | timedelta | None = None,
-                 when: datetime | None = None, interval: float | timedelta | None = None
-                 ) -> None:
+                 when: datetime | float | None = None,
+                 interval: float | timedelta | None = None) -> None:
     """Check an explicit delay, run time or recurring schedule before anything is sent.
 
     The put itself happens later (after the commit, or never in eager mode), so a value the
@@ -304,12 +320,20 @@ def check_timing(options: JobOptions, *, delay: float | timedelta | None = None,
         seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
         ser.check_number("delay", seconds, 0, ser.MAX_DELAY)
     if when is not None:
+        if isinstance(when, bool) or not isinstance(when, datetime | int | float):
+            raise InvalidJobArgument(f"when must be a datetime or epoch seconds, got "
+                                     f"{_show(when)}")
         if not isinstance(when, datetime):
-            raise InvalidJobArgument(f"when must be a datetime, got {_show(when)}")
+            ser.check_number("when", when)
+            if when < MIN_EPOCH:
+                raise InvalidArgument(
+                    f"when is epoch seconds (a time), got {_show(when)}, which is before "
+                    "2001; for a delay use enqueue_in()")
         # A time in the past means "now"; a time beyond the engine's horizon is refused.
         if resolve_delay(when=when) > ser.MAX_DELAY:
+            shown = when.isoformat() if isinstance(when, datetime) else _show(when)
             raise InvalidArgument(f"when must be at most {ser.MAX_DELAY} seconds (ten years) "
-                                  f"ahead, got {when.isoformat()}")
+                                  f"ahead, got {shown}")
     if interval is not None:
         seconds = interval.total_seconds() if isinstance(interval, timedelta) else interval
         ser.check_number("interval", seconds, 1, ser.MAX_INTERVAL)
@@ -331,7 +355,8 @@ def _use_tz() -> bool:
     return bool(getattr(settings, "USE_TZ", True))
 
 
-def dispatch(options: JobOptions, action: Callable[[], None], describe: str) -> bool:
+def dispatch(options: JobOptions, action: Callable[[], None], describe: str,
+             handle: JobHandle | None = None) -> bool:
     """Run ``action`` now, or after the transaction commits; return True if it ran now."""
     mode = options.commit_mode or get_settings().commit_mode
     if mode == "on_commit" and transaction.get_connection(options.database).in_atomic_block:
@@ -345,6 +370,8 @@ def dispatch(options: JobOptions, action: Callable[[], None], describe: str) -> 
                 raise
 
         transaction.on_commit(after_commit, using=options.database)
+        if handle is not None:
+            handle._waiting = (options.database, after_commit)
         return False
     action()
     return True

@@ -50,8 +50,11 @@ def setup(*, force: bool = False) -> Registry:
     with _lock:
         if _done and not force:
             return default_registry
+        from django_qless.discovery import unknown_job_hint
+
         conf = get_settings()
         default_registry.allow_module_prefixes(*conf.job_modules)
+        default_registry.set_unknown_hint(unknown_job_hint)
         if conf.autodiscover:
             autodiscover()
         if _tasks_backend_in_use():

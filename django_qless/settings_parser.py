@@ -7,7 +7,7 @@ them and ``conf.get_settings()`` raises on the first error.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -256,6 +256,35 @@ class _Parser:
         )
 
 
+def _close_key(name: object, known: Iterable[str]) -> str | None:
+    """Return the known key closest to a misspelt one, if any is close."""
+    import difflib
+
+    if not isinstance(name, str):
+        return None
+    close = difflib.get_close_matches(name.upper(), sorted(known), n=1, cutoff=0.7)
+    return close[0] if close else None
+
+
+def _no_default_alias(p: _Parser, names: list[str]) -> None:
+    """Report aliases without a "default" one: a typo, or jobs going to an implicit server."""
+    import difflib
+
+    if not names:
+        return
+    close = difflib.get_close_matches(DEFAULT_ALIAS, names, n=1, cutoff=0.75)
+    if close:
+        p.error(f"QLESS[{close[0]!r}]", f"QLESS has an alias {close[0]!r} but no 'default' "
+                "alias; did you mean 'default'?",
+                f"Rename QLESS[{close[0]!r}] to QLESS['default'] (jobs not routed elsewhere "
+                "go to the 'default' alias).", 57)
+        return
+    p.warn("QLESS", f"QLESS defines the aliases {', '.join(map(repr, names))} but no "
+           "'default': jobs not routed elsewhere go to $QLESS_URL, else "
+           f"{DEFAULT_URL}.",
+           'Add "default": {"URL": ...} (or "default": {} to keep the environment URL).', 58)
+
+
 def parse_settings(raw: Any, env: environ.Env | None = None
                    ) -> tuple[QlessSettings, list[Problem]]:
     """Parse a raw ``QLESS`` value; return the settings and every problem found."""
@@ -272,12 +301,17 @@ def parse_settings(raw: Any, env: environ.Env | None = None
             continue
         if not isinstance(name, str) or not _ALIAS_RE.match(name):
             valid = ", ".join(sorted(GLOBAL_KEYS))
-            p.error(f"QLESS[{name!r}]", f"QLESS has an unknown key {name!r}.",
+            guess = _close_key(name, GLOBAL_KEYS)
+            p.error(f"QLESS[{name!r}]", f"QLESS has an unknown key {name!r}"
+                    + (f"; did you mean {guess!r}?" if guess else "."),
                     f"Aliases are lowercase names like 'default'; global keys are: {valid}.", 51)
             continue
         alias = p.alias(name, value)
         if alias is not None:
             aliases[name] = alias
+    if DEFAULT_ALIAS not in raw:
+        _no_default_alias(p, [name for name in raw if name not in GLOBAL_KEYS
+                              and isinstance(name, str) and _ALIAS_RE.match(name)])
     if DEFAULT_ALIAS not in aliases and DEFAULT_ALIAS not in raw:
         alias = p.alias(DEFAULT_ALIAS, {})
         if alias is not None:

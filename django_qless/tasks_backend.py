@@ -8,13 +8,16 @@ Each task becomes a qless job of klass ``django_qless.tasks_backend.DjangoTaskJo
 data names the task (``task_path``) with its arguments; the result id is the jid. State
 mapping for ``get_result``: waiting/scheduled/depends/throttled/stalled -> READY (a stalled
 job's lease expired and another worker will take it), running -> RUNNING, complete ->
-SUCCESSFUL, failed -> FAILED; a canceled or expired job does not exist. ``OPTIONS``:
+SUCCESSFUL, failed -> FAILED; a canceled or expired job does not exist. Arguments are
+checked against the task's signature and encoded as ``@job``'s (``DjangoJSONEncoder``:
+datetimes, Decimals, UUIDs become strings). ``OPTIONS``:
 ``CLIENT`` (qless alias; default: routed by queue), ``RETRIES`` (qless retries, default 0)
 and ``ENQUEUE_ON_COMMIT`` (default: ``QLESS["COMMIT_MODE"]``).
 """
 
 from __future__ import annotations
 
+import inspect
 from datetime import UTC, datetime
 from traceback import format_exception
 from typing import Any
@@ -49,7 +52,7 @@ except ImportError:  # the django-tasks backport (Django 5.2)
 from django_qless.conf import get_settings
 from django_qless.core.serialization import new_jid
 from django_qless.core.workers.runner import error_group
-from django_qless.options import InvalidJobArgument, JobOptions, check_timing, dispatch
+from django_qless.options import JobOptions, check_timing, dispatch, encode_arguments
 from django_qless.registry import register_job
 
 __all__ = ["KLASS", "DjangoTaskJob", "QlessBackend"]
@@ -70,17 +73,15 @@ def _when(value: Any) -> datetime | None:
 
 
 def _json_arguments(task: Any, args: Any, kwargs: Any) -> tuple[list[Any], dict[str, Any]]:
-    """Return the arguments as JSON data; name the first one that is not JSON."""
-    out_args, out_kwargs = list(args), dict(kwargs)
-    named = [(f"argument {i}", v) for i, v in enumerate(out_args)]
-    named += [(f"argument {k!r}", v) for k, v in out_kwargs.items()]
-    for label, value in named:
-        try:
-            normalize_json(value)
-        except (TypeError, ValueError, RecursionError) as exc:
-            raise InvalidJobArgument(f"task {task.module_path} {label} is not JSON-serialisable:"
-                                     f" {exc}") from None
-    return out_args, out_kwargs
+    """Check the arguments against the task's signature and encode them as @job does."""
+    try:
+        signature: inspect.Signature | None = inspect.signature(task.func)
+    except (TypeError, ValueError):
+        signature = None
+    if signature is not None and task.takes_context:
+        # The worker passes the context first; callers never do.
+        signature = signature.replace(parameters=list(signature.parameters.values())[1:])
+    return encode_arguments(task.module_path, signature, list(args), dict(kwargs))
 
 
 class QlessBackend(BaseTaskBackend):

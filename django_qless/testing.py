@@ -1,9 +1,9 @@
 """Helpers for testing code that enqueues jobs.
 
 * ``eager()`` (context manager / decorator) or ``QLESS["EAGER"]`` / per-alias ``EAGER``:
-  ``enqueue`` runs the job inline (arguments still go through JSON), exceptions propagate.
-  The commit mode still applies: inside ``TestCase`` use
-  ``captureOnCommitCallbacks(execute=True)`` (or ``commit_mode="immediate"``).
+  ``enqueue`` runs the job inline, at once (arguments still go through JSON), exceptions
+  propagate. It does not wait for a commit, so it works in transactions that never commit
+  (``TestCase``, pytest-django's ``django_db``).
 * ``run_queued(queues=...)``: drain real queues in this process, through the registry and the
   Django hooks, and return what happened to each job.
 * ``build_job(klass, data)``: a real ``Job`` object without Redis, for unit-testing job code.

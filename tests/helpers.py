@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["alive", "children_of", "free_port", "wait_until"]
+__all__ = ["alive", "children_of", "client_at", "free_port", "wait_until"]
 
 
 def wait_until(cond: Callable[[], Any], timeout: float = 10.0, step: float = 0.01) -> Any:
@@ -55,3 +55,15 @@ def children_of(pid: int) -> list[int]:
         if fields[0] != "Z" and int(fields[1]) == pid:
             kids.append(int(entry))
     return sorted(kids)
+
+
+def client_at(conn: Any, when: float, worker: str = "w1") -> Any:
+    """Return a core Client whose engine calls carry `when` as the time (a fixed test clock)."""
+    import inspect
+
+    from django_qless.core import Client
+
+    # The clock hook is `clock` or, where the engine judges leases by the server's clock
+    # unless told otherwise, the testing-only `_clock`.
+    hook = "_clock" if "_clock" in inspect.signature(Client).parameters else "clock"
+    return Client(conn, worker_name=worker, **{hook: lambda: when})

@@ -1,4 +1,4 @@
-"""The invariant auditor: check that every job and every index agree (docs/faults.md).
+"""The invariant auditor: check that every job and every index agree.
 
 `audit(client_or_redis)` walks the whole `ql:*` key space with SCAN (never KEYS), in
 batches; each batch of reads runs server-side in one read-only script call returning one
@@ -10,6 +10,9 @@ pass; this catches ghosts and cross-queue duplicates). A second, targeted pass r
 what the first one found, so a job moving between two reads on a live system is not
 reported. `fix=True` repairs, through small atomic scripts that re-verify the condition,
 whatever can be repaired without guessing (see `audit_fix.py`).
+
+`python -m django_qless.core.audit --url URL [--fix] [--json]` runs it from a shell
+(`audit_cli.py`).
 """
 
 from __future__ import annotations
@@ -316,3 +319,11 @@ def audit(client_or_redis: Any, *, fix: bool = False, recheck: bool = True) -> A
 def is_inf(score: Any) -> bool:
     """Tell whether a zset score is +inf."""
     return isinstance(score, float) and math.isinf(score) and score > 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    from django_qless.core.audit_cli import main
+
+    sys.exit(main())

@@ -274,17 +274,22 @@ class Job:
         self._released("failed", self._queue)
         return result
 
-    def retry(self, delay: float = 0, group: str | None = None, message: str | None = None) -> int:
-        """Give the job back for another attempt; return the retries left (< 0: failed)."""
+    def retry(self, delay: float = 0, group: str | None = None, message: str | None = None,
+              *, priority: int | None = None) -> int:
+        """Give the job back, maybe at a new priority; return the retries left (< 0: failed)."""
         args = [self.jid, self._queue, self._worker_arg(), check_delay(delay), "", ""]
+        extra = [] if priority is None else [str(check_int("priority", priority, PRIORITY_MIN,
+                                                           PRIORITY_MAX))]
         if group is not None:
             args[4] = check_text("group", group, 256)
             if message is not None:
                 args[5] = str(message)
         elif message is not None:
             raise InvalidArgument("message needs group")
-        remaining = int(self.client.call_replayable("retry", *args, self.attempt_token))
+        remaining = int(self.client.call_replayable("retry", *args, self.attempt_token, *extra))
         self._remaining = remaining
+        if priority is not None and remaining >= 0:
+            self._priority = priority
         state = "failed" if remaining < 0 else "scheduled" if float(args[3]) > 0 else "waiting"
         self._released(state, self._queue)
         return remaining

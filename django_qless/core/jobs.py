@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, overload
 
+from redis.lock import Lock
+
 from .exceptions import JobNotFound
 from .job import Job
 from .recurring import RecurringJob
@@ -13,17 +15,22 @@ from .serialization import (
     check_int,
     check_jid,
     check_jids,
+    check_name,
+    check_number,
     check_text,
 )
 
 if TYPE_CHECKING:
     from .client import Client
 
-__all__ = ["Jobs"]
+__all__ = ["FAILED_CHUNK", "Jobs"]
+
+# Failed jids read per engine call while filtering a group.
+FAILED_CHUNK = 250
 
 
 class Jobs:
-    """Job lookups (read-only: nothing here changes a job)."""
+    """Job lookups, and canceling several jobs at once."""
 
     __slots__ = ("_client",)
 
@@ -87,11 +94,71 @@ class Jobs:
         return {"total": int(reply.get("total") or 0),
                 "jobs": self.get_many(*jids) if jids else []}
 
+    def failed_matching(
+        self, group: str, *, queue: str | None = None, since: float | None = None,
+        until: float | None = None, cursor: int = 0, count: int = 25, scan: int = 5000,
+    ) -> dict[str, Any]:
+        """Return a group's failures in ``queue`` that failed in [since, until), newest first.
+
+        Reads the group from position ``cursor`` on, at most ``scan`` entries per call, and
+        replies ``{"jobs": [Job, ...], "next": int | None, "total": int}``: pass ``next`` as
+        the cursor of the following call (None: the group's end was reached); ``total``
+        counts the whole group.
+        """
+        group = check_text("group", group, 256)
+        if queue is not None:
+            check_name("queue", queue)
+        low = None if since is None else check_number("since", since, 0)
+        high = None if until is None else check_number("until", until, 0)
+        position = check_int("cursor", cursor, 0)
+        count = check_int("count", count, 1, 500)
+        budget = check_int("scan", scan, 1, 100_000)
+        found: list[Job] = []
+        total = 0
+        while budget > 0:
+            chunk = min(FAILED_CHUNK, budget)
+            reply = self._client.call_json("failed", group, position, chunk)
+            total = int(reply.get("total") or 0)
+            jids = as_list(reply.get("jobs"))
+            jobs = {job.jid: job for job in self.get_many(*jids)} if jids else {}
+            for index, jid in enumerate(jids):
+                job = jobs.get(jid)
+                if job is None or (queue is not None and job.queue_name != queue):
+                    continue
+                when = float((job.failure or {}).get("when") or 0)
+                if (low is not None and when < low) or (high is not None and when >= high):
+                    continue
+                found.append(job)
+                if len(found) == count:
+                    return {"jobs": found, "next": position + index + 1, "total": total}
+            position += len(jids)
+            budget -= len(jids)
+            if len(jids) < chunk:
+                return {"jobs": found, "next": None, "total": total}
+        return {"jobs": found, "next": position, "total": total}
+
     def complete(self, offset: int = 0, count: int = 25) -> list[str]:
         """Return completed jids, most recent first."""
         return as_list(self._client.call(
             "jobs", "complete", check_int("offset", offset, 0), check_int("count", count, 0, 500)
         ))
+
+    def cancel(self, *jids: str) -> list[str]:
+        """Cancel jobs in one engine call, all or none; return the canceled jids."""
+        if not jids:
+            return []
+        wanted = check_jids(jids, limit=len(jids))
+        return as_list(self._client.call("cancel", *wanted))
+
+    def unique_lock(self, jid: str, *, timeout: float = 10.0, wait: float = 10.0) -> Lock:
+        """Return a lock serialising producers of one jid (use it as a context manager).
+
+        It expires after `timeout` seconds if its holder dies; entering it waits at most
+        `wait` seconds and raises redis.exceptions.LockError after that.
+        """
+        key = f"ql:unique-lock:{check_jid(jid)}"
+        lock: Lock = self._client.redis.lock(key, timeout=timeout, blocking_timeout=wait)
+        return lock
 
     def recurring(self, jid: str) -> RecurringJob | None:
         """Return the recurring job template, or None."""

@@ -107,6 +107,7 @@ class Registry:
         self._entries: dict[str, RegisteredJob] = {}
         self._prefixes: list[str] = []
         self._lock = threading.Lock()
+        self._hint: Callable[[str], str | None] | None = None
         self.allow_module_prefixes(*allow_module_prefixes)
 
     # -- registration -------------------------------------------------------------------
@@ -157,6 +158,15 @@ class Registry:
                 if clean not in self._prefixes:
                     self._prefixes.append(clean)
 
+    def set_unknown_hint(self, hint: Callable[[str], str | None] | None) -> None:
+        """Add ``hint(klass_name)`` (when not None) to the error of an unregistered name."""
+        self._hint = hint
+
+    def _unknown(self, klass_name: str) -> UnregisteredJobClass:
+        message = f"{klass_name!r} is not a registered job"
+        hint = self._hint(klass_name) if self._hint is not None else None
+        return UnregisteredJobClass(f"{message}: {hint}" if hint else message)
+
     @property
     def module_prefixes(self) -> tuple[str, ...]:
         """Return the allowed module prefixes."""
@@ -189,8 +199,15 @@ class Registry:
         if entry is not None:
             return entry
         if not isinstance(klass_name, str) or not self._under_prefix(klass_name):
-            raise UnregisteredJobClass(f"{klass_name!r} is not a registered job")
-        target = self._import(klass_name)
+            raise self._unknown(klass_name)
+        try:
+            target = self._import(klass_name)
+        except UnregisteredJobClass:
+            # Importing the module may have registered the name itself (a decorated job).
+            entry = self._entries.get(klass_name)
+            if entry is None:
+                raise
+            return entry
         entry = RegisteredJob(klass_name, target)
         with self._lock:
             self._entries.setdefault(klass_name, entry)

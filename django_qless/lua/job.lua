@@ -3,7 +3,8 @@
 -- Commands (after `now`); complete is in complete.lua, depends/priority/log/get/multiget/
 -- tag/track in jobmeta.lua, put/requeue/put.many in put.lua:
 --   fail      jid worker group message [data [token]]               -> jid
---   retry     jid queue worker [delay] [group] [message] [token]    -> remaining (integer)
+--   retry     jid queue worker [delay] [group] [message] [token] [priority] -> remaining (integer)
+--             (extension: `priority`, '' for none, is the priority the job waits with again)
 --   release   jid worker        (extension: back to waiting, no retry spent) -> 'waiting'
 --   heartbeat jid worker [data]                                     -> new expiry (integer)
 --   timeout   jid...                                                -> nil
@@ -182,12 +183,17 @@ Q.mod.job = function()
     if message == '' then message = nil end
     if message then message = Q.message(message) end
     local token = Q.token(args[7])
+    local priority = nil
+    if args[8] ~= nil and args[8] ~= '' then priority = Q.priority(args[8]) end
     local h = Q.read(jid, FAIL_FIELDS)
     if not h then Q.fail('Job ' .. jid .. ' does not exist') end
     local recorded = Q.recorded(h, token)
     if recorded then return tonumber(recorded) end
     check_held(h, jid, worker)
     if h.queue ~= queue then Q.fail('Job ' .. jid .. ' running in another queue: ' .. tostring(h.queue)) end
+    if priority then
+      h.priority = priority
+    end
     local remaining = (tonumber(h.remaining) or 0) - 1
     -- No history entry unless retries are exhausted: a compact `history` field stays as it is.
     rcall('ZREM', Q.kq(queue, 'locks'), jid)
@@ -217,6 +223,7 @@ Q.mod.job = function()
       end
       table.insert(fields, 'worker'); table.insert(fields, '')
       table.insert(fields, 'expires'); table.insert(fields, 0)
+      if priority then table.insert(fields, 'priority'); table.insert(fields, priority) end
       if group and message then
         table.insert(fields, 'failure')
         table.insert(fields, cjson.encode({ group = group, message = message, when = floor(now), worker = worker }))

@@ -6,9 +6,12 @@ from typing import Any
 
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
+from django.utils import timezone
 
 from django_qless.core.exceptions import QlessError
+from django_qless.forms import FailedFilterForm, first_error
 from django_qless.views.base import (
+    PER_PAGE,
     client_for,
     dashboard_view,
     get_pager,
@@ -22,6 +25,7 @@ from django_qless.views.data import job_row
 __all__ = ["BULK_LIMIT", "failed_bulk", "failed_group", "failed_groups"]
 
 BULK_LIMIT = 500  # jobs per request, like qless's retry-all
+FILTER_FIELDS = ("queue", "since", "until")
 
 
 def _groups(client: Any) -> list[dict[str, Any]]:
@@ -43,21 +47,60 @@ def failed_groups(request: HttpRequest) -> HttpResponse:
                        title="Failed jobs", crumbs=[("Failed", None)])
 
 
+def _filter_form(request: HttpRequest) -> FailedFilterForm:
+    """Bind the filter form when the querystring carries one of its fields."""
+    bound = any(request.GET.get(name) for name in FILTER_FIELDS)
+    form = FailedFilterForm(request.GET if bound else None)
+    if bound and not form.is_valid():
+        messages.error(request, f"Filter not applied: {first_error(form)}")
+    return form
+
+
+def _filtered(request: HttpRequest, client: Any, group: str, form: FailedFilterForm
+              ) -> dict[str, Any]:
+    """Return the context of one filtered page: matching jobs from the ``after`` cursor."""
+    try:
+        cursor = max(0, int(request.GET.get("after", "0")))
+    except ValueError:
+        cursor = 0
+    since, until = form.bounds()
+    try:
+        reply = client.jobs.failed_matching(group, queue=form.cleaned_data["queue"],
+                                            since=since, until=until, cursor=cursor,
+                                            count=PER_PAGE)
+    except QlessError as exc:
+        messages.error(request, f"Filter not applied: {exc}")
+        reply = {"jobs": [], "next": None}
+    query = {k: request.GET[k] for k in FILTER_FIELDS if request.GET.get(k)}
+    base = qurl(request, "failed_group", group)
+    return {"jobs": reply["jobs"], "filtered": True, "first_url": qurl(
+                request, "failed_group", group, query=query) if cursor else None,
+            "next_url": None if reply["next"] is None else qurl(
+                request, "failed_group", group, query={**query, "after": reply["next"]}),
+            "clear_url": base}
+
+
 @dashboard_view()
 def failed_group(request: HttpRequest, group: str) -> HttpResponse:
-    """List one failure group's jobs, newest first."""
+    """List one failure group's jobs, newest first; filter them by queue and day."""
     client = client_for(request)
     total = int((client.jobs.failed() or {}).get(group, 0))
     if total == 0:
         raise Http404(f"There are no failed jobs in group {group!r}.")
-    pager = get_pager(request, total=total)
-    page = client.jobs.failed(group, start=pager.offset, limit=pager.per_page)
+    form = _filter_form(request)
     now = float(client.now())
-    rows = [job_row(job, now) for job in page.get("jobs", [])]
-    context = {"group": group, "rows": rows, "pager": pager, "total": total,
-               "bulk_limit": BULK_LIMIT,
-               "live_src": qurl(request, "api_failed_group", group)
-               + (f"?page={pager.number}" if pager.number > 1 else "")}
+    context: dict[str, Any] = {"group": group, "total": total, "bulk_limit": BULK_LIMIT,
+                               "filter_form": form, "zone": timezone.get_current_timezone_name()}
+    if form.active:
+        # Filtered pages follow a cursor, and live refresh (unfiltered rows) is off.
+        context.update(_filtered(request, client, group, form))
+        context["rows"] = [job_row(job, now) for job in context.pop("jobs")]
+    else:
+        pager = get_pager(request, total=total)
+        page = client.jobs.failed(group, start=pager.offset, limit=pager.per_page)
+        context.update(rows=[job_row(job, now) for job in page.get("jobs", [])], pager=pager,
+                       live_src=qurl(request, "api_failed_group", group)
+                       + (f"?page={pager.number}" if pager.number > 1 else ""))
     return render_page(request, "django_qless/failed_group.html", context,
                        title=f"Failed: {group}",
                        crumbs=[("Failed", qurl(request, "failed")), (group, None)])
@@ -91,7 +134,7 @@ def failed_bulk(request: HttpRequest, group: str, action: str) -> HttpResponse:
     done, errors = 0, []
     if action == "cancel":
         try:
-            client.call("cancel", *[job.jid for job in jobs])
+            client.jobs.cancel(*[job.jid for job in jobs])
             done = len(jobs)
         except QlessError as exc:
             errors.append(str(exc))

@@ -38,3 +38,9 @@ async def async_double(value: int) -> int:
 def explode() -> None:
     """Always fail."""
     raise KeyError("nope")
+
+
+@task
+def kinds(when: Any, amount: Any) -> list[str]:
+    """Return what the arguments became (as ``tests.app.jobs.kinds`` does)."""
+    return [type(when).__name__, type(amount).__name__, str(when), str(amount)]

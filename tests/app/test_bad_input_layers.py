@@ -96,7 +96,7 @@ CASES: list[Any] = [
     *row("using.delay='abc'", "c7", lambda: add.using(delay="abc").enqueue(1), InvalidArgument,
          r"^delay must be a number, got 'abc'$"),
     *row("enqueue_at('tomorrow')", "c7", lambda: add.enqueue_at("tomorrow", 1),
-         InvalidJobArgument, r"^when must be a datetime, got 'tomorrow'$"),
+         InvalidJobArgument, r"^when must be a datetime or epoch seconds, got 'tomorrow'$"),
     # cases 8-9: retries
     *row("retries=-1", "c8", lambda: add.using(retries=-1).enqueue(1), InvalidArgument,
          r"^retries must be an integer in \[0, 1000\], got -1$"),
@@ -123,7 +123,7 @@ CASES: list[Any] = [
     *row("class.data=set", "c12", lambda: Thumb.enqueue({"s": {1}}), InvalidJobArgument,
          r"^tests\.app\.jobs\.Thumbnail job data is not JSON-serialisable: .*set"),
     *row("task.arg=set", "c12", lambda: tasks.multiply.enqueue({1}, 2), InvalidJobArgument,
-         r"^task tests\.app\.tasks\.multiply argument 0 is not JSON-serialisable"),
+         r"^tests\.app\.tasks\.multiply\(\) argument 'a' is not JSON-serialisable"),
     *row("task.kwarg=Decimal-in-set", "c12",
          lambda: tasks.multiply.enqueue(1, b={decimal.Decimal(1)}), InvalidJobArgument,
          r"argument 'b' is not JSON-serialisable"),

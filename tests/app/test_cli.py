@@ -59,7 +59,7 @@ def test_failed_retry_cancel_move_priority_track():
     qless("track", bad.jid)
     assert get_client().jobs[bad.jid].tracked
     qless("untrack", bad.jid)
-    assert qless("cancel", bad.jid) == {"canceled": [bad.jid]}
+    assert qless("cancel", bad.jid) == {"canceled": [bad.jid], "recurring": []}
     assert bad.get() is None
     with pytest.raises(CommandError, match="no job"):
         qless("get", bad.jid)

@@ -103,7 +103,7 @@ def test_inner_savepoint_rollback_discards_only_its_jobs(redis_url):
             pass
     client = get_client()
     assert client.jobs.get(kept.jid) is not None and client.jobs.get(dropped.jid) is None
-    assert dropped.status == "pending"
+    assert dropped.status == "discarded" and kept.status == "enqueued"
 
 
 @pytest.mark.django_db(transaction=True)

@@ -37,7 +37,7 @@ SNIPPET = textwrap.dedent('''
     bad2 = add.enqueue(1, c=3)         # line 25: unknown keyword
     bad3 = greet.enqueue()             # line 26: missing argument
     bad4: str = add(1)                 # line 27: return type
-    bad5 = add.enqueue_at(5, 1)        # line 28: not a datetime
+    bad5 = add.enqueue_at("5", 1)      # line 28: not a datetime nor epoch seconds
 ''')
 
 

@@ -49,6 +49,22 @@ def _json_option(option: str, text: str, kind: type) -> Any:
     return value
 
 
+def _moment(*, until: bool) -> Any:
+    """Return an argparse type reading a time (epoch seconds, a day or an ISO datetime)."""
+    import argparse
+
+    def parse(text: str) -> float:
+        from django_qless.forms import parse_moment
+
+        try:
+            return parse_moment(text, until=until)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parse.__name__ = "time"
+    return parse
+
+
 def _check_queues(queues: list[str]) -> None:
     """Refuse the whole command if any queue name is invalid (nothing done by halves)."""
     from django_qless.core.serialization import check_name
@@ -95,6 +111,11 @@ class Command(BaseCommand):
         lst.add_argument("--state", choices=STATES, default="waiting")
         lst.add_argument("--tag", default=None)
         lst.add_argument("--group", default=None, help="failure group (with --state failed)")
+        lst.add_argument("--since", type=_moment(until=False), default=None,
+                         help="with --state failed: failed at or after (epoch seconds, "
+                              "YYYY-MM-DD or an ISO datetime)")
+        lst.add_argument("--until", type=_moment(until=True), default=None,
+                         help="with --state failed: failed before (a day is included)")
         lst.add_argument("--offset", type=non_negative_int, default=0)
         lst.add_argument("--count", type=non_negative_int, default=25)
         sub.add_parser("cancel", help="cancel jobs").add_argument("jids", nargs="+")
@@ -103,6 +124,8 @@ class Command(BaseCommand):
         retry.add_argument("--group", default=None)
         retry.add_argument("--queue", default=None, help="queue of the group (--group)")
         retry.add_argument("--count", type=non_negative_int, default=500)
+        retry.add_argument("--priority", type=integer, default=None,
+                           help="requeue the jobs at this priority (with jids)")
         move = sub.add_parser("move", help="move a job to another queue")
         move.add_argument("jid")
         move.add_argument("queue")
@@ -189,15 +212,31 @@ class Command(BaseCommand):
     def do_get(self) -> None:
         self.emit(job_dict(self.job(self.options["jid"])))
 
+    def _list_failed_matching(self, client: Any) -> None:
+        """List a failure group's jobs in a queue and/or time window; --offset is a cursor."""
+        o = self.options
+        reply = client.jobs.failed_matching(o["group"], queue=o["queue"], since=o["since"],
+                                            until=o["until"], cursor=o["offset"],
+                                            count=o["count"])
+        jids = [job.jid for job in reply["jobs"]]
+        self.emit({"jids": jids, "total": None, "next": reply["next"]}, "\n".join(jids))
+        if reply["next"] is not None and not o["json"]:
+            self.stderr.write(f"more: --offset {reply['next']}")
+
     def do_list(self) -> None:
         o = self.options
         client = self.client(o["queue"])
+        if o["state"] != "failed" and (o["since"] is not None or o["until"] is not None):
+            raise CommandError("--since/--until apply to --state failed only")
         if o["tag"]:
             reply = client.jobs.tagged(o["tag"], o["offset"], o["count"])
             jids, total = reply["jobs"], reply["total"]
         elif o["state"] == "failed":
             if not o["group"]:
                 raise CommandError("list --state failed needs --group (see `qless failed`)")
+            if o["queue"] or o["since"] is not None or o["until"] is not None:
+                self._list_failed_matching(client)
+                return
             reply = client.jobs.failed(o["group"], o["offset"], o["count"])
             jids, total = [j.jid for j in reply["jobs"]], reply["total"]
         elif o["state"] == "complete":
@@ -211,20 +250,34 @@ class Command(BaseCommand):
         self.emit({"jids": jids, "total": total}, "\n".join(jids))
 
     def do_cancel(self) -> None:
-        from django_qless.core.serialization import as_list, check_jids
+        from django_qless.core.serialization import check_jids
 
-        jids = check_jids(self.options["jids"])
-        for jid in jids:
-            self.job(jid)  # every jid must exist before any is canceled
+        client = self.client()
+        plain, recurring = [], []
+        # Every jid must exist before anything is canceled; a recurring jid is stopped.
+        for jid in dict.fromkeys(check_jids(self.options["jids"])):
+            if client.jobs.get(jid) is not None:
+                plain.append(jid)
+            elif client.jobs.recurring(jid) is not None:
+                recurring.append(jid)
+            else:
+                raise CommandError(f"no job {jid}")
         # One engine call: all canceled, or (e.g. a dependent left out) none.
-        canceled = as_list(self.client().call("cancel", *dict.fromkeys(jids)))
-        self.emit({"canceled": canceled}, "\n".join(canceled))
+        canceled = client.jobs.cancel(*plain) if plain else []
+        for jid in recurring:
+            template = client.jobs.recurring(jid)
+            if template is not None:
+                template.cancel()
+        self.emit({"canceled": canceled, "recurring": recurring},
+                  "\n".join([*canceled, *(f"{jid} (recurring, stopped)" for jid in recurring)]))
 
     def do_retry(self) -> None:
         o = self.options
         if o["group"]:
             if not o["queue"]:
                 raise CommandError("retry --group needs --queue")
+            if o["priority"] is not None:
+                raise CommandError("retry --priority needs jids (a group keeps its priorities)")
             count = self.client(o["queue"]).queues[o["queue"]].unfail(o["group"], o["count"])
             self.emit({"retried": count}, f"{count} jobs requeued")
             return
@@ -234,9 +287,13 @@ class Command(BaseCommand):
         for job in found:  # check them all before requeueing any
             if job.state != "failed":
                 raise CommandError(f"job {job.jid} is {job.state}, not failed")
+        if o["priority"] is not None:
+            from django_qless.core.serialization import PRIORITY_MAX, PRIORITY_MIN, check_int
+
+            check_int("--priority", o["priority"], PRIORITY_MIN, PRIORITY_MAX)
         done = []
         for job in found:
-            job.requeue()
+            job.requeue(priority=o["priority"])
             done.append(job.jid)
         self.emit({"retried": done}, "\n".join(done))
 

@@ -1,15 +1,16 @@
 """``manage.py qless_audit``: check the queue invariants (and repair with ``--fix``).
 
-Exit code 1 when violations remain (after repairs, with ``--fix``), so cron and CI can alert.
+Exit codes, as ``python -m django_qless.core.audit``: 0 clean, 1 when violations remain
+(after repairs, with ``--fix``), so cron and CI can alert, 2 when nothing could be audited
+(unknown alias, Redis unreachable): one line on stderr, no traceback.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_qless.conf import DEFAULT_ALIAS
 
@@ -30,13 +31,24 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         """Audit, print the report, exit 1 if violations remain."""
-        from django_qless.clients import get_client
-        from django_qless.core.audit import audit
+        import redis
 
-        report = audit(get_client(options["alias"]), fix=options["fix"])
-        if options["json"]:
-            self.stdout.write(json.dumps(report.as_dict(), indent=2, sort_keys=True))
-        else:
-            self.stdout.write(str(report))
+        from django_qless.clients import get_client
+        from django_qless.conf import get_settings
+        from django_qless.core.audit import audit
+        from django_qless.core.audit_cli import EXIT_ERROR, EXIT_VIOLATIONS, render, short_error
+        from django_qless.core.exceptions import QlessError
+
+        alias = options["alias"]
+        aliases = get_settings().aliases
+        if alias not in aliases:
+            raise CommandError(f"unknown QLESS alias {alias!r} (known: "
+                               f"{', '.join(sorted(aliases))})", returncode=EXIT_ERROR)
+        try:
+            report = audit(get_client(alias), fix=options["fix"])
+        except (redis.RedisError, QlessError) as exc:
+            raise CommandError(f"cannot audit alias {alias!r} ({aliases[alias].display}): "
+                               f"{short_error(exc)}", returncode=EXIT_ERROR) from None
+        self.stdout.write(render(report, options["json"]))
         if not report.ok:
-            sys.exit(1)
+            sys.exit(EXIT_VIOLATIONS)

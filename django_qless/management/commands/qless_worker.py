@@ -41,10 +41,35 @@ def alias_connector(conf: AliasSettings) -> Callable[[], Any]:
     return partial(build_redis, conf)
 
 
+def config_error(message: str) -> CommandError:
+    """Return a configuration error: exit code 2, so a supervisor does not restart in vain."""
+    from django_qless.core.workers.shutdown import ExitCode
+
+    return CommandError(message, returncode=int(ExitCode.USAGE))
+
+
 class Command(BaseCommand):
-    """Run a qless worker for the given queues (default: QLESS["WORKER"]["QUEUES"])."""
+    """Run a qless worker for the given queues (default: QLESS["WORKER"]["QUEUES"]).
+
+    Exit codes as ``qless-worker``: 2 for any configuration error (bad options, invalid
+    ``QLESS`` settings, failed system checks, unknown alias), 1 for a fatal error at run time
+    (Redis unreachable, a job module that fails to import).
+    """
 
     help = "Run a qless worker: reserve jobs from the queues and run them."
+
+    def execute(self, *args: Any, **options: Any) -> Any:
+        """Run the command; configuration errors (system checks included) exit with 2."""
+        from django.core.exceptions import ImproperlyConfigured
+        from django.core.management.base import SystemCheckError
+
+        try:
+            return super().execute(*args, **options)
+        except SystemCheckError as exc:
+            exc.returncode = config_error("").returncode
+            raise
+        except ImproperlyConfigured as exc:
+            raise config_error(f"improperly configured: {exc}") from None
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("queues", nargs="*", help="queues (globs allowed) in priority order")
@@ -77,14 +102,14 @@ class Command(BaseCommand):
             exec_command = split_command(options["exec_command"])
             check_imports(options["imports"])
         except ValueError as exc:
-            raise CommandError(str(exc)) from None
+            raise config_error(str(exc)) from None
         alias = options["alias"] or conf.alias_for_queue(queues[0])
         self._alias = alias
         if alias not in conf.aliases:
-            raise CommandError(f"unknown QLESS alias {alias!r}")
+            raise config_error(f"unknown QLESS alias {alias!r}")
         others = {conf.alias_for_queue(q) for q in queues if "*" not in q} - {alias}
         if others and not options["alias"]:
-            raise CommandError(
+            raise config_error(
                 f"queues {', '.join(queues)} are routed to several aliases ({alias}, "
                 f"{', '.join(sorted(others))}); run one worker per alias with --alias.")
         processes = options["processes"]
@@ -120,7 +145,7 @@ class Command(BaseCommand):
                 registry=get_registry(),
             )
         except ValueError as exc:
-            raise CommandError(str(exc)) from exc
+            raise config_error(str(exc)) from None
 
     def handle(self, *args: Any, **options: Any) -> None:
         """Build the config, then run the worker until it stops."""
@@ -139,8 +164,15 @@ class Command(BaseCommand):
                 fh.write(str(os.getpid()))
         heartbeat = get_settings().worker.heartbeat
         if heartbeat is not None:
-            with config.make_client(socket_timeout=5.0) as client:
-                client.config["heartbeat"] = heartbeat
+            import redis
+
+            from django_qless.core.exceptions import QlessError
+
+            try:
+                with config.make_client(socket_timeout=5.0) as client:
+                    client.config["heartbeat"] = heartbeat
+            except (QlessError, redis.RedisError) as exc:
+                raise CommandError(f"cannot set the heartbeat at {config.url}: {exc}") from None
         bridge = self._start_bridge(config) if options["with_events"] else None
         try:
             code = self.run(config)

@@ -1,0 +1,91 @@
+"""Command line: `python -m django_qless.core.audit --url URL [--fix] [--json]`.
+
+Prints the same report as `manage.py qless_audit`. Exit codes: 0 no violation (left, with
+--fix); 1 violations remain; 2 nothing was audited: bad options, or Redis could not be
+reached or refused a command (one line on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import TextIO
+from urllib.parse import urlsplit
+
+import redis
+
+from .audit import AuditReport, audit
+
+__all__ = ["EXIT_CLEAN", "EXIT_ERROR", "EXIT_VIOLATIONS", "build_parser", "main", "render",
+           "short_error"]
+
+EXIT_CLEAN = 0
+EXIT_VIOLATIONS = 1
+EXIT_ERROR = 2
+_SCHEMES = ("redis", "rediss", "unix")
+
+
+def render(report: AuditReport, as_json: bool) -> str:
+    """Return the report as text, or as JSON with ``as_json``."""
+    if as_json:
+        return json.dumps(report.as_dict(), indent=2, sort_keys=True)
+    return str(report)
+
+
+def short_error(exc: BaseException) -> str:
+    """Return the first line of an error, with its type when the text is empty."""
+    text = str(exc).strip().splitlines()
+    return text[0] if text and text[0] else type(exc).__name__
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the argument parser."""
+    p = argparse.ArgumentParser(
+        prog="python -m django_qless.core.audit",
+        description="Check that every qless job and index agree; --fix repairs what is safe.",
+        epilog=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--url", default=os.environ.get("QLESS_URL", "redis://localhost:6379/0"),
+                   help="Redis URL (default $QLESS_URL or redis://localhost:6379/0)")
+    p.add_argument("--fix", action="store_true",
+                   help="repair ghosts, indexes, edges, counters and throttle slots")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--connect-timeout", type=float, default=5.0, metavar="SECONDS",
+                   help="give up connecting after this long (default 5)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
+         err: TextIO | None = None) -> int:
+    """Run the auditor from the command line; return the exit code."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    scheme = urlsplit(args.url).scheme
+    if scheme not in _SCHEMES:
+        # Never echo the URL: it may carry a password.
+        parser.print_usage(err)
+        err.write(f"{parser.prog}: error: argument --url: must start with redis://, "
+                  f"rediss:// or unix://, got scheme {scheme[:20]!r}\n")
+        return EXIT_ERROR
+    try:
+        conn = redis.Redis.from_url(args.url, decode_responses=True,
+                                    socket_connect_timeout=args.connect_timeout)
+    except ValueError as exc:
+        parser.print_usage(err)
+        err.write(f"{parser.prog}: error: argument --url: {short_error(exc)}\n")
+        return EXIT_ERROR
+    try:
+        report = audit(conn, fix=args.fix)
+    except redis.RedisError as exc:
+        err.write(f"{parser.prog}: error: cannot audit: {short_error(exc)}\n")
+        return EXIT_ERROR
+    finally:
+        conn.close()
+    out.write(render(report, args.json) + "\n")
+    return EXIT_CLEAN if report.ok else EXIT_VIOLATIONS

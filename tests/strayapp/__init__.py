@@ -1,0 +1,1 @@
+"""An app whose ``@job`` lives in ``tasks.py``, which no worker imports (check W061)."""

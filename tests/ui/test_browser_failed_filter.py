@@ -1,0 +1,38 @@
+"""The Failed group page's filter form in a real headless Chromium."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from tests.ui.test_browser import CHROMIUM, allow_sync_orm, browser, page  # noqa: F401
+from tests.ui.test_failed_filter import NOV1, NOV3, fail_at
+
+pytestmark = pytest.mark.browser
+assert CHROMIUM  # the import above skips this module when Chromium is missing
+
+
+def rows(tab: Any) -> list[str]:
+    return tab.locator("table.qless-jobs tbody tr[data-jid]").evaluate_all(
+        "rows => rows.map(r => r.dataset.jid)")
+
+
+def test_filter_form_narrows_the_group_and_clear_resets_it(page: Any, qc: Any) -> None:  # noqa: F811
+    a1, b1 = fail_at(qc, "a", NOV1), fail_at(qc, "b", NOV1)
+    a3, b3 = fail_at(qc, "a", NOV3), fail_at(qc, "b", NOV3)
+    page.goto(f"{page.base}/qless/failed/group/boom.Error")
+    assert rows(page) == [b3, a3, b1, a1]
+    page.fill("input[name=queue]", "a")
+    page.fill("input[name=since]", "2026-11-02")
+    page.click("form.qless-failed-filter input[type=submit]")
+    page.wait_for_url(re.compile(r".*queue=a.*since=2026-11-02.*"))
+    assert rows(page) == [a3]
+    page.click("form.qless-failed-filter a:text('clear')")
+    page.wait_for_url(re.compile(r".*/failed/group/boom\.Error$"))
+    assert rows(page) == [b3, a3, b1, a1]
+    page.fill("input[name=queue]", "not a queue!")
+    page.click("form.qless-failed-filter input[type=submit]")
+    page.get_by_text(re.compile(r"^Filter not applied: .*Queue names are 1-64")).wait_for()
+    assert rows(page) == [b3, a3, b1, a1] and not page.dialogs
