@@ -122,8 +122,7 @@ def _put(klass: str, data: dict[str, Any], options: JobOptions, *, delay: Delay 
                          now=client.now() if when is not None else None)
     if options.unique in ("skip", "raise_priority"):
         # Serialise producers of the same unique jid, so check-then-put cannot interleave.
-        with client.redis.lock(f"ql:unique-lock:{options.jid}", timeout=10,
-                               blocking_timeout=10):
+        with client.jobs.unique_lock(options.jid, timeout=10, wait=10):
             existing = client.jobs.get(options.jid)
             if existing is not None and existing.state in ACTIVE_STATES:
                 if options.unique == "raise_priority" and options.priority > existing.priority:

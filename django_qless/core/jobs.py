@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, overload
 
+from redis.lock import Lock
+
 from .exceptions import JobNotFound
 from .job import Job
 from .recurring import RecurringJob
@@ -13,6 +15,7 @@ from .serialization import (
     check_int,
     check_jid,
     check_jids,
+    check_number,
     check_text,
 )
 
@@ -92,6 +95,45 @@ class Jobs:
         return as_list(self._client.call(
             "jobs", "complete", check_int("offset", offset, 0), check_int("count", count, 0, 500)
         ))
+
+    def completed_per_interval(
+        self, intervals: int = 60, seconds: float = 60.0, until: float | None = None
+    ) -> list[int]:
+        """Count jobs completed in each of the last `intervals` spans of `seconds`, oldest first.
+
+        Span i covers (start, start + seconds]; only completions the engine still keeps
+        (`jobs-history-count`) are counted. One round trip.
+        """
+        n = check_int("intervals", intervals, 1, 10_000)
+        step = check_number("seconds", seconds, 0.001)
+        end = self._client.now() if until is None else check_number("until", until, 0)
+
+        def count(r: Any) -> list[Any]:
+            pipe = r.pipeline(transaction=False)
+            for i in range(n, 0, -1):
+                lo = end - i * step
+                pipe.zcount("ql:completed", f"({lo}", lo + step)
+            result: list[Any] = pipe.execute()
+            return result
+
+        return [int(c) for c in self._client.read(count)]
+
+    def cancel(self, *jids: str) -> list[str]:
+        """Cancel jobs in one engine call, all or none; return the canceled jids."""
+        if not jids:
+            return []
+        wanted = check_jids(jids, limit=len(jids))
+        return as_list(self._client.call("cancel", *wanted))
+
+    def unique_lock(self, jid: str, *, timeout: float = 10.0, wait: float = 10.0) -> Lock:
+        """Return a lock serialising producers of one jid (use it as a context manager).
+
+        It expires after `timeout` seconds if its holder dies; entering it waits at most
+        `wait` seconds and raises redis.exceptions.LockError after that.
+        """
+        key = f"ql:unique-lock:{check_jid(jid)}"
+        lock: Lock = self._client.redis.lock(key, timeout=timeout, blocking_timeout=wait)
+        return lock
 
     def recurring(self, jid: str) -> RecurringJob | None:
         """Return the recurring job template, or None."""

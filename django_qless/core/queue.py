@@ -29,12 +29,12 @@ from .serialization import (
     num,
     put_options,
 )
-from .throttle import Throttle
+from .throttle import Throttle, queue_throttle_id
 
 if TYPE_CHECKING:
     from .client import Client
 
-__all__ = ["Queue", "Queues", "QueueJobs"]
+__all__ = ["Queue", "QueueJobs"]
 
 # Jobs per put.many call (the engine takes at most 1000): measured fastest, and it bounds
 # the time one call holds Redis (~5 ms).
@@ -336,8 +336,12 @@ class Queue:
 
     @property
     def throttle(self) -> Throttle:
-        """Return the queue's own throttle (id `ql:q:<name>`)."""
-        return Throttle(self.client, f"ql:q:{self.name}")
+        """Return the queue's own throttle (read it, or list its holders and waiters)."""
+        return Throttle(self.client, queue_throttle_id(self.name))
+
+    def set_throttle(self, maximum: int) -> None:
+        """Cap this queue's running jobs through its own throttle (0 = unlimited)."""
+        self.client.call("queue.throttle.set", self.name, check_int("maximum", maximum, 0))
 
     def unfail(self, group: str, count: int = 25) -> int:
         """Move up to `count` of the oldest failed jobs of `group` into this queue."""
@@ -348,25 +352,3 @@ class Queue:
     def forget(self) -> None:
         """Hide the queue from the queue list (its jobs are untouched)."""
         self.client.call("queue.forget", self.name)
-
-
-class Queues:
-    """`client.queues`: queue objects by name, and the list of known queues."""
-
-    __slots__ = ("_client",)
-
-    def __init__(self, client: Client) -> None:
-        self._client = client
-
-    def __getitem__(self, name: str) -> Queue:
-        return Queue(self._client, name)
-
-    @property
-    def counts(self) -> list[dict[str, Any]]:
-        """Return the counts of every known queue."""
-        return as_list(self._client.call_json("queues"))
-
-    def names(self) -> list[str]:
-        """Return the names of known queues, oldest first."""
-        names = self._client.read(lambda r: r.zrange("ql:queues", 0, -1))
-        return [str(name) for name in names]

@@ -91,7 +91,7 @@ def failed_bulk(request: HttpRequest, group: str, action: str) -> HttpResponse:
     done, errors = 0, []
     if action == "cancel":
         try:
-            client.call("cancel", *[job.jid for job in jobs])
+            client.jobs.cancel(*[job.jid for job in jobs])
             done = len(jobs)
         except QlessError as exc:
             errors.append(str(exc))

@@ -211,13 +211,13 @@ class Command(BaseCommand):
         self.emit({"jids": jids, "total": total}, "\n".join(jids))
 
     def do_cancel(self) -> None:
-        from django_qless.core.serialization import as_list, check_jids
+        from django_qless.core.serialization import check_jids
 
         jids = check_jids(self.options["jids"])
         for jid in jids:
             self.job(jid)  # every jid must exist before any is canceled
         # One engine call: all canceled, or (e.g. a dependent left out) none.
-        canceled = as_list(self.client().call("cancel", *dict.fromkeys(jids)))
+        canceled = self.client().jobs.cancel(*dict.fromkeys(jids))
         self.emit({"canceled": canceled}, "\n".join(canceled))
 
     def do_retry(self) -> None:
