@@ -1,4 +1,4 @@
-"""The invariant auditor: check that every job and every index agree (reliability.md §b).
+"""The invariant auditor: check that every job and every index agree.
 
 `audit(client_or_redis)` walks the whole `ql:*` key space with SCAN (never KEYS), in
 batches; each batch of reads runs server-side in one read-only script call returning one
