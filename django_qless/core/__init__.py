@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     )
     from .job import Job
     from .jobs import Jobs
-    from .queue import Queue, QueueJobs
+    from .queue import Queue, QueueJobs, QueueSettings
     from .queues import Queues
     from .recurring import RecurringJob
     from .serialization import new_jid
@@ -49,7 +49,7 @@ _EXPORTS = {
     "error_from_reply": "exceptions",
     "Job": "job",
     "Jobs": "jobs",
-    "Queue": "queue", "QueueJobs": "queue", "Queues": "queues",
+    "Queue": "queue", "QueueJobs": "queue", "QueueSettings": "queue", "Queues": "queues",
     "RecurringJob": "recurring",
     "new_jid": "serialization",
     "Throttle": "throttle", "ThrottleInfo": "throttle", "Throttles": "throttle",
@@ -71,6 +71,7 @@ __all__ = [
     "QlessError",
     "Queue",
     "QueueJobs",
+    "QueueSettings",
     "Queues",
     "RecurringJob",
     "ScriptError",

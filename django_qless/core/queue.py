@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
 
 from .exceptions import InvalidArgument
@@ -29,12 +30,12 @@ from .serialization import (
     num,
     put_options,
 )
-from .throttle import Throttle, queue_throttle_id
+from .throttle import Throttle, ThrottleInfo, queue_throttle_id
 
 if TYPE_CHECKING:
     from .client import Client
 
-__all__ = ["Queue", "QueueJobs"]
+__all__ = ["Queue", "QueueJobs", "QueueSettings"]
 
 # Jobs per put.many call (the engine takes at most 1000): measured fastest, and it bounds
 # the time one call holds Redis (~5 ms).
@@ -54,6 +55,15 @@ def _check_utf8(text: str) -> None:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise InvalidArgument(f"argument is not valid UTF-8 text: {exc.reason}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSettings:
+    """A queue's effective settings, read together."""
+
+    heartbeat: int  # lock duration, seconds (the queue's own, else the global one)
+    max_concurrency: int  # 0 = unlimited
+    throttle: ThrottleInfo  # the queue's own throttle
 
 
 class QueueJobs:
@@ -333,6 +343,21 @@ class Queue:
     @max_concurrency.setter
     def max_concurrency(self, count: int) -> None:
         self.client.config[f"{self.name}-max-concurrency"] = count
+
+    def settings(self) -> QueueSettings:
+        """Return heartbeat, max concurrency and the queue throttle in one round trip."""
+        tid = queue_throttle_id(self.name)
+        config, throttle = self.client.pipeline_calls(
+            [("config.get", ()), ("throttle.get", (tid,))]
+        )
+        options = json.loads(config) if config else {}
+        heartbeat = options.get(f"{self.name}-heartbeat", options.get("heartbeat", 60))
+        # Stored as text; the engine admits integers only, possibly written as "30.0".
+        return QueueSettings(
+            heartbeat=int(float(heartbeat)),
+            max_concurrency=int(float(options.get(f"{self.name}-max-concurrency") or 0)),
+            throttle=ThrottleInfo.from_reply(tid, throttle),
+        )
 
     @property
     def throttle(self) -> Throttle:

@@ -54,11 +54,11 @@ def queue_detail(request: HttpRequest, name: str) -> HttpResponse:
     elif form.is_bound and not form.is_valid():
         messages.warning(request, f"{first_error(form)} Showing today instead.")
     stats = data.stats_for_day(client, name, day)
-    config = client.config.all or {}
+    settings = queue.settings()
     settings_form = QueueSettingsForm(initial={
-        "heartbeat": queue.heartbeat,
-        "max_concurrency": config.get(f"{name}-max-concurrency", 0),
-        "throttle": queue.throttle.maximum,
+        "heartbeat": settings.heartbeat,
+        "max_concurrency": settings.max_concurrency,
+        "throttle": settings.throttle.maximum,
     })
     context = {
         "queue": name, "counts": counts, "stats": stats, "day": day,

@@ -171,3 +171,18 @@ def test_close_shared_pool(redis_url: str) -> None:
     assert connected() == 0
     assert shared.ping()  # the pool reconnects on demand
     shared.close()
+
+
+def test_queue_settings_in_one_read(client: Client, q: Queue) -> None:
+    settings = q.settings()
+    assert (settings.heartbeat, settings.max_concurrency) == (60, 0)
+    assert settings.throttle == ThrottleInfo(queue_throttle_id("q"), 0, -2)
+    client.config["heartbeat"] = 40
+    assert q.settings().heartbeat == 40 == q.heartbeat
+    q.heartbeat = 45
+    q.max_concurrency = 3
+    q.set_throttle(2)
+    settings = q.settings()
+    assert (settings.heartbeat, settings.max_concurrency) == (45, 3)
+    assert (settings.heartbeat, settings.max_concurrency) == (q.heartbeat, q.max_concurrency)
+    assert settings.throttle.maximum == 2 and settings.throttle.defined

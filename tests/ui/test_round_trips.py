@@ -40,18 +40,20 @@ def _queues(qc: Any, names: range) -> None:
 
 
 PAGES = [
-    ("overview", {}),
-    ("throttles", {}),
-    ("api_overview", {}),
-    ("metrics", {"HTTP_AUTHORIZATION": f"Bearer {TOKEN}"}),
+    ("overview", (), {}),
+    ("throttles", (), {}),
+    ("queue", ("q0",), {}),
+    ("api_overview", (), {}),
+    ("metrics", (), {"HTTP_AUTHORIZATION": f"Bearer {TOKEN}"}),
 ]
 
 
-@pytest.mark.parametrize(("page", "headers"), PAGES)
+@pytest.mark.parametrize(("page", "args", "headers"), PAGES)
 def test_round_trips_do_not_grow_with_queues(
-    mc: Client, qc: Any, round_trips: Callable[[], int], page: str, headers: dict[str, str]
+    mc: Client, qc: Any, round_trips: Callable[[], int], page: str, args: tuple[str, ...],
+    headers: dict[str, str],
 ) -> None:
-    path = reverse(f"django_qless:{page}")
+    path = reverse(f"django_qless:{page}", args=args)
     _queues(qc, range(2))
     assert mc.get(path, **headers).status_code == 200  # warm up: engine loaded, session read
     round_trips()
