@@ -40,6 +40,8 @@ REDIS_COMMANDS = frozenset({
     "incrby", "mget", "mset", "setex", "expire", "persist", "dbsize",
 })
 KEY_TEXT = re.compile(r"ql:")
+# Per-queue option names are built by the core (Queue.heartbeat, Queue.settings(), ...).
+QUEUE_OPTION_SUFFIXES = ("-heartbeat", "-max-concurrency")
 # Building a connection from the QLESS settings is configuration, not data access: the
 # alias factory may adjust the pool's credentials before any connection is opened.
 ALLOWED = frozenset({("django_qless/clients.py", "raw Redis handle .connection_pool")})
@@ -84,6 +86,8 @@ def scan_python(source: str, name: str) -> list[str]:
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             if node.value in COMMANDS and "." in node.value:
                 problems.append(f"{where}: engine command {node.value!r}")
+            elif node.value.endswith(QUEUE_OPTION_SUFFIXES):
+                problems.append(f"{where}: per-queue option name {node.value!r}")
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
             continue
         method = node.func.attr
@@ -154,6 +158,7 @@ def test_glue_names_no_key_and_no_engine_command() -> None:
     'client.read(lambda r: r.zrange("x", 0, -1))',
     'ps = client.redis.pubsub(); ps.subscribe(channel)',
     'COMMAND = "queue.throttle.set"',
+    'config.get(f"{name}-max-concurrency", 0)',
 ])
 def test_scanner_catches_wire_protocol_use(snippet: str) -> None:
     """Each way of bypassing the core is caught."""
