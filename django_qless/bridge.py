@@ -5,8 +5,8 @@ health-checks its connection; signals are sent with ``send_robust`` so a receive
 is logged and the others still run. Delivery is at-most-once (events published while the
 listener reconnects are lost); read job state from Redis when it matters.
 
-Each event is bridged once: put/completed/failed/canceled/lock_lost come from ``ql:log``
-(every job, richer payload); popped/stalled/track/untrack exist only on the jid-only
+Each event is bridged once: put/completed/failed/canceled/lock_lost come from the log
+channel (every job, richer payload); popped/stalled/track/untrack exist only on the jid-only
 channels, which qless publishes for tracked jobs.
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 
 from django_qless.clients import get_client
 from django_qless.conf import DEFAULT_ALIAS
-from django_qless.core.events import Events
+from django_qless.core.events import LOG_CHANNEL, Events
 from django_qless.signals import BRIDGED_SIGNALS
 
 __all__ = ["Bridge", "LOG_EVENTS", "serve"]
@@ -50,7 +50,7 @@ class Bridge:
         name = str(event.get("event", ""))
         if self.events_wanted is not None and name not in self.events_wanted:
             return False
-        from_log = event.get("channel") == "ql:log"
+        from_log = event.get("channel") == LOG_CHANNEL
         if name in LOG_EVENTS:
             return from_log
         return name in JID_CHANNEL_EVENTS and not from_log

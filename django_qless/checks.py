@@ -112,7 +112,7 @@ def check_deploy(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
     import redis
 
     from django_qless.clients import build_redis
-    from django_qless.core.health import SAFE_POLICY, clock_skew, eviction_policy
+    from django_qless.core.health import SAFE_POLICY, probe
 
     if any(not p.warning for p in get_problems()):
         return []
@@ -126,9 +126,7 @@ def check_deploy(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
         messages.extend(_connection_warnings(alias, where, settings))
         conn = build_redis(settings)
         try:
-            conn.ping()
-            policy = eviction_policy(conn)
-            skew = clock_skew(conn)
+            policy, skew = probe(conn)
         except redis.RedisError as exc:
             messages.append(Error(f"{where} cannot be reached: {type(exc).__name__}: {exc}",
                                   hint="Check the URL, credentials, TLS settings and network.",
@@ -154,6 +152,8 @@ def _connection_warnings(alias: str, where: str, settings: Any) -> list[CheckMes
     """Warn about a remote Redis reached without a password or without TLS."""
     from urllib.parse import urlsplit
 
+    from django_qless.core.health import ACL_CHANNELS, ACL_KEYS
+
     if settings.sentinels or not settings.url:
         return []
     parts = urlsplit(settings.url)
@@ -163,8 +163,8 @@ def _connection_warnings(alias: str, where: str, settings: Any) -> list[CheckMes
     if not (settings.password or parts.password):
         messages.append(Warning(
             f"{where} is a remote Redis reached without a password.",
-            hint="Create an ACL user limited to ~ql:* and &ql:* and put its credentials "
-                 "in QLESS_URL (see docs/guarantees.md).",
+            hint=f"Create an ACL user limited to {ACL_KEYS} and {ACL_CHANNELS} and put its "
+                 "credentials in QLESS_URL (see docs/guarantees.md).",
             obj=alias, id="django_qless.W083"))
     if parts.scheme != "rediss":
         messages.append(Warning(

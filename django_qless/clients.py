@@ -124,7 +124,7 @@ class ClientHandler:
             return
         for item in old.values():
             try:
-                item.redis.close()
+                item.close(shared=True)
             except redis.RedisError:  # closing is best effort
                 pass
 

@@ -61,10 +61,7 @@ def _detached_client() -> Client:
     """Return a client whose Redis is never reached (jobs built for unit tests)."""
     global _DETACHED
     if _DETACHED is None:
-        import redis
-
-        _DETACHED = Client(redis.Redis(unix_socket_path="/nonexistent/django-qless-detached",
-                                       decode_responses=True),
+        _DETACHED = Client("unix:///nonexistent/django-qless-detached",
                            worker_name="test-worker", clock=time.time)
     return _DETACHED
 

@@ -30,10 +30,11 @@ if TYPE_CHECKING:
     )
     from .job import Job
     from .jobs import Jobs
-    from .queue import Queue, QueueJobs, Queues
+    from .queue import Queue, QueueJobs, QueueSettings
+    from .queues import Queues
     from .recurring import RecurringJob
     from .serialization import new_jid
-    from .throttle import Throttle, Throttles
+    from .throttle import Throttle, ThrottleInfo, Throttles
 
 _EXPORTS = {
     "Client": "client", "Tags": "accessors", "Workers": "accessors",
@@ -48,10 +49,10 @@ _EXPORTS = {
     "error_from_reply": "exceptions",
     "Job": "job",
     "Jobs": "jobs",
-    "Queue": "queue", "QueueJobs": "queue", "Queues": "queue",
+    "Queue": "queue", "QueueJobs": "queue", "QueueSettings": "queue", "Queues": "queues",
     "RecurringJob": "recurring",
     "new_jid": "serialization",
-    "Throttle": "throttle", "Throttles": "throttle",
+    "Throttle": "throttle", "ThrottleInfo": "throttle", "Throttles": "throttle",
 }
 
 __all__ = [
@@ -70,12 +71,14 @@ __all__ = [
     "QlessError",
     "Queue",
     "QueueJobs",
+    "QueueSettings",
     "Queues",
     "RecurringJob",
     "ScriptError",
     "ServerClock",
     "Tags",
     "Throttle",
+    "ThrottleInfo",
     "Throttles",
     "UnregisteredJobClass",
     "Workers",

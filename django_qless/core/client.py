@@ -23,7 +23,7 @@ from .invoke import Invoker
 from .jobs import Jobs
 from .lua import library_text, script_sha, script_text
 from .pool import make_redis, send
-from .queue import Queues
+from .queues import Queues
 from .serialization import (
     check_jid,
     check_worker,
@@ -117,10 +117,10 @@ class Client(WorkerCalls):
         """Return the time sent to the engine: the server clock, or the injected clock."""
         return float(self._clock())
 
-    def close(self) -> None:
-        """Close the pool's connections (unless the pool is the caller's, shared)."""
+    def close(self, *, shared: bool = False) -> None:
+        """Close the pool's connections (a pool passed in by the caller only if `shared`)."""
         self._unpin()
-        if self._owns_pool:
+        if self._owns_pool or shared:
             self._redis.close()
             self._redis.connection_pool.disconnect()
 

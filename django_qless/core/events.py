@@ -19,15 +19,17 @@ from .serialization import check_worker
 if TYPE_CHECKING:
     from .client import Client
 
-__all__ = ["Events", "EVENT_CHANNELS", "Callback"]
+__all__ = ["Events", "EVENT_CHANNELS", "LOG_CHANNEL", "Callback"]
 
 logger = logging.getLogger("django_qless")
 
 Callback = Callable[[dict[str, Any]], object]
 
+# The JSON log channel: every job's events, with the details.
+LOG_CHANNEL = "ql:log"
 # The jid-only channels (payload is the jid) plus the JSON log channel.
 EVENT_CHANNELS = (
-    "ql:log", "ql:canceled", "ql:completed", "ql:failed", "ql:popped", "ql:stalled",
+    LOG_CHANNEL, "ql:canceled", "ql:completed", "ql:failed", "ql:popped", "ql:stalled",
     "ql:put", "ql:track", "ql:untrack",
 )
 _TRANSPORT = (redis.ConnectionError, redis.TimeoutError, OSError)

@@ -17,6 +17,7 @@ __all__ = [
     "UnregisteredJobClass",
     "QlessConnectionError",
     "ScriptError",
+    "CALL_ERRORS",
     "error_from_reply",
     "strip_script_error",
 ]
@@ -64,6 +65,11 @@ class QlessConnectionError(QlessError, ConnectionError):
 
 class ScriptError(QlessError):
     """Any other error reply from the engine or from Redis."""
+
+
+# Everything a call through the core can raise about the server: our typed errors, and
+# redis-py's own for the few paths (connecting, plain reads) that pass them through.
+CALL_ERRORS: tuple[type[Exception], ...] = (QlessError, redis.RedisError)
 
 
 # Redis 7: "user_script:12: <msg> script: <sha>, on @user_script:12."; as a function:

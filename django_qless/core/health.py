@@ -3,22 +3,42 @@
 - `eviction_policy(redis)`: the server's `maxmemory-policy` (CONFIG GET, falling back to
   INFO memory where managed Redis forbids CONFIG).
 - `check_eviction(redis)`: a warning text unless the policy is `noeviction` (any other
-  policy can drop a job hash and leave its jid in a queue: see docs/guarantees.md).
+  policy can drop a job hash and leave its jid in a queue).
 - `clock_skew(redis, clock=time.time)`: local clock minus the Redis server clock, measured
   at the midpoint of a TIME round trip (positive: this host runs ahead).
+- `probe(redis)`: PING, then both of the above, as a `ServerProbe`.
+- `ACL_KEYS`, `ACL_CHANNELS`: the ACL selectors that cover every key and channel we use.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis
 
-__all__ = ["SAFE_POLICY", "check_eviction", "clock_skew", "eviction_policy"]
+__all__ = [
+    "ACL_CHANNELS",
+    "ACL_KEYS",
+    "SAFE_POLICY",
+    "ServerProbe",
+    "check_eviction",
+    "clock_skew",
+    "eviction_policy",
+    "probe",
+]
 
 SAFE_POLICY = "noeviction"
+ACL_KEYS = "~ql:*"
+ACL_CHANNELS = "&ql:*"
+
+
+class ServerProbe(NamedTuple):
+    """What a deployment check needs to know about one server."""
+
+    policy: str  # maxmemory-policy
+    skew: float  # local clock minus server clock, seconds
 
 
 def _conn(client_or_redis: Any) -> redis.Redis:
@@ -68,3 +88,10 @@ def clock_skew(client_or_redis: Any, clock: Callable[[], float] = time.time) -> 
     after = clock()
     server = int(seconds) + int(micros) / 1e6
     return (before + after) / 2.0 - server
+
+
+def probe(client_or_redis: Any) -> ServerProbe:
+    """PING the server, then read its eviction policy and clock skew (RedisError if down)."""
+    conn = _conn(client_or_redis)
+    conn.ping()
+    return ServerProbe(eviction_policy(conn), clock_skew(conn))

@@ -143,6 +143,28 @@ class Jobs:
             "jobs", "complete", check_int("offset", offset, 0), check_int("count", count, 0, 500)
         ))
 
+    def completed_per_interval(
+        self, intervals: int = 60, seconds: float = 60.0, until: float | None = None
+    ) -> list[int]:
+        """Count jobs completed in each of the last `intervals` spans of `seconds`, oldest first.
+
+        Span i covers (start, start + seconds]; only completions the engine still keeps
+        (`jobs-history-count`) are counted. One round trip.
+        """
+        n = check_int("intervals", intervals, 1, 10_000)
+        step = check_number("seconds", seconds, 0.001)
+        end = self._client.now() if until is None else check_number("until", until, 0)
+
+        def count(r: Any) -> list[Any]:
+            pipe = r.pipeline(transaction=False)
+            for i in range(n, 0, -1):
+                lo = end - i * step
+                pipe.zcount("ql:completed", f"({lo}", lo + step)
+            result: list[Any] = pipe.execute()
+            return result
+
+        return [int(c) for c in self._client.read(count)]
+
     def cancel(self, *jids: str) -> list[str]:
         """Cancel jobs in one engine call, all or none; return the canceled jids."""
         if not jids:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
 
 from .exceptions import InvalidArgument
@@ -29,12 +30,12 @@ from .serialization import (
     num,
     put_options,
 )
-from .throttle import Throttle
+from .throttle import Throttle, ThrottleInfo, queue_throttle_id
 
 if TYPE_CHECKING:
     from .client import Client
 
-__all__ = ["Queue", "Queues", "QueueJobs"]
+__all__ = ["Queue", "QueueJobs", "QueueSettings"]
 
 # Jobs per put.many call (the engine takes at most 1000): measured fastest, and it bounds
 # the time one call holds Redis (~5 ms).
@@ -61,6 +62,15 @@ def _check_utf8(text: str) -> None:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise InvalidArgument(f"argument is not valid UTF-8 text: {exc.reason}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSettings:
+    """A queue's effective settings, read together."""
+
+    heartbeat: int  # lock duration, seconds (the queue's own, else the global one)
+    max_concurrency: int  # 0 = unlimited
+    throttle: ThrottleInfo  # the queue's own throttle
 
 
 class QueueJobs:
@@ -340,10 +350,29 @@ class Queue:
     def max_concurrency(self, count: int) -> None:
         self.client.config[f"{self.name}-max-concurrency"] = count
 
+    def settings(self) -> QueueSettings:
+        """Return heartbeat, max concurrency and the queue throttle in one round trip."""
+        tid = queue_throttle_id(self.name)
+        config, throttle = self.client.pipeline_calls(
+            [("config.get", ()), ("throttle.get", (tid,))]
+        )
+        options = json.loads(config) if config else {}
+        heartbeat = options.get(f"{self.name}-heartbeat", options.get("heartbeat", 60))
+        # Stored as text; the engine admits integers only, possibly written as "30.0".
+        return QueueSettings(
+            heartbeat=int(float(heartbeat)),
+            max_concurrency=int(float(options.get(f"{self.name}-max-concurrency") or 0)),
+            throttle=ThrottleInfo.from_reply(tid, throttle),
+        )
+
     @property
     def throttle(self) -> Throttle:
-        """Return the queue's own throttle (id `ql:q:<name>`)."""
-        return Throttle(self.client, f"ql:q:{self.name}")
+        """Return the queue's own throttle (read it, or list its holders and waiters)."""
+        return Throttle(self.client, queue_throttle_id(self.name))
+
+    def set_throttle(self, maximum: int) -> None:
+        """Cap this queue's running jobs through its own throttle (0 = unlimited)."""
+        self.client.call("queue.throttle.set", self.name, check_int("maximum", maximum, 0))
 
     def unfail(self, group: str, count: int = 25) -> int:
         """Move up to `count` of the oldest failed jobs of `group` into this queue."""
@@ -354,25 +383,3 @@ class Queue:
     def forget(self) -> None:
         """Hide the queue from the queue list (its jobs are untouched)."""
         self.client.call("queue.forget", self.name)
-
-
-class Queues:
-    """`client.queues`: queue objects by name, and the list of known queues."""
-
-    __slots__ = ("_client",)
-
-    def __init__(self, client: Client) -> None:
-        self._client = client
-
-    def __getitem__(self, name: str) -> Queue:
-        return Queue(self._client, name)
-
-    @property
-    def counts(self) -> list[dict[str, Any]]:
-        """Return the counts of every known queue."""
-        return [with_throttled(item) for item in as_list(self._client.call_json("queues"))]
-
-    def names(self) -> list[str]:
-        """Return the names of known queues, oldest first."""
-        names = self._client.read(lambda r: r.zrange("ql:queues", 0, -1))
-        return [str(name) for name in names]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .serialization import as_list, check_int, check_jids, check_text
@@ -9,11 +12,44 @@ from .serialization import as_list, check_int, check_jids, check_text
 if TYPE_CHECKING:
     from .client import Client
 
-__all__ = ["Throttle", "Throttles"]
+__all__ = ["Throttle", "ThrottleInfo", "Throttles", "queue_throttle_id"]
+
+
+def queue_throttle_id(queue: str) -> str:
+    """Return the id of a queue's own throttle."""
+    return f"ql:q:{queue}"
+
+
+@dataclass(frozen=True, slots=True)
+class ThrottleInfo:
+    """A throttle's definition as read from the engine."""
+
+    id: str
+    maximum: int  # 0 = unlimited
+    ttl: int  # seconds left; -1 never expires, -2 not defined
+
+    @property
+    def defined(self) -> bool:
+        """Return whether the throttle exists (a definition or a maximum is stored)."""
+        return self.ttl != -2 or self.maximum > 0
+
+    @classmethod
+    def from_reply(cls, tid: str, reply: object) -> ThrottleInfo:
+        """Build from a `throttle.get` reply (JSON text or a decoded dict)."""
+        info: Any = reply
+        if isinstance(info, str):
+            try:
+                info = json.loads(info)
+            except ValueError:
+                info = {}
+        if not isinstance(info, dict):
+            info = {}
+        ttl = info.get("ttl")
+        return cls(tid, int(info.get("maximum") or 0), int(ttl) if ttl is not None else -2)
 
 
 class Throttle:
-    """One throttle id (a queue's own throttle is `ql:q:<queue>`)."""
+    """One throttle id (a queue's own throttle is `queue_throttle_id(queue)`)."""
 
     __slots__ = ("client", "id")
 
@@ -73,3 +109,12 @@ class Throttles:
 
     def __getitem__(self, tid: str) -> Throttle:
         return Throttle(self._client, tid)
+
+    def get_many(self, tids: Iterable[str]) -> list[ThrottleInfo]:
+        """Read several throttles' definitions in one round trip, in the order given."""
+        wanted = [check_text("throttle id", tid, 128) for tid in tids]
+        if not wanted:
+            return []
+        replies = self._client.pipeline_calls([("throttle.get", (tid,)) for tid in wanted])
+        return [ThrottleInfo.from_reply(tid, reply)
+                for tid, reply in zip(wanted, replies, strict=True)]

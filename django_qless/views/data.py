@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
 from collections.abc import Iterable
 from typing import Any
@@ -85,12 +84,7 @@ def jobs_by_state(client: Any, queue: str, state: str, offset: int, count: int) 
 
 def completed_per_minute(client: Any, minutes: int = 60) -> list[int]:
     """Count jobs completed in each of the last ``minutes`` minutes (oldest first)."""
-    now = float(client.now())
-    pipe = client.redis.pipeline(transaction=False)
-    for i in range(minutes, 0, -1):
-        lo = now - i * 60
-        pipe.zcount("ql:completed", f"({lo}", lo + 60)
-    return [int(n) for n in pipe.execute()]
+    return list(client.jobs.completed_per_interval(minutes, 60.0, float(client.now())))
 
 
 def _day_start(day: dt.date) -> float:
@@ -128,10 +122,8 @@ def stats_for_day(client: Any, queue: str, day: dt.date) -> dict[str, Any]:
 
 def stats_many(client: Any, queues: list[str], day: dt.date) -> dict[str, dict[str, Any]]:
     """Return several queues' statistics for one day in one round trip."""
-    when = _day_start(day) + 43200
-    replies = client.pipeline_calls([("stats", (name, when)) for name in queues])
-    return {name: _shape_stats(json.loads(reply) if reply else {})
-            for name, reply in zip(queues, replies, strict=True)}
+    raw = client.queues.stats_many(queues, _day_start(day) + 43200)
+    return {name: _shape_stats(raw[name]) for name in queues}
 
 
 def _shape_stats(raw: dict[str, Any]) -> dict[str, Any]:

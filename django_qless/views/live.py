@@ -1,4 +1,4 @@
-"""A live event stream (Server-Sent Events from the engine's ``ql:log`` channel) and its page."""
+"""A live event stream (Server-Sent Events from the engine's log channel) and its page."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 
+from django_qless.core.feed import LogFeed
 from django_qless.views.base import (
     api_view,
     client_for,
@@ -24,37 +25,22 @@ KEEPALIVE_SECONDS = 15.0
 
 
 def _stream(client: Any, seconds: float) -> Iterator[str]:
-    """Relay ``ql:log`` events for a bounded time; the browser's EventSource reconnects."""
-    pubsub = client.redis.pubsub()
-    try:
-        pubsub.subscribe("ql:log")
-        started = time.monotonic()
-        # Wait for the confirmation so no event published after this chunk is missed.
-        while time.monotonic() - started < 5:
-            msg = pubsub.get_message(timeout=0.5)
-            if msg is not None and msg.get("type") == "subscribe":
-                break
+    """Relay the engine's log events for a bounded time; the browser's EventSource reconnects."""
+    with LogFeed(client) as feed:
+        feed.open()
         yield "retry: 2000\n\n"
         deadline, quiet_since = time.monotonic() + seconds, time.monotonic()
         while time.monotonic() < deadline:
-            msg = pubsub.get_message(timeout=1.0)
-            if msg is None or msg.get("type") != "message":
+            payload = feed.next(timeout=1.0)
+            if payload is None:
                 if time.monotonic() - quiet_since > KEEPALIVE_SECONDS:
                     quiet_since = time.monotonic()
                     yield ": keepalive\n\n"
-                continue
-            try:
-                payload = json.loads(msg["data"])
-            except (TypeError, ValueError):
-                continue
-            if not isinstance(payload, dict):
                 continue
             payload.setdefault("when", time.time())
             # Re-encoded on one line: a raw newline would end the SSE field early.
             yield f"event: qless\ndata: {json.dumps(payload, ensure_ascii=True)}\n\n"
             quiet_since = time.monotonic()
-    finally:
-        pubsub.close()
 
 
 @api_view

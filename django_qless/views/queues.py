@@ -36,14 +36,6 @@ def _counts(client: Any, name: str) -> dict[str, Any]:
     return {"name": name, **{k: 0 for k in data.QUEUE_STATES}, "paused": False}
 
 
-def _throttle_max(client: Any, name: str) -> int:
-    info = client.call_json("throttle.get", f"ql:q:{name}") or {}
-    try:
-        return int(info.get("maximum", 0))
-    except (TypeError, ValueError):
-        return 0
-
-
 def _tabs(request: HttpRequest, name: str, counts: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"state": s, "count": counts.get(s, 0), "url": qurl(request, "queue_tab", name, s)}
             for s in data.QUEUE_STATES]
@@ -62,11 +54,11 @@ def queue_detail(request: HttpRequest, name: str) -> HttpResponse:
     elif form.is_bound and not form.is_valid():
         messages.warning(request, f"{first_error(form)} Showing today instead.")
     stats = data.stats_for_day(client, name, day)
-    config = client.config.all or {}
+    settings = queue.settings()
     settings_form = QueueSettingsForm(initial={
-        "heartbeat": queue.heartbeat,
-        "max_concurrency": config.get(f"{name}-max-concurrency", 0),
-        "throttle": _throttle_max(client, name),
+        "heartbeat": settings.heartbeat,
+        "max_concurrency": settings.max_concurrency,
+        "throttle": settings.throttle.maximum,
     })
     context = {
         "queue": name, "counts": counts, "stats": stats, "day": day,
@@ -138,7 +130,7 @@ def queue_settings(request: HttpRequest, name: str) -> HttpResponse:
         queue.max_concurrency = form.cleaned_data["max_concurrency"]
         changed.append(f"max concurrency {form.cleaned_data['max_concurrency']}")
     if form.cleaned_data.get("throttle") is not None:
-        client.call("queue.throttle.set", name, form.cleaned_data["throttle"])
+        queue.set_throttle(form.cleaned_data["throttle"])
         changed.append(f"throttle maximum {form.cleaned_data['throttle']}")
     if changed:
         messages.success(request, f"Queue {name}: set " + ", ".join(changed) + ".")

@@ -1,4 +1,4 @@
-"""The core never imports Django (docs/architecture.md: layering)."""
+"""The core never imports Django: it is usable (and tested) without it."""
 
 from __future__ import annotations
 

@@ -472,8 +472,8 @@ def test_flush_between_reload_and_retry_is_survived(tcp_redis, rconn, monkeypatc
     assert rconn.exists("ql:j:survives")
 
 
-# ------------------------------------------------------------------------- open engine items
-# Each is listed in tests/core/DISCREPANCIES.md (items 7-10); strict, so a fix shows up.
+# ---------------------------------------------------------------------- deliberate engine choices
+# Each is written up in docs/compatibility.md (fixes 14-16, the catch-up default).
 
 def test_a_job_and_a_recurring_job_may_share_a_jid(tcp_redis, rconn, client):
     # Deliberate (docs/compatibility.md): they live in separate key spaces (ql:j: and ql:r:),

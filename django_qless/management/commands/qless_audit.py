@@ -31,13 +31,11 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         """Audit, print the report, exit 1 if violations remain."""
-        import redis
-
         from django_qless.clients import get_client
         from django_qless.conf import get_settings
         from django_qless.core.audit import audit
         from django_qless.core.audit_cli import EXIT_ERROR, EXIT_VIOLATIONS, render, short_error
-        from django_qless.core.exceptions import QlessError
+        from django_qless.core.exceptions import CALL_ERRORS
 
         alias = options["alias"]
         aliases = get_settings().aliases
@@ -46,7 +44,7 @@ class Command(BaseCommand):
                                f"{', '.join(sorted(aliases))})", returncode=EXIT_ERROR)
         try:
             report = audit(get_client(alias), fix=options["fix"])
-        except (redis.RedisError, QlessError) as exc:
+        except CALL_ERRORS as exc:
             raise CommandError(f"cannot audit alias {alias!r} ({aliases[alias].display}): "
                                f"{short_error(exc)}", returncode=EXIT_ERROR) from None
         self.stdout.write(render(report, options["json"]))

@@ -164,14 +164,12 @@ class Command(BaseCommand):
                 fh.write(str(os.getpid()))
         heartbeat = get_settings().worker.heartbeat
         if heartbeat is not None:
-            import redis
-
-            from django_qless.core.exceptions import QlessError
+            from django_qless.core.exceptions import CALL_ERRORS
 
             try:
                 with config.make_client(socket_timeout=5.0) as client:
                     client.config["heartbeat"] = heartbeat
-            except (QlessError, redis.RedisError) as exc:
+            except CALL_ERRORS as exc:
                 raise CommandError(f"cannot set the heartbeat at {config.url}: {exc}") from None
         bridge = self._start_bridge(config) if options["with_events"] else None
         try:

@@ -1,0 +1,57 @@
+"""A pull-style reader of the engine's log channel, for streaming responses."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+from .events import LOG_CHANNEL
+
+if TYPE_CHECKING:
+    from .client import Client
+
+__all__ = ["LogFeed"]
+
+
+class LogFeed:
+    """Subscribe to the log channel and hand out its events one `next()` at a time.
+
+    Unlike `Events` there is no thread: the caller's loop (a streaming HTTP response) pulls,
+    so it can interleave keep-alives and stop at its own deadline. Use as a context manager.
+    """
+
+    def __init__(self, client: Client) -> None:
+        self._pubsub: Any = client.redis.pubsub()  # type: ignore[no-untyped-call]
+
+    def open(self, timeout: float = 5.0) -> bool:
+        """Subscribe; wait up to `timeout` s for the confirmation and return whether it came."""
+        self._pubsub.subscribe(LOG_CHANNEL)
+        started = time.monotonic()
+        # Wait for the confirmation so no event published after open() returns is missed.
+        while time.monotonic() - started < timeout:
+            msg = self._pubsub.get_message(timeout=0.5)
+            if msg is not None and msg.get("type") == "subscribe":
+                return True
+        return False
+
+    def next(self, timeout: float = 1.0) -> dict[str, Any] | None:
+        """Return the next event's JSON object, or None if none came within `timeout` s."""
+        msg = self._pubsub.get_message(timeout=timeout)
+        if msg is None or msg.get("type") != "message":
+            return None
+        try:
+            payload = json.loads(msg["data"])
+        except (TypeError, ValueError):
+            return None
+        return payload if isinstance(payload, dict) else None
+
+    def close(self) -> None:
+        """Unsubscribe and give the connection back."""
+        self._pubsub.close()
+
+    def __enter__(self) -> LogFeed:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
