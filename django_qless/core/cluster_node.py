@@ -1,0 +1,133 @@
+"""One server process of a LocalCluster, and the small process and port helpers it uses."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import redis
+
+__all__ = ["ClusterNode", "kill_node", "myid", "pick_port", "ping", "port_free", "until"]
+
+BUS_OFFSET = 10000  # the cluster bus listens on port + 10000 (every version we run)
+_T = TypeVar("_T")
+
+
+@dataclass(eq=False)
+class ClusterNode:
+    """One server process of a LocalCluster (its port stays the same across restarts)."""
+
+    port: int
+    directory: str
+    process: subprocess.Popen[bytes] | None = None
+    node_id: str = ""
+    _conn: redis.Redis | None = None
+
+    @property
+    def address(self) -> str:
+        """Return host:port, as the cluster announces this node."""
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        """Tell whether our process for this node is alive."""
+        return self.process is not None and self.process.poll() is None
+
+    def conn(self) -> redis.Redis:
+        """Return a plain connection to this node alone (decoded replies, no redirects)."""
+        if not self.running:
+            raise RuntimeError(f"node {self.address} is not running")
+        if self._conn is None:
+            self._conn = redis.Redis(
+                host="127.0.0.1", port=self.port, decode_responses=True,
+                socket_connect_timeout=2, socket_timeout=10,
+            )
+        return self._conn
+
+    def call(self, *args: Any) -> Any:
+        """Send one command to this node alone and return its reply."""
+        return self.conn().execute_command(*args)  # type: ignore[no-untyped-call]
+
+    def log_tail(self, lines: int = 15) -> str:
+        """Return the end of this node's log, for error messages."""
+        try:
+            text = open(os.path.join(self.directory, "server.log"), errors="replace").read()
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def __repr__(self) -> str:
+        state = "up" if self.running else "down"
+        return f"<ClusterNode {self.address} {self.node_id[:8]} {state}>"
+
+
+def port_free(port: int) -> bool:
+    """Tell whether nothing holds `port` on 127.0.0.1 (we could bind it)."""
+    with socket.socket() as s:
+        # As the server does: connections of a killed node linger in TIME_WAIT, a listener
+        # of someone else's still makes the bind fail.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def kill_node(node: ClusterNode) -> None:
+    """SIGKILL our process for `node` and reap it (no-op when it is not running)."""
+    if node._conn is not None:
+        node._conn.close()
+        node._conn = None
+    if node.process is not None and node.process.poll() is None:
+        node.process.send_signal(signal.SIGKILL)
+        node.process.wait(timeout=10)
+
+
+def pick_port(taken: set[int]) -> int:
+    """Return a loopback port that is free, and whose cluster bus port is free too."""
+    for _ in range(500):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        bus = port + BUS_OFFSET
+        if bus > 65535 or port in taken or bus in taken:
+            continue
+        if port_free(bus):
+            return port
+    raise RuntimeError("no free loopback port pair (port, port + 10000) found")
+
+
+def until(deadline: float, probe: Callable[[], _T | None], what: str) -> _T:
+    """Poll `probe` until it returns something other than None; raise at `deadline`."""
+    while True:
+        value = probe()
+        if value is not None:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def ping(node: ClusterNode) -> bool | None:
+    """Return True once `node` answers PING; raise if its process died."""
+    if node.process is not None and node.process.poll() is not None:
+        raise RuntimeError(f"server {node.address} exited early: {node.log_tail()}")
+    try:
+        return bool(node.conn().ping()) or None
+    except redis.ConnectionError:
+        return None
+
+
+def myid(node: ClusterNode) -> str | None:
+    """Return `node`'s cluster node id."""
+    try:
+        return str(node.call("CLUSTER", "MYID"))
+    except redis.ConnectionError:
+        return None

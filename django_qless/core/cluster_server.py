@@ -1,0 +1,372 @@
+"""Start a real local Redis or Valkey cluster of our own on loopback, for tests.
+
+`LocalCluster` starts N primaries with R replicas each, every node a process of ours on a
+free 127.0.0.1 port with its own directory in one temp dir, joins them with the server's CLI
+(`--cluster create`), and offers what fault tests need: kill a primary, restart a node,
+manual failover, slot migration while traffic flows. It only ever talks to its own nodes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import weakref
+from collections.abc import Callable, Iterable
+from types import TracebackType
+from typing import Any
+
+import redis
+from redis.cluster import ClusterNode as _RedisPyNode
+from redis.cluster import RedisCluster
+from redis.crc import key_slot
+
+from .cluster_node import ClusterNode, kill_node, myid, pick_port, ping, port_free, until
+from .cluster_view import SLOTS, ClusterView, read_view
+from .server import find_cli, find_redis_server, server_kind
+
+__all__ = ["ClusterNode", "ClusterView", "LocalCluster", "SLOTS"]
+
+
+def _cleanup(nodes: list[ClusterNode], directory: str) -> None:
+    """Kill every node process and remove the cluster's temp dir (also runs at exit)."""
+    for node in nodes:
+        kill_node(node)
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+class LocalCluster:
+    """A cluster of our own server processes on loopback: `primaries` + `replicas` each."""
+
+    def __init__(
+        self,
+        binary: str | None = None,
+        primaries: int = 3,
+        replicas: int = 1,
+        *,
+        node_timeout_ms: int = 2000,
+        extra_args: list[str] | None = None,
+        cli: str | None = None,
+    ) -> None:
+        if primaries < 3:
+            raise ValueError("a cluster needs at least 3 primaries (the CLI refuses fewer)")
+        self.binary = binary or find_redis_server()
+        self.kind = server_kind(self.binary)
+        self.cli = cli or find_cli(self.binary)
+        self.n_primaries = primaries
+        self.n_replicas = replicas
+        self.node_timeout_ms = node_timeout_ms
+        self.extra_args = list(extra_args or [])
+        self.directory = tempfile.mkdtemp(prefix=f"qless-{self.kind}-cluster-")
+        self._nodes: list[ClusterNode] = []
+        self.startup_seconds = 0.0
+        # Runs on stop(), on garbage collection and at interpreter exit, whichever is first.
+        self._finalizer = weakref.finalize(self, _cleanup, self._nodes, self.directory)
+
+    # -- life cycle -------------------------------------------------------------------
+
+    def start(self, timeout: float = 60.0) -> LocalCluster:
+        """Start every node, create the cluster and wait until it is ok and in sync."""
+        started = time.monotonic()
+        deadline = started + timeout
+        try:
+            count = self.n_primaries * (1 + self.n_replicas)
+            taken: set[int] = set()
+            for i in range(count):
+                node = ClusterNode(0, os.path.join(self.directory, f"node-{i}"))
+                os.makedirs(node.directory)
+                self._nodes.append(node)
+                self._spawn(node, taken, deadline)
+            for node in self._nodes:
+                node.node_id = str(until(deadline, _myid_of(node), "node id"))
+            self._create(deadline)
+            self.wait_settled(max(1.0, deadline - time.monotonic()))
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_seconds = time.monotonic() - started
+        return self
+
+    def stop(self) -> None:
+        """Kill every node and remove the temp dir."""
+        self._finalizer()
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _args(self, node: ClusterNode) -> list[str]:
+        """Return the server command line for `node`."""
+        return [
+            self.binary,
+            "--port", str(node.port),
+            "--bind", "127.0.0.1",
+            "--dir", node.directory,
+            "--logfile", os.path.join(node.directory, "server.log"),
+            "--daemonize", "no",
+            "--save", "",
+            "--appendonly", "no",
+            "--maxmemory-policy", "noeviction",
+            "--cluster-enabled", "yes",
+            "--cluster-config-file", "nodes.conf",
+            "--cluster-node-timeout", str(self.node_timeout_ms),
+            # Tests kill primaries on purpose: a replica may always take over, however long
+            # its link was down, and a primary emptied by migrate_slot stays a primary.
+            "--cluster-replica-validity-factor", "0",
+            "--cluster-allow-replica-migration", "no",
+            # Replicas sync at once rather than after the default 5 s wait for company.
+            "--repl-diskless-sync", "yes",
+            "--repl-diskless-sync-delay", "0",
+            *self.extra_args,
+        ]
+
+    def _spawn(self, node: ClusterNode, taken: set[int], deadline: float) -> None:
+        """Start `node` on a fresh free port (and its bus port); retry if one got taken."""
+        for _ in range(5):
+            node.port = pick_port(taken)
+            taken.add(node.port)
+            self._launch(node)
+            try:
+                until(deadline, lambda: ping(node), f"{node.address} to answer PING")
+                return
+            except RuntimeError:
+                # Lost a race for the port: another process bound it after our check.
+                if "already in use" not in node.log_tail():
+                    raise
+                for name in os.listdir(node.directory):
+                    os.remove(os.path.join(node.directory, name))
+        raise RuntimeError(f"could not find a free port pair for {node.directory}")
+
+    def _launch(self, node: ClusterNode) -> None:
+        """Start the server process of `node` (in its own session, so ^C does not reach it)."""
+        node.process = subprocess.Popen(
+            self._args(node), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+    def _create(self, deadline: float) -> None:
+        """Join the nodes with `<cli> --cluster create` (first N become the primaries)."""
+        cmd = [
+            self.cli, "--cluster", "create", *(n.address for n in self._nodes),
+            "--cluster-replicas", str(self.n_replicas), "--cluster-yes",
+        ]
+        done = subprocess.run(
+            cmd, capture_output=True, text=True, check=False,
+            timeout=max(1.0, deadline - time.monotonic()),
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"cluster create failed: {done.stdout[-2000:]} {done.stderr}")
+
+    # -- looking at it ----------------------------------------------------------------
+
+    def nodes(self) -> list[ClusterNode]:
+        """Return every node we started, running or not, in start order."""
+        return list(self._nodes)
+
+    def running(self) -> list[ClusterNode]:
+        """Return the nodes whose process is alive."""
+        return [n for n in self._nodes if n.running]
+
+    def node(self, port: int) -> ClusterNode:
+        """Return our node listening on `port`."""
+        for n in self._nodes:
+            if n.port == port:
+                return n
+        raise KeyError(port)
+
+    def view(self) -> ClusterView:
+        """Return the cluster as the first running node sees it (roles and slot owners)."""
+        return read_view(self.running()[0].conn())
+
+    def primaries(self) -> list[ClusterNode]:
+        """Return the running primaries (including any left without slots)."""
+        view = self.view()
+        return [n for n in self.running() if view.primary_of.get(n.port, 0) is None]
+
+    def replicas(self, of: ClusterNode | None = None) -> list[ClusterNode]:
+        """Return the running replicas, or those of primary `of`."""
+        view = self.view()
+        return [
+            n for n in self.running()
+            if view.primary_of.get(n.port) is not None
+            and (of is None or view.primary_of[n.port] == of.port)
+        ]
+
+    @staticmethod
+    def slot_for_key(key: str | bytes) -> int:
+        """Return the hash slot of `key` (the part in {braces} when there is one)."""
+        return int(key_slot(key.encode() if isinstance(key, str) else key))
+
+    def primary_for_slot(self, slot: int) -> ClusterNode:
+        """Return the primary that owns `slot` now."""
+        return self.node(self.view().owner(slot))
+
+    def primary_for_key(self, key: str | bytes) -> ClusterNode:
+        """Return the primary that owns `key`'s slot now."""
+        return self.primary_for_slot(self.slot_for_key(key))
+
+    def client(self, **kwargs: Any) -> RedisCluster:
+        """Return a redis-py cluster client (decoded replies) started from our nodes."""
+        kwargs.setdefault("decode_responses", True)
+        nodes = [_RedisPyNode("127.0.0.1", n.port) for n in self.running()]  # type: ignore[no-untyped-call]
+        return RedisCluster(startup_nodes=nodes, **kwargs)
+
+    def wait_settled(
+        self, timeout: float = 30.0, check: Callable[[ClusterView], bool] | None = None
+    ) -> ClusterView:
+        """Wait until every running node says cluster_state:ok, all agree on roles and slot
+        owners, every replica's link is up and synced, and `check` (if given) holds."""
+        deadline = time.monotonic() + timeout
+
+        def settled() -> ClusterView | None:
+            view = self._agreed_view()
+            return view if view is not None and (check is None or check(view)) else None
+
+        return until(deadline, settled, "the cluster to settle")
+
+    def _agreed_view(self) -> ClusterView | None:
+        """Return the view every running node shares, when the cluster is whole and synced."""
+        live = self.running()
+        ports = {n.port for n in live}
+        views = []
+        for node in live:
+            try:
+                if "cluster_state:ok" not in node.call("CLUSTER", "INFO"):
+                    return None
+                view = read_view(node.conn())
+                role = node.call("ROLE")
+            except redis.RedisError:
+                return None
+            if not view.healthy(ports) or (role[0] != "master" and role[3] != "connected"):
+                return None
+            views.append(view.restricted(ports))
+        if not views or any(v != views[0] for v in views[1:]):
+            return None
+        return views[0] if views[0].covers_all(ports) else None
+
+    # -- operations for fault tests ---------------------------------------------------
+
+    def kill_primary(self, node: ClusterNode, timeout: float = 30.0) -> ClusterNode:
+        """SIGKILL primary `node`, wait until one of its replicas took over its slots and the
+        cluster is ok again; return the promoted replica."""
+        view = self.view()
+        if view.primary_of.get(node.port, 0) is not None:
+            raise ValueError(f"{node!r} is not a primary")
+        heirs = {n.port for n in self.replicas(of=node)}
+        if not heirs:
+            raise ValueError(f"{node!r} has no replica to take over")
+        slots = view.slots_of(node.port)
+        kill_node(node)
+
+        def promoted(v: ClusterView) -> bool:
+            owners = {v.owner(s) for ends in slots for s in ends}
+            return len(owners) == 1 and owners <= heirs
+
+        after = self.wait_settled(timeout, promoted)
+        return self.node(after.owner(slots[0][0])) if slots else self.node(min(heirs))
+
+    def kill(self, node: ClusterNode) -> None:
+        """SIGKILL `node` (any role) and return at once, without waiting for the cluster."""
+        kill_node(node)
+
+    def restart(self, node: ClusterNode, timeout: float = 30.0) -> ClusterView:
+        """Start `node` again on its port (killing it first if it runs), with its nodes.conf,
+        and wait until it is back in the cluster (a former primary rejoins as a replica)."""
+        kill_node(node)
+        if not port_free(node.port):
+            raise RuntimeError(f"port {node.port} was taken by another process meanwhile")
+        self._launch(node)
+        deadline = time.monotonic() + timeout
+        until(deadline, lambda: ping(node), f"{node.address} to answer PING")
+        return self.wait_settled(max(1.0, deadline - time.monotonic()))
+
+    def heal(self, timeout: float = 60.0) -> ClusterView:
+        """Restart every node that is down and wait until the cluster is whole and synced."""
+        deadline = time.monotonic() + timeout
+        for node in self._nodes:
+            if not node.running:
+                self.restart(node, max(1.0, deadline - time.monotonic()))
+        return self.wait_settled(max(1.0, deadline - time.monotonic()))
+
+    def failover(self, replica: ClusterNode, timeout: float = 30.0, force: bool = False) -> None:
+        """Make `replica` the primary of its shard with CLUSTER FAILOVER and wait for it."""
+        if self.view().primary_of.get(replica.port) is None:
+            raise ValueError(f"{replica!r} is not a replica")
+        args = ["CLUSTER", "FAILOVER", *(["FORCE"] if force else [])]
+        replica.call(*args)
+        self.wait_settled(timeout, lambda v: v.primary_of.get(replica.port, 0) is None)
+
+    def migrate_slot(
+        self,
+        slot: int,
+        to: ClusterNode,
+        batch: int = 100,
+        timeout: float = 60.0,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> int:
+        """Move `slot` to primary `to` (IMPORTING/MIGRATING, MIGRATE in batches, SETSLOT
+        NODE everywhere) while clients keep working; return how many keys moved.
+
+        `on_batch(moved_so_far)` runs after each MIGRATE, while the slot is half moved (keys
+        on both sides, clients redirected with ASK): tests act there deterministically.
+        """
+        source = self.primary_for_slot(slot)
+        if source is to:
+            return 0
+        if to not in self.primaries():
+            raise ValueError(f"{to!r} is not a primary")
+        deadline = time.monotonic() + timeout
+        to.call("CLUSTER", "SETSLOT", slot, "IMPORTING", source.node_id)
+        source.call("CLUSTER", "SETSLOT", slot, "MIGRATING", to.node_id)
+        # Keys only leave the source now (writes to missing keys are sent to the target
+        # with ASK), so the initial count bounds the loop.
+        rounds = int(source.call("CLUSTER", "COUNTKEYSINSLOT", slot)) // batch + 2
+        moved = 0
+        for _ in range(rounds):
+            keys = source.call("CLUSTER", "GETKEYSINSLOT", slot, batch)
+            if not keys:
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"slot {slot}: migration took over {timeout}s")
+            source.call("MIGRATE", "127.0.0.1", to.port, "", 0, 5000, "KEYS", *keys)
+            moved += len(keys)
+            if on_batch is not None:
+                on_batch(moved)
+        else:
+            raise RuntimeError(f"slot {slot}: keys kept appearing on the source")
+        # The target first: once it owns the slot, ASK and MOVED both lead clients there.
+        for node in _ordered(to, source, self.primaries()):
+            node.call("CLUSTER", "SETSLOT", slot, "NODE", to.node_id)
+        self.wait_settled(
+            max(1.0, deadline - time.monotonic()), lambda v: v.owner(slot) == to.port
+        )
+        return moved
+
+    def flush(self) -> None:
+        """Empty every primary: FLUSHALL and FUNCTION FLUSH (replicas follow)."""
+        for node in self.primaries():
+            node.call("FLUSHALL")
+            node.call("FUNCTION", "FLUSH")
+
+
+def _myid_of(node: ClusterNode) -> Callable[[], str | None]:
+    """Return a probe for `node`'s id (a closure, so each node gets its own)."""
+    return lambda: myid(node)
+
+
+def _ordered(first: ClusterNode, second: ClusterNode, rest: Iterable[ClusterNode]) -> list[
+    ClusterNode
+]:
+    """Return `first`, `second`, then the others of `rest`, each once."""
+    out = [first, second]
+    out += [n for n in rest if n is not first and n is not second]
+    return out
