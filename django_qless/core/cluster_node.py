@@ -13,7 +13,17 @@ from typing import Any, TypeVar
 
 import redis
 
-__all__ = ["ClusterNode", "kill_node", "myid", "pick_port", "ping", "port_free", "until"]
+__all__ = [
+    "ClusterNode",
+    "kill_node",
+    "myid",
+    "pick_port",
+    "ping",
+    "port_free",
+    "server_args",
+    "spawn",
+    "until",
+]
 
 BUS_OFFSET = 10000  # the cluster bus listens on port + 10000 (every version we run)
 _T = TypeVar("_T")
@@ -54,6 +64,13 @@ class ClusterNode:
         """Send one command to this node alone and return its reply."""
         return self.conn().execute_command(*args)  # type: ignore[no-untyped-call]
 
+    def launch(self, binary: str, node_timeout_ms: int, extra_args: list[str]) -> None:
+        """Start this node's server process (in its own session, so ^C does not reach it)."""
+        self.process = subprocess.Popen(
+            server_args(binary, self, node_timeout_ms, extra_args),
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True,
+        )
+
     def log_tail(self, lines: int = 15) -> str:
         """Return the end of this node's log, for error messages."""
         try:
@@ -88,6 +105,59 @@ def kill_node(node: ClusterNode) -> None:
     if node.process is not None and node.process.poll() is None:
         node.process.send_signal(signal.SIGKILL)
         node.process.wait(timeout=10)
+
+
+def server_args(
+    binary: str, node: ClusterNode, node_timeout_ms: int, extra_args: list[str]
+) -> list[str]:
+    """Return the server command line for `node`."""
+    return [
+        binary,
+        "--port", str(node.port),
+        "--bind", "127.0.0.1",
+        "--dir", node.directory,
+        "--logfile", os.path.join(node.directory, "server.log"),
+        "--daemonize", "no",
+        "--save", "",
+        "--appendonly", "no",
+        "--maxmemory-policy", "noeviction",
+        "--cluster-enabled", "yes",
+        "--cluster-config-file", "nodes.conf",
+        "--cluster-node-timeout", str(node_timeout_ms),
+        # Tests kill primaries on purpose: a replica may always take over, however long
+        # its link was down, and a primary emptied by migrate_slot stays a primary.
+        "--cluster-replica-validity-factor", "0",
+        "--cluster-allow-replica-migration", "no",
+        # Replicas sync at once rather than after the default 5 s wait for company.
+        "--repl-diskless-sync", "yes",
+        "--repl-diskless-sync-delay", "0",
+        *extra_args,
+    ]
+
+
+def spawn(
+    node: ClusterNode,
+    binary: str,
+    node_timeout_ms: int,
+    extra_args: list[str],
+    taken: set[int],
+    deadline: float,
+) -> None:
+    """Start `node` on a fresh free port (and bus port); retry if another process took one
+    between our check and the server's bind."""
+    for _ in range(5):
+        node.port = pick_port(taken)
+        taken.add(node.port)
+        node.launch(binary, node_timeout_ms, extra_args)
+        try:
+            until(deadline, lambda: ping(node), f"{node.address} to answer PING")
+            return
+        except RuntimeError:
+            if "already in use" not in node.log_tail():
+                raise
+            for name in os.listdir(node.directory):
+                os.remove(os.path.join(node.directory, name))
+    raise RuntimeError(f"could not find a free port pair for {node.directory}")
 
 
 def pick_port(taken: set[int]) -> int:

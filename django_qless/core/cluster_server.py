@@ -8,7 +8,6 @@ manual failover, slot migration while traffic flows. It only ever talks to its o
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import tempfile
@@ -23,7 +22,7 @@ from redis.cluster import ClusterNode as _RedisPyNode
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
-from .cluster_node import ClusterNode, kill_node, myid, pick_port, ping, port_free, until
+from .cluster_node import ClusterNode, kill_node, myid, ping, port_free, spawn, until
 from .cluster_view import SLOTS, ClusterView, read_view
 from .server import find_cli, find_redis_server, server_kind
 
@@ -74,11 +73,8 @@ class LocalCluster:
         try:
             count = self.n_primaries * (1 + self.n_replicas)
             taken: set[int] = set()
-            for i in range(count):
-                node = ClusterNode(0, os.path.join(self.directory, f"node-{i}"))
-                os.makedirs(node.directory)
-                self._nodes.append(node)
-                self._spawn(node, taken, deadline)
+            for _ in range(count):
+                self._spawn(self._new_node(), taken, deadline)
             for node in self._nodes:
                 node.node_id = str(until(deadline, _myid_of(node), "node id"))
             self._create(deadline)
@@ -104,54 +100,20 @@ class LocalCluster:
     ) -> None:
         self.stop()
 
-    def _args(self, node: ClusterNode) -> list[str]:
-        """Return the server command line for `node`."""
-        return [
-            self.binary,
-            "--port", str(node.port),
-            "--bind", "127.0.0.1",
-            "--dir", node.directory,
-            "--logfile", os.path.join(node.directory, "server.log"),
-            "--daemonize", "no",
-            "--save", "",
-            "--appendonly", "no",
-            "--maxmemory-policy", "noeviction",
-            "--cluster-enabled", "yes",
-            "--cluster-config-file", "nodes.conf",
-            "--cluster-node-timeout", str(self.node_timeout_ms),
-            # Tests kill primaries on purpose: a replica may always take over, however long
-            # its link was down, and a primary emptied by migrate_slot stays a primary.
-            "--cluster-replica-validity-factor", "0",
-            "--cluster-allow-replica-migration", "no",
-            # Replicas sync at once rather than after the default 5 s wait for company.
-            "--repl-diskless-sync", "yes",
-            "--repl-diskless-sync-delay", "0",
-            *self.extra_args,
-        ]
-
-    def _spawn(self, node: ClusterNode, taken: set[int], deadline: float) -> None:
-        """Start `node` on a fresh free port (and its bus port); retry if one got taken."""
-        for _ in range(5):
-            node.port = pick_port(taken)
-            taken.add(node.port)
-            self._launch(node)
-            try:
-                until(deadline, lambda: ping(node), f"{node.address} to answer PING")
-                return
-            except RuntimeError:
-                # Lost a race for the port: another process bound it after our check.
-                if "already in use" not in node.log_tail():
-                    raise
-                for name in os.listdir(node.directory):
-                    os.remove(os.path.join(node.directory, name))
-        raise RuntimeError(f"could not find a free port pair for {node.directory}")
+    def _new_node(self) -> ClusterNode:
+        """Return a new, not yet started node with a directory of its own."""
+        prefix = f"node-{len(self._nodes)}-"
+        node = ClusterNode(0, tempfile.mkdtemp(prefix=prefix, dir=self.directory))
+        self._nodes.append(node)
+        return node
 
     def _launch(self, node: ClusterNode) -> None:
-        """Start the server process of `node` (in its own session, so ^C does not reach it)."""
-        node.process = subprocess.Popen(
-            self._args(node), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        """Start the server process of `node` with this cluster's settings."""
+        node.launch(self.binary, self.node_timeout_ms, self.extra_args)
+
+    def _spawn(self, node: ClusterNode, taken: set[int], deadline: float) -> None:
+        """Start `node` on a fresh free port pair (see `spawn`)."""
+        spawn(node, self.binary, self.node_timeout_ms, self.extra_args, taken, deadline)
 
     def _create(self, deadline: float) -> None:
         """Join the nodes with `<cli> --cluster create` (first N become the primaries)."""
@@ -296,6 +258,43 @@ class LocalCluster:
             if not node.running:
                 self.restart(node, max(1.0, deadline - time.monotonic()))
         return self.wait_settled(max(1.0, deadline - time.monotonic()))
+
+    def add_node(self, replica_of: ClusterNode | None = None, timeout: float = 30.0) -> ClusterNode:
+        """Start a new node and join it (CLUSTER MEET): a primary without slots (move some
+        with migrate_slot), or a replica of primary `replica_of`, synced on return."""
+        deadline = time.monotonic() + timeout
+        members = self.running()
+        node = self._new_node()
+        self._spawn(node, {n.port for n in self._nodes}, deadline)
+        node.node_id = until(deadline, _myid_of(node), "node id")
+        # Every member meets it directly: quicker than waiting for gossip to spread it.
+        for member in members:
+            member.call("CLUSTER", "MEET", "127.0.0.1", node.port)
+        if replica_of is not None:
+            # A node can only replicate a primary it knows by id (handshakes use a temp id).
+            until(deadline, lambda: replica_of.node_id in node.call("CLUSTER", "NODES") or None,
+                  f"{node.address} to learn of {replica_of.address}")
+            node.call("CLUSTER", "REPLICATE", replica_of.node_id)
+        want = None if replica_of is None else replica_of.port
+        self.wait_settled(
+            max(1.0, deadline - time.monotonic()),
+            lambda v: node.port in v.primary_of and v.primary_of[node.port] == want,
+        )
+        return node
+
+    def remove_node(self, node: ClusterNode, timeout: float = 30.0) -> None:
+        """Take `node` out for good: stop it, CLUSTER FORGET it on every other node, delete
+        its directory. It must own no slots and have no replicas."""
+        view = self.view()
+        if view.slots_of(node.port) or node.port in view.primary_of.values():
+            raise ValueError(f"{node!r} still owns slots or has replicas")
+        kill_node(node)
+        # Forgotten only after it stopped: alive, it would announce itself again.
+        for other in self.running():
+            other.call("CLUSTER", "FORGET", node.node_id)
+        self._nodes.remove(node)
+        shutil.rmtree(node.directory, ignore_errors=True)
+        self.wait_settled(timeout)
 
     def failover(self, replica: ClusterNode, timeout: float = 30.0, force: bool = False) -> None:
         """Make `replica` the primary of its shard with CLUSTER FAILOVER and wait for it."""

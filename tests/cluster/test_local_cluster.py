@@ -283,3 +283,40 @@ def test_migrate_slot_while_writes_flow(cluster: LocalCluster, rc: RedisCluster)
     assert cluster.primary_for_slot(slot) is target
     # Every acknowledged INCR is counted exactly once, nothing else is.
     assert [int(v) for v in rc.mget(counters)] == acked
+
+
+def test_added_node_has_no_functions_until_loaded(
+    cluster: LocalCluster, rc: RedisCluster
+) -> None:
+    """A new primary given a slot starts without the library (the engine must load it there);
+    a new replica gets it with its first sync."""
+    needs_functions(cluster)
+    rc.function_load(LIBRARY)  # on every primary of the moment
+    key = "ql:{n}:count"
+    slot = cluster.slot_for_key(key)
+    owner = cluster.primary_for_slot(slot)
+    fresh = cluster.add_node()
+    replica = None
+    try:
+        assert fresh in cluster.primaries() and cluster.view().slots_of(fresh.port) == []
+        assert "cluster_known_nodes:7" in owner.call("CLUSTER", "INFO")
+        assert fresh.call("FUNCTION", "LIST") == []
+        cluster.migrate_slot(slot, fresh)
+        with pytest.raises(redis.ResponseError, match="(?i)function not found"):
+            rc.fcall("qltest_incr", 1, key, 1)
+        fresh.call("FUNCTION", "LOAD", LIBRARY)
+        assert rc.fcall("qltest_incr", 1, key, 1) == 1
+        replica = cluster.add_node(replica_of=fresh)
+        assert cluster.replicas(of=fresh) == [replica]
+        assert replica.call("FUNCTION", "LIST", "LIBRARYNAME", "qltest")
+        assert replica.call("ROLE")[3] == "connected"
+    finally:
+        if replica is not None:
+            cluster.remove_node(replica)
+        if cluster.primary_for_slot(slot) is fresh:
+            cluster.migrate_slot(slot, owner)
+        cluster.remove_node(fresh)
+    assert rc.get(key) == "1"
+    for node in cluster.running():
+        assert "cluster_known_nodes:6" in node.call("CLUSTER", "INFO")
+    assert len(cluster.nodes()) == 6
