@@ -9,6 +9,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import redis
@@ -74,7 +75,7 @@ class ClusterNode:
     def log_tail(self, lines: int = 15) -> str:
         """Return the end of this node's log, for error messages."""
         try:
-            text = open(os.path.join(self.directory, "server.log"), errors="replace").read()
+            text = Path(self.directory, "server.log").read_text(errors="replace")
         except OSError:
             return ""
         return "\n".join(text.splitlines()[-lines:])

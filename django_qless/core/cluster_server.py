@@ -22,7 +22,16 @@ from redis.cluster import ClusterNode as _RedisPyNode
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
-from .cluster_node import ClusterNode, kill_node, myid, ping, port_free, spawn, until
+from .cluster_node import (
+    BUS_OFFSET,
+    ClusterNode,
+    kill_node,
+    myid,
+    ping,
+    port_free,
+    spawn,
+    until,
+)
 from .cluster_view import SLOTS, ClusterView, read_view
 from .server import find_cli, find_redis_server, server_kind
 
@@ -193,7 +202,25 @@ class LocalCluster:
             view = self._agreed_view()
             return view if view is not None and (check is None or check(view)) else None
 
-        return until(deadline, settled, "the cluster to settle")
+        try:
+            return until(deadline, settled, "the cluster to settle")
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc}; {self.describe()}") from None
+
+    def describe(self) -> str:
+        """Return each node's state in one line (for error messages)."""
+        parts = []
+        for node in self._nodes:
+            if not node.running:
+                parts.append(f"{node.address} down")
+                continue
+            try:
+                info = str(node.call("CLUSTER", "INFO"))
+                state = info.split("cluster_state:", 1)[1].split()[0]
+                parts.append(f"{node.address} {node.call('ROLE')[0]} {state}")
+            except (redis.RedisError, IndexError) as exc:
+                parts.append(f"{node.address} {exc}")
+        return ", ".join(parts)
 
     def _agreed_view(self) -> ClusterView | None:
         """Return the view every running node shares, when the cluster is whole and synced."""
@@ -244,8 +271,8 @@ class LocalCluster:
         """Start `node` again on its port (killing it first if it runs), with its nodes.conf,
         and wait until it is back in the cluster (a former primary rejoins as a replica)."""
         kill_node(node)
-        if not port_free(node.port):
-            raise RuntimeError(f"port {node.port} was taken by another process meanwhile")
+        if not (port_free(node.port) and port_free(node.port + BUS_OFFSET)):
+            raise RuntimeError(f"port {node.port} or its bus port was taken meanwhile")
         self._launch(node)
         deadline = time.monotonic() + timeout
         until(deadline, lambda: ping(node), f"{node.address} to answer PING")
