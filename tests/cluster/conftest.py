@@ -11,6 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from redis.backoff import ExponentialBackoff
+from redis.cluster import RedisCluster
+from redis.retry import Retry
 
 from django_qless.core.cluster_server import LocalCluster
 from django_qless.core.server import find_redis_server, find_valkey_server
@@ -58,3 +61,12 @@ def cluster(request: pytest.FixtureRequest) -> LocalCluster:
     local.heal()
     local.flush()
     return local
+
+
+@pytest.fixture
+def rc(cluster: LocalCluster) -> Iterator[RedisCluster]:
+    """A redis-py cluster client (decoded replies) on `cluster` that rides out a failover:
+    retries with backoff, refreshing its slot map on MOVED and connection errors."""
+    client = cluster.client(retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 10))
+    yield client
+    client.close()
