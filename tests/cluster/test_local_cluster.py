@@ -259,7 +259,7 @@ def test_migrate_slot_while_writes_flow(cluster: LocalCluster, rc: RedisCluster)
 
         def pause(_moved: int) -> None:
             mid.append(sum(acked))
-            time.sleep(0.01)  # let the writer meet keys on both sides
+            time.sleep(0.02)  # let the writer meet keys on both sides
 
         # Small batches: several rounds, so the writer meets keys on both sides (ASK).
         cluster.migrate_slot(slot, target, batch=4, on_batch=pause)
