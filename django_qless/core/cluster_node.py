@@ -1,4 +1,5 @@
-"""One server process of a LocalCluster, and the small process and port helpers it uses."""
+"""One server process of a LocalCluster, the process and port helpers it uses, and the
+node-by-node steps of a slot move."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ import redis
 
 __all__ = [
     "ClusterNode",
+    "describe",
     "kill_node",
+    "move_slot",
     "myid",
     "pick_port",
     "ping",
@@ -38,6 +41,7 @@ class ClusterNode:
     directory: str
     process: subprocess.Popen[bytes] | None = None
     node_id: str = ""
+    frozen: bool = False  # SIGSTOPped: alive, but answering nothing
     _conn: redis.Redis | None = None
 
     @property
@@ -46,9 +50,14 @@ class ClusterNode:
         return f"127.0.0.1:{self.port}"
 
     @property
-    def running(self) -> bool:
-        """Tell whether our process for this node is alive."""
+    def alive(self) -> bool:
+        """Tell whether our process for this node exists (frozen or not)."""
         return self.process is not None and self.process.poll() is None
+
+    @property
+    def running(self) -> bool:
+        """Tell whether our process for this node is alive and not frozen."""
+        return self.alive and not self.frozen
 
     def conn(self) -> redis.Redis:
         """Return a plain connection to this node alone (decoded replies, no redirects)."""
@@ -104,8 +113,24 @@ def kill_node(node: ClusterNode) -> None:
         node._conn.close()
         node._conn = None
     if node.process is not None and node.process.poll() is None:
-        node.process.send_signal(signal.SIGKILL)
+        node.process.send_signal(signal.SIGKILL)  # also ends a SIGSTOPped process
         node.process.wait(timeout=10)
+    node.frozen = False
+
+
+def describe(nodes: list[ClusterNode]) -> str:
+    """Return each node's state in one line (for error messages)."""
+    parts = []
+    for node in nodes:
+        if not node.running:
+            parts.append(f"{node.address} {'frozen' if node.frozen else 'down'}")
+            continue
+        try:
+            state = str(node.call("CLUSTER", "INFO")).split("cluster_state:", 1)[1].split()[0]
+            parts.append(f"{node.address} {node.call('ROLE')[0]} {state}")
+        except (redis.RedisError, IndexError) as exc:
+            parts.append(f"{node.address} {exc}")
+    return ", ".join(parts)
 
 
 def server_args(
@@ -202,3 +227,38 @@ def myid(node: ClusterNode) -> str | None:
         return str(node.call("CLUSTER", "MYID"))
     except redis.ConnectionError:
         return None
+
+
+def move_slot(
+    slot: int,
+    source: ClusterNode,
+    to: ClusterNode,
+    others: list[ClusterNode],
+    batch: int,
+    deadline: float,
+    on_batch: Callable[[int], None] | None,
+) -> int:
+    """Move `slot`'s keys from `source` to `to` and give `to` the slot on every primary
+    (the target, the source, then `others`); return how many keys moved."""
+    to.call("CLUSTER", "SETSLOT", slot, "IMPORTING", source.node_id)
+    source.call("CLUSTER", "SETSLOT", slot, "MIGRATING", to.node_id)
+    # Keys only leave the source now (writes to missing keys are sent to the target with
+    # ASK), so the initial count bounds the loop.
+    rounds = int(source.call("CLUSTER", "COUNTKEYSINSLOT", slot)) // batch + 2
+    moved = 0
+    for _ in range(rounds):
+        keys = source.call("CLUSTER", "GETKEYSINSLOT", slot, batch)
+        if not keys:
+            break
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"slot {slot}: the move did not finish in time")
+        source.call("MIGRATE", "127.0.0.1", to.port, "", 0, 5000, "KEYS", *keys)
+        moved += len(keys)
+        if on_batch is not None:
+            on_batch(moved)
+    else:
+        raise RuntimeError(f"slot {slot}: keys kept appearing on the source")
+    # The target first: once it owns the slot, ASK and MOVED both lead clients there.
+    for node in [to, source, *others]:
+        node.call("CLUSTER", "SETSLOT", slot, "NODE", to.node_id)
+    return moved

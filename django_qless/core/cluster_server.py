@@ -3,12 +3,14 @@
 `LocalCluster` starts N primaries with R replicas each, every node a process of ours on a
 free 127.0.0.1 port with its own directory in one temp dir, joins them with the server's CLI
 (`--cluster create`), and offers what fault tests need: kill a primary, restart a node,
-manual failover, slot migration while traffic flows. It only ever talks to its own nodes.
+freeze (SIGSTOP) and thaw a node, manual failover, add and remove nodes, slot migration
+while traffic flows. It only ever talks to its own nodes.
 """
 
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -25,7 +27,9 @@ from redis.crc import key_slot
 from .cluster_node import (
     BUS_OFFSET,
     ClusterNode,
+    describe,
     kill_node,
+    move_slot,
     myid,
     ping,
     port_free,
@@ -186,8 +190,11 @@ class LocalCluster:
         return self.primary_for_slot(self.slot_for_key(key))
 
     def client(self, **kwargs: Any) -> RedisCluster:
-        """Return a redis-py cluster client (decoded replies) started from our nodes."""
+        """Return a redis-py cluster client (decoded replies, 2 s socket timeouts, so a
+        frozen node does not hang it) started from our nodes."""
         kwargs.setdefault("decode_responses", True)
+        kwargs.setdefault("socket_timeout", 2.0)
+        kwargs.setdefault("socket_connect_timeout", 2.0)
         nodes = [_RedisPyNode("127.0.0.1", n.port) for n in self.running()]  # type: ignore[no-untyped-call]
         return RedisCluster(startup_nodes=nodes, **kwargs)
 
@@ -209,18 +216,7 @@ class LocalCluster:
 
     def describe(self) -> str:
         """Return each node's state in one line (for error messages)."""
-        parts = []
-        for node in self._nodes:
-            if not node.running:
-                parts.append(f"{node.address} down")
-                continue
-            try:
-                info = str(node.call("CLUSTER", "INFO"))
-                state = info.split("cluster_state:", 1)[1].split()[0]
-                parts.append(f"{node.address} {node.call('ROLE')[0]} {state}")
-            except (redis.RedisError, IndexError) as exc:
-                parts.append(f"{node.address} {exc}")
-        return ", ".join(parts)
+        return describe(self._nodes)
 
     def _agreed_view(self) -> ClusterView | None:
         """Return the view every running node shares, when the cluster is whole and synced."""
@@ -247,6 +243,31 @@ class LocalCluster:
     def kill_primary(self, node: ClusterNode, timeout: float = 30.0) -> ClusterNode:
         """SIGKILL primary `node`, wait until one of its replicas took over its slots and the
         cluster is ok again; return the promoted replica."""
+        return self._take_over(node, kill_node, timeout)
+
+    def freeze(self, node: ClusterNode, timeout: float = 30.0) -> ClusterNode:
+        """SIGSTOP primary `node` (a hung server: alive, silent), wait until one of its
+        replicas took over; return that replica. `thaw` brings it back."""
+
+        def stop(n: ClusterNode) -> None:
+            n.frozen = True
+            if n.process is not None:
+                n.process.send_signal(signal.SIGSTOP)
+
+        return self._take_over(node, stop, timeout)
+
+    def thaw(self, node: ClusterNode, timeout: float = 30.0) -> ClusterView:
+        """SIGCONT a frozen `node` and wait until it is back (a former primary whose slots
+        were taken over rejoins as a replica, dropping what only it had)."""
+        if node.process is not None:
+            node.process.send_signal(signal.SIGCONT)
+        node.frozen = False
+        return self.wait_settled(timeout)
+
+    def _take_over(
+        self, node: ClusterNode, stop: Callable[[ClusterNode], None], timeout: float
+    ) -> ClusterNode:
+        """Stop primary `node` with `stop`; wait until one of its replicas owns its slots."""
         view = self.view()
         if view.primary_of.get(node.port, 0) is not None:
             raise ValueError(f"{node!r} is not a primary")
@@ -254,7 +275,7 @@ class LocalCluster:
         if not heirs:
             raise ValueError(f"{node!r} has no replica to take over")
         slots = view.slots_of(node.port)
-        kill_node(node)
+        stop(node)
 
         def promoted(v: ClusterView) -> bool:
             owners = {v.owner(s) for ends in slots for s in ends}
@@ -282,7 +303,9 @@ class LocalCluster:
         """Restart every node that is down and wait until the cluster is whole and synced."""
         deadline = time.monotonic() + timeout
         for node in self._nodes:
-            if not node.running:
+            if node.frozen:
+                self.thaw(node, max(1.0, deadline - time.monotonic()))
+            elif not node.running:
                 self.restart(node, max(1.0, deadline - time.monotonic()))
         return self.wait_settled(max(1.0, deadline - time.monotonic()))
 
@@ -351,28 +374,8 @@ class LocalCluster:
         if to not in self.primaries():
             raise ValueError(f"{to!r} is not a primary")
         deadline = time.monotonic() + timeout
-        to.call("CLUSTER", "SETSLOT", slot, "IMPORTING", source.node_id)
-        source.call("CLUSTER", "SETSLOT", slot, "MIGRATING", to.node_id)
-        # Keys only leave the source now (writes to missing keys are sent to the target
-        # with ASK), so the initial count bounds the loop.
-        rounds = int(source.call("CLUSTER", "COUNTKEYSINSLOT", slot)) // batch + 2
-        moved = 0
-        for _ in range(rounds):
-            keys = source.call("CLUSTER", "GETKEYSINSLOT", slot, batch)
-            if not keys:
-                break
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"slot {slot}: migration took over {timeout}s")
-            source.call("MIGRATE", "127.0.0.1", to.port, "", 0, 5000, "KEYS", *keys)
-            moved += len(keys)
-            if on_batch is not None:
-                on_batch(moved)
-        else:
-            raise RuntimeError(f"slot {slot}: keys kept appearing on the source")
-        # The target first: once it owns the slot, ASK and MOVED both lead clients there.
         others = [n for n in self.primaries() if n is not to and n is not source]
-        for node in [to, source, *others]:
-            node.call("CLUSTER", "SETSLOT", slot, "NODE", to.node_id)
+        moved = move_slot(slot, source, to, others, batch, deadline, on_batch)
         self.wait_settled(
             max(1.0, deadline - time.monotonic()), lambda v: v.owner(slot) == to.port
         )

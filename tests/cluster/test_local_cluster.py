@@ -317,3 +317,26 @@ def test_added_node_has_no_functions_until_loaded(
     for node in cluster.running():
         assert "cluster_known_nodes:6" in node.call("CLUSTER", "INFO")
     assert len(cluster.nodes()) == 6
+
+
+def test_freeze_primary_then_thaw_demotes_it(cluster: LocalCluster, rc: RedisCluster) -> None:
+    """A hung primary (SIGSTOP) is replaced like a dead one; thawed, it comes back as a
+    replica of its successor and takes its data."""
+    keys = [f"ql:{{z}}:j:{i}" for i in range(20)]
+    write_acked(cluster, keys)
+    victim = cluster.primary_for_key(keys[0])
+    heir = cluster.freeze(victim)
+    assert victim.alive and victim.frozen and not victim.running
+    assert heir in cluster.primaries() and cluster.primary_for_key(keys[0]) is heir
+    assert rc.mget(keys) == keys  # the client times out on the frozen node and moves on
+    rc.set(keys[0], "after")
+    cluster.thaw(victim)
+    assert cluster.view().primary_of[victim.port] == heir.port
+    assert victim.call("ROLE")[3] == "connected"
+    deadline = time.monotonic() + 10
+    while True:  # READONLY and GET on one connection: a replica serves reads only so
+        pipe = victim.conn().pipeline(transaction=False)
+        if pipe.execute_command("READONLY").get(keys[0]).execute()[1] == "after":
+            break
+        assert time.monotonic() < deadline, "the thawed node never caught up"
+        time.sleep(0.02)
