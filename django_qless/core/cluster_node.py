@@ -201,14 +201,16 @@ def pick_port(taken: set[int]) -> int:
 
 
 def until(deadline: float, probe: Callable[[], _T | None], what: str) -> _T:
-    """Poll `probe` until it returns something other than None; raise at `deadline`."""
-    while True:
+    """Poll `probe` every 50 ms until it returns something other than None; raise at
+    `deadline` (the poll count is bounded by it too)."""
+    for _ in range(max(1, int((deadline - time.monotonic()) / 0.05) + 2)):
         value = probe()
         if value is not None:
             return value
         if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
+            break
         time.sleep(0.05)
+    raise TimeoutError(f"timed out waiting for {what}")
 
 
 def ping(node: ClusterNode) -> bool | None:

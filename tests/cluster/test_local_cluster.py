@@ -19,6 +19,7 @@ from redis.retry import Retry
 from django_qless.core.cluster_server import SLOTS, LocalCluster
 from django_qless.core.cluster_view import read_view
 from django_qless.core.server import redis_version
+from tests.helpers import wait_until
 
 # A tiny function library (not the engine): one writing and one read-only function.
 LIBRARY = """#!lua name=qltest
@@ -114,10 +115,7 @@ def test_function_loaded_on_every_primary_and_fcall_routed_by_key(
         assert cluster.primary_for_key(tag).call("GET", f"ql:{tag}:counter") == str(i + 1)
     # FUNCTION LOAD replicates: every replica has the library too (a promoted one keeps it).
     for replica in cluster.replicas():
-        until = time.monotonic() + 5
-        while not replica.call("FUNCTION", "LIST", "LIBRARYNAME", "qltest"):
-            assert time.monotonic() < until, f"{replica!r} never got the library"
-            time.sleep(0.02)
+        wait_until(lambda r=replica: r.call("FUNCTION", "LIST", "LIBRARYNAME", "qltest"), 5)
 
 
 def test_kill_primary_promotes_its_replica(cluster: LocalCluster, rc: RedisCluster) -> None:
@@ -247,9 +245,7 @@ def test_migrate_slot_while_writes_flow(cluster: LocalCluster, rc: RedisCluster)
     thread = threading.Thread(target=writer, daemon=True)
     thread.start()
     try:
-        deadline = time.monotonic() + 10
-        while sum(acked) < 300 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: sum(acked) >= 300, 10)
         slot = cluster.slot_for_key(counters[0])
         source = cluster.primary_for_slot(slot)
         target = next(p for p in cluster.primaries() if p is not source)
@@ -265,9 +261,7 @@ def test_migrate_slot_while_writes_flow(cluster: LocalCluster, rc: RedisCluster)
         cluster.migrate_slot(slot, target, batch=4, on_batch=pause)
         after = sum(acked)
         asked = target.conn().info("commandstats")["cmdstat_asking"]["calls"] - asking
-        deadline = time.monotonic() + 10
-        while sum(acked) < after + 300 and time.monotonic() < deadline and thread.is_alive():
-            time.sleep(0.01)
+        wait_until(lambda: sum(acked) >= after + 300 or not thread.is_alive(), 10)
     finally:
         stop.set()
         thread.join(timeout=30)
@@ -333,10 +327,10 @@ def test_freeze_primary_then_thaw_demotes_it(cluster: LocalCluster, rc: RedisClu
     cluster.thaw(victim)
     assert cluster.view().primary_of[victim.port] == heir.port
     assert victim.call("ROLE")[3] == "connected"
-    deadline = time.monotonic() + 10
-    while True:  # READONLY and GET on one connection: a replica serves reads only so
+
+    def read_on_replica() -> bool:
+        # READONLY and GET on one connection: a replica serves reads only so.
         pipe = victim.conn().pipeline(transaction=False)
-        if pipe.execute_command("READONLY").get(keys[0]).execute()[1] == "after":
-            break
-        assert time.monotonic() < deadline, "the thawed node never caught up"
-        time.sleep(0.02)
+        return bool(pipe.execute_command("READONLY").get(keys[0]).execute()[1] == "after")
+
+    wait_until(read_on_replica, 10)  # the thawed node caught up with its new primary
