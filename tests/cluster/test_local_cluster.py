@@ -201,6 +201,11 @@ def test_migrate_slot_half_way_redirects_with_ask(
         with pytest.raises(AskError, match=f"^{slot} 127.0.0.1:{target.port}$"):
             source.call("GET", gone[0])  # asked directly, the source points to the target
         assert len(gone) == moved == 20 and len(still) == 40
+        # Mid-move, CLUSTER NODES marks the slot [slot->-target] on the source and
+        # [slot-<-source] on the target; both still name the source as owner.
+        assert f"[{slot}->-{target.node_id}]" in source.call("CLUSTER", "NODES")
+        assert read_view(source.conn()).owner(slot) == source.port
+        assert read_view(target.conn()).owner(slot) == source.port
         # Reads and writes of moved or new keys are redirected with ASK, and succeed.
         assert rc.get(gone[0]) == gone[0]
         rc.set("ql:{h}:new", "n")
