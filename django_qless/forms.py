@@ -162,7 +162,7 @@ class ConfigForm(forms.Form):
             try:  # the engine's own rule for the option, in its words, before anything is sent
                 data["value"] = check_config(data["key"], data["value"])
             except InvalidArgument as exc:
-                raise ValidationError(f"{data['key']} was not changed: {exc}.") from exc
+                raise ValidationError(f"Option {data['key']} was not changed: {exc}.") from exc
         return data
 
 

@@ -85,8 +85,8 @@ def test_refused_config_stays_on_the_config_page(mc: Client, qc: Any) -> None:
                        HTTP_REFERER=HOST + url("config"))
     assert response.status_code == 302 and response["Location"] == url("config")
     [message] = texts(response)
-    assert message == "heartbeat was not changed: config heartbeat must be an integer, got " \
-                      "'banana'."
+    assert message == ("Option heartbeat was not changed: config heartbeat must be an integer, "
+                       "got 'banana'.")
     response = mc.post(url("config"), {"key": "max-job-history", "value": "2"})
     assert response["Location"] == url("config")
     assert "must be 0 (unlimited) or >= 3" in last(response)
