@@ -179,3 +179,16 @@ def test_bad_config_value_is_refused_on_the_config_page(page: Any, qc: Any) -> N
     page.wait_for_selector(".messagelist .warning")
     assert "not an option the engine knows" in page.inner_text(".messagelist .warning")
     assert "not an engine option" in page.inner_text("table.qless-config")
+
+
+def test_overview_queue_rows_match_the_server_render(page: Any, qc: Any) -> None:
+    qc.queues["alpha"].put("tests.Job", {})
+    qc.queues["alpha"].pause()
+    page.goto(f"{page.base}/qless/")
+    wait_live(page)
+    qc.queues["beta"].put("tests.Job", {})
+    page.locator("tbody[data-live-rows=queues] a[href='/qless/queues/beta/']").wait_for()
+    live = page.evaluate(STRUCTURE, "tbody[data-live-rows=queues]")
+    page.reload()
+    assert live == page.evaluate(STRUCTURE, "tbody[data-live-rows=queues]")
+    assert page.locator("tbody[data-live-rows=queues] span.qless-paused").count() == 1

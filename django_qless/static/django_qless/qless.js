@@ -65,6 +65,14 @@
       el.removeAttribute("data-attr-name");
       el.removeAttribute("data-attr-field");
     });
+    frag.querySelectorAll("[data-flag-field]").forEach(function (el) {
+      var cls = el.getAttribute("data-flag-class") || "";
+      if (item[el.getAttribute("data-flag-field")] === true && /^[a-z-]+$/.test(cls)) {
+        el.classList.add(cls);
+      }
+      el.removeAttribute("data-flag-field");
+      el.removeAttribute("data-flag-class");
+    });
     frag.querySelectorAll(".qless-state[data-field]").forEach(function (el) {
       if (/^[a-z-]+$/.test(el.textContent)) { el.classList.add("qless-state-" + el.textContent); }
     });
