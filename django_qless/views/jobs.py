@@ -201,6 +201,9 @@ def job_priority(request: HttpRequest, jid: str) -> HttpResponse:
     if not form.is_valid():
         messages.error(request, first_error(form))
         return _back(request, jid)
+    if form.cleaned_data["priority"] == job.priority:
+        messages.info(request, f"Priority of {jid} is already {job.priority}: nothing changed.")
+        return _back(request, jid)
     job.set_priority(form.cleaned_data["priority"])
     messages.success(request, f"Priority of {jid} is now {form.cleaned_data['priority']}.")
     return _back(request, jid)

@@ -183,3 +183,15 @@ def test_job_summary_is_small_and_versioned(mc: Client, qc: Any) -> None:
     qc.jobs[jid].tag("new")  # nothing in the summary's fields but the page changes
     assert mc.get(url("api_job_summary", jid)).json()["version"] != summary["version"]
     assert mc.get(url("api_job_summary", "missing")).status_code == 404
+
+
+def test_unchanged_priority_and_recurring_settings_say_so(mc: Client, qc: Any) -> None:
+    jid = qc.queues["q"].put("tests.Job", {}, priority=7)
+    assert last(mc.post(url("job_priority", jid), {"priority": "7"})) == \
+        f"Priority of {jid} is already 7: nothing changed."
+    qc.queues["q"].recur("tests.Job", {}, 60, jid="every", priority=2, retries=3, tags=["a"])
+    same = {"interval": "60", "priority": "2", "retries": "3", "tags": "a"}
+    assert last(mc.post(url("recurring_detail", "every"), same)) == \
+        "Recurring job every already has these settings: nothing changed."
+    assert last(mc.post(url("recurring_detail", "every"), {**same, "tags": "a, b"})) == \
+        "Updated recurring job every."
