@@ -140,7 +140,12 @@ def job_cancel(request: HttpRequest, jid: str) -> HttpResponse:
                            crumbs=[(jid, qurl(request, "job", jid)), ("Cancel", None)])
     queue = job.queue_name
     if request.POST.get("with_dependents"):
-        canceled = client_for(request).jobs.cancel_with_dependents(jid, MAX_CASCADE)
+        try:
+            canceled = client_for(request).jobs.cancel_with_dependents(jid, MAX_CASCADE)
+        except DependencyError:
+            messages.error(request, "More jobs started to depend on this one meanwhile: "
+                                    "nothing was canceled. Check the new list and confirm again.")
+            return redirect_back(request, here)
         others = len(canceled) - 1
         messages.success(request, f"Canceled job {jid} and {others} job"
                                   f"{'s' if others != 1 else ''} depending on it.")

@@ -195,3 +195,22 @@ def test_unchanged_priority_and_recurring_settings_say_so(mc: Client, qc: Any) -
         "Recurring job every already has these settings: nothing changed."
     assert last(mc.post(url("recurring_detail", "every"), {**same, "tags": "a, b"})) == \
         "Updated recurring job every."
+
+
+def test_dependent_added_during_a_cascade_cancels_nothing(mc: Client, qc: Any,
+                                                          monkeypatch: Any) -> None:
+    from django_qless.core.jobs import Jobs
+
+    a, b, c = chain(qc)
+    real = Jobs.dependents_closure
+
+    def closure_then_race(self: Jobs, jid: str, limit: int = 500) -> list[str]:
+        found = real(self, jid, limit)
+        qc.queues["q"].put("tests.Job", {}, jid="late", depends=[jid])  # someone, meanwhile
+        return found
+
+    monkeypatch.setattr(Jobs, "dependents_closure", closure_then_race)
+    response = mc.post(url("job_cancel", a), {"with_dependents": "1"})
+    assert response["Location"] == url("job_cancel", a)
+    assert last(response).startswith("More jobs started to depend on this one meanwhile")
+    assert all(qc.jobs.get(j) is not None for j in (a, b, c, "late"))
