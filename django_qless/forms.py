@@ -111,9 +111,10 @@ class QueueSettingsForm(forms.Form):
                   "(the queue's own cap; 0 means no cap).")
     throttle = forms.IntegerField(
         min_value=0, max_value=INT32_MAX, required=False, label="Throttle maximum",
-        help_text="The limit of this queue's throttle (id ql:q:&lt;queue&gt;). A throttle is a "
-                  "named limit on running jobs that several queues and jobs can share by "
-                  "naming it: together they count against one total (0 means no limit).")
+        help_text="The limit of this queue's own throttle (see the Throttles page). A "
+                  "throttle is a named limit on running jobs that several queues and jobs can "
+                  "share by naming it: together they count against one total (0 means no "
+                  "limit).")
 
 
 class StatsDateForm(forms.Form):
