@@ -192,3 +192,19 @@ def test_overview_queue_rows_match_the_server_render(page: Any, qc: Any) -> None
     page.reload()
     assert live == page.evaluate(STRUCTURE, "tbody[data-live-rows=queues]")
     assert page.locator("tbody[data-live-rows=queues] span.qless-paused").count() == 1
+
+
+def test_reloaded_job_block_keeps_stored_markup_inert(page: Any, qc: Any) -> None:
+    probe = "<img src=x onerror=alert(1)>"
+    jid = qc.queues["q"].put(probe, {"html": probe}, tags=[probe])
+    page.add_init_script("window.__xss = 0; window.alert = () => { window.__xss += 1; };")
+    page.goto(f"{page.base}/qless/jobs/{jid}/")
+    wait_live(page)
+    count = "(p) => document.querySelector('.qless-job').innerText.split(p).length - 1"
+    before = page.evaluate(count, probe)
+    qc.jobs[jid].log(probe, {"html": probe})
+    page.wait_for_function(f"(p) => ({count})(p) > {before}", arg=probe)
+    assert page.locator(".qless-timeline", has_text=probe).count() == 1
+    assert page.evaluate("window.__xss") == 0
+    assert page.locator("img[src=x]").count() == 0
+    assert page.dialogs == []
