@@ -9,6 +9,9 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 
+from django_qless.core.config import check_config
+from django_qless.core.exceptions import InvalidArgument
+
 __all__ = [
     "ConfigForm",
     "FailedFilterForm",
@@ -105,10 +108,16 @@ class QueueSettingsForm(forms.Form):
     """Per-queue heartbeat, max concurrency and throttle maximum (blank = leave as is)."""
 
     heartbeat = forms.IntegerField(min_value=1, max_value=INT32_MAX, required=False)
-    max_concurrency = forms.IntegerField(min_value=0, max_value=INT32_MAX, required=False,
-                                         label="Max concurrency")
-    throttle = forms.IntegerField(min_value=0, max_value=INT32_MAX, required=False,
-                                  label="Throttle maximum")
+    max_concurrency = forms.IntegerField(
+        min_value=0, max_value=INT32_MAX, required=False, label="Max concurrency",
+        help_text="How many jobs of this queue may run at the same time, across all workers "
+                  "(the queue's own cap; 0 means no cap).")
+    throttle = forms.IntegerField(
+        min_value=0, max_value=INT32_MAX, required=False, label="Throttle maximum",
+        help_text="The limit of this queue's own throttle (see the Throttles page). A "
+                  "throttle is a named limit on running jobs that several queues and jobs can "
+                  "share by naming it: together they count against one total (0 means no "
+                  "limit).")
 
 
 class StatsDateForm(forms.Form):
@@ -218,6 +227,15 @@ class ConfigForm(forms.Form):
 
     def clean_value(self) -> str:
         return _printable(str(self.cleaned_data["value"]), "Value", 1000)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if "key" in data and "value" in data:
+            try:  # the engine's own rule for the option, in its words, before anything is sent
+                data["value"] = check_config(data["key"], data["value"])
+            except InvalidArgument as exc:
+                raise ValidationError(f"Option {data['key']} was not changed: {exc}.") from exc
+        return data
 
 
 class ThrottleForm(forms.Form):

@@ -3,7 +3,10 @@
     python scripts/demo.py            # interactive: prints the URL and the admin login
     python scripts/demo.py --smoke    # CI: start everything, fetch a page, run one job, stop
 
-Called by `make demo`.
+Called by `make demo`. DEMO_PORT (or --port) asks for a port, and the demo stops with a
+message if that one is taken; without it, 8000, or any free port when 8000 is taken.
+DEMO_PASSWORD sets the admin password (default: a random one, printed). The web server's
+and the worker's logs go to files whose paths the banner prints.
 """
 
 from __future__ import annotations
@@ -29,12 +32,45 @@ sys.path.insert(0, str(ROOT))
 
 from django_qless.core.server import RedisServer, find_redis_server  # noqa: E402
 
+DEFAULT_PORT = 8000
+
 
 def free_port() -> int:
     """Return a TCP port nobody listens on right now."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def port_taken(port: int, host: str = "127.0.0.1") -> bool:
+    """Tell whether something listens on (or holds) the port."""
+    with socket.socket() as probe:
+        probe.settimeout(0.5)
+        if probe.connect_ex((host, port)) == 0:
+            return True
+    with socket.socket() as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def choose_port(asked: int | None, default: int = DEFAULT_PORT) -> tuple[int, str | None]:
+    """Return the port to serve on and a note when it is not the one expected.
+
+    A port the user asked for (DEMO_PORT, --port) must be free: the demo stops rather than
+    talk to another server. The default port is only a preference.
+    """
+    if asked:
+        if port_taken(asked):
+            raise SystemExit(f"Port {asked} (DEMO_PORT / --port) is already in use: stop what "
+                             "listens there or choose another port, e.g. DEMO_PORT=8001.")
+        return asked, None
+    if not port_taken(default):
+        return default, None
+    port = free_port()
+    return port, f"Port {default} is in use, so the demo serves on port {port}."
 
 
 def manage(env: dict[str, str], *args: str, quiet: bool = False) -> str:
@@ -80,18 +116,23 @@ def fetch(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
         return exc.code, exc.read()
 
 
-def wait_for_server(url: str, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
-    """Wait until the dev server answers."""
+def wait_for_server(base: str, token: str, proc: subprocess.Popen[bytes],
+                    log: Path | None = None, timeout: float = 30.0) -> None:
+    """Wait until our own dev server answers (its token proves it is not another one)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise SystemExit(f"the web server exited with {proc.returncode}")
+            tail = log.read_text(errors="replace")[-2000:] if log and log.exists() else ""
+            raise SystemExit(f"{tail}\nthe web server exited with {proc.returncode}")
         try:
-            fetch(url, timeout=1.0)
-            return
+            status, body = fetch(base + "/instance/", timeout=1.0)
         except OSError:
             time.sleep(0.2)
-    raise SystemExit(f"the web server did not answer at {url} within {timeout}s")
+            continue
+        if status == 200 and body.decode(errors="replace") == token:
+            return
+        time.sleep(0.2)  # another server answered on this port, or ours is still starting
+    raise SystemExit(f"the demo's web server did not answer at {base}/ within {timeout}s")
 
 
 def smoke(base: str, logs: list[Path]) -> None:
@@ -137,9 +178,12 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, interrupt)
     signal.signal(signal.SIGHUP, interrupt)
 
+    # Before anything starts: a taken port fails early and clearly (CI takes any free port).
+    port, note = (free_port(), None) if args.smoke and not args.port else choose_port(args.port)
     workdir = Path(tempfile.mkdtemp(prefix="qless-demo-"))
+    token = secrets.token_hex(16)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(PROJECT)]),
-           "DJANGO_SETTINGS_MODULE": "testproject.settings"}
+           "DJANGO_SETTINGS_MODULE": "testproject.settings", "DEMO_INSTANCE": token}
     if args.smoke:
         env["DATABASE_URL"] = f"sqlite:///{workdir / 'db.sqlite3'}"
     server = None
@@ -155,22 +199,26 @@ def main(argv: list[str]) -> int:
         password = os.environ.get("DEMO_PASSWORD") or secrets.token_urlsafe(9)
         # `--password=...` in one word: a generated password may start with "-".
         manage(env, "demo_setup", "--username", "admin", f"--password={password}")
-        port = args.port or (free_port() if args.smoke else 8000)
         base = f"http://127.0.0.1:{port}"
-        logs = [workdir / "worker.log", workdir / "web.log"] if args.smoke else []
-        procs.append(start(env, "qless_worker", "--processes", "2", "-v", "1",
-                           log=logs[0] if logs else None))
-        procs.append(start(env, "runserver", f"127.0.0.1:{port}", "--noreload",
-                           log=logs[1] if logs else None))
-        wait_for_server(base + "/", procs[1])
+        # Logs go to files: the dashboard polls every few seconds, and one line per request
+        # on the terminal would scroll the login away.
+        logs = [workdir / "worker.log", workdir / "web.log"]
+        procs.append(start(env, "qless_worker", "--processes", "2", "-v", "1", log=logs[0]))
+        procs.append(start(env, "runserver", f"127.0.0.1:{port}", "--noreload", log=logs[1]))
+        wait_for_server(base, token, procs[1], logs[1])
         if args.smoke:
             smoke(base, logs)
             print("[smoke] OK")
             return 0
+        print(f"\n{note}" if note else "", end="")
         print(f"\n  Demo:      {base}/\n  Dashboard: {base}/qless/\n  Admin:     {base}/admin/"
-              f"\n  Login:     admin / {password}\n\nCtrl-C stops everything.", flush=True)
+              f"\n  Login:     admin / {password}\n  Logs:      {logs[1]} (web), {logs[0]} "
+              "(worker); removed when the demo stops\n\nCtrl-C stops everything.", flush=True)
         while all(p.poll() is None for p in procs):
             time.sleep(0.5)
+        for log in logs:
+            sys.stderr.write(f"---- {log}\n{log.read_text(errors='replace')[-2000:]}\n")
+        print("A demo process stopped unexpectedly (its log is above).", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 0

@@ -12,7 +12,7 @@ from .serialization import check_int, check_text
 if TYPE_CHECKING:
     from .client import Client
 
-__all__ = ["Config", "check_config"]
+__all__ = ["KNOWN_OPTIONS", "QUEUE_OPTION_SUFFIXES", "Config", "check_config", "is_known_option"]
 
 # Lower bounds of the integer options (docs/engine.md, "config values").
 _MINIMUM = {
@@ -22,7 +22,20 @@ _MINIMUM = {
     "jobs-history-count": 0,
     "max-worker-age": 1,
     "max-job-history": 0,
+    "stats-history": 0,
+    "histogram-history": 0,
 }
+
+# Every option the engine reads or lists (docs/engine.md); per-queue ones end in a suffix.
+KNOWN_OPTIONS = ("application", *_MINIMUM)
+QUEUE_OPTION_SUFFIXES = ("-heartbeat", "-max-concurrency")
+
+
+def is_known_option(key: str) -> bool:
+    """Tell whether the engine uses `key` (a global option or `<queue>-heartbeat` etc.)."""
+    if key in KNOWN_OPTIONS:
+        return True
+    return any(key.endswith(s) and len(key) > len(s) for s in QUEUE_OPTION_SUFFIXES)
 
 
 def check_config(key: str, value: object) -> str:

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, overload
 
 from redis.lock import Lock
 
-from .exceptions import JobNotFound
+from .exceptions import JobNotFound, LimitExceeded
 from .job import Job
 from .recurring import RecurringJob
 from .serialization import (
@@ -181,6 +181,27 @@ class Jobs:
         key = f"ql:unique-lock:{check_jid(jid)}"
         lock: Lock = self._client.redis.lock(key, timeout=timeout, blocking_timeout=wait)
         return lock
+
+    def dependents_closure(self, jid: str, limit: int = 500) -> list[str]:
+        """Return every job that depends on `jid`, directly or transitively (nearest first)."""
+        check_int("limit", limit, 1, MAX_LIST - 1)
+        seen: dict[str, None] = {}
+        level = list(self[jid].dependents)
+        while level:
+            fresh = [d for d in dict.fromkeys(level) if d != jid and d not in seen]
+            seen.update(dict.fromkeys(fresh))
+            if len(seen) > limit:
+                raise LimitExceeded(f"more than {limit} jobs depend on {jid}")
+            level = [d for job in self.get_many(*fresh) for d in job.dependents] if fresh else []
+        return list(seen)
+
+    def cancel_with_dependents(self, jid: str, limit: int = 500) -> list[str]:
+        """Cancel a job and every job depending on it, in one engine call; return the jids.
+
+        The engine refuses (DependencyError) if a new dependent appears in between.
+        """
+        jids = [check_jid(jid), *self.dependents_closure(jid, limit)]
+        return as_list(self._client.call("cancel", *jids))
 
     def recurring(self, jid: str) -> RecurringJob | None:
         """Return the recurring job template, or None."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import wraps
@@ -41,6 +42,8 @@ __all__ = [
     "dashboard_view",
     "get_pager",
     "namespace",
+    "object_page",
+    "plain_error",
     "qurl",
     "redirect_back",
     "render_page",
@@ -210,8 +213,9 @@ def dashboard_view(
                     # A refused action: say why and go back (PRG), never a 500.
                     logger.info("qless action %s by %s %s refused: %s", func.__name__,
                                 user_of(request), kwargs, exc)
-                    messages.error(request, str(exc))
-                    response = redirect_back(request, qurl(request, "overview"))
+                    messages.error(request, plain_error(exc))
+                    response = redirect_back(request, object_page(request, kwargs),
+                                             use_referer=True)
                 else:
                     response = _error(request, 400, str(exc))
             return secure_headers(response)
@@ -219,6 +223,35 @@ def dashboard_view(
         return never_cache(csrf_protect(wrapper))
 
     return decorate
+
+
+_ENGINE_PREFIX = re.compile(r"^[A-Za-z.]+\(\): ")
+
+
+def plain_error(exc: Exception) -> str:
+    """Return an engine refusal as a sentence (without the command's ``Name(): `` prefix)."""
+    text = _ENGINE_PREFIX.sub("", str(exc).strip()) or "The queue server refused this action."
+    text = text[:1].upper() + text[1:]
+    return text if text.endswith((".", "!", "?")) else text + "."
+
+
+# The page an action's object lives on, by URL name prefix and the URL's own arguments.
+_OBJECT_PAGES = (("job", "job", "jid"), ("recurring", "recurring_detail", "jid"),
+                 ("queue", "queue", "name"), ("failed", "failed_group", "group"),
+                 ("throttle", "throttles", None), ("config", "config", None))
+
+
+def object_page(request: HttpRequest, kwargs: Mapping[str, Any]) -> str:
+    """Return the URL of the page showing the object an action was about (else the overview)."""
+    match = getattr(request, "resolver_match", None)
+    url_name = (match.url_name or "") if match is not None else ""
+    for prefix, page, arg in _OBJECT_PAGES:
+        if url_name.startswith(prefix) and (arg is None or arg in kwargs):
+            try:
+                return qurl(request, page, *([kwargs[arg]] if arg else []))
+            except NoReverseMatch:
+                break
+    return qurl(request, "overview")
 
 
 def _not_found_text(exc: Exception) -> str:
@@ -270,13 +303,22 @@ def api_view(func: ViewFunc) -> ViewFunc:
     return never_cache(wrapper)
 
 
-def redirect_back(request: HttpRequest, default: str) -> HttpResponseRedirect:
-    """Redirect to ``next`` when it is a safe local URL, else to ``default`` (PRG)."""
+def _safe(request: HttpRequest, target: str) -> bool:
+    return bool(target) and url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure())
+
+
+def redirect_back(
+    request: HttpRequest, default: str, *, use_referer: bool = False
+) -> HttpResponseRedirect:
+    """Redirect to a safe local ``next`` (or, for refusals, Referer), else ``default`` (PRG)."""
     target = request.POST.get("next") or request.GET.get("next") or ""
-    if target and url_has_allowed_host_and_scheme(
-        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
-    ):
+    if _safe(request, target):
         return HttpResponseRedirect(target)
+    # After a refusal the page the form was on still shows what the user was doing.
+    referer = request.headers.get("Referer", "") if use_referer else ""
+    if _safe(request, referer):
+        return HttpResponseRedirect(referer)
     return HttpResponseRedirect(default)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 
+from django_qless.core.config import KNOWN_OPTIONS, is_known_option
 from django_qless.forms import ConfigForm, first_error
 from django_qless.views.base import (
     client_for,
@@ -17,9 +18,7 @@ from django_qless.views.base import (
 
 __all__ = ["config", "config_unset"]
 
-DEFAULT_KEYS = ("application", "grace-period", "heartbeat", "jobs-history",
-                "jobs-history-count", "max-job-history", "max-worker-age", "stats-history",
-                "histogram-history")
+DEFAULT_KEYS = tuple(sorted(KNOWN_OPTIONS))
 
 
 @dashboard_view()
@@ -34,10 +33,16 @@ def config(request: HttpRequest) -> HttpResponse:
         key, value = form.cleaned_data["key"], form.cleaned_data["value"]
         client.config[key] = value
         logger.info("user %s set config %s=%s", request.user, key, value)
-        messages.success(request, f"Set {key} to {value}.")
+        if is_known_option(key):
+            messages.success(request, f"Set {key} to {value}.")
+        else:
+            messages.warning(request, f"Set {key} to {value}, but {key} is not an option the "
+                                      "engine knows: it changes nothing. Check the spelling "
+                                      "against the known options below.")
         return redirect_back(request, qurl(request, "config"))
     values = client.config.all or {}
-    rows = [{"key": str(k), "value": v} for k, v in sorted(values.items())]
+    rows = [{"key": str(k), "value": v, "known": is_known_option(str(k))}
+            for k, v in sorted(values.items())]
     return render_page(request, "django_qless/config.html",
                        {"rows": rows, "form": ConfigForm(), "known": DEFAULT_KEYS},
                        title="Config", crumbs=[("Config", None)])
@@ -50,6 +55,9 @@ def config_unset(request: HttpRequest) -> HttpResponse:
     key = request.POST.get("key", "").strip()
     if not key or len(key) > 128:
         messages.error(request, "Key: choose an option to unset.")
+        return redirect_back(request, qurl(request, "config"))
+    if key not in (client.config.all or {}):
+        messages.info(request, f"{key} is not set: nothing to reset.")
         return redirect_back(request, qurl(request, "config"))
     del client.config[key]
     logger.info("user %s unset config %s", request.user, key)

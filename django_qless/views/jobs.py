@@ -7,7 +7,7 @@ from typing import Any
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 
-from django_qless.core.exceptions import JobNotFound
+from django_qless.core.exceptions import DependencyError, JobNotFound, LimitExceeded
 from django_qless.forms import MoveForm, PriorityForm, TagForm, UndependForm, first_error
 from django_qless.options import RESULT_KEY
 from django_qless.views import data
@@ -18,6 +18,7 @@ from django_qless.views.base import (
     redirect_back,
     render_page,
 )
+from django_qless.views.job_state import MOVABLE, PRIORITY_STATES, job_version
 
 __all__ = [
     "job_cancel",
@@ -84,7 +85,11 @@ def job_detail(request: HttpRequest, jid: str) -> HttpResponse:
         "throttles": list(job.throttles or ()),
         "queues": client.queues.names(),
         "presets": PRIORITY_PRESETS,
-        "live_src": qurl(request, "api_job", jid),
+        "live_src": qurl(request, "api_job_summary", jid),
+        "live_version": job_version(job),
+        "live_page": qurl(request, "job", jid),
+        "can_prioritize": job.state in PRIORITY_STATES,
+        "can_move": job.state in MOVABLE,
     }
     return render_page(request, "django_qless/job.html", context, title=f"Job {jid}",
                        crumbs=[("Jobs", None), (jid, None)])
@@ -94,20 +99,66 @@ def _back(request: HttpRequest, jid: str) -> HttpResponse:
     return redirect_back(request, qurl(request, "job", jid))
 
 
+MAX_CASCADE = 500  # like the bulk actions: one request cancels at most this many jobs
+
+
+def _dependents_text(jids: list[str]) -> str:
+    shown = ", ".join(jids[:5]) + (", …" if len(jids) > 5 else "")
+    return f"{len(jids)} job{'s' if len(jids) != 1 else ''} depend{'' if len(jids) != 1 else 's'}" \
+        f" on it ({shown})"
+
+
+def _closure(request: HttpRequest, jid: str) -> tuple[list[str], str | None]:
+    """Return the job's transitive dependents, or [] and why they cannot all be canceled."""
+    try:
+        return client_for(request).jobs.dependents_closure(jid, MAX_CASCADE), None
+    except LimitExceeded:
+        return [], (f"More than {MAX_CASCADE} jobs depend on this job: cancel some of them "
+                    "first.")
+
+
 @dashboard_view(manage=True)
 def job_cancel(request: HttpRequest, jid: str) -> HttpResponse:
-    """Ask for confirmation (GET), then cancel the job (POST)."""
+    """Ask for confirmation (GET), then cancel the job, or it and its dependents (POST)."""
     job = get_job(request, jid)
+    here = qurl(request, "job_cancel", jid)
     if request.method != "POST":
-        return render_page(
-            request, "django_qless/confirm.html",
-            {"action": qurl(request, "job_cancel", jid), "question":
-             f"Cancel job {jid} ({job.klass_name})? It is deleted with its history.",
-             "button": "Yes, cancel the job", "back": qurl(request, "job", jid)},
-            title="Cancel job", crumbs=[(jid, qurl(request, "job", jid)), ("Cancel", None)])
+        dependents, too_many = _closure(request, jid) if job.dependents else ([], None)
+        context: dict[str, Any] = {
+            "action": here, "button": "Yes, cancel the job", "back": qurl(request, "job", jid),
+            "question": f"Cancel job {jid} ({job.klass_name})? It is deleted with its history."}
+        if too_many:
+            context.update(question=too_many, button="")
+        elif dependents:
+            context.update(
+                question=f"Job {jid} ({job.klass_name}) can't be canceled on its own: "
+                         f"{_dependents_text(dependents)}. Cancel it together with every job "
+                         "that depends on it? They are all deleted with their history.",
+                details=dependents, hidden=[("with_dependents", "1")],
+                button=f"Yes, cancel it and its {len(dependents)} dependents")
+        return render_page(request, "django_qless/confirm.html", context, title="Cancel job",
+                           crumbs=[(jid, qurl(request, "job", jid)), ("Cancel", None)])
     queue = job.queue_name
-    job.cancel()
-    messages.success(request, f"Canceled job {jid}.")
+    if request.POST.get("with_dependents"):
+        try:
+            canceled = client_for(request).jobs.cancel_with_dependents(jid, MAX_CASCADE)
+        except DependencyError:
+            messages.error(request, "More jobs started to depend on this one meanwhile: "
+                                    "nothing was canceled. Check the new list and confirm again.")
+            return redirect_back(request, here)
+        others = len(canceled) - 1
+        messages.success(request, f"Canceled job {jid} and {others} job"
+                                  f"{'s' if others != 1 else ''} depending on it.")
+    else:
+        try:
+            job.cancel()
+        except DependencyError:
+            dependents, too_many = _closure(request, jid)
+            messages.error(request, too_many or (
+                f"This job can't be canceled on its own: {_dependents_text(dependents)}. "
+                "Use “Cancel with its dependents” to cancel them all."))
+            return redirect_back(request, here, use_referer=True)
+        messages.success(request, f"Canceled job {jid}.")
     if queue:
         return redirect_back(request, qurl(request, "queue", queue))
     return redirect_back(request, qurl(request, "overview"))
@@ -129,6 +180,10 @@ def job_retry(request: HttpRequest, jid: str) -> HttpResponse:
 def job_move(request: HttpRequest, jid: str) -> HttpResponse:
     """Move the job to another queue (an existing one, or a valid new name)."""
     job = get_job(request, jid)
+    if job.state not in MOVABLE:
+        messages.error(request, f"Job {jid} is {job.state}: it is in no queue any more, so it "
+                                "can't be moved.")
+        return _back(request, jid)
     form = MoveForm(request.POST)
     if not form.is_valid():
         messages.error(request, first_error(form))
@@ -143,9 +198,16 @@ def job_move(request: HttpRequest, jid: str) -> HttpResponse:
 def job_priority(request: HttpRequest, jid: str) -> HttpResponse:
     """Change the job's priority (presets or a free integer)."""
     job = get_job(request, jid)
+    if job.state not in PRIORITY_STATES:
+        messages.error(request, f"Job {jid} is {job.state}: a priority only orders jobs that "
+                                "are still waiting to run, so it was not changed.")
+        return _back(request, jid)
     form = PriorityForm(request.POST)
     if not form.is_valid():
         messages.error(request, first_error(form))
+        return _back(request, jid)
+    if form.cleaned_data["priority"] == job.priority:
+        messages.info(request, f"Priority of {jid} is already {job.priority}: nothing changed.")
         return _back(request, jid)
     job.set_priority(form.cleaned_data["priority"])
     messages.success(request, f"Priority of {jid} is now {form.cleaned_data['priority']}.")
@@ -155,7 +217,11 @@ def job_priority(request: HttpRequest, jid: str) -> HttpResponse:
 @dashboard_view(post_only=True)
 def job_track(request: HttpRequest, jid: str) -> HttpResponse:
     """Track the job."""
-    get_job(request, jid).track()
+    job = get_job(request, jid)
+    if job.tracked:
+        messages.info(request, f"Job {jid} is already tracked.")
+        return _back(request, jid)
+    job.track()
     messages.success(request, f"Tracking job {jid}.")
     return _back(request, jid)
 
@@ -163,7 +229,11 @@ def job_track(request: HttpRequest, jid: str) -> HttpResponse:
 @dashboard_view(post_only=True)
 def job_untrack(request: HttpRequest, jid: str) -> HttpResponse:
     """Stop tracking the job."""
-    get_job(request, jid).untrack()
+    job = get_job(request, jid)
+    if not job.tracked:
+        messages.info(request, f"Job {jid} is not tracked: nothing to stop.")
+        return _back(request, jid)
+    job.untrack()
     messages.success(request, f"Stopped tracking job {jid}.")
     return _back(request, jid)
 
@@ -176,9 +246,13 @@ def _change_tag(request: HttpRequest, jid: str, *, add: bool) -> HttpResponse:
         messages.error(request, first_error(form))
         return _back(request, jid)
     tag = form.cleaned_data["tag"]
-    if add:
+    if add and tag in job.tags:
+        messages.info(request, f"Job {jid} already has tag {tag}.")
+    elif add:
         job.tag(tag)
         messages.success(request, f"Tagged {jid} with {tag}.")
+    elif tag not in job.tags:
+        messages.info(request, f"Job {jid} has no tag {tag}: nothing to remove.")
     else:
         job.untag(tag)
         messages.success(request, f"Removed tag {tag} from {jid}.")
@@ -216,6 +290,10 @@ def job_undepend(request: HttpRequest, jid: str) -> HttpResponse:
     form = UndependForm(request.POST)
     if not form.is_valid():
         messages.error(request, first_error(form))
+        return _back(request, jid)
+    if form.cleaned_data["dependency"] not in job.dependencies:
+        messages.info(request, f"Job {jid} does not wait for {form.cleaned_data['dependency']}: "
+                               "nothing to remove.")
         return _back(request, jid)
     job.undepend(form.cleaned_data["dependency"])
     messages.success(request, f"Job {jid} no longer waits for {form.cleaned_data['dependency']}.")

@@ -65,9 +65,14 @@ def recurring_detail(request: HttpRequest, jid: str) -> HttpResponse:
             messages.error(request, first_error(form))
             return redirect_back(request, qurl(request, "recurring_detail", jid))
         cleaned = form.cleaned_data
+        old, new = set(job.tags or ()), set(cleaned["tags"])
+        if ((job.priority, float(job.interval), job.retries, old)
+                == (cleaned["priority"], float(cleaned["interval"]), cleaned["retries"], new)):
+            messages.info(request, f"Recurring job {jid} already has these settings: nothing "
+                                   "changed.")
+            return redirect_back(request, qurl(request, "recurring_detail", jid))
         job.update(priority=cleaned["priority"], interval=cleaned["interval"],
                    retries=cleaned["retries"])
-        old, new = set(job.tags or ()), set(cleaned["tags"])
         if new - old:
             job.tag(*sorted(new - old))
         if old - new:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
@@ -41,6 +43,12 @@ def start_failing(request: HttpRequest) -> HttpResponse:
     """Enqueue a job that fails after its retries."""
     jobs.flaky_upload.enqueue(request.POST.get("name") or "cat.png")
     return redirect("demo:index")
+
+
+@require_GET
+def instance(request: HttpRequest) -> HttpResponse:
+    """Return the token `make demo` gave this server, so it knows it reached its own one."""
+    return HttpResponse(os.environ.get("DEMO_INSTANCE", ""), content_type="text/plain")
 
 
 @require_GET

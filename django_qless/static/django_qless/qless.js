@@ -32,6 +32,14 @@
     });
   }
 
+  function pathPart(value) {
+    // Escape a URL path argument exactly as Django's reverse() does, so a refreshed link is
+    // identical to the server-rendered one (reverse leaves $&+,;=/:@ as they are).
+    return encodeURIComponent(value).replace(/%(24|26|2B|2C|3B|3D|2F|3A|40)/g, function (m) {
+      return decodeURIComponent(m);
+    });
+  }
+
   function fillRow(template, item) {
     var frag = template.content.cloneNode(true);
     frag.querySelectorAll("[data-field]").forEach(function (el) {
@@ -40,15 +48,35 @@
     frag.querySelectorAll("[data-href]").forEach(function (el) {
       var value = item[el.getAttribute("data-href-field")];
       if (value === null || value === undefined || value === "") {
-        el.removeAttribute("href");
+        el.remove();  // the page renders no link for an empty value
       } else {
         el.setAttribute("href", el.getAttribute("data-href").replace(
-          "__qv__", encodeURIComponent(String(value))));
+          "__qv__", pathPart(String(value))));
+        el.removeAttribute("data-href");
+        el.removeAttribute("data-href-field");
       }
+    });
+    frag.querySelectorAll("[data-attr-field]").forEach(function (el) {
+      var name = el.getAttribute("data-attr-name") || "";
+      var value = item[el.getAttribute("data-attr-field")];
+      if (/^data-[a-z-]+$/.test(name) && value !== null && value !== undefined) {
+        el.setAttribute(name, show(value));
+      }
+      el.removeAttribute("data-attr-name");
+      el.removeAttribute("data-attr-field");
+    });
+    frag.querySelectorAll("[data-flag-field]").forEach(function (el) {
+      var cls = el.getAttribute("data-flag-class") || "";
+      if (item[el.getAttribute("data-flag-field")] === true && /^[a-z-]+$/.test(cls)) {
+        el.classList.add(cls);
+      }
+      el.removeAttribute("data-flag-field");
+      el.removeAttribute("data-flag-class");
     });
     frag.querySelectorAll(".qless-state[data-field]").forEach(function (el) {
       if (/^[a-z-]+$/.test(el.textContent)) { el.classList.add("qless-state-" + el.textContent); }
     });
+    frag.querySelectorAll("[data-field]").forEach(function (el) { el.removeAttribute("data-field"); });
     return frag;
   }
 
@@ -62,7 +90,38 @@
     return tr;
   }
 
+  function typing(container) {
+    var el = document.activeElement;
+    return !!el && container.contains(el) && /^(INPUT|TEXTAREA|SELECT)$/.test(el.tagName);
+  }
+
+  function reloadBlock(container) {
+    // The job page: re-read the rendered block once, so every part of it agrees.
+    if (typing(container)) { return null; }  // never under the user's cursor; next poll
+    return fetch(container.getAttribute("data-live-page"), {
+      credentials: "same-origin",
+      headers: {"Accept": "text/html"},
+      cache: "no-store"
+    }).then(function (response) {
+      if (response.status === 404) { window.location.reload(); return; }
+      if (!response.ok) { throw new Error("HTTP " + response.status); }
+      return response.text().then(function (html) {
+        // An inert document: the server's escaped HTML, nothing runs while parsing it.
+        var doc = new DOMParser().parseFromString(html, "text/html");
+        var fresh = container.id ? doc.getElementById(container.id) : null;
+        if (!fresh) { window.location.reload(); return; }
+        fresh = document.importNode(fresh, true);
+        container.replaceWith(fresh);
+        containers[containers.indexOf(container)] = fresh;
+      });
+    });
+  }
+
   function apply(container, payload) {
+    if (container.hasAttribute("data-live-version")) {
+      if (payload.version === container.getAttribute("data-live-version")) { return null; }
+      return reloadBlock(container);
+    }
     owned(container, "[data-live-text]").forEach(function (el) {
       var value = lookup(payload, el.getAttribute("data-live-text"));
       if (value !== undefined) { el.textContent = show(value); }
@@ -77,7 +136,9 @@
       if (body.getAttribute("data-live-signature") === signature) { return; }
       body.setAttribute("data-live-signature", signature);
       while (body.firstChild) { body.removeChild(body.firstChild); }
-      if (items.length === 0) { body.appendChild(emptyRow(template, "Nothing here.")); }
+      if (items.length === 0) {
+        body.appendChild(emptyRow(template, body.getAttribute("data-live-empty") || "Nothing here."));
+      }
       items.forEach(function (item) { body.appendChild(fillRow(template, item)); });
     });
   }
@@ -95,9 +156,13 @@
         headers: {"Accept": "application/json"},
         cache: "no-store"
       }).then(function (response) {
+        if (response.status === 404 && container.hasAttribute("data-live-page")) {
+          window.location.reload();  // the job is gone: show the page saying so
+          return null;
+        }
         if (!response.ok) { throw new Error("HTTP " + response.status); }
         return response.json();
-      }).then(function (payload) { apply(container, payload); });
+      }).then(function (payload) { return payload === null ? null : apply(container, payload); });
     });
     Promise.all(pending).then(function () {
       failures = 0;
