@@ -65,7 +65,7 @@ def _detached_client() -> Client:
 
         _DETACHED = Client(redis.Redis(unix_socket_path="/nonexistent/django-qless-detached",
                                        decode_responses=True),
-                           worker_name="test-worker", clock=time.time)
+                           worker_name="test-worker", _clock=time.time)
     return _DETACHED
 
 

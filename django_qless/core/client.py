@@ -21,7 +21,6 @@ from .exceptions import InvalidArgument, QlessConnectionError, QlessError, error
 from .hotpath import WorkerCalls
 from .invoke import Invoker
 from .jobs import Jobs
-from .lua import library_text, script_sha, script_text
 from .pool import make_redis, send
 from .queue import Queues
 from .serialization import (
@@ -69,24 +68,30 @@ class Client(WorkerCalls):
         url_or_redis: str | redis.Redis = "redis://localhost:6379/0",
         *,
         worker_name: str | None = None,
-        clock: Callable[[], float] | None = None,
         socket_timeout: float | None = None,
         engine: str | None = None,
+        _clock: Callable[[], float] | None = None,
     ) -> None:
+        """Connect to `url_or_redis` (a URL or a redis.Redis, shared if it decodes replies).
+
+        `_clock` is a testing hook, not API: the client sends that clock's time and calls the
+        engine variant that takes it as given, so a test can move time. Without it the engine
+        judges leases by the Redis server's clock whatever a caller sends (docs/engine.md).
+        """
         self._redis = make_redis(url_or_redis, socket_timeout)
         self._owns_pool = self._redis is not url_or_redis
         self._worker_name = None if worker_name is None else check_worker(worker_name)
         self._default_name = ""
         self._name_pid = -1
         self.server_clock = ServerClock(self.server_time)
-        self._clock: Callable[[], float] = clock if clock is not None else self.server_clock
-        self._sha = script_sha()
+        self._clock: Callable[[], float] = _clock if _clock is not None else self.server_clock
         self._script_loaded = False
         self._pinned: tuple[int, int, Any] | None = None
         self._side: SideConnection | None = None
         self._checked_queues: dict[tuple[str, ...], tuple[str, ...]] = {}
         # auto: FCALL our function library (Redis 7+), EVALSHA where FCALL is unknown or denied.
-        self._engine = Invoker(engine or os.environ.get("QLESS_ENGINE_CALL", "auto"))
+        self._engine = Invoker(engine or os.environ.get("QLESS_ENGINE_CALL", "auto"),
+                               caller_time=_clock is not None)
         self.queues = Queues(self)
         self.jobs = Jobs(self)
         self.workers = Workers(self)
@@ -114,7 +119,7 @@ class Client(WorkerCalls):
         return self._default_name
 
     def now(self) -> float:
-        """Return the time sent to the engine: the server clock, or the injected clock."""
+        """Return the time sent to the engine: the server clock (or the testing hook's)."""
         return float(self._clock())
 
     def close(self) -> None:
@@ -218,17 +223,19 @@ class Client(WorkerCalls):
     def load_script(self) -> str:
         """Load the engine into the server's script cache; return its sha."""
         try:
-            sha = str(self._execute(("SCRIPT", "LOAD", script_text())))
+            sha = str(self._execute(("SCRIPT", "LOAD", self._engine.script())))
         except redis.ResponseError as exc:
             raise error_from_reply(exc) from exc
         except _TRANSPORT_ERRORS as exc:
             # SCRIPT LOAD is idempotent, so one retry is safe.
             try:
-                sha = str(self._execute(("SCRIPT", "LOAD", script_text())))
+                sha = str(self._execute(("SCRIPT", "LOAD", self._engine.script())))
             except _TRANSPORT_ERRORS as again:
                 raise _connection_error(again) from exc
-        if sha != self._sha:
-            raise QlessError(f"server computed sha {sha} for the script, expected {self._sha}")
+        if sha != self._engine.sha:
+            raise QlessError(
+                f"server computed sha {sha} for the script, expected {self._engine.sha}"
+            )
         self._script_loaded = True
         return sha
 
@@ -244,7 +251,7 @@ class Client(WorkerCalls):
             self.load_script()
             return
         try:
-            self._execute(("FUNCTION", "LOAD", library_text()))
+            self._execute(("FUNCTION", "LOAD", self._engine.library()))
         except redis.ResponseError as exc:
             if "already exists" in str(exc):
                 pass  # another client loaded this same version first
@@ -283,7 +290,7 @@ class Client(WorkerCalls):
                     raise
                 # Flushed again between our load and the call (a flush storm): EVAL sends
                 # the text itself, so it cannot miss. Safe: a missing engine means nothing ran.
-                return self._execute(("EVAL", script_text(), 0, *argv))
+                return self._execute(("EVAL", engine.script(), 0, *argv))
         except redis.ResponseError as exc:
             raise error_from_reply(exc) from exc
         except _TRANSPORT_ERRORS as exc:
