@@ -21,7 +21,7 @@ from .exceptions import InvalidArgument, QlessConnectionError, QlessError, error
 from .hotpath import WorkerCalls
 from .invoke import Invoker
 from .jobs import Jobs
-from .pool import make_redis, send
+from .pool import make_redis, send, send_checked
 from .queue import Queues
 from .serialization import (
     check_jid,
@@ -87,6 +87,7 @@ class Client(WorkerCalls):
         self._clock: Callable[[], float] = _clock if _clock is not None else self.server_clock
         self._script_loaded = False
         self._pinned: tuple[int, int, Any] | None = None
+        self._pinned_used = 0.0  # when the pinned connection last sent (monotonic)
         self._side: SideConnection | None = None
         self._checked_queues: dict[tuple[str, ...], tuple[str, ...]] = {}
         # auto: FCALL our function library (Redis 7+), EVALSHA where FCALL is unknown or denied.
@@ -159,7 +160,9 @@ class Client(WorkerCalls):
 
         The first thread to call keeps one pooled connection for itself (redis-py's pool
         get/release costs ~5 µs a call, as much as the engine's own work on a cheap command);
-        other threads, and every call after a transport error, go through the pool.
+        other threads, and every call after a transport error, go through the pool. The kept
+        connection is checked before use when it sat idle, as the pool checks the ones it
+        hands out, so the first call after a Redis restart does not fail on a dead socket.
         """
         pinned = self._pinned
         if pinned is not None and pinned[1] != os.getpid():
@@ -172,7 +175,7 @@ class Client(WorkerCalls):
             conn = self._redis.connection_pool.get_connection()
             self._pinned = (threading.get_ident(), os.getpid(), conn)
         try:
-            send(conn, args)
+            self._pinned_used = send_checked(conn, args, self._pinned_used)
             return conn.read_response()
         except redis.ResponseError:
             raise  # an error reply: the connection is fine
