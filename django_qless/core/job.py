@@ -297,8 +297,12 @@ class Job:
 
     def heartbeat(self) -> float:
         """Renew the lock; return the new expiry (epoch seconds)."""
+        return self._heartbeat(self._data_changed())
+
+    def _heartbeat(self, send_data: bool) -> float:
+        """Renew the lock, sending the changed data along if `send_data`."""
         args = [self.jid, self._worker_arg()]
-        if self._data_changed():
+        if send_data:
             args.append(self._data_text())
         self._expires = float(self.client.call("heartbeat", *args))
         return self._expires

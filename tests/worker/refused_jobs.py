@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from django_qless.core.job import Job
 from django_qless.core.registry import register
 from tests.worker.jobs import note
@@ -43,3 +45,11 @@ def stolen(job: Job) -> None:
     """Have the job's lock pass to another worker behind this one's back, then return."""
     note(job, "started")
     job.client.redis.hset(f"ql:j:{job.jid}", "worker", "someone-else")
+
+
+@register()
+def setty_long(job: Job) -> None:
+    """Put a set in the data, then run for several lease lifetimes and return."""
+    note(job, "started")
+    job.data["seen"] = {1}
+    time.sleep(float(job.data["seconds"]))

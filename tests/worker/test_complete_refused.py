@@ -118,3 +118,19 @@ def test_a_lost_lock_is_still_treated_as_lost(client: Client, start_worker: Any)
     job = client.jobs[jid]
     assert (job.state, job.worker_name, job.failure) == ("running", "someone-else", None)
     assert "complete refused, lock lost" in worker.stderr()
+
+
+def test_data_that_cannot_be_stored_does_not_cost_a_long_job_its_lease(
+    client: Client, start_worker: Any
+) -> None:
+    """Heartbeats renew the lock without the changes they cannot send; the job runs once."""
+    client.config["heartbeat"] = 1
+    client.config["grace-period"] = 0
+    jid = client.queues["q"].put("tests.worker.refused_jobs.setty_long", {"seconds": 4})
+    # A second child and the supervisor's reaper would take the job over once its lease ran out.
+    worker = start_worker("q", "-n", "2", *IMPORT)
+    wait_until(lambda: settled(client, [jid]), timeout=30)
+    worker.signal(signal.SIGQUIT)
+    assert worker.wait(timeout=30) == 0
+    assert_failed_once(client, jid, "data['seen'] is not JSON-serialisable: set",
+                       {"seconds": 4})
