@@ -307,7 +307,10 @@ class Client(WorkerCalls):
         return self._invoke((command, repr(self.now()), *map(_arg, args)))
 
     def call_at(self, now: float, command: str, *args: Any) -> Any:
-        """Run an engine command at the time `now` (epoch seconds); return the raw reply."""
+        """Run an engine command at the time `now` (epoch seconds); return the raw reply.
+
+        The engine uses its own clock instead when `now` is more than a second away from it.
+        """
         return self._invoke((command, repr(float(now)), *map(_arg, args)))
 
     def call_replayable(self, command: str, *args: Any) -> Any:
