@@ -19,7 +19,7 @@ from .config import Config
 from .deferred import SideConnection
 from .exceptions import InvalidArgument, QlessConnectionError, QlessError, error_from_reply
 from .hotpath import WorkerCalls
-from .invoke import Invoker
+from .invoke import READ_ONLY_COMMANDS, Invoker
 from .jobs import Jobs
 from .pool import make_redis, send, send_checked
 from .queue import Queues
@@ -72,12 +72,8 @@ class Client(WorkerCalls):
         engine: str | None = None,
         _clock: Callable[[], float] | None = None,
     ) -> None:
-        """Connect to `url_or_redis` (a URL or a redis.Redis, shared if it decodes replies).
-
-        `_clock` is a testing hook, not API: the client sends that clock's time and calls the
-        engine variant that takes it as given, so a test can move time. Without it the engine
-        judges leases by the Redis server's clock whatever a caller sends (docs/engine.md).
-        """
+        """Connect to `url_or_redis`. `_clock` is a testing hook, not API: the client sends its
+        time to an engine variant that takes it as given (docs/engine.md, "Server clock")."""
         self._redis = make_redis(url_or_redis, socket_timeout)
         self._owns_pool = self._redis is not url_or_redis
         self._worker_name = None if worker_name is None else check_worker(worker_name)
@@ -303,14 +299,19 @@ class Client(WorkerCalls):
             raise InvalidArgument(f"argument is not valid UTF-8 text: {exc.reason}") from None
 
     def call(self, command: str, *args: Any) -> Any:
-        """Run an engine command with the current time; return the raw reply."""
-        return self._invoke((command, repr(self.now()), *map(_arg, args)))
+        """Run an engine command with the current time; return the raw reply.
+
+        A command that only reads is sent once more after a transport error: it changed
+        nothing, whether or not it ran.
+        """
+        argv = (command, repr(self.now()), *map(_arg, args))
+        if command in READ_ONLY_COMMANDS:
+            return self._invoke_twice(argv)
+        return self._invoke(argv)
 
     def call_at(self, now: float, command: str, *args: Any) -> Any:
-        """Run an engine command at the time `now` (epoch seconds); return the raw reply.
-
-        The engine uses its own clock instead when `now` is more than a second away from it.
-        """
+        """Run an engine command at `now` (epoch seconds; the engine uses its own clock if
+        that is more than a second away); return the raw reply."""
         return self._invoke((command, repr(float(now)), *map(_arg, args)))
 
     def call_replayable(self, command: str, *args: Any) -> Any:
@@ -320,7 +321,10 @@ class Client(WorkerCalls):
         of acting again (or being refused). A second transport error is raised: the outcome
         is then unknown to the caller, though the engine applied the call at most once.
         """
-        argv = (command, repr(self.now()), *map(_arg, args))
+        return self._invoke_twice((command, repr(self.now()), *map(_arg, args)))
+
+    def _invoke_twice(self, argv: Sequence[str]) -> Any:
+        """Call the engine; after a transport error, send the identical call once more."""
         try:
             return self._invoke(argv)
         except QlessConnectionError:

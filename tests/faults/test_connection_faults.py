@@ -171,3 +171,13 @@ def test_a_connection_closed_by_the_server_while_idle_is_replaced(tcp_redis, rco
     q.put("K", {})
     assert q.length == 2
     client.close()
+
+
+def test_a_read_whose_reply_was_lost_is_sent_again(tcp_redis, rconn, proxy):
+    """Engine reads change nothing, so a lost reply is answered by a second try."""
+    client = Client(proxy.url, worker_name="w")
+    jid = client.queues["q"].put("K", {"n": 1})
+    proxy.drop_reply_to = b"\r\nget\r\n"
+    assert client.jobs[jid].data == {"n": 1}
+    assert proxy.dropped == 1
+    client.close()
