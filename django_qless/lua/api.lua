@@ -72,6 +72,9 @@ local function main(keys, argv)
     error('Arg "now" missing or not a number: ' .. tostring(raw_now))
   end
   if not CALLER_TIME then
+    -- Writes after TIME need effects replication: the default since Redis 5, asked for anyway
+    -- (a 6.2 server may run with lua-replicate-commands off; later versions ignore this).
+    if redis.replicate_commands then redis.replicate_commands() end
     local t = redis.call('TIME')
     local server = t[1] + t[2] / 1000000
     if now > server + SKEW or now < server - SKEW then

@@ -9,6 +9,8 @@ from __future__ import annotations
 import pytest
 import redis
 
+from django_qless.core.client import Client
+from django_qless.core.server import RedisServer
 from tests.core.conftest import Lua
 
 __all__: list[str] = []
@@ -66,3 +68,18 @@ def test_a_caller_within_a_second_keeps_its_time(shipped: Lua, r: redis.Redis) -
     t = server_now(r) + 0.5
     shipped("put", t, "w", "q", "jid", "klass", {}, 0)
     assert float(r.hget("ql:j:jid", "time") or 0) == pytest.approx(t, abs=1e-6)
+
+
+def test_writes_after_reading_the_clock_work_without_effects_replication(
+    redis_server: RedisServer, redis_version_info: tuple[int, ...]
+) -> None:
+    """A 6.2 server set to replicate scripts verbatim still runs every command."""
+    if redis_version_info[0] >= 7:
+        pytest.skip("Redis 7 always replicates scripts by their effects")
+    with RedisServer(redis_server.binary,
+                     extra_args=["--lua-replicate-commands", "no"]) as server:
+        with Client(server.url, worker_name="w") as client:
+            jid = client.queues["q"].put("K", {})
+            job = client.queues["q"].pop()
+            assert job is not None and job.jid == jid
+            assert job.complete() == "complete"
