@@ -62,7 +62,7 @@ def _detached_client() -> Client:
     global _DETACHED
     if _DETACHED is None:
         _DETACHED = Client("unix:///nonexistent/django-qless-detached",
-                           worker_name="test-worker", clock=time.time)
+                           worker_name="test-worker", _clock=time.time)
     return _DETACHED
 
 

@@ -19,10 +19,9 @@ from .config import Config
 from .deferred import SideConnection
 from .exceptions import InvalidArgument, QlessConnectionError, QlessError, error_from_reply
 from .hotpath import WorkerCalls
-from .invoke import Invoker
+from .invoke import READ_ONLY_COMMANDS, Invoker
 from .jobs import Jobs
-from .lua import library_text, script_sha, script_text
-from .pool import make_redis, send
+from .pool import make_redis, send, send_checked
 from .queues import Queues
 from .serialization import (
     check_jid,
@@ -69,24 +68,27 @@ class Client(WorkerCalls):
         url_or_redis: str | redis.Redis = "redis://localhost:6379/0",
         *,
         worker_name: str | None = None,
-        clock: Callable[[], float] | None = None,
         socket_timeout: float | None = None,
         engine: str | None = None,
+        _clock: Callable[[], float] | None = None,
     ) -> None:
+        """Connect to `url_or_redis`. `_clock` is a testing hook, not API: the client sends its
+        time to an engine variant that takes it as given (docs/engine.md, "Server clock")."""
         self._redis = make_redis(url_or_redis, socket_timeout)
         self._owns_pool = self._redis is not url_or_redis
         self._worker_name = None if worker_name is None else check_worker(worker_name)
         self._default_name = ""
         self._name_pid = -1
         self.server_clock = ServerClock(self.server_time)
-        self._clock: Callable[[], float] = clock if clock is not None else self.server_clock
-        self._sha = script_sha()
+        self._clock: Callable[[], float] = _clock if _clock is not None else self.server_clock
         self._script_loaded = False
         self._pinned: tuple[int, int, Any] | None = None
+        self._pinned_used = 0.0  # when the pinned connection last sent (monotonic)
         self._side: SideConnection | None = None
         self._checked_queues: dict[tuple[str, ...], tuple[str, ...]] = {}
         # auto: FCALL our function library (Redis 7+), EVALSHA where FCALL is unknown or denied.
-        self._engine = Invoker(engine or os.environ.get("QLESS_ENGINE_CALL", "auto"))
+        self._engine = Invoker(engine or os.environ.get("QLESS_ENGINE_CALL", "auto"),
+                               caller_time=_clock is not None)
         self.queues = Queues(self)
         self.jobs = Jobs(self)
         self.workers = Workers(self)
@@ -114,7 +116,7 @@ class Client(WorkerCalls):
         return self._default_name
 
     def now(self) -> float:
-        """Return the time sent to the engine: the server clock, or the injected clock."""
+        """Return the time sent to the engine: the server clock (or the testing hook's)."""
         return float(self._clock())
 
     def close(self, *, shared: bool = False) -> None:
@@ -154,7 +156,9 @@ class Client(WorkerCalls):
 
         The first thread to call keeps one pooled connection for itself (redis-py's pool
         get/release costs ~5 µs a call, as much as the engine's own work on a cheap command);
-        other threads, and every call after a transport error, go through the pool.
+        other threads, and every call after a transport error, go through the pool. The kept
+        connection is checked before use when it sat idle, as the pool checks the ones it
+        hands out, so the first call after a Redis restart does not fail on a dead socket.
         """
         pinned = self._pinned
         if pinned is not None and pinned[1] != os.getpid():
@@ -167,7 +171,7 @@ class Client(WorkerCalls):
             conn = self._redis.connection_pool.get_connection()
             self._pinned = (threading.get_ident(), os.getpid(), conn)
         try:
-            send(conn, args)
+            self._pinned_used = send_checked(conn, args, self._pinned_used)
             return conn.read_response()
         except redis.ResponseError:
             raise  # an error reply: the connection is fine
@@ -218,17 +222,19 @@ class Client(WorkerCalls):
     def load_script(self) -> str:
         """Load the engine into the server's script cache; return its sha."""
         try:
-            sha = str(self._execute(("SCRIPT", "LOAD", script_text())))
+            sha = str(self._execute(("SCRIPT", "LOAD", self._engine.script())))
         except redis.ResponseError as exc:
             raise error_from_reply(exc) from exc
         except _TRANSPORT_ERRORS as exc:
             # SCRIPT LOAD is idempotent, so one retry is safe.
             try:
-                sha = str(self._execute(("SCRIPT", "LOAD", script_text())))
+                sha = str(self._execute(("SCRIPT", "LOAD", self._engine.script())))
             except _TRANSPORT_ERRORS as again:
                 raise _connection_error(again) from exc
-        if sha != self._sha:
-            raise QlessError(f"server computed sha {sha} for the script, expected {self._sha}")
+        if sha != self._engine.sha:
+            raise QlessError(
+                f"server computed sha {sha} for the script, expected {self._engine.sha}"
+            )
         self._script_loaded = True
         return sha
 
@@ -244,7 +250,7 @@ class Client(WorkerCalls):
             self.load_script()
             return
         try:
-            self._execute(("FUNCTION", "LOAD", library_text()))
+            self._execute(("FUNCTION", "LOAD", self._engine.library()))
         except redis.ResponseError as exc:
             if "already exists" in str(exc):
                 pass  # another client loaded this same version first
@@ -283,7 +289,7 @@ class Client(WorkerCalls):
                     raise
                 # Flushed again between our load and the call (a flush storm): EVAL sends
                 # the text itself, so it cannot miss. Safe: a missing engine means nothing ran.
-                return self._execute(("EVAL", script_text(), 0, *argv))
+                return self._execute(("EVAL", engine.script(), 0, *argv))
         except redis.ResponseError as exc:
             raise error_from_reply(exc) from exc
         except _TRANSPORT_ERRORS as exc:
@@ -293,11 +299,19 @@ class Client(WorkerCalls):
             raise InvalidArgument(f"argument is not valid UTF-8 text: {exc.reason}") from None
 
     def call(self, command: str, *args: Any) -> Any:
-        """Run an engine command with the current time; return the raw reply."""
-        return self._invoke((command, repr(self.now()), *map(_arg, args)))
+        """Run an engine command with the current time; return the raw reply.
+
+        A command that only reads is sent once more after a transport error: it changed
+        nothing, whether or not it ran.
+        """
+        argv = (command, repr(self.now()), *map(_arg, args))
+        if command in READ_ONLY_COMMANDS:
+            return self._invoke_twice(argv)
+        return self._invoke(argv)
 
     def call_at(self, now: float, command: str, *args: Any) -> Any:
-        """Run an engine command at the time `now` (epoch seconds); return the raw reply."""
+        """Run an engine command at `now` (epoch seconds; the engine uses its own clock if
+        that is more than a second away); return the raw reply."""
         return self._invoke((command, repr(float(now)), *map(_arg, args)))
 
     def call_replayable(self, command: str, *args: Any) -> Any:
@@ -307,7 +321,10 @@ class Client(WorkerCalls):
         of acting again (or being refused). A second transport error is raised: the outcome
         is then unknown to the caller, though the engine applied the call at most once.
         """
-        argv = (command, repr(self.now()), *map(_arg, args))
+        return self._invoke_twice((command, repr(self.now()), *map(_arg, args)))
+
+    def _invoke_twice(self, argv: Sequence[str]) -> Any:
+        """Call the engine; after a transport error, send the identical call once more."""
         try:
             return self._invoke(argv)
         except QlessConnectionError:

@@ -14,7 +14,7 @@ import redis
 from redis.exceptions import NoScriptError
 
 from .exceptions import InvalidArgument
-from .lua import function_name, script_sha
+from .lua import function_name, library_text, script_sha, script_text
 
 __all__ = ["Invoker", "READ_ONLY_COMMANDS"]
 
@@ -35,17 +35,31 @@ def _fcall_refused(text: str) -> bool:
 class Invoker:
     """Build engine commands for one server and recognise "engine not loaded" replies."""
 
-    __slots__ = ("mode", "_sha", "_fn", "_fn_ro")
+    __slots__ = ("mode", "caller_time", "_sha", "_fn", "_fn_ro")
 
-    def __init__(self, mode: str = "auto") -> None:
+    def __init__(self, mode: str = "auto", *, caller_time: bool = False) -> None:
         if mode not in ("auto", "function", "script"):
             raise InvalidArgument(
                 f"engine call mode must be auto, function or script, got {mode!r}"
             )
         self.mode = mode
-        self._sha = script_sha()
-        self._fn = function_name()
+        self.caller_time = caller_time  # the testing variant (core/lua.py)
+        self._sha = script_sha(caller_time)
+        self._fn = function_name(caller_time)
         self._fn_ro = f"{self._fn}_ro"
+
+    @property
+    def sha(self) -> str:
+        """Return the SHA1 of the script this invoker calls."""
+        return self._sha
+
+    def script(self) -> str:
+        """Return the script text this invoker calls."""
+        return script_text(self.caller_time)
+
+    def library(self) -> str:
+        """Return the function library this invoker calls."""
+        return library_text(self.caller_time)
 
     def command(self, argv: Sequence[Any]) -> tuple[Any, ...]:
         """Return the Redis command running the engine with `argv` (command, now, args)."""

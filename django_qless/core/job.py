@@ -236,6 +236,10 @@ class Job:
             self._raw = dumps_data(self._data)
         return self._raw
 
+    def _drop_data_changes(self) -> None:
+        """Forget changes made to the decoded data; the stored text is sent from now on."""
+        self._data = None
+
     def _released(self, state: str, queue: str) -> None:
         """Record locally that the job is no longer held by anyone."""
         self._state = state
@@ -269,7 +273,9 @@ class Job:
         check_text("group", group, 256)
         if not isinstance(message, str):
             raise InvalidArgument(f"message must be a string, got {type(message).__name__}")
-        args = [self.jid, self._worker_arg(), group, message, self._data_text(), self.attempt_token]
+        # Unchanged data is not sent: '' keeps what the engine stores.
+        data = self._data_text() if self._data_changed() else ""
+        args = [self.jid, self._worker_arg(), group, message, data, self.attempt_token]
         result: str = self.client.call_replayable("fail", *args)
         self._released("failed", self._queue)
         return result
@@ -296,8 +302,12 @@ class Job:
 
     def heartbeat(self) -> float:
         """Renew the lock; return the new expiry (epoch seconds)."""
+        return self._heartbeat(self._data_changed())
+
+    def _heartbeat(self, send_data: bool) -> float:
+        """Renew the lock, sending the changed data along if `send_data`."""
         args = [self.jid, self._worker_arg()]
-        if self._data_changed():
+        if send_data:
             args.append(self._data_text())
         self._expires = float(self.client.call("heartbeat", *args))
         return self._expires

@@ -36,44 +36,57 @@ MANIFEST: tuple[str, ...] = (
 )
 
 
+_SERVER_TIME = "local CALLER_TIME = false\n"
+
+
 @cache
-def script_text() -> str:
-    """Return the assembled script (cached per process)."""
+def script_text(caller_time: bool = False) -> str:
+    """Return the assembled script (cached per process).
+
+    `caller_time` builds the testing variant that takes every caller's `now` as given instead
+    of bounding it by the server's clock, so tests can move time; it is never used otherwise.
+    """
     package = resources.files("django_qless") / "lua"
     parts = []
     for name in MANIFEST:
         source = (package / name).read_text(encoding="utf-8")
         parts.append(f"-- ==== {name} ====\n{source.rstrip()}\n")
-    return "\n".join(parts)
+    text = "\n".join(parts)
+    if caller_time:
+        if text.count(_SERVER_TIME) != 1:
+            raise AssertionError("api.lua must set CALLER_TIME = false once")
+        text = text.replace(_SERVER_TIME, "local CALLER_TIME = true\n")
+    return text
 
 
 @cache
-def script_sha() -> str:
+def script_sha(caller_time: bool = False) -> str:
     """Return the SHA1 that Redis will use for the assembled script."""
-    return hashlib.sha1(script_text().encode("utf-8")).hexdigest()  # noqa: S324 - Redis's id
+    text = script_text(caller_time).encode("utf-8")
+    return hashlib.sha1(text).hexdigest()  # noqa: S324 - Redis's id
 
 
 _ENTRY = "return main(KEYS, ARGV)\n"
 
 
 @cache
-def function_name() -> str:
+def function_name(caller_time: bool = False) -> str:
     """Return the name of the engine's Redis function (one per engine version)."""
-    return f"djqless_{script_sha()[:16]}"
+    return f"djqless_{script_sha(caller_time)[:16]}"
 
 
 @cache
-def library_text() -> str:
+def library_text(caller_time: bool = False) -> str:
     """Return the engine as a Redis 7 function library.
 
     It registers `<name>` and `<name>_ro` (flag no-writes, still callable at maxmemory) with
     the EVAL protocol's arguments. The body runs on the first call, not at FUNCTION LOAD,
     because Redis exposes only `redis.register_function` while a library loads.
     """
-    text = script_text()
+    text = script_text(caller_time)
     if not text.endswith(_ENTRY):
         raise AssertionError("api.lua must end with the EVAL entry point")
-    name = function_name()
+    name = function_name(caller_time)
     return (
         f"#!lua name={name}\n"
         "local function build()\n"

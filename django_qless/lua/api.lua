@@ -29,6 +29,15 @@ queue.throttle.get=throttle,throttle_cmds recur=recur recur.get=recur recur.upda
 recur.tag=recur recur.untag=recur unrecur=recur
 ]]
 
+-- Leases are judged by the Redis server's clock: a caller's `now` more than SKEW seconds away
+-- from `TIME` is replaced by it, so a client whose clock is off can neither take a lease that
+-- is still valid nor set expiries in the past. (Our client sends the server's time already;
+-- stock clients send their own.) A caller within SKEW keeps its `now`, so pipelined calls keep
+-- their staggered order. core/lua.py builds a variant with CALLER_TIME = true for tests, which
+-- move time by the `now` they pass, as the qless protocol allows.
+local CALLER_TIME = false
+local SKEW = 1
+
 -- command -> its modules, filled as commands are first seen (as a Redis 7 function this table
 -- lives across calls, so a known command costs one lookup; only routes found are stored).
 local route_of = {}
@@ -61,6 +70,17 @@ local function main(keys, argv)
   Q.now = now
   if now == nil or now ~= now or now == math.huge or now < 0 then
     error('Arg "now" missing or not a number: ' .. tostring(raw_now))
+  end
+  if not CALLER_TIME then
+    -- Writes after TIME need effects replication: the default since Redis 5, asked for anyway
+    -- (a 6.2 server may run with lua-replicate-commands off; later versions ignore this).
+    if redis.replicate_commands then redis.replicate_commands() end
+    local t = redis.call('TIME')
+    local server = t[1] + t[2] / 1000000
+    if now > server + SKEW or now < server - SKEW then
+      now = server
+      Q.now, Q.now_text = now, nil
+    end
   end
   Q.need(mods)
   local entry = Q.commands[command]

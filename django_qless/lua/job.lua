@@ -130,7 +130,9 @@ Q.mod.job = function()
     local worker = Q.worker(args[2])
     local group = Q.group(args[3])
     local message = Q.message(args[4], true)
-    local data = args[5] and Q.data(args[5]) or nil
+    -- Extension: empty data keeps the stored data (a client needs a placeholder before the
+    -- token; stock clients never send '', which qless-core refuses as not JSON).
+    local data = args[5] ~= nil and args[5] ~= '' and Q.data(args[5]) or nil
     local token = Q.token(args[6])
     local h = Q.read(jid, FAIL_FIELDS)
     if not h then Q.fail('Job ' .. jid .. ' does not exist') end

@@ -181,6 +181,24 @@ Q.mod.pop = function()
     end
   end
 
+  -- Work-set scores that put recovered jobs (`selected`, in recovery order) ahead of every
+  -- waiting job, first recovered first. One rule for both recoveries: a pop hands the jobs
+  -- `invalidate` selects out before it looks at the work set, and the reaper, which has no
+  -- worker to hand them to, queues them where that pop would have taken them. Timed-out
+  -- (stalled) jobs keep their +inf score ahead of them.
+  local function front_scores(queue, selected, now)
+    local head = rcall('ZREVRANGEBYSCORE', Q.kq(queue, 'work'), '(+inf', '-inf',
+      'WITHSCORES', 'LIMIT', 0, 1)
+    local top = tonumber(head[2])
+    local scores = {}
+    for i = #selected, 1, -1 do
+      local own = Q.score(tonumber(selected[i][2].priority) or 0, now)
+      top = top and math.max(top + 1, own) or own
+      scores[i] = top
+    end
+    return scores
+  end
+
   -- Take up to `count` jobs from one queue for `worker`; appends job objects to `out`.
   -- Returns the number taken. `lean` job objects omit history and dependency sets.
   function Q.pop_queue(now, queue, worker, count, lean, out)
@@ -325,10 +343,11 @@ Q.mod.pop = function()
         Q.pop_config({ queue })
         local selected = {}
         invalidate(now, queue, REAP_LIMIT, selected, out)
-        for _, item in ipairs(selected) do
+        local scores = front_scores(queue, selected, now)
+        for i, item in ipairs(selected) do
           local jid, h = item[1], item[2]
           rcall('ZREM', locks, jid)
-          rcall('ZADD', Q.kq(queue, 'work'), Q.score(tonumber(h.priority) or 0, now), jid)
+          rcall('ZADD', Q.kq(queue, 'work'), scores[i], jid)
           local fields = { 'state', 'waiting', 'worker', '', 'expires', 0, 'remaining', h.remaining }
           if h.held then table.insert(fields, 'held'); table.insert(fields, '') end
           rcall('HSET', Q.kjob(jid), unpack(fields))

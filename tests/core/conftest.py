@@ -17,18 +17,23 @@ from django_qless.core.queue import Queue
 
 class Lua:
     """Call the engine as a client would: FCALL of the function library on Redis 7+ (as our
-    client does), EVALSHA of the script on 6.2 or with QLESS_ENGINE_CALL=script."""
+    client does), EVALSHA of the script on 6.2 or with QLESS_ENGINE_CALL=script.
 
-    def __init__(self, conn: redis.Redis) -> None:
+    By default the engine's testing variant, which takes `now` as given, so tests move time
+    by the `now` they pass; `caller_time=False` is the engine as shipped, which bounds `now`
+    by the server's clock."""
+
+    def __init__(self, conn: redis.Redis, caller_time: bool = True) -> None:
         self.conn = conn
-        self.script = conn.register_script(script_text())
+        self.script = conn.register_script(script_text(caller_time))
         mode = os.environ.get("QLESS_ENGINE_CALL", "auto")
         self.function: str | None = None
         if mode != "script" and int(str(conn.info("server")["redis_version"]).split(".")[0]) >= 7:
             # The function stays loaded across tests (FLUSHALL keeps it), as on a real server.
-            if not conn.function_list(library=function_name()):
-                conn.function_load(library_text(), replace=True)
-            self.function = function_name()
+            name = function_name(caller_time)
+            if not conn.function_list(library=name):
+                conn.function_load(library_text(caller_time), replace=True)
+            self.function = name
 
     def __call__(self, command: str, now: float | str, *args: Any) -> Any:
         """Run one command; `now` is the caller's clock; returns the raw reply."""
@@ -102,7 +107,7 @@ def clock() -> FakeClock:
 @pytest.fixture
 def client(redis_url: str, clock: FakeClock) -> Iterator[Client]:
     """A core Client named w1 on the flushed test database, on the fake clock."""
-    client = Client(redis_url, worker_name="w1", clock=clock)
+    client = Client(redis_url, worker_name="w1", _clock=clock)
     yield client
     client.close()
 

@@ -100,7 +100,7 @@ def test_readonly_and_busy_are_transient() -> None:
 
 @pytest.fixture
 def client(redis_url: str) -> Iterator[Client]:
-    client = Client(redis_url, worker_name="w1", clock=lambda: 1000.0)
+    client = Client(redis_url, worker_name="w1", _clock=lambda: 1000.0)
     yield client
     client.close()
 
@@ -129,7 +129,7 @@ def test_real_errors_from_the_engine(client: Client, redis_version_info: tuple[i
 
     popped = q.pop()
     assert popped is not None
-    other = Client(client.redis, worker_name="w2", clock=lambda: 1001.0)
+    other = Client(client.redis, worker_name="w2", _clock=lambda: 1001.0)
     with pytest.raises(LostLockError) as stolen:
         other.jobs[jid].complete()
     assert "another worker" in str(stolen.value)

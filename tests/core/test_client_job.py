@@ -126,7 +126,7 @@ def test_fail_retry_heartbeat(client: Client, q: Queue, clock: FakeClock) -> Non
 def test_heartbeat_by_another_worker_is_refused(client: Client, q: Queue) -> None:
     q.put("K", {}, jid="j")
     pop(q)
-    other = Client(client.redis, worker_name="w2", clock=client._clock)
+    other = Client(client.redis, worker_name="w2", _clock=client._clock)
     with pytest.raises(LostLockError, match="another worker"):
         other.jobs["j"].heartbeat()
 
@@ -227,7 +227,7 @@ def test_from_dict_normalises_engine_quirks(client: Client) -> None:
 def test_moving_a_running_job_takes_it_from_its_worker(client: Client, q: Queue) -> None:
     q.put("K", {"keep": True}, jid="j")
     job = pop(q)
-    other = Client(client.redis, worker_name="w2", clock=client._clock)
+    other = Client(client.redis, worker_name="w2", _clock=client._clock)
     assert other.jobs["j"].move("q2") == "j"
     with pytest.raises(LostLockError):
         job.complete()

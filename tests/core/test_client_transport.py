@@ -333,7 +333,7 @@ def test_now_tracks_server_time_despite_a_skewed_local_clock(
 ) -> None:
     skew = 7200.0
     clock = ServerClock(client.server_time, local=lambda: time.monotonic() + skew)
-    skewed = make_client(client.redis, clock=clock)
+    skewed = make_client(client.redis, _clock=clock)
     seconds, micros = r.time()
     server_now = seconds + micros / 1e6
     assert abs(skewed.now() - server_now) < 0.5
@@ -386,8 +386,8 @@ def test_clock_keeps_last_offset_when_refresh_fails() -> None:
         first()
 
 
-def test_injected_clock_is_sent_as_now(make_client: Callable[..., Client]) -> None:
-    client = make_client(clock=lambda: 1234.75)
+def test_the_testing_clock_hook_is_sent_as_now(make_client: Callable[..., Client]) -> None:
+    client = make_client(_clock=lambda: 1234.75)
     jid = client.queues["q"].put("K", {})
     assert client.now() == 1234.75
     assert client.jobs[jid].history[0]["when"] == 1234

@@ -20,7 +20,7 @@ def evalsha_calls(r: redis.Redis) -> int:
 
 @pytest.fixture
 def client(redis_url: str) -> Iterator[Client]:
-    client = Client(redis_url, worker_name="w1", clock=lambda: 1000.0)
+    client = Client(redis_url, worker_name="w1", _clock=lambda: 1000.0)
     yield client
     client.close()
 

@@ -107,6 +107,16 @@ def test_fail_without_data_keeps_data(lua: Any, r: redis.Redis) -> None:
     assert r.hget("ql:j:jid", "data") == '{"k": 1}'
 
 
+def test_fail_with_empty_data_and_a_token_keeps_data(lua: Any, r: redis.Redis) -> None:
+    """Empty data (the placeholder before an attempt token) leaves the stored data alone."""
+    lua("put", 0, "worker", "queue", "jid", "klass", '{"k": 1}', 0)
+    lua("pop", 0, "queue", "worker", 1)
+    fail(lua, "jid", 10, "", "tok")
+    assert r.hget("ql:j:jid", "data") == '{"k": 1}'
+    assert get(lua)["state"] == "failed"
+    assert fail(lua, "jid", 11, "", "tok") == "jid"  # the repeat is answered from the record
+
+
 def test_fail_truncates_long_message(lua: Any) -> None:
     """Truncate messages above 64 KiB with a marker."""
     running(lua)

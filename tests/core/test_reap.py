@@ -120,3 +120,40 @@ def test_client_reap(client: Client, clock: Any) -> None:
     assert client.jobs[jid].state == "waiting"
     with pytest.raises(InvalidArgument):
         client.reap(["no good"])
+
+
+def backlog_and_one_expired(lua: Any) -> None:
+    """Jobs w1..w3 waiting (one at a higher priority) behind `jid`, whose lease ran out at 60."""
+    running(lua)
+    lua("put", 1, "worker", "queue", "w1", "klass", {}, 0)
+    lua("put", 2, "worker", "queue", "w2", "klass", {}, 0, "priority", 5)
+    lua("put", 3, "worker", "queue", "w3", "klass", {}, 0)
+
+
+def test_reaped_job_goes_first(lua: Any) -> None:
+    """A job the reaper puts back is popped before the waiting backlog, whatever its priority."""
+    backlog_and_one_expired(lua)
+    lua("reap", 61)
+    assert lua.json("reap", 72) == ["jid"]
+    order = [job["jid"] for job in lua.json("pop", 73, "queue", "w2", 4)]
+    assert order == ["jid", "w2", "w1", "w3"]
+
+
+def test_pop_time_recovery_goes_first(lua: Any) -> None:
+    """Recovery by a pop hands the expired job out first too: the same rule as the reaper."""
+    backlog_and_one_expired(lua)
+    assert lua.json("reap", 61) == []  # the courtesy notice: the lease is still the owner's
+    order = [job["jid"] for job in lua.json("pop", 72, "queue", "w2", 4)]
+    assert order == ["jid", "w2", "w1", "w3"]
+
+
+def test_several_reaped_jobs_keep_expiry_order(lua: Any, r: redis.Redis) -> None:
+    """Jobs recovered together go first in the order their leases ran out, ahead of puts."""
+    lua("config.set", 0, "grace-period", 0)
+    for n, jid in enumerate(["a", "b", "c"]):
+        lua("put", n, "worker", "queue", jid, "klass", {}, 0)
+        assert lua.json("pop", n, "queue", "worker", 1)[0]["jid"] == jid
+    lua("put", 5, "worker", "queue", "late", "klass", {}, 0, "priority", 100)
+    assert lua.json("reap", 70) == ["a", "b", "c"]
+    assert lua("jobs", 70, "waiting", "queue") == ["a", "b", "c", "late"]
+    assert [job["jid"] for job in lua.json("pop", 71, "queue", "w2", 4)] == ["a", "b", "c", "late"]

@@ -114,3 +114,70 @@ def test_fork_gives_each_process_its_own_connections(tcp_redis, rconn, tmp_path)
             j.complete()
     assert rconn.zcard("ql:completed") == 8 * 250 + 300 + 1
     assert_audit_clean(rconn)
+
+
+# ------------------------------------------------------------------------- Redis restarts
+
+
+def restart(tcp_redis) -> None:
+    """Stop Redis without a final save and start it again on the same port (AOF replayed)."""
+    tcp_redis.crash()
+    tcp_redis.start()
+
+
+def test_the_same_client_works_at_once_after_a_redis_restart(tcp_redis, rconn):
+    """The first put, get, pop and complete after a restart all succeed, each applied once."""
+    client = Client(tcp_redis.url, worker_name="w")
+    q = client.queues["q"]
+    first = q.put("K", {"n": 1})
+    restart(tcp_redis)
+    second = q.put("K", {"n": 2})
+    assert client.jobs[first].data == {"n": 1}
+    restart(tcp_redis)
+    job = q.pop()
+    assert job is not None and job.jid == first
+    restart(tcp_redis)
+    assert job.complete() == "complete"
+    assert q.length == 1 and [j.jid for j in q.peek(5)] == [second]
+    client.close()
+    assert_audit_clean(rconn)
+
+
+def test_a_completion_sent_ahead_after_a_redis_restart_succeeds(tcp_redis, rconn):
+    """A completion sent ahead on a connection that died with the server is sent again
+    (its attempt token makes that safe) and the worker goes on."""
+    client = Client(tcp_redis.url, worker_name="w")
+    q = client.queues["q"]
+    for n in range(3):
+        q.put("K", {"n": n})
+    jobs, _ = client.reserve("q", count=2)
+    state, more, _ = client.send_complete_and_reserve(jobs[0], ["q"], 1).result()
+    assert state == "complete" and len(more) == 1
+    restart(tcp_redis)
+    state, _, _ = client.send_complete_and_reserve(jobs[1], ["q"], 0).result()
+    assert state == "complete"
+    assert sorted(rconn.hget(f"ql:j:{j.jid}", "state") for j in (*jobs, *more)) == [
+        "complete", "complete", "running"]
+    client.close()
+
+
+def test_a_connection_closed_by_the_server_while_idle_is_replaced(tcp_redis, rconn):
+    """Redis's idle `timeout` closes the client's connection: the next call still works."""
+    client = Client(tcp_redis.url, worker_name="w")
+    q = client.queues["q"]
+    q.put("K", {})
+    rconn.config_set("timeout", 1)
+    time.sleep(2.5)  # the server checks idle clients about every second
+    q.put("K", {})
+    assert q.length == 2
+    client.close()
+
+
+def test_a_read_whose_reply_was_lost_is_sent_again(tcp_redis, rconn, proxy):
+    """Engine reads change nothing, so a lost reply is answered by a second try."""
+    client = Client(proxy.url, worker_name="w")
+    jid = client.queues["q"].put("K", {"n": 1})
+    proxy.drop_reply_to = b"\r\nget\r\n"
+    assert client.jobs[jid].data == {"n": 1}
+    assert proxy.dropped == 1
+    client.close()

@@ -38,8 +38,8 @@ def evalsha_calls(r: redis.Redis) -> int:
 @pytest.mark.parametrize("first", ["pop", "heartbeat"])
 def test_heartbeat_racing_the_lease_deadline(tcp_redis, rconn, first):
     now = [1000.0]
-    a = Client(tcp_redis.url, worker_name="A", clock=lambda: now[0])
-    b = Client(tcp_redis.url, worker_name="B", clock=lambda: now[0])
+    a = Client(tcp_redis.url, worker_name="A", _clock=lambda: now[0])
+    b = Client(tcp_redis.url, worker_name="B", _clock=lambda: now[0])
     a.config["heartbeat"] = 10
     a.config["grace-period"] = 0  # the lease ends exactly at T
     jid = a.queues["q"].put("K", {})
@@ -64,7 +64,7 @@ def test_heartbeat_racing_the_lease_deadline(tcp_redis, rconn, first):
 
 def test_late_heartbeat_without_a_pop_in_between_succeeds(tcp_redis, rconn):
     now = [1000.0]
-    a = Client(tcp_redis.url, worker_name="A", clock=lambda: now[0])
+    a = Client(tcp_redis.url, worker_name="A", _clock=lambda: now[0])
     a.config["heartbeat"] = 10
     a.queues["q"].put("K", {})
     job = a.queues["q"].pop()
@@ -292,22 +292,33 @@ def test_skewed_local_clock_does_not_steal_a_healthy_job(tcp_redis, rconn, monke
     assert_audit_clean(rconn)
 
 
-def test_client_time_mode_documents_the_steal(tcp_redis, rconn):
-    """With a caller-supplied clock (the test hook), a fast clock does steal: documented."""
+def test_clients_60s_fast_or_slow_cannot_steal_or_backdate_a_lease(tcp_redis, rconn):
+    """Whatever time a client sends, the engine judges leases by the server's clock."""
     a = Client(tcp_redis.url, worker_name="A")
-    a.config["heartbeat"] = 60
-    a.config["grace-period"] = 10
+    a.config["heartbeat"] = 30
+    a.config["grace-period"] = 0  # without the server's clock, 60 s ahead would take it at once
     jid = a.queues["q"].put("K", {})
     held = a.queues["q"].pop()
-    skew = [300.0]
-    b = Client(tcp_redis.url, worker_name="B", clock=lambda: a.now() + skew[0])
-    assert b.queues["q"].pop() is None  # courtesy notice first
-    skew[0] = 311.0  # and once the grace period has passed on B's clock
-    stolen = b.queues["q"].pop()
-    assert stolen is not None and stolen.jid == jid
-    with pytest.raises(LostLockError):
-        held.complete()
-    stolen.complete()
+    fast = Client(tcp_redis.url, worker_name="B")
+    slow = Client(tcp_redis.url, worker_name="C")
+    # No public way to set a client's clock: these two stand for hosts whose clocks are off.
+    fast._clock = lambda: fast.server_clock() + 60
+    slow._clock = lambda: slow.server_clock() - 60
+    assert fast.queues["q"].pop() is None
+    assert fast.reserve("q")[0] == [] and fast.reap() == []
+    assert held.heartbeat() >= a.now() + 29
+    # The slow client's own lease runs from the server's time, not 60 s in the past.
+    other = a.queues["q"].put("K", {})
+    mine = slow.queues["q"].pop()
+    assert mine is not None and mine.jid == other
+    assert mine.expires_at >= a.now() + 29
+    assert mine.heartbeat() >= a.now() + 29
+    assert a.queues["q"].pop() is None and fast.queues["q"].pop() is None
+    held.complete()
+    mine.complete()
+    assert a.jobs[jid].state == a.jobs[other].state == "complete"
+    for c in (fast, slow):
+        c.close()
     assert_audit_clean(rconn)
 
 
@@ -375,14 +386,14 @@ def test_eviction_policy_is_reported_and_its_damage_detected(tcp_redis, rconn, c
 
 def test_recurring_spawns_once_per_interval_under_concurrent_pops(tcp_redis, rconn):
     now = [0.0]
-    base = Client(tcp_redis.url, clock=lambda: now[0])
+    base = Client(tcp_redis.url, _clock=lambda: now[0])
     rjid = base.queues["r"].recur("K", {}, 60, jid="nightly", backlog=2)
     now[0] = 60.5
     popped: list[str] = []
     barrier = threading.Barrier(8)
 
     def popper(i: int) -> None:
-        c = Client(tcp_redis.url, worker_name=f"w{i}", clock=lambda: now[0])
+        c = Client(tcp_redis.url, worker_name=f"w{i}", _clock=lambda: now[0])
         barrier.wait()
         jobs = c.queues["r"].pop(5)
         popped.extend(j.jid for j in jobs)
@@ -489,7 +500,7 @@ def test_a_job_and_a_recurring_job_may_share_a_jid(tcp_redis, rconn, client):
 
 def test_default_backlog_is_small(tcp_redis, rconn):
     now = [0.0]
-    c = Client(tcp_redis.url, clock=lambda: now[0])
+    c = Client(tcp_redis.url, _clock=lambda: now[0])
     c.queues["r"].recur("K", {}, 60, jid="nightly")
     now[0] = 100 * 60 + 0.5  # nobody popped for 100 intervals
     assert len(c.queues["r"].pop(1000)) <= 10

@@ -97,7 +97,7 @@ def fail_job(qc: Any, queue: str = "q", *, group: str = "boom.Error",
 
     # The highest priority pops first, so other waiting jobs of the queue stay untouched.
     jid = qc.queues[queue].put(klass, data or {"n": 1}, tags=tags, priority=priority)
-    popper = CoreClient(qc.redis, worker_name=worker, clock=qc.now)
+    popper = CoreClient(qc.redis, worker_name=worker, _clock=qc.now)
     job = popper.queues[queue].pop()
     assert job is not None and job.jid == jid
     job.fail(group, message)
@@ -108,4 +108,4 @@ def pop_job(qc: Any, queue: str = "q", worker: str = "w1") -> Any:
     """Pop one job as a named worker (so it is running)."""
     from django_qless.core.client import Client as CoreClient
 
-    return CoreClient(qc.redis, worker_name=worker, clock=qc.now).queues[queue].pop()
+    return CoreClient(qc.redis, worker_name=worker, _clock=qc.now).queues[queue].pop()

@@ -196,7 +196,7 @@ def test_screenshots(page: Any, qc: Any) -> None:
     now = qc.now()
 
     def at(when: float) -> CoreClient:
-        return CoreClient(qc.redis, worker_name="web-1-4242", clock=lambda: when)
+        return CoreClient(qc.redis, worker_name="web-1-4242", _clock=lambda: when)
 
     for i in range(24):
         start = now - 3000 + i * 120

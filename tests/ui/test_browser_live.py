@@ -108,11 +108,11 @@ def test_live_rows_keep_worker_links_like_the_server_render(page: Any, qc: Any) 
     odd = "web/1@host&x+y;z=1"
     for _ in range(3):
         qc.queues["q"].put("tests.Job", {})
-    CoreClient(qc.redis, worker_name=odd, clock=qc.now).queues["q"].pop()
+    CoreClient(qc.redis, worker_name=odd, _clock=qc.now).queues["q"].pop()
     page.goto(f"{page.base}/qless/queues/q/running/")
     rendered = page.evaluate(STRUCTURE, "tbody[data-live-rows]")
     assert page.locator("tbody a[href*='/qless/workers/']").count() == 1
-    CoreClient(qc.redis, worker_name="w-2", clock=qc.now).queues["q"].pop()
+    CoreClient(qc.redis, worker_name="w-2", _clock=qc.now).queues["q"].pop()
     page.locator("tbody a[href='/qless/workers/w-2']").wait_for()  # a live refresh
     live = page.evaluate(STRUCTURE, "tbody[data-live-rows]")
     page.reload()
@@ -124,7 +124,7 @@ def test_live_rows_keep_worker_links_like_the_server_render(page: Any, qc: Any) 
     page.wait_for_url(re.compile(r".*/qless/workers/web/1@host&x\+y;z=1$"))
     page.goto(f"{page.base}/qless/")
     wait_live(page)
-    CoreClient(qc.redis, worker_name="w-3", clock=qc.now).queues["q"].pop()
+    CoreClient(qc.redis, worker_name="w-3", _clock=qc.now).queues["q"].pop()
     page.locator("a[href='/qless/workers/w-3']").wait_for()
     live = page.evaluate(STRUCTURE, "tbody[data-live-rows=workers]")
     page.reload()

@@ -22,6 +22,7 @@ from django_qless.core.workers.hooks import WorkerHooksProtocol
 from django_qless.core.workers.inhand import JobsInHand, complete_outcome
 from django_qless.core.workers.proctitle import child_title, set_title
 from django_qless.core.workers.reaper import LeaseReaper
+from django_qless.core.workers.refused import fail_refused, refused_for_good
 from django_qless.core.workers.reservers import QueueSelection, make_reserver
 from django_qless.core.workers.runner import AbortGuard, JobRunner, Outcome
 from django_qless.core.workers.sandbox import Sandbox
@@ -291,6 +292,8 @@ class JobLoop(JobTaking):
                 in_hand.send(job, queues, want)
                 return None
             except QlessError as exc:  # refused before sending (bad arguments)
+                if refused_for_good(exc):
+                    return fail_refused(job, exc)
                 log.error("job %s: complete failed: %s", job.jid, exc)
                 return Outcome.LOST
         self._settle_all()

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from django_qless.core.exceptions import (
+    InvalidArgument,
     InvalidStateTransition,
     JobNotFound,
     LostLockError,
@@ -167,7 +168,13 @@ class Heartbeater(threading.Thread):
     def _beat(self, job: Job, generation: int, period: float) -> float:
         """Renew the lock once; return when to beat next."""
         try:
-            job.heartbeat()
+            try:
+                job.heartbeat()
+            except InvalidArgument as exc:
+                # Data changes that cannot be stored (not JSON, too large) must not cost the
+                # job its lease: renew without them (the completion reports them).
+                log.warning("job %s: heartbeat without the data changes: %s", job.jid, exc)
+                job._heartbeat(send_data=False)
             self.beats += 1
             return time.monotonic() + self.period_for(job)
         except (LostLockError, InvalidStateTransition, JobNotFound) as exc:

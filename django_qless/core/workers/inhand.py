@@ -27,6 +27,7 @@ from django_qless.core.exceptions import (
     QlessError,
 )
 from django_qless.core.serialization import check_jid, check_worker
+from django_qless.core.workers.refused import fail_refused, refused_for_good
 from django_qless.core.workers.runner import Outcome
 
 if TYPE_CHECKING:
@@ -55,13 +56,16 @@ def release_job(client: Client, jid: str, worker: str) -> bool:
 
 
 def complete_outcome(job: Job, reply: Callable[[], _Reply]) -> tuple[Outcome, list[Job]]:
-    """Get the reply of `job`'s complete+reserve; LOST (and no jobs) if it was refused."""
+    """Get the reply of `job`'s complete+reserve: LOST (and no jobs) if the lock was lost,
+    FAILED if the completion was refused for good (the job is failed, saying why)."""
     try:
         _, jobs, _ = reply()
     except (LostLockError, InvalidStateTransition, JobNotFound) as exc:
         log.warning("job %s: complete refused, lock lost: %s", job.jid, exc)
         return Outcome.LOST, []
     except QlessError as exc:
+        if refused_for_good(exc):
+            return fail_refused(job, exc), []
         log.error("job %s: complete failed: %s", job.jid, exc)
         return Outcome.LOST, []
     return Outcome.COMPLETE, jobs

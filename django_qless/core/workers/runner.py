@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from django_qless.core.exceptions import (
+    InvalidArgument,
     InvalidStateTransition,
     JobNotFound,
     LostLockError,
@@ -269,6 +270,14 @@ class JobRunner:
         try:
             job.fail(group, message)
             return Outcome.FAILED
+        except InvalidArgument as exc:
+            if job._data is None:  # not the job's data changes: nothing else to try
+                log.error("job %s: could not be failed: %s", job.jid, exc)
+                return Outcome.LOST
+            # The data changes cannot be stored (not JSON, too large): fail with the stored data.
+            job._drop_data_changes()
+            return self.fail(job, group, f"{message}\nThe job's changes to its data were not "
+                             f"saved: {exc}")
         except (LostLockError, InvalidStateTransition, JobNotFound) as exc:
             log.warning("job %s: fail refused, lock lost: %s", job.jid, exc)
             return Outcome.LOST
