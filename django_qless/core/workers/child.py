@@ -45,14 +45,16 @@ _FIELD_CUT = str.maketrans("\t\n\r", "   ")
 def status_line(event: str, *fields: str) -> str:
     """Return one status line: the event letter and its fields, tab-separated (no tab inside).
 
-    Events: `s jid queue klass` (start), `e jid outcome` (end), `l jid why` (lock lost).
+    Events: `s jid queue klass token` (start; token: the pop's attempt token), `e jid outcome`
+    (end), `l jid why` (lock lost).
     """
     return "\t".join((event, *(f.translate(_FIELD_CUT) for f in fields))) + "\n"
 
 
 def _start_line(job: Job) -> str:
     """Return the start line of `job` (hot path: jid and queue are engine-checked names)."""
-    return f"s\t{job.jid}\t{job.queue_name}\t{job.klass_name[:200].translate(_FIELD_CUT)}\n"
+    klass = job.klass_name[:200].translate(_FIELD_CUT)
+    return f"s\t{job.jid}\t{job.queue_name}\t{klass}\t{job.attempt_token}\n"
 
 
 def parse_status_line(line: bytes) -> tuple[str, list[str]]:

@@ -26,7 +26,11 @@ from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol
 from django_qless.core.workers.listener import ABORT_EVENTS
 from django_qless.core.workers.proctitle import set_title, supervisor_title
 from django_qless.core.workers.shutdown import ExitCode, SignalState
-from django_qless.core.workers.supervision import ChildChannels, ChildProc
+from django_qless.core.workers.supervision import (
+    ChildChannels,
+    ChildProc,
+    attempts_still_owned,
+)
 
 __all__ = ["ForkingWorker"]
 
@@ -203,8 +207,8 @@ class ForkingWorker(ChildDisposal):
             self._on_status(child, event, fields)
 
     def _on_status(self, child: ChildProc, event: str, fields: list[str]) -> None:
-        if event == "s" and len(fields) == 3:
-            child.jid, child.queue, child.klass = fields
+        if event == "s" and len(fields) == 4:
+            child.jid, child.queue, child.klass, child.token = fields
             child.job_started = time.monotonic()
         elif event == "e" and len(fields) == 2:
             jid, outcome = fields
@@ -214,7 +218,7 @@ class ForkingWorker(ChildDisposal):
                 self.done += 1
             # An aborted job is still held by the child: the supervisor disposes of it.
             if child.jid == jid and outcome != "aborted":
-                child.jid = child.klass = child.queue = None
+                child.jid = child.klass = child.queue = child.token = None
         elif event == "l" and fields and child.jid == fields[0]:
             log.warning("child %s: heartbeat lost %s's lock; killing it", child.name, child.jid)
             self._kill(child, "lock_lost", signal.SIGKILL)
@@ -274,17 +278,20 @@ class ForkingWorker(ChildDisposal):
     def _recheck_running_jobs(self) -> None:
         """After a pubsub gap, kill children whose job is no longer theirs (events missed)."""
         assert self.client is not None
-        for child in list(self.children.values()):
-            if child.jid is None or child.kill_reason is not None:
-                continue
-            try:
-                reply = self.client.call_json("get", child.jid)
-            except QlessError as exc:
-                log.warning("could not re-check job %s: %s", child.jid, exc)
-                continue
-            if not reply or reply.get("state") != "running" or reply.get("worker") != child.name:
+        running = [(c, c.jid, c.token or "") for c in self.children.values()
+                   if c.jid is not None and c.kill_reason is None]
+        try:
+            owned = attempts_still_owned(self.client, [(j, c.name, t) for c, j, t in running])
+        except QlessError as exc:
+            log.warning("could not re-check the running jobs: %s", exc)
+            return
+        lost = [(c, jid) for (c, jid, _), mine in zip(running, owned, strict=True) if not mine]
+        if lost:
+            self._read_all_status()  # a child that moved on since is not running that job
+        for child, jid in lost:
+            if child.jid == jid and child.kill_reason is None and child.pid in self.children:
                 log.warning("child %s: job %s was taken away while we were not listening; "
-                            "killing it", child.name, child.jid)
+                            "killing it", child.name, jid)
                 self._kill(child, "lock_lost", signal.SIGKILL)
 
     # -- signals and limits --------------------------------------------------------------------

@@ -20,6 +20,7 @@ from django_qless.core.workers.inhand import release_job
 from django_qless.core.workers.listener import ABORT_EVENTS, WorkerChannelListener
 from django_qless.core.workers.runner import KILLED_GROUP, TIMEOUT_GROUP, Outcome
 from django_qless.core.workers.shutdown import ExitCode, SignalState
+from django_qless.core.workers.supervision import attempts_still_owned
 
 if TYPE_CHECKING:
     from django_qless.core.job import Job
@@ -123,10 +124,11 @@ class SerialWorker(JobLoop):
         current = self.current
         if current is None:
             return
-        reply = self.client.call_json("get", current.jid)
-        if not reply or reply.get("state") != "running" or reply.get("worker") != self.name:
-            log.warning("job %s was taken away while the listener was reconnecting", current.jid)
-            self.guard.abort("lock_lost")
+        attempt = (current.jid, self.name, current.attempt_token)
+        if attempts_still_owned(self.client, [attempt])[0] or self.current is not current:
+            return  # still ours, settled by us, or over already: another job may run now
+        log.warning("job %s was taken away while the listener was reconnecting", current.jid)
+        self.guard.abort("lock_lost")
 
     # -- dispositions -----------------------------------------------------------------------
     def on_aborted(self, job: Job, reason: str) -> bool:
