@@ -193,3 +193,15 @@ def test_worker_with_events_bridges_signals_in_its_own_process(redis_url, tmp_pa
         server.server_close()
     # The bridge is stopped when the worker exits, so its webhook POST happened before.
     assert [(p["event"], p["jid"]) for p in posted] == [("completed", handle.jid)]
+
+
+def test_worker_command_exits_1_when_redis_stays_unreachable_past_the_start_timeout(tmp_path):
+    dead = f"unix://{tmp_path / 'nobody-listens.sock'}"
+    by_option = manage(dead, "qless_worker", "default", "-p", "0", "--start-timeout", "0.5",
+                       timeout=30)
+    assert by_option.returncode == 1, by_option.stderr
+    assert "giving up" in by_option.stderr
+    by_setting = manage(dead, "qless_worker", "default", "-p", "0", timeout=30,
+                        QLESS_WORKER_START_TIMEOUT="0")
+    assert by_setting.returncode == 1, by_setting.stderr
+    assert "after 0s" in by_setting.stderr

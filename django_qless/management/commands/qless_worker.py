@@ -113,6 +113,8 @@ class Command(BaseCommand):
                 kill_grace=options["kill_grace"],
                 shutdown_grace=options["shutdown_grace"],
                 reap_interval=options["reap_interval"],
+                start_timeout=(options["start_timeout"] if options["start_timeout"] is not None
+                               else conf.worker.start_timeout),
                 **({"sandbox_root": options["sandbox_root"]} if options["sandbox_root"] else {}),
                 name=options["name"],
                 verbosity=options["verbosity"],
@@ -137,6 +139,11 @@ class Command(BaseCommand):
         if options["pid"]:
             with open(options["pid"], "w") as fh:
                 fh.write(str(os.getpid()))
+        from django_qless.core.workers.run import wait_for_redis
+
+        # Before the heartbeat write and the event bridge, which need Redis too.
+        if not options["dry_run"] and not wait_for_redis(config):
+            sys.exit(1)
         heartbeat = get_settings().worker.heartbeat
         if heartbeat is not None:
             with config.make_client(socket_timeout=5.0) as client:
