@@ -205,3 +205,13 @@ def test_worker_command_exits_1_when_redis_stays_unreachable_past_the_start_time
                         QLESS_WORKER_START_TIMEOUT="0")
     assert by_setting.returncode == 1, by_setting.stderr
     assert "after 0s" in by_setting.stderr
+
+
+def test_worker_command_max_jobs_bounds_all_children_together(redis_url, tmp_path):
+    client = get_client()
+    handles = [jobs.add.enqueue(i, b=1) for i in range(30)]
+    worker(redis_url, "default", "-p", "2", "--max-jobs", "3",
+           QLESS_TEST_DB=str(tmp_path / "db.sqlite3"))
+    found = client.jobs.get_many(*[h.jid for h in handles])
+    popped = [j for j in found if any(h["what"] == "popped" for h in j.history)]
+    assert len(popped) == 3 and all(j.state == "complete" for j in popped)

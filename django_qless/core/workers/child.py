@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from django_qless.core.exceptions import QlessError
 from django_qless.core.workers.base import JobLoop
+from django_qless.core.workers.budget import SharedJobPool
 from django_qless.core.workers.config import WorkerConfig, default_worker_name
 from django_qless.core.workers.hooks import WorkerHooksProtocol
 from django_qless.core.workers.inhand import release_job
@@ -89,9 +90,11 @@ class ForkChild(JobLoop):
         supervisor_pid: int,
         *,
         resume: bool,
+        pool: SharedJobPool | None = None,
     ) -> None:
         super().__init__(
-            config, hooks, name, SignalState(), resume=resume, max_jobs=config.jobs_per_child
+            config, hooks, name, SignalState(), resume=resume, max_jobs=config.jobs_per_child,
+            pool=pool,
         )
         self.status_fd = status_fd
         self.supervisor_pid = supervisor_pid
@@ -196,6 +199,7 @@ def child_main(
     resume: bool,
     signal_mask: Iterable[int] | None = None,
     paused: bool = False,
+    pool: SharedJobPool | None = None,
 ) -> int:
     """Run in a freshly forked child; return the exit code for `os._exit`.
 
@@ -208,7 +212,8 @@ def child_main(
         random.seed()
         hooks.after_fork_child()
         name = f"{config.name}-{slot}" if config.name else default_worker_name()
-        child = ForkChild(config, hooks, name, status_fd, supervisor_pid, resume=resume)
+        child = ForkChild(config, hooks, name, status_fd, supervisor_pid, resume=resume,
+                          pool=pool)
         child.install_signals()
         child.signals.paused = paused  # a child born during USR2 starts paused too
         signal.pthread_sigmask(signal.SIG_SETMASK, signal_mask or set())

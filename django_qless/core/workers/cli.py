@@ -174,7 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", "--processes", type=non_negative_int, default=None,
                    help="children to pre-fork (default: CPU count; 0: run jobs in-process)")
     p.add_argument("--reserver", choices=RESERVERS, default="ordered")
-    p.add_argument("--max-jobs", type=non_negative_int, default=0, help="stop after this many jobs")
+    p.add_argument("--max-jobs", type=non_negative_int, default=0,
+                   help="run at most this many jobs, all children together, then exit")
     p.add_argument("--interval", type=number, default=5.0,
                    help="idle safety re-check in seconds (wake-ups arrive on pubsub)")
     p.add_argument("--timeout", type=non_negative_number, default=0.0,

@@ -21,6 +21,7 @@ from django_qless.core.workers.shutdown import ExitCode
 
 if TYPE_CHECKING:
     from django_qless.core.client import Client
+    from django_qless.core.workers.budget import SharedJobPool
     from django_qless.core.workers.config import WorkerConfig
     from django_qless.core.workers.shutdown import SignalState
     from django_qless.core.workers.supervision import ChildChannels, ChildProc
@@ -45,6 +46,7 @@ class ChildDisposal:
     _releaser: Client | None
     _redis_down: bool
     _unreleased: int
+    pool: SharedJobPool | None
 
     def _after_death(self, child: ChildProc, code: int) -> None:
         """Dispose of the dead child's job and plan its replacement."""
@@ -86,8 +88,8 @@ class ChildDisposal:
         """
         client = self._release_client()
         for jid in client.workers[child.name]["jobs"]:
-            if jid != child.jid:
-                release_job(client, jid, child.name)
+            if jid != child.jid and release_job(client, jid, child.name) and self.pool:
+                self.pool.give_back(1)  # never started: its --max-jobs ticket is free again
         if deregister:
             client.workers.deregister(child.name)
 

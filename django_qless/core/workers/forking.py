@@ -19,6 +19,7 @@ import redis
 
 from django_qless.core.client import Client
 from django_qless.core.exceptions import QlessError
+from django_qless.core.workers.budget import SharedJobPool
 from django_qless.core.workers.child import child_main, parse_status_line
 from django_qless.core.workers.config import WorkerConfig, default_worker_name
 from django_qless.core.workers.disposal import ChildDisposal
@@ -69,11 +70,18 @@ class ForkingWorker(ChildDisposal):
         self._title_at = 0.0
         self._status_at = 0.0
         self.reaper = config.make_reaper(self.name)
+        # --max-jobs for all children together: each job asked for takes a ticket from it.
+        self.pool = SharedJobPool(config.max_jobs) if config.max_jobs else None
 
     @property
     def queues(self) -> tuple[str, ...]:
         """Return the queue specs served."""
         return self.config.queues
+
+    @property
+    def jobs_exhausted(self) -> bool:
+        """Tell whether every --max-jobs ticket is taken (children leave once theirs are run)."""
+        return self.pool is not None and self.pool.remaining() == 0
 
     @property
     def stopping(self) -> bool:
@@ -143,7 +151,7 @@ class ForkingWorker(ChildDisposal):
 
     # -- children ------------------------------------------------------------------------------
     def _spawn_missing(self, resume: bool) -> None:
-        if self.stopping:
+        if self.stopping or self.jobs_exhausted:
             return
         now = time.monotonic()
         for slot in sorted(self.free_slots):
@@ -175,7 +183,7 @@ class ForkingWorker(ChildDisposal):
                 self.signals.wake_pipe.close()
                 code = child_main(self.config, self.hooks, slot, write_fd, supervisor_pid,
                                   resume=resume, signal_mask=mask,
-                                  paused=self.signals.paused)
+                                  paused=self.signals.paused, pool=self.pool)
             finally:
                 os._exit(code)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
@@ -343,11 +351,13 @@ class ForkingWorker(ChildDisposal):
                 if now - child.job_started >= timeout:
                     log.warning("job %s on %s exceeded %gs", child.jid, child.name, timeout)
                     self._kill(child, "timeout", signal.SIGTERM)
-        limits_hit = (self.config.max_jobs and self.done + self.failed >= self.config.max_jobs) or (
-            self.config.max_duration and now - self.started >= self.config.max_duration
-        )
-        if limits_hit and not self.signals.stopping:
-            log.info("max-jobs/max-duration reached: stopping gracefully")
+        if self.signals.stopping:
+            return
+        if self.jobs_exhausted and not self.children:
+            log.info("--max-jobs reached (%d jobs): stopping", self.config.max_jobs)
+            self.signals.request_stop(graceful=True)
+        elif self.config.max_duration and now - self.started >= self.config.max_duration:
+            log.info("--max-duration reached (%gs): stopping gracefully", self.config.max_duration)
             self.signals.request_stop(graceful=True)
 
     def _reap_leases(self) -> None:

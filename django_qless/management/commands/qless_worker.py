@@ -58,7 +58,7 @@ class Command(BaseCommand):
         parser.add_argument("--timeout", type=non_negative_number, default=None,
                             help="per-job time limit in seconds")
         parser.add_argument("--max-jobs", type=non_negative_int, default=None,
-                            help="stop after N jobs")
+                            help="run at most N jobs, all children together, then exit")
         add_shared_options(parser)
         parser.add_argument("--with-events", action="store_true",
                             help="also bridge Redis events to Django signals (as qless_events "
