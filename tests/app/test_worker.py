@@ -215,3 +215,14 @@ def test_worker_command_max_jobs_bounds_all_children_together(redis_url, tmp_pat
     found = client.jobs.get_many(*[h.jid for h in handles])
     popped = [j for j in found if any(h["what"] == "popped" for h in j.history)]
     assert len(popped) == 3 and all(j.state == "complete" for j in popped)
+
+
+def test_worker_command_logs_a_scheduled_retry_as_one_plain_line(redis_url, tmp_path):
+    flaky = jobs.flaky.enqueue(1, "log")
+    result = worker(redis_url, "default", "-p", "0", "--max-jobs", "2",
+                    QLESS_TEST_DB=str(tmp_path / "db.sqlite3"), QLESS_TEST_TMP=str(tmp_path))
+    assert flaky.result() == "ok after 2"
+    about_retry = [line for line in result.stderr.splitlines()
+                   if flaky.jid in line and "done in" not in line]
+    assert len(about_retry) == 1 and "retried in" in about_retry[0], result.stderr
+    assert "Traceback" not in result.stderr and "RetryScheduled" not in result.stderr

@@ -44,6 +44,7 @@ _DRAIN_EVERY = 0.05
 # runs this long hands the held job back.
 PREFETCH_BELOW = 0.005
 HAND_BACK_AFTER = 0.1
+_DONE = {Outcome.COMPLETE: "done", Outcome.SETTLED: "settled by the job itself"}
 
 
 class JobLoop(JobTaking):
@@ -88,6 +89,10 @@ class JobLoop(JobTaking):
             long_after=HAND_BACK_AFTER,
         )
         self.started = time.monotonic()
+        # Run time of each job until its outcome is known (a completion may be read later).
+        self._ran: dict[str, float] = {}
+        # Completions are news at -v, noise otherwise.
+        self._done_level = logging.INFO if config.verbosity >= 1 else logging.DEBUG
         self.done = 0
         self.failed = 0
         self.taken = 0  # jobs started (what the budget counts)
@@ -229,12 +234,18 @@ class JobLoop(JobTaking):
         finally:
             self.heartbeater.unwatch()
         stop = False
+        elapsed = time.monotonic() - started
+        self._ran[job.jid] = elapsed
         if outcome is Outcome.ABORTED:
             reason = self.guard.reason or "aborted"
-            log.warning("job %s aborted: %s", job.jid, reason)
+            if reason == "timeout":
+                log.warning("job %s timed out: still running after its limit of %gs",
+                            job.jid, self.config.timeout)
+            else:
+                log.warning("job %s aborted: %s", job.jid, reason)
             stop = self.on_aborted(job, reason)
         elif outcome is Outcome.COMPLETE:
-            completed = self._complete(job, time.monotonic() - started)
+            completed = self._complete(job, elapsed)
             if completed is None:
                 self.current = None  # sent ahead: counted when its reply is read
                 return stop
@@ -250,6 +261,12 @@ class JobLoop(JobTaking):
                 self.failed += 1
             elif outcome in (Outcome.COMPLETE, Outcome.SETTLED):
                 self.done += 1
+        elapsed = self._ran.pop(job.jid, None)
+        # A job that settled itself (retried, moved, ...) was logged by whoever did it.
+        level = self._done_level if outcome is Outcome.COMPLETE else logging.DEBUG
+        if elapsed is not None and outcome in _DONE and log.isEnabledFor(level):
+            log.log(level, "job %s %s %s in %.0f ms", job.jid, job.klass_name, _DONE[outcome],
+                    elapsed * 1000)
         self.on_job_end(job, outcome)
 
     def _settle_inflight(self) -> None:

@@ -19,6 +19,7 @@ import random
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -47,7 +48,7 @@ def status_line(event: str, *fields: str) -> str:
     """Return one status line: the event letter and its fields, tab-separated (no tab inside).
 
     Events: `s jid queue klass token` (start; token: the pop's attempt token), `e jid outcome`
-    (end), `l jid why` (lock lost).
+    (end), `l jid why` (lock lost), `x why` (the child leaves on its own, e.g. at its bound).
     """
     return "\t".join((event, *(f.translate(_FIELD_CUT) for f in fields))) + "\n"
 
@@ -102,6 +103,7 @@ class ForkChild(JobLoop):
         # Serializes the job thread's and the heartbeat thread's writes and the held line.
         self._status_lock = threading.Lock()
         self._held = ""
+        self._job_started = 0.0
 
     # -- supervisor link --------------------------------------------------------------------
     def report(self, line: str, *, hold: bool = False) -> None:
@@ -152,10 +154,14 @@ class ForkChild(JobLoop):
 
     def _on_signal(self, signum: int) -> None:
         if signum == signal.SIGTERM:
-            self.guard.abort("shutdown", same_thread=True)
+            # The supervisor sends TERM at the time limit too; the job has then run that long.
+            limit = self.config.timeout
+            over = limit and time.monotonic() - self._job_started >= limit
+            self.guard.abort("timeout" if over else "shutdown", same_thread=True)
 
     # -- job events ---------------------------------------------------------------------------
     def on_job_start(self, job: Job) -> None:
+        self._job_started = time.monotonic()
         self.report(_start_line(job))
 
     def on_job_end(self, job: Job, outcome: Outcome) -> None:
@@ -167,8 +173,28 @@ class ForkChild(JobLoop):
         self.flush_status()
 
     def _finish(self) -> None:
+        why = self._leaving_reason()
+        if why:
+            self.report(status_line("x", why))
         self.flush_status()
         super()._finish()
+
+    def _leaving_reason(self) -> str:
+        """Say why the loop ended on its own (empty: stopped, orphaned or crashed)."""
+        if self.signals.stop_requests:
+            return ""
+        if self.signals.graceful:
+            return "stopped as asked (QUIT)"
+        budget = self.budget
+        if budget.cap and budget.claimed >= budget.cap and self.taken >= budget.cap:
+            if self.config.fork_per_job:
+                return "ran its job (--fork-per-job)"
+            return f"recycled after {self.taken} jobs (--child-max-jobs)"
+        if budget.pool is not None and budget.pool.remaining() == 0:
+            return f"--max-jobs reached (this child ran {self.taken})"
+        if self._time_left() <= 0:
+            return "--max-duration reached"
+        return ""
 
     def _on_lock_lost(self, job: Job, why: str) -> None:
         # The supervisor kills us: aborting here could race it onto the next job.
@@ -177,6 +203,9 @@ class ForkChild(JobLoop):
             self.guard.abort("lock_lost")
 
     def on_aborted(self, job: Job, reason: str) -> bool:
+        if reason == "timeout":
+            self.exit_code = ExitCode.CHILD_ABORTED  # the supervisor fails the job
+            return True
         if reason == "shutdown":
             self.exit_code = ExitCode.CHILD_ABORTED
             if self.orphaned():

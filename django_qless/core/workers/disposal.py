@@ -55,9 +55,14 @@ class ChildDisposal:
         reason = child.kill_reason
         if reason is None and self.signals.stop_requests and code == ExitCode.CHILD_ABORTED:
             reason = "shutdown"
-        level = logging.INFO if code == 0 or reason else logging.ERROR
-        log.log(level, "child %s (pid %d) exited with %d (%s)%s", child.name, child.pid, code,
-                reason or "unexpected", f", job {child.jid}" if child.jid else "")
+        if code == 0 and reason is None:
+            # Not a crash: it reached its bound, or was told to stop.
+            why = child.left or ("stopped as asked" if self.signals.stopping else "left")
+            log.info("child %s (pid %d) finished: %s", child.name, child.pid, why)
+        else:
+            level = logging.INFO if code == 0 or reason else logging.ERROR
+            log.log(level, "child %s (pid %d) exited with %d (%s)%s", child.name, child.pid,
+                    code, reason or "unexpected", f", job {child.jid}" if child.jid else "")
         try:
             if reason in ("shutdown", "forced"):
                 self._release_all(child)

@@ -17,6 +17,7 @@ import time
 
 import redis
 
+from django_qless import __version__
 from django_qless.core.client import Client
 from django_qless.core.exceptions import QlessError
 from django_qless.core.workers.budget import SharedJobPool
@@ -24,14 +25,10 @@ from django_qless.core.workers.child import child_main, parse_status_line
 from django_qless.core.workers.config import WorkerConfig, default_worker_name
 from django_qless.core.workers.disposal import ChildDisposal
 from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol
-from django_qless.core.workers.listener import ABORT_EVENTS
 from django_qless.core.workers.proctitle import set_title, supervisor_title
 from django_qless.core.workers.shutdown import ExitCode, SignalState
-from django_qless.core.workers.supervision import (
-    ChildChannels,
-    ChildProc,
-    attempts_still_owned,
-)
+from django_qless.core.workers.supervision import ChildChannels, ChildProc
+from django_qless.core.workers.watch import ChildWatch
 
 __all__ = ["ForkingWorker"]
 
@@ -41,7 +38,7 @@ _BLOCKED = {*SignalState.HANDLED, signal.SIGCHLD}
 _STATUS_EVERY = 0.05  # seconds between two reads of the children's status pipes
 
 
-class ForkingWorker(ChildDisposal):
+class ForkingWorker(ChildDisposal, ChildWatch):
     """Pre-fork N job-running children and supervise them."""
 
     def __init__(self, config: WorkerConfig, hooks: WorkerHooksProtocol | None = None) -> None:
@@ -96,8 +93,9 @@ class ForkingWorker(ChildDisposal):
         signal.signal(signal.SIGCHLD, lambda *_: None)
         self.client = self.config.make_client(worker_name=self.name)
         self.channels = ChildChannels(self.client.redis)
-        log.info("supervisor %s (pid %d) starting %d children on %s", self.name, os.getpid(),
-                 self.wanted, ",".join(self.queues))
+        log.info("django-qless %s supervisor %s (pid %d) starting: forking, %d children%s, "
+                 "queues %s", __version__, self.name, os.getpid(), self.wanted,
+                 ", fork per job" if self.config.fork_per_job else "", ",".join(self.queues))
         first = True
         try:
             while True:
@@ -227,6 +225,8 @@ class ForkingWorker(ChildDisposal):
             # An aborted job is still held by the child: the supervisor disposes of it.
             if child.jid == jid and outcome != "aborted":
                 child.jid = child.klass = child.queue = child.token = None
+        elif event == "x" and fields:
+            child.left = fields[0]
         elif event == "l" and fields and child.jid == fields[0]:
             log.warning("child %s: heartbeat lost %s's lock; killing it", child.name, child.jid)
             self._kill(child, "lock_lost", signal.SIGKILL)
@@ -261,46 +261,6 @@ class ForkingWorker(ChildDisposal):
             self._read_status(child)
             os.close(child.status_fd)
             self._after_death(child, os.waitstatus_to_exitcode(status))
-
-    # -- pubsub events -------------------------------------------------------------------------
-    def _handle_events(self) -> None:
-        assert self.channels is not None
-        if self.channels.missed_events:
-            self.channels.missed_events = False
-            self._read_all_status()
-            self._recheck_running_jobs()
-        events = self.channels.poll()
-        if events:
-            # Status lines are read in batches: catch up so child.jid is the current job.
-            self._read_all_status()
-        by_name = {c.name: c for c in self.children.values()}
-        for worker, payload in events:
-            child = by_name.get(worker)
-            event = payload.get("event")
-            if child is None or event not in ABORT_EVENTS:
-                continue
-            if child.jid is not None and payload.get("jid") == child.jid:
-                log.warning("child %s: %s for job %s; killing it", child.name, event, child.jid)
-                self._kill(child, "lock_lost", signal.SIGKILL)
-
-    def _recheck_running_jobs(self) -> None:
-        """After a pubsub gap, kill children whose job is no longer theirs (events missed)."""
-        assert self.client is not None
-        running = [(c, c.jid, c.token or "") for c in self.children.values()
-                   if c.jid is not None and c.kill_reason is None]
-        try:
-            owned = attempts_still_owned(self.client, [(j, c.name, t) for c, j, t in running])
-        except QlessError as exc:
-            log.warning("could not re-check the running jobs: %s", exc)
-            return
-        lost = [(c, jid) for (c, jid, _), mine in zip(running, owned, strict=True) if not mine]
-        if lost:
-            self._read_all_status()  # a child that moved on since is not running that job
-        for child, jid in lost:
-            if child.jid == jid and child.kill_reason is None and child.pid in self.children:
-                log.warning("child %s: job %s was taken away while we were not listening; "
-                            "killing it", child.name, jid)
-                self._kill(child, "lock_lost", signal.SIGKILL)
 
     # -- signals and limits --------------------------------------------------------------------
     def _act_on_signals(self) -> None:
@@ -349,7 +309,8 @@ class ForkingWorker(ChildDisposal):
                 self._kill(child, "timeout", signal.SIGKILL)
             elif timeout and child.jid and child.kill_reason is None:
                 if now - child.job_started >= timeout:
-                    log.warning("job %s on %s exceeded %gs", child.jid, child.name, timeout)
+                    log.warning("job %s on %s exceeded its time limit of %gs; stopping it",
+                                child.jid, child.name, timeout)
                     self._kill(child, "timeout", signal.SIGTERM)
         if self.signals.stopping:
             return

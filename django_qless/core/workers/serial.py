@@ -9,9 +9,11 @@ finishes the job first; USR1 fails the running job as `django_qless.JobKilled`.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 from typing import TYPE_CHECKING, Any
 
+from django_qless import __version__
 from django_qless.core.exceptions import QlessError
 from django_qless.core.workers.base import JobLoop
 from django_qless.core.workers.config import WorkerConfig, default_worker_name
@@ -80,6 +82,8 @@ class SerialWorker(JobLoop):
             # (sleep, socket read) so the pending JobAborted is raised at once.
             self._old_urg = signal.signal(signal.SIGURG, lambda *_: None)
             self.guard.kick = _kick
+        log.info("django-qless %s worker %s (pid %d) starting: serial, queues %s",
+                 __version__, self.name, os.getpid(), ",".join(self.queues))
         self.listener.start()
         self.listener.add(self.name)
         try:

@@ -43,6 +43,7 @@ class ChildProc:
     job_started: float = 0.0
     kill_reason: str | None = None
     term_sent: float = 0.0
+    left: str | None = None  # why the child says it leaves on its own (status line `x`)
     buffer: bytes = b""
 
 
