@@ -308,7 +308,9 @@ class JobLoop(JobTaking):
         want = 0
         if taking:
             # Hold the next job, plus one ahead after short jobs; never past the budget.
-            want = self.budget.grant(max(0, (2 if ahead else 1) - held), self._committed())
+            want = max(0, (2 if ahead else 1) - held)
+            if self.budget.limited:
+                want = self.budget.grant(want, self._committed())
         queues = self.reserver.order()[:MAX_QUEUES_PER_CALL] or [job.queue_name]
         if want:
             self.waiter.ensure_subscribed()
@@ -339,9 +341,9 @@ class JobLoop(JobTaking):
         """Tell whether the loop will want another job once the running one is done."""
         if self.signals.stopping or self.signals.paused or not self.should_continue():
             return False
-        if self.budget.grant(1, self._committed()) == 0:
+        if self.budget.limited and self.budget.grant(1, self._committed()) == 0:
             return False
-        return self._time_left() > 0
+        return not self.config.max_duration or self._time_left() > 0
 
     def _finish(self) -> None:
         """Release unstarted jobs, stop threads, deregister, run stop hooks."""
