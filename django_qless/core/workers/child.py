@@ -1,8 +1,8 @@
 """The life of one forked child: fresh state after fork, a job loop, `os._exit`.
 
 The child takes and runs jobs itself and tells the supervisor what it is doing over a pipe
-(one tab-separated line per event: start, end, lost; see `status_line`). A job's end line is
-held back and written together with the next job's start line (one write per job), or as
+(one tab-separated line per event: start, end, lost, leaving; see `status_line`). A job's end
+line is held back and written together with the next job's start line (one write per job), or as
 soon as the child reserves on its own, pauses or leaves, so the supervisor never believes an
 idle child is still running a job. The supervisor is the watchdog: it kills the
 child on lock loss, time limit, USR1 or a second TERM, and disposes of the job (release or

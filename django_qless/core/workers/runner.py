@@ -55,6 +55,7 @@ _HANDLER_CACHE = 1024
 # django_qless/ (with the separator, so a sibling "django_qless_x" is not ours).
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
 
+
 class JobAborted(BaseException):
     """Raised inside a job to stop it; `AbortGuard.reason` tells why.
 
