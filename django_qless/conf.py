@@ -11,7 +11,8 @@ global options::
         "WORKER": {"QUEUES": ["default"], "PROCESSES": 2, "RESERVER": "ordered",
                    "INTERVAL": 5.0, "TIMEOUT": None, "MAX_JOBS": None,
                    "HEARTBEAT": None,              # seconds: set in qless config at start
-                   "PREFETCH": True},              # hold one job ahead while short jobs run
+                   "PREFETCH": True,               # hold one job ahead while short jobs run
+                   "START_TIMEOUT": 30.0},         # seconds to wait for Redis at start
         "COMMIT_MODE": "on_commit",                # or "immediate"
         "JOB_MODULES": ["myapp.legacy_jobs"],      # classes under these modules may run
         "AUTODISCOVER": True,                      # import <app>.jobs for every installed app
@@ -30,7 +31,7 @@ Environment (django-environ; a value in settings always wins): ``QLESS_URL`` (de
 ``QLESS_<ALIAS>_URL``, ``QLESS_<ALIAS>_PASSWORD``, ``QLESS_COMMIT_MODE``, ``QLESS_EAGER``,
 ``QLESS_WORKER_QUEUES`` (comma list), ``QLESS_WORKER_PROCESSES``, ``QLESS_WORKER_RESERVER``,
 ``QLESS_WORKER_INTERVAL``, ``QLESS_WORKER_TIMEOUT``, ``QLESS_WORKER_HEARTBEAT``,
-``QLESS_WORKER_PREFETCH``.
+``QLESS_WORKER_PREFETCH``, ``QLESS_WORKER_START_TIMEOUT``.
 Without any setting or variable the default alias is ``redis://localhost:6379/0``.
 """
 
@@ -72,7 +73,7 @@ ALIAS_KEYS = frozenset(
 )
 WORKER_KEYS = frozenset(
     {"QUEUES", "PROCESSES", "RESERVER", "INTERVAL", "TIMEOUT", "MAX_JOBS", "HEARTBEAT",
-     "PREFETCH"}
+     "PREFETCH", "START_TIMEOUT"}
 )
 RECEIVER_KEYS = frozenset(
     {"MAIL_ADMINS_ON_FAILURE", "WEBHOOK_URL", "WEBHOOK_EVENTS", "WEBHOOK_TIMEOUT"}
@@ -136,6 +137,7 @@ class WorkerSettings:
     max_jobs: int | None = None
     heartbeat: int | None = None
     prefetch: bool = True
+    start_timeout: float = 30.0
 
 
 @dataclass(frozen=True)

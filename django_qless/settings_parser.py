@@ -208,6 +208,9 @@ class _Parser:
             "INTERVAL", self.envval("QLESS_WORKER_INTERVAL", "float")), integer=False, minimum=0)
         prefetch = self.bool_(f"{k}['PREFETCH']", raw.get(
             "PREFETCH", self.envval("QLESS_WORKER_PREFETCH", "bool")))
+        start_timeout = self.number(f"{k}['START_TIMEOUT']", raw.get(
+            "START_TIMEOUT", self.envval("QLESS_WORKER_START_TIMEOUT", "float")),
+            integer=False, minimum=0)
         return WorkerSettings(
             queues=(queues and self.queue_list(f"{k}['QUEUES']", queues)) or ("default",),
             processes=self.number(f"{k}['PROCESSES']", raw.get(
@@ -224,6 +227,7 @@ class _Parser:
                 "HEARTBEAT", self.envval("QLESS_WORKER_HEARTBEAT", "int")),
                 integer=True, minimum=1),
             prefetch=prefetch is not False,
+            start_timeout=30.0 if start_timeout is None else float(start_timeout),
         )
 
     def receivers(self, raw: Any) -> ReceiverSettings:

@@ -66,6 +66,13 @@ def test_worker_prefetch_setting():
     assert any("PREFETCH" in e for e in errors({"WORKER": {"PREFETCH": "no"}}))
 
 
+def test_worker_start_timeout_setting():
+    assert ok({}).worker.start_timeout == 30.0
+    assert ok({"WORKER": {"START_TIMEOUT": 2.5}}).worker.start_timeout == 2.5
+    assert ok({}, QLESS_WORKER_START_TIMEOUT="0").worker.start_timeout == 0.0
+    assert any("START_TIMEOUT" in e for e in errors({"WORKER": {"START_TIMEOUT": -1}}))
+
+
 def test_bad_env_value_names_the_variable():
     assert any("QLESS_WORKER_PROCESSES" in e for e in errors({}, QLESS_WORKER_PROCESSES="x"))
 

@@ -193,3 +193,36 @@ def test_worker_with_events_bridges_signals_in_its_own_process(redis_url, tmp_pa
         server.server_close()
     # The bridge is stopped when the worker exits, so its webhook POST happened before.
     assert [(p["event"], p["jid"]) for p in posted] == [("completed", handle.jid)]
+
+
+def test_worker_command_exits_1_when_redis_stays_unreachable_past_the_start_timeout(tmp_path):
+    dead = f"unix://{tmp_path / 'nobody-listens.sock'}"
+    by_option = manage(dead, "qless_worker", "default", "-p", "0", "--start-timeout", "0.5",
+                       timeout=30)
+    assert by_option.returncode == 1, by_option.stderr
+    assert "giving up" in by_option.stderr
+    by_setting = manage(dead, "qless_worker", "default", "-p", "0", timeout=30,
+                        QLESS_WORKER_START_TIMEOUT="0")
+    assert by_setting.returncode == 1, by_setting.stderr
+    assert "after 0s" in by_setting.stderr
+
+
+def test_worker_command_max_jobs_bounds_all_children_together(redis_url, tmp_path):
+    client = get_client()
+    handles = [jobs.add.enqueue(i, b=1) for i in range(30)]
+    worker(redis_url, "default", "-p", "2", "--max-jobs", "3",
+           QLESS_TEST_DB=str(tmp_path / "db.sqlite3"))
+    found = client.jobs.get_many(*[h.jid for h in handles])
+    popped = [j for j in found if any(h["what"] == "popped" for h in j.history)]
+    assert len(popped) == 3 and all(j.state == "complete" for j in popped)
+
+
+def test_worker_command_logs_a_scheduled_retry_as_one_plain_line(redis_url, tmp_path):
+    flaky = jobs.flaky.enqueue(1, "log")
+    result = worker(redis_url, "default", "-p", "0", "--max-jobs", "2",
+                    QLESS_TEST_DB=str(tmp_path / "db.sqlite3"), QLESS_TEST_TMP=str(tmp_path))
+    assert flaky.result() == "ok after 2"
+    about_retry = [line for line in result.stderr.splitlines()
+                   if flaky.jid in line and "done in" not in line]
+    assert len(about_retry) == 1 and "retried in" in about_retry[0], result.stderr
+    assert "Traceback" not in result.stderr and "RetryScheduled" not in result.stderr

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from django_qless.core.exceptions import QlessError
+from django_qless.core.workers.budget import JobBudget, SharedJobPool
 from django_qless.core.workers.config import WorkerConfig
 from django_qless.core.workers.heartbeat import Heartbeater
 from django_qless.core.workers.hooks import WorkerHooksProtocol
@@ -44,6 +45,7 @@ _DRAIN_EVERY = 0.05
 # runs this long hands the held job back.
 PREFETCH_BELOW = 0.005
 HAND_BACK_AFTER = 0.1
+_DONE = {Outcome.COMPLETE: "done", Outcome.SETTLED: "settled by the job itself"}
 
 
 class JobLoop(JobTaking):
@@ -61,13 +63,15 @@ class JobLoop(JobTaking):
         *,
         resume: bool = False,
         max_jobs: int = 0,
+        pool: SharedJobPool | None = None,
     ) -> None:
         self.config = config
         self.hooks = hooks
         self.name = name
         self.signals = signals
         self.resume = resume
-        self.max_jobs = max_jobs
+        # Jobs this loop may still ask for: its own cap, and the worker's shared pool.
+        self.budget = JobBudget(max_jobs, pool)
         self.client = config.make_client(worker_name=name)
         self.selection = QueueSelection(
             config.queues, self.client.queues.names, refresh=config.queue_refresh
@@ -86,9 +90,13 @@ class JobLoop(JobTaking):
             long_after=HAND_BACK_AFTER,
         )
         self.started = time.monotonic()
+        # Run time of each job until its outcome is known (a completion may be read later).
+        self._ran: dict[str, float] = {}
+        # Completions are news at -v, noise otherwise.
+        self._done_level = logging.INFO if config.verbosity >= 1 else logging.DEBUG
         self.done = 0
         self.failed = 0
-        self.taken = 0  # jobs started (what max_jobs counts)
+        self.taken = 0  # jobs started (what the budget counts)
         self.current: Job | None = None
         self.in_hand = JobsInHand(self.client, name)
         # Outcomes are counted by the job thread and, for a completion read by the heartbeat
@@ -155,11 +163,23 @@ class JobLoop(JobTaking):
         finally:
             self._finish()
 
+    def _committed(self) -> int:
+        """Return the jobs that hold a ticket: started, held, and asked for in flight."""
+        return self.taken + len(self.in_hand) + self.in_hand.coming
+
     def _limit_reached(self) -> bool:
-        if self.max_jobs and self.taken >= self.max_jobs:
-            return True
+        """Tell whether the loop is done: out of tickets with nothing held, or out of time."""
+        if self.budget.limited and not len(self.in_hand) and not self.in_hand.coming:
+            if self.budget.grant(1, self._committed()) == 0:
+                return True
+        return self._time_left() <= 0
+
+    def _time_left(self) -> float:
+        """Return the seconds left before --max-duration (infinite without one)."""
         duration = self.config.max_duration
-        return bool(duration and time.monotonic() - self.started >= duration)
+        if not duration:
+            return float("inf")
+        return duration - (time.monotonic() - self.started)
 
     def _taking(self) -> bool:
         """Tell whether the loop may take another job now."""
@@ -175,7 +195,7 @@ class JobLoop(JobTaking):
                 self._hand_back()  # held ahead, or handed over after registering as idle
                 self.between_jobs()
                 self._idle_title()
-                self.waiter.wait(min(self.config.interval, self.idle_cap))
+                self.waiter.wait(min(self.config.interval, self.idle_cap, self._time_left()))
                 self.waiter.drain()  # wake-ups while paused must not make wait() spin
                 continue
             job = self.in_hand.take()
@@ -184,6 +204,8 @@ class JobLoop(JobTaking):
                 job = self.in_hand.take()
             if job is None:
                 self.between_jobs()
+                if self.budget.grant(1, self._committed()) == 0:
+                    continue  # out of tickets: the check above ends the loop
                 jobs, wake = self._reserve()
                 if not jobs:
                     self._idle(wake)
@@ -213,12 +235,18 @@ class JobLoop(JobTaking):
         finally:
             self.heartbeater.unwatch()
         stop = False
+        elapsed = time.monotonic() - started
+        self._ran[job.jid] = elapsed
         if outcome is Outcome.ABORTED:
             reason = self.guard.reason or "aborted"
-            log.warning("job %s aborted: %s", job.jid, reason)
+            if reason == "timeout":
+                log.warning("job %s timed out: still running after its limit of %gs",
+                            job.jid, self.config.timeout)
+            else:
+                log.warning("job %s aborted: %s", job.jid, reason)
             stop = self.on_aborted(job, reason)
         elif outcome is Outcome.COMPLETE:
-            completed = self._complete(job, time.monotonic() - started)
+            completed = self._complete(job, elapsed)
             if completed is None:
                 self.current = None  # sent ahead: counted when its reply is read
                 return stop
@@ -234,6 +262,12 @@ class JobLoop(JobTaking):
                 self.failed += 1
             elif outcome in (Outcome.COMPLETE, Outcome.SETTLED):
                 self.done += 1
+        elapsed = self._ran.pop(job.jid, None)
+        # A job that settled itself (retried, moved, ...) was logged by whoever did it.
+        level = self._done_level if outcome is Outcome.COMPLETE else logging.DEBUG
+        if elapsed is not None and outcome in _DONE and log.isEnabledFor(level):
+            log.log(level, "job %s %s %s in %.0f ms", job.jid, job.klass_name, _DONE[outcome],
+                    elapsed * 1000)
         self.on_job_end(job, outcome)
 
     def _settle_inflight(self) -> None:
@@ -274,11 +308,10 @@ class JobLoop(JobTaking):
         taking = self._will_take_after()
         want = 0
         if taking:
-            # Hold the next job, plus one ahead after short jobs; never past max_jobs.
-            want = (2 if ahead else 1) - held
-            if self.max_jobs:
-                want = min(want, self.max_jobs - self.taken - held)
-            want = max(0, want)
+            # Hold the next job, plus one ahead after short jobs; never past the budget.
+            want = max(0, (2 if ahead else 1) - held)
+            if self.budget.limited:
+                want = self.budget.grant(want, self._committed())
         queues = self.reserver.order()[:MAX_QUEUES_PER_CALL] or [job.queue_name]
         if want:
             self.waiter.ensure_subscribed()
@@ -311,15 +344,15 @@ class JobLoop(JobTaking):
         """Tell whether the loop will want another job once the running one is done."""
         if self.signals.stopping or self.signals.paused or not self.should_continue():
             return False
-        if self.max_jobs and self.taken + len(self.in_hand) + self.in_hand.coming >= self.max_jobs:
+        if self.budget.limited and self.budget.grant(1, self._committed()) == 0:
             return False
-        duration = self.config.max_duration
-        return not (duration and time.monotonic() - self.started >= duration)
+        return not self.config.max_duration or self._time_left() > 0
 
     def _finish(self) -> None:
         """Release unstarted jobs, stop threads, deregister, run stop hooks."""
         self.waiter.stop_hand_offs()
         self._hand_back()
+        self.budget.release_spare(self._committed())
         self.heartbeater.stop()
         self.waiter.close()
         try:

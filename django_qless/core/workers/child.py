@@ -1,8 +1,8 @@
 """The life of one forked child: fresh state after fork, a job loop, `os._exit`.
 
 The child takes and runs jobs itself and tells the supervisor what it is doing over a pipe
-(one tab-separated line per event: start, end, lost; see `status_line`). A job's end line is
-held back and written together with the next job's start line (one write per job), or as
+(one tab-separated line per event: start, end, lost, leaving; see `status_line`). A job's end
+line is held back and written together with the next job's start line (one write per job), or as
 soon as the child reserves on its own, pauses or leaves, so the supervisor never believes an
 idle child is still running a job. The supervisor is the watchdog: it kills the
 child on lock loss, time limit, USR1 or a second TERM, and disposes of the job (release or
@@ -19,11 +19,13 @@ import random
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from django_qless.core.exceptions import QlessError
 from django_qless.core.workers.base import JobLoop
+from django_qless.core.workers.budget import SharedJobPool
 from django_qless.core.workers.config import WorkerConfig, default_worker_name
 from django_qless.core.workers.hooks import WorkerHooksProtocol
 from django_qless.core.workers.inhand import release_job
@@ -45,14 +47,16 @@ _FIELD_CUT = str.maketrans("\t\n\r", "   ")
 def status_line(event: str, *fields: str) -> str:
     """Return one status line: the event letter and its fields, tab-separated (no tab inside).
 
-    Events: `s jid queue klass` (start), `e jid outcome` (end), `l jid why` (lock lost).
+    Events: `s jid queue klass token` (start; token: the pop's attempt token), `e jid outcome`
+    (end), `l jid why` (lock lost), `x why` (the child leaves on its own, e.g. at its bound).
     """
     return "\t".join((event, *(f.translate(_FIELD_CUT) for f in fields))) + "\n"
 
 
 def _start_line(job: Job) -> str:
     """Return the start line of `job` (hot path: jid and queue are engine-checked names)."""
-    return f"s\t{job.jid}\t{job.queue_name}\t{job.klass_name[:200].translate(_FIELD_CUT)}\n"
+    klass = job.klass_name[:200].translate(_FIELD_CUT)
+    return f"s\t{job.jid}\t{job.queue_name}\t{klass}\t{job.attempt_token}\n"
 
 
 def parse_status_line(line: bytes) -> tuple[str, list[str]]:
@@ -87,9 +91,11 @@ class ForkChild(JobLoop):
         supervisor_pid: int,
         *,
         resume: bool,
+        pool: SharedJobPool | None = None,
     ) -> None:
         super().__init__(
-            config, hooks, name, SignalState(), resume=resume, max_jobs=config.jobs_per_child
+            config, hooks, name, SignalState(), resume=resume, max_jobs=config.jobs_per_child,
+            pool=pool,
         )
         self.status_fd = status_fd
         self.supervisor_pid = supervisor_pid
@@ -97,6 +103,7 @@ class ForkChild(JobLoop):
         # Serializes the job thread's and the heartbeat thread's writes and the held line.
         self._status_lock = threading.Lock()
         self._held = ""
+        self._job_started = 0.0
 
     # -- supervisor link --------------------------------------------------------------------
     def report(self, line: str, *, hold: bool = False) -> None:
@@ -147,10 +154,14 @@ class ForkChild(JobLoop):
 
     def _on_signal(self, signum: int) -> None:
         if signum == signal.SIGTERM:
-            self.guard.abort("shutdown", same_thread=True)
+            # The supervisor sends TERM at the time limit too; the job has then run that long.
+            limit = self.config.timeout
+            over = limit and time.monotonic() - self._job_started >= limit
+            self.guard.abort("timeout" if over else "shutdown", same_thread=True)
 
     # -- job events ---------------------------------------------------------------------------
     def on_job_start(self, job: Job) -> None:
+        self._job_started = time.monotonic()
         self.report(_start_line(job))
 
     def on_job_end(self, job: Job, outcome: Outcome) -> None:
@@ -162,8 +173,28 @@ class ForkChild(JobLoop):
         self.flush_status()
 
     def _finish(self) -> None:
+        why = self._leaving_reason()
+        if why:
+            self.report(status_line("x", why))
         self.flush_status()
         super()._finish()
+
+    def _leaving_reason(self) -> str:
+        """Say why the loop ended on its own (empty: stopped, orphaned or crashed)."""
+        if self.signals.stop_requests:
+            return ""
+        if self.signals.graceful:
+            return "stopped as asked (QUIT)"
+        budget = self.budget
+        if budget.cap and budget.claimed >= budget.cap and self.taken >= budget.cap:
+            if self.config.fork_per_job:
+                return "ran its job (--fork-per-job)"
+            return f"recycled after {self.taken} jobs (--child-max-jobs)"
+        if budget.pool is not None and budget.pool.remaining() == 0:
+            return f"--max-jobs reached (this child ran {self.taken})"
+        if self._time_left() <= 0:
+            return "--max-duration reached"
+        return ""
 
     def _on_lock_lost(self, job: Job, why: str) -> None:
         # The supervisor kills us: aborting here could race it onto the next job.
@@ -172,6 +203,9 @@ class ForkChild(JobLoop):
             self.guard.abort("lock_lost")
 
     def on_aborted(self, job: Job, reason: str) -> bool:
+        if reason == "timeout":
+            self.exit_code = ExitCode.CHILD_ABORTED  # the supervisor fails the job
+            return True
         if reason == "shutdown":
             self.exit_code = ExitCode.CHILD_ABORTED
             if self.orphaned():
@@ -194,6 +228,7 @@ def child_main(
     resume: bool,
     signal_mask: Iterable[int] | None = None,
     paused: bool = False,
+    pool: SharedJobPool | None = None,
 ) -> int:
     """Run in a freshly forked child; return the exit code for `os._exit`.
 
@@ -206,7 +241,8 @@ def child_main(
         random.seed()
         hooks.after_fork_child()
         name = f"{config.name}-{slot}" if config.name else default_worker_name()
-        child = ForkChild(config, hooks, name, status_fd, supervisor_pid, resume=resume)
+        child = ForkChild(config, hooks, name, status_fd, supervisor_pid, resume=resume,
+                          pool=pool)
         child.install_signals()
         child.signals.paused = paused  # a child born during USR2 starts paused too
         signal.pthread_sigmask(signal.SIG_SETMASK, signal_mask or set())

@@ -6,7 +6,8 @@ and exits; USR1 kills the running job(s) (failed as django_qless.JobKilled) and 
 USR2 stops taking jobs and writes every process's stack to stderr; CONT resumes.
 
 Exit codes: 0 stopped as asked (QUIT, TERM/INT with jobs released, --max-jobs,
---max-duration, --dry-run, --print-options); 1 fatal error; 2 bad options; 3 forced stop
+--max-duration, --dry-run, --print-options); 1 fatal error (e.g. Redis still unreachable
+after --start-timeout); 2 bad options; 3 forced stop
 (a second TERM/INT killed the children); 4 stopped but some jobs could not be released
 (they come back when their lease expires).
 """
@@ -22,6 +23,7 @@ import re
 import shlex
 import sys
 from collections.abc import Iterable, Sequence
+from typing import Any
 from urllib.parse import urlsplit
 
 from django_qless.core.exceptions import InvalidArgument, QlessError
@@ -151,6 +153,9 @@ def add_shared_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reap-interval", type=non_negative_number, default=None,
                    help="seconds between lease reaper runs (default: from the heartbeat and "
                         "grace-period config; 0 = off)")
+    p.add_argument("--start-timeout", type=non_negative_number, default=None,
+                   help="seconds to wait for Redis at start, then exit 1 (default 30; 0: "
+                        "no wait)")
     p.add_argument("--name", default=None, help="worker name (default host-pid)")
     p.add_argument("--sandbox-root", default=None, help="parent of per-worker sandboxes")
 
@@ -169,7 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", "--processes", type=non_negative_int, default=None,
                    help="children to pre-fork (default: CPU count; 0: run jobs in-process)")
     p.add_argument("--reserver", choices=RESERVERS, default="ordered")
-    p.add_argument("--max-jobs", type=non_negative_int, default=0, help="stop after this many jobs")
+    p.add_argument("--max-jobs", type=non_negative_int, default=0,
+                   help="run at most this many jobs, all children together, then exit")
     p.add_argument("--interval", type=number, default=5.0,
                    help="idle safety re-check in seconds (wake-ups arrive on pubsub)")
     p.add_argument("--timeout", type=non_negative_number, default=0.0,
@@ -191,7 +197,9 @@ def config_from_args(args: argparse.Namespace) -> WorkerConfig:
     check_imports(args.imports)
     if args.allow_module:
         default_registry.allow_module_prefixes(*args.allow_module)
-    extra = {"sandbox_root": args.sandbox_root} if args.sandbox_root else {}
+    extra: dict[str, Any] = {"sandbox_root": args.sandbox_root} if args.sandbox_root else {}
+    if args.start_timeout is not None:
+        extra["start_timeout"] = args.start_timeout
     return WorkerConfig(
         url=args.url,
         queues=tuple(args.queues),

@@ -79,6 +79,8 @@ class WorkerConfig:
     # Recover expired leases on every known queue this often, in seconds (None: half of the
     # engine's min(heartbeat, grace-period), 1-30 s; 0: never). Supervisor/serial worker only.
     reap_interval: float | None = None
+    # How long to wait for Redis at start before giving up with exit code 1 (0: no wait).
+    start_timeout: float = 30.0
     # Redis socket timeout for worker connections: a half-open TCP connection must not
     # block a worker forever (None: block).
     socket_timeout: float | None = 30.0
@@ -109,7 +111,7 @@ class WorkerConfig:
                 raise ValueError(f"{name} must be >= 0")
         if self.reap_interval is not None and not self.reap_interval >= 0:
             raise ValueError(f"reap_interval must be >= 0: {self.reap_interval}")
-        for name in ("max_duration", "timeout", "kill_grace", "shutdown_grace"):
+        for name in ("max_duration", "timeout", "kill_grace", "shutdown_grace", "start_timeout"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
         if not self.interval > 0:

@@ -21,6 +21,7 @@ from django_qless.core.workers.shutdown import ExitCode
 
 if TYPE_CHECKING:
     from django_qless.core.client import Client
+    from django_qless.core.workers.budget import SharedJobPool
     from django_qless.core.workers.config import WorkerConfig
     from django_qless.core.workers.shutdown import SignalState
     from django_qless.core.workers.supervision import ChildChannels, ChildProc
@@ -45,6 +46,7 @@ class ChildDisposal:
     _releaser: Client | None
     _redis_down: bool
     _unreleased: int
+    pool: SharedJobPool | None
 
     def _after_death(self, child: ChildProc, code: int) -> None:
         """Dispose of the dead child's job and plan its replacement."""
@@ -53,9 +55,14 @@ class ChildDisposal:
         reason = child.kill_reason
         if reason is None and self.signals.stop_requests and code == ExitCode.CHILD_ABORTED:
             reason = "shutdown"
-        level = logging.INFO if code == 0 or reason else logging.ERROR
-        log.log(level, "child %s (pid %d) exited with %d (%s)%s", child.name, child.pid, code,
-                reason or "unexpected", f", job {child.jid}" if child.jid else "")
+        if code == 0 and reason is None:
+            # Not a crash: it reached its bound, or was told to stop.
+            why = child.left or ("stopped as asked" if self.signals.stopping else "left")
+            log.info("child %s (pid %d) finished: %s", child.name, child.pid, why)
+        else:
+            level = logging.INFO if code == 0 or reason else logging.ERROR
+            log.log(level, "child %s (pid %d) exited with %d (%s)%s", child.name, child.pid,
+                    code, reason or "unexpected", f", job {child.jid}" if child.jid else "")
         try:
             if reason in ("shutdown", "forced"):
                 self._release_all(child)
@@ -86,8 +93,8 @@ class ChildDisposal:
         """
         client = self._release_client()
         for jid in client.workers[child.name]["jobs"]:
-            if jid != child.jid:
-                release_job(client, jid, child.name)
+            if jid != child.jid and release_job(client, jid, child.name) and self.pool:
+                self.pool.give_back(1)  # never started: its --max-jobs ticket is free again
         if deregister:
             client.workers.deregister(child.name)
 

@@ -17,16 +17,18 @@ import time
 
 import redis
 
+from django_qless import __version__
 from django_qless.core.client import Client
 from django_qless.core.exceptions import QlessError
+from django_qless.core.workers.budget import SharedJobPool
 from django_qless.core.workers.child import child_main, parse_status_line
 from django_qless.core.workers.config import WorkerConfig, default_worker_name
 from django_qless.core.workers.disposal import ChildDisposal
 from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol
-from django_qless.core.workers.listener import ABORT_EVENTS
 from django_qless.core.workers.proctitle import set_title, supervisor_title
 from django_qless.core.workers.shutdown import ExitCode, SignalState
 from django_qless.core.workers.supervision import ChildChannels, ChildProc
+from django_qless.core.workers.watch import ChildWatch
 
 __all__ = ["ForkingWorker"]
 
@@ -36,7 +38,7 @@ _BLOCKED = {*SignalState.HANDLED, signal.SIGCHLD}
 _STATUS_EVERY = 0.05  # seconds between two reads of the children's status pipes
 
 
-class ForkingWorker(ChildDisposal):
+class ForkingWorker(ChildDisposal, ChildWatch):
     """Pre-fork N job-running children and supervise them."""
 
     def __init__(self, config: WorkerConfig, hooks: WorkerHooksProtocol | None = None) -> None:
@@ -65,11 +67,18 @@ class ForkingWorker(ChildDisposal):
         self._title_at = 0.0
         self._status_at = 0.0
         self.reaper = config.make_reaper(self.name)
+        # --max-jobs for all children together: each job asked for takes a ticket from it.
+        self.pool = SharedJobPool(config.max_jobs) if config.max_jobs else None
 
     @property
     def queues(self) -> tuple[str, ...]:
         """Return the queue specs served."""
         return self.config.queues
+
+    @property
+    def jobs_exhausted(self) -> bool:
+        """Tell whether every --max-jobs ticket is taken (children leave once theirs are run)."""
+        return self.pool is not None and self.pool.remaining() == 0
 
     @property
     def stopping(self) -> bool:
@@ -84,8 +93,9 @@ class ForkingWorker(ChildDisposal):
         signal.signal(signal.SIGCHLD, lambda *_: None)
         self.client = self.config.make_client(worker_name=self.name)
         self.channels = ChildChannels(self.client.redis)
-        log.info("supervisor %s (pid %d) starting %d children on %s", self.name, os.getpid(),
-                 self.wanted, ",".join(self.queues))
+        log.info("django-qless %s supervisor %s (pid %d) starting: forking, %d children%s, "
+                 "queues %s", __version__, self.name, os.getpid(), self.wanted,
+                 ", fork per job" if self.config.fork_per_job else "", ",".join(self.queues))
         first = True
         try:
             while True:
@@ -139,7 +149,7 @@ class ForkingWorker(ChildDisposal):
 
     # -- children ------------------------------------------------------------------------------
     def _spawn_missing(self, resume: bool) -> None:
-        if self.stopping:
+        if self.stopping or self.jobs_exhausted:
             return
         now = time.monotonic()
         for slot in sorted(self.free_slots):
@@ -171,7 +181,7 @@ class ForkingWorker(ChildDisposal):
                 self.signals.wake_pipe.close()
                 code = child_main(self.config, self.hooks, slot, write_fd, supervisor_pid,
                                   resume=resume, signal_mask=mask,
-                                  paused=self.signals.paused)
+                                  paused=self.signals.paused, pool=self.pool)
             finally:
                 os._exit(code)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
@@ -203,8 +213,8 @@ class ForkingWorker(ChildDisposal):
             self._on_status(child, event, fields)
 
     def _on_status(self, child: ChildProc, event: str, fields: list[str]) -> None:
-        if event == "s" and len(fields) == 3:
-            child.jid, child.queue, child.klass = fields
+        if event == "s" and len(fields) == 4:
+            child.jid, child.queue, child.klass, child.token = fields
             child.job_started = time.monotonic()
         elif event == "e" and len(fields) == 2:
             jid, outcome = fields
@@ -214,7 +224,9 @@ class ForkingWorker(ChildDisposal):
                 self.done += 1
             # An aborted job is still held by the child: the supervisor disposes of it.
             if child.jid == jid and outcome != "aborted":
-                child.jid = child.klass = child.queue = None
+                child.jid = child.klass = child.queue = child.token = None
+        elif event == "x" and fields:
+            child.left = fields[0]
         elif event == "l" and fields and child.jid == fields[0]:
             log.warning("child %s: heartbeat lost %s's lock; killing it", child.name, child.jid)
             self._kill(child, "lock_lost", signal.SIGKILL)
@@ -249,43 +261,6 @@ class ForkingWorker(ChildDisposal):
             self._read_status(child)
             os.close(child.status_fd)
             self._after_death(child, os.waitstatus_to_exitcode(status))
-
-    # -- pubsub events -------------------------------------------------------------------------
-    def _handle_events(self) -> None:
-        assert self.channels is not None
-        if self.channels.missed_events:
-            self.channels.missed_events = False
-            self._read_all_status()
-            self._recheck_running_jobs()
-        events = self.channels.poll()
-        if events:
-            # Status lines are read in batches: catch up so child.jid is the current job.
-            self._read_all_status()
-        by_name = {c.name: c for c in self.children.values()}
-        for worker, payload in events:
-            child = by_name.get(worker)
-            event = payload.get("event")
-            if child is None or event not in ABORT_EVENTS:
-                continue
-            if child.jid is not None and payload.get("jid") == child.jid:
-                log.warning("child %s: %s for job %s; killing it", child.name, event, child.jid)
-                self._kill(child, "lock_lost", signal.SIGKILL)
-
-    def _recheck_running_jobs(self) -> None:
-        """After a pubsub gap, kill children whose job is no longer theirs (events missed)."""
-        assert self.client is not None
-        for child in list(self.children.values()):
-            if child.jid is None or child.kill_reason is not None:
-                continue
-            try:
-                reply = self.client.call_json("get", child.jid)
-            except QlessError as exc:
-                log.warning("could not re-check job %s: %s", child.jid, exc)
-                continue
-            if not reply or reply.get("state") != "running" or reply.get("worker") != child.name:
-                log.warning("child %s: job %s was taken away while we were not listening; "
-                            "killing it", child.name, child.jid)
-                self._kill(child, "lock_lost", signal.SIGKILL)
 
     # -- signals and limits --------------------------------------------------------------------
     def _act_on_signals(self) -> None:
@@ -334,13 +309,16 @@ class ForkingWorker(ChildDisposal):
                 self._kill(child, "timeout", signal.SIGKILL)
             elif timeout and child.jid and child.kill_reason is None:
                 if now - child.job_started >= timeout:
-                    log.warning("job %s on %s exceeded %gs", child.jid, child.name, timeout)
+                    log.warning("job %s on %s exceeded its time limit of %gs; stopping it",
+                                child.jid, child.name, timeout)
                     self._kill(child, "timeout", signal.SIGTERM)
-        limits_hit = (self.config.max_jobs and self.done + self.failed >= self.config.max_jobs) or (
-            self.config.max_duration and now - self.started >= self.config.max_duration
-        )
-        if limits_hit and not self.signals.stopping:
-            log.info("max-jobs/max-duration reached: stopping gracefully")
+        if self.signals.stopping:
+            return
+        if self.jobs_exhausted and not self.children:
+            log.info("--max-jobs reached (%d jobs): stopping", self.config.max_jobs)
+            self.signals.request_stop(graceful=True)
+        elif self.config.max_duration and now - self.started >= self.config.max_duration:
+            log.info("--max-duration reached (%gs): stopping gracefully", self.config.max_duration)
             self.signals.request_stop(graceful=True)
 
     def _reap_leases(self) -> None:

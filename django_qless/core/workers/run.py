@@ -6,6 +6,7 @@ import importlib
 import json
 import logging
 import sys
+import time
 from typing import TextIO
 
 import redis
@@ -19,7 +20,14 @@ from django_qless.core.workers.reservers import QueueSelection
 from django_qless.core.workers.serial import SerialWorker
 from django_qless.core.workers.shutdown import ExitCode
 
-__all__ = ["dry_run", "import_modules", "make_worker", "run_worker", "warn_about_eviction"]
+__all__ = [
+    "dry_run",
+    "import_modules",
+    "make_worker",
+    "run_worker",
+    "wait_for_redis",
+    "warn_about_eviction",
+]
 
 log = logging.getLogger("django_qless.worker")
 
@@ -81,8 +89,46 @@ def run_worker(
     import_modules(config.import_modules)
     if config.dry_run:
         return dry_run(config, out)
+    if not wait_for_redis(config):
+        return ExitCode.ERROR
     warn_about_eviction(config)
     return make_worker(config, hooks).run_forever()
+
+
+def wait_for_redis(config: WorkerConfig) -> bool:
+    """Ping Redis until it answers or `config.start_timeout` seconds pass (False: gave up)."""
+    limit = config.start_timeout
+    deadline = time.monotonic() + limit
+    delay = 0.1
+    first_error: float | None = None
+    told_at = 0.0
+    while True:
+        left = deadline - time.monotonic()
+        client = config.make_client(socket_timeout=min(5.0, max(0.2, left)))
+        try:
+            client.redis.ping()
+            if first_error is not None:
+                log.info("Redis at %s is reachable now", config.safe_url)
+            return True
+        except (QlessError, redis.RedisError, OSError) as exc:
+            error = exc
+        finally:
+            client.close()
+        now = time.monotonic()
+        if now >= deadline:
+            log.error("Redis at %s is still unreachable after %gs (%s); giving up "
+                      "(--start-timeout)", config.safe_url, limit, error)
+            return False
+        if first_error is None:
+            first_error = told_at = now
+            log.warning("Redis at %s is unreachable (%s); waiting up to %gs for it",
+                        config.safe_url, error, limit)
+        elif now - told_at >= 10.0:
+            told_at = now
+            log.warning("still waiting for Redis at %s (%.0fs left)", config.safe_url,
+                        deadline - now)
+        time.sleep(min(delay, max(0.0, deadline - now)))
+        delay = min(delay * 2, 2.0)
 
 
 def warn_about_eviction(config: WorkerConfig) -> None:

@@ -11,9 +11,11 @@ from __future__ import annotations
 import ctypes
 import enum
 import logging
+import os
 import threading
 import traceback
 from collections.abc import Callable
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from django_qless.core.exceptions import (
@@ -51,6 +53,9 @@ KILLED_GROUP = "django_qless.JobKilled"
 MAX_MESSAGE = 65536
 _HEAD = 4096
 _HANDLER_CACHE = 1024
+# django_qless/ (with the separator, so a sibling "django_qless_x" is not ours).
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
+
 
 class JobAborted(BaseException):
     """Raised inside a job to stop it; `AbortGuard.reason` tells why.
@@ -76,9 +81,21 @@ def error_group(exc: BaseException) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"[:256]
 
 
+def _ours(tb: TracebackType) -> bool:
+    """Tell whether a traceback entry is in django_qless's own code (worker, glue)."""
+    return os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(_PACKAGE_DIR)
+
+
 def format_failure(exc: BaseException) -> str:
-    """Return the traceback text, cut to at most 64 KiB (head and tail kept)."""
-    text = "".join(traceback.format_exception(exc))
+    """Return the traceback text from the job's own first frame, cut to at most 64 KiB.
+
+    The worker's frames above the job (runner, hooks, middleware chain, the @job wrapper)
+    are left out; if nothing but them is left, the whole traceback is kept.
+    """
+    tb = exc.__traceback__
+    while tb is not None and _ours(tb):
+        tb = tb.tb_next
+    text = "".join(traceback.format_exception(type(exc), exc, tb or exc.__traceback__))
     raw = text.encode("utf-8", "replace")
     if len(raw) <= MAX_MESSAGE:
         return text
@@ -246,6 +263,12 @@ class JobRunner:
             if self.guard.reason is not None:
                 # The abort landed inside a library that wrapped it; the abort wins.
                 return Outcome.ABORTED
+            if job.state != "running":
+                # It settled itself first (a retry policy retries, then raises to say so):
+                # that call is the outcome, and whoever made it has logged it.
+                log.debug("job %s (%s) settled itself, then raised %s", job.jid,
+                          job.klass_name, error_group(exc))
+                return Outcome.SETTLED
             log.info("job %s (%s) raised %s", job.jid, job.klass_name, error_group(exc))
             if isinstance(exc, ExecTimeout):
                 return self.fail(job, TIMEOUT_GROUP, str(exc))

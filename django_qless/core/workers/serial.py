@@ -9,9 +9,11 @@ finishes the job first; USR1 fails the running job as `django_qless.JobKilled`.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 from typing import TYPE_CHECKING, Any
 
+from django_qless import __version__
 from django_qless.core.exceptions import QlessError
 from django_qless.core.workers.base import JobLoop
 from django_qless.core.workers.config import WorkerConfig, default_worker_name
@@ -20,6 +22,7 @@ from django_qless.core.workers.inhand import release_job
 from django_qless.core.workers.listener import ABORT_EVENTS, WorkerChannelListener
 from django_qless.core.workers.runner import KILLED_GROUP, TIMEOUT_GROUP, Outcome
 from django_qless.core.workers.shutdown import ExitCode, SignalState
+from django_qless.core.workers.supervision import attempts_still_owned
 
 if TYPE_CHECKING:
     from django_qless.core.job import Job
@@ -79,6 +82,8 @@ class SerialWorker(JobLoop):
             # (sleep, socket read) so the pending JobAborted is raised at once.
             self._old_urg = signal.signal(signal.SIGURG, lambda *_: None)
             self.guard.kick = _kick
+        log.info("django-qless %s worker %s (pid %d) starting: serial, queues %s",
+                 __version__, self.name, os.getpid(), ",".join(self.queues))
         self.listener.start()
         self.listener.add(self.name)
         try:
@@ -123,10 +128,11 @@ class SerialWorker(JobLoop):
         current = self.current
         if current is None:
             return
-        reply = self.client.call_json("get", current.jid)
-        if not reply or reply.get("state") != "running" or reply.get("worker") != self.name:
-            log.warning("job %s was taken away while the listener was reconnecting", current.jid)
-            self.guard.abort("lock_lost")
+        attempt = (current.jid, self.name, current.attempt_token)
+        if attempts_still_owned(self.client, [attempt])[0] or self.current is not current:
+            return  # still ours, settled by us, or over already: another job may run now
+        log.warning("job %s was taken away while the listener was reconnecting", current.jid)
+        self.guard.abort("lock_lost")
 
     # -- dispositions -----------------------------------------------------------------------
     def on_aborted(self, job: Job, reason: str) -> bool:

@@ -11,12 +11,16 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
-__all__ = ["ChildChannels", "ChildProc"]
+if TYPE_CHECKING:
+    from django_qless.core.client import Client
+
+__all__ = ["ChildChannels", "ChildProc", "attempts_still_owned"]
 
 log = logging.getLogger("django_qless.worker")
 
@@ -33,12 +37,36 @@ class ChildProc:
     status_fd: int
     started: float = field(default_factory=time.monotonic)
     jid: str | None = None
+    token: str | None = None  # the attempt token of `jid`'s pop (see attempts_still_owned)
     klass: str | None = None
     queue: str | None = None
     job_started: float = 0.0
     kill_reason: str | None = None
     term_sent: float = 0.0
+    left: str | None = None  # why the child says it leaves on its own (status line `x`)
     buffer: bytes = b""
+
+
+def attempts_still_owned(client: Client, attempts: Sequence[tuple[str, str, str]]) -> list[bool]:
+    """Tell, for each (jid, worker, token), whether that pop still holds the job or ended it.
+
+    A worker's own view of its job lags behind Redis (a child reports the end of a job after
+    it sent the completion), so "not running for this worker" alone cannot tell a job taken
+    away from one the worker has just completed, failed or retried itself. The engine records
+    the attempt token with the outcome it accepted, which settles the question in one read.
+    """
+    def read(conn: redis.Redis) -> list[Any]:
+        pipe = conn.pipeline(transaction=False)
+        for jid, _, _ in attempts:
+            pipe.hmget(f"ql:j:{jid}", ["state", "worker", "done"])
+        return list(pipe.execute())
+
+    rows = client.read(read) if attempts else []
+    owned = []
+    for (_, worker, token), (state, holder, done) in zip(attempts, rows, strict=True):
+        settled = bool(token) and str(done or "").startswith(f"{token} ")
+        owned.append((state == "running" and holder == worker) or settled)
+    return owned
 
 
 class ChildChannels:

@@ -49,6 +49,7 @@ class JobTaking:
 
     if TYPE_CHECKING:
         def _idle_title(self) -> None: ...
+        def _time_left(self) -> float: ...
 
     def _reserve(self) -> tuple[list[Job], float | None]:
         """Take one job from the selected queues (subscribing to wake-ups first).
@@ -109,7 +110,7 @@ class JobTaking:
     def _idle(self, wake: float | None) -> None:
         """Block until a wake-up, a signal, or the next due time."""
         self._idle_title()
-        timeout = min(self.config.interval, self.idle_cap)
+        timeout = min(self.config.interval, self.idle_cap, max(self._time_left(), 0.005))
         if wake is not None:
             # A lock expiring "now" can report 0 repeatedly during its grace: do not spin.
             timeout = min(timeout, max(wake, 0.005))

@@ -83,7 +83,7 @@ class Command(BaseCommand):
         parser.add_argument("--timeout", type=non_negative_number, default=None,
                             help="per-job time limit in seconds")
         parser.add_argument("--max-jobs", type=non_negative_int, default=None,
-                            help="stop after N jobs")
+                            help="run at most N jobs, all children together, then exit")
         add_shared_options(parser)
         parser.add_argument("--with-events", action="store_true",
                             help="also bridge Redis events to Django signals (as qless_events "
@@ -138,6 +138,8 @@ class Command(BaseCommand):
                 kill_grace=options["kill_grace"],
                 shutdown_grace=options["shutdown_grace"],
                 reap_interval=options["reap_interval"],
+                start_timeout=(options["start_timeout"] if options["start_timeout"] is not None
+                               else conf.worker.start_timeout),
                 **({"sandbox_root": options["sandbox_root"]} if options["sandbox_root"] else {}),
                 name=options["name"],
                 verbosity=options["verbosity"],
@@ -162,6 +164,11 @@ class Command(BaseCommand):
         if options["pid"]:
             with open(options["pid"], "w") as fh:
                 fh.write(str(os.getpid()))
+        from django_qless.core.workers.run import wait_for_redis
+
+        # Before the heartbeat write and the event bridge, which need Redis too.
+        if not options["dry_run"] and not wait_for_redis(config):
+            sys.exit(1)
         heartbeat = get_settings().worker.heartbeat
         if heartbeat is not None:
             from django_qless.core.exceptions import CALL_ERRORS

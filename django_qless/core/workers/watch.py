@@ -1,0 +1,76 @@
+"""What a supervisor does with its children's `ql:w:<child>` events: kill on a lost job.
+
+An event (`lock_lost`, `canceled`, `put`) naming the job a child runs means the job is no
+longer the child's: the supervisor kills the child (its result would be refused anyway).
+After a pub/sub gap the supervisor asks Redis instead, for every running child's attempt.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from typing import TYPE_CHECKING
+
+from django_qless.core.exceptions import QlessError
+from django_qless.core.workers.listener import ABORT_EVENTS
+from django_qless.core.workers.supervision import attempts_still_owned
+
+if TYPE_CHECKING:
+    from django_qless.core.client import Client
+    from django_qless.core.workers.supervision import ChildChannels, ChildProc
+
+__all__ = ["ChildWatch"]
+
+log = logging.getLogger("django_qless.worker")
+
+
+class ChildWatch:
+    """The event side of ForkingWorker (a mixin: the supervisor owns the attributes)."""
+
+    client: Client | None
+    channels: ChildChannels | None
+    children: dict[int, ChildProc]
+
+    if TYPE_CHECKING:
+        def _read_all_status(self) -> None: ...
+        def _kill(self, child: ChildProc, reason: str, signum: int) -> None: ...
+
+    # -- pubsub events -------------------------------------------------------------------------
+    def _handle_events(self) -> None:
+        assert self.channels is not None
+        if self.channels.missed_events:
+            self.channels.missed_events = False
+            self._read_all_status()
+            self._recheck_running_jobs()
+        events = self.channels.poll()
+        if events:
+            # Status lines are read in batches: catch up so child.jid is the current job.
+            self._read_all_status()
+        by_name = {c.name: c for c in self.children.values()}
+        for worker, payload in events:
+            child = by_name.get(worker)
+            event = payload.get("event")
+            if child is None or event not in ABORT_EVENTS:
+                continue
+            if child.jid is not None and payload.get("jid") == child.jid:
+                log.warning("child %s: %s for job %s; killing it", child.name, event, child.jid)
+                self._kill(child, "lock_lost", signal.SIGKILL)
+
+    def _recheck_running_jobs(self) -> None:
+        """After a pubsub gap, kill children whose job is no longer theirs (events missed)."""
+        assert self.client is not None
+        running = [(c, c.jid, c.token or "") for c in self.children.values()
+                   if c.jid is not None and c.kill_reason is None]
+        try:
+            owned = attempts_still_owned(self.client, [(j, c.name, t) for c, j, t in running])
+        except QlessError as exc:
+            log.warning("could not re-check the running jobs: %s", exc)
+            return
+        lost = [(c, jid) for (c, jid, _), mine in zip(running, owned, strict=True) if not mine]
+        if lost:
+            self._read_all_status()  # a child that moved on since is not running that job
+        for child, jid in lost:
+            if child.jid == jid and child.kill_reason is None and child.pid in self.children:
+                log.warning("child %s: job %s was taken away while we were not listening; "
+                            "killing it", child.name, jid)
+                self._kill(child, "lock_lost", signal.SIGKILL)
