@@ -264,7 +264,7 @@ def test_many_workers_popping_one_job_at_a_time(short_leases, rconn, tcp_redis, 
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"contention-{PROCS}x{THREADS}-{summary['variant']}.json"
     path.write_text(json.dumps(summary, indent=2) + "\n")
-    print(f"\nFI-14 summary ({path}):\n{json.dumps(summary)}")
+    print(f"\ncontention summary ({path}):\n{json.dumps(summary)}")
     assert proc_margin <= PROCESS_CLOCK_TOLERANCE, f"priority inversion {proc_margin:.3f}s"
     assert margin <= CLOCK_TOLERANCE, f"a higher-priority job started {margin:.3f}s late"
     # Most slow entries on a shared host are the Redis process being descheduled mid-script,

@@ -65,5 +65,5 @@ def test_supervisor_orm_between_200_forks(client, tcp_redis, tmp_path):
     assert len(after_fork) == len(forks)
     # The supervisor's own connection still works after 200 forks and sees every write.
     assert queries[-1]["when"] == "exit" and queries[-1]["count"] == JOBS
-    print(f"\nFI-21: {len(forks)} forks, {len(after_fork)} supervisor ORM queries between "
+    print(f"\nfork and ORM: {len(forks)} forks, {len(after_fork)} supervisor ORM queries between "
           f"forks, {len({pid for _, pid in rows})} child pids, {JOBS} jobs complete")
