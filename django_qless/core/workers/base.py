@@ -181,10 +181,6 @@ class JobLoop(JobTaking):
             return float("inf")
         return duration - (time.monotonic() - self.started)
 
-    def _taking(self) -> bool:
-        """Tell whether the loop may take another job now."""
-        return not (self.signals.stopping or self.signals.paused or self._limit_reached())
-
     def _loop(self) -> None:
         while True:
             if self.signals.stopping or self._limit_reached() or not self.should_continue():

@@ -7,7 +7,7 @@ import re
 import socket
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
@@ -169,10 +169,6 @@ class WorkerConfig:
             lambda: self.make_client(worker_name=worker_name, socket_timeout=_REAP_TIMEOUT),
             period=self.reap_interval,
         )
-
-    def with_options(self, **changes: Any) -> WorkerConfig:
-        """Return a copy with some options changed."""
-        return replace(self, **changes)
 
     def as_dict(self) -> dict[str, Any]:
         """Return the options as plain data (for --print-options)."""

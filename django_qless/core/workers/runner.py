@@ -26,7 +26,7 @@ from django_qless.core.exceptions import (
     QlessError,
     UnregisteredJobClass,
 )
-from django_qless.core.registry import Registry
+from django_qless.core.registry import UNKNOWN_JOB_GROUP, Registry
 from django_qless.core.workers.config import WorkerConfig
 from django_qless.core.workers.execmode import ExecFailed, ExecRunner, ExecTimeout
 from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol
@@ -47,7 +47,6 @@ __all__ = [
 
 log = logging.getLogger("django_qless.worker")
 
-UNKNOWN_JOB_GROUP = "django_qless.UnknownJob"
 TIMEOUT_GROUP = "django_qless.JobTimeout"
 KILLED_GROUP = "django_qless.JobKilled"
 MAX_MESSAGE = 65536
@@ -117,11 +116,6 @@ class AbortGuard:
         # Called (under the lock) after scheduling an abort from another thread, to break
         # the job out of a blocking call (the serial worker sends itself a signal).
         self.kick: Callable[[int], None] | None = None
-
-    @property
-    def in_job(self) -> bool:
-        """Tell whether job code is running now."""
-        return self._in_job
 
     def enter(self) -> None:
         """Mark the start of job code (call from the job-running thread)."""
