@@ -175,12 +175,20 @@ class JobRunner:
         registry: Registry,
         sandbox: Sandbox,
         guard: AbortGuard,
+        *,
+        remember: bool = False,
     ) -> None:
         self.config = config
         self.hooks = hooks
         self.registry = registry
         self.sandbox = sandbox
         self.guard = guard
+        # With `remember`, what the last job returned and raised (None if it did not), for
+        # callers that report on each job (run_queued, eager mode). The worker only needs
+        # the Outcome and must not keep a finished job's traceback (and its frames) alive.
+        self.remember = remember
+        self.value: Any = None
+        self.error: BaseException | None = None
         # The do-nothing hooks and no middleware: call the target directly (no closures).
         self._bare = type(hooks) is WorkerHooks and not config.middleware
         # (klass, queue) -> (registry entry, handler): resolving a handler inspects the target.
@@ -223,7 +231,7 @@ class JobRunner:
             finally:
                 self.hooks.after_job(job, error)
 
-        self.hooks.around_job(job, call_next)
+        self.value = self.hooks.around_job(job, call_next)
 
     def run(self, job: Job, pre_abort: Callable[[], str | None] | None = None) -> Outcome:
         """Perform `job` and settle failures; the caller completes on Outcome.COMPLETE.
@@ -231,9 +239,18 @@ class JobRunner:
         `pre_abort` is asked once job code counts as running: a stop that arrived just
         before (too early for the signal handler to raise into the job) still aborts it.
         """
+        outcome = self._run(job, pre_abort)
+        if not self.remember:
+            self.value = self.error = None
+        return outcome
+
+    def _run(self, job: Job, pre_abort: Callable[[], str | None] | None) -> Outcome:
+        """Perform `job`, noting its return value and exception; see `run`."""
+        self.value = self.error = None
         try:
             target, job_middleware = self._target(job)
         except UnregisteredJobClass as exc:
+            self.error = exc
             log.error("job %s: %s", job.jid, exc)
             return self.fail(job, UNKNOWN_JOB_GROUP, f"{exc}\nworker: {job.worker_name}")
         set_current_sandbox(self.sandbox)
@@ -246,14 +263,16 @@ class JobRunner:
                     self.guard.reason = reason
                     raise JobAborted(reason)
                 if self._bare and not job_middleware:
-                    target(job)
+                    self.value = target(job)
                 else:
                     self._call_hooked(job, target, (*self.config.middleware, *job_middleware))
             finally:
                 self.guard.leave()
-        except JobAborted:
+        except JobAborted as exc:
+            self.error = exc
             return Outcome.ABORTED
         except Exception as exc:
+            self.error = exc
             if self.guard.reason is not None:
                 # The abort landed inside a library that wrapped it; the abort wins.
                 return Outcome.ABORTED
