@@ -250,7 +250,9 @@ class DjangoTaskJob:
             else:
                 value = task.call(*result.args, **result.kwargs)
             value = normalize_json(value)
-        except BaseException as exc:
+        except Exception as exc:
+            # Only the task's own errors: an abort (shutdown, lost lock, time limit) is a
+            # BaseException and gives the job back, so the task has not failed.
             object.__setattr__(result, "status", TaskResultStatus.FAILED)
             object.__setattr__(result, "finished_at", timezone.now())
             result.errors.append(TaskError(exception_class_path=error_group(exc),
