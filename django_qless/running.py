@@ -75,8 +75,8 @@ def store_result(job: Any, value: Any) -> None:
 
 def job_runner(hooks: WorkerHooksProtocol) -> JobRunner:
     """Return a runner for this process, built as a worker builds its own."""
-    from django_qless.core.workers.config import WorkerConfig
     from django_qless.core.workers.sandbox import Sandbox
+    from django_qless.core.workers.worker_config import WorkerConfig
     from django_qless.registry import get_registry
 
     config = WorkerConfig(registry=get_registry())
@@ -103,7 +103,7 @@ def eager_active(alias: str) -> bool:
         return override[alias]
     if None in override:
         return override[None]
-    from django_qless.conf import get_settings
+    from django_qless.settings import get_settings
 
     return get_settings().is_eager(alias)
 
@@ -197,7 +197,7 @@ def run_eager(klass: str, data: dict[str, Any], options: JobOptions) -> Any:
     runner = job_runner(WorkerHooks())
     while True:
         outcome = runner.run(job)
-        if outcome is Outcome.COMPLETE:
+        if outcome is Outcome.COMPLETED:
             job.complete()
         if not isinstance(runner.error, RetryScheduled) or job.state != "waiting":
             break

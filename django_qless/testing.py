@@ -56,7 +56,7 @@ def run_queued(queues: Iterable[str] | str | None = None, *, alias: str = "defau
         if job is None:
             break
         # The worker's runner: registry, hooks, middleware, sandbox, failure groups.
-        if runner.run(job) is Outcome.COMPLETE:
+        if runner.run(job) is Outcome.COMPLETED:
             job.complete()
         error = runner.error
         outcome = "unknown" if isinstance(error, UnregisteredJobClass) else outcome_of(error)

@@ -66,3 +66,12 @@ def test_a_production_enqueue_does_not_import_the_testing_helpers(redis_url, tmp
     result = manage(redis_url, "shell", "-c", code, QLESS_TEST_DB=str(tmp_path / "db.sqlite3"))
     assert result.returncode == 0, result.stderr
     assert result.stdout.split()[-1] == "False"
+
+
+def test_the_runner_and_the_job_finished_signal_share_one_vocabulary():
+    from django_qless.core.workers.runner import JobAborted, Outcome
+    from django_qless.hooks import outcome_of
+
+    assert outcome_of(None) == Outcome.COMPLETED.value == "completed"
+    assert outcome_of(ValueError()) == Outcome.FAILED.value == "failed"
+    assert outcome_of(JobAborted("shutdown")) == Outcome.ABORTED.value == "aborted"

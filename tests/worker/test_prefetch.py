@@ -119,7 +119,7 @@ def test_max_jobs_is_never_overshot_by_jobs_held_ahead(redis_url: str,
     assert qless_client.workers["ahead"]["jobs"] == []
 
 
-def test_stop_request_releases_the_job_held_ahead(redis_url: str, qless_client: Client) -> None:
+def test_stop_request_hands_back_the_job_held_ahead(redis_url: str, qless_client: Client) -> None:
     q = qless_client.queues["q"]
     registry = Registry()
     registry.register("short", lambda job: None)
@@ -144,7 +144,7 @@ def test_stop_request_releases_the_job_held_ahead(redis_url: str, qless_client: 
     assert qless_client.workers["ahead"]["jobs"] == []
 
 
-def test_a_crashed_child_gives_back_the_job_it_held_ahead(qless_client: Client,
+def test_a_crashed_child_hands_back_the_jobs_it_held_ahead(qless_client: Client,
                                                           start_worker) -> None:
     """The supervisor releases it at once: no waiting for the lease (60 s here)."""
     q = qless_client.queues["q"]

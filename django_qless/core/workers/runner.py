@@ -27,11 +27,11 @@ from django_qless.core.exceptions import (
     UnregisteredJobClass,
 )
 from django_qless.core.registry import UNKNOWN_JOB_GROUP, Registry
-from django_qless.core.workers.config import WorkerConfig
 from django_qless.core.workers.execmode import ExecFailed, ExecRunner, ExecTimeout
 from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol
 from django_qless.core.workers.middleware import compose
 from django_qless.core.workers.sandbox import Sandbox, set_current_sandbox
+from django_qless.core.workers.worker_config import WorkerConfig
 
 if TYPE_CHECKING:
     from django_qless.core.job import Job
@@ -67,7 +67,8 @@ class JobAborted(BaseException):
 class Outcome(enum.Enum):
     """What happened to a job after its target returned or raised."""
 
-    COMPLETE = "complete"  # returned normally and did not settle itself: complete it
+    # The values are the job_finished signal's outcome names where the two meet.
+    COMPLETED = "completed"  # returned normally, did not settle itself: the caller completes it
     SETTLED = "settled"  # the job completed, failed, retried or moved itself
     FAILED = "failed"  # raised (or unknown klass): we failed it
     LOST = "lost"  # the engine refused our fail: the lock is gone
@@ -234,7 +235,7 @@ class JobRunner:
         self.value = self.hooks.around_job(job, call_next)
 
     def run(self, job: Job, pre_abort: Callable[[], str | None] | None = None) -> Outcome:
-        """Perform `job` and settle failures; the caller completes on Outcome.COMPLETE.
+        """Perform `job` and settle failures; the caller completes on Outcome.COMPLETED.
 
         `pre_abort` is asked once job code counts as running: a stop that arrived just
         before (too early for the signal handler to raise into the job) still aborts it.
@@ -296,7 +297,7 @@ class JobRunner:
             self.sandbox.cleanup()
         if self.guard.reason == "lock_lost":
             return Outcome.LOST
-        return Outcome.COMPLETE if job.state == "running" else Outcome.SETTLED
+        return Outcome.COMPLETED if job.state == "running" else Outcome.SETTLED
 
     def fail(self, job: Job, group: str, message: str) -> Outcome:
         """Fail `job` (as its holder); LOST if the engine says we no longer hold it."""
