@@ -15,8 +15,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
-from django_qless.conf import DEFAULT_ALIAS, AliasSettings, get_settings
 from django_qless.core.client import Client
+from django_qless.settings import DEFAULT_ALIAS, AliasSettings, get_settings
 
 __all__ = [
     "ClientHandler",

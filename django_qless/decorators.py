@@ -47,7 +47,7 @@ from django_qless.options import (
 )
 from django_qless.registry import register_job
 from django_qless.retries import RetryPriority
-from django_qless.running import RetryScheduled, perform_function
+from django_qless.running import RetryScheduled, eager_active, perform_function, run_eager
 
 __all__ = [
     "Backoff", "JobClass", "JobFunction", "JobHandle", "RetryPolicy", "RetryScheduled",
@@ -67,14 +67,6 @@ class _Sender:
     klass: str
     options: JobOptions
 
-    def _eager(self, options: JobOptions) -> bool:
-        from django_qless.testing import eager_active
-
-        return eager_active(options.alias)
-
-    def _run_inline(self, data: dict[str, Any], options: JobOptions) -> Any:
-        raise NotImplementedError
-
     def _send(self, data: dict[str, Any], options: JobOptions, *,
               delay: Delay | None = None, when: When | None = None,
               interval: Delay | None = None) -> JobHandle:
@@ -88,10 +80,10 @@ class _Sender:
         options.validate(data)
         check_timing(options, delay=delay, when=when, interval=interval)
         handle = JobHandle(options.jid, self.klass, options.queue, options.alias)
-        if self._eager(options):
+        if eager_active(options.alias):
             # Eager mode runs at once, even inside a transaction: a test that never commits
             # (pytest-django, TestCase) still sees the job run.
-            handle._value = self._run_inline(data, options)
+            handle._value = run_eager(self.klass, data, options)
             handle.status = "eager"
             return handle
 
@@ -230,9 +222,6 @@ class JobFunction(_Sender, Generic[P, R]):
             options = options.merge({"jid": "r" + unique_jid(self.klass, data)[:40]})
         return self._send(data, options, interval=interval)
 
-    def _run_inline(self, data: dict[str, Any], options: JobOptions) -> Any:
-        return self.call_with(data)
-
     def handle(self, jid: str) -> JobHandle:
         """Return a handle for an earlier enqueue (e.g. to read its result later)."""
         return JobHandle(jid, self.klass, self.options.queue, self.options.alias,
@@ -306,14 +295,6 @@ class JobClass(_Sender):
         if options.jid is None:
             options = options.merge({"jid": "r" + unique_jid(self.klass, payload)[:40]})
         return self._send(payload, options, interval=interval)
-
-    def _run_inline(self, data: dict[str, Any], options: JobOptions) -> Any:
-        from django_qless.core.registry import RegisteredJob
-        from django_qless.testing import build_job
-
-        fake = build_job(self.klass, data, queue=options.queue, jid=options.jid,
-                         priority=options.priority, tags=options.tags)
-        return RegisteredJob(self.klass, self.cls).handler(options.queue)(fake)
 
 
 def _decorate_class(cls: C, options: JobOptions, name: str | None) -> C:

@@ -9,7 +9,7 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 
-from django_qless.core.config import check_config
+from django_qless.core.engine_config import check_config
 from django_qless.core.exceptions import InvalidArgument
 
 __all__ = [

@@ -10,6 +10,7 @@ from django.db import close_old_connections, connections
 
 from django_qless import signals
 from django_qless.core.workers.hooks import WorkerHooks, WorkerInfo
+from django_qless.core.workers.runner import Outcome
 
 if TYPE_CHECKING:
     from django_qless.core.job import Job
@@ -22,13 +23,13 @@ log = logging.getLogger("django_qless.worker")
 def outcome_of(error: BaseException | None) -> str:
     """Name what happened to a job: completed, retried, failed or aborted."""
     if error is None:
-        return "completed"
-    from django_qless.decorators import RetryScheduled
+        return Outcome.COMPLETED.value
+    from django_qless.running import RetryScheduled
 
     if isinstance(error, RetryScheduled):
         return "retried"
     # JobAborted (lock lost, canceled, shutdown, time limit) is a BaseException.
-    return "failed" if isinstance(error, Exception) else "aborted"
+    return Outcome.FAILED.value if isinstance(error, Exception) else Outcome.ABORTED.value
 
 
 class DjangoWorkerHooks(WorkerHooks):

@@ -1,7 +1,7 @@
-"""The enqueue machinery behind ``@job``: options, argument encoding, on-commit, unique jobs.
+"""The enqueue machinery behind ``@job``: options, argument encoding, timing, unique jobs.
 
-Every path (immediate, delayed, scheduled, recurring, with dependencies) goes through
-:func:`dispatch`, so the commit mode applies to all of them.
+The handle an enqueue returns and the on-commit send (``dispatch``) are in ``handle.py``,
+the errors in ``errors.py``; their names are importable from here too.
 """
 
 from __future__ import annotations
@@ -10,26 +10,24 @@ import hashlib
 import inspect
 import json
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import DEFAULT_DB_ALIAS, transaction
+from django.db import DEFAULT_DB_ALIAS
 from django.utils import timezone
 
-from django_qless.conf import get_settings
 from django_qless.core.exceptions import InvalidArgument
+from django_qless.errors import InvalidJobArgument, JobFailedError, ResultNotReady
+from django_qless.handle import RESULT_KEY, JobHandle, dispatch
 from django_qless.retries import Backoff, RetryPolicy
-
-if TYPE_CHECKING:
-    from django_qless.core.client import Client
-    from django_qless.core.job import Job
-    from django_qless.core.recurring import RecurringJob
+from django_qless.settings import get_settings
 
 __all__ = [
     "ACTIVE_STATES",
+    "RESULT_KEY",
     "Backoff",
     "InvalidJobArgument",
     "JobFailedError",
@@ -51,15 +49,6 @@ When = datetime | float | int
 UniquePolicy = Literal["replace", "skip", "raise_priority"]
 UNIQUE_POLICIES = ("replace", "skip", "raise_priority")
 ACTIVE_STATES = frozenset({"waiting", "scheduled", "depends", "running", "stalled", "throttled"})
-RESULT_KEY = "result"
-
-
-class InvalidJobArgument(InvalidArgument, TypeError):
-    """An enqueue argument has the wrong type or is not JSON.
-
-    An ``InvalidArgument`` like every other refused argument, and still a ``TypeError`` for
-    code written against the first releases.
-    """
 
 
 @dataclass(frozen=True)
@@ -137,107 +126,6 @@ class JobOptions:
     def alias(self) -> str:
         """Return the alias this job goes to (explicit, else routed by queue)."""
         return self.client or get_settings().alias_for_queue(self.queue)
-
-
-class ResultNotReady(LookupError):
-    """The job has not completed (yet), so it has no return value."""
-
-
-class JobFailedError(Exception):
-    """The job failed; ``failure`` holds qless's failure record."""
-
-    def __init__(self, jid: str, failure: Mapping[str, Any]) -> None:
-        self.jid = jid
-        self.failure = dict(failure)
-        super().__init__(f"job {jid} failed: {failure.get('group')}: "
-                         f"{str(failure.get('message', ''))[:200]}")
-
-
-class JobHandle:
-    """What an enqueue returns: the jid, where it went, and whether it was sent yet.
-
-    ``status``: "pending" (waiting for the transaction to commit), "discarded" (the
-    transaction, or the savepoint around the enqueue, rolled back: never sent), "error"
-    (the send at commit raised), "enqueued", "skipped" (unique job already active),
-    "exists" (unique job kept, maybe with a raised priority), "eager" (ran inline),
-    "recurring".
-    """
-
-    def __init__(self, jid: str, klass: str, queue: str, alias: str,
-                 status: str = "pending") -> None:
-        self.jid, self.klass, self.queue, self.alias = jid, klass, queue, alias
-        self._status = status
-        self._value: Any = None
-        # (database, callback) while the send waits in that connection's on-commit list.
-        self._waiting: tuple[str, Callable[[], None]] | None = None
-
-    def __repr__(self) -> str:
-        return (f"JobHandle(jid={self.jid!r}, klass={self.klass!r}, queue={self.queue!r}, "
-                f"alias={self.alias!r}, status={self.status!r})")
-
-    @property
-    def status(self) -> str:
-        """Return where the enqueue stands (see the class docstring)."""
-        if self._status == "pending" and self._waiting is not None:
-            database, callback = self._waiting
-            queued = transaction.get_connection(database).run_on_commit
-            # Django drops the callbacks of a rolled-back transaction or savepoint.
-            if not any(entry[1] is callback for entry in queued):
-                self._status = "discarded"
-        return self._status
-
-    @status.setter
-    def status(self, value: str) -> None:
-        self._status = value
-
-    @property
-    def client(self) -> Client:
-        """Return the core client of this job's alias."""
-        from django_qless.clients import get_client
-
-        return get_client(self.alias)
-
-    def get(self) -> Job | RecurringJob | None:
-        """Fetch the job, or the recurring template, from Redis (None if there is none)."""
-        jobs = self.client.jobs
-        if self.status == "recurring":
-            return jobs.recurring(self.jid)
-        found = jobs.get(self.jid)
-        # A handle rebuilt from a jid (``.handle(jid)``) may name a recurring template.
-        return found if found is not None else jobs.recurring(self.jid)
-
-    def state(self) -> str | None:
-        """Return the job's current state ("recurring" for a template), None if it is gone."""
-        from django_qless.core.job import Job
-
-        found = self.get()
-        if found is None:
-            return None
-        return found.state if isinstance(found, Job) else "recurring"
-
-    def cancel(self) -> bool:
-        """Cancel the job, or stop a recurring one; return whether anything was there."""
-        found = self.get()
-        if found is None:
-            return False
-        found.cancel()
-        return True
-
-    def result(self) -> Any:
-        """Return the job's return value; raise ResultNotReady or JobFailedError otherwise."""
-        if self.status == "eager":
-            return self._value
-        if self.status == "recurring":
-            raise ResultNotReady(f"job {self.jid} is recurring: its children have the results")
-        job = self.client.jobs.get(self.jid)
-        if job is None:
-            raise ResultNotReady(f"job {self.jid} does not exist (not sent yet, or expired)")
-        if job.state == "failed":
-            raise JobFailedError(self.jid, job.failure or {})
-        if job.state != "complete":
-            raise ResultNotReady(f"job {self.jid} is {job.state}")
-        data = job.data
-        return data.get(RESULT_KEY) if isinstance(data, dict) else None
 
 
 def to_json(value: Any, where: str) -> Any:
@@ -353,25 +241,3 @@ def _use_tz() -> bool:
     from django.conf import settings
 
     return bool(getattr(settings, "USE_TZ", True))
-
-
-def dispatch(options: JobOptions, action: Callable[[], None], describe: str,
-             handle: JobHandle | None = None) -> bool:
-    """Run ``action`` now, or after the transaction commits; return True if it ran now."""
-    mode = options.commit_mode or get_settings().commit_mode
-    if mode == "on_commit" and transaction.get_connection(options.database).in_atomic_block:
-
-        def after_commit() -> None:
-            try:
-                action()
-            except Exception:
-                # The transaction is committed; the job is not. Say so loudly, with payload.
-                log.exception("django_qless: enqueue after commit failed: %s", describe)
-                raise
-
-        transaction.on_commit(after_commit, using=options.database)
-        if handle is not None:
-            handle._waiting = (options.database, after_commit)
-        return False
-    action()
-    return True

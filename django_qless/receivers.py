@@ -18,7 +18,7 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from django_qless import signals
-from django_qless.conf import clear_cache, get_settings
+from django_qless.settings import clear_cache, get_settings
 
 __all__ = ["mail_admins_on_failure", "reset_on_setting_changed", "webhook"]
 
@@ -48,7 +48,7 @@ def mail_admins_on_failure(sender: str, jid: str, event: dict[str, Any], **kwarg
 
 
 def _post(url: str, body: dict[str, Any], timeout: float) -> None:
-    request = urllib.request.Request(  # noqa: S310 - scheme checked in conf.py
+    request = urllib.request.Request(  # noqa: S310 - scheme checked in settings.py
         url, data=json.dumps(body).encode("utf-8"), method="POST",
         headers={"Content-Type": "application/json", "User-Agent": "django-qless"})
     with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310

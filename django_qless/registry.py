@@ -14,13 +14,10 @@ from typing import Any
 from django.conf import settings
 from django.utils.module_loading import autodiscover_modules
 
-from django_qless.conf import get_settings
-from django_qless.core.registry import Registry, default_registry
+from django_qless.core.registry import UNKNOWN_JOB_GROUP, Registry, default_registry
+from django_qless.settings import get_settings
 
 __all__ = ["UNKNOWN_JOB_GROUP", "autodiscover", "get_registry", "register_job", "setup"]
-
-# The failure group of a job whose klass the worker refuses to run.
-UNKNOWN_JOB_GROUP = "django_qless.UnknownJob"
 
 _lock = threading.Lock()
 _done = False

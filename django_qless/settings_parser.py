@@ -1,7 +1,7 @@
-"""Turn a raw ``QLESS`` value into ``conf`` dataclasses, collecting every problem.
+"""Turn a raw ``QLESS`` value into ``settings`` dataclasses, collecting every problem.
 
 Each problem names the key, says what is wrong and how to fix it; the system checks report
-them and ``conf.get_settings()`` raises on the first error.
+them and ``settings.get_settings()`` raises on the first error.
 """
 
 from __future__ import annotations
@@ -14,16 +14,16 @@ from urllib.parse import parse_qs, urlsplit
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
-from django_qless.conf import (
+from django_qless.core.workers import option_specs
+from django_qless.core.workers.option_specs import OptionSpec, setting_keys
+from django_qless.settings import (
     ALIAS_KEYS,
     COMMIT_MODES,
     DEFAULT_ALIAS,
     DEFAULT_URL,
     GLOBAL_KEYS,
     RECEIVER_KEYS,
-    RESERVERS,
     SCHEMES,
-    WORKER_KEYS,
     AliasSettings,
     Problem,
     QlessSettings,
@@ -35,6 +35,9 @@ __all__ = ["parse_settings"]
 
 _ALIAS_RE = re.compile(r"^[a-z0-9_][a-z0-9_-]{0,63}$")
 _QUEUE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+# How an option's environment variable is read (django-environ's readers), by option kind.
+_ENV_KINDS = {"int": "int", "number": "float", "flag": "bool", "no_flag": "bool",
+              "queues": "list"}
 
 
 class _Parser:
@@ -194,41 +197,37 @@ class _Parser:
             self.error("QLESS['WORKER']", "QLESS['WORKER'] must be a dict.",
                        'Use "WORKER": {"QUEUES": ["default"], "PROCESSES": 2}.', 30)
             return WorkerSettings()
-        for unknown in sorted(set(raw) - WORKER_KEYS):
+        keys = setting_keys()
+        for unknown in sorted(set(raw) - keys):
             self.error(f"QLESS['WORKER'][{unknown!r}]", f"QLESS['WORKER'] has an unknown key "
-                       f"{unknown!r}.", f"Valid keys: {', '.join(sorted(WORKER_KEYS))}.", 31)
-        k = "QLESS['WORKER']"
-        queues = raw.get("QUEUES", self.envval("QLESS_WORKER_QUEUES", "list"))
-        reserver = raw.get("RESERVER", self.envval("QLESS_WORKER_RESERVER")) or "ordered"
-        if reserver not in RESERVERS:
-            self.error(f"{k}['RESERVER']", f"{k}['RESERVER'] is {reserver!r}.",
-                       f"Use one of {', '.join(RESERVERS)}.", 32)
-            reserver = "ordered"
-        interval = self.number(f"{k}['INTERVAL']", raw.get(
-            "INTERVAL", self.envval("QLESS_WORKER_INTERVAL", "float")), integer=False, minimum=0)
-        prefetch = self.bool_(f"{k}['PREFETCH']", raw.get(
-            "PREFETCH", self.envval("QLESS_WORKER_PREFETCH", "bool")))
-        start_timeout = self.number(f"{k}['START_TIMEOUT']", raw.get(
-            "START_TIMEOUT", self.envval("QLESS_WORKER_START_TIMEOUT", "float")),
-            integer=False, minimum=0)
-        return WorkerSettings(
-            queues=(queues and self.queue_list(f"{k}['QUEUES']", queues)) or ("default",),
-            processes=self.number(f"{k}['PROCESSES']", raw.get(
-                "PROCESSES", self.envval("QLESS_WORKER_PROCESSES", "int")),
-                integer=True, minimum=1),
-            reserver=reserver,
-            interval=5.0 if interval is None else float(interval),
-            timeout=self.number(f"{k}['TIMEOUT']", raw.get(
-                "TIMEOUT", self.envval("QLESS_WORKER_TIMEOUT", "float")),
-                integer=False, minimum=0.001),
-            max_jobs=self.number(f"{k}['MAX_JOBS']", raw.get("MAX_JOBS"), integer=True,
-                                 minimum=1),
-            heartbeat=self.number(f"{k}['HEARTBEAT']", raw.get(
-                "HEARTBEAT", self.envval("QLESS_WORKER_HEARTBEAT", "int")),
-                integer=True, minimum=1),
-            prefetch=prefetch is not False,
-            start_timeout=30.0 if start_timeout is None else float(start_timeout),
-        )
+                       f"{unknown!r}.", f"Valid keys: {', '.join(sorted(keys))}.", 31)
+        values = {spec.name: self.worker_value(spec, raw) for spec in option_specs.OPTIONS
+                  if spec.setting is not None}
+        known = WorkerSettings.__dataclass_fields__
+        return WorkerSettings(**{n: v for n, v in values.items() if v is not None and n in known},
+                              values=values)
+
+    def worker_value(self, spec: OptionSpec, raw: Mapping[str, Any]) -> Any:
+        """Parse one QLESS["WORKER"] key as its option declares (None: not set, or refused)."""
+        assert spec.setting is not None
+        key = f"QLESS['WORKER'][{spec.setting!r}]"
+        env_kind = _ENV_KINDS.get(spec.kind, "str")
+        value = raw.get(spec.setting, self.envval(spec.env, env_kind) if spec.env else None)
+        if spec.kind == "queues":
+            return (value and self.queue_list(key, value)) or None
+        if spec.kind == "choice":
+            if value and value not in spec.choices:
+                self.error(key, f"{key} is {value!r}.", f"Use one of {', '.join(spec.choices)}.",
+                           32)
+                return None
+            return value or None
+        if spec.kind in ("int", "number"):
+            found = self.number(key, value, integer=spec.kind == "int",
+                                minimum=spec.setting_minimum or 0)
+            return float(found) if found is not None and spec.kind == "number" else found
+        if spec.kind in ("flag", "no_flag"):
+            return self.bool_(key, value)
+        return value
 
     def receivers(self, raw: Any) -> ReceiverSettings:
         k = "QLESS['RECEIVERS']"

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from django_qless.core.client import Client
 from django_qless.core.server import RedisServer, find_redis_server, redis_version
 
 
@@ -48,3 +49,25 @@ def r(redis_url: str) -> Iterator[redis.Redis]:
     conn = redis.Redis.from_url(redis_url, decode_responses=True)
     yield conn
     conn.close()
+
+
+@pytest.fixture
+def qless_url(redis_url: str) -> str:
+    """The Redis `qless_client` talks to (the fault tests point it at their TCP server)."""
+    return redis_url
+
+
+@pytest.fixture
+def qless_client(qless_url: str) -> Iterator[Client]:
+    """A core client named test-client on the real clock (not tests/core's fake-clock one)."""
+    c = Client(qless_url, worker_name="test-client")
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def short_leases(qless_client: Client) -> Client:
+    """Heartbeat 2 s, grace 1 s: a lost job is offered again about 3 s after its last beat."""
+    qless_client.config["heartbeat"] = 2
+    qless_client.config["grace-period"] = 1
+    return qless_client

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-__all__ = ["alive", "children_of", "client_at", "free_port", "wait_until"]
+__all__ = ["WorkerProcess", "alive", "children_of", "client_at", "cmdline", "free_port",
+           "wait_until"]
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def wait_until(cond: Callable[[], Any], timeout: float = 10.0, step: float = 0.01) -> Any:
@@ -67,3 +74,86 @@ def client_at(conn: Any, when: float, worker: str = "w1") -> Any:
     # unless told otherwise, the testing-only `_clock`.
     hook = "_clock" if "_clock" in inspect.signature(Client).parameters else "clock"
     return Client(conn, worker_name=worker, **{hook: lambda: when})
+
+
+def cmdline(pid: int) -> str:
+    """Return a process's title as ps shows it."""
+    with open(f"/proc/{pid}/cmdline", "rb") as fh:
+        return fh.read().replace(b"\0", b" ").decode(errors="replace").strip()
+
+
+class WorkerProcess:
+    """A worker started with the CLI in its own session (so teardown can kill everything)."""
+
+    def __init__(self, url: str, args: list[str], tmp: Path, *,
+                 jobs_module: str = "tests.worker.jobs", capture_stdout: bool = True,
+                 wait_timeout: float = 15.0, children_timeout: float = 10.0) -> None:
+        self.stderr_path = tmp / f"worker-{time.monotonic_ns()}.err"
+        self.sandbox_root = tmp / "sandboxes"
+        self.wait_timeout = wait_timeout
+        self.children_timeout = children_timeout
+        argv = [
+            sys.executable, "-m", "django_qless.core.workers", "--url", url,
+            "--import", jobs_module, "--sandbox-root", str(self.sandbox_root), "-v",
+            *args,
+        ]
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        self._err = open(self.stderr_path, "w")  # noqa: SIM115 - closed in kill_all
+        self.proc = subprocess.Popen(
+            argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE if capture_stdout else subprocess.DEVNULL,
+            stderr=self._err, start_new_session=True,
+        )
+        self.pid = self.proc.pid
+
+    def children(self) -> list[int]:
+        """Return the supervisor's live children."""
+        return children_of(self.pid)
+
+    def wait_children(self, n: int, timeout: float | None = None) -> list[int]:
+        """Wait until the supervisor has `n` children; return their pids."""
+        return list(wait_until(lambda: (lambda k: k if len(k) == n else None)(self.children()),
+                               timeout or self.children_timeout))
+
+    def signal(self, signum: int) -> None:
+        """Send a signal to the worker process."""
+        os.kill(self.pid, signum)
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for the worker to exit; return its exit code (fail with its log if it hangs)."""
+        timeout = timeout or self.wait_timeout
+        try:
+            code = self.proc.wait(timeout=timeout)
+            if code != 0:
+                # Shown by pytest if the test fails on the exit code.
+                sys.stderr.write(f"--- worker stderr ---\n{self.stderr()[-6000:]}\n")
+            return code
+        except subprocess.TimeoutExpired:
+            titles = [cmdline(p) for p in [self.pid, *self.children()] if alive(p)]
+            raise AssertionError(
+                f"worker did not exit within {timeout}s; processes: {titles}\n"
+                f"--- worker stderr ---\n{self.stderr()[-6000:]}"
+            ) from None
+
+    def stderr(self) -> str:
+        """Return what the worker wrote to stderr so far."""
+        return self.stderr_path.read_text(errors="replace")
+
+    def stdout(self) -> str:
+        """Return the worker's stdout (after it exited)."""
+        assert self.proc.stdout is not None
+        return self.proc.stdout.read().decode()
+
+    def kill_all(self) -> None:
+        """Kill the worker's whole session (teardown)."""
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        self._err.close()

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from .accessors import Tags, Workers
     from .client import Client
     from .clock import ServerClock
-    from .config import Config
+    from .engine_config import Config
     from .events import Events
     from .exceptions import (
         DependencyError,

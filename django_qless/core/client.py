@@ -15,8 +15,8 @@ from redis.exceptions import ResponseError
 
 from .accessors import Tags, Workers
 from .clock import ServerClock
-from .config import Config
 from .deferred import SideConnection
+from .engine_config import Config
 from .exceptions import InvalidArgument, QlessConnectionError, QlessError, error_from_reply
 from .hotpath import WorkerCalls
 from .invoke import READ_ONLY_COMMANDS, Invoker

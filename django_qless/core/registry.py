@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Handler",
     "Middleware",
+    "UNKNOWN_JOB_GROUP",
     "Registry",
     "RegisteredJob",
     "default_registry",
@@ -38,6 +39,8 @@ Handler = Callable[["Job"], Any]
 Middleware = Callable[["Job", Callable[[], Any]], Any]
 T = TypeVar("T")
 
+# The failure group of a job whose klass the worker refuses to run.
+UNKNOWN_JOB_GROUP = "django_qless.UnknownJob"
 _MAX_NAME = 256
 
 

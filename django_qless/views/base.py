@@ -345,10 +345,6 @@ class Pager:
             return None
         return max(1, -(-self.total // self.per_page))
 
-    @property
-    def start_index(self) -> int:
-        return self.offset + 1
-
     def with_rows(self, rows: int, total: int | None = None) -> Pager:
         """Return a copy that knows whether a next page exists."""
         tot = self.total if total is None else total

@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from django_qless import job
+from django_qless.core.registry import default_registry
 from django_qless.decorators import Backoff
 
 
@@ -65,6 +66,24 @@ def flaky(fail_times: int, key: str) -> str:
 def always_flaky() -> None:
     """Always raise Flaky (retried with a 30 s fixed backoff)."""
     raise Flaky("again")
+
+
+@job(queue="runner", retries=2, retry_on=Flaky, backoff=0)
+def runner_probe(attempt: int = 0, via: str = "") -> dict[str, Any]:
+    """Fail the first attempt; return what the per-job middleware passed in."""
+    if attempt < 2:
+        raise Flaky(f"attempt {attempt}")
+    return {"attempt": attempt, "via": via}
+
+
+def _probe_middleware(job: Any, call_next: Any) -> Any:
+    """Pass the attempt number and a mark that only the runner's middleware chain adds."""
+    job.data["kwargs"].update(attempt=job.original_retries - job.retries + 1, via="middleware")
+    return call_next()
+
+
+default_registry.register(runner_probe.klass, runner_probe.process,
+                          middleware=(_probe_middleware,), replace=True)
 
 
 @job(unique=True)

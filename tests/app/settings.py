@@ -2,7 +2,7 @@
 
 QLESS points at the session's private Redis: tests/app/conftest.py overrides it per test
 with the ``redis_url`` fixture; subprocesses (workers, commands) get it through the
-``QLESS_URL`` environment variable, which conf.py reads as the default alias's URL.
+``QLESS_URL`` environment variable, which django_qless/settings.py reads as the default alias's URL.
 """
 
 from __future__ import annotations

@@ -39,3 +39,11 @@ def test_decorated_jobs_and_the_tasks_shim_are_registered():
     assert "tests.app.jobs.add" in reg and "tests.app.jobs.Thumbnail" in reg
     assert "django_qless.tasks_backend.DjangoTaskJob" in reg
     assert django_registry.UNKNOWN_JOB_GROUP == "django_qless.UnknownJob"
+
+
+def test_the_unknown_job_group_has_one_definition():
+    from django_qless.core import registry as core_registry
+    from django_qless.core.workers import runner
+
+    assert django_registry.UNKNOWN_JOB_GROUP is core_registry.UNKNOWN_JOB_GROUP
+    assert runner.UNKNOWN_JOB_GROUP is core_registry.UNKNOWN_JOB_GROUP

@@ -13,7 +13,7 @@ from django_qless.clients import get_client
 from django_qless.tasks_backend import KLASS, QlessBackend
 from django_qless.testing import run_queued
 from tests.app import tasks
-from tests.app.helpers import manage
+from tests.app.helpers import manage, spawn
 
 try:
     from django.tasks import TaskResultStatus, task_backends
@@ -107,6 +107,37 @@ def test_results_after_a_real_worker(redis_url, tmp_path):
     result.refresh()
     assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 25
     assert result.worker_ids and result.worker_ids[0] != get_client().worker_name
+
+
+def task_statuses(log):
+    """Return the task statuses the worker's task signals wrote to `log` (job signals too)."""
+    lines = log.read_text().splitlines() if log.exists() else []
+    return [e["status"] for e in map(json.loads, lines) if "status" in e]
+
+
+def test_a_worker_stopped_mid_task_does_not_report_it_failed(redis_url, tmp_path):
+    import signal
+    import time
+
+    log = tmp_path / "tasks.jsonl"
+    result = tasks.sleepy.enqueue(30)
+    proc = spawn(redis_url, "qless_worker", "default", "--processes", "0",
+                 QLESS_TEST_DB=str(tmp_path / "db"), QLESS_TEST_SIGNAL_LOG=str(log))
+    try:
+        deadline = time.monotonic() + 20
+        while not task_statuses(log) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert task_statuses(log), "the task never started"
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert task_statuses(log) == [str(TaskResultStatus.RUNNING)]
+    assert get_client().jobs[result.id].state == "waiting"
+    result.refresh()
+    assert result.status == TaskResultStatus.READY
 
 
 def test_unknown_and_canceled_results_do_not_exist():

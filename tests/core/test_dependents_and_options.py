@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from django_qless.core import Client, DependencyError, Queue
-from django_qless.core.config import KNOWN_OPTIONS, is_known_option
+from django_qless.core.engine_config import KNOWN_OPTIONS, is_known_option
 from django_qless.core.exceptions import LimitExceeded
 
 

@@ -8,12 +8,8 @@ tests/conftest.py is not used, because these tests restart, pause and proxy Redi
 
 from __future__ import annotations
 
-import os
-import signal
 import socket
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -26,7 +22,13 @@ import redis
 from django_qless.core.audit import audit
 from django_qless.core.client import Client
 from django_qless.core.server import RedisServer, find_redis_server
-from tests.helpers import alive, children_of, free_port, wait_until  # noqa: F401 - re-exported
+from tests.helpers import (  # noqa: F401 - re-exported
+    WorkerProcess,
+    alive,
+    children_of,
+    free_port,
+    wait_until,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 LEDGER_ENV = "QLESS_FAULT_LEDGER"
@@ -104,18 +106,9 @@ def rconn(tcp_redis: TcpRedis) -> Iterator[redis.Redis]:
 
 
 @pytest.fixture
-def client(tcp_redis: TcpRedis) -> Iterator[Client]:
-    c = Client(tcp_redis.url, worker_name="test-client")
-    yield c
-    c.close()
-
-
-@pytest.fixture
-def short_leases(client: Client) -> Client:
-    """Heartbeat 2 s, grace 1 s: a lost job is offered again about 3 s after its last beat."""
-    client.config["heartbeat"] = 2
-    client.config["grace-period"] = 1
-    return client
+def qless_url(tcp_redis: TcpRedis) -> str:
+    """The TCP Redis: `qless_client` and `short_leases` (tests/conftest.py) use it here."""
+    return tcp_redis.url
 
 
 # ---------------------------------------------------------------------------- proxy
@@ -260,47 +253,10 @@ def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Ledger:
 
 # ---------------------------------------------------------------------------- workers
 
-class WorkerProcess:
-    """`python -m django_qless.core.workers` in its own session, jobs from tests.faults.jobs."""
-
-    def __init__(self, url: str, args: list[str], tmp: Path) -> None:
-        self.stderr_path = tmp / f"worker-{time.monotonic_ns()}.err"
-        argv = [sys.executable, "-m", "django_qless.core.workers", "--url", url,
-                "--import", "tests.faults.jobs", "--sandbox-root", str(tmp / "sandboxes"),
-                "-v", *args]
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        self._err = open(self.stderr_path, "w")  # noqa: SIM115 - closed in kill_all
-        self.proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=self._err,
-                                     start_new_session=True)
-        self.pid = self.proc.pid
-
-    def children(self) -> list[int]:
-        return children_of(self.pid)
-
-    def wait_children(self, n: int, timeout: float = 15.0) -> list[int]:
-        return list(wait_until(lambda: (lambda k: k if len(k) == n else None)(self.children()),
-                               timeout))
-
-    def signal(self, signum: int) -> None:
-        os.kill(self.pid, signum)
-
-    def wait(self, timeout: float = 20.0) -> int:
-        return self.proc.wait(timeout=timeout)
-
-    def stderr(self) -> str:
-        return self.stderr_path.read_text(errors="replace")
-
-    def kill_all(self) -> None:
-        try:
-            os.killpg(self.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
-        self._err.close()
+def fault_worker(url: str, args: list[str], tmp: Path) -> WorkerProcess:
+    """Start a CLI worker with the jobs of tests.faults.jobs (stdout dropped)."""
+    return WorkerProcess(url, args, tmp, jobs_module="tests.faults.jobs", capture_stdout=False,
+                         wait_timeout=20.0, children_timeout=15.0)
 
 
 @pytest.fixture
@@ -310,7 +266,7 @@ def start_worker(tcp_redis: TcpRedis, tmp_path: Path, ledger: Ledger
     started: list[WorkerProcess] = []
 
     def start(*args: str, url: str | None = None) -> WorkerProcess:
-        worker = WorkerProcess(url or tcp_redis.url, list(args), tmp_path)
+        worker = fault_worker(url or tcp_redis.url, list(args), tmp_path)
         started.append(worker)
         return worker
 

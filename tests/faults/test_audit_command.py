@@ -32,8 +32,8 @@ def run(*args: str) -> tuple[int, str]:
     return code, out.getvalue()
 
 
-def test_qless_audit_command(alias, client, rconn):
-    client.queues["q"].put("K", {}, jid="real")
+def test_qless_audit_command(alias, qless_client, rconn):
+    qless_client.queues["q"].put("K", {}, jid="real")
     assert run() == (0, run()[1]) and "0 violations" in run()[1]
     rconn.zadd("ql:q:q-work", {"ghost": 1})
     code, text = run("--json")

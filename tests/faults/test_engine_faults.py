@@ -324,8 +324,8 @@ def test_clients_60s_fast_or_slow_cannot_steal_or_backdate_a_lease(tcp_redis, rc
 
 # ------------------------------------------------------------------------- memory and eviction
 
-def test_out_of_memory_put_raises_and_nothing_half_written(tcp_redis, rconn, client):
-    q = client.queues["q"]
+def test_out_of_memory_put_raises_and_nothing_half_written(tcp_redis, rconn, qless_client):
+    q = qless_client.queues["q"]
     running = q.put("K", {})
     job = q.pop()
     used = int(rconn.info("memory")["used_memory"])
@@ -357,18 +357,18 @@ def test_out_of_memory_put_raises_and_nothing_half_written(tcp_redis, rconn, cli
     rconn.config_set("maxmemory", 0)
     if not completed_at_limit:
         job.complete()
-    assert q.put("K", {}) and client.jobs[running].state == "complete"
+    assert q.put("K", {}) and qless_client.jobs[running].state == "complete"
     assert_audit_clean(rconn)
 
 
-def test_eviction_policy_is_reported_and_its_damage_detected(tcp_redis, rconn, client):
+def test_eviction_policy_is_reported_and_its_damage_detected(tcp_redis, rconn, qless_client):
     assert check_eviction(rconn) is None
     rconn.config_set("maxmemory-policy", "allkeys-random")
-    warning = check_eviction(client)
+    warning = check_eviction(qless_client)
     assert warning and "allkeys-random" in warning
     used = int(rconn.info("memory")["used_memory"])
     rconn.config_set("maxmemory", used + 3_000_000)
-    q = client.queues["q"]
+    q = qless_client.queues["q"]
     for i in range(300):
         q.put("K", {"blob": "y" * 20_000}, jid=f"e-{i}", tags=["t"])
     assert int(rconn.info("stats")["evicted_keys"]) > 0
@@ -419,8 +419,8 @@ def test_recurring_spawns_once_per_interval_under_concurrent_pops(tcp_redis, rco
 
 # ------------------------------------------------------------------------- batch sizes
 
-def test_oversized_batches_are_refused_up_front(tcp_redis, rconn, client):
-    q = client.queues["q"]
+def test_oversized_batches_are_refused_up_front(tcp_redis, rconn, qless_client):
+    q = qless_client.queues["q"]
     for start in range(0, 9000, 1000):
         q.put_many([{"klass": "K", "data": {}, "jid": f"b{start + i}"} for i in range(1000)])
     assert rconn.zcard("ql:q:q-work") == 9000
@@ -431,9 +431,9 @@ def test_oversized_batches_are_refused_up_front(tcp_redis, rconn, client):
     # Straight to the engine, past the Python checks: the Lua refuses before any write.
     for extra in (["tags", tags], ["depends", deps]):
         with pytest.raises(InvalidArgument):
-            client.call("put", "w", "q", "big", "K", "{}", 0, *extra)
+            qless_client.call("put", "w", "q", "big", "K", "{}", 0, *extra)
     with pytest.raises(InvalidArgument):
-        client.call("pop", "q", "w", 9000)
+        qless_client.call("pop", "q", "w", 9000)
     assert rconn.zcard("ql:q:q-locks") == 0 and not rconn.exists("ql:j:big")
     assert rconn.zcard("ql:q:q-work") == 9000
     assert_audit_clean(rconn)
@@ -441,24 +441,24 @@ def test_oversized_batches_are_refused_up_front(tcp_redis, rconn, client):
 
 # ------------------------------------------------------------------------- data fidelity
 
-def test_job_data_is_kept_byte_for_byte_on_every_path(tcp_redis, rconn, client):
+def test_job_data_is_kept_byte_for_byte_on_every_path(tcp_redis, rconn, qless_client):
     texts = [
         '{"a":[],"b":{},"c":[[],[{}]],"big":12345678901234567890,"f":0.1,"tiny":1e-300}',
         '{"u":"emoji \U0001f600 rtl \u05e9\u05dc\u05d5\u05dd e\u0301","nul":"\\u0000"}',
         '{ "spaced" : [ ] ,"neg":-0.0,"exp":1E+2}',
         '{"last":[1,2,3],"deep":{"x":{"y":[]}}}',
     ]
-    client.call("put", "w", "q", "fid", "K", texts[0], 0)
-    job = client.queues["q"].pop()
+    qless_client.call("put", "w", "q", "fid", "K", texts[0], 0)
+    job = qless_client.queues["q"].pop()
     assert job.raw_data == texts[0]
-    client.call("heartbeat", "fid", client.worker_name, texts[1])
-    assert client.jobs["fid"].raw_data == texts[1]
-    client.call("complete", "fid", client.worker_name, "q", texts[2], "next", "q2")
-    assert client.jobs["fid"].raw_data == texts[2]
-    again = client.queues["q2"].pop()
+    qless_client.call("heartbeat", "fid", qless_client.worker_name, texts[1])
+    assert qless_client.jobs["fid"].raw_data == texts[1]
+    qless_client.call("complete", "fid", qless_client.worker_name, "q", texts[2], "next", "q2")
+    assert qless_client.jobs["fid"].raw_data == texts[2]
+    again = qless_client.queues["q2"].pop()
     assert again.raw_data == texts[2]
-    client.call("complete", "fid", client.worker_name, "q2", texts[3])
-    assert client.jobs["fid"].raw_data == texts[3]
+    qless_client.call("complete", "fid", qless_client.worker_name, "q2", texts[3])
+    assert qless_client.jobs["fid"].raw_data == texts[3]
     assert rconn.hget("ql:j:fid", "data") == texts[3]
     assert_audit_clean(rconn)
 
@@ -486,14 +486,14 @@ def test_flush_between_reload_and_retry_is_survived(tcp_redis, rconn, monkeypatc
 # ---------------------------------------------------------------------- deliberate engine choices
 # Each is written up in docs/compatibility.md (fixes 14-16, the catch-up default).
 
-def test_a_job_and_a_recurring_job_may_share_a_jid(tcp_redis, rconn, client):
+def test_a_job_and_a_recurring_job_may_share_a_jid(tcp_redis, rconn, qless_client):
     # Deliberate (docs/compatibility.md): they live in separate key spaces (ql:j: and ql:r:),
     # so neither overwrites the other; only spawned child names (<jid>-<n>) are refused.
-    q = client.queues["r"]
+    q = qless_client.queues["r"]
     q.recur("K", {"recurring": True}, 60, jid="nightly")
     q.put("K", {"plain": True}, jid="nightly")
-    assert client.jobs["nightly"].data == {"plain": True}
-    assert client.jobs.recurring("nightly").data == {"recurring": True}
+    assert qless_client.jobs["nightly"].data == {"plain": True}
+    assert qless_client.jobs.recurring("nightly").data == {"recurring": True}
     with pytest.raises(QlessError, match="collides with recurring job nightly"):
         q.put("K", {}, jid="nightly-7")
 
@@ -506,15 +506,15 @@ def test_default_backlog_is_small(tcp_redis, rconn):
     assert len(c.queues["r"].pop(1000)) <= 10
 
 
-def test_priority_of_a_stalled_job_keeps_it_at_the_front(tcp_redis, rconn, client):
-    jid = client.queues["q"].put("K", {})
-    client.queues["q"].pop().timeout()
-    client.jobs[jid].set_priority(5)
+def test_priority_of_a_stalled_job_keeps_it_at_the_front(tcp_redis, rconn, qless_client):
+    jid = qless_client.queues["q"].put("K", {})
+    qless_client.queues["q"].pop().timeout()
+    qless_client.jobs[jid].set_priority(5)
     assert_audit_clean(rconn)  # stalled => work score +inf
 
 
-def test_dependency_cycle_is_refused_at_put(tcp_redis, rconn, client):
-    q = client.queues["c"]
+def test_dependency_cycle_is_refused_at_put(tcp_redis, rconn, qless_client):
+    q = qless_client.queues["c"]
     q.put("K", {}, jid="A1")
     q.put("K", {}, jid="B1", depends=["A1"])
     with pytest.raises(QlessError):

@@ -27,11 +27,11 @@ BAD_OUTPUT = ("database is locked", "ssl error", "unexpected eof", "decryption f
 pytestmark = [pytest.mark.fault, pytest.mark.timeout(400)]
 
 
-def test_supervisor_orm_between_200_forks(client, tcp_redis, tmp_path):
+def test_supervisor_orm_between_200_forks(qless_client, tcp_redis, tmp_path):
     db, ledger = tmp_path / "forkdb.sqlite3", tmp_path / "forkdb.jsonl"
     migrated = manage(tcp_redis.url, "migrate", "--noinput", timeout=180, QLESS_TEST_DB=str(db))
     assert migrated.returncode == 0, migrated.stderr
-    jids = client.queues[QUEUE].put_many(
+    jids = qless_client.queues[QUEUE].put_many(
         [{"klass": make_user.klass, "data": {"args": [n], "kwargs": {}}} for n in range(JOBS)])
     env = command_env(tcp_redis.url, QLESS_TEST_DB=str(db), FORK_DB_LEDGER=str(ledger))
     result = subprocess.run(
@@ -43,7 +43,7 @@ def test_supervisor_orm_between_200_forks(client, tcp_redis, tmp_path):
     assert not [bad for bad in BAD_OUTPUT if bad in output], result.stderr[-3000:]
 
     # Every job completed, each in its own forked child, each writing through the ORM.
-    states = {client.jobs[jid].state for jid in jids}
+    states = {qless_client.jobs[jid].state for jid in jids}
     assert states == {"complete"}, states
     with sqlite3.connect(db) as conn:
         rows = conn.execute("SELECT username, first_name FROM auth_user").fetchall()

@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from django_qless.core.client import Client
-from tests.faults.conftest import TcpRedis, WorkerProcess, wait_until
+from tests.faults.conftest import TcpRedis, fault_worker, wait_until
 
 pytestmark = [pytest.mark.fault, pytest.mark.timeout(90)]
 
@@ -51,7 +51,7 @@ def test_pubsub_reconnects_during_short_jobs_abort_no_job(plain_redis, tmp_path,
     conn = plain_redis.conn()
     q = client.queues["q"]
     jids = q.put_many([{"klass": BRIEF, "data": {}, "retries": 0} for _ in range(JOBS)])
-    worker = WorkerProcess(plain_redis.url, ["--import", "tests.worker.jobs", "-n", processes, "q"],
+    worker = fault_worker(plain_redis.url, ["--import", "tests.worker.jobs", "-n", processes, "q"],
                            tmp_path)
     stop = threading.Event()
     kills: list[int] = []

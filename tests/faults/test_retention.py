@@ -19,23 +19,23 @@ CHUNK = 500  # docs/engine.md: at most 500 deletions per call
 pytestmark = [pytest.mark.fault, pytest.mark.timeout(1800 if FULL else 120)]
 
 
-def complete_all(client, queue: str) -> None:
+def complete_all(qless_client, queue: str) -> None:
     """Pop and complete everything waiting in `queue`, 1,000 per pipeline."""
-    q = client.queues[queue]
+    q = qless_client.queues[queue]
     while jobs := q.pop(1000):
-        client.pipeline_calls([("complete", (j.jid, client.worker_name, queue, "{}"))
+        qless_client.pipeline_calls([("complete", (j.jid, qless_client.worker_name, queue, "{}"))
                                for j in jobs])
 
 
-def test_lowering_retention_trims_in_bounded_chunks(client, rconn):
-    q = client.queues["q"]
+def test_lowering_retention_trims_in_bounded_chunks(qless_client, rconn):
+    q = qless_client.queues["q"]
     for start in range(0, COMPLETED, 1000):
         q.put_many([{"klass": "K", "data": {}, "tags": ["keep", f"t{(start + i) % 7}"]}
                     for i in range(1000)])
-    complete_all(client, "q")
+    complete_all(qless_client, "q")
     assert rconn.zcard("ql:completed") == COMPLETED
     assert rconn.zcard("ql:t:keep") == COMPLETED
-    client.config["jobs-history-count"] = 100
+    qless_client.config["jobs-history-count"] = 100
     rconn.config_set("slowlog-log-slower-than", 0)
     rconn.slowlog_reset()
     calls = 0
@@ -44,7 +44,7 @@ def test_lowering_retention_trims_in_bounded_chunks(client, rconn):
         before = rconn.zcard("ql:completed")
         q.put("K", {}, tags=["keep"])
         t0 = time.perf_counter()
-        complete_all(client, "q")
+        complete_all(qless_client, "q")
         worst = max(worst, time.perf_counter() - t0)
         calls += 1
         after = rconn.zcard("ql:completed")
@@ -63,6 +63,6 @@ def test_lowering_retention_trims_in_bounded_chunks(client, rconn):
     q.put("K", {}, jid="failed-one")
     q.pop().fail("g", "m")
     q.put("K", {})
-    complete_all(client, "q")
+    complete_all(qless_client, "q")
     assert rconn.hget("ql:j:failed-one", "state") == "failed"
     assert_audit_clean(rconn)

@@ -28,22 +28,22 @@ pytestmark = [pytest.mark.fault, pytest.mark.timeout(120)]
 WORK = "tests.faults.jobs.work"
 
 
-def states(client: Client, jids: list[str]) -> dict[str, int]:
+def states(qless_client: Client, jids: list[str]) -> dict[str, int]:
     """Count jobs per state."""
     out: dict[str, int] = {}
     for jid in jids:
-        s = client.jobs[jid].state
+        s = qless_client.jobs[jid].state
         out[s] = out.get(s, 0) + 1
     return out
 
 
-def all_complete(client: Client, jids: list[str]) -> bool:
-    return states(client, jids) == {"complete": len(jids)}
+def all_complete(qless_client: Client, jids: list[str]) -> bool:
+    return states(qless_client, jids) == {"complete": len(jids)}
 
 
 def test_killed_supervisor_with_every_child_busy(short_leases, start_worker, ledger):
-    client = short_leases
-    q = client.queues["q"]
+    qless_client = short_leases
+    q = qless_client.queues["q"]
     worker = start_worker("q", "-n", "4")
     kids = worker.wait_children(4)
     jids = [q.put(WORK, {"seconds": 3}) for _ in range(4)]
@@ -52,34 +52,34 @@ def test_killed_supervisor_with_every_child_busy(short_leases, start_worker, led
     worker.wait(timeout=5)
     wait_until(lambda: not any(alive(k) for k in kids), timeout=10)
     again = start_worker("q", "-n", "2")
-    wait_until(lambda: all_complete(client, jids), timeout=30)
+    wait_until(lambda: all_complete(qless_client, jids), timeout=30)
     assert {r["jid"] for r in ledger.rows("done")} == set(jids)
     assert all(len(ledger.rows("done", j)) == 1 for j in jids)
     again.signal(signal.SIGQUIT)
     assert again.wait() == 0
-    assert_audit_clean(client)
+    assert_audit_clean(qless_client)
 
 
 def test_stopped_child_loses_its_lease_and_its_late_complete_is_refused(
     short_leases, start_worker, ledger
 ):
-    client = short_leases
-    q = client.queues["q"]
+    qless_client = short_leases
+    q = qless_client.queues["q"]
     a = start_worker("q", "-n", "1", "--name", "worker-A")
     a.wait_children(1)
     jid = q.put(WORK, {"seconds": 3})
     first = wait_until(lambda: ledger.rows("started", jid))[0]
     os.kill(first["pid"], signal.SIGSTOP)  # hung child: no heartbeat, no progress
     b = start_worker("q", "-n", "1", "--name", "worker-B")
-    wait_until(lambda: client.jobs[jid].state == "complete", timeout=30)
-    assert client.jobs[jid].history[-1]["what"] == "done"
+    wait_until(lambda: qless_client.jobs[jid].state == "complete", timeout=30)
+    assert qless_client.jobs[jid].history[-1]["what"] == "done"
     # A's supervisor learnt of the lost lock (lock_lost event) and killed the hung child;
     # if it had not, waking the child must still not produce a second completion.
     if alive(first["pid"]):
         os.kill(first["pid"], signal.SIGCONT)
         time.sleep(3.5)
     wait_until(lambda: not alive(first["pid"]), timeout=10)
-    job = client.jobs[jid]
+    job = qless_client.jobs[jid]
     assert job.state == "complete"
     assert [h["what"] for h in job.history].count("done") == 1  # one accepted completion
     starts = ledger.rows("started", jid)
@@ -88,17 +88,17 @@ def test_stopped_child_loses_its_lease_and_its_late_complete_is_refused(
     assert len(ledger.rows("done", jid)) == 1 and ledger.effects() == 1
     assert a.proc.poll() is None and b.proc.poll() is None
     after = q.put(WORK, {})
-    wait_until(lambda: client.jobs[after].state == "complete", timeout=15)
+    wait_until(lambda: qless_client.jobs[after].state == "complete", timeout=15)
     for w in (a, b):
         w.signal(signal.SIGQUIT)
         assert w.wait() == 0
-    assert_audit_clean(client)
+    assert_audit_clean(qless_client)
 
 
 def test_quit_finishes_running_jobs_and_leaves_the_queue_alone(
-    client, start_worker, ledger
+    qless_client, start_worker, ledger
 ):
-    q = client.queues["q"]
+    q = qless_client.queues["q"]
     worker = start_worker("q", "-n", "2")
     worker.wait_children(2)
     busy = [q.put(WORK, {"seconds": 2}) for _ in range(2)]
@@ -106,31 +106,31 @@ def test_quit_finishes_running_jobs_and_leaves_the_queue_alone(
     queued = [q.put(WORK, {}) for _ in range(10)]
     worker.signal(signal.SIGQUIT)
     assert worker.wait(timeout=20) == 0
-    assert all_complete(client, busy)
-    assert states(client, queued) == {"waiting": 10}
+    assert all_complete(qless_client, busy)
+    assert states(qless_client, queued) == {"waiting": 10}
     assert len(ledger.rows("started")) == 2
-    assert_audit_clean(client)
+    assert_audit_clean(qless_client)
 
 
 @pytest.mark.parametrize("delay", [0.0, 0.1, 0.35])
 def test_term_at_any_moment_never_orphans_a_popped_job(
-    client, start_worker, ledger, delay
+    qless_client, start_worker, ledger, delay
 ):
-    q = client.queues["q"]
+    q = qless_client.queues["q"]
     jids = [q.put(WORK, {"seconds": 0.05}) for _ in range(40)]
     worker = start_worker("q", "-n", "2")
     wait_until(lambda: ledger.rows("started"), timeout=15)
     time.sleep(delay)
     worker.signal(signal.SIGTERM)
     assert worker.wait(timeout=20) == 0
-    counts = states(client, jids)
+    counts = states(qless_client, jids)
     assert set(counts) <= {"waiting", "complete"}, counts
-    assert client.queues["q"].counts["running"] == 0
-    assert_audit_clean(client)
+    assert qless_client.queues["q"].counts["running"] == 0
+    assert_audit_clean(qless_client)
 
 
-def test_script_flush_under_load(client, tcp_redis, rconn, start_worker, ledger):
-    q = client.queues["q"]
+def test_script_flush_under_load(qless_client, tcp_redis, rconn, start_worker, ledger):
+    q = qless_client.queues["q"]
     jids = [j for i in range(0, 400, 100)
             for j in q.put_many([{"klass": WORK, "data": {}} for _ in range(100)])]
     workers = [start_worker("q", "-n", "2") for _ in range(2)]
@@ -152,21 +152,21 @@ def test_script_flush_under_load(client, tcp_redis, rconn, start_worker, ledger)
         stop.set()
         t.join()
     assert flushes >= 2
-    assert all_complete(client, jids)
+    assert all_complete(qless_client, jids)
     done = ledger.rows("done")
     assert len(done) == 400 and len({r["jid"] for r in done}) == 400
-    assert client.jobs.failed() == {}
+    assert qless_client.jobs.failed() == {}
     assert all(w.proc.poll() is None for w in workers)
     for w in workers:
         w.signal(signal.SIGQUIT)
         assert w.wait() == 0
-    assert_audit_clean(client)
+    assert_audit_clean(qless_client)
 
 
 def test_redis_crash_and_aof_restart(short_leases, tcp_redis, start_worker, ledger):
-    client = short_leases
-    client.config["heartbeat"] = 5
-    q = client.queues["q"]
+    qless_client = short_leases
+    qless_client.config["heartbeat"] = 5
+    q = qless_client.queues["q"]
     jids = q.put_many([{"klass": WORK, "data": {"seconds": 0.05}} for _ in range(150)])
     worker = start_worker("q", "-n", "2")
     wait_until(lambda: len(ledger.rows("done")) >= 20, timeout=30)
@@ -187,50 +187,50 @@ def test_redis_crash_and_aof_restart(short_leases, tcp_redis, start_worker, ledg
     assert_audit_clean(fresh)
 
 
-def test_redis_stall_is_transient(client, rconn, start_worker, ledger):
-    q = client.queues["q"]
+def test_redis_stall_is_transient(qless_client, rconn, start_worker, ledger):
+    q = qless_client.queues["q"]
     jids = q.put_many([{"klass": WORK, "data": {"seconds": 0.05}} for _ in range(80)])
     worker = start_worker("q", "-n", "2")
     wait_until(lambda: len(ledger.rows("done")) >= 10, timeout=20)
     rconn.client_pause(3000, all=True)
     time.sleep(3.2)
-    wait_until(lambda: all_complete(client, jids), timeout=40, step=0.2)
-    assert client.jobs.failed() == {}
+    wait_until(lambda: all_complete(qless_client, jids), timeout=40, step=0.2)
+    assert qless_client.jobs.failed() == {}
     assert worker.proc.poll() is None
     worker.signal(signal.SIGQUIT)
     assert worker.wait() == 0
-    assert_audit_clean(client)
+    assert_audit_clean(qless_client)
 
 
 def test_dependencies_survive_a_killed_worker(short_leases, start_worker, ledger):
-    client = short_leases
-    q = client.queues["q"]
+    qless_client = short_leases
+    q = qless_client.queues["q"]
     a = q.put("tests.faults.jobs.kill_once", {"seconds": 0.2}, retries=5)
     b = q.put(WORK, {}, depends=[a])
     doomed = q.put("tests.faults.jobs.suicide", {}, retries=0)
     blocked = q.put(WORK, {}, depends=[doomed])
     worker = start_worker("q", "-n", "1")
-    wait_until(lambda: client.jobs[b].state == "complete", timeout=40)
-    wait_until(lambda: client.jobs[doomed].state == "failed", timeout=20)
-    job_a = client.jobs[a]
+    wait_until(lambda: qless_client.jobs[b].state == "complete", timeout=40)
+    wait_until(lambda: qless_client.jobs[doomed].state == "failed", timeout=20)
+    job_a = qless_client.jobs[a]
     whats = [h["what"] for h in job_a.history if h["what"] in ("popped", "timed-out", "done")]
     assert whats == ["popped", "timed-out", "popped", "done"]  # killed: timed out, run again
     assert job_a.retries == job_a.original_retries == 5  # 5 -> 4 on lease loss, reset on done
     assert len(ledger.rows("started", b)) == 1  # released exactly once
-    assert client.jobs[blocked].state == "depends"  # stays visible, not lost
+    assert qless_client.jobs[blocked].state == "depends"  # stays visible, not lost
     with pytest.raises(DependencyError):
-        client.jobs[doomed].cancel()
+        qless_client.jobs[doomed].cancel()
     worker.signal(signal.SIGQUIT)
     assert worker.wait() == 0
-    assert_audit_clean(client)
+    assert_audit_clean(qless_client)
 
 
 def test_throttle_slot_of_a_killed_child_comes_back(
     short_leases, rconn, start_worker, ledger
 ):
-    client = short_leases
-    client.throttles["t"].set(2)
-    q = client.queues["q"]
+    qless_client = short_leases
+    qless_client.throttles["t"].set(2)
+    q = qless_client.queues["q"]
     jids = [q.put(WORK, {"seconds": 0.5}, throttles=["t"]) for _ in range(10)]
     most = [0]
     stop = threading.Event()
@@ -245,7 +245,7 @@ def test_throttle_slot_of_a_killed_child_comes_back(
     first = wait_until(lambda: ledger.rows("started"), timeout=15)[0]
     os.kill(first["pid"], signal.SIGKILL)
     try:
-        wait_until(lambda: all_complete(client, jids), timeout=60, step=0.1)
+        wait_until(lambda: all_complete(qless_client, jids), timeout=60, step=0.1)
     finally:
         stop.set()
         t.join()
@@ -254,10 +254,10 @@ def test_throttle_slot_of_a_killed_child_comes_back(
     assert len(ledger.rows("started", first["jid"])) == 2
     worker.signal(signal.SIGQUIT)
     assert worker.wait() == 0
-    assert_audit_clean(client)
+    assert_audit_clean(qless_client)
 
 
-def test_worker_reports_an_evicting_redis_at_start(client, rconn, start_worker):
+def test_worker_reports_an_evicting_redis_at_start(qless_client, rconn, start_worker):
     rconn.config_set("maxmemory-policy", "allkeys-lru")
     try:
         worker = start_worker("q", "-n", "1")
@@ -267,15 +267,15 @@ def test_worker_reports_an_evicting_redis_at_start(client, rconn, start_worker):
         assert worker.wait() == 0
     finally:
         rconn.config_set("maxmemory-policy", "noeviction")
-    assert_audit_clean(client)
+    assert_audit_clean(qless_client)
 
 
 @pytest.mark.parametrize("outage", ["closed", "half-open"])
 def test_term_while_redis_is_unreachable_job_returns_by_lease(
     short_leases, proxy, start_worker, ledger, outage
 ):
-    client = short_leases
-    q = client.queues["q"]
+    qless_client = short_leases
+    q = qless_client.queues["q"]
     worker = start_worker("q", "-n", "1", "--shutdown-grace", "2", url=proxy.url)
     jid = q.put(WORK, {"seconds": 30}, retries=3)
     wait_until(lambda: ledger.rows("started", jid), timeout=15)
@@ -294,7 +294,7 @@ def test_term_while_redis_is_unreachable_job_returns_by_lease(
     assert stopped < (5 if outage == "closed" else 15)
     # The lease runs out and another worker gets the job (one retry spent).
     wait_until(lambda: q.pop(), timeout=10)
-    job = client.jobs[jid]
+    job = qless_client.jobs[jid]
     assert job.state == "running" and job.retries == 2
     job.complete()
-    assert_audit_clean(client)
+    assert_audit_clean(qless_client)

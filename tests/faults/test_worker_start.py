@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from django_qless.core.client import Client
-from tests.faults.conftest import TcpRedis, WorkerProcess, wait_until
+from tests.faults.conftest import TcpRedis, fault_worker, wait_until
 from tests.helpers import free_port
 
 pytestmark = [pytest.mark.fault, pytest.mark.timeout(60)]
@@ -24,7 +24,7 @@ def test_worker_gives_up_on_an_unreachable_redis_after_the_start_timeout(
     url = (f"redis://127.0.0.1:{free_port()}/0" if where == "tcp"
            else f"unix://{tmp_path / 'nobody-listens.sock'}")
     started = time.monotonic()
-    worker = WorkerProcess(url, ["--start-timeout", str(LIMIT), "-n", processes, "q"], tmp_path)
+    worker = fault_worker(url, ["--start-timeout", str(LIMIT), "-n", processes, "q"], tmp_path)
     try:
         code = worker.wait(timeout=LIMIT + 10)
         elapsed = time.monotonic() - started
@@ -42,7 +42,7 @@ def test_worker_uses_a_redis_that_comes_up_within_the_start_timeout(tmp_path: Pa
     directory = tmp_path / "redis"
     directory.mkdir()
     server = TcpRedis(directory, aof=False)  # its port is chosen, nothing listens yet
-    worker = WorkerProcess(server.url, ["--import", "tests.worker.jobs", "--start-timeout", "30",
+    worker = fault_worker(server.url, ["--import", "tests.worker.jobs", "--start-timeout", "30",
                                          "-n", "1", "q"], tmp_path)
     client = None
     try:

@@ -28,13 +28,13 @@ BAD = {
 IMPORT = ("--import", "tests.worker.refused_jobs")
 
 
-def settled(client: Client, jids: list[str]) -> bool:
-    return all(client.jobs[j].state in ("complete", "failed") for j in jids)
+def settled(qless_client: Client, jids: list[str]) -> bool:
+    return all(qless_client.jobs[j].state in ("complete", "failed") for j in jids)
 
 
-def assert_failed_once(client: Client, jid: str, reason: str, data: dict[str, Any]) -> None:
+def assert_failed_once(qless_client: Client, jid: str, reason: str, data: dict[str, Any]) -> None:
     """The job failed after one run, naming the reason, with the data it was put with."""
-    job = client.jobs[jid]
+    job = qless_client.jobs[jid]
     assert job.state == "failed"
     assert job.failure is not None
     assert job.failure["group"] == GROUP
@@ -42,95 +42,95 @@ def assert_failed_once(client: Client, jid: str, reason: str, data: dict[str, An
     assert job.klass_name in job.failure["message"]
     assert job.data == data
     assert [entry["what"] for entry in job.history].count("popped") == 1
-    assert len(ledger(client.redis, "started", jid)) == 1
+    assert len(ledger(qless_client.redis, "started", jid)) == 1
 
 
 @pytest.mark.parametrize("klass", sorted(BAD))
 def test_refused_completion_alone_fails_the_job_at_once(
-    client: Client, start_worker: Any, klass: str
+    qless_client: Client, start_worker: Any, klass: str
 ) -> None:
     """The worker's last job (complete without reserve): failed after one run."""
-    jid = client.queues["q"].put(klass, {"n": 1}, retries=5)
+    jid = qless_client.queues["q"].put(klass, {"n": 1}, retries=5)
     worker = start_worker("q", "-n", "0", "--max-jobs", "1", *IMPORT)
     assert worker.wait() == 0
-    assert_failed_once(client, jid, BAD[klass], {"n": 1})
+    assert_failed_once(qless_client, jid, BAD[klass], {"n": 1})
 
 
 @pytest.mark.parametrize("mode", [["-n", "0"], ["-n", "1"]])
 def test_refused_completion_with_the_next_reserve_fails_the_job_at_once(
-    client: Client, start_worker: Any, mode: list[str]
+    qless_client: Client, start_worker: Any, mode: list[str]
 ) -> None:
     """Complete-and-reserve (no job held ahead): the bad jobs fail, the others complete."""
-    q = client.queues["q"]
+    q = qless_client.queues["q"]
     jids = {k: q.put(k, {"k": k}, retries=5) for k in sorted(BAD)}
     oks = [q.put("tests.worker.jobs.ok", {}) for _ in range(3)]
     worker = start_worker("q", *mode, "--no-prefetch", *IMPORT)
-    wait_until(lambda: settled(client, [*jids.values(), *oks]), timeout=20)
+    wait_until(lambda: settled(qless_client, [*jids.values(), *oks]), timeout=20)
     for klass, jid in jids.items():
-        assert_failed_once(client, jid, BAD[klass], {"k": klass})
-    assert [client.jobs[j].state for j in oks] == ["complete"] * 3
+        assert_failed_once(qless_client, jid, BAD[klass], {"k": klass})
+    assert [qless_client.jobs[j].state for j in oks] == ["complete"] * 3
     worker.signal(signal.SIGQUIT)
     assert worker.wait() == 0
 
 
 def test_refused_completion_sent_ahead_fails_the_job_at_once(
-    client: Client, start_worker: Any
+    qless_client: Client, start_worker: Any
 ) -> None:
     """Short jobs flowing (completions sent ahead while a held job runs): same outcome."""
-    q = client.queues["q"]
+    q = qless_client.queues["q"]
     jids: dict[str, str] = {}
     briefs = [q.put("tests.worker.jobs.brief", {}) for _ in range(10)]
     for klass in sorted(BAD):
         jids[klass] = q.put(klass, {"k": klass}, retries=5)
         briefs += [q.put("tests.worker.jobs.brief", {}) for _ in range(10)]
     worker = start_worker("q", "-n", "0", *IMPORT)
-    wait_until(lambda: settled(client, [*jids.values(), *briefs]), timeout=20)
+    wait_until(lambda: settled(qless_client, [*jids.values(), *briefs]), timeout=20)
     for klass, jid in jids.items():
-        assert_failed_once(client, jid, BAD[klass], {"k": klass})
-    assert {client.jobs[j].state for j in briefs} == {"complete"}
+        assert_failed_once(qless_client, jid, BAD[klass], {"k": klass})
+    assert {qless_client.jobs[j].state for j in briefs} == {"complete"}
     worker.signal(signal.SIGQUIT)
     assert worker.wait() == 0
 
 
 def test_a_job_that_raises_with_unstorable_data_is_still_failed(
-    client: Client, start_worker: Any
+    qless_client: Client, start_worker: Any
 ) -> None:
     """Failing a job sends its data too: changes that cannot be stored are dropped, not the
     failure."""
-    jid = client.queues["q"].put("tests.worker.refused_jobs.setty_then_raise", {"n": 2})
+    jid = qless_client.queues["q"].put("tests.worker.refused_jobs.setty_then_raise", {"n": 2})
     worker = start_worker("q", "-n", "0", "--max-jobs", "1", *IMPORT)
     assert worker.wait() == 0
-    job = client.jobs[jid]
+    job = qless_client.jobs[jid]
     assert job.state == "failed"
     assert job.failure is not None
     assert job.failure["group"] == "builtins.ValueError"
     assert "ValueError: gave up" in job.failure["message"]
     assert "changes to its data were not saved" in job.failure["message"]
     assert job.data == {"n": 2}
-    assert len(ledger(client.redis, "started", jid)) == 1
+    assert len(ledger(qless_client.redis, "started", jid)) == 1
 
 
-def test_a_lost_lock_is_still_treated_as_lost(client: Client, start_worker: Any) -> None:
+def test_a_lost_lock_is_still_treated_as_lost(qless_client: Client, start_worker: Any) -> None:
     """A completion refused because another worker holds the job is not made a failure."""
-    jid = client.queues["q"].put("tests.worker.refused_jobs.stolen", {})
+    jid = qless_client.queues["q"].put("tests.worker.refused_jobs.stolen", {})
     worker = start_worker("q", "-n", "0", "--max-jobs", "1", *IMPORT)
     assert worker.wait() == 0
-    job = client.jobs[jid]
+    job = qless_client.jobs[jid]
     assert (job.state, job.worker_name, job.failure) == ("running", "someone-else", None)
     assert "complete refused, lock lost" in worker.stderr()
 
 
 def test_data_that_cannot_be_stored_does_not_cost_a_long_job_its_lease(
-    client: Client, start_worker: Any
+    qless_client: Client, start_worker: Any
 ) -> None:
     """Heartbeats renew the lock without the changes they cannot send; the job runs once."""
-    client.config["heartbeat"] = 1
-    client.config["grace-period"] = 0
-    jid = client.queues["q"].put("tests.worker.refused_jobs.setty_long", {"seconds": 4})
+    qless_client.config["heartbeat"] = 1
+    qless_client.config["grace-period"] = 0
+    jid = qless_client.queues["q"].put("tests.worker.refused_jobs.setty_long", {"seconds": 4})
     # A second child and the supervisor's reaper would take the job over once its lease ran out.
     worker = start_worker("q", "-n", "2", *IMPORT)
-    wait_until(lambda: settled(client, [jid]), timeout=30)
+    wait_until(lambda: settled(qless_client, [jid]), timeout=30)
     worker.signal(signal.SIGQUIT)
     assert worker.wait(timeout=30) == 0
-    assert_failed_once(client, jid, "data['seen'] is not JSON-serialisable: set",
+    assert_failed_once(qless_client, jid, "data['seen'] is not JSON-serialisable: set",
                        {"seconds": 4})

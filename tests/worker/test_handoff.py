@@ -24,12 +24,12 @@ def idle_worker(redis_url: str, registry: Registry) -> tuple[SerialWorker, threa
     return worker, thread
 
 
-def registered(client: Client) -> bool:
-    return client.redis.hget("ql:idle", "idle") == "q"
+def registered(qless_client: Client) -> bool:
+    return qless_client.redis.hget("ql:idle", "idle") == "q"
 
 
 def test_a_job_put_for_an_idle_worker_starts_without_a_reserve(
-    redis_url: str, client: Client
+    redis_url: str, qless_client: Client
 ) -> None:
     started: list[tuple[str, int]] = []
     registry = Registry()
@@ -44,46 +44,46 @@ def test_a_job_put_for_an_idle_worker_starts_without_a_reserve(
         return real(*args, **kwargs)
 
     worker.client.reserve = counting  # type: ignore[method-assign]
-    wait_until(lambda: registered(client))
+    wait_until(lambda: registered(qless_client))
     before = reserves[0]
-    jid = client.queues["q"].put("k", {})
-    wait_until(lambda: client.jobs[jid].state == "complete")
+    jid = qless_client.queues["q"].put("k", {})
+    wait_until(lambda: qless_client.jobs[jid].state == "complete")
     assert started == [(jid, before)]  # no reserve between the put and the start
-    assert client.jobs[jid].history[1]["worker"] == "idle"
-    wait_until(lambda: registered(client))  # idle again: registered again
+    assert qless_client.jobs[jid].history[1]["worker"] == "idle"
+    wait_until(lambda: registered(qless_client))  # idle again: registered again
     worker.request_stop()
     thread.join(10)
 
 
-def test_a_paused_worker_gives_a_handed_job_back(redis_url: str, client: Client) -> None:
+def test_a_paused_worker_gives_a_handed_job_back(redis_url: str, qless_client: Client) -> None:
     ran: list[str] = []
     registry = Registry()
     registry.register("k", lambda job: ran.append(job.jid))
     worker, thread = idle_worker(redis_url, registry)
-    wait_until(lambda: registered(client))
+    wait_until(lambda: registered(qless_client))
     worker.pause()
-    jid = client.queues["q"].put("k", {}, retries=2)
+    jid = qless_client.queues["q"].put("k", {}, retries=2)
     # Handed over (the registration predates the pause), then released unstarted.
-    wait_until(lambda: client.jobs[jid].state == "waiting"
-               and len(client.jobs[jid].history) >= 3)
-    job = client.jobs[jid]
+    wait_until(lambda: qless_client.jobs[jid].state == "waiting"
+               and len(qless_client.jobs[jid].history) >= 3)
+    job = qless_client.jobs[jid]
     assert [h["what"] for h in job.history] == ["put", "popped", "put"]
     assert job.retries == 2 and ran == []
     worker.unpause()
-    wait_until(lambda: client.jobs[jid].state == "complete")
+    wait_until(lambda: qless_client.jobs[jid].state == "complete")
     assert ran == [jid]
     worker.request_stop()
     thread.join(10)
 
 
-def test_a_stopped_worker_is_not_handed_jobs(redis_url: str, client: Client) -> None:
+def test_a_stopped_worker_is_not_handed_jobs(redis_url: str, qless_client: Client) -> None:
     registry = Registry()
     registry.register("k", lambda job: None)
     worker, thread = idle_worker(redis_url, registry)
-    wait_until(lambda: registered(client))
+    wait_until(lambda: registered(qless_client))
     worker.request_stop()
     thread.join(10)
     assert not thread.is_alive()
-    jid = client.queues["q"].put("k", {})
-    assert client.jobs[jid].state == "waiting"
-    assert client.redis.hget("ql:idle", "idle") is None  # dropped: nobody listens
+    jid = qless_client.queues["q"].put("k", {})
+    assert qless_client.jobs[jid].state == "waiting"
+    assert qless_client.redis.hget("ql:idle", "idle") is None  # dropped: nobody listens

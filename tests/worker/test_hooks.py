@@ -41,10 +41,10 @@ def events(r) -> list[tuple[str, int]]:
     return [(e.rsplit(" ", 1)[0], int(e.rsplit(" ", 1)[1])) for e in r.lrange("test:hooks", 0, -1)]
 
 
-def test_before_fork_runs_in_the_supervisor_before_every_fork(client, r, hooked):
+def test_before_fork_runs_in_the_supervisor_before_every_fork(qless_client, r, hooked):
     proc = hooked()
     wait_until(lambda: sum(1 for e, _ in events(r) if e == "on_worker_start") == 2)
-    jid = client.queues["q"].put("tests.worker.jobs.suicide", {})
+    jid = qless_client.queues["q"].put("tests.worker.jobs.suicide", {})
     wait_until(lambda: sum(1 for e, _ in events(r) if e == "on_worker_start") == 3, timeout=10)
     got = events(r)
     sup = proc.pid

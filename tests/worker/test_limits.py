@@ -18,10 +18,10 @@ NOOP = "tests.worker.jobs.noop"
 BRIEF = "tests.worker.jobs.brief"
 
 
-def popped_and_done(client: Client, jids: list[str]) -> tuple[int, int]:
+def popped_and_done(qless_client: Client, jids: list[str]) -> tuple[int, int]:
     """Count the jobs popped at least once, and the completed ones."""
     popped = done = 0
-    for job in client.jobs.get_many(*jids):
+    for job in qless_client.jobs.get_many(*jids):
         whats = [h["what"] for h in job.history]
         popped += "popped" in whats
         done += job.state == "complete"
@@ -39,16 +39,16 @@ def popped_and_done(client: Client, jids: list[str]) -> tuple[int, int]:
     ids=["forking-1", "forking-2", "forking-2-recycled", "serial"],
 )
 @pytest.mark.parametrize("klass", [NOOP, BRIEF], ids=["noop", "brief"])
-def test_max_jobs_bounds_the_whole_worker(client, start_worker, args, limit, klass):
-    jids = client.queues["q"].put_many([{"klass": klass, "data": {}} for _ in range(200)])
+def test_max_jobs_bounds_the_whole_worker(qless_client, start_worker, args, limit, klass):
+    jids = qless_client.queues["q"].put_many([{"klass": klass, "data": {}} for _ in range(200)])
     worker = start_worker(*args, "--max-jobs", str(limit), "q")
     assert worker.wait(timeout=30) == 0
-    assert popped_and_done(client, jids) == (limit, limit)
-    assert client.queues["q"].counts["waiting"] == 200 - limit
+    assert popped_and_done(qless_client, jids) == (limit, limit)
+    assert qless_client.queues["q"].counts["waiting"] == 200 - limit
 
 
 @pytest.mark.parametrize("processes", ["0", "1"], ids=["serial", "forking"])
-def test_max_duration_stops_within_a_small_margin(client, start_worker, processes):
+def test_max_duration_stops_within_a_small_margin(qless_client, start_worker, processes):
     started = time.monotonic()
     worker = start_worker("-n", processes, "--max-duration", "2", "--interval", "5",
                           "--reap-interval", "0", "q")

@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from django_qless import __version__
-from django_qless.core.workers.cli import integer
+from django_qless.core.workers.option_specs import integer
 from django_qless.core.workers.runner import format_failure
 
 pytestmark = pytest.mark.timeout(60)
@@ -24,8 +24,8 @@ def test_serial_worker_logs_a_start_line(start_worker):
 
 
 @pytest.mark.parametrize("processes", ["0", "1"], ids=["serial", "forking"])
-def test_each_completion_is_logged_at_verbose(client, start_worker, processes):
-    jids = client.queues["q"].put_many([{"klass": NOOP, "data": {}} for _ in range(3)])
+def test_each_completion_is_logged_at_verbose(qless_client, start_worker, processes):
+    jids = qless_client.queues["q"].put_many([{"klass": NOOP, "data": {}} for _ in range(3)])
     worker = start_worker("-n", processes, "--max-jobs", "3", "q")  # -v is always passed
     assert worker.wait() == 0
     lines = worker.stderr().splitlines()
@@ -44,9 +44,9 @@ def test_each_completion_is_logged_at_verbose(client, start_worker, processes):
     ids=["max-jobs", "child-max-jobs"],
 )
 def test_a_child_leaving_at_its_bound_is_not_reported_as_unexpected(
-    client, start_worker, args, expected
+    qless_client, start_worker, args, expected
 ):
-    client.queues["q"].put_many([{"klass": NOOP, "data": {}} for _ in range(10)])
+    qless_client.queues["q"].put_many([{"klass": NOOP, "data": {}} for _ in range(10)])
     worker = start_worker(*args, "q")
     assert worker.wait() == 0
     log = worker.stderr()
@@ -55,23 +55,23 @@ def test_a_child_leaving_at_its_bound_is_not_reported_as_unexpected(
 
 
 @pytest.mark.parametrize("processes", ["0", "1"], ids=["serial", "forking"])
-def test_a_job_over_its_time_limit_is_logged_as_timed_out(client, start_worker, processes):
-    jid = client.queues["q"].put("tests.worker.jobs.sleep_long", {"seconds": 30})
+def test_a_job_over_its_time_limit_is_logged_as_timed_out(qless_client, start_worker, processes):
+    jid = qless_client.queues["q"].put("tests.worker.jobs.sleep_long", {"seconds": 30})
     worker = start_worker("-n", processes, "--timeout", "1", "--kill-grace", "1",
                           "--max-jobs", "1", "q")
     assert worker.wait(timeout=20) == 0
     log = worker.stderr()
     assert f"job {jid} timed out: still running after its limit of 1s" in log
     assert "aborted: shutdown" not in log
-    assert client.jobs[jid].failure["group"] == "django_qless.JobTimeout"
+    assert qless_client.jobs[jid].failure["group"] == "django_qless.JobTimeout"
 
 
 @pytest.mark.parametrize("processes", ["0", "1"], ids=["serial", "forking"])
-def test_a_stored_failure_traceback_starts_at_the_job(client, start_worker, processes):
-    jid = client.queues["q"].put("tests.worker.jobs.boom", {"n": 7})
+def test_a_stored_failure_traceback_starts_at_the_job(qless_client, start_worker, processes):
+    jid = qless_client.queues["q"].put("tests.worker.jobs.boom", {"n": 7})
     worker = start_worker("-n", processes, "--max-jobs", "1", "q")
     assert worker.wait() == 0
-    message = client.jobs[jid].failure["message"]
+    message = qless_client.jobs[jid].failure["message"]
     lines = message.splitlines()
     assert lines[0] == "Traceback (most recent call last):"
     assert lines[1].startswith('  File "') and "tests/worker/jobs.py" in lines[1], message
@@ -83,5 +83,5 @@ def test_a_failure_inside_the_worker_code_keeps_its_whole_traceback():
         integer("not a number")  # raises inside django_qless itself
     except argparse.ArgumentTypeError as exc:
         message = format_failure(exc)
-    assert "django_qless/core/workers/cli.py" in message
+    assert "django_qless/core/workers/option_specs.py" in message
     assert message.splitlines()[-1].startswith("argparse.ArgumentTypeError: must be an integer")

@@ -17,17 +17,18 @@ pytestmark = pytest.mark.timeout(60)
 
 
 @pytest.mark.parametrize("processes", ["0", "1"])
-def test_idle_worker_starts_a_put_job_well_under_the_interval(client, start_worker, processes):
-    q = client.queues["q"]
+def test_idle_worker_starts_a_put_job_well_under_the_interval(qless_client, start_worker,
+                                                              processes):
+    q = qless_client.queues["q"]
     worker = start_worker("q", "-n", processes, "--interval", "30")
     warm = q.put("tests.worker.jobs.ok", {})
-    wait_until(lambda: client.jobs[warm].state == "complete")
+    wait_until(lambda: qless_client.jobs[warm].state == "complete")
     latencies = []
     for _ in range(40):
         time.sleep(0.01)  # let the worker go idle on its wake-up subscription
         before = time.time()
         jid = q.put("tests.worker.jobs.ping", {})
-        got = client.redis.blpop(["test:pings"], timeout=5)
+        got = qless_client.redis.blpop(["test:pings"], timeout=5)
         assert got is not None
         ping_jid, started = json.loads(got[1])
         assert ping_jid == jid
@@ -42,37 +43,37 @@ def test_idle_worker_starts_a_put_job_well_under_the_interval(client, start_work
     assert worker.wait() == 0
 
 
-def test_glob_queue_pattern_picks_up_a_brand_new_queue(client, start_worker):
+def test_glob_queue_pattern_picks_up_a_brand_new_queue(qless_client, start_worker):
     worker = start_worker("img.*", "-n", "0", "--interval", "30")
     # No queue matches yet, so the worker has nothing to reserve from: give it time to start.
     time.sleep(1.0)
     t0 = time.monotonic()
-    jid = client.queues["img.big"].put("tests.worker.jobs.ok", {})
-    wait_until(lambda: client.jobs[jid].state == "complete", timeout=5)
+    jid = qless_client.queues["img.big"].put("tests.worker.jobs.ok", {})
+    wait_until(lambda: qless_client.jobs[jid].state == "complete", timeout=5)
     assert time.monotonic() - t0 < 3
-    other = client.queues["video"].put("tests.worker.jobs.ok", {})
+    other = qless_client.queues["video"].put("tests.worker.jobs.ok", {})
     time.sleep(0.3)
-    assert client.jobs[other].state == "waiting"
+    assert qless_client.jobs[other].state == "waiting"
     worker.signal(signal.SIGQUIT)
     assert worker.wait() == 0
 
 
 @pytest.mark.parametrize("processes", ["0", "1"])
-def test_resume_runs_jobs_the_worker_name_still_holds(client, start_worker, processes):
-    q = client.queues["q"]
+def test_resume_runs_jobs_the_worker_name_still_holds(qless_client, start_worker, processes):
+    q = qless_client.queues["q"]
     name = "resumer" if processes == "0" else "resumer-0"
     jid = q.put("tests.worker.jobs.ok", {})
-    jobs, _ = client.reserve(["q"], 1, worker=name)
+    jobs, _ = qless_client.reserve(["q"], 1, worker=name)
     assert [j.jid for j in jobs] == [jid]
     worker = start_worker("q", "-n", processes, "--name", "resumer", "--resume")
-    wait_until(lambda: client.jobs[jid].state == "complete", timeout=5)
-    assert ledger(client.redis, "done", jid)[0]["worker"] == name
+    wait_until(lambda: qless_client.jobs[jid].state == "complete", timeout=5)
+    assert ledger(qless_client.redis, "done", jid)[0]["worker"] == name
     worker.signal(signal.SIGQUIT)
     assert worker.wait() == 0
 
 
 @pytest.mark.parametrize("processes", ["0", "1"])
-def test_exec_mode_runs_a_command_per_job(client, start_worker, processes, work_dir):
+def test_exec_mode_runs_a_command_per_job(qless_client, start_worker, processes, work_dir):
     tmp_path = work_dir
     script = tmp_path / "job.py"
     script.write_text(
@@ -83,14 +84,14 @@ def test_exec_mode_runs_a_command_per_job(client, start_worker, processes, work_
         "sys.stderr.write('x' * 10000 + 'the end of stderr')\n"
         "sys.exit(data['code'])\n"
     )
-    q = client.queues["q"]
+    q = qless_client.queues["q"]
     good = q.put("anything.at.all", {"code": 0, "big": 12345678901234567890})
     bad = q.put("anything.else", {"code": 3})
     worker = start_worker("q", "-n", processes, "--exec", f"{sys.executable} {script}")
-    wait_until(lambda: client.jobs[good].state == "complete"
-               and client.jobs[bad].state == "failed")
+    wait_until(lambda: qless_client.jobs[good].state == "complete"
+               and qless_client.jobs[bad].state == "failed")
     assert (tmp_path / good).read_text() == json.dumps({"code": 0, "big": 12345678901234567890})
-    failure = client.jobs[bad].failure
+    failure = qless_client.jobs[bad].failure
     assert failure["group"] == "django_qless.core.workers.execmode.ExecFailed"
     assert "exited with status 3" in failure["message"]
     assert failure["message"].endswith("the end of stderr")
@@ -98,14 +99,14 @@ def test_exec_mode_runs_a_command_per_job(client, start_worker, processes, work_
     assert worker.wait() == 0
 
 
-def test_dry_run_and_print_options(client, start_worker):
-    client.queues["q"].put("tests.worker.jobs.ok", {})
+def test_dry_run_and_print_options(qless_client, start_worker):
+    qless_client.queues["q"].put("tests.worker.jobs.ok", {})
     dry = start_worker("q", "--dry-run")
     assert dry.wait() == 0
     out = dry.stdout()
     assert "would serve q" in out and "1 waiting" in out
     assert "tests.worker.jobs.ok" in out
-    assert client.queues["q"].counts["waiting"] == 1
+    assert qless_client.queues["q"].counts["waiting"] == 1
     printed = start_worker("q", "-n", "3", "--print-options", "--timeout", "7")
     assert printed.wait() == 0
     options = json.loads(printed.stdout())
@@ -122,14 +123,14 @@ def test_bad_options_exit_with_usage_code(start_worker):
 
 
 @pytest.mark.parametrize("processes", ["0", "1"])
-def test_exec_mode_kills_a_command_over_the_time_limit(client, start_worker, processes):
-    q = client.queues["q"]
+def test_exec_mode_kills_a_command_over_the_time_limit(qless_client, start_worker, processes):
+    q = qless_client.queues["q"]
     jid = q.put("anything", {})
     command = f"{sys.executable} -c 'import time; time.sleep(30)'"
     worker = start_worker("q", "-n", processes, "--exec", command, "--timeout", "1",
                           "--kill-grace", "1")
-    wait_until(lambda: client.jobs[jid].state == "failed", timeout=10)
-    failure = client.jobs[jid].failure
+    wait_until(lambda: qless_client.jobs[jid].state == "failed", timeout=10)
+    failure = qless_client.jobs[jid].failure
     assert failure["group"] == "django_qless.JobTimeout"
     assert "time limit of 1s" in failure["message"]
     worker.signal(signal.SIGQUIT)

@@ -51,17 +51,17 @@ def counting_registry(redis_url: str, seen: list[tuple[str, int]]) -> Registry:
 
 @pytest.mark.parametrize("prefetch", [True, False])
 def test_short_jobs_run_once_and_the_worker_holds_at_most_one_ahead(
-    redis_url: str, client: Client, prefetch: bool
+    redis_url: str, qless_client: Client, prefetch: bool
 ) -> None:
     seen: list[tuple[str, int]] = []
-    jids = [client.queues["q"].put("probe", {"n": i}) for i in range(300)]
+    jids = [qless_client.queues["q"].put("probe", {"n": i}) for i in range(300)]
     worker = serial(redis_url, counting_registry(redis_url, seen), max_jobs=300,
                     prefetch=prefetch)
     thread, codes = run(worker)
     thread.join(40)
     assert codes == [0]
     assert sorted(jid for jid, _ in seen) == sorted(jids)  # each ran exactly once
-    assert all(client.jobs[j].state == "complete" for j in jids)
+    assert all(qless_client.jobs[j].state == "complete" for j in jids)
     held = [n for _, n in seen]
     if prefetch:
         assert worker.in_hand.sent_ahead > 200
@@ -72,20 +72,20 @@ def test_short_jobs_run_once_and_the_worker_holds_at_most_one_ahead(
     else:
         assert worker.in_hand.sent_ahead == 0
         assert max(held) == 1  # each completion was answered before the next job started
-    assert client.workers["ahead"]["jobs"] == []
+    assert qless_client.workers["ahead"]["jobs"] == []
 
 
 def test_a_long_job_hands_the_held_job_back_without_spending_a_retry(
-    redis_url: str, client: Client
+    redis_url: str, qless_client: Client
 ) -> None:
-    q = client.queues["q"]
+    q = qless_client.queues["q"]
     during: dict[str, Any] = {}
     registry = Registry()
     registry.register("short", lambda job: None)
 
     def long(job: Any) -> None:
         time.sleep(0.4)  # the heartbeat thread hands back after 0.1 s
-        held = client.jobs["x"]
+        held = qless_client.jobs["x"]
         during.update(state=held.state, worker=held.worker_name)
 
     registry.register("long", long)
@@ -99,27 +99,28 @@ def test_a_long_job_hands_the_held_job_back_without_spending_a_retry(
     assert codes == [0]
     assert during == {"state": "waiting", "worker": ""}
     assert worker.in_hand.handed_back == 1
-    x = client.jobs["x"]
+    x = qless_client.jobs["x"]
     assert x.state == "complete"
     # Given back with `release` (a `put` entry), not by a lease running out (`timed-out`).
     assert [h["what"] for h in x.history] == ["put", "popped", "put", "popped", "done"]
 
 
-def test_max_jobs_is_never_overshot_by_jobs_held_ahead(redis_url: str, client: Client) -> None:
+def test_max_jobs_is_never_overshot_by_jobs_held_ahead(redis_url: str,
+                                                      qless_client: Client) -> None:
     seen: list[tuple[str, int]] = []
-    jids = [client.queues["q"].put("probe", {"n": i}) for i in range(20)]
+    jids = [qless_client.queues["q"].put("probe", {"n": i}) for i in range(20)]
     worker = serial(redis_url, counting_registry(redis_url, seen), max_jobs=5)
     thread, codes = run(worker)
     thread.join(20)
     assert codes == [0]
     assert len(seen) == 5 and worker.in_hand.sent_ahead > 0
-    states = [client.jobs[j].state for j in jids]
+    states = [qless_client.jobs[j].state for j in jids]
     assert states.count("complete") == 5 and states.count("waiting") == 15
-    assert client.workers["ahead"]["jobs"] == []
+    assert qless_client.workers["ahead"]["jobs"] == []
 
 
-def test_stop_request_releases_the_job_held_ahead(redis_url: str, client: Client) -> None:
-    q = client.queues["q"]
+def test_stop_request_hands_back_the_job_held_ahead(redis_url: str, qless_client: Client) -> None:
+    q = qless_client.queues["q"]
     registry = Registry()
     registry.register("short", lambda job: None)
     stop_now: dict[str, SerialWorker] = {}
@@ -136,28 +137,29 @@ def test_stop_request_releases_the_job_held_ahead(redis_url: str, client: Client
     thread, codes = run(worker)
     thread.join(20)
     assert codes == [0]
-    assert client.jobs["stop"].state == "complete"
-    x = client.jobs["x"]
+    assert qless_client.jobs["stop"].state == "complete"
+    x = qless_client.jobs["x"]
     # Held ahead or never taken: either way back to waiting, nothing spent, nothing held.
     assert x.state == "waiting" and x.retries == x.original_retries
-    assert client.workers["ahead"]["jobs"] == []
+    assert qless_client.workers["ahead"]["jobs"] == []
 
 
-def test_a_crashed_child_gives_back_the_job_it_held_ahead(client: Client, start_worker) -> None:
+def test_a_crashed_child_hands_back_the_jobs_it_held_ahead(qless_client: Client,
+                                                          start_worker) -> None:
     """The supervisor releases it at once: no waiting for the lease (60 s here)."""
-    q = client.queues["q"]
+    q = qless_client.queues["q"]
     for n in range(3):
         q.put("tests.worker.jobs.ok", {}, jid=f"ok{n}", priority=10 - n)
     q.put("tests.worker.jobs.suicide", {}, jid="poison", priority=5, retries=0)
     q.put("tests.worker.jobs.ok", {}, jid="x", priority=0)
     worker = start_worker("q", "-n", "1")
-    wait_until(lambda: ledger(client.redis, "done", "x"), timeout=15)
+    wait_until(lambda: ledger(qless_client.redis, "done", "x"), timeout=15)
     # The job body writes the ledger before the worker sends its completion.
-    wait_until(lambda: client.jobs["x"].state == "complete", timeout=15)
-    x = client.jobs["x"]
+    wait_until(lambda: qless_client.jobs["x"].state == "complete", timeout=15)
+    x = qless_client.jobs["x"]
     assert [h["what"] for h in x.history] == ["put", "popped", "put", "popped", "done"]
-    assert client.jobs["poison"].state == "running"  # left to its lease: a crash counts
-    assert len(ledger(client.redis, "started", "x")) == 1
+    assert qless_client.jobs["poison"].state == "running"  # left to its lease: a crash counts
+    assert len(ledger(qless_client.redis, "started", "x")) == 1
     worker.kill_all()
 
 
@@ -166,25 +168,25 @@ def test_killing_children_while_short_jobs_flow_spends_retries_only_of_running_j
 ) -> None:
     """Each SIGKILL costs at most the job that child was running one retry; the jobs it
     held ahead go back untouched, and every job completes once."""
-    client = short_leases
-    q = client.queues["q"]
+    qless_client = short_leases
+    q = qless_client.queues["q"]
     jids = [j for n in range(0, 800, 200) for j in q.put_many(
         [{"klass": "tests.worker.jobs.brief", "data": {"n": i}, "retries": 5}
          for i in range(n, n + 200)])]
     worker = start_worker("q", "-n", "2")
     worker.wait_children(2)
-    wait_until(lambda: ledger(client.redis, "done"))
+    wait_until(lambda: ledger(qless_client.redis, "done"))
     kills = 0
     for _ in range(5):
         kids = worker.children()
-        if kids and client.queues["q"].counts["waiting"] > 50:
+        if kids and qless_client.queues["q"].counts["waiting"] > 50:
             os.kill(random.choice(kids), signal.SIGKILL)
             kills += 1
         time.sleep(0.1)
     assert kills >= 3
-    wait_until(lambda: all(client.jobs[j].state == "complete" for j in jids), timeout=40)
+    wait_until(lambda: all(qless_client.jobs[j].state == "complete" for j in jids), timeout=40)
     # (A completed job's retries are reset: its history tells whether a lease ran out.)
-    histories = [[h["what"] for h in client.jobs[j].history] for j in jids]
+    histories = [[h["what"] for h in qless_client.jobs[j].history] for j in jids]
     assert sum("timed-out" in h for h in histories) <= kills
     assert all(h.count("done") == 1 for h in histories)
     worker.kill_all()
@@ -192,22 +194,22 @@ def test_killing_children_while_short_jobs_flow_spends_retries_only_of_running_j
 
 @pytest.mark.parametrize("delay", [0.0, 0.05, 0.2])
 def test_term_while_short_jobs_flow_leaves_nothing_held(
-    client: Client, start_worker, delay: float
+    qless_client: Client, start_worker, delay: float
 ) -> None:
     """TERM with completions in flight and jobs held ahead: all released or completed."""
-    q = client.queues["q"]
+    q = qless_client.queues["q"]
     jids = q.put_many([{"klass": "tests.worker.jobs.brief", "data": {"n": i}}
                        for i in range(400)])
     worker = start_worker("q", "-n", "2")
-    wait_until(lambda: ledger(client.redis, "done"))
+    wait_until(lambda: ledger(qless_client.redis, "done"))
     time.sleep(delay)
     worker.signal(signal.SIGTERM)
     assert worker.wait(timeout=20) == 0
-    jobs = [client.jobs[j] for j in jids]
+    jobs = [qless_client.jobs[j] for j in jids]
     assert {j.state for j in jobs} <= {"waiting", "complete"}
     assert any(j.state == "waiting" for j in jobs)
-    assert client.queues["q"].counts["running"] == 0
-    assert all(w["jobs"] == 0 for w in client.workers.counts)
+    assert qless_client.queues["q"].counts["running"] == 0
+    assert all(w["jobs"] == 0 for w in qless_client.workers.counts)
     for job in jobs:
         whats = [h["what"] for h in job.history]
         assert "timed-out" not in whats

@@ -9,23 +9,23 @@ from typing import Any
 import pytest
 
 from django_qless.core.client import Client
-from django_qless.core.workers.config import WorkerConfig
 from django_qless.core.workers.reaper import LeaseReaper, reap_period
+from django_qless.core.workers.worker_config import WorkerConfig
 from tests.worker.conftest import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
 
-def ghost_job(client: Client, redis_url: str, queue: str, retries: int) -> str:
+def ghost_job(qless_client: Client, redis_url: str, queue: str, retries: int) -> str:
     """Put a job on `queue` and pop it as a worker that never heartbeats; return its jid."""
-    jid = client.queues[queue].put("tests.worker.jobs.noop", {}, retries=retries)
+    jid = qless_client.queues[queue].put("tests.worker.jobs.noop", {}, retries=retries)
     ghost = Client(redis_url, worker_name="ghost-worker")
     try:
         job = ghost.queues[queue].pop()
         assert job is not None and job.jid == jid
     finally:
         ghost.close()
-    assert client.jobs[jid].state == "running"
+    assert qless_client.jobs[jid].state == "running"
     return jid
 
 
@@ -33,29 +33,30 @@ def ghost_job(client: Client, redis_url: str, queue: str, retries: int) -> str:
 def test_worker_reaps_a_lost_lease_on_a_queue_nobody_pops(
     short_leases, redis_url, start_worker, processes
 ):
-    client = short_leases
-    jid = ghost_job(client, redis_url, "orphan", retries=2)
+    qless_client = short_leases
+    jid = ghost_job(qless_client, redis_url, "orphan", retries=2)
     # The worker serves another queue: no pop on "orphan" ever happens, only the reaper
     # (heartbeat 2 s + grace 1 s: reaper period 1 s) can give the job back.
     worker = start_worker("q", "-n", processes)
-    job = wait_until(lambda: (lambda j: j if j.state == "waiting" else None)(client.jobs[jid]),
-                     timeout=20, step=0.1)
+    job = wait_until(
+        lambda: (lambda j: j if j.state == "waiting" else None)(qless_client.jobs[jid]),
+        timeout=20, step=0.1)
     assert job.queue_name == "orphan" and job.worker_name == ""
     assert job.retries == 1  # one retry spent on the lost lease
-    assert jid not in client.workers["ghost-worker"]["jobs"]
+    assert jid not in qless_client.workers["ghost-worker"]["jobs"]
     # The queue's own work is untouched by the reaper and still served.
-    done = client.queues["q"].put("tests.worker.jobs.noop", {})
-    wait_until(lambda: client.jobs[done].state == "complete", timeout=10)
+    done = qless_client.queues["q"].put("tests.worker.jobs.noop", {})
+    wait_until(lambda: qless_client.jobs[done].state == "complete", timeout=10)
     worker.signal(signal.SIGQUIT)
     assert worker.wait() == 0
-    assert client.jobs[jid].state == "waiting"  # nobody serves "orphan": it waits there
+    assert qless_client.jobs[jid].state == "waiting"  # nobody serves "orphan": it waits there
 
 
 def test_reaped_lease_without_retries_left_fails(short_leases, redis_url, start_worker):
-    client = short_leases
-    jid = ghost_job(client, redis_url, "orphan", retries=0)
+    qless_client = short_leases
+    jid = ghost_job(qless_client, redis_url, "orphan", retries=0)
     worker = start_worker("q", "-n", "1")
-    job = wait_until(lambda: (lambda j: j if j.state == "failed" else None)(client.jobs[jid]),
+    job = wait_until(lambda: (lambda j: j if j.state == "failed" else None)(qless_client.jobs[jid]),
                      timeout=20, step=0.1)
     assert job.failure is not None and job.failure["group"] == "failed-retries-orphan"
     worker.signal(signal.SIGQUIT)
@@ -71,8 +72,8 @@ class FakeClock:
 
 
 def test_reaper_calls_only_when_due_and_recovers_the_lease(short_leases, redis_url):
-    client = short_leases
-    jid = ghost_job(client, redis_url, "orphan", retries=3)
+    qless_client = short_leases
+    jid = ghost_job(qless_client, redis_url, "orphan", retries=3)
     clock = FakeClock()
     reaper = LeaseReaper(lambda: Client(redis_url), clock=clock)
     try:
@@ -83,14 +84,14 @@ def test_reaper_calls_only_when_due_and_recovers_the_lease(short_leases, redis_u
         assert reaper.maybe_reap() == [] and reaper.calls == 1
         assert reaper.period == 1.0  # min(heartbeat 2, grace 1) / 2, clamped to >= 1 s
         assert 0.8 <= reaper.seconds_left() <= 1.2
-        assert client.jobs[jid].state == "running"
+        assert qless_client.jobs[jid].state == "running"
         # Expired, then the grace: two calls (courtesy notice, then back to waiting).
         handled: list[str] = []
 
         def step() -> bool:
             clock.now += 1.3
             handled.extend(reaper.maybe_reap())
-            return client.jobs[jid].state == "waiting"
+            return qless_client.jobs[jid].state == "waiting"
 
         wait_until(step, timeout=15, step=0.3)
         assert handled == [jid] and reaper.reaped == 1 and reaper.failures == 0

@@ -54,7 +54,7 @@ def make(redis_url: str, registry: Registry, **options: Any) -> tuple[SerialWork
     return SerialWorker(config, hooks, install_signals=False), hooks
 
 
-def test_hooks_wrap_each_job_and_worker_middleware_runs(redis_url, client: Client):
+def test_hooks_wrap_each_job_and_worker_middleware_runs(redis_url, qless_client: Client):
     registry = Registry()
     seen: list[str] = []
     registry.register("ok", lambda job: seen.append(job.jid))
@@ -69,14 +69,14 @@ def test_hooks_wrap_each_job_and_worker_middleware_runs(redis_url, client: Clien
         return call_next()
 
     worker, hooks = make(redis_url, registry, middleware=(mw,), max_jobs=2)
-    good = client.queues["q"].put("ok", {})
-    bad = client.queues["q"].put("bad", {}, priority=-1)
+    good = qless_client.queues["q"].put("ok", {})
+    bad = qless_client.queues["q"].put("bad", {}, priority=-1)
     thread, codes = run_in_thread(worker)
     thread.join(20)
     assert codes == [0]
     assert seen == ["mw", good, "mw"]
-    assert client.jobs[good].state == "complete"
-    assert client.jobs[bad].failure["group"] == "builtins.KeyError"
+    assert qless_client.jobs[good].state == "complete"
+    assert qless_client.jobs[bad].failure["group"] == "builtins.KeyError"
     assert hooks.calls == [
         "start:inproc",
         "around[", "before:ok", "after:None", "]around",
@@ -85,7 +85,7 @@ def test_hooks_wrap_each_job_and_worker_middleware_runs(redis_url, client: Clien
     ]
 
 
-def test_cancel_aborts_the_running_job_in_process(redis_url, client: Client):
+def test_cancel_aborts_the_running_job_in_process(redis_url, qless_client: Client):
     registry = Registry()
     state = {"finished": False, "aborted": False}
 
@@ -100,18 +100,18 @@ def test_cancel_aborts_the_running_job_in_process(redis_url, client: Client):
 
     registry.register("slow", slow)
     worker, _ = make(redis_url, registry)
-    jid = client.queues["q"].put("slow", {})
+    jid = qless_client.queues["q"].put("slow", {})
     thread, codes = run_in_thread(worker)
-    wait_until(lambda: client.jobs.get(jid) and client.jobs[jid].state == "running")
-    client.jobs[jid].cancel()
+    wait_until(lambda: qless_client.jobs.get(jid) and qless_client.jobs[jid].state == "running")
+    qless_client.jobs[jid].cancel()
     wait_until(lambda: state["aborted"], timeout=5)
-    assert not state["finished"] and client.jobs.get(jid) is None
+    assert not state["finished"] and qless_client.jobs.get(jid) is None
     worker.request_stop()
     thread.join(10)
     assert codes == [0]
 
 
-def test_in_process_time_limit(redis_url, client: Client):
+def test_in_process_time_limit(redis_url, qless_client: Client):
     registry = Registry()
 
     def forever(job):
@@ -120,16 +120,16 @@ def test_in_process_time_limit(redis_url, client: Client):
 
     registry.register("forever", forever)
     worker, _ = make(redis_url, registry, timeout=0.5)
-    timed = client.queues["q"].put("forever", {})
+    timed = qless_client.queues["q"].put("forever", {})
     thread, codes = run_in_thread(worker)
-    wait_until(lambda: client.jobs[timed].state == "failed", timeout=10)
-    assert client.jobs[timed].failure["group"] == "django_qless.JobTimeout"
+    wait_until(lambda: qless_client.jobs[timed].state == "failed", timeout=10)
+    assert qless_client.jobs[timed].failure["group"] == "django_qless.JobTimeout"
     worker.request_stop()
     thread.join(10)
     assert codes == [0]
 
 
-def test_stop_request_releases_the_running_job(redis_url, client: Client):
+def test_stop_request_releases_the_running_job(redis_url, qless_client: Client):
     registry = Registry()
 
     def forever(job):
@@ -139,10 +139,10 @@ def test_stop_request_releases_the_running_job(redis_url, client: Client):
     registry.register("forever", forever)
     worker, _ = make(redis_url, registry)
     thread, codes = run_in_thread(worker)
-    held = client.queues["q"].put("forever", {}, retries=4)
-    wait_until(lambda: client.jobs[held].state == "running")
+    held = qless_client.queues["q"].put("forever", {}, retries=4)
+    wait_until(lambda: qless_client.jobs[held].state == "running")
     worker.request_stop(graceful=False)
     thread.join(10)
     assert codes == [0]
-    job = client.jobs[held]
+    job = qless_client.jobs[held]
     assert job.state == "waiting" and job.retries == 4

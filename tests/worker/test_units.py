@@ -7,13 +7,13 @@ import threading
 
 import pytest
 
-from django_qless.core.workers.config import WorkerConfig, sanitize_name
 from django_qless.core.workers.hooks import CompositeHooks, WorkerHooks
 from django_qless.core.workers.middleware import compose
 from django_qless.core.workers.proctitle import child_title, supervisor_title
 from django_qless.core.workers.reservers import QueueSelection, make_reserver
 from django_qless.core.workers.runner import MAX_MESSAGE, error_group, format_failure
 from django_qless.core.workers.sandbox import Sandbox
+from django_qless.core.workers.worker_config import WorkerConfig, sanitize_name
 
 
 def test_config_splits_queues_and_validates():

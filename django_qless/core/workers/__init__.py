@@ -6,7 +6,6 @@ Entry points: `run_worker(config, hooks)` (what the CLI and the Django command c
 
 from __future__ import annotations
 
-from django_qless.core.workers.config import WorkerConfig, default_worker_name
 from django_qless.core.workers.forking import ForkingWorker
 from django_qless.core.workers.hooks import CompositeHooks, WorkerHooks, WorkerHooksProtocol
 from django_qless.core.workers.run import import_modules, make_worker, run_worker
@@ -14,6 +13,7 @@ from django_qless.core.workers.runner import JobAborted
 from django_qless.core.workers.sandbox import current_sandbox
 from django_qless.core.workers.serial import SerialWorker
 from django_qless.core.workers.shutdown import ExitCode
+from django_qless.core.workers.worker_config import WorkerConfig, default_worker_name
 
 __all__ = [
     "CompositeHooks",

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 
 from django_qless.core.exceptions import QlessError
 from django_qless.core.workers.budget import JobBudget, SharedJobPool
-from django_qless.core.workers.config import WorkerConfig
 from django_qless.core.workers.heartbeat import Heartbeater
 from django_qless.core.workers.hooks import WorkerHooksProtocol
 from django_qless.core.workers.inhand import JobsInHand, complete_outcome
@@ -30,6 +29,7 @@ from django_qless.core.workers.sandbox import Sandbox
 from django_qless.core.workers.shutdown import SignalState
 from django_qless.core.workers.taking import MAX_QUEUES_PER_CALL, JobTaking
 from django_qless.core.workers.wakeup import WakeWaiter
+from django_qless.core.workers.worker_config import WorkerConfig
 
 if TYPE_CHECKING:
     from django_qless.core.job import Job
@@ -45,7 +45,7 @@ _DRAIN_EVERY = 0.05
 # runs this long hands the held job back.
 PREFETCH_BELOW = 0.005
 HAND_BACK_AFTER = 0.1
-_DONE = {Outcome.COMPLETE: "done", Outcome.SETTLED: "settled by the job itself"}
+_DONE = {Outcome.COMPLETED: "done", Outcome.SETTLED: "settled by the job itself"}
 
 
 class JobLoop(JobTaking):
@@ -181,10 +181,6 @@ class JobLoop(JobTaking):
             return float("inf")
         return duration - (time.monotonic() - self.started)
 
-    def _taking(self) -> bool:
-        """Tell whether the loop may take another job now."""
-        return not (self.signals.stopping or self.signals.paused or self._limit_reached())
-
     def _loop(self) -> None:
         while True:
             if self.signals.stopping or self._limit_reached() or not self.should_continue():
@@ -245,7 +241,7 @@ class JobLoop(JobTaking):
             else:
                 log.warning("job %s aborted: %s", job.jid, reason)
             stop = self.on_aborted(job, reason)
-        elif outcome is Outcome.COMPLETE:
+        elif outcome is Outcome.COMPLETED:
             completed = self._complete(job, elapsed)
             if completed is None:
                 self.current = None  # sent ahead: counted when its reply is read
@@ -260,11 +256,11 @@ class JobLoop(JobTaking):
         with self._count_lock:
             if outcome is Outcome.FAILED:
                 self.failed += 1
-            elif outcome in (Outcome.COMPLETE, Outcome.SETTLED):
+            elif outcome in (Outcome.COMPLETED, Outcome.SETTLED):
                 self.done += 1
         elapsed = self._ran.pop(job.jid, None)
         # A job that settled itself (retried, moved, ...) was logged by whoever did it.
-        level = self._done_level if outcome is Outcome.COMPLETE else logging.DEBUG
+        level = self._done_level if outcome is Outcome.COMPLETED else logging.DEBUG
         if elapsed is not None and outcome in _DONE and log.isEnabledFor(level):
             log.log(level, "job %s %s %s in %.0f ms", job.jid, job.klass_name, _DONE[outcome],
                     elapsed * 1000)

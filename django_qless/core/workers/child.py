@@ -2,7 +2,7 @@
 
 The child takes and runs jobs itself and tells the supervisor what it is doing over a pipe
 (one tab-separated line per event: start, end, lost, leaving; see `status_line`). A job's end
-line is held back and written together with the next job's start line (one write per job), or as
+line is deferred and written together with the next job's start line (one write per job), or as
 soon as the child reserves on its own, pauses or leaves, so the supervisor never believes an
 idle child is still running a job. The supervisor is the watchdog: it kills the
 child on lock loss, time limit, USR1 or a second TERM, and disposes of the job (release or
@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING
 from django_qless.core.exceptions import QlessError
 from django_qless.core.workers.base import JobLoop
 from django_qless.core.workers.budget import SharedJobPool
-from django_qless.core.workers.config import WorkerConfig, default_worker_name
 from django_qless.core.workers.hooks import WorkerHooksProtocol
 from django_qless.core.workers.inhand import release_job
 from django_qless.core.workers.runner import Outcome
 from django_qless.core.workers.shutdown import ExitCode, SignalState, reset_child_signals
+from django_qless.core.workers.worker_config import WorkerConfig, default_worker_name
 
 if TYPE_CHECKING:
     from django_qless.core.job import Job
@@ -40,7 +40,7 @@ __all__ = ["ForkChild", "child_main", "parse_status_line", "set_parent_death_sig
 log = logging.getLogger("django_qless.worker")
 
 _PR_SET_PDEATHSIG = 1
-_DEFERRED = frozenset({Outcome.COMPLETE, Outcome.SETTLED, Outcome.FAILED})
+_DEFERRED = frozenset({Outcome.COMPLETED, Outcome.SETTLED, Outcome.FAILED})
 _FIELD_CUT = str.maketrans("\t\n\r", "   ")
 
 
@@ -100,27 +100,27 @@ class ForkChild(JobLoop):
         self.status_fd = status_fd
         self.supervisor_pid = supervisor_pid
         self.exit_code = ExitCode.OK
-        # Serializes the job thread's and the heartbeat thread's writes and the held line.
+        # Serializes the job thread's and the heartbeat thread's writes and the deferred line.
         self._status_lock = threading.Lock()
-        self._held = ""
+        self._deferred = ""
         self._job_started = 0.0
 
     # -- supervisor link --------------------------------------------------------------------
-    def report(self, line: str, *, hold: bool = False) -> None:
-        """Send a status line (after any held one); with `hold`, keep it for the next write."""
+    def report(self, line: str, *, defer: bool = False) -> None:
+        """Send a status line (after any deferred one); with `defer`, keep it for the next write."""
         with self._status_lock:
-            text = self._held + line
-            if hold:
-                self._held = text
+            text = self._deferred + line
+            if defer:
+                self._deferred = text
                 return
-            self._held = ""
+            self._deferred = ""
             self._write(text)
 
     def flush_status(self) -> None:
-        """Write the held status line, if any."""
+        """Write the deferred status line, if any."""
         with self._status_lock:
-            if self._held:
-                text, self._held = self._held, ""
+            if self._deferred:
+                text, self._deferred = self._deferred, ""
                 self._write(text)
 
     def _write(self, text: str) -> None:
@@ -167,7 +167,7 @@ class ForkChild(JobLoop):
     def on_job_end(self, job: Job, outcome: Outcome) -> None:
         # A settled job's end rides along with the next start; an aborted or lost job
         # matters to the supervisor now.
-        self.report(f"e\t{job.jid}\t{outcome.value}\n", hold=outcome in _DEFERRED)
+        self.report(f"e\t{job.jid}\t{outcome.value}\n", defer=outcome in _DEFERRED)
 
     def between_jobs(self) -> None:
         self.flush_status()

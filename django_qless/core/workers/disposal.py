@@ -22,9 +22,9 @@ from django_qless.core.workers.shutdown import ExitCode
 if TYPE_CHECKING:
     from django_qless.core.client import Client
     from django_qless.core.workers.budget import SharedJobPool
-    from django_qless.core.workers.config import WorkerConfig
     from django_qless.core.workers.shutdown import SignalState
     from django_qless.core.workers.supervision import ChildChannels, ChildProc
+    from django_qless.core.workers.worker_config import WorkerConfig
 
 __all__ = ["ChildDisposal"]
 

@@ -22,13 +22,13 @@ from django_qless.core.client import Client
 from django_qless.core.exceptions import QlessError
 from django_qless.core.workers.budget import SharedJobPool
 from django_qless.core.workers.child import child_main, parse_status_line
-from django_qless.core.workers.config import WorkerConfig, default_worker_name
 from django_qless.core.workers.disposal import ChildDisposal
 from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol
 from django_qless.core.workers.proctitle import set_title, supervisor_title
 from django_qless.core.workers.shutdown import ExitCode, SignalState
 from django_qless.core.workers.supervision import ChildChannels, ChildProc
 from django_qless.core.workers.watch import ChildWatch
+from django_qless.core.workers.worker_config import WorkerConfig, default_worker_name
 
 __all__ = ["ForkingWorker"]
 
@@ -220,7 +220,7 @@ class ForkingWorker(ChildDisposal, ChildWatch):
             jid, outcome = fields
             if outcome == "failed":
                 self.failed += 1
-            elif outcome in ("complete", "settled"):
+            elif outcome in ("completed", "settled"):
                 self.done += 1
             # An aborted job is still held by the child: the supervisor disposes of it.
             if child.jid == jid and outcome != "aborted":

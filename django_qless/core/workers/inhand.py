@@ -68,7 +68,7 @@ def complete_outcome(job: Job, reply: Callable[[], _Reply]) -> tuple[Outcome, li
             return fail_refused(job, exc), []
         log.error("job %s: complete failed: %s", job.jid, exc)
         return Outcome.LOST, []
-    return Outcome.COMPLETE, jobs
+    return Outcome.COMPLETED, jobs
 
 
 class JobsInHand:

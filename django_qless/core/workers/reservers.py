@@ -40,11 +40,6 @@ class QueueSelection:
         self._resolved: list[str] = list(self.names_given)
         self._next_refresh = 0.0
 
-    @property
-    def has_patterns(self) -> bool:
-        """Tell whether any spec is a glob pattern."""
-        return bool(self.patterns)
-
     def matches(self, queue: str) -> bool:
         """Tell whether `queue` is selected by a name or a pattern."""
         return queue in self.names_given or any(

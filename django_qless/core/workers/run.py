@@ -13,12 +13,12 @@ import redis
 
 from django_qless.core.exceptions import QlessError
 from django_qless.core.health import check_eviction, clock_skew
-from django_qless.core.workers.config import WorkerConfig
 from django_qless.core.workers.forking import ForkingWorker
 from django_qless.core.workers.hooks import WorkerHooksProtocol
 from django_qless.core.workers.reservers import QueueSelection
 from django_qless.core.workers.serial import SerialWorker
 from django_qless.core.workers.shutdown import ExitCode
+from django_qless.core.workers.worker_config import WorkerConfig
 
 __all__ = [
     "dry_run",

@@ -26,12 +26,12 @@ from django_qless.core.exceptions import (
     QlessError,
     UnregisteredJobClass,
 )
-from django_qless.core.registry import Registry
-from django_qless.core.workers.config import WorkerConfig
+from django_qless.core.registry import UNKNOWN_JOB_GROUP, Registry
 from django_qless.core.workers.execmode import ExecFailed, ExecRunner, ExecTimeout
 from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol
 from django_qless.core.workers.middleware import compose
 from django_qless.core.workers.sandbox import Sandbox, set_current_sandbox
+from django_qless.core.workers.worker_config import WorkerConfig
 
 if TYPE_CHECKING:
     from django_qless.core.job import Job
@@ -47,7 +47,6 @@ __all__ = [
 
 log = logging.getLogger("django_qless.worker")
 
-UNKNOWN_JOB_GROUP = "django_qless.UnknownJob"
 TIMEOUT_GROUP = "django_qless.JobTimeout"
 KILLED_GROUP = "django_qless.JobKilled"
 MAX_MESSAGE = 65536
@@ -68,7 +67,8 @@ class JobAborted(BaseException):
 class Outcome(enum.Enum):
     """What happened to a job after its target returned or raised."""
 
-    COMPLETE = "complete"  # returned normally and did not settle itself: complete it
+    # The values are the job_finished signal's outcome names where the two meet.
+    COMPLETED = "completed"  # returned normally, did not settle itself: the caller completes it
     SETTLED = "settled"  # the job completed, failed, retried or moved itself
     FAILED = "failed"  # raised (or unknown klass): we failed it
     LOST = "lost"  # the engine refused our fail: the lock is gone
@@ -117,11 +117,6 @@ class AbortGuard:
         # Called (under the lock) after scheduling an abort from another thread, to break
         # the job out of a blocking call (the serial worker sends itself a signal).
         self.kick: Callable[[int], None] | None = None
-
-    @property
-    def in_job(self) -> bool:
-        """Tell whether job code is running now."""
-        return self._in_job
 
     def enter(self) -> None:
         """Mark the start of job code (call from the job-running thread)."""
@@ -181,12 +176,20 @@ class JobRunner:
         registry: Registry,
         sandbox: Sandbox,
         guard: AbortGuard,
+        *,
+        remember: bool = False,
     ) -> None:
         self.config = config
         self.hooks = hooks
         self.registry = registry
         self.sandbox = sandbox
         self.guard = guard
+        # With `remember`, what the last job returned and raised (None if it did not), for
+        # callers that report on each job (run_queued, eager mode). The worker only needs
+        # the Outcome and must not keep a finished job's traceback (and its frames) alive.
+        self.remember = remember
+        self.value: Any = None
+        self.error: BaseException | None = None
         # The do-nothing hooks and no middleware: call the target directly (no closures).
         self._bare = type(hooks) is WorkerHooks and not config.middleware
         # (klass, queue) -> (registry entry, handler): resolving a handler inspects the target.
@@ -229,17 +232,26 @@ class JobRunner:
             finally:
                 self.hooks.after_job(job, error)
 
-        self.hooks.around_job(job, call_next)
+        self.value = self.hooks.around_job(job, call_next)
 
     def run(self, job: Job, pre_abort: Callable[[], str | None] | None = None) -> Outcome:
-        """Perform `job` and settle failures; the caller completes on Outcome.COMPLETE.
+        """Perform `job` and settle failures; the caller completes on Outcome.COMPLETED.
 
         `pre_abort` is asked once job code counts as running: a stop that arrived just
         before (too early for the signal handler to raise into the job) still aborts it.
         """
+        outcome = self._run(job, pre_abort)
+        if not self.remember:
+            self.value = self.error = None
+        return outcome
+
+    def _run(self, job: Job, pre_abort: Callable[[], str | None] | None) -> Outcome:
+        """Perform `job`, noting its return value and exception; see `run`."""
+        self.value = self.error = None
         try:
             target, job_middleware = self._target(job)
         except UnregisteredJobClass as exc:
+            self.error = exc
             log.error("job %s: %s", job.jid, exc)
             return self.fail(job, UNKNOWN_JOB_GROUP, f"{exc}\nworker: {job.worker_name}")
         set_current_sandbox(self.sandbox)
@@ -252,14 +264,16 @@ class JobRunner:
                     self.guard.reason = reason
                     raise JobAborted(reason)
                 if self._bare and not job_middleware:
-                    target(job)
+                    self.value = target(job)
                 else:
                     self._call_hooked(job, target, (*self.config.middleware, *job_middleware))
             finally:
                 self.guard.leave()
-        except JobAborted:
+        except JobAborted as exc:
+            self.error = exc
             return Outcome.ABORTED
         except Exception as exc:
+            self.error = exc
             if self.guard.reason is not None:
                 # The abort landed inside a library that wrapped it; the abort wins.
                 return Outcome.ABORTED
@@ -283,7 +297,7 @@ class JobRunner:
             self.sandbox.cleanup()
         if self.guard.reason == "lock_lost":
             return Outcome.LOST
-        return Outcome.COMPLETE if job.state == "running" else Outcome.SETTLED
+        return Outcome.COMPLETED if job.state == "running" else Outcome.SETTLED
 
     def fail(self, job: Job, group: str, message: str) -> Outcome:
         """Fail `job` (as its holder); LOST if the engine says we no longer hold it."""

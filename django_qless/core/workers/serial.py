@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any
 from django_qless import __version__
 from django_qless.core.exceptions import QlessError
 from django_qless.core.workers.base import JobLoop
-from django_qless.core.workers.config import WorkerConfig, default_worker_name
 from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol
 from django_qless.core.workers.inhand import release_job
 from django_qless.core.workers.listener import ABORT_EVENTS, WorkerChannelListener
 from django_qless.core.workers.runner import KILLED_GROUP, TIMEOUT_GROUP, Outcome
 from django_qless.core.workers.shutdown import ExitCode, SignalState
 from django_qless.core.workers.supervision import attempts_still_owned
+from django_qless.core.workers.worker_config import WorkerConfig, default_worker_name
 
 if TYPE_CHECKING:
     from django_qless.core.job import Job

@@ -20,11 +20,11 @@ from django_qless.core.exceptions import QlessConnectionError, QlessError
 if TYPE_CHECKING:
     from django_qless.core.client import Client
     from django_qless.core.job import Job
-    from django_qless.core.workers.config import WorkerConfig
     from django_qless.core.workers.inhand import JobsInHand
     from django_qless.core.workers.reaper import LeaseReaper
     from django_qless.core.workers.reservers import Reserver
     from django_qless.core.workers.wakeup import WakeWaiter
+    from django_qless.core.workers.worker_config import WorkerConfig
 
 __all__ = ["MAX_QUEUES_PER_CALL", "JobTaking"]
 

@@ -11,8 +11,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_qless.conf import DEFAULT_ALIAS
 from django_qless.core.workers.cli import integer, non_negative_int, number
+from django_qless.settings import DEFAULT_ALIAS
 
 __all__ = ["Command", "job_dict"]
 
@@ -156,7 +156,7 @@ class Command(BaseCommand):
     def client(self, queue: str | None = None) -> Any:
         """Return the client for --alias, else the queue's route, else the default."""
         from django_qless.clients import get_client
-        from django_qless.conf import get_settings
+        from django_qless.settings import get_settings
 
         alias = self.options["alias"] or (
             get_settings().alias_for_queue(queue) if queue else DEFAULT_ALIAS)

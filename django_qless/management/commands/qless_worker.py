@@ -14,16 +14,9 @@ from typing import Any, TextIO, cast
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_qless.clients import build_redis
-from django_qless.conf import AliasSettings, get_settings
-from django_qless.core.workers.cli import (
-    add_shared_options,
-    check_imports,
-    check_queue_specs,
-    non_negative_int,
-    non_negative_number,
-    number,
-    split_command,
-)
+from django_qless.core.workers.cli import check_imports, check_queue_specs, split_command
+from django_qless.core.workers.option_specs import add_options, option_values
+from django_qless.settings import AliasSettings, get_settings
 
 __all__ = ["Command", "alias_connector"]
 
@@ -75,16 +68,7 @@ class Command(BaseCommand):
         parser.add_argument("queues", nargs="*", help="queues (globs allowed) in priority order")
         parser.add_argument("--alias", "--client", default=None,
                             help="QLESS alias to work on (default: the first queue's route)")
-        parser.add_argument("-p", "-n", "--processes", type=non_negative_int, default=None,
-                            help="child processes (0: run jobs in this process)")
-        parser.add_argument("--reserver", choices=("ordered", "round-robin", "shuffled"))
-        parser.add_argument("--interval", type=number, default=None,
-                            help="idle re-check interval in seconds")
-        parser.add_argument("--timeout", type=non_negative_number, default=None,
-                            help="per-job time limit in seconds")
-        parser.add_argument("--max-jobs", type=non_negative_int, default=None,
-                            help="run at most N jobs, all children together, then exit")
-        add_shared_options(parser)
+        add_options(parser, django=True, aliases={"processes": ("-p",)})
         parser.add_argument("--with-events", action="store_true",
                             help="also bridge Redis events to Django signals (as qless_events "
                                  "does), in a process of its own")
@@ -92,7 +76,7 @@ class Command(BaseCommand):
 
     def build_config(self, options: dict[str, Any]) -> Any:
         """Turn command options and QLESS settings into a core WorkerConfig."""
-        from django_qless.core.workers.config import WorkerConfig
+        from django_qless.core.workers.worker_config import WorkerConfig
         from django_qless.registry import get_registry
 
         conf = get_settings()
@@ -112,39 +96,19 @@ class Command(BaseCommand):
             raise config_error(
                 f"queues {', '.join(queues)} are routed to several aliases ({alias}, "
                 f"{', '.join(sorted(others))}); run one worker per alias with --alias.")
-        processes = options["processes"]
-        if processes is None:
-            processes = conf.worker.processes
-        timeout = options["timeout"] if options["timeout"] is not None else conf.worker.timeout
-        max_jobs = options["max_jobs"] if options["max_jobs"] is not None else conf.worker.max_jobs
+        # A command-line value wins; else QLESS["WORKER"]; else the option's default.
+        merged = {**{n: v for n, v in conf.worker.values.items() if v is not None},
+                  **option_values(options, django=True), "exec_command": exec_command}
+        fields = WorkerConfig.__dataclass_fields__
+        values = {n: v for n, v in merged.items() if n in fields and n != "queues"}
         try:
             return WorkerConfig(
                 url=conf.aliases[alias].display,
                 connect=alias_connector(conf.aliases[alias]),
                 queues=queues,
-                processes=processes,
-                reserver=options["reserver"] or conf.worker.reserver,  # type: ignore[arg-type]
-                interval=(options["interval"] if options["interval"] is not None
-                          else conf.worker.interval),
-                timeout=timeout or 0.0,
-                max_jobs=max_jobs or 0,
-                max_duration=options["max_duration"],
-                child_max_jobs=options["child_max_jobs"],
-                fork_per_job=options["fork_per_job"],
-                prefetch=options["prefetch"] and conf.worker.prefetch,
-                import_modules=tuple(options["imports"]),
-                resume=options["resume"],
-                exec_command=exec_command,
-                kill_grace=options["kill_grace"],
-                shutdown_grace=options["shutdown_grace"],
-                reap_interval=options["reap_interval"],
-                start_timeout=(options["start_timeout"] if options["start_timeout"] is not None
-                               else conf.worker.start_timeout),
-                **({"sandbox_root": options["sandbox_root"]} if options["sandbox_root"] else {}),
-                name=options["name"],
                 verbosity=options["verbosity"],
-                dry_run=options["dry_run"],
                 registry=get_registry(),
+                **values,
             )
         except ValueError as exc:
             raise config_error(str(exc)) from None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 
-from django_qless.core.config import KNOWN_OPTIONS, is_known_option
+from django_qless.core.engine_config import KNOWN_OPTIONS, is_known_option
 from django_qless.forms import ConfigForm, first_error
 from django_qless.views.base import (
     client_for,

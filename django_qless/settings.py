@@ -62,7 +62,6 @@ __all__ = [
 DEFAULT_ALIAS = "default"
 DEFAULT_URL = "redis://localhost:6379/0"
 COMMIT_MODES = ("on_commit", "immediate")
-RESERVERS = ("ordered", "round-robin", "shuffled")
 GLOBAL_KEYS = frozenset(
     {"QUEUES", "WORKER", "COMMIT_MODE", "JOB_MODULES", "AUTODISCOVER", "EAGER",
      "RECEIVERS"}
@@ -70,10 +69,6 @@ GLOBAL_KEYS = frozenset(
 ALIAS_KEYS = frozenset(
     {"URL", "USERNAME", "PASSWORD", "SENTINELS", "MASTER_NAME", "SENTINEL_KWARGS", "OPTIONS",
      "SSL_CERT_REQS", "SSL_CA_CERTS", "SSL_CERTFILE", "SSL_KEYFILE", "SOCKET_TIMEOUT", "EAGER"}
-)
-WORKER_KEYS = frozenset(
-    {"QUEUES", "PROCESSES", "RESERVER", "INTERVAL", "TIMEOUT", "MAX_JOBS", "HEARTBEAT",
-     "PREFETCH", "START_TIMEOUT"}
 )
 RECEIVER_KEYS = frozenset(
     {"MAIL_ADMINS_ON_FAILURE", "WEBHOOK_URL", "WEBHOOK_EVENTS", "WEBHOOK_TIMEOUT"}
@@ -138,6 +133,8 @@ class WorkerSettings:
     heartbeat: int | None = None
     prefetch: bool = True
     start_timeout: float = 30.0
+    # Every QLESS["WORKER"] value given, by option name (None: not set).
+    values: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The worker's options, as one frozen dataclass (the CLI and the Django command build it)."""
+"""The worker's options, as one frozen dataclass; defaults are declared in option_specs.py."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 import socket
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
@@ -15,11 +15,11 @@ import redis
 
 from django_qless.core.client import Client
 from django_qless.core.registry import Middleware, Registry, default_registry
+from django_qless.core.workers.option_specs import RESERVERS, default_of
 from django_qless.core.workers.reaper import LeaseReaper
 
 __all__ = ["RESERVERS", "WorkerConfig", "default_worker_name", "sanitize_name"]
 
-RESERVERS = ("ordered", "round-robin", "shuffled")
 ReserverName = Literal["ordered", "round-robin", "shuffled"]
 
 _REAP_TIMEOUT = 5.0
@@ -45,30 +45,30 @@ class WorkerConfig:
     url: str = "redis://localhost:6379/0"
     queues: tuple[str, ...] = ()
     # None: one child per CPU; 0: no children, run jobs in this process (SerialWorker).
-    processes: int | None = None
-    reserver: ReserverName = "ordered"
-    fork_per_job: bool = False
+    processes: int | None = default_of("processes")
+    reserver: ReserverName = default_of("reserver")
+    fork_per_job: bool = default_of("fork_per_job")
     # While jobs finish within a few ms, hold the next job ahead and send each completion
     # without waiting for its reply (see inhand.py); False: one job at a time.
-    prefetch: bool = True
+    prefetch: bool = default_of("prefetch")
     # Recycle a child after this many jobs (0: never); fork_per_job means 1.
-    child_max_jobs: int = 0
-    import_modules: tuple[str, ...] = ()
+    child_max_jobs: int = default_of("child_max_jobs")
+    import_modules: tuple[str, ...] = default_of("import_modules")
     # Stop (gracefully) after this many jobs / seconds; 0 means no limit.
-    max_jobs: int = 0
-    max_duration: float = 0.0
+    max_jobs: int = default_of("max_jobs")
+    max_duration: float = default_of("max_duration")
     # Safety re-check while idle; wake-ups normally arrive on ql:wake:<queue> first.
-    interval: float = 5.0
-    resume: bool = False
-    dry_run: bool = False
-    print_options: bool = False
-    exec_command: tuple[str, ...] = ()
+    interval: float = default_of("interval")
+    resume: bool = default_of("resume")
+    dry_run: bool = default_of("dry_run")
+    print_options: bool = default_of("print_options")
+    exec_command: tuple[str, ...] = default_of("exec_command")
     # Per-job time limit in seconds (0: none); then SIGTERM, then SIGKILL after kill_grace.
-    timeout: float = 0.0
-    kill_grace: float = 5.0
+    timeout: float = default_of("timeout")
+    kill_grace: float = default_of("kill_grace")
     # How long TERM/INT waits for children to unwind before SIGKILL.
-    shutdown_grace: float = 10.0
-    name: str | None = None
+    shutdown_grace: float = default_of("shutdown_grace")
+    name: str | None = default_of("name")
     verbosity: int = 0
     sandbox_root: str = field(default_factory=lambda: os.path.join(tempfile.gettempdir(), "qless"))
     # Glob queue patterns are re-resolved against the known queues this often.
@@ -78,9 +78,9 @@ class WorkerConfig:
     respawn_max_backoff: float = 30.0
     # Recover expired leases on every known queue this often, in seconds (None: half of the
     # engine's min(heartbeat, grace-period), 1-30 s; 0: never). Supervisor/serial worker only.
-    reap_interval: float | None = None
+    reap_interval: float | None = default_of("reap_interval")
     # How long to wait for Redis at start before giving up with exit code 1 (0: no wait).
-    start_timeout: float = 30.0
+    start_timeout: float = default_of("start_timeout")
     # Redis socket timeout for worker connections: a half-open TCP connection must not
     # block a worker forever (None: block).
     socket_timeout: float | None = 30.0
@@ -169,10 +169,6 @@ class WorkerConfig:
             lambda: self.make_client(worker_name=worker_name, socket_timeout=_REAP_TIMEOUT),
             period=self.reap_interval,
         )
-
-    def with_options(self, **changes: Any) -> WorkerConfig:
-        """Return a copy with some options changed."""
-        return replace(self, **changes)
 
     def as_dict(self) -> dict[str, Any]:
         """Return the options as plain data (for --print-options)."""

@@ -1,0 +1,138 @@
+"""What an enqueue returns (``JobHandle``) and how its send waits for the commit (``dispatch``).
+
+Every path (immediate, delayed, scheduled, recurring, with dependencies) goes through
+:func:`dispatch`, so the commit mode applies to all of them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from django.db import transaction
+
+from django_qless.errors import JobFailedError, ResultNotReady
+from django_qless.settings import get_settings
+
+if TYPE_CHECKING:
+    from django_qless.core.client import Client
+    from django_qless.core.job import Job
+    from django_qless.core.recurring import RecurringJob
+    from django_qless.options import JobOptions
+
+__all__ = ["RESULT_KEY", "JobHandle", "dispatch"]
+
+log = logging.getLogger("django_qless")
+
+# The job data key a function job's return value is stored under.
+RESULT_KEY = "result"
+
+
+class JobHandle:
+    """What an enqueue returns: the jid, where it went, and whether it was sent yet.
+
+    ``status``: "pending" (waiting for the transaction to commit), "discarded" (the
+    transaction, or the savepoint around the enqueue, rolled back: never sent), "error"
+    (the send at commit raised), "enqueued", "skipped" (unique job already active),
+    "exists" (unique job kept, maybe with a raised priority), "eager" (ran inline),
+    "recurring".
+    """
+
+    def __init__(self, jid: str, klass: str, queue: str, alias: str,
+                 status: str = "pending") -> None:
+        self.jid, self.klass, self.queue, self.alias = jid, klass, queue, alias
+        self._status = status
+        self._value: Any = None
+        # (database, callback) while the send waits in that connection's on-commit list.
+        self._waiting: tuple[str, Callable[[], None]] | None = None
+
+    def __repr__(self) -> str:
+        return (f"JobHandle(jid={self.jid!r}, klass={self.klass!r}, queue={self.queue!r}, "
+                f"alias={self.alias!r}, status={self.status!r})")
+
+    @property
+    def status(self) -> str:
+        """Return where the enqueue stands (see the class docstring)."""
+        if self._status == "pending" and self._waiting is not None:
+            database, callback = self._waiting
+            queued = transaction.get_connection(database).run_on_commit
+            # Django drops the callbacks of a rolled-back transaction or savepoint.
+            if not any(entry[1] is callback for entry in queued):
+                self._status = "discarded"
+        return self._status
+
+    @status.setter
+    def status(self, value: str) -> None:
+        self._status = value
+
+    @property
+    def client(self) -> Client:
+        """Return the core client of this job's alias."""
+        from django_qless.clients import get_client
+
+        return get_client(self.alias)
+
+    def get(self) -> Job | RecurringJob | None:
+        """Fetch the job, or the recurring template, from Redis (None if there is none)."""
+        jobs = self.client.jobs
+        if self.status == "recurring":
+            return jobs.recurring(self.jid)
+        found = jobs.get(self.jid)
+        # A handle rebuilt from a jid (``.handle(jid)``) may name a recurring template.
+        return found if found is not None else jobs.recurring(self.jid)
+
+    def state(self) -> str | None:
+        """Return the job's current state ("recurring" for a template), None if it is gone."""
+        from django_qless.core.job import Job
+
+        found = self.get()
+        if found is None:
+            return None
+        return found.state if isinstance(found, Job) else "recurring"
+
+    def cancel(self) -> bool:
+        """Cancel the job, or stop a recurring one; return whether anything was there."""
+        found = self.get()
+        if found is None:
+            return False
+        found.cancel()
+        return True
+
+    def result(self) -> Any:
+        """Return the job's return value; raise ResultNotReady or JobFailedError otherwise."""
+        if self.status == "eager":
+            return self._value
+        if self.status == "recurring":
+            raise ResultNotReady(f"job {self.jid} is recurring: its children have the results")
+        job = self.client.jobs.get(self.jid)
+        if job is None:
+            raise ResultNotReady(f"job {self.jid} does not exist (not sent yet, or expired)")
+        if job.state == "failed":
+            raise JobFailedError(self.jid, job.failure or {})
+        if job.state != "complete":
+            raise ResultNotReady(f"job {self.jid} is {job.state}")
+        data = job.data
+        return data.get(RESULT_KEY) if isinstance(data, dict) else None
+
+
+def dispatch(options: JobOptions, action: Callable[[], None], describe: str,
+             handle: JobHandle | None = None) -> bool:
+    """Run ``action`` now, or after the transaction commits; return True if it ran now."""
+    mode = options.commit_mode or get_settings().commit_mode
+    if mode == "on_commit" and transaction.get_connection(options.database).in_atomic_block:
+
+        def after_commit() -> None:
+            try:
+                action()
+            except Exception:
+                # The transaction is committed; the job is not. Say so loudly, with payload.
+                log.exception("django_qless: enqueue after commit failed: %s", describe)
+                raise
+
+        transaction.on_commit(after_commit, using=options.database)
+        if handle is not None:
+            handle._waiting = (options.database, after_commit)
+        return False
+    action()
+    return True

@@ -1,0 +1,53 @@
+"""Worker options are declared once (core/workers/option_specs.py): both command lines, the
+``WorkerConfig`` defaults and ``QLESS["WORKER"]`` come from that table."""
+
+from __future__ import annotations
+
+import environ
+
+from django_qless.core.workers import cli, option_specs
+from django_qless.core.workers.option_specs import OPTIONS, OptionSpec
+from django_qless.core.workers.worker_config import WorkerConfig
+from django_qless.management.commands.qless_worker import Command
+from django_qless.settings import parse
+
+
+def env(**values: str) -> environ.Env:
+    e = environ.Env()
+    e.ENVIRON = dict(values)
+    return e
+
+
+def flags_of(parser) -> set[str]:
+    return {flag for action in parser._actions for flag in action.option_strings}
+
+
+def django_parser():
+    return Command().create_parser("manage.py", "qless_worker")
+
+
+def test_every_declared_option_is_on_both_command_lines_with_its_default():
+    core, django = flags_of(cli.build_parser()), flags_of(django_parser())
+    config = WorkerConfig()
+    for spec in OPTIONS:
+        if spec.cli == "none":
+            continue
+        assert set(spec.flags) <= core, spec.name
+        assert spec.cli == "core" or set(spec.flags) <= django, spec.name
+        # sandbox_root's default is computed (the temp dir): None declares "not given".
+        if spec.name in WorkerConfig.__dataclass_fields__ and spec.name != "sandbox_root":
+            assert getattr(config, spec.name) == spec.default, spec.name
+
+
+def test_a_new_spec_appears_in_both_command_lines_and_the_settings(monkeypatch):
+    probe = OptionSpec("probe_limit", 3, "a probe", ("--probe-limit",), "int", 0,
+                       setting="PROBE_LIMIT", setting_minimum=1, env="QLESS_WORKER_PROBE_LIMIT")
+    monkeypatch.setattr(option_specs, "OPTIONS", (*OPTIONS, probe))
+    assert cli.build_parser().parse_args(["--probe-limit", "4"]).probe_limit == 4
+    assert django_parser().parse_args(["--probe-limit", "5"]).probe_limit == 5
+    conf, problems = parse({"WORKER": {"PROBE_LIMIT": 2}}, env())
+    assert problems == [] and conf.worker.values["probe_limit"] == 2
+    conf, problems = parse({}, env(QLESS_WORKER_PROBE_LIMIT="7"))
+    assert problems == [] and conf.worker.values["probe_limit"] == 7
+    _, problems = parse({"WORKER": {"PROBE_LIMIT": 0}}, env())
+    assert [p.key for p in problems] == ["QLESS['WORKER']['PROBE_LIMIT']"]
