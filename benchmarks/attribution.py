@@ -161,6 +161,31 @@ def lua_call_price(url: str, n: int = 200, reps: int = 200) -> dict[str, float]:
     return out
 
 
+def engine_call_price(url: str, reps: int = 500) -> dict[str, float]:
+    """usec per call of the cheapest engine command (config.get: TIME + one HGET inside).
+
+    On 7.x that is an FCALL of the loaded library; on 6.2 an EVALSHA of the whole script,
+    which first runs the script body (defining every engine function) on each call.
+    """
+    from django_qless.core import Client
+
+    client = Client(url)
+    r = redis.Redis.from_url(url)
+    client.call("config.get", "heartbeat")  # load the engine
+    r.config_resetstat()
+    for _ in range(reps):
+        client.call("config.get", "heartbeat")
+    stats = r.info("commandstats")
+    outer = next((stats[k] for k in ("cmdstat_fcall_ro", "cmdstat_fcall", "cmdstat_evalsha")
+                  if k in stats), None)
+    if outer is None:
+        return {}
+    inner = sum(float(stats[k]["usec"]) for k in ("cmdstat_time", "cmdstat_hget") if k in stats)
+    total = float(outer["usec_per_call"])
+    return {"usec_per_call": total, "inner_usec_per_call": inner / reps,
+            "fixed_us": total - inner / reps, "calls": float(outer["calls"])}
+
+
 def memory(url: str, jobs: int = 1000) -> dict[str, Any]:
     """MEMORY USAGE / type / encoding per key shape after `jobs` single puts."""
     a = DjangoQless(url)
@@ -357,6 +382,11 @@ def report(doc: dict[str, Any]) -> str:
                   f"FCALL, of which the command {price['command_us']:.2f} us and the glue "
                   f"(argument and reply conversion, client set-up) {price['glue_us']:.2f} us "
                   f"(SISMEMBER x200 in one FCALL)"]
+    ep = doc.get("engine_price")
+    if ep:
+        lines += [f"   the cheapest engine call (config.get: TIME + HGET inside) costs "
+                  f"{ep['usec_per_call']:.1f} us in Redis, {ep['fixed_us']:.1f} us of it before "
+                  f"and around its two commands: the fixed price of every engine call"]
     calls = doc.get("calls")
     if calls:
         lines += ["", "2. what each engine call runs (MONITOR trace; per call, averaged)"]
@@ -450,6 +480,7 @@ def main(argv: list[str] | None = None) -> int:
         print("worker run done", file=sys.stderr, flush=True)
         if not version.startswith("6."):
             doc["price"] = lua_call_price(url)
+        doc["engine_price"] = engine_call_price(url)
         doc["calls"] = dict(group_calls(trace_run(url, args.trace_jobs)))
         print("trace done", file=sys.stderr, flush=True)
         doc["memory"] = memory(url)

@@ -432,6 +432,13 @@ def measure_idle(a: Any, children: list[int], seconds: float, monitor_seconds: f
     command), then `samples` latency probes with every child idle.
     """
     out: dict[str, Any] = {}
+    # The floor: the same window on this Redis with no worker (its own cron, our INFO calls).
+    _flush(a.url)
+    r = _redis(a.url)
+    cpu0, _ = server_stats(r)
+    time.sleep(seconds)
+    cpu1, _ = server_stats(r)
+    baseline = (cpu1 - cpu0) * 1e6 / seconds
     for n in children:
         _flush(a.url)
         r = _redis(a.url)
@@ -453,6 +460,8 @@ def measure_idle(a: Any, children: list[int], seconds: float, monitor_seconds: f
             "settle_s": settled,
             "commands_per_s": calls / seconds,
             "cpu_us_per_s": (cpu1 - cpu0) * 1e6 / seconds,
+            "baseline_cpu_us_per_s": baseline,
+            "cpu_over_baseline_us_per_s": (cpu1 - cpu0) * 1e6 / seconds - baseline,
             "commandstats_usec_per_s": sum(v["usec"] for v in delta.values()) / seconds,
             "per_command_per_s": {
                 k: {"calls": v["calls"] / seconds, "usec": v["usec"] / seconds}
