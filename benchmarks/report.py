@@ -381,11 +381,12 @@ def format_capacity(doc: dict[str, Any]) -> str:
         lines += [head, "-" * len(head)]
         for system, per in idle.items():
             for n, e in per.items():
-                lines.append(f"{system:13} {n:>8} {_fmt(e['commands_per_s']):>8} "
-                             f"{_fmt(e['cpu_us_per_s']):>9} "
+                lines.append(f"{system:13} {n:>8} {_fmt(e.get('commands_per_s')):>8} "
+                             f"{_fmt(e.get('cpu_us_per_s')):>9} "
                              f"{_fmt(e.get('cpu_over_baseline_us_per_s')):>10} "
-                             f"{_fmt(e['commandstats_usec_per_s']):>12} "
-                             f"{_fmt(e['latency_p50_ms']):>7} {_fmt(e['latency_p99_ms']):>7}")
+                             f"{_fmt(e.get('commandstats_usec_per_s')):>12} "
+                             f"{_fmt(e.get('latency_p50_ms')):>7} "
+                             f"{_fmt(e.get('latency_p99_ms')):>7}")
         for system, per in idle.items():
             for n, e in per.items():
                 top = list(e.get("monitor_per_s", {}).items())[:8]
