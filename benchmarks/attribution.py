@@ -225,7 +225,7 @@ def callgrind(binary: str, jobs: int) -> dict[str, Any]:
     out_file = os.path.join(tmp, "callgrind.out")
     proc = subprocess.Popen(
         [valgrind, "--tool=callgrind", f"--callgrind-out-file={out_file}",
-         "--collect-atstart=no", binary, "--port", "0", "--unixsocket", sock,
+         "--instr-atstart=no", binary, "--port", "0", "--unixsocket", sock,
          "--unixsocketperm", "700", "--save", "", "--appendonly", "no", "--dir", tmp],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     url = f"unix://{sock}?db=0"
@@ -238,14 +238,15 @@ def callgrind(binary: str, jobs: int) -> dict[str, Any]:
         r = redis.Redis.from_url(url)
         a = DjangoQless(url)
         r.flushall()
-        a.fill(jobs + 50, ["bench"])  # 50 warm-up jobs, not counted
+        a.fill(50, ["bench"])  # warm-up (engine loaded, code paths touched): not counted
         with _common._running_worker(a, 1) as (ts, wproc):
             ts.wait(50, 300, wproc)
-            time.sleep(0.5)
-            ts.clear()
-            subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)],
-                           capture_output=True, check=False, timeout=60)
+        a.fill(jobs, ["bench"])
+        subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)],
+                       capture_output=True, check=False, timeout=60)
+        with _common._running_worker(a, 1) as (ts, wproc):  # counted: start-up + N jobs
             ts.wait(jobs, 600, wproc)
+            time.sleep(0.2)
             subprocess.run(["callgrind_control", "-i", "off", str(proc.pid)],
                            capture_output=True, check=False, timeout=60)
         r.shutdown(nosave=True)
@@ -262,12 +263,40 @@ def callgrind(binary: str, jobs: int) -> dict[str, Any]:
         return {"error": "no callgrind output"}
     text = subprocess.run([annotate, "--threshold=100", "--inclusive=no", str(files[-1])],
                           capture_output=True, text=True, check=False).stdout
+    kept = Path(tempfile.gettempdir()) / "bench-callgrind.out"
+    shutil.copy(files[-1], kept)
     shutil.rmtree(tmp, ignore_errors=True)
-    return {"jobs": jobs, **families(text, jobs)}
+    return {"jobs": jobs, "file": str(kept), **families(text, jobs, lua_range(binary))}
+
+
+def lua_range(binary: str) -> tuple[int, int, int]:
+    """Return (start of Lua, start of cjson's strbuf, end) addresses in a stripped binary.
+
+    Distribution builds keep only exported symbols; the Lua VM's internal functions then show
+    as bare addresses. They lie between the first exported lua_* function and cjson's strbuf.
+    """
+    nm = shutil.which("nm")
+    if not nm:
+        return (0, 0, 0)
+    out = subprocess.run([nm, "-D", "--defined-only", binary], capture_output=True, text=True,
+                         check=False).stdout
+    addrs: dict[str, int] = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 3:
+            addrs[parts[2]] = int(parts[0], 16)
+    lua = [a for n, a in addrs.items() if n.startswith(("lua_", "luaL_", "luaopen_"))]
+    strbuf = [a for n, a in addrs.items() if n.startswith(("strbuf_", "fpconv_"))]
+    if not lua or not strbuf:
+        return (0, 0, 0)
+    return (min(lua), min(strbuf), max(strbuf) + 0x2000)
 
 
 # Function-name families for the callgrind self-cost (exclusive) profile.
 FAMILIES = [
+    ("number <-> text (libc strtod, printf %g)", r"^(_*strtod|__printf_fp|str_to_mpn|hack_digit|"
+     r"__mpn_|round_and_return|__vfprintf|vfprintf|printf_positional|_IO_|__printf|"
+     r"_*snprintf|__vsnprintf|_itoa|__strchrnul|outstring|group_number|__correctly_grouped)"),
     ("Lua VM (bytecode, tables, strings, GC)", r"^(lua[A-Z_]|luaV_|luaH_|luaS_|luaC_|luaD_|"
      r"luaF_|luaM_|luaG_|luaO_|luaT_|luaE_|luaZ_|luaK_|luaY_|luaX_|luaU_|luaL_|lua_|"
      r"str_|math_|tbl_|luaB_|auxsort|sort_comp|index2adr|luaI_|f_call|callrethooks|"
@@ -289,7 +318,7 @@ FAMILIES = [
      r"lookupCommand|processCommand|call$|resetClient|createClient|freeClient|"
      r"__libc_read|__libc_write|__read|__write|read$|write$|writev|__writev|"
      r"pubsubPublishMessage|publishCommand|addReplyPubsub)"),
-    ("malloc / free", r"^(je_|malloc|free|zmalloc|zfree|zcalloc|zrealloc|_int_|"
+    ("malloc / free", r"^(je_|malloc|free|realloc|calloc|zmalloc|zfree|zcalloc|zrealloc|_int_|"
      r"ztrymalloc|ztryrealloc|extend_to_usable|sdsnew|sdsfree|sdsempty|sdsdup|"
      r"ld_|imalloc|ifree|tcache|arena_|large_|isfree|sz_)"),
     ("data structures (commands)", r"^(hash|hset|hget|hmget|hdel|zset|zadd|zrem|zpop|zsl|"
@@ -303,7 +332,8 @@ FAMILIES = [
 ]
 
 
-def families(annotated: str, jobs: int) -> dict[str, Any]:
+def families(annotated: str, jobs: int,
+             lua: tuple[int, int, int] = (0, 0, 0)) -> dict[str, Any]:
     """Sum callgrind_annotate's exclusive Ir per function family; per job."""
     rows: list[tuple[int, str]] = []
     total = 0
@@ -324,6 +354,14 @@ def families(annotated: str, jobs: int) -> dict[str, Any]:
     top: list[tuple[int, str, str]] = []
     for ir, func in rows:
         name = next((f for f, pat in FAMILIES if re.search(pat, func)), "other")
+        if func.startswith("0x"):
+            addr = int(func, 16)
+            if lua[0] <= addr < lua[1]:
+                name = "Lua VM + bundled libs (unnamed: VM, tables, strings, cjson)"
+            elif lua[1] <= addr < lua[2]:
+                name = "cjson / cmsgpack / struct"
+            else:
+                name = "redis (unnamed static functions)"
         fam[name] += ir
         top.append((ir, func, name))
     top.sort(reverse=True)

@@ -128,6 +128,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-install", action="store_true", help="fail instead of creating venvs")
     p.add_argument("--redis-server", default=None, help="redis-server binary (default: PATH)")
     p.add_argument("--no-save", action="store_true", help="do not write benchmarks/results/")
+    p.add_argument("--save-as", default=None, metavar="NAME",
+                   help="write results/NAME.json and NAME.txt instead of latest.*")
     p.add_argument("--show", metavar="JSON", help="print the report of a saved run and exit")
     return p.parse_args(argv)
 
@@ -226,10 +228,11 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_save:
         RESULTS.mkdir(exist_ok=True)
         stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H%M%SZ")
-        for path in (RESULTS / f"{stamp}.json", RESULTS / "latest.json"):
+        name = args.save_as or "latest"
+        for path in (RESULTS / f"{stamp}.json", RESULTS / f"{name}.json"):
             path.write_text(json.dumps(doc, indent=1) + "\n")
-        (RESULTS / "latest.txt").write_text(text + "\n")
-        print(f"saved {RESULTS / (stamp + '.json')}, latest.json and latest.txt")
+        (RESULTS / f"{name}.txt").write_text(text + "\n")
+        print(f"saved {RESULTS / (stamp + '.json')}, {name}.json and {name}.txt")
     return 0
 
 
