@@ -60,7 +60,7 @@ CATEGORIES: list[tuple[str, str | None, str]] = [
     ("dependents", None, r"-dependents$"),
     ("job record", None, r"^ql:j:[^:]+$"),
     ("locks", None, r"-locks$"),
-    ("worker sets", None, r"^ql:w:|^ql:workers$|^ql:idle$"),
+    ("worker sets", None, r"^ql:w:|^ql:workers$|^ql:idle"),
     ("queue work/scheduled/recur", None, r"^ql:q:"),
     ("queue paused/throttle", None, r"^ql:paused_queues$|^ql:th:"),
     ("completed + retention", None, r"^ql:completed$"),
