@@ -389,7 +389,10 @@ def format_capacity(doc: dict[str, Any]) -> str:
                              f"{_fmt(e.get('latency_p99_ms')):>7}")
         for system, per in idle.items():
             for n, e in per.items():
-                top = list(e.get("monitor_per_s", {}).items())[:8]
+                seen = list(e.get("monitor_per_s", {}).items())
+                # Every command a client sent (what to cut), then the busiest Lua ones.
+                top = [kv for kv in seen if kv[0].startswith("client:")] + \
+                    [kv for kv in seen if not kv[0].startswith("client:")][:6]
                 if top:
                     lines.append(f"  {system} x{n} per s (MONITOR): " +
                                  ", ".join(f"{k} {v:.1f}" for k, v in top))

@@ -256,12 +256,13 @@ def server_stats(r: redis.Redis) -> tuple[float, dict[str, dict[str, float]]]:
     return float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"]), per
 
 
-def stats_delta(before: dict[str, dict[str, float]],
-                after: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+def stats_delta(before: dict[str, dict[str, float]], after: dict[str, dict[str, float]],
+                ignored: frozenset[str] | set[str] = IGNORED_COMMANDS,
+                ) -> dict[str, dict[str, float]]:
     """Return after - before per command (commands not counted: INFO, CONFIG, ...)."""
     out = {}
     for name, v in after.items():
-        if name.split("|")[0] in IGNORED_COMMANDS:
+        if name.split("|")[0] in ignored:
             continue
         b = before.get(name, {"calls": 0.0, "usec": 0.0})
         calls, usec = v["calls"] - b["calls"], v["usec"] - b["usec"]
@@ -452,7 +453,8 @@ def measure_idle(a: Any, children: list[int], seconds: float, monitor_seconds: f
             cpu0, before = server_stats(r)
             time.sleep(seconds)
             cpu1, after = server_stats(r)
-            delta = stats_delta(before, after)
+            # The harness sends only INFO and CONFIG here; a worker's PINGs are idle cost.
+            delta = stats_delta(before, after, {"info", "config", "flushall"})
             trace = monitor(a.url, monitor_seconds) if monitor_seconds > 0 else []
             lat = _latency_samples(a, ts, proc, samples, timeout, warm=False)
         calls = sum(v["calls"] for v in delta.values())
