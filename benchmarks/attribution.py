@@ -135,6 +135,48 @@ def group_calls(trace: list[tuple[str, list[str]]]) -> dict[str, list[list[list[
     return calls
 
 
+def bulk_run(url: str, jobs: int = 5000) -> dict[str, Any]:
+    """put_many of `jobs` jobs (1,000 per Queue.put_many, 500 per engine call): where it goes.
+
+    Returns per job: wall µs, client CPU µs, Redis CPU µs, commands and commandstats, and the
+    Lua commands one put.many call runs for each job (MONITOR of a 10-job call).
+    """
+    import resource
+
+    a = DjangoQless(url)
+    r = redis.Redis.from_url(url)
+    r.flushall()
+    a.put(-1)  # the queue and config exist, as in the bench's enqueue
+    r.config_resetstat()
+    cpu0, before = _common.server_stats(r)
+    ru0 = resource.getrusage(resource.RUSAGE_SELF)
+    start = time.perf_counter()
+    a.put_bulk(jobs)
+    wall = time.perf_counter() - start
+    ru1 = resource.getrusage(resource.RUSAGE_SELF)
+    cpu1, after = _common.server_stats(r)
+    delta = _common.stats_delta(before, after)
+    out: dict[str, Any] = {
+        "jobs": jobs, "wall_us": wall * 1e6 / jobs,
+        "client_cpu_us": ((ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime))
+        * 1e6 / jobs,
+        "redis_cpu_us": (cpu1 - cpu0) * 1e6 / jobs,
+        "commandstats": {k: {"calls": v["calls"] / jobs, "usec": v["usec"] / jobs}
+                         for k, v in sorted(delta.items(), key=lambda kv: -kv[1]["usec"])},
+    }
+    got: dict[str, Any] = {}
+    t = threading.Thread(target=lambda: got.setdefault("t", _common.monitor(url, 1.0)))
+    t.start()
+    time.sleep(0.3)
+    a._queue("bench").put_many([{"klass": "bench.noop", "data": {"i": i, "t0": 0.0}}
+                                for i in range(10)])
+    t.join()
+    lua = Counter(f"{args[0].lower()} {shape(args[1]) if len(args) > 1 else ''}"
+                  for src, args in got["t"] if src == "lua")
+    out["lua_per_job_of_10"] = {k: v / 10 for k, v in lua.most_common()}
+    return out
+
+
 def lua_call_price(url: str, n: int = 200, reps: int = 200) -> dict[str, float]:
     """usec per redis.call from Lua beyond the command: FCALL of n SISMEMBERs vs of none."""
     r = redis.Redis.from_url(url)
@@ -468,6 +510,19 @@ def report(doc: dict[str, Any]) -> str:
             lines.append(f"      {'sum':30} {sum(cat_calls.values()) / n:5.2f} cmds "
                          f"{est:6.2f} us; FCALL {fcall / max(engine_calls, 1e-9):.1f} us per "
                          f"call, so the engine's Lua logic itself ~{fcall - est:.1f} us a job")
+    bulk = doc.get("bulk")
+    if bulk:
+        cs = bulk["commandstats"]
+        engine = sum(v["usec"] for k, v in cs.items() if k in ("fcall", "evalsha"))
+        inner = sum(v["usec"] for k, v in cs.items() if k not in ("fcall", "evalsha"))
+        lines += ["", f"6. bulk put_many, {bulk['jobs']} jobs (500 per engine call): per job "
+                  f"{bulk['wall_us']:.1f} us wall, {bulk['client_cpu_us']:.1f} us client CPU, "
+                  f"{bulk['redis_cpu_us']:.1f} us Redis CPU (engine calls {engine:.1f} us, of "
+                  f"which commands {inner:.1f} us)",
+                  "   commands per job: " + ", ".join(
+                      f"{k} {v['calls']:.2f} ({v['usec']:.2f} us)" for k, v in cs.items()),
+                  "   Lua commands per job in a 10-job put.many: " + ", ".join(
+                      f"{k} {v:.1f}" for k, v in bulk["lua_per_job_of_10"].items())]
     mem = doc.get("memory")
     if mem:
         lines += ["", f"4. memory after {mem['jobs']} single puts: used_memory "
@@ -521,6 +576,7 @@ def main(argv: list[str] | None = None) -> int:
         doc["engine_price"] = engine_call_price(url)
         doc["calls"] = dict(group_calls(trace_run(url, args.trace_jobs)))
         print("trace done", file=sys.stderr, flush=True)
+        doc["bulk"] = bulk_run(url)
         doc["memory"] = memory(url)
         print("memory done", file=sys.stderr, flush=True)
     if args.callgrind:
