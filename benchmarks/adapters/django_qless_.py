@@ -26,6 +26,7 @@ class DjangoQless:
         "drain": "Client.reserve(queues) for the first job, then "
         "Client.complete_and_reserve(job, queues): each call completes one job and pops the next "
         "(one engine call per job, the core worker's path; 20 queues per call, in order)",
+        "drain_plain": "Queue.pop() then Job.complete(): two engine calls a job (the plain API)",
         "worker": "`python -m django_qless.core.workers --url URL -n N --import jobs_django_qless "
         "bench` (pre-forked children; complete+reserve in one call, sent without waiting while "
         "the next job, held ahead, runs; an idle child is handed the next job by the put)",
@@ -77,6 +78,15 @@ class DjangoQless:
         _, more, _ = self.client.complete_and_reserve(job, queues[:RESERVE_QUEUES])
         self._next = more[0] if more else None
         return True
+
+    def pop_complete_plain(self, queues: list[str]) -> bool:
+        # The plain API, two engine calls a job: Queue.pop() then Job.complete().
+        for name in queues:
+            job = self._queue(name).pop()
+            if job is not None:
+                job.complete()
+                return True
+        return False
 
     def worker_argv(self, processes: int, queue: str) -> list[str]:
         return [sys.executable, "-m", "django_qless.core.workers", "--url", self.url,

@@ -78,3 +78,94 @@ def test_bulk_target_divides_by_peer_single_put() -> None:
     assert got["bulk put >= 10x qless-py single put"]["value"] == pytest.approx(10.0)
     text = report.format_report(agg, ["django-qless", "qless-py"], report.check_targets(agg))
     assert "10.00x" in text
+
+
+def test_raw_floor_worker_counts_brpop_and_the_incr_body(redis_url: str,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from raw_ import Raw
+
+    monkeypatch.setenv("BENCH_BODY", "incr")
+    raw = Raw(redis_url)
+    out = _common.measure_worker(raw, 200, 1, timeout=60)
+    # Per job: BRPOP + the body's INCR (redis-py sends INCRBY), plus a few idle BRPOPs.
+    assert 2.0 <= out["redis_commands_per_job"] < 2.2, out
+    assert out["commandstats_per_job"]["incrby"]["calls"] == pytest.approx(1.0, abs=0.02)
+    assert raw.r.get("bench:body") is not None
+
+
+def test_plain_drain_uses_the_plain_step(redis_url: str) -> None:
+    fake = Fake(redis_url)
+    fake.pop_complete_plain = fake.pop_complete  # type: ignore[attr-defined]
+    out = _common.measure_drain(fake, 100, plain=True)
+    assert out["drain_plain_jobs_per_s"] > 0
+    # LPOP + INCR per job; RESETSTAT is taken after the fill.
+    assert out["drain_plain_redis_commands_per_job"] == pytest.approx(2.0, abs=0.05)
+
+
+def test_monitor_names_engine_calls_and_lua_commands(redis_url: str) -> None:
+    import threading
+
+    import redis
+
+    r = redis.Redis.from_url(redis_url)
+    got: dict[str, list] = {}
+    t = threading.Thread(target=lambda: got.setdefault("t", _common.monitor(redis_url, 1.5)))
+    t.start()
+    import time
+
+    time.sleep(0.3)
+    r.eval("redis.call('incr', 'mon:x'); return 1", 0, "cmd.name", "arg")
+    t.join()
+    summary = _common.monitor_summary(got["t"])
+    assert summary.get("client: eval") == 1
+    assert summary.get("lua: incr") == 1
+
+
+def test_monitor_window_ends_on_an_idle_server(redis_url: str) -> None:
+    assert isinstance(_common.monitor(redis_url, 0.3), list)  # ends on time on silence
+
+
+def test_idle_measures_each_child_count_against_a_baseline(redis_url: str) -> None:
+    out = _common.measure_idle(Fake(redis_url), [1, 2], seconds=0.5, monitor_seconds=0.3,
+                               samples=3, timeout=60)
+    assert set(out) == {"1", "2"}
+    for e in out.values():
+        assert e["commands_per_s"] >= 0 and e["baseline_cpu_us_per_s"] >= 0
+        assert 0 < e["latency_p50_ms"] <= e["latency_max_ms"]
+        assert "cpu_over_baseline_us_per_s" in e
+
+
+def test_capacity_checks_cover_every_target() -> None:
+    agg = report.aggregate({
+        "django-qless": [{"worker_1": {"redis_cpu_us_per_job": 80.0}, "memory_bytes_per_job": 500,
+                          "enqueue_jobs_per_s": 130.0, "drain_plain_jobs_per_s": 100.0,
+                          "bulk_jobs_per_s": 1000.0}],
+        "huey": [{"enqueue_jobs_per_s": 100.0, "drain_jobs_per_s": 100.0}],
+        "qless-py": [{"enqueue_jobs_per_s": 100.0, "memory_bytes_per_job": 800}],
+    })
+    leg = report.aggregate({"django-qless": [{"enqueue_jobs_per_s": 100.0}]})
+    doc = {"aggregate": agg, "systems": ["django-qless", "huey", "qless-py"],
+           "leg62": {"aggregate": leg, "redis_version": "6.2.14"},
+           "idle": {"django-qless": {"1": {"commands_per_s": 0.5,
+                                           "cpu_over_baseline_us_per_s": 30.0,
+                                           "latency_p50_ms": 0.5, "latency_p99_ms": 1.0}}},
+           "scale": {"django-qless": {"depth_10000": {"put_redis_us": 10, "pop_redis_us": 10},
+                                      "depth_1000000": {"put_redis_us": 11, "pop_redis_us": 20},
+                                      "queues_1": {"put_redis_us": 10, "pop_redis_us": 10},
+                                      "queues_200": {"put_redis_us": 10, "pop_redis_us": 10}}}}
+    got = {t["target"]: t["status"] for t in report.capacity_checks(doc)}
+    assert got["Redis CPU/job through the worker <= 90 us"] == "met"
+    assert got["memory/waiting job <= 400 bytes"] == "MISSED"
+    assert got["memory/waiting job <= 0.5x qless-py"] == "MISSED"  # 500 / 800
+    assert got["enqueue >= 1.2x huey"] == "met"
+    assert got["plain pop()+complete() drain >= 1.2x huey"] == "MISSED"
+    assert got["bulk put_many >= 10x qless-py single put"] == "met"
+    assert got["6.2 within 1.25x of 7.x: enqueue_jobs_per_s"] == "MISSED"  # 130 / 100 = 1.3
+    assert got["idle, 1 children: commands_per_s <= 1"] == "met"
+    assert got["idle, 1 children: cpu_over_baseline_us_per_s <= 20"] == "MISSED"
+    assert got["idle, 10 children: commands_per_s <= 1"] == "n/a"
+    assert got["flat cost (waiting: depth_1000000 / depth_10000) pop_redis_us <= 1.25x"] == \
+        "MISSED"
+    assert got["flat cost (queues: queues_200 / queues_1) put_redis_us <= 1.25x"] == "met"
+    text = report.format_capacity(doc)
+    assert "CAPACITY PER REDIS CORE" in text and "REDIS 6.2 LEG" in text
