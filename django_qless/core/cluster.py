@@ -31,6 +31,7 @@ from redis.exceptions import (
     ClusterDownError,
     MovedError,
     NoScriptError,
+    ReadOnlyError,
     RedisClusterException,
     TryAgainError,
 )
@@ -119,6 +120,7 @@ class ClusterTransport:
         self._slots: dict[str, int] = {}
         self._stale = False
         self._loaded: set[str] = set()
+        self._kept: list[list[Any]] = []  # every thread's connections, for close()
         #: What happened so far (for tests and metrics): redirects, waits, reloads, resends.
         self.stats = dict.fromkeys(
             ("moved", "ask", "ask_waits", "tryagain", "reloads", "refreshes",
@@ -130,10 +132,13 @@ class ClusterTransport:
         return self._rc
 
     def close(self) -> None:
-        """Drop this thread's connections; close the cluster client if we built it."""
-        for _, pool, conn, _ in self._conns().values():
-            conn.disconnect()
-            pool.release(conn)
+        """Drop every thread's connections; close the cluster client if we built it."""
+        with self._lock:
+            kept, self._kept = self._kept, []
+        for pid, pool, conn, _ in kept:
+            if pid == os.getpid():
+                conn.disconnect()
+                pool.release(conn)
         self._local.conns = {}
         if self._owns:
             self._rc.close()
@@ -166,6 +171,8 @@ class ClusterTransport:
         self._stale = False
         with self._lock:
             self._loaded &= set(self.nodes())
+        if self.mode != "auto":
+            self.load_engine()  # primaries found since (an heir, a new node): load them now
 
     # -- engine loading ----------------------------------------------------------------
 
@@ -176,8 +183,8 @@ class ClusterTransport:
             if name not in self._loaded:
                 try:
                     self.load_on(name)
-                except (_NotSent, *_TRANSPORT_ERRORS):
-                    self._stale = True  # down now: loaded when found again, or on demand
+                except (_NotSent, ReadOnlyError, *_TRANSPORT_ERRORS):
+                    self._stale = True  # down or demoted now: loaded when found, or on demand
         return self.mode
 
     def load_on(self, name: str) -> None:
@@ -346,6 +353,8 @@ class ClusterTransport:
             except _TRANSPORT_ERRORS as exc:
                 raise _NotSent(str(exc)) from exc
             kept = conns[name] = [pid, pool, conn, time.monotonic()]
+            with self._lock:
+                self._kept.append(kept)
         conn = kept[2]
         now = time.monotonic()
         try:
@@ -374,5 +383,7 @@ class ClusterTransport:
         """Disconnect and forget this thread's connection to `name`."""
         kept = self._conns().pop(name, None)
         if kept is not None and kept[0] == os.getpid():
+            with self._lock:
+                self._kept = [k for k in self._kept if k is not kept]
             kept[2].disconnect()
             kept[1].release(kept[2])
