@@ -385,3 +385,24 @@ def test_load_through_kill_primary(cluster: LocalCluster) -> None:
         assert t.stats["reloads"] == 0 and t.primary_for("ql:{s2}:") == heir.address
     finally:
         t.close()
+
+
+def test_load_through_frozen_primary(cluster: LocalCluster) -> None:
+    """A hung primary (SIGSTOP): writes waiting on it time out and are raised, not resent;
+    once its replica takes over, calls flow again; nothing runs twice."""
+    needs_functions(cluster)
+    t = ClusterTransport(cluster.client(socket_timeout=0.5), libraries=[LIBRARY],
+                         durable_replicas=1, durable_timeout_ms=500, retry_seconds=20.0)
+    try:
+        victim = cluster.primary_for_key("{s5}")
+        with Load(t, TAGS) as load:
+            heir = cluster.freeze(victim)
+            cluster.thaw(victim)  # back as the heir's replica: WAIT has a replica again
+        check_counts(cluster, load, exact=False)
+        # The first call to the frozen node on each thread's open connection times out
+        # after sending (the FCALL or its WAIT): unknown outcome. Later connects time out
+        # in the handshake: nothing sent, tried again.
+        assert sum(load.unknown.values()) >= 1
+        assert t.primary_for("ql:{s5}:") == heir.address
+    finally:
+        t.close()
