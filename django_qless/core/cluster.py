@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis
+from hiredis import pack_command
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import (
@@ -38,13 +39,17 @@ from redis.exceptions import (
 
 from .cluster_args import (
     SCRIPT_CALLS,
+    NotDurable,
+    NotRun,
+    NotSent,
     build_cluster,
     declared_key,
     engine_names,
     only_reads,
+    redirect_target,
     sha1,
 )
-from .exceptions import InvalidArgument, QlessConnectionError, QlessError
+from .exceptions import InvalidArgument, QlessConnectionError
 from .lua import library_text, script_text
 from .pool import IDLE_CHECK, ensure_open, send
 
@@ -54,33 +59,6 @@ _TRANSPORT_ERRORS = (redis.ConnectionError, redis.TimeoutError, OSError)
 # Bounds every loop: at most this many sends of one command, however the cluster answers.
 _MAX_SENDS = 400
 _BACKOFF_FIRST, _BACKOFF_CAP = 0.01, 0.25
-
-
-class NotRun(QlessConnectionError):
-    """The cluster kept refusing the command (moving, failing over) until the time ran out;
-    it did not run anywhere."""
-
-
-class NotDurable(QlessError):
-    """The write ran on the primary but fewer replicas than asked confirmed it in time.
-
-    `reply` is the command's reply; `replicas` how many confirmed. A failover before the
-    replicas catch up would lose the write (docs/scaling.md, "What failover can lose").
-    """
-
-    def __init__(self, message: str, reply: Any, replicas: int) -> None:
-        super().__init__(message)
-        self.reply = reply
-        self.replicas = replicas
-
-
-class _NotSent(Exception):
-    """A connection could not be made: nothing was sent."""
-
-
-def _node_name(error: MovedError | AskError) -> str:
-    """Return `host:port` of the node a redirect names."""
-    return f"{error.host}:{error.port}"
 
 
 class ClusterTransport:
@@ -125,6 +103,11 @@ class ClusterTransport:
         self.stats = dict.fromkeys(
             ("moved", "ask", "ask_waits", "tryagain", "reloads", "refreshes",
              "not_sent", "resent_reads", "lost_replies"), 0)
+
+    @property
+    def engine_names(self) -> frozenset[str]:
+        """Return the engine's function names and script sha (for `only_reads`)."""
+        return self._engine_names
 
     @property
     def redis_cluster(self) -> RedisCluster:
@@ -183,7 +166,7 @@ class ClusterTransport:
             if name not in self._loaded:
                 try:
                     self.load_on(name)
-                except (_NotSent, ReadOnlyError, *_TRANSPORT_ERRORS):
+                except (NotSent, ReadOnlyError, *_TRANSPORT_ERRORS):
                     self._stale = True  # down or demoted now: loaded when found, or on demand
         return self.mode
 
@@ -245,7 +228,7 @@ class ClusterTransport:
             try:
                 name = target or node or self.primary_for(key or "")
                 reply = self._send(name, command, asking)
-            except (_NotSent, RedisClusterException):
+            except (NotSent, RedisClusterException):
                 self.stats["not_sent"] += 1
                 self._stale = True  # a dead primary or a gap: the next map may name its heir
             except BusyLoadingError:  # a ConnectionError subclass, but nothing ran
@@ -261,12 +244,12 @@ class ClusterTransport:
             except MovedError as exc:
                 self.stats["moved"] += 1
                 self._stale = True
-                target, asking = _node_name(exc), False
+                target, asking = redirect_target(exc), False
                 continue  # at once: the node that owns the slot said so
             except AskError as exc:
                 if follow and not asking:
                     self.stats["ask"] += 1
-                    target, asking = _node_name(exc), True
+                    target, asking = redirect_target(exc), True
                     continue
                 self.stats["ask_waits"] += 1  # half moved: wait for the move to end
             except (TryAgainError, ClusterDownError):
@@ -306,7 +289,7 @@ class ClusterTransport:
             self._loaded.discard(name)
         try:
             self.load_on(name)
-        except (_NotSent, *_TRANSPORT_ERRORS):
+        except (NotSent, *_TRANSPORT_ERRORS):
             self._stale = True
             return False
         return True
@@ -316,7 +299,7 @@ class ClusterTransport:
         want = self.durable_replicas
         try:
             got = int(self._send(name, ("WAIT", want, self.durable_timeout_ms)))
-        except _TRANSPORT_ERRORS + (_NotSent,) as exc:
+        except _TRANSPORT_ERRORS + (NotSent,) as exc:
             self._stale = True
             raise NotDurable(f"WAIT on {name} failed: {exc}", reply, 0) from exc
         if got < want:
@@ -333,8 +316,9 @@ class ClusterTransport:
             conns = self._local.conns = {}
         return conns
 
-    def _send(self, name: str, command: Sequence[Any], asking: bool = False) -> Any:
-        """Send one command to node `name` on this thread's connection and read the reply."""
+    def _connection(self, name: str) -> Any:
+        """Return this thread's open connection to node `name` (NotSent if none can be
+        made: nothing was sent)."""
         conns = self._conns()
         kept = conns.get(name)
         pid = os.getpid()
@@ -344,14 +328,14 @@ class ClusterTransport:
                 self.refresh()
                 node = self._rc.get_node(node_name=name)  # type: ignore[no-untyped-call]
                 if node is None:
-                    raise _NotSent(f"{name} is not in the slot map")
+                    raise NotSent(f"{name} is not in the slot map")
             pool = self._rc.get_redis_connection(node).connection_pool
             try:
                 conn = pool.get_connection()
             except (AuthenticationError, AuthorizationError):
                 raise
             except _TRANSPORT_ERRORS as exc:
-                raise _NotSent(str(exc)) from exc
+                raise NotSent(str(exc)) from exc
             kept = conns[name] = [pid, pool, conn, time.monotonic()]
             with self._lock:
                 self._kept.append(kept)
@@ -364,8 +348,13 @@ class ClusterTransport:
                 conn.connect()
         except _TRANSPORT_ERRORS as exc:
             self._drop(name)
-            raise _NotSent(str(exc)) from exc
+            raise NotSent(str(exc)) from exc
         kept[3] = now
+        return conn
+
+    def _send(self, name: str, command: Sequence[Any], asking: bool = False) -> Any:
+        """Send one command to node `name` on this thread's connection and read the reply."""
+        conn = self._connection(name)
         try:
             if asking:
                 send(conn, ("ASKING",))
@@ -376,6 +365,29 @@ class ClusterTransport:
         except redis.ResponseError:
             raise  # an error reply: the connection is fine
         except BaseException:
+            self._drop(name)
+            raise
+
+    def send_pipeline(self, name: str, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        """Send `commands` to node `name` in one round trip; return the replies, error
+        replies as exception instances. NotRun if no connection could be made; a transport
+        error after sending is raised as is (the commands may have run)."""
+        try:
+            conn = self._connection(name)
+        except NotSent as exc:
+            self._stale = True
+            raise NotRun(f"no connection to {name}: {exc}") from exc
+        try:
+            conn.send_packed_command([pack_command(tuple(c)) for c in commands])
+            replies: list[Any] = []
+            for _ in commands:
+                try:
+                    replies.append(conn.read_response())
+                except (redis.ResponseError, BusyLoadingError) as exc:
+                    replies.append(exc)
+            return replies
+        except BaseException:
+            self._stale = True
             self._drop(name)
             raise
 

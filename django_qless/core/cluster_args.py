@@ -1,5 +1,5 @@
-"""What a command sent to a cluster declares (its key, whether it only reads), and the
-redis-py cluster client a transport uses."""
+"""What a command sent to a cluster declares (its key, whether it only reads), the cluster
+transport's errors, and the redis-py cluster client it uses."""
 
 from __future__ import annotations
 
@@ -9,16 +9,44 @@ from typing import Any
 
 import redis
 from redis.cluster import ClusterNode, RedisCluster
+from redis.exceptions import AskError, MovedError
 
-from .exceptions import InvalidArgument
+from .exceptions import InvalidArgument, QlessConnectionError, QlessError
 from .invoke import READ_ONLY_COMMANDS
 from .lua import function_name, script_sha
 
-__all__ = ["SCRIPT_CALLS", "build_cluster", "declared_key", "engine_names", "only_reads",
-           "sha1"]
+__all__ = ["NotDurable", "NotRun", "NotSent", "SCRIPT_CALLS", "build_cluster",
+           "declared_key", "engine_names", "only_reads", "redirect_target", "sha1"]
 
 SCRIPT_CALLS = frozenset({"FCALL", "FCALL_RO", "EVALSHA", "EVALSHA_RO", "EVAL", "EVAL_RO"})
 _RO_VERBS = frozenset({"FCALL_RO", "EVALSHA_RO", "EVAL_RO"})
+
+
+class NotRun(QlessConnectionError):
+    """The cluster kept refusing the command (moving, failing over) until the time ran out;
+    it did not run anywhere."""
+
+
+class NotDurable(QlessError):
+    """The write ran on the primary but fewer replicas than asked confirmed it in time.
+
+    `reply` is the command's reply; `replicas` how many confirmed. A failover before the
+    replicas catch up would lose the write (docs/scaling.md, "What failover can lose").
+    """
+
+    def __init__(self, message: str, reply: Any, replicas: int) -> None:
+        super().__init__(message)
+        self.reply = reply
+        self.replicas = replicas
+
+
+class NotSent(Exception):
+    """A connection could not be made: nothing was sent."""
+
+
+def redirect_target(error: MovedError | AskError) -> str:
+    """Return `host:port` of the node a redirect names."""
+    return f"{error.host}:{error.port}"
 
 
 def declared_key(command: Sequence[Any]) -> str | None:

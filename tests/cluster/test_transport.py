@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pytest
 import redis
 
 from django_qless.core.cluster import ClusterTransport, NotDurable
+from django_qless.core.cluster_batch import execute_many
 from django_qless.core.cluster_server import LocalCluster
 from django_qless.core.exceptions import InvalidArgument, QlessConnectionError
 from django_qless.core.lua import function_name
@@ -406,3 +408,36 @@ def test_load_through_frozen_primary(cluster: LocalCluster) -> None:
         assert t.primary_for("ql:{s5}:") == heir.address
     finally:
         t.close()
+
+
+def test_execute_many_one_round_trip_per_primary(
+    cluster: LocalCluster, transport: ClusterTransport
+) -> None:
+    """A batch over every shard: one pipeline per primary; a moved slot and a flushed
+    primary inside the batch are followed per command, each command counted once."""
+    tags = [f"s{i}" for i in range(12)]
+    batch = [("FCALL", "qlt_incr", 1, f"ql:{{{tag}}}:") for tag in tags]
+    sent: list[str] = []
+    pipeline = transport.send_pipeline
+
+    def counted(name: str, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        sent.append(name)
+        return pipeline(name, commands)
+
+    transport.send_pipeline = counted  # type: ignore[method-assign]
+    assert execute_many(transport, batch) == [1] * 12
+    assert sorted(sent) == transport.nodes()  # one round trip per primary
+    slot = cluster.slot_for_key("{s4}")
+    source = cluster.primary_for_slot(slot)
+    cluster.migrate_slot(slot, other_primary(cluster, source))  # type: ignore[arg-type]
+    flushed = cluster.primary_for_key("{s7}")
+    flushed.call("FUNCTION", "FLUSH")
+    batch.append(("FCALL", "nope", 1, "ql:{s1}:"))  # an error reply stays in its place
+    replies = execute_many(transport, batch)
+    assert replies[:12] == [2] * 12 and isinstance(replies[12], redis.ResponseError)
+    assert [stored(cluster, tag) for tag in tags] == [2] * 12
+    # Reloaded twice: on the flushed primary, and for the function nobody has (a missing
+    # function looks the same as flushed code until loading does not bring it back).
+    assert transport.stats["moved"] >= 1 and transport.stats["reloads"] == 2
+    with pytest.raises(InvalidArgument):
+        execute_many(transport, [("GET", "x")])
