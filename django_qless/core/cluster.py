@@ -96,6 +96,7 @@ class ClusterTransport:
         self._local = threading.local()
         self._lock = threading.Lock()
         self._slots: dict[str, int] = {}
+        self._owners: dict[int, str] = {}  # slot -> primary, as of the last refresh
         self._stale = False
         self._loaded: set[str] = set()
         self._kept: list[list[Any]] = []  # every thread's connections, for close()
@@ -141,16 +142,23 @@ class ClusterTransport:
 
     def primary_for(self, keyspace: str) -> str:
         """Return the name of the primary owning the slot of `keyspace` (a key or prefix)."""
-        return str(self._rc.nodes_manager.get_node_from_slot(self.slot_of(keyspace)).name)
+        slot = self.slot_of(keyspace)
+        name = self._owners.get(slot)
+        if name is None:  # redis-py's lookup takes a lock and a decorator: ~5 µs a call
+            name = str(self._rc.nodes_manager.get_node_from_slot(slot).name)
+            self._owners[slot] = name
+        return name
 
     def refresh(self) -> None:
         """Read the slot map again (after MOVED, a connection error, a failover)."""
         self.stats["refreshes"] += 1
         self._stale = True
+        self._owners = {}
         try:
             self._rc.nodes_manager.initialize()
         except (redis.RedisError, RedisClusterException):
             return  # no node answered: stay stale, the caller backs off and tries again
+        self._owners = {}  # lookups made while the map was being read may be old
         self._stale = False
         with self._lock:
             self._loaded &= set(self.nodes())
