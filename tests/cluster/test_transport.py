@@ -292,6 +292,7 @@ class Load:
         self.t, self.tags, self.limit = t, tags, limit
         self.acked = dict.fromkeys(tags, 0)
         self.unknown = dict.fromkeys(tags, 0)
+        self.not_durable = dict.fromkeys(tags, 0)
         self.errors: list[BaseException] = []
         self.lock = threading.Lock()
         self.stop = threading.Event()
@@ -306,9 +307,13 @@ class Load:
             tag = self.tags[(i + n) % len(self.tags)]
             try:
                 incr(self.t, tag)
-            except (QlessConnectionError, NotDurable):  # may have run, or not lasted
+            except QlessConnectionError:  # the reply was lost: it may have run
                 with self.lock:
                     self.unknown[tag] += 1
+                continue
+            except NotDurable:  # it ran, but no replica confirmed it: a failover may lose it
+                with self.lock:
+                    self.not_durable[tag] += 1
                 continue
             except Exception as exc:  # noqa: BLE001 - reported by the test
                 self.errors.append(exc)
@@ -337,13 +342,19 @@ class Load:
 
 def check_counts(cluster: LocalCluster, load: Load, exact: bool) -> None:
     """Each shard's counter holds every acknowledged call once (plus, when not `exact`, at
-    most the calls whose outcome was unknown), never a call twice."""
+    most the calls whose reply was lost or not confirmed by a replica), never a call twice."""
     assert load.errors == []
+    print(f"\n{sum(load.acked.values())} acknowledged, {sum(load.unknown.values())} lost "
+          f"replies, {sum(load.not_durable.values())} not durable; transport {load.t.stats}")
     for tag in load.tags:
         value = stored(cluster, tag)
-        assert load.acked[tag] <= value <= load.acked[tag] + load.unknown[tag], tag
+        most = load.acked[tag] + load.unknown[tag] + load.not_durable[tag]
+        assert load.acked[tag] <= value <= most, tag
         if exact:
-            assert load.unknown[tag] == 0 and value == load.acked[tag], tag
+            assert value == most == load.acked[tag], tag
+    # A thread loses at most the reply it waits for when a primary dies or hangs (later
+    # connects fail before sending), so lost replies stay few.
+    assert sum(load.unknown.values()) <= 2 * len(load.threads)
 
 
 TAGS = [f"s{i}" for i in range(12)]
@@ -384,7 +395,6 @@ def test_load_through_kill_primary(cluster: LocalCluster) -> None:
             # The heir has no replica to WAIT for until the victim rejoins as its replica.
             cluster.restart(victim)
         check_counts(cluster, load, exact=False)
-        assert sum(load.unknown.values()) <= 2 * len(load.threads)
         assert heir.call("FUNCTION", "LIST")  # the promoted replica had the library
         assert t.stats["reloads"] == 0 and t.primary_for("ql:{s2}:") == heir.address
     finally:
@@ -404,9 +414,9 @@ def test_load_through_frozen_primary(cluster: LocalCluster) -> None:
             cluster.thaw(victim)  # back as the heir's replica: WAIT has a replica again
         check_counts(cluster, load, exact=False)
         # The first call to the frozen node on each thread's open connection times out
-        # after sending (the FCALL or its WAIT): unknown outcome. Later connects time out
-        # in the handshake: nothing sent, tried again.
-        assert sum(load.unknown.values()) >= 1
+        # after sending (the FCALL or its WAIT). Later connects time out in the handshake:
+        # nothing sent, tried again.
+        assert sum(load.unknown.values()) + sum(load.not_durable.values()) >= 1
         assert t.primary_for("ql:{s5}:") == heir.address
     finally:
         t.close()
