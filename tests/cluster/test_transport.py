@@ -31,6 +31,9 @@ end)
 redis.register_function('qlt_count', function(keys, args)
   return redis.call('INCR', keys[1])
 end)
+redis.register_function('qlt_count2', function(keys, args)
+  return redis.call('INCR', keys[1]) + redis.call('INCR', keys[2])
+end)
 redis.register_function('qlt_spin', function(keys, args)
   local x = 0
   for i = 1, tonumber(args[1]) do x = x + i end
@@ -179,6 +182,42 @@ def test_ask_followed_only_for_fully_declared_calls(
     waiter.join(timeout=30)
     assert seen == [4] and results == [11]  # 10 ones, one of them counted up to 2
     assert transport.stats["moved"] >= 1
+
+
+def test_tryagain_waits_for_the_move(cluster: LocalCluster, transport: ClusterTransport
+                                     ) -> None:
+    """A call declaring keys on both sides of a half-moved slot gets TRYAGAIN: it did not
+    run, so it is sent again after the move, once."""
+    prefix = "ql:{t}:"
+    for i in range(8):
+        transport.execute(("SET", f"{prefix}c{i}", 0), key=prefix)
+    slot = cluster.slot_for_key(prefix)
+    source = cluster.primary_for_slot(slot)
+    results: list[object] = []
+    pair: list[str] = []
+
+    def call() -> None:
+        results.append(transport.execute(("FCALL", "qlt_count2", 2, *pair), follow_ask=True))
+
+    caller = threading.Thread(target=call)
+
+    def half_way(moved: int) -> None:
+        if moved != 4:
+            return
+        on_source = set(source.call("CLUSTER", "GETKEYSINSLOT", slot, 100))
+        assert len(on_source) == 4
+        keys = [f"{prefix}c{i}" for i in range(8)]
+        pair.extend([next(k for k in keys if k in on_source),
+                     next(k for k in keys if k not in on_source)])  # one on each side
+        caller.start()
+        wait_until(lambda: transport.stats["tryagain"] >= 2, 5)
+        assert results == []
+
+    cluster.migrate_slot(slot, other_primary(cluster, source), batch=4,  # type: ignore[arg-type]
+                         on_batch=half_way)
+    caller.join(timeout=30)
+    assert results == [2]
+    assert [int(transport.execute(("GET", key), key=prefix)) for key in pair] == [1, 1]
 
 
 def test_function_flush_on_one_primary_reloads(
