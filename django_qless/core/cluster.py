@@ -59,6 +59,8 @@ _TRANSPORT_ERRORS = (redis.ConnectionError, redis.TimeoutError, OSError)
 # Bounds every loop: at most this many sends of one command, however the cluster answers.
 _MAX_SENDS = 400
 _BACKOFF_FIRST, _BACKOFF_CAP = 0.01, 0.25
+# MOVED replies followed at once; more in one call means the nodes disagree: back off.
+_QUICK_REDIRECTS = 3
 
 
 class ClusterTransport:
@@ -230,6 +232,7 @@ class ClusterTransport:
         pause = _BACKOFF_FIRST
         target: str | None = None  # where a redirect says to send next
         asking = reloaded = False
+        redirects = 0
         for _ in range(_MAX_SENDS):
             if self._stale:
                 self.refresh()
@@ -252,8 +255,11 @@ class ClusterTransport:
             except MovedError as exc:
                 self.stats["moved"] += 1
                 self._stale = True
-                target, asking = redirect_target(exc), False
-                continue  # at once: the node that owns the slot said so
+                redirects += 1
+                if redirects <= _QUICK_REDIRECTS:
+                    target, asking = redirect_target(exc), False
+                    continue  # at once: the node that owns the slot said so
+                # Nodes sending each other's way (views disagree mid-failover): back off.
             except AskError as exc:
                 if follow and not asking:
                     self.stats["ask"] += 1
