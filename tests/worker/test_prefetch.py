@@ -157,7 +157,11 @@ def test_a_crashed_child_hands_back_the_jobs_it_held_ahead(qless_client: Client,
     # The job body writes the ledger before the worker sends its completion.
     wait_until(lambda: qless_client.jobs["x"].state == "complete", timeout=15)
     x = qless_client.jobs["x"]
-    assert [h["what"] for h in x.history] == ["put", "popped", "put", "popped", "done"]
+    # Held ahead when the child crashed (the usual case): given back at once, then run; on a
+    # loaded machine the child may not have held it (jobs slower than the hold threshold).
+    # Either way it finished well inside its 60 s lease, so it never waited for it.
+    assert [h["what"] for h in x.history] in (
+        ["put", "popped", "put", "popped", "done"], ["put", "popped", "done"])
     assert qless_client.jobs["poison"].state == "running"  # left to its lease: a crash counts
     assert len(ledger(qless_client.redis, "started", "x")) == 1
     worker.kill_all()
