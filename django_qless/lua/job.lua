@@ -144,6 +144,7 @@ Q.mod.job = function()
     Q.publish('ql:log', Q.ev_failed(jid, worker, group, message))
     if h.tracked == '1' then Q.publish('ql:failed', jid) end
     rcall('ZREM', Q.kwjobs(worker), jid)
+    rcall('HINCRBY', 'ql:w:' .. worker .. ':info', 'failed', 1) -- the dashboard's count (workerinfo.lua)
     Q.history(jid, now, 'failed', { worker = worker, group = group }, h.history)
     Q.counter(queue, now, 'failures', 1)
     Q.counter(queue, now, 'failed', 1)
