@@ -8,15 +8,16 @@ from typing import Any
 import pytest
 
 from django_qless.core.client import Client as CoreClient
+from tests.ui import test_browser as shared
 from tests.ui.conftest import fail_job, pop_job
-from tests.ui.test_browser import (  # noqa: F401 - fixtures used by name
-    PROBE,
-    SHOTS,
-    allow_sync_orm,
-    browser,
-    page,
-    wait_live,
-)
+
+# The Chromium fixtures of test_browser.py, shared by name (it skips when Chromium is absent).
+allow_sync_orm = shared.allow_sync_orm
+browser = shared.browser
+page = shared.page
+wait_live = shared.wait_live
+PROBE = shared.PROBE
+SHOTS = shared.SHOTS
 
 pytestmark = pytest.mark.browser
 
@@ -115,8 +116,10 @@ def test_charts_and_redis_pages(page: Any, qc: Any) -> None:
 
 def test_narrow_screen_tables_scroll_sideways(page: Any, qc: Any) -> None:
     worker(qc, "a-worker-with-a-rather-long-name-" + "x" * 40, host="host-" + "y" * 30)
+    qc.queues["q"].put("app.jobs.a_job_class_with_a_long_name", {}, tags=["wide-tag-" * 4])
     page.set_viewport_size({"width": 390, "height": 844})
-    for path in ("/qless/workers/", "/qless/charts/", "/qless/redis/"):
+    for path in ("/qless/", "/qless/queues/q/waiting/", "/qless/workers/", "/qless/charts/",
+                 "/qless/redis/", "/qless/search/?q=app.jobs.a_job_class_with_a_long_name"):
         page.goto(page.base + path)
         # The page itself does not scroll sideways; a wide table scrolls in its own box.
         widths = page.evaluate("() => [document.documentElement.scrollWidth, innerWidth]")
@@ -153,7 +156,8 @@ def test_console_screenshots(page: Any, qc: Any) -> None:
         context.add_cookies(cookies)
         tab = context.new_page()
         for name, path in pages:
-            tab.goto(page.base + path)
+            response = tab.goto(page.base + path)
+            assert response is not None and response.status == 200, path
             target = SHOTS / f"console-{name}{suffix}.png"
             tab.screenshot(path=str(target), full_page=True)
             assert target.stat().st_size > 5_000

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 import pytest
-from django.test import Client
+from django.test import Client, override_settings
 from django.urls import reverse
 
 from django_qless.core.client import Client as CoreClient
@@ -149,3 +150,15 @@ def test_layout_nav_footer_and_current_section(mc: Client, name: str) -> None:
     assert page.count('aria-current="page"') == (1 if name == "search" else 2)  # nav, crumb
     assert "All times are in UTC." in page
     assert 'action="/qless/search/"' in page
+
+
+def test_times_are_utc_whatever_the_time_zone(mc: Client, qc: Any) -> None:
+    live = CoreClient(qc.redis, worker_name="w-tz", _clock=qc.now)
+    live.workers.hello("w-tz", "h", 1, ["q"])
+    qc.queues["q"].put("tests.Job", {}, jid="tz1")
+    live.reserve(["q"])
+    since = qc.jobs["tz1"].history[-1]["when"]
+    expected = dt.datetime.fromtimestamp(since, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+    with override_settings(TIME_ZONE="Asia/Kolkata"):  # +05:30: any shift shows
+        page = body(mc.get(url("worker", "w-tz")))
+    assert f"<td>{expected}</td>" in page
