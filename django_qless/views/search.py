@@ -8,6 +8,7 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 
 from django_qless.core.console import KLASS_SCAN_CAP, KLASS_STATES, find_by_klass
+from django_qless.core.exceptions import InvalidArgument
 from django_qless.views.base import client_for, dashboard_view, qurl, render_page
 from django_qless.views.data import job_row
 
@@ -36,6 +37,14 @@ def _filters(request: HttpRequest, queues: list[str]) -> tuple[list[str], str, l
     return states, queue, problems
 
 
+def _has_jobs_tagged(client: Any, text: str) -> bool:
+    """Tell whether `text` is a tag some job carries (text that cannot be a tag: False)."""
+    try:
+        return int(client.jobs.tagged(text, 0, 1).get("total") or 0) > 0
+    except InvalidArgument:
+        return False
+
+
 @dashboard_view()
 def search(request: HttpRequest) -> HttpResponse:
     """Find a job by jid, a tag, or the jobs of a class (a bounded scan; see docs/ui.md)."""
@@ -59,7 +68,7 @@ def search(request: HttpRequest) -> HttpResponse:
                            crumbs=crumbs)
     if not filtered and _JID.fullmatch(q) and client.jobs.get(q) is not None:
         return HttpResponseRedirect(qurl(request, "job", q))
-    if not filtered and len(q) <= 64 and int(client.jobs.tagged(q, 0, 1).get("total") or 0):
+    if not filtered and _has_jobs_tagged(client, q):
         return HttpResponseRedirect(qurl(request, "tag", q))
     jobs, capped = find_by_klass(client, q, states=states,
                                  queues=[queue] if queue else None, limit=RESULT_LIMIT)

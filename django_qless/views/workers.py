@@ -54,14 +54,16 @@ def _ago(seconds: float | None) -> str:
     return f"{duration(max(0.0, seconds))} ago"
 
 
-def worker_rows(client: Any) -> list[dict[str, Any]]:
-    """Join the engine's per-worker counts and info into table rows, most recent first."""
+def worker_rows(client: Any, *names: str) -> list[dict[str, Any]]:
+    """Join the engine's per-worker counts and info into rows (all workers, or `names`)."""
     now = float(client.now())
     limit = stale_after(client)
     counts = {str(w.get("name", "")): w for w in (client.workers.counts or [])}
     rows = []
-    for info in client.workers.info():
+    for info in client.workers.info(*names):
         name = info["name"]
+        if names and info["last_seen"] is None:
+            continue  # not (or no longer) a known worker
         held = counts.get(name, {})
         seen = info["last_seen"]
         age = (now - seen) if seen is not None else None
@@ -110,7 +112,7 @@ def worker_detail(request: HttpRequest, name: str) -> HttpResponse:
     held = client.workers[name] or {}
     running = list(held.get("jobs") or [])
     stalled = list(held.get("stalled") or [])
-    row = next((r for r in worker_rows(client) if r["name"] == name), None)
+    row = next(iter(worker_rows(client, name)), None)
     if row is None and not running and not stalled:
         raise Http404(f"No worker named {name!r} has been seen recently.")
     now = float(client.now())

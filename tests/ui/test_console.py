@@ -97,7 +97,7 @@ def test_search_goes_to_job_tag_or_lists_a_class(mc: Client, qc: Any) -> None:
     assert page.count('<tr data-jid=') == 1
     page = body(mc.get(url("search"), {"q": "app.Report", "state": "bogus", "queue": "nope"}))
     assert "Unknown state" in page and "Unknown queue" in page
-    for probe in ("no-such-thing", "\x00bad", "x" * 300, *XSS_PROBES):
+    for probe in ("no-such-thing", "\x00bad", "x" * 300, "é" * 60, "a b", *XSS_PROBES):
         page = body(mc.get(url("search"), {"q": probe}))
         assert "Nothing found" in page or "printable characters" in page
         assert "<script>alert" not in page.split('id="qless"')[1]
