@@ -26,6 +26,7 @@ __all__ = [
     "failures_per_day",
     "find_by_klass",
     "histogram_percentiles",
+    "last_change",
     "server_report",
 ]
 
@@ -75,14 +76,27 @@ def _jids_in(client: Any, state: str, queues: Sequence[str], budget: int) -> Ite
                 break
 
 
+def last_change(job: Any) -> float:
+    """Return the time of a job's latest history entry (its last change; 0 if none)."""
+    best = 0.0
+    for entry in job.history:
+        try:
+            best = max(best, float(entry.get("when") or 0))
+        except (AttributeError, TypeError, ValueError):
+            continue
+    return best
+
+
 def find_by_klass(
     client: Any, klass: str, *, states: Sequence[str] = KLASS_STATES,
     queues: Sequence[str] | None = None, limit: int = 100, scan: int = KLASS_SCAN_CAP,
+    since: float | None = None,
 ) -> tuple[list[Any], bool]:
     """Return (jobs whose class is `klass`, whether the scan stopped at its cap).
 
     Reads at most `scan` jids in `states` (the queues' indexes, every failure group, the
-    recent completions), in chunks of 500 fetched with one multiget each.
+    recent completions), in chunks of 500 fetched with one multiget each. `since` keeps the
+    jobs whose last change (latest history entry) is at or after that time.
     """
     check_int("limit", limit, 1, 500)
     check_int("scan", scan, 1, 100_000)
@@ -96,7 +110,8 @@ def find_by_klass(
     def flush() -> None:
         for job in client.jobs.get_many(*batch):
             in_queue = not queues or job.queue_name in names or job.state == "complete"
-            if job.klass_name == klass and in_queue and len(found) < limit:
+            recent = since is None or last_change(job) >= since
+            if job.klass_name == klass and in_queue and recent and len(found) < limit:
                 found.append(job)
         batch.clear()
 

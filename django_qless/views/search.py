@@ -18,11 +18,19 @@ _JID = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 _QUEUE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 _PRINTABLE = re.compile(r"[^\x00-\x1f\x7f]+")
 RESULT_LIMIT = 100
+# ?changed= choices: the job's last change (latest history entry) within this many seconds.
+CHANGED = (("", "any time"), ("3600", "last hour"), ("86400", "last day"),
+           ("604800", "last week"))
 
 
-def _filters(request: HttpRequest, queues: list[str]) -> tuple[list[str], str, list[str]]:
-    """Read ?state= and ?queue=; return (states, queue, problems) (bad values are dropped)."""
+def _filters(request: HttpRequest, queues: list[str]
+             ) -> tuple[list[str], str, str, list[str]]:
+    """Read ?state=, ?queue=, ?changed=; return them and the problems (bad values dropped)."""
     problems = []
+    changed = request.GET.get("changed", "")
+    if changed not in dict(CHANGED):
+        problems.append(f"Unknown time filter {changed!r}: searching any time.")
+        changed = ""
     state = request.GET.get("state", "")
     states = list(KLASS_STATES)
     if state:
@@ -34,7 +42,7 @@ def _filters(request: HttpRequest, queues: list[str]) -> tuple[list[str], str, l
     if queue and (not _QUEUE.fullmatch(queue) or queue not in queues):
         problems.append(f"Unknown queue {queue!r}: searching every queue.")
         queue = ""
-    return states, queue, problems
+    return states, queue, changed, problems
 
 
 def _has_jobs_tagged(client: Any, text: str) -> bool:
@@ -51,11 +59,12 @@ def search(request: HttpRequest) -> HttpResponse:
     client = client_for(request)
     q = request.GET.get("q", "").strip()
     queues = client.queues.names()
-    states, queue, problems = _filters(request, queues)
-    filtered = len(states) < len(KLASS_STATES) or bool(queue)
+    states, queue, changed, problems = _filters(request, queues)
+    filtered = len(states) < len(KLASS_STATES) or bool(queue) or bool(changed)
     context: dict[str, Any] = {
         "q": q, "states": KLASS_STATES, "state": states[0] if len(states) == 1 else "",
         "queues": queues, "queue": queue, "problems": problems, "rows": None,
+        "changed_choices": CHANGED, "changed": changed,
         "scan_cap": KLASS_SCAN_CAP, "limit": RESULT_LIMIT, "capped": False, "kind": "",
     }
     crumbs: list[tuple[str, str | None]] = [("Search", None)]
@@ -70,9 +79,10 @@ def search(request: HttpRequest) -> HttpResponse:
         return HttpResponseRedirect(qurl(request, "job", q))
     if not filtered and _has_jobs_tagged(client, q):
         return HttpResponseRedirect(qurl(request, "tag", q))
-    jobs, capped = find_by_klass(client, q, states=states,
-                                 queues=[queue] if queue else None, limit=RESULT_LIMIT)
     now = float(client.now())
+    jobs, capped = find_by_klass(client, q, states=states, queues=[queue] if queue else None,
+                                 limit=RESULT_LIMIT,
+                                 since=now - float(changed) if changed else None)
     context.update(rows=[job_row(j, now) for j in jobs], capped=capped, kind="class")
     return render_page(request, "django_qless/search.html", context,
                        title=f"Search: {q}", crumbs=crumbs)

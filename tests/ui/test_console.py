@@ -95,8 +95,14 @@ def test_search_goes_to_job_tag_or_lists_a_class(mc: Client, qc: Any) -> None:
     assert page.count('<tr data-jid=') == 1
     page = body(mc.get(url("search"), {"q": "app.Report", "queue": "q2"}))
     assert page.count('<tr data-jid=') == 1
-    page = body(mc.get(url("search"), {"q": "app.Report", "state": "bogus", "queue": "nope"}))
-    assert "Unknown state" in page and "Unknown queue" in page
+    page = body(mc.get(url("search"), {"q": "app.Report", "state": "bogus", "queue": "nope",
+                                       "changed": "-1"}))
+    assert "Unknown state" in page and "Unknown queue" in page and "Unknown time" in page
+    old = CoreClient(qc.redis, _clock=lambda: qc.now() - 7200)
+    old.queues["q"].put("app.Report", {})
+    assert body(mc.get(url("search"), {"q": "app.Report"})).count("<tr data-jid=") == 4
+    page = body(mc.get(url("search"), {"q": "app.Report", "changed": "3600"}))
+    assert page.count("<tr data-jid=") == 3
     for probe in ("no-such-thing", "\x00bad", "x" * 300, "é" * 60, "a b", *XSS_PROBES):
         page = body(mc.get(url("search"), {"q": probe}))
         assert "Nothing found" in page or "printable characters" in page
