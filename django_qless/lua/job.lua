@@ -19,6 +19,7 @@
 --   ql:q:<queue>-work|locks|scheduled|depends|throttled  zset (ZADD, ZREM)
 --   ql:queues                  zset  (ZADD NX)
 --   ql:w:<worker>:jobs         zset  (ZADD, ZREM)
+--   ql:w:<worker>:info         hash  (HINCRBY failed in fail; workerinfo.lua)
 --   ql:workers                 zset  (ZADD, heartbeat)
 --   ql:completed               zset  (ZADD, ZREM, ZRANGEBYSCORE, ZCARD, ZRANGE)
 --   ql:tracked                 zset  (ZADD, ZREM; track/untrack/cancel/expiry)
