@@ -28,6 +28,8 @@ from django_qless.views import (
     tracked,
     workers,
 )
+from django_qless.views import console as console_views
+from django_qless.views import search as search_views
 from django_qless.views.converters import CONVERTERS
 
 __all__ = ["app_name", "get_urlpatterns", "urlpatterns"]
@@ -110,6 +112,21 @@ def get_urlpatterns(wrap: Callable[[Any], Any] | None = None) -> list[URLPattern
         token("api/completed/", api.api_completed, "api_completed"),
         token("api/events/", live.events_stream, "api_events"),
         token("metrics", metrics.metrics, "metrics"),
+        *_console_patterns(page, token),
+    ]
+
+
+def _console_patterns(page: Callable[..., URLPattern],
+                      token: Callable[..., URLPattern]) -> list[URLPattern]:
+    """Operator's console: worker liveness, search, charts, the Redis page, forgetting."""
+    return [
+        # (a worker name may contain "/", so the name is the last part of the path)
+        page("forget-worker/<qless_worker:name>", workers.worker_forget, "worker_forget"),
+        page("queues/<qless_queue:name>/forget/", console_views.queue_forget, "queue_forget"),
+        page("search/", search_views.search, "search"),
+        page("charts/", console_views.charts, "charts"),
+        page("redis/", console_views.redis_page, "redis"),
+        token("api/workers-info/", workers.api_workers_info, "api_workers_info"),
     ]
 
 

@@ -30,6 +30,7 @@ MANIFEST: tuple[str, ...] = (
     "queue.lua",
     "queries.lua",
     "worker.lua",
+    "workerinfo.lua",
     "handoff.lua",
     "config.lua",
     "api.lua",

@@ -27,6 +27,7 @@ throttle.locks=throttle,throttle_cmds throttle.pending=throttle,throttle_cmds
 throttle.release=throttle,throttle_cmds queue.throttle.set=throttle,throttle_cmds
 queue.throttle.get=throttle,throttle_cmds recur=recur recur.get=recur recur.update=recur
 recur.tag=recur recur.untag=recur unrecur=recur
+ worker.hello=winfo worker.info=winfo
 ]]
 
 -- Leases are judged by the Redis server's clock: a caller's `now` more than SKEW seconds away

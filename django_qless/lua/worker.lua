@@ -13,6 +13,7 @@
 -- Keys:
 --   ql:workers             zset  worker -> last seen (ZRANGEBYSCORE, ZREVRANGE, ZREM, ZADD)
 --   ql:w:<worker>:jobs     zset  jid -> lock expiry (ZREVRANGEBYSCORE, ZCOUNT, DEL)
+--   ql:w:<worker>:info     hash  (HINCRBY done in complete.reserve; DEL with the worker)
 --   ql:q:<queue>-scheduled|recur|locks  zset (ZRANGE 0 0 WITHSCORES, for the wake hint)
 --   ql:paused_queues       set   (SISMEMBER, wake hint skips paused queues)
 --   ql:config              hash  (HSET #due:<queue> with the exact bound on the idle path)
@@ -27,7 +28,7 @@ Q.mod.worker = function()
   local function collect_workers(now)
     local age = Q.cfgnum('max-worker-age', 86400)
     local dead = rcall('ZRANGEBYSCORE', 'ql:workers', 0, now - age, 'LIMIT', 0, Q.CHUNK)
-    for _, w in ipairs(dead) do rcall('DEL', Q.kwjobs(w)) end
+    for _, w in ipairs(dead) do rcall('DEL', Q.kwjobs(w), 'ql:w:' .. w .. ':info') end
     if #dead > 0 then Q.chunked('ZREM', 'ql:workers', dead) end
   end
 
@@ -57,6 +58,7 @@ Q.mod.worker = function()
     if #names == 0 then Q.fail('Arg "worker" missing') end
     if #names > Q.MAX_LIST then Q.fail('at most ' .. Q.MAX_LIST .. ' workers') end
     Q.chunked('ZREM', 'ql:workers', names)
+    for _, w in ipairs(names) do rcall('DEL', 'ql:w:' .. w .. ':info') end -- workerinfo.lua
   end }
 
   -- Seconds until something may become ready in these queues (-1 if nothing is pending).
@@ -169,6 +171,7 @@ Q.mod.worker = function()
     end
     Q.pop_config(queues, queue)
     local state = Q.complete(now, jid, worker, queue, data, h, nil, 0, nil, token)
+    rcall('HINCRBY', 'ql:w:' .. worker .. ':info', 'done', 1) -- the dashboard's count (workerinfo.lua)
     local reply = { state = state }
     if count == 0 then
       reply.jobs = {}

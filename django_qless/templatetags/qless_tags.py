@@ -10,7 +10,8 @@ from urllib.parse import urlencode
 from django import template
 from django.urls import NoReverseMatch, reverse
 
-__all__ = ["duration", "epoch", "page_url", "pretty_json", "qless_url", "register"]
+__all__ = ["duration", "epoch", "no_jobs", "page_url", "pretty_json", "qless_nav",
+           "qless_search_value", "qless_section", "qless_url", "register"]
 
 register = template.Library()
 
@@ -91,3 +92,60 @@ def pretty_json(value: Any) -> str:
     except (TypeError, ValueError):
         return str(value)
 
+
+
+# -- operator's console: current nav section ------------------------------------------------
+# URL name prefixes -> the nav section they belong to (the longest prefix wins).
+_SECTIONS = (("overview", "overview"), ("queue", "overview"), ("job", "overview"),
+             ("failed", "failed"), ("tracked", "tracked"), ("tag", "search"),
+             ("search", "search"), ("worker", "workers"), ("forget-worker", "workers"),
+             ("recurring", "recurring"), ("completed", "completed"), ("throttle", "throttles"),
+             ("config", "config"), ("events", "events"), ("charts", "charts"),
+             ("redis", "redis"))
+
+
+NAV = (("overview", "Overview"), ("failed", "Failed"), ("tracked", "Tracked"),
+       ("workers", "Workers"), ("recurring", "Recurring"), ("completed", "Completed"),
+       ("throttles", "Throttles"), ("config", "Config"), ("events", "Events"),
+       ("charts", "Charts"), ("redis", "Redis"))
+
+
+@register.simple_tag
+def qless_nav() -> tuple[tuple[str, str], ...]:
+    """Return the nav sections as (URL name, label)."""
+    return NAV
+
+
+@register.simple_tag(takes_context=True)
+def qless_section(context: template.Context) -> str:
+    """Return the nav section of the current page ('' when unknown)."""
+    request = context.get("request")
+    match = getattr(request, "resolver_match", None)
+    name = (getattr(match, "url_name", None) or "") if match is not None else ""
+    best = ""
+    for prefix, section in sorted(_SECTIONS, key=lambda item: -len(item[0])):
+        if name.startswith(prefix):
+            best = section
+            break
+    return best
+
+
+QUEUE_STATES = ("running", "waiting", "scheduled", "stalled", "depends", "recurring", "throttled")
+
+
+@register.filter
+def no_jobs(counts: Any) -> bool:
+    """Tell whether a queue's counts show no job in any indexed state."""
+    if not isinstance(counts, dict):
+        return False
+    try:
+        return not any(int(counts.get(state) or 0) for state in QUEUE_STATES)
+    except (TypeError, ValueError):
+        return False
+
+
+@register.simple_tag(takes_context=True)
+def qless_search_value(context: template.Context) -> str:
+    """Return what the header's search box shows (the page's search or tag, else empty)."""
+    value = context.get("q") or context.get("tag_query") or ""
+    return value if isinstance(value, str) else ""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 import time
 from collections.abc import Sequence
@@ -155,6 +156,7 @@ class JobLoop(JobTaking):
     def run(self) -> None:
         """Serve jobs until stopped; always deregisters and releases unstarted jobs."""
         self.hooks.on_worker_start(self)
+        self._hello()
         self.heartbeater.start()
         try:
             if self.resume:
@@ -343,6 +345,14 @@ class JobLoop(JobTaking):
         if self.budget.limited and self.budget.grant(1, self._committed()) == 0:
             return False
         return not self.config.max_duration or self._time_left() > 0
+
+    def _hello(self) -> None:
+        """Tell the engine this worker's host, pid and queues (shown by the dashboard)."""
+        try:
+            self.client.workers.hello(self.name, socket.gethostname()[:255] or "",
+                                      os.getpid(), [str(q) for q in self.config.queues][:100])
+        except QlessError as exc:  # the dashboard's info only: never stop a worker for it
+            log.warning("could not record worker info for %s: %s", self.name, exc)
 
     def _finish(self) -> None:
         """Release unstarted jobs, stop threads, deregister, run stop hooks."""

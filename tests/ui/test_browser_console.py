@@ -1,0 +1,164 @@
+"""The operator's console in headless Chromium: workers, search, charts, Redis, layout."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from django_qless.core.client import Client as CoreClient
+from tests.ui import test_browser as shared
+from tests.ui.conftest import fail_job, pop_job
+
+# The Chromium fixtures of test_browser.py, shared by name (it skips when Chromium is absent).
+allow_sync_orm = shared.allow_sync_orm
+browser = shared.browser
+page = shared.page
+wait_live = shared.wait_live
+PROBE = shared.PROBE
+SHOTS = shared.SHOTS
+
+pytestmark = pytest.mark.browser
+
+
+def worker(qc: Any, name: str, *, ago: float = 0.0, host: str = "web-1",
+           queues: tuple[str, ...] = ("q",)) -> CoreClient:
+    """A worker that said hello `ago` seconds ago (and was last seen then)."""
+    client = CoreClient(qc.redis, worker_name=name, _clock=lambda: qc.now() - ago)
+    client.workers.hello(name, host, 4000 + sum(map(ord, name)) % 997, list(queues))
+    return client
+
+
+def test_workers_liveness_live_refresh_and_forget(page: Any, qc: Any) -> None:
+    w1 = worker(qc, "w-busy", queues=("q", "reports"))
+    qc.queues["q"].put("tests.Job", {}, jid="running-1")
+    w1.reserve(["q"])
+    worker(qc, "w-gone", ago=900, host="web-9")
+    page.goto(f"{page.base}/qless/workers/")
+    busy = page.locator("tr", has=page.locator("a:text('w-busy')"))
+    assert "q, reports" in busy.inner_text() and "live" in busy.inner_text()
+    gone = page.locator("tr", has=page.locator("a:text('w-gone')"))
+    assert "stale" in gone.inner_text() and "qless-stale" in (gone.get_attribute("class") or "")
+    wait_live(page)
+    odd = "<i>w-new</i>"  # (worker names have no spaces)
+    worker(qc, odd)  # a new worker appears by the live refresh, its name shown as text
+    page.locator("tbody[data-live-rows=workers] tr", has_text=odd).wait_for()
+    assert page.locator("tbody i").count() == 0
+    page.click("a:text('w-busy')")
+    page.wait_for_url(re.compile(r".*/qless/workers/w-busy$"))
+    assert page.locator("a.qless-jid:text('running-1')").count() == 1
+    assert "web-1" in page.inner_text("table.qless-summary")
+    page.click("text=Forget worker…")
+    page.wait_for_selector("text=Forget worker w-busy?")
+    page.click("button:text('Yes, forget the worker')")
+    page.wait_for_selector("text=Forgot worker w-busy")
+    assert "w-busy" not in [w["name"] for w in qc.workers.info()]
+    assert page.dialogs == []
+
+
+def test_forget_empty_queue(page: Any, qc: Any) -> None:
+    jid = qc.queues["old"].put("tests.Job", {})
+    page.goto(f"{page.base}/qless/queues/old/")
+    assert page.locator("text=Forget queue…").count() == 0
+    qc.jobs[jid].cancel()
+    page.reload()
+    page.click("text=Forget queue…")
+    page.click("button:text('Yes, forget the queue')")
+    page.wait_for_selector("text=Forgot queue old")
+    assert "old" not in qc.queues.names()
+
+
+def test_header_search_finds_job_tag_class_or_nothing(page: Any, qc: Any) -> None:
+    jid = qc.queues["q"].put("app.jobs.Report", {}, tags=["monthly"])
+    qc.queues["q"].put("app.jobs.Report", {})
+    fail_job(qc, "q2", klass="app.jobs.Report")
+    page.goto(f"{page.base}/qless/charts/")
+    page.fill("#qless-q", jid)
+    page.press("#qless-q", "Enter")
+    page.wait_for_url(re.compile(f".*/qless/jobs/{jid}/$"))
+    page.fill("#qless-q", "monthly")
+    page.press("#qless-q", "Enter")
+    page.wait_for_url(re.compile(r".*/qless/tags/monthly$"))
+    page.fill("#qless-q", "app.jobs.Report")
+    page.press("#qless-q", "Enter")
+    page.wait_for_selector("text=Jobs of class")
+    assert page.locator("table.qless-jobs tbody tr").count() == 3
+    page.select_option("#qless-search-state", "failed")
+    page.click("button:text('Search') >> nth=1")
+    page.wait_for_url(re.compile(r".*state=failed.*"))
+    assert page.locator("table.qless-jobs tbody tr").count() == 1
+    page.fill("#qless-q", PROBE)
+    page.press("#qless-q", "Enter")
+    page.wait_for_selector(".qless-nothing")
+    assert PROBE in page.inner_text(".qless-nothing")
+    assert page.locator("img[src=x]").count() == 0 and page.dialogs == []
+
+
+def test_charts_and_redis_pages(page: Any, qc: Any) -> None:
+    for _ in range(4):
+        qc.queues["q"].put("tests.Job", {})
+        pop_job(qc, "q").complete()
+    fail_job(qc, "q")
+    page.goto(f"{page.base}/qless/charts/")
+    assert page.locator("#qless-chart-minute svg rect").count() >= 1
+    assert "4 in total" in (page.get_attribute("#qless-chart-minute svg", "aria-label") or "")
+    page.click("#qless-chart-failures summary")
+    assert page.locator("#qless-chart-failures table tbody tr").count() == 7
+    assert page.locator("table.qless-percentiles tbody th:text-is('q')").count() == 1
+    assert page.locator("nav.qless-nav a.qless-current").inner_text() == "Charts"
+    page.click("nav.qless-nav a:text('Redis')")
+    page.wait_for_selector("table.qless-server")
+    assert "Memory used" in page.inner_text("table.qless-server")
+    assert page.locator("nav.qless-nav a.qless-current").inner_text() == "Redis"
+    assert "All times are in UTC." in page.inner_text(".qless-footer")
+
+
+def test_narrow_screen_tables_scroll_sideways(page: Any, qc: Any) -> None:
+    worker(qc, "a-worker-with-a-rather-long-name-" + "x" * 40, host="host-" + "y" * 30)
+    qc.queues["q"].put("app.jobs.a_job_class_with_a_long_name", {}, tags=["wide-tag-" * 4])
+    page.set_viewport_size({"width": 390, "height": 844})
+    for path in ("/qless/", "/qless/queues/q/waiting/", "/qless/workers/", "/qless/charts/",
+                 "/qless/redis/", "/qless/search/?q=app.jobs.a_job_class_with_a_long_name"):
+        page.goto(page.base + path)
+        # The page itself does not scroll sideways; a wide table scrolls in its own box.
+        widths = page.evaluate("() => [document.documentElement.scrollWidth, innerWidth]")
+        assert widths[0] <= widths[1] + 1, (path, widths)
+    page.goto(page.base + "/qless/workers/")
+    box = page.evaluate("() => { const s = document.querySelector('.qless-scroll');"
+                        " return [s.scrollWidth, s.clientWidth, getComputedStyle(s).overflowX]; }")
+    assert box[0] > box[1] and box[2] == "auto"
+
+
+def test_console_screenshots(page: Any, qc: Any) -> None:
+    """Save the console pages for the docs: light, dark and 390 px wide."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    busy = worker(qc, "web-1-4242", host="web-1", queues=("emails", "reports"))
+    worker(qc, "web-2-4343", ago=600, host="web-2", queues=("reports",))
+    for i in range(12):
+        qc.queues["emails"].put("app.jobs.send_email", {"to": f"u{i}@example.com"},
+                                tags=["emails"])
+    jobs, _ = busy.reserve(["emails"])
+    for i in range(11):  # the worker's own path: done and failed are counted by the engine
+        if i % 5 == 4:
+            jobs[0].fail("smtplib.SMTPException", "connection refused")
+            jobs, _ = busy.reserve(["emails"])
+        else:
+            _, jobs, _ = busy.complete_and_reserve(jobs[0], ["emails"], 1)
+    pages = (("workers", "/qless/workers/"), ("worker", "/qless/workers/web-1-4242"),
+             ("search", "/qless/search/?q=app.jobs.send_email"),
+             ("charts", "/qless/charts/"), ("redis", "/qless/redis/"))
+    browser_ = page.context.browser
+    cookies = page.context.cookies()
+    for suffix, options in (("", {}), ("-dark", {"color_scheme": "dark"}),
+                            ("-390", {"viewport": {"width": 390, "height": 844}})):
+        context = browser_.new_context(**{"viewport": {"width": 1280, "height": 900}, **options})
+        context.add_cookies(cookies)
+        tab = context.new_page()
+        for name, path in pages:
+            response = tab.goto(page.base + path)
+            assert response is not None and response.status == 200, path
+            target = SHOTS / f"console-{name}{suffix}.png"
+            tab.screenshot(path=str(target), full_page=True)
+            assert target.stat().st_size > 5_000
+        context.close()

@@ -1,0 +1,170 @@
+"""The operator's console pages, server side: workers, search, charts, Redis, forgetting."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+from django.test import Client, override_settings
+from django.urls import reverse
+
+from django_qless.core.client import Client as CoreClient
+from django_qless.core.console import bucket_bounds, find_by_klass, histogram_percentiles
+from django_qless.views.console import bar_chart
+from tests.ui.conftest import XSS_PROBES, fail_job, pop_job
+
+
+def url(name: str, *args: str) -> str:
+    return reverse(f"django_qless:{name}", args=args)
+
+
+def body(response: Any) -> str:
+    assert response.status_code == 200, response.content[:400]
+    return str(response.content.decode())
+
+
+def test_percentiles_are_bucket_upper_bounds() -> None:
+    hist = [0] * 148
+    hist[0], hist[5], hist[61] = 50, 45, 5  # 50 under 1 s, 45 in 5-6 s, 5 in 2-3 min
+    assert histogram_percentiles(hist) == {50: 1.0, 95: 6.0, 99: 180.0}
+    assert histogram_percentiles([0] * 148) == {50: None, 95: None, 99: None}
+    assert [bucket_bounds(i) for i in (59, 60, 118, 119, 141, 142)] == [
+        60.0, 120.0, 3600.0, 7200.0, 86400.0, 172800.0]
+
+
+def test_bar_chart_scales_to_the_peak() -> None:
+    chart = bar_chart([0, 5, 10], ["a", "b", "c"], width=300, height=114)
+    assert chart["peak"] == 10 and chart["total"] == 15
+    assert [b["h"] for b in chart["bars"]] == [0.0, 50.0, 100.0]
+
+
+def test_workers_page_shows_liveness_and_stale(mc: Client, qc: Any) -> None:
+    live = CoreClient(qc.redis, worker_name="w-live", _clock=qc.now)
+    live.workers.hello("w-live", "host-1", 321, ["q", "q2"])
+    qc.queues["q"].put("tests.Job", {}, jid="j1")
+    live.reserve(["q"])
+    old = CoreClient(qc.redis, worker_name="w-old", _clock=lambda: qc.now() - 600)
+    old.workers.hello("w-old", "host-2", 99, ["q"])
+    page = body(mc.get(url("workers")))
+    row = page.split(url("worker", "w-live"))[1].split("</tr>")[0]
+    assert "host-1" in row and "321" in row and "q, q2" in row and ">live<" in row
+    stale = page.split(url("worker", "w-old"))[1].split("</tr>")[0]
+    assert ">stale<" in stale and "host-2" in stale
+    data = mc.get(url("api_workers_info")).json()
+    assert {w["name"]: w["stale"] for w in data["workers"]} == {"w-live": False, "w-old": True}
+    detail = body(mc.get(url("worker", "w-live")))
+    assert 'class="qless-jid" href="/qless/jobs/j1/"' in detail and "Running since" in detail
+    assert "host-1" in detail and url("worker_forget", "w-live") in detail
+
+
+def test_forget_worker_needs_confirmation_and_manage(mc: Client, qc: Any, viewer: Any,
+                                                     as_user: Any) -> None:
+    CoreClient(qc.redis, worker_name="w9", _clock=qc.now).workers.hello("w9", "h", 1, ["q"])
+    assert "Yes, forget the worker" in body(mc.get(url("worker_forget", "w9")))
+    assert as_user(viewer).post(url("worker_forget", "w9")).status_code == 403
+    assert [w["name"] for w in qc.workers.info()] == ["w9"]
+    assert mc.post(url("worker_forget", "w9")).status_code == 302
+    assert qc.workers.info() == []
+    csrf = as_user(viewer, csrf=True)
+    assert csrf.post(url("worker_forget", "w9")).status_code == 403
+
+
+def test_forget_queue_only_when_empty(mc: Client, qc: Any) -> None:
+    jid = qc.queues["busy"].put("tests.Job", {})
+    assert url("queue_forget", "busy") not in body(mc.get(url("queue", "busy")))
+    response = mc.post(url("queue_forget", "busy"), follow=True)
+    assert "still has jobs" in body(response) and "busy" in qc.queues.names()
+    qc.jobs[jid].cancel()
+    assert url("queue_forget", "busy") in body(mc.get(url("queue", "busy")))
+    assert "Yes, forget the queue" in body(mc.get(url("queue_forget", "busy")))
+    assert mc.post(url("queue_forget", "busy")).status_code == 302
+    assert "busy" not in qc.queues.names()
+
+
+def test_search_goes_to_job_tag_or_lists_a_class(mc: Client, qc: Any) -> None:
+    jid = qc.queues["q"].put("app.Report", {}, tags=["monthly"])
+    qc.queues["q2"].put("app.Report", {})
+    qc.queues["q"].put("app.Other", {})
+    fail_job(qc, "q3", klass="app.Report")
+    assert mc.get(url("search"), {"q": jid})["Location"] == url("job", jid)
+    assert mc.get(url("search"), {"q": "monthly"})["Location"] == url("tag", "monthly")
+    page = body(mc.get(url("search"), {"q": "app.Report"}))
+    assert page.count('<tr data-jid=') == 3 and "app.Other" not in page
+    page = body(mc.get(url("search"), {"q": "app.Report", "state": "failed"}))
+    assert page.count('<tr data-jid=') == 1
+    page = body(mc.get(url("search"), {"q": "app.Report", "queue": "q2"}))
+    assert page.count('<tr data-jid=') == 1
+    page = body(mc.get(url("search"), {"q": "app.Report", "state": "bogus", "queue": "nope",
+                                       "changed": "-1"}))
+    assert "Unknown state" in page and "Unknown queue" in page and "Unknown time" in page
+    old = CoreClient(qc.redis, _clock=lambda: qc.now() - 7200)
+    old.queues["q"].put("app.Report", {})
+    assert body(mc.get(url("search"), {"q": "app.Report"})).count("<tr data-jid=") == 4
+    page = body(mc.get(url("search"), {"q": "app.Report", "changed": "3600"}))
+    assert page.count("<tr data-jid=") == 3
+    for probe in ("no-such-thing", "\x00bad", "x" * 300, "é" * 60, "a b", *XSS_PROBES):
+        page = body(mc.get(url("search"), {"q": probe}))
+        assert "Nothing found" in page or "printable characters" in page
+        assert "<script>alert" not in page.split('id="qless"')[1]
+
+
+def test_klass_scan_is_capped(qc: Any) -> None:
+    for i in range(30):
+        qc.queues["q"].put("app.Many", {}, jid=f"m{i:02d}")
+    jobs, capped = find_by_klass(qc, "app.Many", limit=100, scan=10)
+    assert len(jobs) == 10 and capped
+    jobs, capped = find_by_klass(qc, "app.Many", limit=5)
+    assert len(jobs) == 5 and not capped
+
+
+def test_charts_page_counts_completions_and_failures(mc: Client, qc: Any) -> None:
+    for _ in range(3):
+        qc.queues["q"].put("tests.Job", {})
+        job = pop_job(qc, "q")
+        job.complete()
+    fail_job(qc, "q")
+    page = body(mc.get(url("charts")))
+    assert 'aria-label="Completed per minute, last hour: 3 in total' in page
+    assert 'aria-label="Completed per hour, last day: 3 in total' in page
+    assert 'aria-label="Failures per day, last 7 days: 1 in total' in page
+    row = page.split("<th>q</th>")[1].split("</tr>")[0]
+    assert row.count("≤") == 6  # p50/p95/p99 of wait and run
+    assert "<script" not in page.split('id="qless"')[1]
+
+
+def test_redis_page(mc: Client, qc: Any) -> None:
+    qc.redis.config_set("slowlog-log-slower-than", 0)
+    try:
+        qc.queues["q"].put("tests.Job", {})
+        page = body(mc.get(url("redis")))
+    finally:
+        qc.redis.config_set("slowlog-log-slower-than", 10000)
+        qc.redis.slowlog_reset()
+    assert "Redis 7" in page or "Valkey" in page
+    assert "Memory used" in page and "Connected clients" in page and "AOF" in page
+    assert "<code>put</code>" in page  # the engine call, from the slow log
+    policy = qc.redis.config_get("maxmemory-policy")["maxmemory-policy"]
+    assert ("qless-policy-warning" in page) == (policy != "noeviction")
+
+
+@pytest.mark.parametrize("name", ["workers", "search", "charts", "redis"])
+def test_layout_nav_footer_and_current_section(mc: Client, name: str) -> None:
+    page = body(mc.get(url(name)))
+    if name != "search":  # the search box is in every header, not a nav entry
+        assert f'href="{url(name)}" class="qless-current" aria-current="page"' in page
+    assert page.count('aria-current="page"') == (1 if name == "search" else 2)  # nav, crumb
+    assert "All times are in UTC." in page
+    assert 'action="/qless/search/"' in page
+
+
+def test_times_are_utc_whatever_the_time_zone(mc: Client, qc: Any) -> None:
+    live = CoreClient(qc.redis, worker_name="w-tz", _clock=qc.now)
+    live.workers.hello("w-tz", "h", 1, ["q"])
+    qc.queues["q"].put("tests.Job", {}, jid="tz1")
+    live.reserve(["q"])
+    since = qc.jobs["tz1"].history[-1]["when"]
+    expected = dt.datetime.fromtimestamp(since, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+    with override_settings(TIME_ZONE="Asia/Kolkata"):  # +05:30: any shift shows
+        page = body(mc.get(url("worker", "w-tz")))
+    assert f"<td>{expected}</td>" in page
