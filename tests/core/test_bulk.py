@@ -32,7 +32,8 @@ def test_move_many_and_priority_many(client: Client, q: Queue) -> None:
     q.put("K", {}, jid="b")
     failed(client, q, "f")
     result = client.jobs.move_many(["a", "b", "f"], "other", states=("waiting",))
-    assert result.done == ["a", "b"] and result.refused == {"f": "it is failed, so it can't be moved"}
+    assert result.done == ["a", "b"]
+    assert result.refused == {"f": "it is failed, so it can't be moved"}
     a = client.jobs["a"]
     assert (a.queue_name, a.priority, a.tags, a.data) == ("other", 3, ("t",), {"n": 1})
     result = client.jobs.set_priority_many(["a", "f"], 7, states=("waiting",))
