@@ -4,6 +4,7 @@ the Failed page's stale notice."""
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -143,3 +144,28 @@ def test_failed_page_says_new_failures_instead_of_a_lying_badge(page: Any, qc: A
     page.wait_for_selector("[data-live-stale][hidden]", state="attached")
     assert page.inner_text("table.qless-failed tbody tr td:nth-child(2)") == "7"
     assert re.search(r"7 failed jobs? in 1 group", page.inner_text(".qless-failed-total"))
+
+
+def test_events_page_shows_all_100_events_across_reconnects(page: Any, qc: Any) -> None:
+    # QLESS_UI["EVENTS_STREAM_SECONDS"] is 3 in the tests: each response ends after 3 s and
+    # the browser reconnects 2 s later, so the puts below span at least one reconnect.
+    page.goto(f"{page.base}/qless/events/")
+    page.wait_for_function(
+        "() => document.querySelector('[data-live-status]').textContent === 'live events'")
+    page.evaluate("""() => { window.qlessReconnects = 0;
+      const status = document.querySelector('[data-live-status]');
+      new MutationObserver(() => { if (status.textContent === 'reconnecting') {
+        window.qlessReconnects += 1; } }).observe(status, {childList: true,
+        characterData: true, subtree: true}); }""")
+    jids = []
+    for n in range(100):
+        jids.append(qc.queues["q"].put("tests.Job", {"n": n}))
+        time.sleep(0.08)  # 8 s of puts
+    page.wait_for_function(
+        "n => document.querySelectorAll('tr[data-event=put]').length >= n", arg=100)
+    time.sleep(0.5)  # anything extra (a duplicate) would have arrived by now
+    shown = page.evaluate("""() => [...document.querySelectorAll('tr[data-event=put]')]
+      .map(r => r.cells[2].textContent).reverse()""")
+    assert shown == jids  # all 100, in order, no duplicates
+    assert page.evaluate("() => window.qlessReconnects") >= 1
+    assert page.locator("tr.qless-gap").count() == 0

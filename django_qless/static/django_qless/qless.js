@@ -205,7 +205,8 @@
       row.appendChild(td);
     };
     source.addEventListener("open", function () { say("live events"); });
-    source.addEventListener("error", function () { say("reconnecting"); });
+    source.addEventListener("error", function () { say("reconnecting"); eventsDropped(); });
+    source.addEventListener("gap", function () { eventsGap(stream); });
     source.addEventListener("qless", function (message) {
       var item;
       try { item = JSON.parse(message.data); } catch (e) { return; }
@@ -221,6 +222,7 @@
       cell(row, [item.group, item.message, item.option, item.value].filter(function (v) {
         return v !== undefined && v !== null && v !== false && v !== "";
       }).map(show).join(" \u00b7 "));
+      eventsSeen();
       stream.insertBefore(row, stream.firstChild);
       while (stream.rows.length > 200) { stream.deleteRow(stream.rows.length - 1); }
     });
@@ -318,4 +320,28 @@
       consoleCount(target.closest("table"));
     }
   });
+
+  // The event stream resumes from the last event id after a reconnect; when the server
+  // cannot replay (another process, or a buffer that restarted) it sends "gap" instead.
+  var eventsLastSeen = new Date();
+  var eventsDroppedAt = null;
+
+  function eventsSeen() { eventsLastSeen = new Date(); eventsDroppedAt = null; }
+
+  function eventsDropped() { if (!eventsDroppedAt) { eventsDroppedAt = eventsLastSeen; } }
+
+  function eventsGap(body) {
+    var from = eventsDroppedAt || eventsLastSeen;
+    eventsDroppedAt = null;
+    var row = document.createElement("tr");
+    var td = document.createElement("td");
+    row.className = "qless-gap";
+    td.colSpan = 6;
+    td.textContent = "Reconnected \u2014 events between " + from.toLocaleTimeString() +
+      " and " + new Date().toLocaleTimeString() + " may be missing.";
+    row.appendChild(td);
+    var empty = body.querySelector(".qless-empty");
+    if (empty) { empty.remove(); }
+    body.insertBefore(row, body.firstChild);
+  }
 }());
