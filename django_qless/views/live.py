@@ -34,8 +34,10 @@ def _stream(client: Any, seconds: float, last_id: str) -> Iterator[str]:
     buffer = event_buffer.acquire(client, int(settings.get("EVENTS_BUFFER_SIZE", 1000)),
                                   float(settings.get("EVENTS_LINGER_SECONDS", 60)))
     try:
-        yield "retry: 2000\n\n"
+        # The position is taken before the first yield: events that arrive while the client
+        # reads that line are sent next, not skipped.
         cursor, lost = buffer.resume(last_id)
+        yield "retry: 2000\n\n"
         if lost:
             # Said, not hidden: the page shows where events may be missing.
             yield f"event: gap\ndata: {json.dumps({'until': time.time()})}\n\n"

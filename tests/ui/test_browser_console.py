@@ -169,3 +169,23 @@ def test_events_page_shows_all_100_events_across_reconnects(page: Any, qc: Any) 
     assert shown == jids  # all 100, in order, no duplicates
     assert page.evaluate("() => window.qlessReconnects") >= 1
     assert page.locator("tr.qless-gap").count() == 0
+
+
+def test_events_page_marks_a_gap_it_cannot_replay(page: Any, qc: Any) -> None:
+    from django_qless.views import event_buffer
+
+    page.goto(f"{page.base}/qless/events/")
+    page.wait_for_function(
+        "() => document.querySelector('[data-live-status]').textContent === 'live events'")
+    jid = qc.queues["q"].put("tests.Job", {})
+    page.locator(f"tr[data-event=put] a[href='/qless/jobs/{jid}/']").wait_for()
+    # As if the reconnect reached another web process: the browser's last id is unknown there.
+    assert event_buffer._current is not None
+    event_buffer._current.token = "0badc0de"
+    gap = page.locator("tr.qless-gap")
+    gap.wait_for(timeout=20000)
+    assert re.fullmatch(r"Reconnected — events between .+ and .+ may be missing\.",
+                        gap.inner_text().strip())
+    later = qc.queues["q"].put("tests.Job", {})
+    page.locator(f"tr[data-event=put] a[href='/qless/jobs/{later}/']").wait_for()
+    assert page.locator("tr.qless-gap").count() == 1

@@ -4,6 +4,7 @@ replayed from the process's buffer; an id it cannot replay from yields a gap eve
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from django.test import Client
@@ -44,6 +45,16 @@ def test_reconnect_replays_the_events_published_in_between(mc: Client, qc: Any) 
     assert got == missed  # all of them, in order, none twice
     assert "event: gap" not in text
     second.close()
+
+
+def test_an_event_published_right_after_the_first_line_is_sent(mc: Client, qc: Any) -> None:
+    response = mc.get(url("api_events"))
+    chunks = iter(response.streaming_content)
+    assert next(chunks) == b"retry: 2000\n\n"
+    jid = qc.queues["q"].put("tests.Job", {})
+    time.sleep(1.5)  # the buffer has it before the stream reads on
+    assert [p["jid"] for _, p in events_of(read_until(chunks, jid + '"'))] == [jid]
+    response.close()
 
 
 def test_an_id_the_buffer_does_not_know_is_a_gap(mc: Client, qc: Any) -> None:
