@@ -13,6 +13,7 @@ from django.urls import URLPattern, path, register_converter
 
 from django_qless.views import (
     api,
+    bulk,
     completed,
     engine_config,
     failed,
@@ -112,6 +113,9 @@ def get_urlpatterns(wrap: Callable[[Any], Any] | None = None) -> list[URLPattern
         token("api/completed/", api.api_completed, "api_completed"),
         token("api/events/", live.events_stream, "api_events"),
         token("metrics", metrics.metrics, "metrics"),
+        # -- operator's console (bulk and row actions, retry all failed) --------------
+        page("bulk/jobs/", bulk.jobs_bulk, "jobs_bulk"),
+        page("failed/retry-all/", failed.failed_retry_all, "failed_retry_all"),
         *_console_patterns(page, token),
     ]
 

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from .queues import Queues
     from .recurring import RecurringJob
     from .serialization import new_jid
-    from .throttle import Throttle, ThrottleInfo, Throttles
+    from .throttle import Throttle, ThrottleInfo, Throttles, ThrottleStatus
 
 _EXPORTS = {
     "Client": "client", "Tags": "accessors", "Workers": "accessors",
@@ -53,6 +53,7 @@ _EXPORTS = {
     "RecurringJob": "recurring",
     "new_jid": "serialization",
     "Throttle": "throttle", "ThrottleInfo": "throttle", "Throttles": "throttle",
+    "ThrottleStatus": "throttle",
 }
 
 __all__ = [
@@ -79,6 +80,7 @@ __all__ = [
     "Tags",
     "Throttle",
     "ThrottleInfo",
+    "ThrottleStatus",
     "Throttles",
     "UnregisteredJobClass",
     "Workers",

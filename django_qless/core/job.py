@@ -323,6 +323,18 @@ class Job:
     ) -> str:
         """Send put/requeue for this job, keeping every attribute not overridden."""
         target = check_name("queue", queue if queue is not None else self._queue)
+        result: str = self.client.call(command, *self.put_args(
+            target, delay=delay, priority=priority, tags=tags, retries=retries, depends=depends,
+            throttles=throttles))
+        self._released("scheduled" if float(delay) > 0 else "waiting", target)
+        return result
+
+    def put_args(
+        self, queue: str, *, delay: float = 0, priority: int | None = None,
+        tags: Iterable[str] | None = None, retries: int | None = None,
+        depends: Iterable[str] | None = None, throttles: Iterable[str] | None = None,
+    ) -> tuple[str, ...]:
+        """Return the arguments of the `put` that moves this job to `queue` (for batches)."""
         options = put_options(
             priority=self._priority if priority is None else priority,
             tags=self._tags if tags is None else tags,
@@ -330,12 +342,8 @@ class Job:
             depends=depends, throttles=self._throttles if throttles is None else throttles,
             jid=self.jid,
         )
-        result: str = self.client.call(
-            command, self._worker_arg(), target, self.jid, self._klass, self._data_text(),
-            check_delay(delay), *options,
-        )
-        self._released("scheduled" if float(delay) > 0 else "waiting", target)
-        return result
+        return (self._worker_arg(), check_name("queue", queue), self.jid, self._klass,
+                self._data_text(), check_delay(delay), *options)
 
     def move(
         self, queue: str, *, delay: float = 0, depends: Iterable[str] | None = None

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, overload
 
 from redis.lock import Lock
 
+from . import bulk
+from .bulk import BulkResult
 from .exceptions import JobNotFound, LimitExceeded
 from .job import Job
 from .recurring import RecurringJob
@@ -93,6 +97,20 @@ class Jobs:
         jids = as_list(reply.get("jobs"))
         return {"total": int(reply.get("total") or 0),
                 "jobs": self.get_many(*jids) if jids else []}
+
+    def failed_newest(self, groups: list[str]) -> dict[str, Job]:
+        """Return each group's most recent failed job, in two round trips for all groups."""
+        wanted = [check_text("group", g, 256) for g in groups]
+        if not wanted:
+            return {}
+        replies = self._client.pipeline_calls([("failed", (g, 0, 1)) for g in wanted])
+        first: dict[str, str] = {}
+        for group, reply in zip(wanted, replies, strict=True):
+            jids = as_list(json.loads(reply).get("jobs")) if reply else []
+            if jids:
+                first[group] = str(jids[0])
+        jobs = {job.jid: job for job in self.get_many(*first.values())} if first else {}
+        return {g: jobs[jid] for g, jid in first.items() if jid in jobs}
 
     def failed_matching(
         self, group: str, *, queue: str | None = None, since: float | None = None,
@@ -202,6 +220,28 @@ class Jobs:
         """
         jids = [check_jid(jid), *self.dependents_closure(jid, limit)]
         return as_list(self._client.call("cancel", *jids))
+
+    def cancel_many(self, jids: Sequence[str]) -> BulkResult:
+        """Cancel jobs in one engine call; jobs that others outside the set need are refused."""
+        return bulk.cancel_bulk(self._client, jids)
+
+    def retry_many(self, jids: Sequence[str]) -> BulkResult:
+        """Put failed jobs back into their own queues, in one round trip (at most 500)."""
+        return bulk.run_bulk(self._client, jids, bulk.retry_plan)
+
+    def move_many(self, jids: Sequence[str], queue: str,
+                  states: Sequence[str] | None = None) -> BulkResult:
+        """Move jobs (only those in ``states``, if given) to ``queue`` in one round trip."""
+        return bulk.run_bulk(self._client, jids, bulk.move_plan(queue, states))
+
+    def set_priority_many(self, jids: Sequence[str], priority: int,
+                          states: Sequence[str] | None = None) -> BulkResult:
+        """Set the priority of jobs (only those in ``states``, if given) in one round trip."""
+        return bulk.run_bulk(self._client, jids, bulk.priority_plan(priority, states))
+
+    def track_many(self, jids: Sequence[str], *, track: bool = True) -> BulkResult:
+        """Track (or, with ``track=False``, untrack) jobs in one round trip."""
+        return bulk.run_bulk(self._client, jids, bulk.track_plan(track))
 
     def recurring(self, jid: str) -> RecurringJob | None:
         """Return the recurring job template, or None."""

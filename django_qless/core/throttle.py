@@ -12,7 +12,11 @@ from .serialization import as_list, check_int, check_jids, check_text
 if TYPE_CHECKING:
     from .client import Client
 
-__all__ = ["Throttle", "ThrottleInfo", "Throttles", "queue_throttle_id"]
+__all__ = ["Throttle", "ThrottleInfo", "ThrottleStatus", "Throttles", "queue_throttle_id"]
+
+# Keys of throttle definitions and of their holders and waiters (see throttle.lua).
+_PREFIX = "ql:th:"
+_SUFFIXES = ("-locks", "-pending")
 
 
 def queue_throttle_id(queue: str) -> str:
@@ -46,6 +50,30 @@ class ThrottleInfo:
             info = {}
         ttl = info.get("ttl")
         return cls(tid, int(info.get("maximum") or 0), int(ttl) if ttl is not None else -2)
+
+
+@dataclass(frozen=True, slots=True)
+class ThrottleStatus:
+    """A throttle as listed: its definition and how many jobs hold and wait for it."""
+
+    id: str
+    maximum: int  # 0 = unlimited
+    ttl: int  # seconds left; -1 never expires, -2 not defined (only holders or waiters)
+    running: int  # jobs holding it
+    pending: int  # jobs waiting for it
+
+    @property
+    def defined(self) -> bool:
+        """Return whether a definition is stored (else only its holders or waiters are)."""
+        return self.ttl != -2
+
+
+def _throttle_id(key: str, kind: str) -> str | None:
+    """Return the throttle id of a ``ql:th:`` key of type ``kind`` (None: not a throttle's)."""
+    tid = key[len(_PREFIX):] if key.startswith(_PREFIX) else ""
+    if kind == "zset":  # holders and waiters: the id is the key minus its suffix
+        tid = next((tid[: -len(s)] for s in _SUFFIXES if tid.endswith(s)), "")
+    return tid if 0 < len(tid) <= 128 else None
 
 
 class Throttle:
@@ -118,3 +146,43 @@ class Throttles:
         replies = self._client.pipeline_calls([("throttle.get", (tid,)) for tid in wanted])
         return [ThrottleInfo.from_reply(tid, reply)
                 for tid, reply in zip(wanted, replies, strict=True)]
+
+    def list(self, limit: int = 1000) -> list[ThrottleStatus]:
+        """Return every throttle the engine knows (defined, held or waited for), by id.
+
+        The engine keeps no index of throttles, so this SCANs their keys (a read, at most
+        ``limit`` ids, then one pipelined round trip for their counts).
+        """
+        cap = check_int("limit", limit, 1, 100_000)
+
+        def scan(r: Any) -> list[str]:
+            found: dict[str, None] = {}
+            # Definitions are hashes, holders and waiters zsets: the type tells them apart
+            # even for an id that itself ends in "-locks".
+            for kind in ("hash", "zset"):
+                for raw in r.scan_iter(match=f"{_PREFIX}*", count=500, _type=kind):
+                    key = raw.decode() if isinstance(raw, bytes) else str(raw)
+                    tid = _throttle_id(key, kind)
+                    if tid is not None:
+                        found[tid] = None
+                    if len(found) >= cap:
+                        return sorted(found)
+            return sorted(found)
+
+        tids = self._client.read(scan)
+        if not tids:
+            return []
+
+        def counts(r: Any) -> list[Any]:
+            pipe = r.pipeline(transaction=False)
+            for tid in tids:
+                pipe.zcard(f"{_PREFIX}{tid}-locks")
+                pipe.zcard(f"{_PREFIX}{tid}-pending")
+            result: list[Any] = pipe.execute()
+            return result
+
+        sizes = self._client.read(counts)
+        infos = self.get_many(tids)
+        return [ThrottleStatus(info.id, info.maximum, info.ttl, int(sizes[2 * i]),
+                               int(sizes[2 * i + 1]))
+                for i, info in enumerate(infos)]

@@ -105,7 +105,8 @@ def api_failed(request: HttpRequest) -> HttpResponse:
     failed = client_for(request).jobs.failed() or {}
     groups = sorted(({"group": g, "count": int(n)} for g, n in failed.items()),
                     key=lambda r: (-r["count"], r["group"]))
-    return _json({"groups": groups, "total": sum(g["count"] for g in groups)})
+    return _json({"groups": groups, "total": sum(g["count"] for g in groups),
+                  "group_count": len(groups)})
 
 
 @api_view

@@ -64,7 +64,23 @@ def job_row(job: Any, now: float | None = None) -> dict[str, Any]:
         "tracked": bool(job.tracked),
         "failure_group": failure.get("group", "") if isinstance(failure, dict) else "",
         "failure_message": failure.get("message", "") if isinstance(failure, dict) else "",
+        **_failure_fields(failure if isinstance(failure, dict) else {}),
     }
+
+
+def _failure_fields(failure: dict[str, Any]) -> dict[str, Any]:
+    """Return when the job failed (text in the current time zone) and its message's last line."""
+    from django.utils import timezone
+
+    when = _num(failure.get("when"))
+    text = ""
+    if when > 0:
+        moment = dt.datetime.fromtimestamp(when, tz=dt.UTC)
+        text = timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S")
+    lines = [line.strip() for line in str(failure.get("message") or "").splitlines()]
+    # The last non-empty line of a traceback names the exception: the useful summary.
+    last = next((line for line in reversed(lines) if line), "")
+    return {"failed_at_text": text, "failure_line": last[:200]}
 
 
 def load_jobs(client: Any, jids: Iterable[str]) -> list[Any]:

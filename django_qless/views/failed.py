@@ -22,7 +22,7 @@ from django_qless.views.base import (
 )
 from django_qless.views.data import job_row
 
-__all__ = ["BULK_LIMIT", "failed_bulk", "failed_group", "failed_groups"]
+__all__ = ["BULK_LIMIT", "failed_bulk", "failed_group", "failed_groups", "failed_retry_all"]
 
 BULK_LIMIT = 500  # jobs per request, like qless's retry-all
 FILTER_FIELDS = ("queue", "since", "until")
@@ -36,14 +36,20 @@ def _groups(client: Any) -> list[dict[str, Any]]:
 
 @dashboard_view()
 def failed_groups(request: HttpRequest) -> HttpResponse:
-    """List failure groups with their counts."""
+    """List failure groups with their counts and each group's newest failure."""
     client = client_for(request)
     groups = _groups(client)
     pager = get_pager(request, total=len(groups))
+    shown = groups[pager.offset:pager.offset + pager.per_page]
+    newest = client.jobs.failed_newest([g["group"] for g in shown]) if shown else {}
+    now = float(client.now())
+    for row in shown:
+        job = newest.get(row["group"])
+        row["sample"] = job_row(job, now) if job is not None else None
+    total = sum(g["count"] for g in groups)
     return render_page(request, "django_qless/failed.html",
-                       {"groups": groups[pager.offset:pager.offset + pager.per_page],
-                        "pager": pager, "total": sum(g["count"] for g in groups),
-                        "live_src": qurl(request, "api_failed")},
+                       {"groups": shown, "pager": pager, "total": total,
+                        "group_count": len(groups), "live_src": qurl(request, "api_failed")},
                        title="Failed jobs", crumbs=[("Failed", None)])
 
 
@@ -89,7 +95,9 @@ def failed_group(request: HttpRequest, group: str) -> HttpResponse:
         raise Http404(f"There are no failed jobs in group {group!r}.")
     form = _filter_form(request)
     now = float(client.now())
+    newest = client.jobs.failed_newest([group]).get(group)
     context: dict[str, Any] = {"group": group, "total": total, "bulk_limit": BULK_LIMIT,
+                               "sample": job_row(newest, float(client.now())) if newest else None,
                                "filter_form": form, "zone": timezone.get_current_timezone_name()}
     if form.active:
         # Filtered pages follow a cursor, and live refresh (unfiltered rows) is off.
@@ -154,3 +162,45 @@ def failed_bulk(request: HttpRequest, group: str, action: str) -> HttpResponse:
     if total - done > 0:
         return redirect_back(request, qurl(request, "failed_group", group))
     return redirect_back(request, qurl(request, "failed"))
+
+
+@dashboard_view(manage=True)
+def failed_retry_all(request: HttpRequest) -> HttpResponse:
+    """Confirm (GET) then retry failed jobs of every group, at most BULK_LIMIT per POST."""
+    client = client_for(request)
+    groups = _groups(client)
+    total = sum(g["count"] for g in groups)
+    back = qurl(request, "failed")
+    if total == 0:
+        messages.info(request, "There are no failed jobs: nothing to retry.")
+        return redirect_back(request, back)
+    batch = min(total, BULK_LIMIT)
+    if request.method != "POST":
+        question = (f"Retry all {total} failed jobs of {len(groups)} failure "
+                    f"group{'s' if len(groups) != 1 else ''}?" if total <= BULK_LIMIT else
+                    f"Retry {batch} of the {total} failed jobs ({len(groups)} groups)? "
+                    f"At most {BULK_LIMIT} are retried per request: run it again for the rest.")
+        return render_page(
+            request, "django_qless/confirm.html",
+            {"action": qurl(request, "failed_retry_all"), "question": question,
+             "details": [f"{g['count']} in {g['group']}" for g in groups[:20]]
+             + ([f"… and {len(groups) - 20} more groups"] if len(groups) > 20 else []),
+             "button": f"Yes, retry {batch} jobs", "back": back},
+            title="Retry all failed jobs",
+            crumbs=[("Failed", back), ("Retry all", None)])
+    jids: list[str] = []
+    for group in groups:
+        if len(jids) >= BULK_LIMIT:
+            break
+        reply = client.jobs.failed(group["group"], start=0, limit=BULK_LIMIT - len(jids))
+        jids.extend(job.jid for job in reply.get("jobs", []))
+    result = client.jobs.retry_many(jids)
+    logger.info("user %s retried %d failed jobs of all groups", request.user, len(result.done))
+    messages.success(request, f"Retried {len(result.done)} failed jobs.")
+    if result.refused:
+        jid, why = next(iter(result.refused.items()))
+        messages.warning(request, f"{len(result.refused)} could not be retried ({jid}: {why}).")
+    remaining = sum(int(n) for n in (client.jobs.failed() or {}).values())
+    if remaining:
+        messages.info(request, f"{remaining} more failed jobs remain: run “Retry all” again.")
+    return redirect_back(request, back)

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 
-from django_qless.core.feed import LogFeed
+from django_qless.views import event_buffer
 from django_qless.views.base import (
     api_view,
     client_for,
@@ -24,30 +24,46 @@ __all__ = ["events", "events_stream"]
 KEEPALIVE_SECONDS = 15.0
 
 
-def _stream(client: Any, seconds: float) -> Iterator[str]:
-    """Relay the engine's log events for a bounded time; the browser's EventSource reconnects."""
-    with LogFeed(client) as feed:
-        feed.open()
+def _stream(client: Any, seconds: float, last_id: str) -> Iterator[str]:
+    """Relay buffered engine events for a bounded time, from ``Last-Event-ID`` on.
+
+    The browser's EventSource reconnects after each response and sends the id of the last
+    event it got, so the events published in between are replayed from the buffer.
+    """
+    settings = ui_settings()
+    buffer = event_buffer.acquire(client, int(settings.get("EVENTS_BUFFER_SIZE", 1000)),
+                                  float(settings.get("EVENTS_LINGER_SECONDS", 60)))
+    try:
+        # The position is taken before the first yield: events that arrive while the client
+        # reads that line are sent next, not skipped.
+        cursor, lost = buffer.resume(last_id)
         yield "retry: 2000\n\n"
+        if lost:
+            # Said, not hidden: the page shows where events may be missing.
+            yield f"event: gap\ndata: {json.dumps({'until': time.time()})}\n\n"
         deadline, quiet_since = time.monotonic() + seconds, time.monotonic()
-        while time.monotonic() < deadline:
-            payload = feed.next(timeout=1.0)
-            if payload is None:
+        while time.monotonic() < deadline and buffer.alive:
+            items = buffer.after(cursor, timeout=1.0)
+            if not items:
                 if time.monotonic() - quiet_since > KEEPALIVE_SECONDS:
                     quiet_since = time.monotonic()
                     yield ": keepalive\n\n"
                 continue
-            payload.setdefault("when", time.time())
-            # Re-encoded on one line: a raw newline would end the SSE field early.
-            yield f"event: qless\ndata: {json.dumps(payload, ensure_ascii=True)}\n\n"
+            for cursor, payload in items:
+                # Re-encoded on one line: a raw newline would end the SSE field early.
+                yield (f"id: {buffer.token}-{cursor}\nevent: qless\n"
+                       f"data: {json.dumps(payload, ensure_ascii=True)}\n\n")
             quiet_since = time.monotonic()
+    finally:
+        buffer.detach()
 
 
 @api_view
 def events_stream(request: HttpRequest) -> HttpResponse:
     """Stream engine events as ``text/event-stream`` (staff session or bearer token)."""
     seconds = float(ui_settings().get("EVENTS_STREAM_SECONDS", 25))
-    response = StreamingHttpResponse(_stream(client_for(request), seconds),
+    last_id = request.headers.get("Last-Event-ID", "")[:64]
+    response = StreamingHttpResponse(_stream(client_for(request), seconds, last_id),
                                      content_type="text/event-stream; charset=utf-8")
     response["X-Accel-Buffering"] = "no"  # let proxies pass events through at once
     return response  # type: ignore[return-value]

@@ -98,8 +98,11 @@ def queue_tab(request: HttpRequest, name: str, state: str) -> HttpResponse:
 @dashboard_view(post_only=True)
 def queue_pause(request: HttpRequest, name: str) -> HttpResponse:
     """Pause a queue: workers stop taking its jobs."""
-    client = client_for(request)
-    known_queue(client, name).pause()
+    queue = known_queue(client_for(request), name)
+    if queue.paused:
+        messages.info(request, f"Queue {name} is already paused: nothing changed.")
+        return redirect_back(request, qurl(request, "queue", name))
+    queue.pause()
     messages.success(request, f"Paused queue {name}.")
     return redirect_back(request, qurl(request, "queue", name))
 
@@ -107,8 +110,11 @@ def queue_pause(request: HttpRequest, name: str) -> HttpResponse:
 @dashboard_view(post_only=True)
 def queue_unpause(request: HttpRequest, name: str) -> HttpResponse:
     """Unpause a queue."""
-    client = client_for(request)
-    known_queue(client, name).unpause()
+    queue = known_queue(client_for(request), name)
+    if not queue.paused:
+        messages.info(request, f"Queue {name} is not paused: nothing changed.")
+        return redirect_back(request, qurl(request, "queue", name))
+    queue.unpause()
     messages.success(request, f"Unpaused queue {name}.")
     return redirect_back(request, qurl(request, "queue", name))
 

@@ -64,3 +64,17 @@ def test_bad_filters_are_refused(client: Client) -> None:
                    {"count": 0}, {"until": float("nan")}):
         with pytest.raises(InvalidArgument):
             client.jobs.failed_matching("g", **kwargs)
+
+
+def test_failed_newest_is_each_groups_latest_failure(client: Client, clock: FakeClock) -> None:
+    q = client.queues["q"]
+    for n, group in enumerate(["a", "a", "b"]):
+        q.put("K", {}, jid=f"j{n}")
+        job = q.pop()
+        assert job is not None
+        clock.advance(1)
+        job.fail(group, f"message {n}")
+    newest = client.jobs.failed_newest(["a", "b", "none"])
+    assert {g: j.jid for g, j in newest.items()} == {"a": "j1", "b": "j2"}
+    assert newest["a"].failure["message"] == "message 1"
+    assert client.jobs.failed_newest([]) == {}

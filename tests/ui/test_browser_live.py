@@ -26,7 +26,9 @@ STRUCTURE = """(selector) => {
         const text = child.textContent.trim();
         if (text) { out.push([depth, '#text', text]); }
       } else if (child.nodeType === 1) {
-        const attrs = [...child.attributes].map(a => a.name + '=' + a.value).sort();
+        // A CSRF token is masked afresh in every response: compare its presence only.
+        const attrs = [...child.attributes].map(a => a.name + '=' + (
+          child.name === 'csrfmiddlewaretoken' && a.name === 'value' ? 'token' : a.value)).sort();
         out.push([depth, child.tagName, attrs.join(' ')]);
         walk(child, depth + 1);
       }

@@ -42,6 +42,7 @@
 
   function fillRow(template, item) {
     var frag = template.content.cloneNode(true);
+    consoleFill(frag, item);
     frag.querySelectorAll("[data-field]").forEach(function (el) {
       el.textContent = show(item[el.getAttribute("data-field")]);
     });
@@ -122,6 +123,7 @@
       if (payload.version === container.getAttribute("data-live-version")) { return null; }
       return reloadBlock(container);
     }
+    consoleStale(container, payload);
     owned(container, "[data-live-text]").forEach(function (el) {
       var value = lookup(payload, el.getAttribute("data-live-text"));
       if (value !== undefined) { el.textContent = show(value); }
@@ -132,14 +134,17 @@
       var table = body.closest("table");
       var template = table && table.querySelector("template[data-live-template='" + key + "']");
       if (!Array.isArray(items) || !template) { return; }
+      if (consoleBusy(body)) { return; }  // never rebuild rows under the user's hands
       var signature = JSON.stringify(items);
       if (body.getAttribute("data-live-signature") === signature) { return; }
       body.setAttribute("data-live-signature", signature);
+      var kept = consoleChecked(body);
       while (body.firstChild) { body.removeChild(body.firstChild); }
       if (items.length === 0) {
         body.appendChild(emptyRow(template, body.getAttribute("data-live-empty") || "Nothing here."));
       }
       items.forEach(function (item) { body.appendChild(fillRow(template, item)); });
+      consoleRecheck(body, kept);
     });
   }
 
@@ -200,7 +205,8 @@
       row.appendChild(td);
     };
     source.addEventListener("open", function () { say("live events"); });
-    source.addEventListener("error", function () { say("reconnecting"); });
+    source.addEventListener("error", function () { say("reconnecting"); eventsDropped(); });
+    source.addEventListener("gap", function () { eventsGap(stream); });
     source.addEventListener("qless", function (message) {
       var item;
       try { item = JSON.parse(message.data); } catch (e) { return; }
@@ -216,6 +222,7 @@
       cell(row, [item.group, item.message, item.option, item.value].filter(function (v) {
         return v !== undefined && v !== null && v !== false && v !== "";
       }).map(show).join(" \u00b7 "));
+      eventsSeen();
       stream.insertBefore(row, stream.firstChild);
       while (stream.rows.length > 200) { stream.deleteRow(stream.rows.length - 1); }
     });
@@ -228,4 +235,113 @@
       event.preventDefault();
     }
   });
+
+  // ---- operator's console: row actions, selections, stale notices, events resume ----
+
+  function consoleFill(frag, item) {
+    // Conditional parts of a row (shown for some states only), and attribute values that
+    // are not links: form actions (URL path part escaped) and checkbox values.
+    frag.querySelectorAll("[data-when-field]").forEach(function (el) {
+      var value = show(item[el.getAttribute("data-when-field")]);
+      if (typeof item[el.getAttribute("data-when-field")] === "boolean") {
+        value = String(item[el.getAttribute("data-when-field")]);
+      }
+      var within = el.hasAttribute("data-when-in")
+        ? el.getAttribute("data-when-in").split(" ").indexOf(value) >= 0
+        : el.getAttribute("data-when-not").split(" ").indexOf(value) < 0;
+      if (!within) { el.remove(); return; }
+      el.removeAttribute("data-when-field");
+      el.removeAttribute("data-when-in");
+      el.removeAttribute("data-when-not");
+    });
+    frag.querySelectorAll("[data-action]").forEach(function (el) {
+      var value = item[el.getAttribute("data-action-field")];
+      el.setAttribute("action", el.getAttribute("data-action").replace(
+        "__qv__", pathPart(show(value))));
+      el.removeAttribute("data-action");
+      el.removeAttribute("data-action-field");
+    });
+    frag.querySelectorAll("[data-value-field]").forEach(function (el) {
+      el.setAttribute("value", show(item[el.getAttribute("data-value-field")]));
+      el.removeAttribute("data-value-field");
+    });
+  }
+
+  function consoleBusy(body) {
+    // Focus inside the rows (typing a queue name) or an open actions menu: wait.
+    var el = document.activeElement;
+    return (!!el && el !== document.body && body.contains(el)) ||
+      !!body.querySelector("details[open]");
+  }
+
+  function consoleChecked(body) {
+    return Array.prototype.map.call(
+      body.querySelectorAll("input[type=checkbox][name=jid]:checked"),
+      function (box) { return box.value; });
+  }
+
+  function consoleRecheck(body, jids) {
+    body.querySelectorAll("input[type=checkbox][name=jid]").forEach(function (box) {
+      box.checked = jids.indexOf(box.value) >= 0;
+    });
+    consoleCount(body.closest("table"));
+  }
+
+  function consoleCount(table) {
+    var all = table && table.querySelector("[data-select-all]");
+    if (!all) { return; }
+    var form = all.getAttribute("data-select-all");
+    var boxes = document.querySelectorAll("input[type=checkbox][name=jid][form='" + form + "']");
+    var checked = Array.prototype.filter.call(boxes, function (b) { return b.checked; });
+    all.checked = boxes.length > 0 && checked.length === boxes.length;
+    document.querySelectorAll("[data-selected-count='" + form + "']").forEach(function (el) {
+      el.textContent = String(checked.length);
+    });
+  }
+
+  function consoleStale(container, payload) {
+    // A page that does not rebuild its rows says when they are out of date instead.
+    owned(container, "[data-live-stale]").forEach(function (el) {
+      var now = lookup(payload, el.getAttribute("data-live-stale"));
+      if (now === undefined) { return; }
+      el.hidden = String(now) === el.getAttribute("data-live-initial");
+      el.querySelectorAll("[data-live-now]").forEach(function (n) { n.textContent = show(now); });
+    });
+  }
+
+  document.addEventListener("change", function (event) {
+    var target = event.target;
+    if (target.hasAttribute && target.hasAttribute("data-select-all")) {
+      var form = target.getAttribute("data-select-all");
+      document.querySelectorAll("input[type=checkbox][name=jid][form='" + form + "']")
+        .forEach(function (box) { box.checked = target.checked; });
+    }
+    if (target.matches && target.matches("input[type=checkbox]")) {
+      consoleCount(target.closest("table"));
+    }
+  });
+
+  // The event stream resumes from the last event id after a reconnect; when the server
+  // cannot replay (another process, or a buffer that restarted) it sends "gap" instead.
+  var eventsLastSeen = new Date();
+  var eventsDroppedAt = null;
+
+  function eventsSeen() { eventsLastSeen = new Date(); eventsDroppedAt = null; }
+
+  function eventsDropped() { if (!eventsDroppedAt) { eventsDroppedAt = eventsLastSeen; } }
+
+  function eventsGap(body) {
+    var from = eventsDroppedAt || eventsLastSeen;
+    eventsDroppedAt = null;
+    var row = document.createElement("tr");
+    var td = document.createElement("td");
+    row.className = "qless-gap";
+    td.colSpan = 6;
+    td.textContent = "Reconnected \u2014 events between " + from.toLocaleTimeString() +
+      " and " + new Date().toLocaleTimeString() + " may be missing.";
+    row.appendChild(td);
+    var empty = body.querySelector(".qless-empty");
+    if (empty) { empty.remove(); }
+    body.insertBefore(row, body.firstChild);
+  }
 }());
