@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,6 +13,7 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client, override_settings
 
 from django_qless.clients import clients, get_client
+from tests.ui.browser import ARGS, CHROMIUM, shots_dir
 
 XSS_PROBES = (
     "<script>alert(1)</script>",
@@ -109,3 +113,54 @@ def pop_job(qc: Any, queue: str = "q", worker: str = "w1") -> Any:
     from django_qless.core.client import Client as CoreClient
 
     return CoreClient(qc.redis, worker_name=worker, _clock=qc.now).queues[queue].pop()
+
+
+# -- headless Chromium (Debian's; never a downloaded browser) ---------------------------------
+
+@pytest.fixture(scope="module")
+def allow_sync_orm() -> Iterator[None]:
+    """Let fixtures use the ORM while Playwright's sync API keeps an event loop running."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+        yield
+
+
+@pytest.fixture(scope="module")
+def browser(allow_sync_orm: None) -> Iterator[Any]:
+    """One headless Chromium per module; skip when Chromium or Playwright is missing."""
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as pw:
+        launched = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def shots(tmp_path: Path) -> Path:
+    """Return where screenshots go: docs/screenshots with QLESS_SAVE_SCREENSHOTS=1."""
+    return shots_dir(tmp_path)
+
+
+@pytest.fixture
+def page(browser: Any, live_server: Any, transactional_db: None, manager: Any) -> Iterator[Any]:
+    """A logged-in page; dialogs are recorded (and dismissed) so XSS cannot hide."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    tab = context.new_page()
+    tab.dialogs = []
+
+    def on_dialog(dialog: Any) -> None:
+        tab.dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    tab.on("dialog", on_dialog)
+    tab.set_default_timeout(15000)
+    tab.goto(f"{live_server.url}/admin/login/?next=/qless/")
+    tab.fill("#id_username", "manager")
+    tab.fill("#id_password", "pw-manager")
+    tab.click("input[type=submit]")
+    tab.wait_for_url(re.compile(r".*/qless/$"))
+    tab.base = live_server.url
+    yield tab
+    context.close()

@@ -2,76 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from django_qless.core.client import Client as CoreClient
+from tests.ui.browser import PROBE, save_screens, wait_live
 from tests.ui.conftest import fail_job, pop_job
 
 pytestmark = pytest.mark.browser
-
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-SHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
-PROBE = "<img src=x onerror=alert(1)>"
-
-if not os.path.exists(CHROMIUM):
-    pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)",
-                allow_module_level=True)
-sync_api = pytest.importorskip("playwright.sync_api")
-
-
-@pytest.fixture(scope="module")
-def allow_sync_orm() -> Iterator[None]:
-    """Let fixtures use the ORM while Playwright's sync API keeps an event loop running."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-        yield
-
-
-@pytest.fixture(scope="module")
-def browser(allow_sync_orm: None) -> Iterator[Any]:
-    """One headless Chromium for the module (the system's; never a downloaded one)."""
-    with sync_api.sync_playwright() as pw:
-        launched = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield launched
-        launched.close()
-
-
-@pytest.fixture
-def page(browser: Any, live_server: Any, transactional_db: None, manager: Any) -> Iterator[Any]:
-    """A logged-in page; dialogs are recorded (and dismissed) so XSS cannot hide."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    tab = context.new_page()
-    tab.dialogs = []
-
-    def on_dialog(dialog: Any) -> None:
-        tab.dialogs.append(dialog.message)
-        dialog.dismiss()
-
-    tab.on("dialog", on_dialog)
-    tab.set_default_timeout(15000)
-    tab.goto(f"{live_server.url}/admin/login/?next=/qless/")
-    tab.fill("#id_username", "manager")
-    tab.fill("#id_password", "pw-manager")
-    tab.click("input[type=submit]")
-    tab.wait_for_url(re.compile(r".*/qless/$"))
-    tab.base = live_server.url
-    yield tab
-    context.close()
-
-
-def wait_live(page: Any) -> None:
-    """Wait until the static script has refreshed the page from the JSON API once."""
-    page.wait_for_function(
-        "() => (document.querySelector('[data-live-status]') || {}).textContent"
-        ".startsWith('live \\u00b7')")
 
 
 def test_job_appears_live_then_open_and_change_priority(page: Any, qc: Any) -> None:
@@ -182,9 +123,8 @@ def test_pages_work_without_javascript(browser: Any, live_server: Any, transacti
     context.close()
 
 
-def test_screenshots(page: Any, qc: Any) -> None:
-    """Save the overview, queue, job and failed pages for the docs (and look at them)."""
-    SHOTS.mkdir(parents=True, exist_ok=True)
+def test_screenshots(page: Any, qc: Any, shots: Path) -> None:
+    """Screenshot every main page light, dark and 390 px wide (for the docs when asked)."""
     jid = fail_job(qc, "reports", group="reports.TimeoutError",
                    message='Traceback (most recent call last):\n  File "app/jobs.py", line 12, '
                            'in build_report\nTimeoutError: upstream took 30s',
@@ -211,17 +151,11 @@ def test_screenshots(page: Any, qc: Any) -> None:
     pop_job(qc, "emails", worker="web-1-4242")
     qc.queues["reports"].put("app.jobs.build_report", {"month": "2026-10"}, delay=3600)
     qc.queues["reports"].recur("app.jobs.nightly", {}, 86400, jid="nightly")
-    for name, path in (("overview", "/qless/"), ("queue", "/qless/queues/emails/"),
-                       ("job", f"/qless/jobs/{jid}/"), ("failed", "/qless/failed/")):
-        page.goto(page.base + path)
-        if page.locator("[data-live-src]").count():
-            wait_live(page)
-        page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
-        assert (SHOTS / f"{name}.png").stat().st_size > 10_000
-    dark = page.context.browser.new_context(color_scheme="dark",
-                                            viewport={"width": 1280, "height": 900})
-    dark_page = dark.new_page()
-    dark_page.context.add_cookies(page.context.cookies())
-    dark_page.goto(page.base + "/qless/queues/emails/")
-    dark_page.screenshot(path=str(SHOTS / "queue-dark.png"), full_page=True)
-    dark.close()
+    save_screens(page, shots, (
+        ("overview", "/qless/"), ("queue", "/qless/queues/emails/"),
+        ("job", f"/qless/jobs/{jid}/"), ("failed", "/qless/failed/"),
+        ("failed-group", "/qless/failed/group/reports.TimeoutError"), ("tags", "/qless/tags/"),
+        ("tracked", "/qless/tracked/"), ("recurring", "/qless/recurring/"),
+        ("throttles", "/qless/throttles/"), ("config", "/qless/config/"),
+        ("events", "/qless/events/"),
+    ))

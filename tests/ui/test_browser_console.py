@@ -3,21 +3,14 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from django_qless.core.client import Client as CoreClient
-from tests.ui import test_browser as shared
+from tests.ui.browser import PROBE, save_screens, wait_live
 from tests.ui.conftest import fail_job, pop_job
-
-# The Chromium fixtures of test_browser.py, shared by name (it skips when Chromium is absent).
-allow_sync_orm = shared.allow_sync_orm
-browser = shared.browser
-page = shared.page
-wait_live = shared.wait_live
-PROBE = shared.PROBE
-SHOTS = shared.SHOTS
 
 pytestmark = pytest.mark.browser
 
@@ -130,9 +123,8 @@ def test_narrow_screen_tables_scroll_sideways(page: Any, qc: Any) -> None:
     assert box[0] > box[1] and box[2] == "auto"
 
 
-def test_console_screenshots(page: Any, qc: Any) -> None:
-    """Save the console pages for the docs: light, dark and 390 px wide."""
-    SHOTS.mkdir(parents=True, exist_ok=True)
+def test_console_screenshots(page: Any, qc: Any, shots: Path) -> None:
+    """Screenshot the console pages light, dark and 390 px wide (for the docs when asked)."""
     busy = worker(qc, "web-1-4242", host="web-1", queues=("emails", "reports"))
     worker(qc, "web-2-4343", ago=600, host="web-2", queues=("reports",))
     for i in range(12):
@@ -148,17 +140,4 @@ def test_console_screenshots(page: Any, qc: Any) -> None:
     pages = (("workers", "/qless/workers/"), ("worker", "/qless/workers/web-1-4242"),
              ("search", "/qless/search/?q=app.jobs.send_email"),
              ("charts", "/qless/charts/"), ("redis", "/qless/redis/"))
-    browser_ = page.context.browser
-    cookies = page.context.cookies()
-    for suffix, options in (("", {}), ("-dark", {"color_scheme": "dark"}),
-                            ("-390", {"viewport": {"width": 390, "height": 844}})):
-        context = browser_.new_context(**{"viewport": {"width": 1280, "height": 900}, **options})
-        context.add_cookies(cookies)
-        tab = context.new_page()
-        for name, path in pages:
-            response = tab.goto(page.base + path)
-            assert response is not None and response.status == 200, path
-            target = SHOTS / f"console-{name}{suffix}.png"
-            tab.screenshot(path=str(target), full_page=True)
-            assert target.stat().st_size > 5_000
-        context.close()
+    save_screens(page, shots, pages, prefix="console-")

@@ -10,11 +10,10 @@ from typing import Any
 
 import pytest
 
-from tests.ui import test_browser as base
+from tests.ui.browser import wait_live
 from tests.ui.conftest import fail_job
 
 pytestmark = pytest.mark.browser
-allow_sync_orm, browser, wait_live = base.allow_sync_orm, base.browser, base.wait_live
 
 
 @pytest.fixture

@@ -9,13 +9,10 @@ import pytest
 
 from django_qless.core.client import Client as CoreClient
 from django_qless.options import RESULT_KEY
-from tests.ui import test_browser as base
+from tests.ui.browser import wait_live
 from tests.ui.conftest import pop_job
 
 pytestmark = pytest.mark.browser
-# The main browser tests' fixtures: one Chromium per module, a logged-in manager's page.
-allow_sync_orm, browser, page, wait_live = (base.allow_sync_orm, base.browser, base.page,
-                                            base.wait_live)
 
 # A DOM walk that ignores whitespace: what a server render and a live refresh must share.
 STRUCTURE = """(selector) => {
