@@ -1,9 +1,11 @@
 -- base.lua: the shared local table Q and the helpers every command uses.
 --
+--@ helpers
+--
 -- Commands: none (helpers only).
 -- Helpers: key builders, config reads, job hash reads, attempt tokens, event payloads, the
 -- wake-up channel, the tag index. Argument validation is in validate.lua, history in
--- history.lua, the job-object and statistics loaders in objects.lua. Every other file wraps
+-- history.lua, job objects and statistics in objects.lua and samples.lua. Every other file wraps
 -- its code in loaders (`Q.mod.<name> = function() ... end`) that api.lua runs per command,
 -- because each EVALSHA re-runs the whole script body and creating closures costs CPU.
 --
@@ -19,6 +21,35 @@
 --   ql:log, ql:w:<worker>, ql:<event>  channels (PUBLISH)
 
 local Q = {}
+-- Per-call state, in one table every file sees, reset by Q.begin (run once per call by main()
+-- in api.lua, the only place that resets it): as a Redis 7 function the table lives across
+-- calls and is cleared, not re-allocated. The batches (woken, stats) are emptied by their
+-- flush; only a call that raised leaves them dirty, so most calls allocate no new tables.
+--   op           the command's name in error texts ('Put', 'Complete'...)
+--   now          the call's time; now_text: the caller's text of it when kept as sent
+--   cfgv         config fields read this call (Q.load_config, Q.cfg)
+--   woken, woken_list       queues to wake at the end (Q.wake, Q.flush_wake)
+--   stats_acc, stats_order  wait/run samples to write at the end (samples.lua)
+--   worker_seen  the caller's ql:workers entry was refreshed (pop)
+--   qth, due     per-queue throttle flag and `#due` bound read this call (pop, throttle)
+local ctx = { op = false, now = 0, now_text = nil, cfgv = nil, woken = {}, woken_list = {},
+  stats_acc = {}, stats_order = {}, worker_seen = nil, qth = nil, due = nil }
+Q.ctx = ctx
+
+-- Start a call: reset the per-call state for command `op` at time `now` (`now_text`: the
+-- caller's text of it, or nil).
+function Q.begin(op, now, now_text)
+  ctx.op, ctx.now, ctx.now_text = op, now, now_text
+  ctx.cfgv, ctx.worker_seen, ctx.qth, ctx.due = nil, nil, nil, nil
+  if ctx.woken_list[1] then
+    ctx.woken = {}
+    ctx.woken_list = {}
+  end
+  if ctx.stats_order[1] then
+    ctx.stats_acc = {}
+    ctx.stats_order = {}
+  end
+end
 local rcall = redis.call
 local cjson_encode = cjson.encode
 local cjson_decode = cjson.decode
@@ -44,7 +75,7 @@ Q.commands = {}
 Q.MAX_LIST = 1000
 -- Module loaders: every EVALSHA runs the whole script body, and creating a closure costs
 -- time, so each file wraps its functions in a loader that api.lua runs only for the
--- commands that need it (see ROUTES there). As a Redis 7 function each loader runs once.
+-- commands that need it (ROUTES, generated from the files' `--@` lines). As a Redis 7 function each loader runs once.
 Q.mod = {}
 -- Module lists already loaded: as a Redis 7 function the script body runs once per server, so
 -- after the first call of each command this is one table lookup.
@@ -63,25 +94,6 @@ end
 Q.CHUNK = 500
 Q.MAX_DATA = 1048576
 Q.MAX_MESSAGE = 65536
-
--- Per-call state, reset by the dispatcher (api.lua). The batches are emptied by their flush;
--- only a call that raised leaves them dirty, so most calls allocate no new tables here.
-Q.woken = {}
-Q.woken_list = {}
-Q.stats_acc = {}
-Q.stats_order = {}
-function Q.reset(op)
-  Q.op = op
-  Q.cfgv = nil
-  if Q.woken_list[1] then
-    Q.woken = {}
-    Q.woken_list = {}
-  end
-  if Q.stats_order[1] then
-    Q.stats_acc = {}
-    Q.stats_order = {}
-  end
-end
 
 -- ---------------------------------------------------------------- keys
 
@@ -127,7 +139,7 @@ end
 -- A time for a ZADD score: the caller's own text of `now` when it is plain decimal (ZADD
 -- parses it to the very same double, and redis.call need not format the number), else as is.
 function Q.time_arg(t)
-  if t == Q.now and Q.now_text then return Q.now_text end
+  if t == ctx.now and ctx.now_text then return ctx.now_text end
   return t
 end
 
@@ -151,18 +163,18 @@ end
 -- Read the named config fields with one HMGET for the whole call.
 function Q.load_config(names)
   local values = rcall('HMGET', 'ql:config', unpack(names))
-  Q.cfgv = Q.cfgv or {}
-  for i, name in ipairs(names) do Q.cfgv[name] = values[i] or false end
+  ctx.cfgv = ctx.cfgv or {}
+  for i, name in ipairs(names) do ctx.cfgv[name] = values[i] or false end
 end
 
 -- A config value (string from ql:config, else the default), read lazily if not loaded.
 function Q.cfg(name)
-  local cache = Q.cfgv
+  local cache = ctx.cfgv
   if not cache or cache[name] == nil then
-    Q.cfgv = cache or {}
-    Q.cfgv[name] = rcall('HGET', 'ql:config', name) or false
+    ctx.cfgv = cache or {}
+    ctx.cfgv[name] = rcall('HGET', 'ql:config', name) or false
   end
-  local v = Q.cfgv[name]
+  local v = ctx.cfgv[name]
   if v == false then return Q.DEFAULTS[name] or Q.FALLBACKS[name] end
   return v
 end
@@ -221,7 +233,7 @@ Q.HORIZON = 1
 -- Raw stored config value (false if unset), without defaults.
 function Q.cfgraw(name)
   Q.cfg(name)
-  return Q.cfgv[name]
+  return ctx.cfgv[name]
 end
 
 -- A lock, schedule or spawn time `at` was written: keep `#due` a lower bound.
@@ -229,7 +241,7 @@ function Q.lower_due(queue, at)
   local field = Q.mfield('due', queue)
   local cur = tonumber(rcall('HGET', 'ql:config', field))
   if cur and at < cur then rcall('HSET', 'ql:config', field, at) end
-  if Q.cfgv then Q.cfgv[field] = nil end
+  if ctx.cfgv then ctx.cfgv[field] = nil end
 end
 
 -- Decode a stored JSON list (tags/throttles); tolerate the {} quirk and garbage.
@@ -296,22 +308,19 @@ end
 
 -- Note that jobs became ready in a queue; published once per call (Q.flush_wake).
 function Q.wake(queue)
-  if not Q.woken[queue] then
-    Q.woken[queue] = true
-    tinsert(Q.woken_list, queue)
+  if not ctx.woken[queue] then
+    ctx.woken[queue] = true
+    tinsert(ctx.woken_list, queue)
   end
 end
-
--- Modules a hand-off needs (handoff.lua), loaded only when a worker waits for one.
-local HANDOFF_MODS = 'throttle,stats,objects,spawn,timers,pop,handoff'
 
 -- Publish the wake-ups noted during this call. First, ready jobs go straight to the idle
 -- workers waiting on the queue (handoff.lua); a queue left with no ready job needs no wake-up.
 function Q.flush_wake(now)
-  local list = Q.woken_list
+  local list = ctx.woken_list
   if not list[1] then return end
-  Q.woken = {}
-  Q.woken_list = {}
+  ctx.woken = {}
+  ctx.woken_list = {}
   for _, queue in ipairs(list) do
     local idle = rcall('ZRANGEBYSCORE', 'ql:idle:' .. queue, now, '+inf', 'LIMIT', 0, 10)
     local ready = true
@@ -323,10 +332,10 @@ function Q.flush_wake(now)
     if ready then rcall('PUBLISH', 'ql:wake:' .. queue, queue) end
   end
   -- Queues woken by those pops (an expired lock put back), without a second hand-off round.
-  if Q.woken_list[1] then
-    for _, queue in ipairs(Q.woken_list) do rcall('PUBLISH', 'ql:wake:' .. queue, queue) end
-    Q.woken = {}
-    Q.woken_list = {}
+  if ctx.woken_list[1] then
+    for _, queue in ipairs(ctx.woken_list) do rcall('PUBLISH', 'ql:wake:' .. queue, queue) end
+    ctx.woken = {}
+    ctx.woken_list = {}
   end
 end
 

@@ -1,6 +1,9 @@
 -- complete.lua: completing a job (also the first half of the worker's complete.reserve),
 -- releasing its dependents, and the retention of completed jobs.
 --
+--@ needs throttle samples job
+--@ command complete
+--
 -- Commands (after `now`):
 --   complete  jid worker queue data [next q] [delay d] [depends JSON] [token t] -> state text
 --
@@ -109,8 +112,12 @@ Q.mod.complete = function()
     if #dents > 0 then rcall('DEL', Q.kdents(jid)) end
   end
 
-  -- Complete a running job whose ownership was checked (h from Q.check_running).
-  function Q.complete(now, jid, worker, queue, data, h, nextq, delay, depends, token)
+  -- Complete a running job whose ownership was checked (h from Q.check_running). `o` holds
+  -- the validated arguments: jid, worker, queue, data, token (or nil), and for `complete ...
+  -- next`: next (the queue), delay (seconds, 0 for none), depends (list of jids or nil).
+  function Q.complete(now, h, o)
+    local jid, worker, queue, data, token = o.jid, o.worker, o.queue, o.data, o.token
+    local nextq, delay, depends = o.next, o.delay or 0, o.depends
     local key = Q.kjob(jid)
     local compact = not nextq and h.history
       and Q.compact_done(h.history, now, worker, jid, h, data)
@@ -189,6 +196,7 @@ Q.mod.complete = function()
     if depends then Q.check_cycle(jid, depends) end
     Q.load_config({ 'jobs-history', 'jobs-history-count', 'max-job-history', '#completed-due',
       queue .. '-max-concurrency' })
-    return Q.complete(now, jid, worker, queue, data, h, nextq, delay, depends, token)
+    return Q.complete(now, h, { jid = jid, worker = worker, queue = queue, data = data,
+      token = token, next = nextq, delay = delay, depends = depends })
   end }
 end

@@ -1,5 +1,9 @@
 -- config.lua: configuration commands.
 --
+--@ command config.get
+--@ command config.set
+--@ command config.unset
+--
 -- Commands (after `now`):
 --   config.get    [key]      -> value (bulk string, integer for defaults) or JSON of all
 --   config.set    key value  -> nil

@@ -1,5 +1,7 @@
 -- handoff.lua: hand a ready job straight to an idle worker (extension).
 --
+--@ needs throttle samples pop
+--
 -- A worker with nothing to do calls `reserve.wait`: it reserves as `reserve` does and, when
 -- nothing is ready, registers as idle on those queues until now + ttl. When jobs then become
 -- ready in one of them (any call that wakes the queue: put, release, retry, promotion,
@@ -51,7 +53,7 @@ Q.mod.handoff = function()
         Q.idle_forget(worker) -- gone, or stopped waiting
       else
         Q.pop_config({ queue })
-        Q.worker_seen = nil -- this worker's ql:workers entry is its own
+        ctx.worker_seen = nil -- this worker's ql:workers entry is its own
         local out = {}
         if Q.pop_queue(now, queue, worker, 1, true, out) == 0 then return end
         Q.idle_forget(worker)

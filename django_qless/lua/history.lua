@@ -1,5 +1,7 @@
 -- history.lua: job history: the compact first visit in the job hash and the history list.
 --
+--@ helpers
+--
 -- Commands: none (helpers only).
 -- Keys:
 --   ql:j:<jid>            hash  field `history` = compact first visit in qless-core's legacy

@@ -1,5 +1,12 @@
 -- job.lua: commands acting on one job (or a list of jobs).
 --
+--@ command fail throttle
+--@ command retry throttle
+--@ command release throttle
+--@ command heartbeat
+--@ command timeout throttle
+--@ command cancel throttle
+--
 -- Commands (after `now`); complete is in complete.lua, depends/priority/log/get/multiget/
 -- tag/track in jobmeta.lua, put/requeue/put.many in put.lua:
 --   fail      jid worker group message [data [token]]               -> jid

@@ -1,5 +1,13 @@
 -- jobmeta.lua: reading a job and changing what it carries besides its state.
 --
+--@ command depends job
+--@ command priority
+--@ command log
+--@ command tag
+--@ command track objects
+--@ command get objects
+--@ command multiget objects
+--
 -- Commands (after `now`):
 --   depends   jid on jid... | off jid...|all                        -> 1
 --   priority  jid priority                                          -> priority

@@ -1,5 +1,10 @@
 -- put.lua: creating and moving jobs.
 --
+--@ needs throttle job
+--@ command put
+--@ command requeue
+--@ command put.many
+--
 -- Commands (after `now`):
 --   put       worker queue jid klass data delay [priority p] [tags JSON] [retries n]
 --             [depends JSON] [throttles JSON] [depends-missing error|ignore]  -> jid
@@ -214,7 +219,7 @@ Q.mod.put = function()
     local ok, res = pcall(f, ...)
     if ok then return res end
     if type(res) ~= 'string' then error(res, 0) end
-    local mark = Q.op .. '(): '
+    local mark = ctx.op .. '(): '
     local at = res:find(mark, 1, true)
     if at then
       local cut = at + #mark - 1

@@ -1,5 +1,15 @@
 -- queries.lua: listing and managing queues, failures and statistics.
 --
+--@ command jobs timers
+--@ command length
+--@ command queues timers
+--@ command pause
+--@ command unpause
+--@ command queue.forget
+--@ command unfail
+--@ command failed
+--@ command stats
+--
 -- Commands (after `now`):
 --   jobs         complete [offset] [count]          -> array of jids
 --   jobs         running|stalled|scheduled|depends|recurring|waiting|throttled queue [offset] [count]

@@ -1,5 +1,11 @@
 -- worker.lua: worker listings and the worker's hot path (reserve, complete.reserve).
 --
+--@ command workers
+--@ command worker.deregister
+--@ command reserve throttle samples pop
+--@ command reserve.wait throttle samples pop handoff
+--@ command complete.reserve throttle samples complete pop
+--
 -- Commands (after `now`):
 --   workers            [worker]                          -> JSON
 --   worker.deregister  worker...                         -> nil
@@ -16,7 +22,7 @@
 --   ql:q:<queue>-scheduled|recur|locks  zset (ZRANGE 0 0 WITHSCORES, for the wake hint)
 --   ql:paused_queues       set   (SISMEMBER, wake hint skips paused queues)
 --   ql:config              hash  (HSET #due:<queue> with the exact bound on the idle path)
---   everything pop and complete touch (queue.lua, job.lua)
+--   everything pop and complete touch (pop.lua, complete.lua)
 
 
 Q.mod.worker = function()
@@ -69,7 +75,7 @@ Q.mod.worker = function()
         local heads = Q.timer_heads(queue)
         local exact = math.min(heads[1], heads[2], heads[3])
         local bound = math.min(exact, now + Q.HORIZON)
-        if Q.due == nil or Q.due[queue] ~= bound then
+        if ctx.due == nil or ctx.due[queue] ~= bound then
           rcall('HSET', 'ql:config', Q.mfield('due', queue), bound)
         end
         if exact < best then best = exact end
@@ -168,7 +174,8 @@ Q.mod.worker = function()
       return encode_reply(reply)
     end
     Q.pop_config(queues, queue)
-    local state = Q.complete(now, jid, worker, queue, data, h, nil, 0, nil, token)
+    local state = Q.complete(now, h,
+      { jid = jid, worker = worker, queue = queue, data = data, token = token })
     local reply = { state = state }
     if count == 0 then
       reply.jobs = {}

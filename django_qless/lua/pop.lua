@@ -1,5 +1,10 @@
--- queue.lua: taking jobs from a queue: pop, peek, the lease reaper, lock invalidation,
--- scheduled promotion. Listing and managing queues is in queries.lua.
+-- pop.lua: taking jobs from a queue: pop, peek, the lease reaper, lock invalidation.
+-- Scheduled promotion is in timers.lua; listing and managing queues in queries.lua.
+--
+--@ needs objects spawn timers
+--@ command pop throttle samples
+--@ command peek
+--@ command reap throttle samples
 --
 -- Commands (after `now`):
 --   pop          queue worker count                 -> JSON array of job objects
@@ -26,38 +31,6 @@
 --   channels: ql:log, ql:w:<worker>, ql:popped, ql:stalled, ql:failed, ql:wake:<queue>
 
 
-Q.mod.timers = function()
-  local rcall = Q.rcall
-
-  -- Lowest score of a queue's locks, recurring and scheduled sets (math.huge when empty).
-  function Q.timer_heads(queue)
-    local out = {}
-    for i, kind in ipairs({ 'locks', 'recur', 'scheduled' }) do
-      local first = rcall('ZRANGE', Q.kq(queue, kind), 0, 0, 'WITHSCORES')
-      out[i] = tonumber(first[2]) or math.huge
-    end
-    return out
-  end
-
-  -- Move up to `limit` due scheduled jobs into work (all due ones, bounded, if limit is nil).
-  function Q.promote(now, queue, limit, wake)
-    local key = Q.kq(queue, 'scheduled')
-    local jids = rcall('ZRANGEBYSCORE', key, 0, now, 'LIMIT', 0, limit or Q.CHUNK)
-    if #jids == 0 then return 0 end
-    local moved = 0
-    for _, jid in ipairs(jids) do
-      local priority = rcall('HGET', Q.kjob(jid), 'priority')
-      if priority then
-        rcall('ZADD', Q.kq(queue, 'work'), Q.score(tonumber(priority) or 0, now), jid)
-        rcall('HSET', Q.kjob(jid), 'state', 'waiting')
-        moved = moved + 1
-      end
-    end
-    Q.chunked('ZREM', key, jids)
-    if wake and moved > 0 then Q.wake(queue) end
-    return moved
-  end
-end
 
 Q.mod.pop = function()
   local rcall = Q.rcall
@@ -220,12 +193,12 @@ Q.mod.pop = function()
       if exists ~= throttled then rcall('HSET', 'ql:config', qn.throttle, exists) end
       throttled = exists
     end
-    Q.qth = Q.qth or {}
-    Q.qth[queue] = throttled == '1'
-    Q.due = Q.due or {}
-    if not Q.worker_seen then
+    ctx.qth = ctx.qth or {}
+    ctx.qth[queue] = throttled == '1'
+    ctx.due = ctx.due or {}
+    if not ctx.worker_seen then
       rcall('ZADD', 'ql:workers', Q.time_arg(now), worker)
-      Q.worker_seen = true
+      ctx.worker_seen = true
     end
     local maxc = tonumber(Q.cfg(qn.maxc)) or 0
     if maxc > 0 then
@@ -312,7 +285,7 @@ Q.mod.pop = function()
     if taken > 0 and expires < newdue then newdue = expires end
     if newdue ~= due then rcall('HSET', 'ql:config', mkey, newdue) end
     due = newdue
-    Q.due[queue] = due
+    ctx.due[queue] = due
     return taken
   end
 
