@@ -17,7 +17,7 @@ __all__ = ["Throttle", "ThrottleInfo", "Throttles", "queue_throttle_id"]
 
 def queue_throttle_id(queue: str) -> str:
     """Return the id of a queue's own throttle."""
-    return f"ql:q:{queue}"
+    return f"ql:q:{queue}"  # an id, the same in every keyspace (not a key name)
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,9 +3,11 @@
 --
 --@ entry
 --
--- Invocation: EVALSHA <sha> 0 <command> <now> <args...> (numkeys must be 0), or on Redis 7+
--- FCALL <function> 0 <command> <now> <args...> of the library built by core/lua.py, which runs
--- everything above main() once per server instead of once per call.
+-- Invocation: EVALSHA <sha> 0 <command> <now> <args...>, or on Redis 7+ FCALL <function> 0
+-- <command> <now> <args...> of the library built by core/lua.py, which runs everything above
+-- main() once per server instead of once per call. With numkeys 1 and KEYS[1] = a shard prefix
+-- 'ql:{<tag>}:' (tag: 1-32 of A-Z a-z 0-9 _ -), every key and channel of the call is that
+-- prefix instead of 'ql:' (base.lua, "The call's keyspace"); more keys are refused.
 -- Keys: whatever the command touches; ql:s:wait|run:* (Q.flush_stats), ql:wake:<queue> and
 -- the hand-off keys (Q.flush_wake, handoff.lua).
 
@@ -26,7 +28,18 @@ local SKEW = 1
 local route_of = {}
 
 local function main(keys, argv)
-  if #keys > 0 then error('No Keys should be provided') end
+  -- The keyspace: no key is the default ('ql:'), one key is a shard prefix 'ql:{<tag>}:'
+  -- (checked here, before anything is read or written).
+  local prefix = 'ql:'
+  if #keys > 0 then
+    prefix = keys[1]
+    if #keys > 1 then
+      error('Only one key may be provided: the keyspace prefix ql:{<tag>}:, got ' .. #keys)
+    end
+    if #prefix > 38 or not prefix:find('^ql:{[%w_%-]+}:$') then
+      error('Keyspace "' .. prefix:sub(1, 80) .. '" must look like ql:{<tag>}:')
+    end
+  end
   local command = argv[1]
   if command == nil then error('Must provide a command') end
   local mods = route_of[command]
@@ -73,7 +86,7 @@ local function main(keys, argv)
     args = {}
     for i = 3, #argv do args[i - 2] = argv[i] end
   end
-  Q.begin(entry[1], now, now_text)
+  Q.begin(entry[1], now, now_text, prefix)
   local result = entry[2](now, args)
   Q.flush_wake(now) -- first: a hand-off pops, and its statistics are flushed below
   if Q.flush_stats then Q.flush_stats() end

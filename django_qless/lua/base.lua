@@ -36,9 +36,48 @@ local ctx = { op = false, now = 0, now_text = nil, cfgv = nil, woken = {}, woken
   stats_acc = {}, stats_order = {}, worker_seen = nil, qth = nil, due = nil }
 Q.ctx = ctx
 
+-- The call's keyspace. Every key and channel name is KP .. <name>: KP is 'ql:' (the default
+-- keyspace, qless-core's layout) or a shard prefix 'ql:{<tag>}:' passed as KEYS[1], which puts
+-- every key of the call in the tag's cluster slot. K holds the keyspace's fixed key and channel
+-- names, its publish flavour and its name caches: one table per prefix, kept across calls as a
+-- Redis 7 function, so calls on two keyspaces of one server never share a cached name.
+-- Sharded pub/sub (SPUBLISH, PUBSUB SHARDNUMSUB) exists from Redis 7.0 (Valkey has it too); a
+-- shard on an older server publishes plainly. The default keyspace always publishes plainly,
+-- as stock clients expect.
+local SHARDED_PUBSUB = (tonumber(redis.REDIS_VERSION_NUM) or 0) >= 0x070000
+local FIXED = { 'config', 'queues', 'completed', 'workers', 'tracked', 'tags', 'failures',
+  'paused_queues', 'idle', 'log', 'failed', 'put', 'popped', 'stalled', 'track', 'untrack',
+  'canceled' }
+-- The default keyspace's table as one constructor of constants (under EVALSHA the script body
+-- runs on every call: no concatenation here).
+local KP = 'ql:'
+local K = { config = 'ql:config', queues = 'ql:queues', completed = 'ql:completed',
+  workers = 'ql:workers', tracked = 'ql:tracked', tags = 'ql:tags', failures = 'ql:failures',
+  paused_queues = 'ql:paused_queues', idle = 'ql:idle', log = 'ql:log', failed = 'ql:failed',
+  put = 'ql:put', popped = 'ql:popped', stalled = 'ql:stalled', track = 'ql:track',
+  untrack = 'ql:untrack', canceled = 'ql:canceled', pub = 'PUBLISH', numsub = 'NUMSUB',
+  qn = {}, nq = 0, ww = nil, wk = nil }
+local keyspaces, nkeyspaces = { ['ql:'] = K }, 1
+
+-- The K table of `prefix` (a valid shard prefix, checked by main()).
+local function keyspace(prefix)
+  local k = keyspaces[prefix]
+  if k then return k end
+  if nkeyspaces >= 64 then keyspaces, nkeyspaces = { ['ql:'] = keyspaces['ql:'] }, 1 end
+  k = { qn = {}, nq = 0, pub = SHARDED_PUBSUB and 'SPUBLISH' or 'PUBLISH',
+    numsub = SHARDED_PUBSUB and 'SHARDNUMSUB' or 'NUMSUB' }
+  for _, name in ipairs(FIXED) do k[name] = prefix .. name end
+  keyspaces[prefix] = k
+  nkeyspaces = nkeyspaces + 1
+  return k
+end
+-- The key prefix of this call's keyspace ('ql:' or 'ql:{<tag>}:').
+function Q.prefix() return KP end
+
 -- Start a call: reset the per-call state for command `op` at time `now` (`now_text`: the
--- caller's text of it, or nil).
-function Q.begin(op, now, now_text)
+-- caller's text of it, or nil) in the keyspace of `prefix`.
+function Q.begin(op, now, now_text, prefix)
+  if prefix ~= KP then KP, K = prefix, keyspace(prefix) end
   ctx.op, ctx.now, ctx.now_text = op, now, now_text
   ctx.cfgv, ctx.worker_seen, ctx.qth, ctx.due = nil, nil, nil, nil
   if ctx.woken_list[1] then
@@ -97,33 +136,33 @@ Q.MAX_MESSAGE = 65536
 
 -- ---------------------------------------------------------------- keys
 
-function Q.kjob(jid) return 'ql:j:' .. jid end
-function Q.khist(jid) return 'ql:j:' .. jid .. '-history' end
-function Q.kdeps(jid) return 'ql:j:' .. jid .. '-dependencies' end
-function Q.kdents(jid) return 'ql:j:' .. jid .. '-dependents' end
-function Q.kq(queue, kind) return 'ql:q:' .. queue .. '-' .. kind end
+function Q.kjob(jid) return KP .. 'j:' .. jid end
+function Q.khist(jid) return KP .. 'j:' .. jid .. '-history' end
+function Q.kdeps(jid) return KP .. 'j:' .. jid .. '-dependencies' end
+function Q.kdents(jid) return KP .. 'j:' .. jid .. '-dependents' end
+function Q.kq(queue, kind) return KP .. 'q:' .. queue .. '-' .. kind end
 function Q.bin(t) return floor(t - (t % 86400)) end
 
 -- The key and config field names of a queue that every pop and complete use, built once per
--- queue (kept across calls as a Redis 7 function; bounded).
-local names_by_queue, nqueues = {}, 0
+-- queue of a keyspace (kept across calls as a Redis 7 function; bounded).
 function Q.qn(queue)
+  local names_by_queue = K.qn
   local n = names_by_queue[queue]
   if n then return n end
-  if nqueues >= 256 then names_by_queue, nqueues = {}, 0 end
-  n = { work = 'ql:q:' .. queue .. '-work', locks = 'ql:q:' .. queue .. '-locks',
+  if K.nq >= 256 then names_by_queue, K.nq = {}, 0; K.qn = names_by_queue end
+  n = { work = KP .. 'q:' .. queue .. '-work', locks = KP .. 'q:' .. queue .. '-locks',
     heartbeat = queue .. '-heartbeat', maxc = queue .. '-max-concurrency',
     due = '#due:' .. queue, throttle = '#throttle:' .. queue }
   names_by_queue[queue] = n
-  nqueues = nqueues + 1
+  K.nq = K.nq + 1
   return n
 end
 
--- ql:w:<worker>:jobs of the last worker asked (one worker calls at a time).
-local wjobs_w, wjobs_k
+-- ql:w:<worker>:jobs of the last worker asked in the keyspace (one worker calls at a time).
 function Q.kwjobs(worker)
-  if worker ~= wjobs_w then wjobs_w, wjobs_k = worker, 'ql:w:' .. worker .. ':jobs' end
-  return wjobs_k
+  local k = K
+  if worker ~= k.ww then k.ww, k.wk = worker, KP .. 'w:' .. worker .. ':jobs' end
+  return k.wk
 end
 function Q.score(priority, now) return priority - now / 10000000000 end
 
@@ -162,7 +201,7 @@ end
 
 -- Read the named config fields with one HMGET for the whole call.
 function Q.load_config(names)
-  local values = rcall('HMGET', 'ql:config', unpack(names))
+  local values = rcall('HMGET', K.config, unpack(names))
   ctx.cfgv = ctx.cfgv or {}
   for i, name in ipairs(names) do ctx.cfgv[name] = values[i] or false end
 end
@@ -172,7 +211,7 @@ function Q.cfg(name)
   local cache = ctx.cfgv
   if not cache or cache[name] == nil then
     ctx.cfgv = cache or {}
-    ctx.cfgv[name] = rcall('HGET', 'ql:config', name) or false
+    ctx.cfgv[name] = rcall('HGET', K.config, name) or false
   end
   local v = ctx.cfgv[name]
   if v == false then return Q.DEFAULTS[name] or Q.FALLBACKS[name] end
@@ -196,7 +235,7 @@ end
 
 -- HMGET the named fields of a job; returns nil when the job has no hash.
 function Q.read(jid, fields)
-  local values = rcall('HMGET', 'ql:j:' .. jid, unpack(fields))
+  local values = rcall('HMGET', KP .. 'j:' .. jid, unpack(fields))
   local job, any = {}, false
   for i, name in ipairs(fields) do
     local v = values[i]
@@ -212,7 +251,7 @@ Q.ALL = { 'jid', 'klass', 'state', 'queue', 'worker', 'priority', 'expires', 're
 -- it from the HMGET they already do.
 
 function Q.tracked(jid)
-  return rcall('ZSCORE', 'ql:tracked', jid) ~= false
+  return rcall('ZSCORE', K.tracked, jid) ~= false
 end
 
 -- Internal bookkeeping lives in ql:config under field names starting with '#' (hidden from
@@ -239,8 +278,8 @@ end
 -- A lock, schedule or spawn time `at` was written: keep `#due` a lower bound.
 function Q.lower_due(queue, at)
   local field = Q.mfield('due', queue)
-  local cur = tonumber(rcall('HGET', 'ql:config', field))
-  if cur and at < cur then rcall('HSET', 'ql:config', field, at) end
+  local cur = tonumber(rcall('HGET', K.config, field))
+  if cur and at < cur then rcall('HSET', K.config, field, at) end
   if ctx.cfgv then ctx.cfgv[field] = nil end
 end
 
@@ -283,7 +322,7 @@ end
 Q.js = js
 
 function Q.publish(channel, payload)
-  rcall('PUBLISH', channel, payload)
+  rcall(K.pub, channel, payload)
 end
 
 function Q.ev_put(jid, queue)
@@ -302,8 +341,8 @@ end
 -- Tell the old owner and the log that a job's lock is gone.
 function Q.lock_lost(jid, worker)
   local payload = Q.ev_lock_lost(jid, worker)
-  rcall('PUBLISH', 'ql:w:' .. worker, payload)
-  rcall('PUBLISH', 'ql:log', payload)
+  rcall(K.pub, KP .. 'w:' .. worker, payload)
+  rcall(K.pub, K.log, payload)
 end
 
 -- Note that jobs became ready in a queue; published once per call (Q.flush_wake).
@@ -322,18 +361,18 @@ function Q.flush_wake(now)
   ctx.woken = {}
   ctx.woken_list = {}
   for _, queue in ipairs(list) do
-    local idle = rcall('ZRANGEBYSCORE', 'ql:idle:' .. queue, now, '+inf', 'LIMIT', 0, 10)
+    local idle = rcall('ZRANGEBYSCORE', KP .. 'idle:' .. queue, now, '+inf', 'LIMIT', 0, 10)
     local ready = true
     if #idle > 0 then
       Q.need(HANDOFF_MODS)
       Q.hand_off(now, queue, idle)
       ready = rcall('ZCARD', Q.kq(queue, 'work')) > 0
     end
-    if ready then rcall('PUBLISH', 'ql:wake:' .. queue, queue) end
+    if ready then rcall(K.pub, KP .. 'wake:' .. queue, queue) end
   end
   -- Queues woken by those pops (an expired lock put back), without a second hand-off round.
   if ctx.woken_list[1] then
-    for _, queue in ipairs(ctx.woken_list) do rcall('PUBLISH', 'ql:wake:' .. queue, queue) end
+    for _, queue in ipairs(ctx.woken_list) do rcall(K.pub, KP .. 'wake:' .. queue, queue) end
     ctx.woken = {}
     ctx.woken_list = {}
   end
@@ -343,13 +382,13 @@ end
 
 -- Add/remove a job's membership in ql:t:<tag> and keep ql:tags counts honest.
 function Q.tag_add(jid, tag, now)
-  rcall('ZADD', 'ql:t:' .. tag, now, jid)
-  rcall('ZINCRBY', 'ql:tags', 1, tag)
+  rcall('ZADD', KP .. 't:' .. tag, now, jid)
+  rcall('ZINCRBY', K.tags, 1, tag)
 end
 
 function Q.tag_remove(jid, tag)
-  rcall('ZREM', 'ql:t:' .. tag, jid)
-  if tonumber(rcall('ZINCRBY', 'ql:tags', -1, tag)) <= 0 then rcall('ZREM', 'ql:tags', tag) end
+  rcall('ZREM', KP .. 't:' .. tag, jid)
+  if tonumber(rcall('ZINCRBY', K.tags, -1, tag)) <= 0 then rcall('ZREM', K.tags, tag) end
 end
 
 -- Release a list in chunks with a command taking many members (ZREM, SREM, DEL...).
@@ -362,7 +401,7 @@ end
 -- ---------------------------------------------------------------- failure bookkeeping
 
 function Q.counter(queue, when, field, delta)
-  rcall('HINCRBY', 'ql:s:stats:' .. Q.bin(when) .. ':' .. queue, field, delta)
+  rcall('HINCRBY', KP .. 's:stats:' .. Q.bin(when) .. ':' .. queue, field, delta)
 end
 
 -- Fail a job whose retries are exhausted (retry and lock loss); `fields` are more hash
@@ -376,8 +415,8 @@ function Q.exhausted(jid, queue, now, group, message, worker, fields, legacy)
   table.insert(fields, cjson_encode({ group = group, message = message,
     when = worker ~= '' and floor(now) or now, worker = worker }))
   rcall('HSET', Q.kjob(jid), unpack(fields))
-  rcall('SADD', 'ql:failures', group)
-  rcall('LPUSH', 'ql:f:' .. group, jid)
+  rcall('SADD', K.failures, group)
+  rcall('LPUSH', KP .. 'f:' .. group, jid)
   Q.counter(queue, now, 'failures', 1)
   Q.counter(queue, now, 'failed', 1)
 end

@@ -34,25 +34,25 @@ Q.mod.complete = function()
     local due = Q.tonum(Q.cfgraw('#completed-due'))
     local jids = {}
     if due == nil or now >= due or due > now + Q.HORIZON then
-      jids = rcall('ZRANGEBYSCORE', 'ql:completed', '-inf', now - age, 'LIMIT', 0, budget)
+      jids = rcall('ZRANGEBYSCORE', K.completed, '-inf', now - age, 'LIMIT', 0, budget)
       for _, jid in ipairs(jids) do Q.delete_job(jid) end
-      if #jids > 0 then Q.chunked('ZREM', 'ql:completed', jids) end
+      if #jids > 0 then Q.chunked('ZREM', K.completed, jids) end
       local next_due = now
       if #jids < budget then
         next_due = now + Q.HORIZON
-        local first = rcall('ZRANGE', 'ql:completed', 0, 0, 'WITHSCORES')
+        local first = rcall('ZRANGE', K.completed, 0, 0, 'WITHSCORES')
         local oldest = tonumber(first[2])
         if oldest and oldest + age < next_due then next_due = math.max(oldest + age, now) end
       end
-      rcall('HSET', 'ql:config', '#completed-due', next_due)
+      rcall('HSET', K.config, '#completed-due', next_due)
     end
     budget = budget - #jids
     local keep = Q.cfgnum('jobs-history-count', 50000)
-    local excess = rcall('ZCARD', 'ql:completed') - keep
+    local excess = rcall('ZCARD', K.completed) - keep
     if excess > 0 and budget > 0 then
-      jids = rcall('ZRANGE', 'ql:completed', 0, math.min(excess, budget) - 1)
+      jids = rcall('ZRANGE', K.completed, 0, math.min(excess, budget) - 1)
       for _, jid in ipairs(jids) do Q.delete_job(jid) end
-      Q.chunked('ZREM', 'ql:completed', jids)
+      Q.chunked('ZREM', K.completed, jids)
     end
   end
 
@@ -62,7 +62,7 @@ Q.mod.complete = function()
   -- one by one into `{}` grows the table again and again). `priority` only for `next`; the
   -- fields that only tell whether the hash holds a long value are read by Q.long_values.
   local function read_own(jid, nextq)
-    local v = rcall('HMGET', 'ql:j:' .. jid, 'state', 'queue', 'worker', 'retries', 'time',
+    local v = rcall('HMGET', KP .. 'j:' .. jid, 'state', 'queue', 'worker', 'retries', 'time',
       'held', 'history', 'tracked', 'done', nextq and 'priority' or 'state')
     local any = false
     for i = 1, 9 do
@@ -77,7 +77,7 @@ Q.mod.complete = function()
   -- True when the job hash already holds a value longer than Q.SMALL_VALUE among the fields
   -- complete did not read (a completion that would lengthen `history` past it asks this).
   function Q.long_values(jid)
-    return Q.roomy(unpack(rcall('HMGET', 'ql:j:' .. jid, 'klass', 'tags', 'failure', 'throttles')))
+    return Q.roomy(unpack(rcall('HMGET', KP .. 'j:' .. jid, 'klass', 'tags', 'failure', 'throttles')))
   end
 
   -- Ownership checks shared by complete and complete.reserve. With an attempt token that
@@ -127,7 +127,7 @@ Q.mod.complete = function()
     rcall('ZREM', Q.qn(queue).locks, jid)
     Q.sample('run', queue, now, now - (tonumber(h.time) or now))
     rcall('ZREM', Q.kwjobs(worker), jid)
-    if h.tracked == '1' then Q.publish('ql:completed', jid) end
+    if h.tracked == '1' then Q.publish(K.completed, jid) end
     local retries = Q.int_arg(tonumber(h.retries) or 5)
     local fields = { 'data', data, 'worker', '', 'failure', '{}', 'expires', '0',
       'remaining', retries, 'time', Q.ftime(now) }
@@ -137,10 +137,10 @@ Q.mod.complete = function()
     end
     if h.held then table.insert(fields, 'held'); table.insert(fields, '') end
     if nextq then
-      Q.publish('ql:log', '{"jid":' .. Q.js(jid) .. ',"to":' .. Q.js(nextq)
+      Q.publish(K.log, '{"jid":' .. Q.js(jid) .. ',"to":' .. Q.js(nextq)
         .. ',"event":"advanced","queue":' .. Q.js(queue) .. '}')
       Q.history(jid, now, 'put', { q = nextq })
-      rcall('ZADD', 'ql:queues', 'NX', now, nextq)
+      rcall('ZADD', K.queues, 'NX', now, nextq)
       table.insert(fields, 'queue'); table.insert(fields, nextq)
       local result
       local ndeps = 0
@@ -165,12 +165,12 @@ Q.mod.complete = function()
       Q.slot_freed(queue)
       return result
     end
-    Q.publish('ql:log', '{"jid":' .. Q.js(jid) .. ',"event":"completed","queue":' .. Q.js(queue) .. '}')
+    Q.publish(K.log, '{"jid":' .. Q.js(jid) .. ',"event":"completed","queue":' .. Q.js(queue) .. '}')
     table.insert(fields, 'state'); table.insert(fields, 'complete')
     table.insert(fields, 'queue'); table.insert(fields, '')
     if token then table.insert(fields, 'done'); table.insert(fields, token .. ' complete') end
     rcall('HSET', key, unpack(fields))
-    rcall('ZADD', 'ql:completed', Q.time_arg(now), jid)
+    rcall('ZADD', K.completed, Q.time_arg(now), jid)
     Q.release(jid, h.held, now)
     Q.slot_freed(queue)
     release_dependents(jid, now)

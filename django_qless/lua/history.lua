@@ -155,7 +155,7 @@ end
 
 -- Expand a legacy single-field `history` array into list entries and drop the field.
 function Q.migrate_history(jid, legacy)
-  rcall('HDEL', 'ql:j:' .. jid, 'history')
+  rcall('HDEL', KP .. 'j:' .. jid, 'history')
   push_entries(Q.khist(jid), legacy_entries(legacy))
 end
 
@@ -175,7 +175,7 @@ function Q.history_text(jid, entry, legacy, overwrite)
   local entries
   if legacy == '[]' then legacy = nil end
   if legacy then
-    if not overwrite then rcall('HDEL', 'ql:j:' .. jid, 'history') end
+    if not overwrite then rcall('HDEL', KP .. 'j:' .. jid, 'history') end
     entries = legacy_entries(legacy)
     tinsert(entries, entry)
     len = push_entries(key, entries)

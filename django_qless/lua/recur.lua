@@ -60,7 +60,7 @@ Q.mod.recur = function()
     local retries = opts.retries and Q.integer('retries', opts.retries, 0, 1000) or 0
     local backlog = opts.backlog and Q.integer('backlog', opts.backlog, 0, nil) or 0
     local throttles = opts.throttles and Q.throttles(opts.throttles) or {}
-    local old = rcall('HMGET', 'ql:r:' .. jid, 'queue', 'count')
+    local old = rcall('HMGET', KP .. 'r:' .. jid, 'queue', 'count')
     local count = tonumber(old[2]) or 0
     if old[1] then rcall('ZREM', Q.kq(old[1], 'recur'), jid) end
     local fields = { 'jid', jid, 'klass', klass, 'data', data, 'priority', priority,
@@ -69,18 +69,18 @@ Q.mod.recur = function()
     if #throttles > 0 then
       table.insert(fields, 'throttles'); table.insert(fields, cjson.encode(throttles))
     else
-      rcall('HDEL', 'ql:r:' .. jid, 'throttles')
+      rcall('HDEL', KP .. 'r:' .. jid, 'throttles')
     end
-    rcall('HSET', 'ql:r:' .. jid, unpack(fields))
+    rcall('HSET', KP .. 'r:' .. jid, unpack(fields))
     rcall('ZADD', Q.kq(queue, 'recur'), now + offset, jid)
     Q.lower_due(queue, now + offset)
-    rcall('ZADD', 'ql:queues', 'NX', now, queue)
+    rcall('ZADD', K.queues, 'NX', now, queue)
     return jid
   end }
 
   C['recur.get'] = { 'Recur', function(now, args)
     local jid = recur_jid(args[1])
-    local v = rcall('HMGET', 'ql:r:' .. jid, 'klass', 'queue', 'priority', 'interval', 'retries',
+    local v = rcall('HMGET', KP .. 'r:' .. jid, 'klass', 'queue', 'priority', 'interval', 'retries',
       'count', 'data', 'tags', 'backlog', 'throttles')
     if not v[1] then return nil end
     return cjson.encode({
@@ -93,7 +93,7 @@ Q.mod.recur = function()
 
   C['recur.update'] = { 'Recur', function(now, args)
     local jid = recur_jid(args[1])
-    local key = 'ql:r:' .. jid
+    local key = KP .. 'r:' .. jid
     local cur = rcall('HMGET', key, 'queue', 'interval')
     if not cur[1] then Q.fail('No recurring job ' .. jid) end
     local sets, newq, newint = {}, nil, nil
@@ -132,7 +132,7 @@ Q.mod.recur = function()
       rcall('ZREM', Q.kq(oldq, 'recur'), jid)
       rcall('ZADD', Q.kq(newq, 'recur'), score or now, jid)
       Q.lower_due(newq, tonumber(score) or now)
-      rcall('ZADD', 'ql:queues', 'NX', now, newq)
+      rcall('ZADD', K.queues, 'NX', now, newq)
     end
     if #sets > 0 then rcall('HSET', key, unpack(sets)) end
     return 1
@@ -143,7 +143,7 @@ Q.mod.recur = function()
     local given = {}
     for i = 2, #args do table.insert(given, Q.tag_name(args[i])) end
     if #given > Q.MAX_LIST then Q.fail('at most ' .. Q.MAX_LIST .. ' tags') end
-    local tags = rcall('HGET', 'ql:r:' .. jid, 'tags')
+    local tags = rcall('HGET', KP .. 'r:' .. jid, 'tags')
     if not tags then error(op .. '(): Job ' .. jid .. ' does not exist') end
     local list, have = Q.list(tags), {}
     for _, t in ipairs(list) do have[t] = true end
@@ -164,7 +164,7 @@ Q.mod.recur = function()
       list = kept
     end
     local text = cjson.encode(list)
-    rcall('HSET', 'ql:r:' .. jid, 'tags', text)
+    rcall('HSET', KP .. 'r:' .. jid, 'tags', text)
     return text
   end
 
@@ -173,9 +173,9 @@ Q.mod.recur = function()
 
   C['unrecur'] = { 'Recur', function(now, args)
     local jid = recur_jid(args[1])
-    local queue = rcall('HGET', 'ql:r:' .. jid, 'queue')
+    local queue = rcall('HGET', KP .. 'r:' .. jid, 'queue')
     if queue then rcall('ZREM', Q.kq(queue, 'recur'), jid) end
-    rcall('DEL', 'ql:r:' .. jid)
+    rcall('DEL', KP .. 'r:' .. jid)
     return 1
   end }
 end

@@ -21,7 +21,7 @@ Q.mod.samples = function()
   function Q.sample(kind, queue, now, value)
     local bin = Q.bin(now)
     if bin ~= bin_t then bin_t, bin_s = bin, tostring(bin) end
-    local key = 'ql:s:' .. kind .. ':' .. bin_s .. ':' .. queue
+    local key = KP .. 's:' .. kind .. ':' .. bin_s .. ':' .. queue
     local acc = ctx.stats_acc[key]
     if not acc then
       acc = {}

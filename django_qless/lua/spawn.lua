@@ -25,7 +25,7 @@ Q.mod.spawn = function()
     for i = 1, #due, 2 do
       if spawned >= limit then break end
       local rjid = due[i]
-      local values = rcall('HMGET', 'ql:r:' .. rjid, unpack(RECUR_FIELDS))
+      local values = rcall('HMGET', KP .. 'r:' .. rjid, unpack(RECUR_FIELDS))
       if not values[1] then
         rcall('ZREM', rkey, rjid)
       else
@@ -42,7 +42,7 @@ Q.mod.spawn = function()
         local guard = 0
         while s <= now and spawned < limit and guard < Q.MAX_LIST do
           guard = guard + 1
-          local n = rcall('HINCRBY', 'ql:r:' .. rjid, 'count', 1)
+          local n = rcall('HINCRBY', KP .. 'r:' .. rjid, 'count', 1)
           local child = rjid .. '-' .. n
           if rcall('EXISTS', Q.kjob(child)) == 0 then
             for _, tag in ipairs(tags) do Q.tag_add(child, tag, now) end

@@ -15,7 +15,7 @@ Q.mod.throttle = function()
   local th_rcall = Q.rcall
 
 
-  function Q.kth(tid) return 'ql:th:' .. tid end
+  function Q.kth(tid) return KP .. 'th:' .. tid end
 
   -- The throttle ids that apply to a job popped from `queue`: its own list plus the queue
   -- throttle when one is configured (checked once per call per queue).

@@ -50,7 +50,7 @@ Q.mod.throttle_cmds = function()
     th_rcall('HSET', Q.kth(tid), 'id', tid, 'maximum', max)
     if ttl and ttl > 0 then th_rcall('EXPIRE', Q.kth(tid), ttl) else th_rcall('PERSIST', Q.kth(tid)) end
     local queue = throttle_queue(tid)
-    if queue then th_rcall('HSET', 'ql:config', Q.mfield('throttle', queue), 1) end
+    if queue then th_rcall('HSET', K.config, Q.mfield('throttle', queue), 1) end
   end
 
   Q.commands = Q.commands or {}
@@ -72,7 +72,7 @@ Q.mod.throttle_cmds = function()
     local tid = Q.throttle_id(args[1], 'tid')
     th_rcall('DEL', Q.kth(tid))
     local queue = throttle_queue(tid)
-    if queue then th_rcall('HSET', 'ql:config', Q.mfield('throttle', queue), 0) end
+    if queue then th_rcall('HSET', K.config, Q.mfield('throttle', queue), 0) end
   end }
 
   C['throttle.locks'] = { 'Throttle', function(now, args)

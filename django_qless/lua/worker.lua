@@ -32,9 +32,9 @@ Q.mod.worker = function()
 
   local function collect_workers(now)
     local age = Q.cfgnum('max-worker-age', 86400)
-    local dead = rcall('ZRANGEBYSCORE', 'ql:workers', 0, now - age, 'LIMIT', 0, Q.CHUNK)
+    local dead = rcall('ZRANGEBYSCORE', K.workers, 0, now - age, 'LIMIT', 0, Q.CHUNK)
     for _, w in ipairs(dead) do rcall('DEL', Q.kwjobs(w)) end
-    if #dead > 0 then Q.chunked('ZREM', 'ql:workers', dead) end
+    if #dead > 0 then Q.chunked('ZREM', K.workers, dead) end
   end
 
   C['workers'] = { 'Workers', function(now, args)
@@ -47,7 +47,7 @@ Q.mod.worker = function()
       })
     end
     local out = {}
-    for _, w in ipairs(rcall('ZREVRANGE', 'ql:workers', 0, -1)) do
+    for _, w in ipairs(rcall('ZREVRANGE', K.workers, 0, -1)) do
       table.insert(out, {
         name = w,
         jobs = rcall('ZCOUNT', Q.kwjobs(w), now, now + 8640000),
@@ -62,7 +62,7 @@ Q.mod.worker = function()
     for i = 1, #args do table.insert(names, Q.worker(args[i])) end
     if #names == 0 then Q.fail('Arg "worker" missing') end
     if #names > Q.MAX_LIST then Q.fail('at most ' .. Q.MAX_LIST .. ' workers') end
-    Q.chunked('ZREM', 'ql:workers', names)
+    Q.chunked('ZREM', K.workers, names)
   end }
 
   -- Seconds until something may become ready in these queues (-1 if nothing is pending).
@@ -71,12 +71,12 @@ Q.mod.worker = function()
   local function wake_hint(now, queues)
     local best = math.huge
     for _, queue in ipairs(queues) do
-      if rcall('SISMEMBER', 'ql:paused_queues', queue) == 0 then
+      if rcall('SISMEMBER', K.paused_queues, queue) == 0 then
         local heads = Q.timer_heads(queue)
         local exact = math.min(heads[1], heads[2], heads[3])
         local bound = math.min(exact, now + Q.HORIZON)
         if ctx.due == nil or ctx.due[queue] ~= bound then
-          rcall('HSET', 'ql:config', Q.mfield('due', queue), bound)
+          rcall('HSET', K.config, Q.mfield('due', queue), bound)
         end
         if exact < best then best = exact end
       end
