@@ -21,6 +21,7 @@ __all__ = [
 
 # Concatenation order: helpers first, the loader modules, the entry point last.
 MANIFEST: tuple[str, ...] = (
+    "keyspace.lua",
     "base.lua",
     "validate.lua",
     "history.lua",

@@ -36,41 +36,6 @@ local ctx = { op = false, now = 0, now_text = nil, cfgv = nil, woken = {}, woken
   stats_acc = {}, stats_order = {}, worker_seen = nil, qth = nil, due = nil }
 Q.ctx = ctx
 
--- The call's keyspace. Every key and channel name is KP .. <name>: KP is 'ql:' (the default
--- keyspace, qless-core's layout) or a shard prefix 'ql:{<tag>}:' passed as KEYS[1], which puts
--- every key of the call in the tag's cluster slot. K holds the keyspace's fixed key and channel
--- names, its publish flavour and its name caches: one table per prefix, kept across calls as a
--- Redis 7 function, so calls on two keyspaces of one server never share a cached name.
--- Sharded pub/sub (SPUBLISH, PUBSUB SHARDNUMSUB) exists from Redis 7.0 (Valkey has it too); a
--- shard on an older server publishes plainly. The default keyspace always publishes plainly,
--- as stock clients expect.
-local SHARDED_PUBSUB = (tonumber(redis.REDIS_VERSION_NUM) or 0) >= 0x070000
-local FIXED = { 'config', 'queues', 'completed', 'workers', 'tracked', 'tags', 'failures',
-  'paused_queues', 'idle', 'log', 'failed', 'put', 'popped', 'stalled', 'track', 'untrack',
-  'canceled' }
--- The default keyspace's table as one constructor of constants (under EVALSHA the script body
--- runs on every call: no concatenation here).
-local KP = 'ql:'
-local K = { config = 'ql:config', queues = 'ql:queues', completed = 'ql:completed',
-  workers = 'ql:workers', tracked = 'ql:tracked', tags = 'ql:tags', failures = 'ql:failures',
-  paused_queues = 'ql:paused_queues', idle = 'ql:idle', log = 'ql:log', failed = 'ql:failed',
-  put = 'ql:put', popped = 'ql:popped', stalled = 'ql:stalled', track = 'ql:track',
-  untrack = 'ql:untrack', canceled = 'ql:canceled', pub = 'PUBLISH', numsub = 'NUMSUB',
-  qn = {}, nq = 0, ww = nil, wk = nil }
-local keyspaces, nkeyspaces = { ['ql:'] = K }, 1
-
--- The K table of `prefix` (a valid shard prefix, checked by main()).
-local function keyspace(prefix)
-  local k = keyspaces[prefix]
-  if k then return k end
-  if nkeyspaces >= 64 then keyspaces, nkeyspaces = { ['ql:'] = keyspaces['ql:'] }, 1 end
-  k = { qn = {}, nq = 0, pub = SHARDED_PUBSUB and 'SPUBLISH' or 'PUBLISH',
-    numsub = SHARDED_PUBSUB and 'SHARDNUMSUB' or 'NUMSUB' }
-  for _, name in ipairs(FIXED) do k[name] = prefix .. name end
-  keyspaces[prefix] = k
-  nkeyspaces = nkeyspaces + 1
-  return k
-end
 -- The key prefix of this call's keyspace ('ql:' or 'ql:{<tag>}:').
 function Q.prefix() return KP end
 
