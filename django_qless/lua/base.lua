@@ -36,9 +36,6 @@ local ctx = { op = false, now = 0, now_text = nil, cfgv = nil, woken = {}, woken
   stats_acc = {}, stats_order = {}, worker_seen = nil, qth = nil, due = nil }
 Q.ctx = ctx
 
--- The key prefix of this call's keyspace ('ql:' or 'ql:{<tag>}:').
-function Q.prefix() return KP end
-
 -- Start a call: reset the per-call state for command `op` at time `now` (`now_text`: the
 -- caller's text of it, or nil) in the keyspace of `prefix`.
 function Q.begin(op, now, now_text, prefix)

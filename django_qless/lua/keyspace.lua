@@ -15,9 +15,6 @@
 -- shard on an older server publishes plainly. The default keyspace always publishes plainly,
 -- as stock clients expect.
 local SHARDED_PUBSUB = (tonumber(redis.REDIS_VERSION_NUM) or 0) >= 0x070000
-local FIXED = { 'config', 'queues', 'completed', 'workers', 'tracked', 'tags', 'failures',
-  'paused_queues', 'idle', 'log', 'failed', 'put', 'popped', 'stalled', 'track', 'untrack',
-  'canceled' }
 -- The default keyspace's table as one constructor of constants (under EVALSHA the script body
 -- runs on every call: no concatenation here).
 local KP = 'ql:'
@@ -27,16 +24,25 @@ local K = { config = 'ql:config', queues = 'ql:queues', completed = 'ql:complete
   put = 'ql:put', popped = 'ql:popped', stalled = 'ql:stalled', track = 'ql:track',
   untrack = 'ql:untrack', canceled = 'ql:canceled', pub = 'PUBLISH', numsub = 'NUMSUB',
   qn = {}, nq = 0, ww = nil, wk = nil }
-local keyspaces, nkeyspaces = { ['ql:'] = K }, 1
+local DEFAULT_K = K
+-- The shards' tables (made on the first shard call: nothing to allocate for the default).
+local keyspaces, nkeyspaces = nil, 0
 
 -- The K table of `prefix` (a valid shard prefix, checked by main()).
 local function keyspace(prefix)
-  local k = keyspaces[prefix]
+  if prefix == 'ql:' then return DEFAULT_K end
+  local k = keyspaces and keyspaces[prefix]
   if k then return k end
-  if nkeyspaces >= 64 then keyspaces, nkeyspaces = { ['ql:'] = keyspaces['ql:'] }, 1 end
+  if not keyspaces or nkeyspaces >= 64 then keyspaces, nkeyspaces = {}, 0 end
   k = { qn = {}, nq = 0, pub = SHARDED_PUBSUB and 'SPUBLISH' or 'PUBLISH',
     numsub = SHARDED_PUBSUB and 'SHARDNUMSUB' or 'NUMSUB' }
-  for _, name in ipairs(FIXED) do k[name] = prefix .. name end
+  -- (the fixed names of the default table, built here: under EVALSHA a list at the top level
+  -- would be allocated on every call)
+  for name, v in pairs(DEFAULT_K) do
+    if name ~= 'wk' and type(v) == 'string' and v:sub(1, 3) == 'ql:' then
+      k[name] = prefix .. v:sub(4)
+    end
+  end
   keyspaces[prefix] = k
   nkeyspaces = nkeyspaces + 1
   return k
