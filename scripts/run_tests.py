@@ -103,6 +103,11 @@ def cluster_leg(primary: str) -> tuple[str, str, list[str]]:
     return (sys.executable, primary, ["tests/cluster"])
 
 
+def keyspace_leg(primary: str) -> tuple[str, str, list[str]]:
+    """Return the leg running tests/core with every engine call in the shard keyspace s7."""
+    return (sys.executable, primary, ["tests/core", "-p", "tests.core.shard_keyspace"])
+
+
 def main(argv: list[str]) -> int:
     missing = []
     if not system_redis():
@@ -127,7 +132,8 @@ def main(argv: list[str]) -> int:
         python6 = django6_venv()
         if python6 is not None:
             legs_py.append((str(python6), primary, ["tests/app", "tests/ui"]))
-        legs_py += [leg for leg in (valkey_leg(), cluster_leg(primary)) if leg is not None]
+        more = (valkey_leg(), cluster_leg(primary), keyspace_leg(primary))
+        legs_py += [leg for leg in more if leg is not None]
     failed = 0
     for python, binary, paths in legs_py:
         version = redis_version(binary)

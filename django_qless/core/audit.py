@@ -25,6 +25,8 @@ from typing import Any
 
 import redis
 
+from .exceptions import InvalidArgument
+
 __all__ = ["AuditReport", "Reads", "Violation", "audit"]
 
 BATCH = 500
@@ -305,6 +307,10 @@ def collect(r: redis.Redis, recheck: bool = True) -> tuple[list[Violation], int,
 
 def audit(client_or_redis: Any, *, fix: bool = False, recheck: bool = True) -> AuditReport:
     """Check every invariant; with fix=True repair what is safe and audit again."""
+    keyspace = getattr(client_or_redis, "keyspace", None)
+    if keyspace is not None and keyspace.sharded:
+        # (its checks and repairs read qless-core's `ql:` names)
+        raise InvalidArgument(f"the audit covers the default keyspace only, not {keyspace!r}")
     r = as_redis(client_or_redis)
     violations, jobs, keys = collect(r, recheck)
     report = AuditReport(violations=violations, jobs=jobs, keys=keys)

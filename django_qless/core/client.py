@@ -21,6 +21,7 @@ from .exceptions import InvalidArgument, QlessConnectionError, QlessError, error
 from .hotpath import WorkerCalls
 from .invoke import READ_ONLY_COMMANDS, Invoker
 from .jobs import Jobs
+from .keyspace import Keyspace
 from .pool import make_redis, send, send_checked
 from .queues import Queues
 from .serialization import (
@@ -70,10 +71,12 @@ class Client(WorkerCalls):
         worker_name: str | None = None,
         socket_timeout: float | None = None,
         engine: str | None = None,
+        keyspace: str | None = None,
         _clock: Callable[[], float] | None = None,
     ) -> None:
-        """Connect to `url_or_redis`. `_clock` is a testing hook, not API: the client sends its
-        time to an engine variant that takes it as given (docs/engine.md, "Server clock")."""
+        """Connect to `url_or_redis`; `keyspace` names a shard's tag (None: the default `ql:`
+        keyspace). `_clock` is a testing hook, not API: the client sends its time to an engine
+        variant that takes it as given (docs/engine.md, "Server clock")."""
         self._redis = make_redis(url_or_redis, socket_timeout)
         self._owns_pool = self._redis is not url_or_redis
         self._worker_name = None if worker_name is None else check_worker(worker_name)
@@ -87,8 +90,9 @@ class Client(WorkerCalls):
         self._side: SideConnection | None = None
         self._checked_queues: dict[tuple[str, ...], tuple[str, ...]] = {}
         # auto: FCALL our function library (Redis 7+), EVALSHA where FCALL is unknown or denied.
+        self.keyspace = Keyspace(keyspace)
         self._engine = Invoker(engine or os.environ.get("QLESS_ENGINE_CALL", "auto"),
-                               caller_time=_clock is not None)
+                               caller_time=_clock is not None, keys=self.keyspace.engine_keys)
         self.queues = Queues(self)
         self.jobs = Jobs(self)
         self.workers = Workers(self)
@@ -143,6 +147,11 @@ class Client(WorkerCalls):
                 if attempt == attempts - 1:
                     raise _connection_error(exc) from exc
         raise AssertionError("unreachable")
+
+    def server_major(self) -> int:
+        """Return the server's major version (Valkey reports its Redis-compatible one)."""
+        info = self.read(lambda r: r.info("server"))
+        return int(str(info.get("redis_version", "0")).split(".")[0])
 
     def server_time(self) -> float:
         """Return Redis `TIME` in epoch seconds."""

@@ -14,6 +14,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from .exceptions import QlessConnectionError
+from .keyspace import DEFAULT
 from .serialization import check_worker
 
 if TYPE_CHECKING:
@@ -25,19 +26,24 @@ logger = logging.getLogger("django_qless")
 
 Callback = Callable[[dict[str, Any]], object]
 
-# The JSON log channel: every job's events, with the details.
-LOG_CHANNEL = "ql:log"
-# The jid-only channels (payload is the jid) plus the JSON log channel.
-EVENT_CHANNELS = (
-    LOG_CHANNEL, "ql:canceled", "ql:completed", "ql:failed", "ql:popped", "ql:stalled",
-    "ql:put", "ql:track", "ql:untrack",
-)
+# The JSON log channel, and the jid-only channels (payload is the jid), by name without the
+# keyspace prefix; LOG_CHANNEL and EVENT_CHANNELS are the default keyspace's.
+EVENT_NAMES = ("log", "canceled", "completed", "failed", "popped", "stalled", "put", "track",
+               "untrack")
+LOG_CHANNEL = DEFAULT.channel("log")
+EVENT_CHANNELS = tuple(DEFAULT.channel(name) for name in EVENT_NAMES)
 _TRANSPORT = (redis.ConnectionError, redis.TimeoutError, OSError)
+# Pub/sub message kinds: plain and sharded channels.
+_MESSAGE = ("message", "smessage")
 
 
-def decode_event(channel: str, payload: str) -> dict[str, Any]:
-    """Turn a pub/sub message into an event dict with at least "event" and "channel"."""
-    if channel.startswith("ql:wake:"):
+def decode_event(channel: str, payload: str, prefix: str = DEFAULT.prefix) -> dict[str, Any]:
+    """Turn a pub/sub message into an event dict with at least "event" and "channel".
+
+    `prefix` is the keyspace's (`ql:` or `ql:{<tag>}:`): the event name follows it.
+    """
+    name = channel[len(prefix):] if channel.startswith(prefix) else channel
+    if name.startswith("wake:"):
         return {"event": "wake", "queue": payload, "channel": channel}
     if payload.startswith("{"):
         try:
@@ -45,10 +51,10 @@ def decode_event(channel: str, payload: str) -> dict[str, Any]:
         except ValueError:
             decoded = None
         if isinstance(decoded, dict):
-            decoded.setdefault("event", channel[3:])
+            decoded.setdefault("event", name)
             decoded["channel"] = channel
             return decoded
-    return {"event": channel[3:], "jid": payload, "channel": channel}
+    return {"event": name, "jid": payload, "channel": channel}
 
 
 class Events:
@@ -70,10 +76,14 @@ class Events:
         max_backoff: float = 5.0,
     ) -> None:
         self.client = client
-        chans = list(EVENT_CHANNELS if channels is None else channels)
+        ks = client.keyspace
+        self._prefix = ks.prefix
+        chans = [ks.channel(n) for n in EVENT_NAMES] if channels is None else list(channels)
         if worker is not None:
-            chans.append(f"ql:w:{check_worker(worker)}")
+            chans.append(ks.channel(f"w:{check_worker(worker)}"))
         self.channels = tuple(dict.fromkeys(chans))
+        # A shard's channels are sharded on Redis 7+ (SSUBSCRIBE), decided when connecting.
+        self._sharded: bool | None = None if ks.sharded else False
         self.health_check_interval = health_check_interval
         self.max_backoff = max_backoff
         self._callbacks: dict[str, list[Callback]] = {}
@@ -171,7 +181,9 @@ class Events:
                 kwargs[key] = bound
         conn = pool.connection_class(**kwargs)
         conn.connect()
-        conn.send_command("SUBSCRIBE", *self.channels)
+        if self._sharded is None:
+            self._sharded = self.client.keyspace.uses_sharded_pubsub(self.client.server_major())
+        conn.send_command("SSUBSCRIBE" if self._sharded else "SUBSCRIBE", *self.channels)
         pending = set(self.channels)
         deadline = time.monotonic() + max(self.health_check_interval, 5.0)
         while pending:
@@ -179,10 +191,10 @@ class Events:
             if left <= 0 or not conn.can_read(timeout=left):
                 raise redis.TimeoutError("no SUBSCRIBE confirmation")
             reply = conn.read_response()
-            if reply[0] == "subscribe":
+            if reply[0] in ("subscribe", "ssubscribe"):
                 pending.discard(reply[1])
-            elif reply[0] == "message":
-                self.dispatch(decode_event(reply[1], reply[2]))
+            elif reply[0] in _MESSAGE:
+                self.dispatch(decode_event(reply[1], reply[2], self._prefix))
         return conn
 
     def _listen(self, conn: Any) -> None:
@@ -195,8 +207,8 @@ class Events:
                 reply = conn.read_response()
                 last_seen = time.monotonic()
                 kind = reply[0]
-                if kind == "message":
-                    self.dispatch(decode_event(reply[1], reply[2]))
+                if kind in _MESSAGE:
+                    self.dispatch(decode_event(reply[1], reply[2], self._prefix))
                 elif kind == "pong":
                     ping_sent = None
                 continue
@@ -215,8 +227,8 @@ class Events:
             if not conn.can_read(timeout=grace):
                 return
             reply = conn.read_response()
-            if reply[0] == "message":
-                self.dispatch(decode_event(reply[1], reply[2]))
+            if reply[0] in _MESSAGE:
+                self.dispatch(decode_event(reply[1], reply[2], self._prefix))
 
     def _run(self) -> None:
         """Connect, listen, and reconnect with back-off until stopped."""

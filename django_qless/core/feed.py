@@ -6,8 +6,6 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
-from .events import LOG_CHANNEL
-
 if TYPE_CHECKING:
     from .client import Client
 
@@ -23,22 +21,29 @@ class LogFeed:
 
     def __init__(self, client: Client) -> None:
         self._pubsub: Any = client.redis.pubsub()  # type: ignore[no-untyped-call]
+        self._client = client
+        self._channel = client.keyspace.channel("log")
 
     def open(self, timeout: float = 5.0) -> bool:
         """Subscribe; wait up to `timeout` s for the confirmation and return whether it came."""
-        self._pubsub.subscribe(LOG_CHANNEL)
+        # A shard's log channel is a sharded channel on Redis 7+ (keyspace.py).
+        ks = self._client.keyspace
+        if ks.sharded and ks.uses_sharded_pubsub(self._client.server_major()):
+            self._pubsub.ssubscribe(self._channel)
+        else:
+            self._pubsub.subscribe(self._channel)
         started = time.monotonic()
         # Wait for the confirmation so no event published after open() returns is missed.
         while time.monotonic() - started < timeout:
             msg = self._pubsub.get_message(timeout=0.5)
-            if msg is not None and msg.get("type") == "subscribe":
+            if msg is not None and msg.get("type") in ("subscribe", "ssubscribe"):
                 return True
         return False
 
     def next(self, timeout: float = 1.0) -> dict[str, Any] | None:
         """Return the next event's JSON object, or None if none came within `timeout` s."""
         msg = self._pubsub.get_message(timeout=timeout)
-        if msg is None or msg.get("type") != "message":
+        if msg is None or msg.get("type") not in ("message", "smessage"):
             return None
         try:
             payload = json.loads(msg["data"])

@@ -18,6 +18,8 @@ from typing import Any, NamedTuple
 
 import redis
 
+from .keyspace import DEFAULT
+
 __all__ = [
     "ACL_CHANNELS",
     "ACL_KEYS",
@@ -30,8 +32,10 @@ __all__ = [
 ]
 
 SAFE_POLICY = "noeviction"
-ACL_KEYS = "~ql:*"
-ACL_CHANNELS = "&ql:*"
+# The default keyspace's pattern `ql:*` also covers every shard keyspace (`ql:{<tag>}:...`),
+# keys and (sharded) channels alike.
+ACL_KEYS = "~" + DEFAULT.pattern()
+ACL_CHANNELS = "&" + DEFAULT.pattern()
 
 
 class ServerProbe(NamedTuple):

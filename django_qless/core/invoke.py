@@ -35,15 +35,19 @@ def _fcall_refused(text: str) -> bool:
 class Invoker:
     """Build engine commands for one server and recognise "engine not loaded" replies."""
 
-    __slots__ = ("mode", "caller_time", "_sha", "_fn", "_fn_ro")
+    __slots__ = ("mode", "caller_time", "keys", "_sha", "_fn", "_fn_ro")
 
-    def __init__(self, mode: str = "auto", *, caller_time: bool = False) -> None:
+    def __init__(
+        self, mode: str = "auto", *, caller_time: bool = False, keys: Sequence[str] = ()
+    ) -> None:
         if mode not in ("auto", "function", "script"):
             raise InvalidArgument(
                 f"engine call mode must be auto, function or script, got {mode!r}"
             )
         self.mode = mode
         self.caller_time = caller_time  # the testing variant (core/lua.py)
+        # The keyspace's engine keys: none (default keyspace) or its prefix (keyspace.py).
+        self.keys = tuple(keys)
         self._sha = script_sha(caller_time)
         self._fn = function_name(caller_time)
         self._fn_ro = f"{self._fn}_ro"
@@ -63,10 +67,11 @@ class Invoker:
 
     def command(self, argv: Sequence[Any]) -> tuple[Any, ...]:
         """Return the Redis command running the engine with `argv` (command, now, args)."""
+        keys = self.keys
         if self.mode == "script":
-            return ("EVALSHA", self._sha, 0, *argv)
+            return ("EVALSHA", self._sha, len(keys), *keys, *argv)
         name = self._fn_ro if argv[0] in READ_ONLY_COMMANDS else self._fn
-        return ("FCALL", name, 0, *argv)
+        return ("FCALL", name, len(keys), *keys, *argv)
 
     @staticmethod
     def missing(exc: redis.ResponseError, sent: Sequence[Any]) -> bool:

@@ -173,11 +173,13 @@ class Jobs:
         step = check_number("seconds", seconds, 0.001)
         end = self._client.now() if until is None else check_number("until", until, 0)
 
+        completed = self._client.keyspace.key("completed")
+
         def count(r: Any) -> list[Any]:
             pipe = r.pipeline(transaction=False)
             for i in range(n, 0, -1):
                 lo = end - i * step
-                pipe.zcount("ql:completed", f"({lo}", lo + step)
+                pipe.zcount(completed, f"({lo}", lo + step)
             result: list[Any] = pipe.execute()
             return result
 
@@ -196,7 +198,7 @@ class Jobs:
         It expires after `timeout` seconds if its holder dies; entering it waits at most
         `wait` seconds and raises redis.exceptions.LockError after that.
         """
-        key = f"ql:unique-lock:{check_jid(jid)}"
+        key = self._client.keyspace.key(f"unique-lock:{check_jid(jid)}")
         lock: Lock = self._client.redis.lock(key, timeout=timeout, blocking_timeout=wait)
         return lock
 

@@ -9,25 +9,34 @@ top level runs once per server, where EVALSHA re-runs the whole script body on e
 from __future__ import annotations
 
 import hashlib
+import re
 import sys
 from functools import cache
 from importlib import resources
 
-__all__ = ["MANIFEST", "function_name", "library_text", "script_sha", "script_text"]
+__all__ = [
+    "MANIFEST", "EngineBuildError", "function_name", "library_text", "routes", "script_sha",
+    "script_text",
+]
 
-# Concatenation order: helpers first, the dispatch table and entry point last.
+# Concatenation order: helpers first, the loader modules, the entry point last.
 MANIFEST: tuple[str, ...] = (
+    "keyspace.lua",
     "base.lua",
     "validate.lua",
     "history.lua",
     "objects.lua",
+    "samples.lua",
     "throttle.lua",
+    "throttle_cmds.lua",
     "job.lua",
     "complete.lua",
     "jobmeta.lua",
     "put.lua",
-    "recurring.lua",
-    "queue.lua",
+    "spawn.lua",
+    "recur.lua",
+    "timers.lua",
+    "pop.lua",
     "queries.lua",
     "worker.lua",
     "workerinfo.lua",
@@ -35,6 +44,107 @@ MANIFEST: tuple[str, ...] = (
     "config.lua",
     "api.lua",
 )
+
+# The module a hand-off (Q.flush_wake in base.lua) loads, with what it needs.
+_HANDOFF = "handoff"
+
+
+class EngineBuildError(ValueError):
+    """A Lua source's `--@` declarations are inconsistent: the engine cannot be built."""
+
+
+def _read_sources() -> dict[str, str]:
+    """Return every manifest file's text by module name (file name without `.lua`)."""
+    package = resources.files("django_qless") / "lua"
+    present = {p.name for p in package.iterdir() if p.name.endswith(".lua")}
+    if present != set(MANIFEST):
+        raise EngineBuildError(
+            f"lua/ files and MANIFEST differ: {sorted(present ^ set(MANIFEST))}"
+        )
+    return {n[:-4]: (package / n).read_text(encoding="utf-8") for n in MANIFEST}
+
+
+_DECL = re.compile(r"^--@ (\S+)(.*)$", re.MULTILINE)
+_COMMAND = re.compile(r"^[a-z][a-z.\-]*$")
+
+
+def build_routes(sources: dict[str, str]) -> tuple[dict[str, tuple[str, ...]], tuple[str, ...]]:
+    """Read the `--@` declarations of `sources` (module name -> text).
+
+    A file is a loader module (`Q.mod.<name> = function()`) unless it says `--@ helpers` or
+    `--@ entry`; `--@ needs m...` names the modules its loader needs first; `--@ command c
+    [m...]` says it implements command `c`, which also needs modules `m`. Returns command ->
+    modules in load order, and the hand-off's modules. Raises EngineBuildError on an unknown
+    module or verb, a command declared twice or one the file does not register.
+    """
+    needs: dict[str, list[str]] = {}
+    commands: dict[str, tuple[str, list[str]]] = {}
+    missing: list[str] = []
+    for mod, text in sources.items():
+        kinds = [m.group(1) for m in _DECL.finditer(text)]
+        if "helpers" in kinds or "entry" in kinds:
+            if set(kinds) - {"helpers", "entry"} or "Q.mod." + mod in text:
+                raise EngineBuildError(f"{mod}.lua: a helpers/entry file declares no module")
+            continue
+        if text.count(f"\nQ.mod.{mod} = function()") != 1 or text.count("\nQ.mod.") != 1:
+            raise EngineBuildError(f"{mod}.lua must define exactly one loader, Q.mod.{mod}")
+        needs[mod] = []
+        for m in _DECL.finditer(text):
+            kind, words = m.group(1), m.group(2).split()
+            if kind == "needs":
+                needs[mod] += words
+            elif kind == "command" and words and _COMMAND.match(words[0]):
+                name = words[0]
+                if name in commands:
+                    raise EngineBuildError(
+                        f"command {name} declared twice: {commands[name][0]}.lua and {mod}.lua"
+                    )
+                if f"C['{name}'] = " not in text:
+                    missing.append(f"{mod}.lua declares {name} but does not define it")
+                commands[name] = (mod, words[1:])
+            else:
+                raise EngineBuildError(f"{mod}.lua: bad declaration {m.group(0)!r}")
+        defined = set(re.findall(r"C\['([^']+)'\] = ", text))
+        undeclared = defined - {c for c, (m2, _) in commands.items() if m2 == mod}
+        if undeclared:
+            raise EngineBuildError(f"{mod}.lua defines undeclared commands {sorted(undeclared)}")
+    if missing:
+        raise EngineBuildError("; ".join(missing))
+
+    def order(mods: list[str], out: list[str], path: tuple[str, ...] = ()) -> list[str]:
+        for m in mods:
+            if m not in needs:
+                raise EngineBuildError(f"unknown module {m!r} (needed via {' > '.join(path)})")
+            if m in path:
+                raise EngineBuildError(f"modules need each other: {' > '.join((*path, m))}")
+            if m not in out:
+                order(needs[m], out, (*path, m))
+                out.append(m)
+        return out
+
+    table = {
+        c: tuple(order([*extra, mod], [], (f"command {c}",)))
+        for c, (mod, extra) in commands.items()
+    }
+    return table, tuple(order([_HANDOFF], [], ("hand-off",)))
+
+
+@cache
+def routes() -> dict[str, tuple[str, ...]]:
+    """Return command -> the modules it loads, as built into the script."""
+    return build_routes(_read_sources())[0]
+
+
+def _routes_block(sources: dict[str, str]) -> str:
+    """Return the generated Lua that api.lua and base.lua read: ROUTES and HANDOFF_MODS."""
+    table, handoff = build_routes(sources)
+    # Every entry is preceded by a space: main() finds ' <command>=' with one plain find.
+    lines = "".join(f" {c}={','.join(m)}\n" for c, m in sorted(table.items()))
+    return (
+        "-- ==== routes (generated by core/lua.py from the files' --@ declarations) ====\n"
+        f"local ROUTES = [[\n{lines}]]\n"
+        f"local HANDOFF_MODS = '{','.join(handoff)}'\n"
+    )
 
 
 _SERVER_TIME = "local CALLER_TIME = false\n"
@@ -47,11 +157,10 @@ def script_text(caller_time: bool = False) -> str:
     `caller_time` builds the testing variant that takes every caller's `now` as given instead
     of bounding it by the server's clock, so tests can move time; it is never used otherwise.
     """
-    package = resources.files("django_qless") / "lua"
-    parts = []
+    sources = _read_sources()
+    parts = [_routes_block(sources)]
     for name in MANIFEST:
-        source = (package / name).read_text(encoding="utf-8")
-        parts.append(f"-- ==== {name} ====\n{source.rstrip()}\n")
+        parts.append(f"-- ==== {name} ====\n{sources[name[:-4]].rstrip()}\n")
     text = "\n".join(parts)
     if caller_time:
         if text.count(_SERVER_TIME) != 1:

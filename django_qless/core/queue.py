@@ -302,7 +302,8 @@ class Queue:
     @property
     def paused(self) -> bool:
         """Return whether the queue is paused."""
-        return bool(self.client.read(lambda r: r.sismember("ql:paused_queues", self.name)))
+        key = self.client.keyspace.key("paused_queues")
+        return bool(self.client.read(lambda r: r.sismember(key, self.name)))
 
     @property
     def counts(self) -> dict[str, Any]:

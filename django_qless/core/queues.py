@@ -34,7 +34,8 @@ class Queues:
 
     def names(self) -> list[str]:
         """Return the names of known queues, oldest first."""
-        names = self._client.read(lambda r: r.zrange("ql:queues", 0, -1))
+        key = self._client.keyspace.key("queues")
+        names = self._client.read(lambda r: r.zrange(key, 0, -1))
         return [str(name) for name in names]
 
     def stats_many(

@@ -116,7 +116,8 @@ class RecurringJob:
     @property
     def next_run(self) -> float | None:
         """Return when the next child is due (epoch seconds), None if unscheduled."""
-        score = self.client.read(lambda r: r.zscore(f"ql:q:{self._queue}-recur", self.jid))
+        key = self.client.keyspace.key(f"q:{self._queue}-recur")
+        score = self.client.read(lambda r: r.zscore(key, self.jid))
         return None if score is None else float(score)
 
     def update(

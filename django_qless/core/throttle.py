@@ -14,14 +14,13 @@ if TYPE_CHECKING:
 
 __all__ = ["Throttle", "ThrottleInfo", "ThrottleStatus", "Throttles", "queue_throttle_id"]
 
-# Keys of throttle definitions and of their holders and waiters (see throttle.lua).
-_PREFIX = "ql:th:"
+# Holders and waiters of throttle <id> are the zsets th:<id>-locks and -pending (throttle.lua).
 _SUFFIXES = ("-locks", "-pending")
 
 
 def queue_throttle_id(queue: str) -> str:
     """Return the id of a queue's own throttle."""
-    return f"ql:q:{queue}"
+    return f"ql:q:{queue}"  # an id, the same in every keyspace (not a key name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,9 +67,9 @@ class ThrottleStatus:
         return self.ttl != -2
 
 
-def _throttle_id(key: str, kind: str) -> str | None:
-    """Return the throttle id of a ``ql:th:`` key of type ``kind`` (None: not a throttle's)."""
-    tid = key[len(_PREFIX):] if key.startswith(_PREFIX) else ""
+def _throttle_id(key: str, kind: str, prefix: str) -> str | None:
+    """Return the throttle id of a ``<prefix>`` key of type ``kind`` (None: not a throttle's)."""
+    tid = key[len(prefix):] if key.startswith(prefix) else ""
     if kind == "zset":  # holders and waiters: the id is the key minus its suffix
         tid = next((tid[: -len(s)] for s in _SUFFIXES if tid.endswith(s)), "")
     return tid if 0 < len(tid) <= 128 else None
@@ -154,15 +153,17 @@ class Throttles:
         ``limit`` ids, then one pipelined round trip for their counts).
         """
         cap = check_int("limit", limit, 1, 100_000)
+        keyspace = self._client.keyspace
+        prefix, pattern = keyspace.key("th:"), keyspace.pattern("th:*")
 
         def scan(r: Any) -> list[str]:
             found: dict[str, None] = {}
             # Definitions are hashes, holders and waiters zsets: the type tells them apart
             # even for an id that itself ends in "-locks".
             for kind in ("hash", "zset"):
-                for raw in r.scan_iter(match=f"{_PREFIX}*", count=500, _type=kind):
+                for raw in r.scan_iter(match=pattern, count=500, _type=kind):
                     key = raw.decode() if isinstance(raw, bytes) else str(raw)
-                    tid = _throttle_id(key, kind)
+                    tid = _throttle_id(key, kind, prefix)
                     if tid is not None:
                         found[tid] = None
                     if len(found) >= cap:
@@ -176,8 +177,8 @@ class Throttles:
         def counts(r: Any) -> list[Any]:
             pipe = r.pipeline(transaction=False)
             for tid in tids:
-                pipe.zcard(f"{_PREFIX}{tid}-locks")
-                pipe.zcard(f"{_PREFIX}{tid}-pending")
+                pipe.zcard(f"{prefix}{tid}-locks")
+                pipe.zcard(f"{prefix}{tid}-pending")
             result: list[Any] = pipe.execute()
             return result
 

@@ -1,9 +1,11 @@
 -- base.lua: the shared local table Q and the helpers every command uses.
 --
+--@ helpers
+--
 -- Commands: none (helpers only).
 -- Helpers: key builders, config reads, job hash reads, attempt tokens, event payloads, the
 -- wake-up channel, the tag index. Argument validation is in validate.lua, history in
--- history.lua, the job-object and statistics loaders in objects.lua. Every other file wraps
+-- history.lua, job objects and statistics in objects.lua and samples.lua. Every other file wraps
 -- its code in loaders (`Q.mod.<name> = function() ... end`) that api.lua runs per command,
 -- because each EVALSHA re-runs the whole script body and creating closures costs CPU.
 --
@@ -19,6 +21,36 @@
 --   ql:log, ql:w:<worker>, ql:<event>  channels (PUBLISH)
 
 local Q = {}
+-- Per-call state, in one table every file sees, reset by Q.begin (run once per call by main()
+-- in api.lua, the only place that resets it): as a Redis 7 function the table lives across
+-- calls and is cleared, not re-allocated. The batches (woken, stats) are emptied by their
+-- flush; only a call that raised leaves them dirty, so most calls allocate no new tables.
+--   op           the command's name in error texts ('Put', 'Complete'...)
+--   now          the call's time; now_text: the caller's text of it when kept as sent
+--   cfgv         config fields read this call (Q.load_config, Q.cfg)
+--   woken, woken_list       queues to wake at the end (Q.wake, Q.flush_wake)
+--   stats_acc, stats_order  wait/run samples to write at the end (samples.lua)
+--   worker_seen  the caller's ql:workers entry was refreshed (pop)
+--   qth, due     per-queue throttle flag and `#due` bound read this call (pop, throttle)
+local ctx = { op = false, now = 0, now_text = nil, cfgv = nil, woken = {}, woken_list = {},
+  stats_acc = {}, stats_order = {}, worker_seen = nil, qth = nil, due = nil }
+Q.ctx = ctx
+
+-- Start a call: reset the per-call state for command `op` at time `now` (`now_text`: the
+-- caller's text of it, or nil) in the keyspace of `prefix`.
+function Q.begin(op, now, now_text, prefix)
+  if prefix ~= KP then KP, K = prefix, keyspace(prefix) end
+  ctx.op, ctx.now, ctx.now_text = op, now, now_text
+  ctx.cfgv, ctx.worker_seen, ctx.qth, ctx.due = nil, nil, nil, nil
+  if ctx.woken_list[1] then
+    ctx.woken = {}
+    ctx.woken_list = {}
+  end
+  if ctx.stats_order[1] then
+    ctx.stats_acc = {}
+    ctx.stats_order = {}
+  end
+end
 local rcall = redis.call
 local cjson_encode = cjson.encode
 local cjson_decode = cjson.decode
@@ -44,7 +76,7 @@ Q.commands = {}
 Q.MAX_LIST = 1000
 -- Module loaders: every EVALSHA runs the whole script body, and creating a closure costs
 -- time, so each file wraps its functions in a loader that api.lua runs only for the
--- commands that need it (see ROUTES there). As a Redis 7 function each loader runs once.
+-- commands that need it (ROUTES, generated from the files' `--@` lines). As a Redis 7 function each loader runs once.
 Q.mod = {}
 -- Module lists already loaded: as a Redis 7 function the script body runs once per server, so
 -- after the first call of each command this is one table lookup.
@@ -64,54 +96,35 @@ Q.CHUNK = 500
 Q.MAX_DATA = 1048576
 Q.MAX_MESSAGE = 65536
 
--- Per-call state, reset by the dispatcher (api.lua). The batches are emptied by their flush;
--- only a call that raised leaves them dirty, so most calls allocate no new tables here.
-Q.woken = {}
-Q.woken_list = {}
-Q.stats_acc = {}
-Q.stats_order = {}
-function Q.reset(op)
-  Q.op = op
-  Q.cfgv = nil
-  if Q.woken_list[1] then
-    Q.woken = {}
-    Q.woken_list = {}
-  end
-  if Q.stats_order[1] then
-    Q.stats_acc = {}
-    Q.stats_order = {}
-  end
-end
-
 -- ---------------------------------------------------------------- keys
 
-function Q.kjob(jid) return 'ql:j:' .. jid end
-function Q.khist(jid) return 'ql:j:' .. jid .. '-history' end
-function Q.kdeps(jid) return 'ql:j:' .. jid .. '-dependencies' end
-function Q.kdents(jid) return 'ql:j:' .. jid .. '-dependents' end
-function Q.kq(queue, kind) return 'ql:q:' .. queue .. '-' .. kind end
+function Q.kjob(jid) return KP .. 'j:' .. jid end
+function Q.khist(jid) return KP .. 'j:' .. jid .. '-history' end
+function Q.kdeps(jid) return KP .. 'j:' .. jid .. '-dependencies' end
+function Q.kdents(jid) return KP .. 'j:' .. jid .. '-dependents' end
+function Q.kq(queue, kind) return KP .. 'q:' .. queue .. '-' .. kind end
 function Q.bin(t) return floor(t - (t % 86400)) end
 
 -- The key and config field names of a queue that every pop and complete use, built once per
--- queue (kept across calls as a Redis 7 function; bounded).
-local names_by_queue, nqueues = {}, 0
+-- queue of a keyspace (kept across calls as a Redis 7 function; bounded).
 function Q.qn(queue)
+  local names_by_queue = K.qn
   local n = names_by_queue[queue]
   if n then return n end
-  if nqueues >= 256 then names_by_queue, nqueues = {}, 0 end
-  n = { work = 'ql:q:' .. queue .. '-work', locks = 'ql:q:' .. queue .. '-locks',
+  if K.nq >= 256 then names_by_queue, K.nq = {}, 0; K.qn = names_by_queue end
+  n = { work = KP .. 'q:' .. queue .. '-work', locks = KP .. 'q:' .. queue .. '-locks',
     heartbeat = queue .. '-heartbeat', maxc = queue .. '-max-concurrency',
     due = '#due:' .. queue, throttle = '#throttle:' .. queue }
   names_by_queue[queue] = n
-  nqueues = nqueues + 1
+  K.nq = K.nq + 1
   return n
 end
 
--- ql:w:<worker>:jobs of the last worker asked (one worker calls at a time).
-local wjobs_w, wjobs_k
+-- ql:w:<worker>:jobs of the last worker asked in the keyspace (one worker calls at a time).
 function Q.kwjobs(worker)
-  if worker ~= wjobs_w then wjobs_w, wjobs_k = worker, 'ql:w:' .. worker .. ':jobs' end
-  return wjobs_k
+  local k = K
+  if worker ~= k.ww then k.ww, k.wk = worker, KP .. 'w:' .. worker .. ':jobs' end
+  return k.wk
 end
 function Q.score(priority, now) return priority - now / 10000000000 end
 
@@ -127,7 +140,7 @@ end
 -- A time for a ZADD score: the caller's own text of `now` when it is plain decimal (ZADD
 -- parses it to the very same double, and redis.call need not format the number), else as is.
 function Q.time_arg(t)
-  if t == Q.now and Q.now_text then return Q.now_text end
+  if t == ctx.now and ctx.now_text then return ctx.now_text end
   return t
 end
 
@@ -150,19 +163,19 @@ end
 
 -- Read the named config fields with one HMGET for the whole call.
 function Q.load_config(names)
-  local values = rcall('HMGET', 'ql:config', unpack(names))
-  Q.cfgv = Q.cfgv or {}
-  for i, name in ipairs(names) do Q.cfgv[name] = values[i] or false end
+  local values = rcall('HMGET', K.config, unpack(names))
+  ctx.cfgv = ctx.cfgv or {}
+  for i, name in ipairs(names) do ctx.cfgv[name] = values[i] or false end
 end
 
 -- A config value (string from ql:config, else the default), read lazily if not loaded.
 function Q.cfg(name)
-  local cache = Q.cfgv
+  local cache = ctx.cfgv
   if not cache or cache[name] == nil then
-    Q.cfgv = cache or {}
-    Q.cfgv[name] = rcall('HGET', 'ql:config', name) or false
+    ctx.cfgv = cache or {}
+    ctx.cfgv[name] = rcall('HGET', K.config, name) or false
   end
-  local v = Q.cfgv[name]
+  local v = ctx.cfgv[name]
   if v == false then return Q.DEFAULTS[name] or Q.FALLBACKS[name] end
   return v
 end
@@ -184,7 +197,7 @@ end
 
 -- HMGET the named fields of a job; returns nil when the job has no hash.
 function Q.read(jid, fields)
-  local values = rcall('HMGET', 'ql:j:' .. jid, unpack(fields))
+  local values = rcall('HMGET', KP .. 'j:' .. jid, unpack(fields))
   local job, any = {}, false
   for i, name in ipairs(fields) do
     local v = values[i]
@@ -200,7 +213,7 @@ Q.ALL = { 'jid', 'klass', 'state', 'queue', 'worker', 'priority', 'expires', 're
 -- it from the HMGET they already do.
 
 function Q.tracked(jid)
-  return rcall('ZSCORE', 'ql:tracked', jid) ~= false
+  return rcall('ZSCORE', K.tracked, jid) ~= false
 end
 
 -- Internal bookkeeping lives in ql:config under field names starting with '#' (hidden from
@@ -221,15 +234,15 @@ Q.HORIZON = 1
 -- Raw stored config value (false if unset), without defaults.
 function Q.cfgraw(name)
   Q.cfg(name)
-  return Q.cfgv[name]
+  return ctx.cfgv[name]
 end
 
 -- A lock, schedule or spawn time `at` was written: keep `#due` a lower bound.
 function Q.lower_due(queue, at)
   local field = Q.mfield('due', queue)
-  local cur = tonumber(rcall('HGET', 'ql:config', field))
-  if cur and at < cur then rcall('HSET', 'ql:config', field, at) end
-  if Q.cfgv then Q.cfgv[field] = nil end
+  local cur = tonumber(rcall('HGET', K.config, field))
+  if cur and at < cur then rcall('HSET', K.config, field, at) end
+  if ctx.cfgv then ctx.cfgv[field] = nil end
 end
 
 -- Decode a stored JSON list (tags/throttles); tolerate the {} quirk and garbage.
@@ -271,7 +284,7 @@ end
 Q.js = js
 
 function Q.publish(channel, payload)
-  rcall('PUBLISH', channel, payload)
+  rcall(K.pub, channel, payload)
 end
 
 function Q.ev_put(jid, queue)
@@ -290,43 +303,40 @@ end
 -- Tell the old owner and the log that a job's lock is gone.
 function Q.lock_lost(jid, worker)
   local payload = Q.ev_lock_lost(jid, worker)
-  rcall('PUBLISH', 'ql:w:' .. worker, payload)
-  rcall('PUBLISH', 'ql:log', payload)
+  rcall(K.pub, KP .. 'w:' .. worker, payload)
+  rcall(K.pub, K.log, payload)
 end
 
 -- Note that jobs became ready in a queue; published once per call (Q.flush_wake).
 function Q.wake(queue)
-  if not Q.woken[queue] then
-    Q.woken[queue] = true
-    tinsert(Q.woken_list, queue)
+  if not ctx.woken[queue] then
+    ctx.woken[queue] = true
+    tinsert(ctx.woken_list, queue)
   end
 end
-
--- Modules a hand-off needs (handoff.lua), loaded only when a worker waits for one.
-local HANDOFF_MODS = 'throttle,stats,objects,spawn,timers,pop,handoff'
 
 -- Publish the wake-ups noted during this call. First, ready jobs go straight to the idle
 -- workers waiting on the queue (handoff.lua); a queue left with no ready job needs no wake-up.
 function Q.flush_wake(now)
-  local list = Q.woken_list
+  local list = ctx.woken_list
   if not list[1] then return end
-  Q.woken = {}
-  Q.woken_list = {}
+  ctx.woken = {}
+  ctx.woken_list = {}
   for _, queue in ipairs(list) do
-    local idle = rcall('ZRANGEBYSCORE', 'ql:idle:' .. queue, now, '+inf', 'LIMIT', 0, 10)
+    local idle = rcall('ZRANGEBYSCORE', KP .. 'idle:' .. queue, now, '+inf', 'LIMIT', 0, 10)
     local ready = true
     if #idle > 0 then
       Q.need(HANDOFF_MODS)
       Q.hand_off(now, queue, idle)
       ready = rcall('ZCARD', Q.kq(queue, 'work')) > 0
     end
-    if ready then rcall('PUBLISH', 'ql:wake:' .. queue, queue) end
+    if ready then rcall(K.pub, KP .. 'wake:' .. queue, queue) end
   end
   -- Queues woken by those pops (an expired lock put back), without a second hand-off round.
-  if Q.woken_list[1] then
-    for _, queue in ipairs(Q.woken_list) do rcall('PUBLISH', 'ql:wake:' .. queue, queue) end
-    Q.woken = {}
-    Q.woken_list = {}
+  if ctx.woken_list[1] then
+    for _, queue in ipairs(ctx.woken_list) do rcall(K.pub, KP .. 'wake:' .. queue, queue) end
+    ctx.woken = {}
+    ctx.woken_list = {}
   end
 end
 
@@ -334,13 +344,13 @@ end
 
 -- Add/remove a job's membership in ql:t:<tag> and keep ql:tags counts honest.
 function Q.tag_add(jid, tag, now)
-  rcall('ZADD', 'ql:t:' .. tag, now, jid)
-  rcall('ZINCRBY', 'ql:tags', 1, tag)
+  rcall('ZADD', KP .. 't:' .. tag, now, jid)
+  rcall('ZINCRBY', K.tags, 1, tag)
 end
 
 function Q.tag_remove(jid, tag)
-  rcall('ZREM', 'ql:t:' .. tag, jid)
-  if tonumber(rcall('ZINCRBY', 'ql:tags', -1, tag)) <= 0 then rcall('ZREM', 'ql:tags', tag) end
+  rcall('ZREM', KP .. 't:' .. tag, jid)
+  if tonumber(rcall('ZINCRBY', K.tags, -1, tag)) <= 0 then rcall('ZREM', K.tags, tag) end
 end
 
 -- Release a list in chunks with a command taking many members (ZREM, SREM, DEL...).
@@ -353,7 +363,7 @@ end
 -- ---------------------------------------------------------------- failure bookkeeping
 
 function Q.counter(queue, when, field, delta)
-  rcall('HINCRBY', 'ql:s:stats:' .. Q.bin(when) .. ':' .. queue, field, delta)
+  rcall('HINCRBY', KP .. 's:stats:' .. Q.bin(when) .. ':' .. queue, field, delta)
 end
 
 -- Fail a job whose retries are exhausted (retry and lock loss); `fields` are more hash
@@ -367,8 +377,8 @@ function Q.exhausted(jid, queue, now, group, message, worker, fields, legacy)
   table.insert(fields, cjson_encode({ group = group, message = message,
     when = worker ~= '' and floor(now) or now, worker = worker }))
   rcall('HSET', Q.kjob(jid), unpack(fields))
-  rcall('SADD', 'ql:failures', group)
-  rcall('LPUSH', 'ql:f:' .. group, jid)
+  rcall('SADD', K.failures, group)
+  rcall('LPUSH', KP .. 'f:' .. group, jid)
   Q.counter(queue, now, 'failures', 1)
   Q.counter(queue, now, 'failed', 1)
 end

@@ -1,6 +1,9 @@
 -- complete.lua: completing a job (also the first half of the worker's complete.reserve),
 -- releasing its dependents, and the retention of completed jobs.
 --
+--@ needs throttle samples job
+--@ command complete
+--
 -- Commands (after `now`):
 --   complete  jid worker queue data [next q] [delay d] [depends JSON] [token t] -> state text
 --
@@ -31,25 +34,25 @@ Q.mod.complete = function()
     local due = Q.tonum(Q.cfgraw('#completed-due'))
     local jids = {}
     if due == nil or now >= due or due > now + Q.HORIZON then
-      jids = rcall('ZRANGEBYSCORE', 'ql:completed', '-inf', now - age, 'LIMIT', 0, budget)
+      jids = rcall('ZRANGEBYSCORE', K.completed, '-inf', now - age, 'LIMIT', 0, budget)
       for _, jid in ipairs(jids) do Q.delete_job(jid) end
-      if #jids > 0 then Q.chunked('ZREM', 'ql:completed', jids) end
+      if #jids > 0 then Q.chunked('ZREM', K.completed, jids) end
       local next_due = now
       if #jids < budget then
         next_due = now + Q.HORIZON
-        local first = rcall('ZRANGE', 'ql:completed', 0, 0, 'WITHSCORES')
+        local first = rcall('ZRANGE', K.completed, 0, 0, 'WITHSCORES')
         local oldest = tonumber(first[2])
         if oldest and oldest + age < next_due then next_due = math.max(oldest + age, now) end
       end
-      rcall('HSET', 'ql:config', '#completed-due', next_due)
+      rcall('HSET', K.config, '#completed-due', next_due)
     end
     budget = budget - #jids
     local keep = Q.cfgnum('jobs-history-count', 50000)
-    local excess = rcall('ZCARD', 'ql:completed') - keep
+    local excess = rcall('ZCARD', K.completed) - keep
     if excess > 0 and budget > 0 then
-      jids = rcall('ZRANGE', 'ql:completed', 0, math.min(excess, budget) - 1)
+      jids = rcall('ZRANGE', K.completed, 0, math.min(excess, budget) - 1)
       for _, jid in ipairs(jids) do Q.delete_job(jid) end
-      Q.chunked('ZREM', 'ql:completed', jids)
+      Q.chunked('ZREM', K.completed, jids)
     end
   end
 
@@ -59,7 +62,7 @@ Q.mod.complete = function()
   -- one by one into `{}` grows the table again and again). `priority` only for `next`; the
   -- fields that only tell whether the hash holds a long value are read by Q.long_values.
   local function read_own(jid, nextq)
-    local v = rcall('HMGET', 'ql:j:' .. jid, 'state', 'queue', 'worker', 'retries', 'time',
+    local v = rcall('HMGET', KP .. 'j:' .. jid, 'state', 'queue', 'worker', 'retries', 'time',
       'held', 'history', 'tracked', 'done', nextq and 'priority' or 'state')
     local any = false
     for i = 1, 9 do
@@ -74,7 +77,7 @@ Q.mod.complete = function()
   -- True when the job hash already holds a value longer than Q.SMALL_VALUE among the fields
   -- complete did not read (a completion that would lengthen `history` past it asks this).
   function Q.long_values(jid)
-    return Q.roomy(unpack(rcall('HMGET', 'ql:j:' .. jid, 'klass', 'tags', 'failure', 'throttles')))
+    return Q.roomy(unpack(rcall('HMGET', KP .. 'j:' .. jid, 'klass', 'tags', 'failure', 'throttles')))
   end
 
   -- Ownership checks shared by complete and complete.reserve. With an attempt token that
@@ -109,8 +112,12 @@ Q.mod.complete = function()
     if #dents > 0 then rcall('DEL', Q.kdents(jid)) end
   end
 
-  -- Complete a running job whose ownership was checked (h from Q.check_running).
-  function Q.complete(now, jid, worker, queue, data, h, nextq, delay, depends, token)
+  -- Complete a running job whose ownership was checked (h from Q.check_running). `o` holds
+  -- the validated arguments: jid, worker, queue, data, token (or nil), and for `complete ...
+  -- next`: next (the queue), delay (seconds, 0 for none), depends (list of jids or nil).
+  function Q.complete(now, h, o)
+    local jid, worker, queue, data, token = o.jid, o.worker, o.queue, o.data, o.token
+    local nextq, delay, depends = o.next, o.delay or 0, o.depends
     local key = Q.kjob(jid)
     local compact = not nextq and h.history
       and Q.compact_done(h.history, now, worker, jid, h, data)
@@ -120,7 +127,7 @@ Q.mod.complete = function()
     rcall('ZREM', Q.qn(queue).locks, jid)
     Q.sample('run', queue, now, now - (tonumber(h.time) or now))
     rcall('ZREM', Q.kwjobs(worker), jid)
-    if h.tracked == '1' then Q.publish('ql:completed', jid) end
+    if h.tracked == '1' then Q.publish(K.completed, jid) end
     local retries = Q.int_arg(tonumber(h.retries) or 5)
     local fields = { 'data', data, 'worker', '', 'failure', '{}', 'expires', '0',
       'remaining', retries, 'time', Q.ftime(now) }
@@ -130,10 +137,10 @@ Q.mod.complete = function()
     end
     if h.held then table.insert(fields, 'held'); table.insert(fields, '') end
     if nextq then
-      Q.publish('ql:log', '{"jid":' .. Q.js(jid) .. ',"to":' .. Q.js(nextq)
+      Q.publish(K.log, '{"jid":' .. Q.js(jid) .. ',"to":' .. Q.js(nextq)
         .. ',"event":"advanced","queue":' .. Q.js(queue) .. '}')
       Q.history(jid, now, 'put', { q = nextq })
-      rcall('ZADD', 'ql:queues', 'NX', now, nextq)
+      rcall('ZADD', K.queues, 'NX', now, nextq)
       table.insert(fields, 'queue'); table.insert(fields, nextq)
       local result
       local ndeps = 0
@@ -158,12 +165,12 @@ Q.mod.complete = function()
       Q.slot_freed(queue)
       return result
     end
-    Q.publish('ql:log', '{"jid":' .. Q.js(jid) .. ',"event":"completed","queue":' .. Q.js(queue) .. '}')
+    Q.publish(K.log, '{"jid":' .. Q.js(jid) .. ',"event":"completed","queue":' .. Q.js(queue) .. '}')
     table.insert(fields, 'state'); table.insert(fields, 'complete')
     table.insert(fields, 'queue'); table.insert(fields, '')
     if token then table.insert(fields, 'done'); table.insert(fields, token .. ' complete') end
     rcall('HSET', key, unpack(fields))
-    rcall('ZADD', 'ql:completed', Q.time_arg(now), jid)
+    rcall('ZADD', K.completed, Q.time_arg(now), jid)
     Q.release(jid, h.held, now)
     Q.slot_freed(queue)
     release_dependents(jid, now)
@@ -189,6 +196,7 @@ Q.mod.complete = function()
     if depends then Q.check_cycle(jid, depends) end
     Q.load_config({ 'jobs-history', 'jobs-history-count', 'max-job-history', '#completed-due',
       queue .. '-max-concurrency' })
-    return Q.complete(now, jid, worker, queue, data, h, nextq, delay, depends, token)
+    return Q.complete(now, h, { jid = jid, worker = worker, queue = queue, data = data,
+      token = token, next = nextq, delay = delay, depends = depends })
   end }
 end

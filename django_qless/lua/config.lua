@@ -1,5 +1,9 @@
 -- config.lua: configuration commands.
 --
+--@ command config.get
+--@ command config.set
+--@ command config.unset
+--
 -- Commands (after `now`):
 --   config.get    [key]      -> value (bulk string, integer for defaults) or JSON of all
 --   config.set    key value  -> nil
@@ -51,13 +55,13 @@ Q.mod.config = function()
     if args[1] == nil then
       local out = {}
       for k, v in pairs(Q.DEFAULTS) do out[k] = v end
-      local all = rcall('HGETALL', 'ql:config')
+      local all = rcall('HGETALL', K.config)
       for i = 1, #all, 2 do
         if all[i]:sub(1, 1) ~= '#' then out[all[i]] = all[i + 1] end
       end
       return cjson.encode(out)
     end
-    local v = rcall('HGET', 'ql:config', args[1])
+    local v = rcall('HGET', K.config, args[1])
     if v then return v end
     return Q.DEFAULTS[args[1]]
   end }
@@ -67,14 +71,14 @@ Q.mod.config = function()
     local value = args[2]
     if value == nil then Q.fail('Arg "value" missing') end
     check_value(key, value)
-    Q.publish('ql:log', '{"option":' .. Q.js(key) .. ',"event":"config_set","value":'
+    Q.publish(K.log, '{"option":' .. Q.js(key) .. ',"event":"config_set","value":'
       .. Q.js(value) .. '}')
-    rcall('HSET', 'ql:config', key, value)
+    rcall('HSET', K.config, key, value)
   end }
 
   C['config.unset'] = { 'config.unset', function(now, args)
     local key = config_key(args[1])
-    Q.publish('ql:log', '{"event":"config_unset","option":' .. Q.js(key) .. '}')
-    rcall('HDEL', 'ql:config', key)
+    Q.publish(K.log, '{"event":"config_unset","option":' .. Q.js(key) .. '}')
+    rcall('HDEL', K.config, key)
   end }
 end

@@ -1,5 +1,7 @@
 -- handoff.lua: hand a ready job straight to an idle worker (extension).
 --
+--@ needs throttle samples pop
+--
 -- A worker with nothing to do calls `reserve.wait`: it reserves as `reserve` does and, when
 -- nothing is ready, registers as idle on those queues until now + ttl. When jobs then become
 -- ready in one of them (any call that wakes the queue: put, release, retry, promotion,
@@ -25,21 +27,21 @@ Q.mod.handoff = function()
 
   -- Forget `worker`'s idle registration on every queue it named.
   function Q.idle_forget(worker)
-    local queues = rcall('HGET', 'ql:idle', worker)
+    local queues = rcall('HGET', K.idle, worker)
     if not queues then return end
-    for queue in queues:gmatch('%S+') do rcall('ZREM', 'ql:idle:' .. queue, worker) end
-    rcall('HDEL', 'ql:idle', worker)
+    for queue in queues:gmatch('%S+') do rcall('ZREM', KP .. 'idle:' .. queue, worker) end
+    rcall('HDEL', K.idle, worker)
   end
 
   -- Register `worker` as idle on `queues` until now + ttl (dropping lapsed registrations).
   function Q.idle_register(now, worker, ttl, queues)
     Q.idle_forget(worker)
     for _, queue in ipairs(queues) do
-      local key = 'ql:idle:' .. queue
+      local key = KP .. 'idle:' .. queue
       rcall('ZREMRANGEBYSCORE', key, '-inf', '(' .. now)
       rcall('ZADD', key, now + ttl, worker)
     end
-    rcall('HSET', 'ql:idle', worker, table.concat(queues, ' '))
+    rcall('HSET', K.idle, worker, table.concat(queues, ' '))
   end
 
   -- Pop one job of `queue` for each listening worker of `idle` (oldest registration first)
@@ -47,15 +49,15 @@ Q.mod.handoff = function()
   -- throttled, at its concurrency limit): those workers stay registered for later.
   function Q.hand_off(now, queue, idle)
     for _, worker in ipairs(idle) do
-      if tonumber(rcall('PUBSUB', 'NUMSUB', 'ql:hand:' .. worker)[2]) == 0 then
+      if tonumber(rcall('PUBSUB', K.numsub, KP .. 'hand:' .. worker)[2]) == 0 then
         Q.idle_forget(worker) -- gone, or stopped waiting
       else
         Q.pop_config({ queue })
-        Q.worker_seen = nil -- this worker's ql:workers entry is its own
+        ctx.worker_seen = nil -- this worker's ql:workers entry is its own
         local out = {}
         if Q.pop_queue(now, queue, worker, 1, true, out) == 0 then return end
         Q.idle_forget(worker)
-        rcall('PUBLISH', 'ql:hand:' .. worker, cjson.encode(out[1]))
+        rcall(K.pub, KP .. 'hand:' .. worker, cjson.encode(out[1]))
       end
     end
   end

@@ -1,5 +1,7 @@
 -- history.lua: job history: the compact first visit in the job hash and the history list.
 --
+--@ helpers
+--
 -- Commands: none (helpers only).
 -- Keys:
 --   ql:j:<jid>            hash  field `history` = compact first visit in qless-core's legacy
@@ -153,7 +155,7 @@ end
 
 -- Expand a legacy single-field `history` array into list entries and drop the field.
 function Q.migrate_history(jid, legacy)
-  rcall('HDEL', 'ql:j:' .. jid, 'history')
+  rcall('HDEL', KP .. 'j:' .. jid, 'history')
   push_entries(Q.khist(jid), legacy_entries(legacy))
 end
 
@@ -173,7 +175,7 @@ function Q.history_text(jid, entry, legacy, overwrite)
   local entries
   if legacy == '[]' then legacy = nil end
   if legacy then
-    if not overwrite then rcall('HDEL', 'ql:j:' .. jid, 'history') end
+    if not overwrite then rcall('HDEL', KP .. 'j:' .. jid, 'history') end
     entries = legacy_entries(legacy)
     tinsert(entries, entry)
     len = push_entries(key, entries)

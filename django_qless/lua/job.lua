@@ -1,5 +1,12 @@
 -- job.lua: commands acting on one job (or a list of jobs).
 --
+--@ command fail throttle
+--@ command retry throttle
+--@ command release throttle
+--@ command heartbeat
+--@ command timeout throttle
+--@ command cancel throttle
+--
 -- Commands (after `now`); complete is in complete.lua, depends/priority/log/get/multiget/
 -- tag/track in jobmeta.lua, put/requeue/put.many in put.lua:
 --   fail      jid worker group message [data [token]]               -> jid
@@ -75,9 +82,9 @@ Q.mod.job = function()
     local ok, f = pcall(cjson.decode, failure_text or '')
     local group = ok and type(f) == 'table' and f.group or nil
     if not group then return end
-    local key = 'ql:f:' .. group
+    local key = KP .. 'f:' .. group
     rcall('LREM', key, 0, jid)
-    if rcall('LLEN', key) == 0 then rcall('SREM', 'ql:failures', group) end
+    if rcall('LLEN', key) == 0 then rcall('SREM', K.failures, group) end
     if queue and queue ~= '' and tonumber(f.when) then Q.counter(queue, tonumber(f.when), 'failed', -1) end
   end
 
@@ -118,7 +125,7 @@ Q.mod.job = function()
     local tags = rcall('HGET', Q.kjob(jid), 'tags')
     for _, tag in ipairs(Q.list(tags)) do Q.tag_remove(jid, tag) end
     rcall('DEL', Q.kjob(jid), Q.khist(jid), Q.kdeps(jid), Q.kdents(jid))
-    rcall('ZREM', 'ql:tracked', jid)
+    rcall('ZREM', K.tracked, jid)
   end
 
   -- ---------------------------------------------------------------- fail / retry
@@ -142,10 +149,10 @@ Q.mod.job = function()
     if h.state ~= 'running' then Q.fail('Job ' .. jid .. ' not currently running: ' .. tostring(h.state)) end
     if h.worker ~= worker then Q.fail('Job ' .. jid .. ' running with another worker: ' .. tostring(h.worker)) end
     local queue = h.queue
-    Q.publish('ql:log', Q.ev_failed(jid, worker, group, message))
-    if h.tracked == '1' then Q.publish('ql:failed', jid) end
+    Q.publish(K.log, Q.ev_failed(jid, worker, group, message))
+    if h.tracked == '1' then Q.publish(K.failed, jid) end
     rcall('ZREM', Q.kwjobs(worker), jid)
-    rcall('HINCRBY', 'ql:w:' .. worker .. ':info', 'failed', 1) -- the dashboard's count (workerinfo.lua)
+    rcall('HINCRBY', KP .. 'w:' .. worker .. ':info', 'failed', 1) -- the dashboard's count (workerinfo.lua)
     Q.history(jid, now, 'failed', { worker = worker, group = group }, h.history)
     Q.counter(queue, now, 'failures', 1)
     Q.counter(queue, now, 'failed', 1)
@@ -157,8 +164,8 @@ Q.mod.job = function()
     if token then table.insert(fields, 'done'); table.insert(fields, token .. ' ' .. jid) end
     rcall('HSET', Q.kjob(jid), unpack(fields))
     if h.grace then rcall('HDEL', Q.kjob(jid), 'grace') end
-    rcall('SADD', 'ql:failures', group)
-    rcall('LPUSH', 'ql:f:' .. group, jid)
+    rcall('SADD', K.failures, group)
+    rcall('LPUSH', KP .. 'f:' .. group, jid)
     Q.release(jid, h.held, now)
     Q.slot_freed(queue)
     return jid
@@ -214,7 +221,7 @@ Q.mod.job = function()
         w = ''
       end
       Q.exhausted(jid, queue, now, g, m, w, fields, h.history)
-      if h.tracked == '1' then Q.publish('ql:failed', jid) end
+      if h.tracked == '1' then Q.publish(K.failed, jid) end
     else
       if delay > 0 then
         rcall('ZADD', Q.kq(queue, 'scheduled'), now + delay, jid)
@@ -255,8 +262,8 @@ Q.mod.job = function()
     if h.held then table.insert(fields, 'held'); table.insert(fields, '') end
     rcall('HSET', Q.kjob(jid), unpack(fields))
     if h.grace then rcall('HDEL', Q.kjob(jid), 'grace') end
-    if h.tracked == '1' then Q.publish('ql:put', jid) end
-    Q.publish('ql:log', Q.ev_put(jid, queue))
+    if h.tracked == '1' then Q.publish(K.put, jid) end
+    Q.publish(K.log, Q.ev_put(jid, queue))
     Q.release(jid, h.held, now)
     Q.slot_freed(queue)
     Q.wake(queue)
@@ -284,7 +291,7 @@ Q.mod.job = function()
     end
     if h.grace then rcall('HDEL', Q.kjob(jid), 'grace') end
     rcall('ZADD', Q.kwjobs(worker), expires, jid)
-    rcall('ZADD', 'ql:workers', now, worker)
+    rcall('ZADD', K.workers, now, worker)
     rcall('ZADD', Q.kq(h.queue, 'locks'), expires, jid)
     Q.lower_due(h.queue, expires)
     return expires
@@ -339,10 +346,10 @@ Q.mod.job = function()
         h = h or {}
         local payload = '{"jid":' .. Q.js(jid) .. ',"queue":' .. Q.js(h.queue or false)
           .. ',"event":"canceled","worker":' .. Q.js(h.worker or false) .. '}'
-        Q.publish('ql:log', payload)
+        Q.publish(K.log, payload)
         if h.worker and h.worker ~= '' then
           rcall('ZREM', Q.kwjobs(h.worker), jid)
-          Q.publish('ql:w:' .. h.worker, payload)
+          Q.publish(KP .. 'w:' .. h.worker, payload)
         end
         if h.state then
           Q.unqueue(jid, h.queue, h.state, h.throttles)
@@ -351,7 +358,7 @@ Q.mod.job = function()
           for _, tag in ipairs(Q.list(h.tags)) do Q.tag_remove(jid, tag) end
           Q.release(jid, h.held, now)
         end
-        if rcall('ZREM', 'ql:tracked', jid) == 1 then Q.publish('ql:canceled', jid) end
+        if rcall('ZREM', K.tracked, jid) == 1 then Q.publish(K.canceled, jid) end
         rcall('DEL', Q.kjob(jid), Q.khist(jid), Q.kdeps(jid), Q.kdents(jid))
       end
     end

@@ -1,5 +1,13 @@
 -- jobmeta.lua: reading a job and changing what it carries besides its state.
 --
+--@ command depends job
+--@ command priority
+--@ command log
+--@ command tag
+--@ command track objects
+--@ command get objects
+--@ command multiget objects
+--
 -- Commands (after `now`):
 --   depends   jid on jid... | off jid...|all                        -> 1
 --   priority  jid priority                                          -> priority
@@ -142,13 +150,13 @@ Q.mod.jobmeta = function()
       local offset = Q.offset('offset', args[3])
       local count = Q.count(args[4], 0, 500, 25)
       local jobs = {}
-      if count > 0 then jobs = rcall('ZRANGE', 'ql:t:' .. tag, offset, offset + count - 1) end
-      return cjson.encode({ total = rcall('ZCARD', 'ql:t:' .. tag), jobs = jobs })
+      if count > 0 then jobs = rcall('ZRANGE', KP .. 't:' .. tag, offset, offset + count - 1) end
+      return cjson.encode({ total = rcall('ZCARD', KP .. 't:' .. tag), jobs = jobs })
     elseif command == 'top' then
       local offset = Q.offset('offset', args[2])
       local count = Q.count(args[3], 0, 500, 25)
       if count == 0 then return cjson.encode({}) end
-      return cjson.encode(rcall('ZREVRANGEBYSCORE', 'ql:tags', '+inf', 2, 'LIMIT', offset, count))
+      return cjson.encode(rcall('ZREVRANGEBYSCORE', K.tags, '+inf', 2, 'LIMIT', offset, count))
     end
     Q.fail('First argument must be "add", "remove" or "get"')
   end }
@@ -156,7 +164,7 @@ Q.mod.jobmeta = function()
   C['track'] = { 'Track', function(now, args)
     if #args == 0 then
       local jobs, expired = {}, {}
-      for _, jid in ipairs(rcall('ZRANGE', 'ql:tracked', 0, -1)) do
+      for _, jid in ipairs(rcall('ZRANGE', K.tracked, 0, -1)) do
         local h = Q.read(jid, Q.ALL)
         if h then
           table.insert(jobs, Q.job_object(jid, h, true, false))
@@ -174,12 +182,12 @@ Q.mod.jobmeta = function()
     local jid = Q.jid(args[2])
     if rcall('EXISTS', Q.kjob(jid)) == 0 then Q.fail('Job does not exist') end
     if action == 'track' then
-      Q.publish('ql:track', jid)
+      Q.publish(K.track, jid)
       rcall('HSET', Q.kjob(jid), 'tracked', 1)
-      return cjson.encode(rcall('ZADD', 'ql:tracked', now, jid))
+      return cjson.encode(rcall('ZADD', K.tracked, now, jid))
     end
-    Q.publish('ql:untrack', jid)
+    Q.publish(K.untrack, jid)
     rcall('HDEL', Q.kjob(jid), 'tracked')
-    return cjson.encode(rcall('ZREM', 'ql:tracked', jid))
+    return cjson.encode(rcall('ZREM', K.tracked, jid))
   end }
 end

@@ -1,5 +1,10 @@
 -- put.lua: creating and moving jobs.
 --
+--@ needs throttle job
+--@ command put
+--@ command requeue
+--@ command put.many
+--
 -- Commands (after `now`):
 --   put       worker queue jid klass data delay [priority p] [tags JSON] [retries n]
 --             [depends JSON] [throttles JSON] [depends-missing error|ignore]  -> jid
@@ -77,7 +82,7 @@ Q.mod.put = function()
     end
     if not old then
       local parent = jid:find('-', 2, true) and jid:match('^(.+)%-%d+$')
-      if parent and rcall('EXISTS', 'ql:r:' .. parent) == 1 then
+      if parent and rcall('EXISTS', KP .. 'r:' .. parent) == 1 then
         Q.fail('Job ' .. jid .. ' collides with recurring job ' .. parent)
       end
     elseif depends then
@@ -119,7 +124,7 @@ Q.mod.put = function()
         end
       end
     end
-    Q.publish('ql:log', Q.ev_put(jid, queue))
+    Q.publish(K.log, Q.ev_put(jid, queue))
     -- A new job's first event goes to the compact `history` field (written by the HSET below).
     local compact = nil
     if not old then
@@ -134,7 +139,7 @@ Q.mod.put = function()
         rcall('ZREM', Q.kwjobs(old.worker), jid)
         if old.worker ~= worker then Q.lock_lost(jid, old.worker) end
       end
-      if old.state == 'complete' then rcall('ZREM', 'ql:completed', jid) end
+      if old.state == 'complete' then rcall('ZREM', K.completed, jid) end
       if old.state == 'failed' then Q.unfailed(jid, old.failure, old.queue) end
       local stale = {}
       for _, f in ipairs({ 'grace', 'scheduled', 'held' }) do
@@ -144,7 +149,7 @@ Q.mod.put = function()
       if #stale > 0 then rcall('HDEL', key, unpack(stale)) end
     end
     for _, t in ipairs(tags) do
-      if oldset[t] then rcall('ZADD', 'ql:t:' .. t, now, jid) else Q.tag_add(jid, t, now) end
+      if oldset[t] then rcall('ZADD', KP .. 't:' .. t, now, jid) else Q.tag_add(jid, t, now) end
     end
     local state = delay > 0 and 'scheduled' or 'waiting'
     local ndeps = depends and Q.add_deps(jid, depends) or 0
@@ -178,8 +183,8 @@ Q.mod.put = function()
       Q.wake(queue)
     end
     rcall('HSET', key, unpack(fields))
-    if not c.listed then rcall('ZADD', 'ql:queues', 'NX', Q.time_arg(now), queue) end
-    if tracked then Q.publish('ql:put', jid) end
+    if not c.listed then rcall('ZADD', K.queues, 'NX', Q.time_arg(now), queue) end
+    if tracked then Q.publish(K.put, jid) end
     return jid
   end
 
@@ -214,7 +219,7 @@ Q.mod.put = function()
     local ok, res = pcall(f, ...)
     if ok then return res end
     if type(res) ~= 'string' then error(res, 0) end
-    local mark = Q.op .. '(): '
+    local mark = ctx.op .. '(): '
     local at = res:find(mark, 1, true)
     if at then
       local cut = at + #mark - 1

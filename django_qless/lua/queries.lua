@@ -1,5 +1,15 @@
 -- queries.lua: listing and managing queues, failures and statistics.
 --
+--@ command jobs timers
+--@ command length
+--@ command queues timers
+--@ command pause
+--@ command unpause
+--@ command queue.forget
+--@ command unfail
+--@ command failed
+--@ command stats
+--
 -- Commands (after `now`):
 --   jobs         complete [offset] [count]          -> array of jids
 --   jobs         running|stalled|scheduled|depends|recurring|waiting|throttled queue [offset] [count]
@@ -32,7 +42,7 @@ Q.mod.queries = function()
       local offset = Q.offset('offset', args[2])
       local count = Q.count(args[3], 0, 500, 25)
       if count == 0 then return {} end
-      return rcall('ZREVRANGE', 'ql:completed', offset, offset + count - 1)
+      return rcall('ZREVRANGE', K.completed, offset, offset + count - 1)
     end
     local queue = Q.queue(args[2])
     local offset = Q.offset('offset', args[3])
@@ -75,14 +85,14 @@ Q.mod.queries = function()
       -- Only when there are some: stock clients compare counts with qless-core's exact set of
       -- keys, and only our throttle commands can make a job throttled (nil drops the key).
       throttled = throttled > 0 and throttled or nil,
-      paused = rcall('SISMEMBER', 'ql:paused_queues', queue) == 1,
+      paused = rcall('SISMEMBER', K.paused_queues, queue) == 1,
     }
   end
 
   C['queues'] = { 'Queues', function(now, args)
     if args[1] then return cjson.encode(queue_counts(now, Q.queue(args[1]))) end
     local out = {}
-    for _, queue in ipairs(rcall('ZRANGE', 'ql:queues', 0, -1)) do
+    for _, queue in ipairs(rcall('ZRANGE', K.queues, 0, -1)) do
       table.insert(out, queue_counts(now, queue))
     end
     return cjson.encode(out)
@@ -98,17 +108,17 @@ Q.mod.queries = function()
 
   C['pause'] = { 'Pause', function(now, args)
     local queues = queue_args(args)
-    Q.chunked('SADD', 'ql:paused_queues', queues)
+    Q.chunked('SADD', K.paused_queues, queues)
   end }
 
   C['unpause'] = { 'Unpause', function(now, args)
     local queues = queue_args(args)
-    Q.chunked('SREM', 'ql:paused_queues', queues)
+    Q.chunked('SREM', K.paused_queues, queues)
     for _, queue in ipairs(queues) do Q.wake(queue) end
   end }
 
   C['queue.forget'] = { 'Forget', function(now, args)
-    Q.chunked('ZREM', 'ql:queues', queue_args(args))
+    Q.chunked('ZREM', K.queues, queue_args(args))
   end }
 
   C['unfail'] = { 'Unfail', function(now, args)
@@ -116,7 +126,7 @@ Q.mod.queries = function()
     local group = Q.group(args[2])
     local count = Q.count(args[3], 0, 500, 25)
     if count == 0 then return 0 end
-    local key = 'ql:f:' .. group
+    local key = KP .. 'f:' .. group
     local jids = rcall('LRANGE', key, -count, -1)
     local moved = 0
     for i = #jids, 1, -1 do
@@ -132,7 +142,7 @@ Q.mod.queries = function()
       end
     end
     rcall('LTRIM', key, 0, -#jids - 1)
-    if rcall('LLEN', key) == 0 then rcall('SREM', 'ql:failures', group) end
+    if rcall('LLEN', key) == 0 then rcall('SREM', K.failures, group) end
     if moved > 0 then Q.wake(queue) end
     return moved
   end }
@@ -149,7 +159,7 @@ Q.mod.queries = function()
     local group = args[1]
     if group == nil then
       local out = {}
-      for _, g in ipairs(rcall('SMEMBERS', 'ql:failures')) do out[g] = rcall('LLEN', 'ql:f:' .. g) end
+      for _, g in ipairs(rcall('SMEMBERS', K.failures)) do out[g] = rcall('LLEN', KP .. 'f:' .. g) end
       return cjson.encode(out)
     end
     Q.group(group)
@@ -159,8 +169,8 @@ Q.mod.queries = function()
       limit = Q.integer('limit', args[3], 0, 500, 'is not a number')
     end
     local jobs = {}
-    if limit > 0 then jobs = rcall('LRANGE', 'ql:f:' .. group, start, start + limit - 1) end
-    return cjson.encode({ total = rcall('LLEN', 'ql:f:' .. group), jobs = jobs })
+    if limit > 0 then jobs = rcall('LRANGE', KP .. 'f:' .. group, start, start + limit - 1) end
+    return cjson.encode({ total = rcall('LLEN', KP .. 'f:' .. group), jobs = jobs })
   end }
 
   local function histogram_fields()
@@ -190,13 +200,13 @@ Q.mod.queries = function()
     local queue = Q.queue(args[1])
     local date = Q.number('date', args[2], 'missing or not a number')
     local bin = Q.bin(date)
-    local c = rcall('HMGET', 'ql:s:stats:' .. bin .. ':' .. queue, 'retries', 'failed', 'failures')
+    local c = rcall('HMGET', KP .. 's:stats:' .. bin .. ':' .. queue, 'retries', 'failed', 'failures')
     return cjson.encode({
       retries = tonumber(c[1]) or 0,
       failed = tonumber(c[2]) or 0,
       failures = tonumber(c[3]) or 0,
-      wait = timing('ql:s:wait:' .. bin .. ':' .. queue),
-      run = timing('ql:s:run:' .. bin .. ':' .. queue),
+      wait = timing(KP .. 's:wait:' .. bin .. ':' .. queue),
+      run = timing(KP .. 's:run:' .. bin .. ':' .. queue),
     })
   end }
 end

@@ -1,5 +1,7 @@
 -- validate.lua: argument checks every command runs before its first write.
 --
+--@ helpers
+--
 -- Commands: none (helpers only). Keys: none. Each check raises `<Op>(): Arg "<name>" ...`
 -- with qless-core's wording where it has one (the rules are listed in docs/engine.md).
 
@@ -7,7 +9,7 @@
 
 -- Raise `<Op>(): text`; level 1 keeps the `user_script:N:` prefix clients strip.
 function Q.fail(text)
-  error(Q.op .. '(): ' .. text)
+  error(ctx.op .. '(): ' .. text)
 end
 
 -- True when s is plain decimal text: optional sign, digits with an optional fraction,

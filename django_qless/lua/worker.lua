@@ -1,5 +1,11 @@
 -- worker.lua: worker listings and the worker's hot path (reserve, complete.reserve).
 --
+--@ command workers
+--@ command worker.deregister
+--@ command reserve throttle samples pop
+--@ command reserve.wait throttle samples pop handoff
+--@ command complete.reserve throttle samples complete pop
+--
 -- Commands (after `now`):
 --   workers            [worker]                          -> JSON
 --   worker.deregister  worker...                         -> nil
@@ -17,7 +23,7 @@
 --   ql:q:<queue>-scheduled|recur|locks  zset (ZRANGE 0 0 WITHSCORES, for the wake hint)
 --   ql:paused_queues       set   (SISMEMBER, wake hint skips paused queues)
 --   ql:config              hash  (HSET #due:<queue> with the exact bound on the idle path)
---   everything pop and complete touch (queue.lua, job.lua)
+--   everything pop and complete touch (pop.lua, complete.lua)
 
 
 Q.mod.worker = function()
@@ -27,9 +33,9 @@ Q.mod.worker = function()
 
   local function collect_workers(now)
     local age = Q.cfgnum('max-worker-age', 86400)
-    local dead = rcall('ZRANGEBYSCORE', 'ql:workers', 0, now - age, 'LIMIT', 0, Q.CHUNK)
-    for _, w in ipairs(dead) do rcall('DEL', Q.kwjobs(w), 'ql:w:' .. w .. ':info') end
-    if #dead > 0 then Q.chunked('ZREM', 'ql:workers', dead) end
+    local dead = rcall('ZRANGEBYSCORE', K.workers, 0, now - age, 'LIMIT', 0, Q.CHUNK)
+    for _, w in ipairs(dead) do rcall('DEL', Q.kwjobs(w), KP .. 'w:' .. w .. ':info') end
+    if #dead > 0 then Q.chunked('ZREM', K.workers, dead) end
   end
 
   C['workers'] = { 'Workers', function(now, args)
@@ -42,7 +48,7 @@ Q.mod.worker = function()
       })
     end
     local out = {}
-    for _, w in ipairs(rcall('ZREVRANGE', 'ql:workers', 0, -1)) do
+    for _, w in ipairs(rcall('ZREVRANGE', K.workers, 0, -1)) do
       table.insert(out, {
         name = w,
         jobs = rcall('ZCOUNT', Q.kwjobs(w), now, now + 8640000),
@@ -57,8 +63,8 @@ Q.mod.worker = function()
     for i = 1, #args do table.insert(names, Q.worker(args[i])) end
     if #names == 0 then Q.fail('Arg "worker" missing') end
     if #names > Q.MAX_LIST then Q.fail('at most ' .. Q.MAX_LIST .. ' workers') end
-    Q.chunked('ZREM', 'ql:workers', names)
-    for _, w in ipairs(names) do rcall('DEL', 'ql:w:' .. w .. ':info') end -- workerinfo.lua
+    Q.chunked('ZREM', K.workers, names)
+    for _, w in ipairs(names) do rcall('DEL', KP .. 'w:' .. w .. ':info') end -- workerinfo.lua
   end }
 
   -- Seconds until something may become ready in these queues (-1 if nothing is pending).
@@ -67,12 +73,12 @@ Q.mod.worker = function()
   local function wake_hint(now, queues)
     local best = math.huge
     for _, queue in ipairs(queues) do
-      if rcall('SISMEMBER', 'ql:paused_queues', queue) == 0 then
+      if rcall('SISMEMBER', K.paused_queues, queue) == 0 then
         local heads = Q.timer_heads(queue)
         local exact = math.min(heads[1], heads[2], heads[3])
         local bound = math.min(exact, now + Q.HORIZON)
-        if Q.due == nil or Q.due[queue] ~= bound then
-          rcall('HSET', 'ql:config', Q.mfield('due', queue), bound)
+        if ctx.due == nil or ctx.due[queue] ~= bound then
+          rcall('HSET', K.config, Q.mfield('due', queue), bound)
         end
         if exact < best then best = exact end
       end
@@ -170,8 +176,9 @@ Q.mod.worker = function()
       return encode_reply(reply)
     end
     Q.pop_config(queues, queue)
-    local state = Q.complete(now, jid, worker, queue, data, h, nil, 0, nil, token)
-    rcall('HINCRBY', 'ql:w:' .. worker .. ':info', 'done', 1) -- the dashboard's count (workerinfo.lua)
+    local state = Q.complete(now, h,
+      { jid = jid, worker = worker, queue = queue, data = data, token = token })
+    rcall('HINCRBY', KP .. 'w:' .. worker .. ':info', 'done', 1) -- the dashboard's count (workerinfo.lua)
     local reply = { state = state }
     if count == 0 then
       reply.jobs = {}

@@ -1,5 +1,8 @@
 -- workerinfo.lua: what a worker says about itself, for the dashboard (an extension).
 --
+--@ command worker.hello
+--@ command worker.info
+--
 -- Commands (after `now`):
 --   worker.hello  worker host pid queues-json  -> nil   (once when a worker starts)
 --   worker.info   [worker...]                   -> JSON [{name, last_seen, host, pid, queues,
@@ -11,12 +14,12 @@
 --                       `failed` by fail, one HINCRBY each: worker.lua, job.lua)
 --   ql:workers          zset  worker -> last seen (ZADD by hello, ZREVRANGE, ZSCORE)
 
-Q.mod.winfo = function()
+Q.mod.workerinfo = function()
   local rcall = Q.rcall
   local C = Q.commands
   local MAX_INFO = 1000 -- workers reported by one call (the listing is not paged by the engine)
 
-  local function info_key(worker) return 'ql:w:' .. worker .. ':info' end
+  local function info_key(worker) return KP .. 'w:' .. worker .. ':info' end
 
   C['worker.hello'] = { 'Hello', function(now, args)
     local worker = Q.worker(args[1])
@@ -33,7 +36,7 @@ Q.mod.winfo = function()
     rcall('DEL', info_key(worker))
     rcall('HSET', info_key(worker), 'host', host, 'pid', Q.int_arg(pid), 'queues', args[4],
       'started', Q.int_arg(math.floor(now)), 'done', 0, 'failed', 0)
-    rcall('ZADD', 'ql:workers', Q.time_arg(now), worker)
+    rcall('ZADD', K.workers, Q.time_arg(now), worker)
   end }
 
   C['worker.info'] = { 'WorkerInfo', function(now, args)
@@ -42,11 +45,11 @@ Q.mod.winfo = function()
       for i = 1, #args do table.insert(names, Q.worker(args[i])) end
       if #names > MAX_INFO then Q.fail('at most ' .. MAX_INFO .. ' workers') end
     else
-      names = rcall('ZREVRANGE', 'ql:workers', 0, MAX_INFO - 1)
+      names = rcall('ZREVRANGE', K.workers, 0, MAX_INFO - 1)
     end
     local out = {}
     for _, w in ipairs(names) do
-      local seen = rcall('ZSCORE', 'ql:workers', w)
+      local seen = rcall('ZSCORE', K.workers, w)
       local row = { name = w, last_seen = seen and tonumber(seen) or cjson.null }
       local flat = rcall('HGETALL', info_key(w))
       for i = 1, #flat, 2 do row[flat[i]] = flat[i + 1] end

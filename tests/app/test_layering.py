@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import django_qless
+from django_qless.core.lua import routes
 
 __all__: list[str] = []
 
@@ -53,10 +54,8 @@ ALLOWED = frozenset({
 
 
 def engine_commands() -> frozenset[str]:
-    """Return every engine command name, read from the engine's dispatch table."""
-    text = (PACKAGE / "lua" / "api.lua").read_text(encoding="utf-8")
-    routes = text.split("local ROUTES = [[", 1)[1].split("]]", 1)[0]
-    return frozenset(re.findall(r"(?:^|\s)([a-z][a-z.]*)=", routes))
+    """Return every engine command name, from the routes generated into the engine."""
+    return frozenset(routes())
 
 
 COMMANDS = engine_commands()

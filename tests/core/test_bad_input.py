@@ -330,11 +330,23 @@ def test_refused_without_writes(populated: Any, r: redis.Redis, command: str, ar
     assert snapshot(r) == before
 
 
-def test_keys_are_refused(populated: Any, r: redis.Redis) -> None:
-    """Refuse any KEYS."""
+@pytest.mark.parametrize("key", [
+    "ql:x", "ql:", "ql:{}:", "ql:{a b}:", "ql:{s1}", "{s1}:", "ql:{s1}:j:", "ql:{é}:",
+    "ql:{" + "a" * 33 + "}:", "ql:{s1}:\n",
+])
+def test_bad_keyspace_is_refused(populated: Any, r: redis.Redis, key: str) -> None:
+    """Refuse a key that is not a shard prefix ql:{<tag>}:, before any write."""
     before = snapshot(r)
-    with pytest.raises(redis.ResponseError, match="No Keys should be provided"):
-        populated.script(keys=["ql:x"], args=["put", NOW, *PUT])
+    with pytest.raises(redis.ResponseError, match="must look like ql:{<tag>}:"):
+        populated.script(keys=[key], args=["put", NOW, *PUT])
+    assert snapshot(r) == before
+
+
+def test_more_than_one_key_is_refused(populated: Any, r: redis.Redis) -> None:
+    """Refuse two keys, even two valid prefixes."""
+    before = snapshot(r)
+    with pytest.raises(redis.ResponseError, match="Only one key may be provided"):
+        populated.script(keys=["ql:{a}:", "ql:{a}:"], args=["put", NOW, *PUT])
     assert snapshot(r) == before
 
 

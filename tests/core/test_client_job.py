@@ -15,6 +15,7 @@ from django_qless.core import (
     Queue,
 )
 from tests.core.conftest import FakeClock
+from tests.core.keyspace_mode import to_shard
 
 
 @pytest.fixture
@@ -72,7 +73,7 @@ def test_fail_and_retry_repeated_with_the_same_token(client: Client, q: Queue) -
     failing = pop(q)
     assert failing.fail("g", "m") == "f"
     assert failing.fail("g", "m") == "f"
-    assert client.redis.llen("ql:f:g") == 1
+    assert client.redis.llen(to_shard("ql:f:g")) == 1
     q.put("K", {}, jid="r", retries=3)
     retrying = pop(q)
     assert retrying.retry() == 2

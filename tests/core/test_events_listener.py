@@ -12,6 +12,7 @@ import pytest
 import redis
 
 from django_qless.core import Client, Events, QlessConnectionError
+from tests.core.keyspace_mode import to_shard
 
 
 @pytest.fixture
@@ -64,7 +65,7 @@ def test_start_returns_once_subscribed(client: Client, r: redis.Redis) -> None:
         assert got.wait_for(lambda items: any(e.get("jid") == jid for e in items))
         assert got.items[0]["event"] == "put"
         assert got.items[0]["queue"] == "q"
-        assert got.items[0]["channel"] == "ql:log"
+        assert got.items[0]["channel"] == to_shard("ql:log")
     finally:
         events.stop()
     assert not events.listening
@@ -85,8 +86,9 @@ def test_tracked_jid_channels_and_wildcard(client: Client) -> None:
         job.complete()
         assert completed.wait_for(lambda items: len(items) == 2)
     channels = sorted(e["channel"] for e in completed.items)
-    assert channels == ["ql:completed", "ql:log"]
-    assert {"event": "completed", "jid": jid, "channel": "ql:completed"} in completed.items
+    assert channels == [to_shard("ql:completed"), to_shard("ql:log")]
+    completed_event = {"event": "completed", "jid": jid, "channel": to_shard("ql:completed")}
+    assert completed_event in completed.items
     assert any(e["event"] == "popped" and e["jid"] == jid for e in every.items)
 
 
@@ -96,12 +98,12 @@ def test_worker_channel(client: Client) -> None:
     assert q.pop() is not None
     got = Collector()
     with Events(client, worker="w1", channels=()) as events:
-        assert events.channels == ("ql:w:w1",)
+        assert events.channels == (to_shard("ql:w:w1"),)
         events.on("lock_lost", got)
         client.jobs[jid].timeout()
         assert got.wait_for(lambda items: len(items) == 1)
     assert got.items[0]["jid"] == jid
-    assert got.items[0]["channel"] == "ql:w:w1"
+    assert got.items[0]["channel"] == to_shard("ql:w:w1")
 
 
 def test_a_failing_callback_does_not_stop_the_others(

@@ -17,6 +17,7 @@ from django_qless.core.feed import LogFeed
 from django_qless.core.health import ACL_CHANNELS, ACL_KEYS, SAFE_POLICY, probe
 from django_qless.core.throttle import queue_throttle_id
 from tests.core.conftest import FakeClock
+from tests.core.keyspace_mode import publish
 
 
 @pytest.fixture
@@ -135,8 +136,8 @@ def test_log_feed(client: Client, q: Queue) -> None:
     with LogFeed(client) as feed:
         assert feed.open(timeout=5.0)
         assert feed.next(timeout=0.05) is None
-        client.redis.publish(LOG_CHANNEL, "not json")
-        client.redis.publish(LOG_CHANNEL, "[1, 2]")
+        publish(client.redis, LOG_CHANNEL, "not json")
+        publish(client.redis, LOG_CHANNEL, "[1, 2]")
         q.put("K", {}, jid="a")
         got = [feed.next(timeout=1.0) for _ in range(3)]
     assert got[:2] == [None, None]

@@ -10,6 +10,7 @@ import pytest
 import redis
 
 from tests.core.conftest import snapshot
+from tests.core.keyspace_mode import subscribe
 
 __all__: list[str] = []
 
@@ -21,13 +22,13 @@ class Listener:
 
     def __init__(self, r: redis.Redis, worker: str) -> None:
         self.pubsub = r.pubsub()
-        self.pubsub.subscribe(f"ql:hand:{worker}")
-        assert self.pubsub.get_message(timeout=1.0)["type"] == "subscribe"
+        subscribe(self.pubsub, r, f"ql:hand:{worker}")
+        assert self.pubsub.get_message(timeout=1.0)["type"] in ("subscribe", "ssubscribe")
 
     def jobs(self) -> list[dict[str, Any]]:
         got = []
         while (msg := self.pubsub.get_message(timeout=0.05)) is not None:
-            if msg["type"] == "message":
+            if msg["type"] in ("message", "smessage"):
                 got.append(json.loads(msg["data"]))
         return got
 

@@ -126,10 +126,12 @@ def test_refused_calls_change_nothing(lua: Any, r: redis.Redis, call: tuple[Any,
     assert snapshot(r) == before
 
 
-def test_keys_are_refused(lua: Any, r: redis.Redis) -> None:
-    """Reject numkeys > 0."""
-    with pytest.raises(redis.ResponseError, match="No Keys should be provided"):
+def test_keys_other_than_a_keyspace_are_refused(lua: Any, r: redis.Redis) -> None:
+    """Reject a key that is not a shard prefix, and more than one key."""
+    with pytest.raises(redis.ResponseError, match=r'Keyspace "k" must look like ql:\{<tag>\}:'):
         lua.script(keys=["k"], args=["put", 0])
+    with pytest.raises(redis.ResponseError, match="Only one key"):
+        lua.script(keys=["ql:{a}:", "k"], args=["put", 0])
 
 
 # -- events ------------------------------------------------------------------------------------

@@ -1,4 +1,11 @@
--- recurring.lua: recurring job templates and the spawning of their children.
+-- recur.lua: recurring job templates (the spawning of their children is in spawn.lua).
+--
+--@ command recur
+--@ command recur.get
+--@ command recur.update
+--@ command recur.tag
+--@ command recur.untag
+--@ command unrecur
 --
 -- Commands (after `now`):
 --   recur        queue jid klass data 'interval' interval offset
@@ -18,68 +25,6 @@
 --   ql:q:<queue>-work      zset  children (ZADD)
 --   ql:t:<tag>, ql:tags    zset  children's tags (ZADD, ZINCRBY)
 --   ql:config              hash  hidden field #due:<queue> (HGET/HSET)
-
-
-Q.mod.spawn = function()
-  local rcall = Q.rcall
-  local floor = math.floor
-  local C = Q.commands
-
-  local RECUR_FIELDS = { 'klass', 'data', 'priority', 'tags', 'retries', 'interval', 'backlog',
-    'throttles' }
-
-  -- Spawn the due children of a queue's recurring jobs, at most `limit` in total.
-  function Q.spawn(now, queue, limit, wake)
-    local rkey = Q.kq(queue, 'recur')
-    local due = rcall('ZRANGEBYSCORE', rkey, 0, now, 'WITHSCORES', 'LIMIT', 0, limit)
-    local spawned = 0
-    for i = 1, #due, 2 do
-      if spawned >= limit then break end
-      local rjid = due[i]
-      local values = rcall('HMGET', 'ql:r:' .. rjid, unpack(RECUR_FIELDS))
-      if not values[1] then
-        rcall('ZREM', rkey, rjid)
-      else
-        local klass, data, priority = values[1], values[2], tonumber(values[3]) or 0
-        local tags = Q.list(values[4])
-        local retries = tonumber(values[5]) or 0
-        local interval = tonumber(values[6]) or 60
-        local backlog = tonumber(values[7]) or 0
-        local throttles = values[8]
-        local s = floor(tonumber(due[i + 1]))
-        if backlog ~= 0 and (now - s) / interval > backlog then
-          s = s + math.ceil((now - s) / interval - backlog) * interval
-        end
-        local guard = 0
-        while s <= now and spawned < limit and guard < Q.MAX_LIST do
-          guard = guard + 1
-          local n = rcall('HINCRBY', 'ql:r:' .. rjid, 'count', 1)
-          local child = rjid .. '-' .. n
-          if rcall('EXISTS', Q.kjob(child)) == 0 then
-            for _, tag in ipairs(tags) do Q.tag_add(child, tag, now) end
-            local fields = { 'jid', child, 'klass', klass, 'data', data, 'priority', priority,
-              'tags', cjson.encode(tags), 'state', 'waiting', 'worker', '', 'expires', 0,
-              'queue', queue, 'retries', retries, 'remaining', retries,
-              'time', Q.ftime(s), 'spawned_from_jid', rjid }
-            local compact = Q.compact_put(queue, s, Q.roomy(data, klass, throttles, fields[10]))
-            if compact then table.insert(fields, 'history'); table.insert(fields, compact) end
-            if throttles and throttles ~= '' then
-              table.insert(fields, 'throttles'); table.insert(fields, throttles)
-            end
-            rcall('HSET', Q.kjob(child), unpack(fields))
-            if not compact then Q.history(child, s, 'put', { q = queue }) end
-            rcall('ZADD', Q.kq(queue, 'work'), Q.score(priority, s), child)
-            spawned = spawned + 1
-            s = s + interval
-          end
-        end
-        rcall('ZADD', rkey, s, rjid)
-      end
-    end
-    if wake and spawned > 0 then Q.wake(queue) end
-    return spawned
-  end
-end
 
 Q.mod.recur = function()
   local rcall = Q.rcall
@@ -115,7 +60,7 @@ Q.mod.recur = function()
     local retries = opts.retries and Q.integer('retries', opts.retries, 0, 1000) or 0
     local backlog = opts.backlog and Q.integer('backlog', opts.backlog, 0, nil) or 0
     local throttles = opts.throttles and Q.throttles(opts.throttles) or {}
-    local old = rcall('HMGET', 'ql:r:' .. jid, 'queue', 'count')
+    local old = rcall('HMGET', KP .. 'r:' .. jid, 'queue', 'count')
     local count = tonumber(old[2]) or 0
     if old[1] then rcall('ZREM', Q.kq(old[1], 'recur'), jid) end
     local fields = { 'jid', jid, 'klass', klass, 'data', data, 'priority', priority,
@@ -124,18 +69,18 @@ Q.mod.recur = function()
     if #throttles > 0 then
       table.insert(fields, 'throttles'); table.insert(fields, cjson.encode(throttles))
     else
-      rcall('HDEL', 'ql:r:' .. jid, 'throttles')
+      rcall('HDEL', KP .. 'r:' .. jid, 'throttles')
     end
-    rcall('HSET', 'ql:r:' .. jid, unpack(fields))
+    rcall('HSET', KP .. 'r:' .. jid, unpack(fields))
     rcall('ZADD', Q.kq(queue, 'recur'), now + offset, jid)
     Q.lower_due(queue, now + offset)
-    rcall('ZADD', 'ql:queues', 'NX', now, queue)
+    rcall('ZADD', K.queues, 'NX', now, queue)
     return jid
   end }
 
   C['recur.get'] = { 'Recur', function(now, args)
     local jid = recur_jid(args[1])
-    local v = rcall('HMGET', 'ql:r:' .. jid, 'klass', 'queue', 'priority', 'interval', 'retries',
+    local v = rcall('HMGET', KP .. 'r:' .. jid, 'klass', 'queue', 'priority', 'interval', 'retries',
       'count', 'data', 'tags', 'backlog', 'throttles')
     if not v[1] then return nil end
     return cjson.encode({
@@ -148,7 +93,7 @@ Q.mod.recur = function()
 
   C['recur.update'] = { 'Recur', function(now, args)
     local jid = recur_jid(args[1])
-    local key = 'ql:r:' .. jid
+    local key = KP .. 'r:' .. jid
     local cur = rcall('HMGET', key, 'queue', 'interval')
     if not cur[1] then Q.fail('No recurring job ' .. jid) end
     local sets, newq, newint = {}, nil, nil
@@ -187,7 +132,7 @@ Q.mod.recur = function()
       rcall('ZREM', Q.kq(oldq, 'recur'), jid)
       rcall('ZADD', Q.kq(newq, 'recur'), score or now, jid)
       Q.lower_due(newq, tonumber(score) or now)
-      rcall('ZADD', 'ql:queues', 'NX', now, newq)
+      rcall('ZADD', K.queues, 'NX', now, newq)
     end
     if #sets > 0 then rcall('HSET', key, unpack(sets)) end
     return 1
@@ -198,7 +143,7 @@ Q.mod.recur = function()
     local given = {}
     for i = 2, #args do table.insert(given, Q.tag_name(args[i])) end
     if #given > Q.MAX_LIST then Q.fail('at most ' .. Q.MAX_LIST .. ' tags') end
-    local tags = rcall('HGET', 'ql:r:' .. jid, 'tags')
+    local tags = rcall('HGET', KP .. 'r:' .. jid, 'tags')
     if not tags then error(op .. '(): Job ' .. jid .. ' does not exist') end
     local list, have = Q.list(tags), {}
     for _, t in ipairs(list) do have[t] = true end
@@ -219,7 +164,7 @@ Q.mod.recur = function()
       list = kept
     end
     local text = cjson.encode(list)
-    rcall('HSET', 'ql:r:' .. jid, 'tags', text)
+    rcall('HSET', KP .. 'r:' .. jid, 'tags', text)
     return text
   end
 
@@ -228,9 +173,9 @@ Q.mod.recur = function()
 
   C['unrecur'] = { 'Recur', function(now, args)
     local jid = recur_jid(args[1])
-    local queue = rcall('HGET', 'ql:r:' .. jid, 'queue')
+    local queue = rcall('HGET', KP .. 'r:' .. jid, 'queue')
     if queue then rcall('ZREM', Q.kq(queue, 'recur'), jid) end
-    rcall('DEL', 'ql:r:' .. jid)
+    rcall('DEL', KP .. 'r:' .. jid)
     return 1
   end }
 end

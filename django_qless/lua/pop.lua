@@ -1,5 +1,10 @@
--- queue.lua: taking jobs from a queue: pop, peek, the lease reaper, lock invalidation,
--- scheduled promotion. Listing and managing queues is in queries.lua.
+-- pop.lua: taking jobs from a queue: pop, peek, the lease reaper, lock invalidation.
+-- Scheduled promotion is in timers.lua; listing and managing queues in queries.lua.
+--
+--@ needs objects spawn timers
+--@ command pop throttle samples
+--@ command peek
+--@ command reap throttle samples
 --
 -- Commands (after `now`):
 --   pop          queue worker count                 -> JSON array of job objects
@@ -26,38 +31,6 @@
 --   channels: ql:log, ql:w:<worker>, ql:popped, ql:stalled, ql:failed, ql:wake:<queue>
 
 
-Q.mod.timers = function()
-  local rcall = Q.rcall
-
-  -- Lowest score of a queue's locks, recurring and scheduled sets (math.huge when empty).
-  function Q.timer_heads(queue)
-    local out = {}
-    for i, kind in ipairs({ 'locks', 'recur', 'scheduled' }) do
-      local first = rcall('ZRANGE', Q.kq(queue, kind), 0, 0, 'WITHSCORES')
-      out[i] = tonumber(first[2]) or math.huge
-    end
-    return out
-  end
-
-  -- Move up to `limit` due scheduled jobs into work (all due ones, bounded, if limit is nil).
-  function Q.promote(now, queue, limit, wake)
-    local key = Q.kq(queue, 'scheduled')
-    local jids = rcall('ZRANGEBYSCORE', key, 0, now, 'LIMIT', 0, limit or Q.CHUNK)
-    if #jids == 0 then return 0 end
-    local moved = 0
-    for _, jid in ipairs(jids) do
-      local priority = rcall('HGET', Q.kjob(jid), 'priority')
-      if priority then
-        rcall('ZADD', Q.kq(queue, 'work'), Q.score(tonumber(priority) or 0, now), jid)
-        rcall('HSET', Q.kjob(jid), 'state', 'waiting')
-        moved = moved + 1
-      end
-    end
-    Q.chunked('ZREM', key, jids)
-    if wake and moved > 0 then Q.wake(queue) end
-    return moved
-  end
-end
 
 Q.mod.pop = function()
   local rcall = Q.rcall
@@ -80,7 +53,7 @@ Q.mod.pop = function()
   -- asks for (six of them usually absent), where HGETALL walks it once. Other fields are
   -- dropped, so the table is what Q.read would return.
   function Q.read_pop(jid)
-    local v = rcall('HGETALL', 'ql:j:' .. jid)
+    local v = rcall('HGETALL', KP .. 'j:' .. jid)
     if not v[1] then return nil end
     -- (one constructor sizes the table for every field pop may set, instead of growing it)
     local h = { jid = nil, klass = nil, state = nil, queue = nil, worker = nil, priority = nil,
@@ -149,7 +122,7 @@ Q.mod.pop = function()
         local courtesy = h.grace ~= '1' or grace <= 0
         h.tracked = h.tracked == '1'
         if courtesy then
-          if h.tracked then Q.publish('ql:stalled', jid) end
+          if h.tracked then Q.publish(K.stalled, jid) end
           Q.history(jid, now, 'timed-out', nil, h.history)
           h.history = nil
           rcall('HSET', Q.kjob(jid), 'grace', 1)
@@ -171,8 +144,8 @@ Q.mod.pop = function()
             local fields = { 'remaining', remaining }
             if h.held then table.insert(fields, 'held'); table.insert(fields, '') end
             Q.exhausted(jid, queue, now, group, message, '', fields, h.history)
-            if h.tracked then Q.publish('ql:failed', jid) end
-            Q.publish('ql:log', Q.ev_failed(jid, owner, group, message))
+            if h.tracked then Q.publish(K.failed, jid) end
+            Q.publish(K.log, Q.ev_failed(jid, owner, group, message))
             Q.release(jid, h.held, now)
             if dead then table.insert(dead, jid) end
           end
@@ -205,7 +178,7 @@ Q.mod.pop = function()
     local qn = Q.qn(queue)
     local mkey = qn.due
     -- ql:paused_queues is read on every pop: other writers (qless-core) may pause or unpause.
-    if rcall('SISMEMBER', 'ql:paused_queues', queue) == 1 then return 0 end
+    if rcall('SISMEMBER', K.paused_queues, queue) == 1 then return 0 end
     -- Locks, schedules and spawns cannot be due before `due`: skip their scans until then.
     -- A bound further ahead than HORIZON was not written by this engine's rules (or comes from a
     -- client whose clock runs ahead): do not trust it.
@@ -216,16 +189,16 @@ Q.mod.pop = function()
     -- while the queue is busy), so a queue throttle written by another writer is seen too.
     local throttled = Q.cfgraw(qn.throttle)
     if heads or not throttled then
-      local exists = rcall('EXISTS', 'ql:th:ql:q:' .. queue) == 1 and '1' or '0'
-      if exists ~= throttled then rcall('HSET', 'ql:config', qn.throttle, exists) end
+      local exists = rcall('EXISTS', KP .. 'th:ql:q:' .. queue) == 1 and '1' or '0'
+      if exists ~= throttled then rcall('HSET', K.config, qn.throttle, exists) end
       throttled = exists
     end
-    Q.qth = Q.qth or {}
-    Q.qth[queue] = throttled == '1'
-    Q.due = Q.due or {}
-    if not Q.worker_seen then
-      rcall('ZADD', 'ql:workers', Q.time_arg(now), worker)
-      Q.worker_seen = true
+    ctx.qth = ctx.qth or {}
+    ctx.qth[queue] = throttled == '1'
+    ctx.due = ctx.due or {}
+    if not ctx.worker_seen then
+      rcall('ZADD', K.workers, Q.time_arg(now), worker)
+      ctx.worker_seen = true
     end
     local maxc = tonumber(Q.cfg(qn.maxc)) or 0
     if maxc > 0 then
@@ -296,7 +269,7 @@ Q.mod.pop = function()
       rcall('ZADD', Q.kwjobs(worker), expires_s, jid)
       rcall('ZADD', qn.locks, expires_s, jid)
       local tracked = h.tracked == true or h.tracked == '1'
-      if tracked then Q.publish('ql:popped', jid) end
+      if tracked then Q.publish(K.popped, jid) end
       h.worker = worker
       h.expires = expires
       h.state = 'running'
@@ -310,9 +283,9 @@ Q.mod.pop = function()
       newdue = math.min(now + Q.HORIZON, heads[1], heads[2], heads[3])
     end
     if taken > 0 and expires < newdue then newdue = expires end
-    if newdue ~= due then rcall('HSET', 'ql:config', mkey, newdue) end
+    if newdue ~= due then rcall('HSET', K.config, mkey, newdue) end
     due = newdue
-    Q.due[queue] = due
+    ctx.due[queue] = due
     return taken
   end
 
@@ -334,7 +307,7 @@ Q.mod.pop = function()
   C['reap'] = { 'Reap', function(now, args)
     local queues = {}
     for i = 1, #args do queues[i] = Q.queue(args[i]) end
-    if #queues == 0 then queues = rcall('ZRANGE', 'ql:queues', 0, -1) end
+    if #queues == 0 then queues = rcall('ZRANGE', K.queues, 0, -1) end
     local out = {}
     for _, queue in ipairs(queues) do
       local locks = Q.kq(queue, 'locks')

@@ -1,0 +1,92 @@
+-- samples.lua: wait/run statistics samples, batched per call (the `stats` command that reads
+-- them back is in queries.lua).
+--
+-- Commands: none (helpers only).
+-- Keys:
+--   ql:s:wait|run:<day>:<queue>    hash  wait/run statistics (HMGET + HSET once per call)
+
+Q.mod.samples = function()
+
+  local function bucket(value)
+    local v = floor(value)
+    if v < 60 then return 's' .. v end
+    if v < 3600 then return 'm' .. floor(v / 60) end
+    if v < 86400 then return 'h' .. floor(v / 3600) end
+    return 'd' .. floor(v / 86400)
+  end
+  Q.bucket = bucket
+
+  -- Queue a wait/run sample; Q.flush_stats writes each stats hash once per call.
+  local bin_t, bin_s  -- the last day bin's text: one format per call, not per sample
+  function Q.sample(kind, queue, now, value)
+    local bin = Q.bin(now)
+    if bin ~= bin_t then bin_t, bin_s = bin, tostring(bin) end
+    local key = KP .. 's:' .. kind .. ':' .. bin_s .. ':' .. queue
+    local acc = ctx.stats_acc[key]
+    if not acc then
+      acc = {}
+      ctx.stats_acc[key] = acc
+      tinsert(ctx.stats_order, key)
+    end
+    tinsert(acc, value)
+  end
+
+  -- One sample (the worker's pop and complete): one HMGET and one HSET of four fields.
+  local function flush_one(key, v)
+    local b = bucket(v)
+    local cur = rcall('HMGET', key, 'total', 'mean', 'vk', b)
+    local count = (tonumber(cur[1]) or 0) + 1
+    local mean, vk = v, 0
+    if count > 1 then
+      local old = tonumber(cur[2]) or 0
+      mean = old + (v - old) / count
+      vk = (tonumber(cur[3]) or 0) + (v - mean) * (v - old)
+    end
+    rcall('HSET', key, 'total', Q.int_arg(count), 'mean', mean, 'vk', vk,
+      b, Q.int_arg((tonumber(cur[4]) or 0) + 1))
+  end
+
+  -- Several samples for one hash (a pop of many jobs): still one HMGET and one HSET.
+  local function flush_many(key, samples)
+    local fields = { 'total', 'mean', 'vk' }
+    local index = {}
+    for _, v in ipairs(samples) do
+      local b = bucket(v)
+      if not index[b] then tinsert(fields, b); index[b] = #fields end
+    end
+    local cur = rcall('HMGET', key, unpack(fields))
+    local count = tonumber(cur[1]) or 0
+    local mean = tonumber(cur[2]) or 0
+    local vk = tonumber(cur[3]) or 0
+    local hist = {}
+    for _, v in ipairs(samples) do
+      count = count + 1
+      if count == 1 then
+        mean = v; vk = 0
+      else
+        local old = mean
+        mean = mean + (v - mean) / count
+        vk = vk + (v - mean) * (v - old)
+      end
+      local b = bucket(v)
+      hist[b] = (hist[b] or 0) + 1
+    end
+    local args = { 'total', count, 'mean', mean, 'vk', vk }
+    for b, i in pairs(index) do
+      tinsert(args, b)
+      tinsert(args, (tonumber(cur[i]) or 0) + hist[b])
+    end
+    rcall('HSET', key, unpack(args))
+  end
+
+  function Q.flush_stats()
+    local order = ctx.stats_order
+    if not order[1] then return end
+    for _, key in ipairs(order) do
+      local samples = ctx.stats_acc[key]
+      if samples[2] == nil then flush_one(key, samples[1]) else flush_many(key, samples) end
+    end
+    ctx.stats_acc = {}
+    ctx.stats_order = {}
+  end
+end
