@@ -145,14 +145,15 @@ def shots(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def page(browser: Any, live_server: Any, transactional_db: None, manager: Any) -> Iterator[Any]:
-    """A logged-in page; dialogs are recorded (and dismissed) so XSS cannot hide."""
+    """A logged-in page; dialogs are recorded (so XSS cannot hide), dismissed unless the test
+    sets ``page.accept = True`` (to confirm an action)."""
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     tab = context.new_page()
-    tab.dialogs = []
+    tab.dialogs, tab.accept = [], False
 
     def on_dialog(dialog: Any) -> None:
         tab.dialogs.append(dialog.message)
-        dialog.dismiss()
+        dialog.accept() if tab.accept else dialog.dismiss()
 
     tab.on("dialog", on_dialog)
     tab.set_default_timeout(15000)

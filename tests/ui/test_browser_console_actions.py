@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,29 +13,6 @@ from tests.ui.browser import wait_live
 from tests.ui.conftest import fail_job
 
 pytestmark = pytest.mark.browser
-
-
-@pytest.fixture
-def page(browser: Any, live_server: Any, transactional_db: None, manager: Any) -> Iterator[Any]:
-    """A logged-in page whose confirm() dialogs are recorded, then accepted if ``accept``."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    tab = context.new_page()
-    tab.dialogs, tab.accept = [], False
-
-    def on_dialog(dialog: Any) -> None:
-        tab.dialogs.append(dialog.message)
-        dialog.accept() if tab.accept else dialog.dismiss()
-
-    tab.on("dialog", on_dialog)
-    tab.set_default_timeout(15000)
-    tab.goto(f"{live_server.url}/admin/login/?next=/qless/")
-    tab.fill("#id_username", "manager")
-    tab.fill("#id_password", "pw-manager")
-    tab.click("input[type=submit]")
-    tab.wait_for_url(re.compile(r".*/qless/$"))
-    tab.base = live_server.url
-    yield tab
-    context.close()
 
 
 def test_select_all_then_bulk_move_returns_to_the_list(page: Any, qc: Any) -> None:
