@@ -4,6 +4,8 @@
   indexes (the engine keeps no index by class).
 - `histogram_percentiles(histogram, ps)`: p50/p95/p99 upper bounds from a daily histogram.
 - `failures_per_day(client, days)`: failures counted per UTC day, from the daily stats.
+- `failures_per_interval(client, intervals, seconds)`: jobs failed in each recent interval,
+  from the failure records of the jobs still failed (a bounded read, newest first).
 - `server_report(client)`: version, memory, clients, persistence and uptime of the server.
 - `engine_slowlog(client, count)`: SLOWLOG entries that are calls of our engine.
 """
@@ -24,6 +26,7 @@ __all__ = [
     "bucket_bounds",
     "engine_slowlog",
     "failures_per_day",
+    "failures_per_interval",
     "find_by_klass",
     "histogram_percentiles",
     "last_change",
@@ -182,6 +185,43 @@ def failures_per_day(client: Any, days: int = 7, queues: Sequence[str] | None = 
         stats = client.queues.stats_many(names, noon) if names else {}
         out.append((day, sum(int(s.get("failures") or 0) for s in stats.values())))
     return out
+
+
+def failures_per_interval(client: Any, intervals: int, seconds: float,
+                          until: float | None = None, scan: int = KLASS_SCAN_CAP
+                          ) -> tuple[list[int], bool]:
+    """Count jobs that failed in each of the last `intervals` spans of `seconds`, oldest first.
+
+    The engine counts failures per day only, so finer counts come from the failure records
+    of jobs still in a failure group (a job retried since is not counted): each group is read
+    newest first until its failures are older than the window, `scan` jobs at most in all.
+    Returns the counts and whether the read stopped at `scan` (the counts are then low).
+    """
+    n = check_int("intervals", intervals, 1, 10_000)
+    step = float(seconds)
+    end = float(client.now()) if until is None else float(until)
+    start = end - n * step
+    counts = [0] * n
+    budget = check_int("scan", scan, 1)
+    for group in sorted(client.jobs.failed()):
+        offset = 0
+        while budget > 0:
+            page = client.jobs.failed(group, offset, min(_CHUNK, budget))
+            jobs = page["jobs"]
+            budget -= len(jobs)
+            offset += len(jobs)
+            older = False
+            for job in jobs:
+                when = float((job.failure or {}).get("when") or 0)
+                if when <= start:
+                    older = True  # the rest of the group (newest first) is older still
+                elif when <= end:
+                    counts[min(int((when - start) // step), n - 1)] += 1
+            if older or offset >= int(page["total"]) or not jobs:
+                break
+        if budget <= 0:
+            return counts, True
+    return counts, False
 
 
 def _info(conn: Any, section: str) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django_qless.core.console import (
     engine_slowlog,
     failures_per_day,
+    failures_per_interval,
     histogram_percentiles,
     server_report,
 )
@@ -47,6 +48,15 @@ def _series(client: Any, intervals: int, seconds: float, fmt: str, every: int) -
     return bar_chart([int(c) for c in counts], labels, every=every)
 
 
+def _failure_series(client: Any, intervals: int, seconds: float, fmt: str,
+                    every: int) -> dict[str, Any]:
+    now = float(client.now())
+    counts, capped = failures_per_interval(client, intervals, seconds, until=now)
+    starts = [now - (intervals - i) * seconds for i in range(intervals)]
+    labels = [dt.datetime.fromtimestamp(s + seconds, tz=dt.UTC).strftime(fmt) for s in starts]
+    return {**bar_chart(counts, labels, every=every), "capped": capped}
+
+
 def _seconds(value: float | None) -> str:
     if value is None:
         return "—"
@@ -57,7 +67,7 @@ def _seconds(value: float | None) -> str:
 
 @dashboard_view()
 def charts(request: HttpRequest) -> HttpResponse:
-    """Show completions per minute and per hour, failures per day, wait/run percentiles."""
+    """Show completions and failures per minute, hour and day, wait/run percentiles."""
     client = client_for(request)
     names = client.queues.names()
     stats = client.queues.stats_many(names) if names else {}
@@ -75,6 +85,8 @@ def charts(request: HttpRequest) -> HttpResponse:
         "per_minute": _series(client, 60, 60.0, "%H:%M", 10),
         "per_hour": _series(client, 24, 3600.0, "%H:00", 4),
         "failures": bar_chart([n for _, n in failures], [d.strftime("%m-%d") for d, _ in failures]),
+        "failed_minute": _failure_series(client, 60, 60.0, "%H:%M", 10),
+        "failed_hour": _failure_series(client, 24, 3600.0, "%H:00", 4),
         "failure_days": [(d.isoformat(), n) for d, n in failures],
         "percentiles": percentiles, "ps": PERCENTILES,
     }

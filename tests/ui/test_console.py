@@ -128,9 +128,27 @@ def test_charts_page_counts_completions_and_failures(mc: Client, qc: Any) -> Non
     assert 'aria-label="Completed per minute, last hour: 3 in total' in page
     assert 'aria-label="Completed per hour, last day: 3 in total' in page
     assert 'aria-label="Failures per day, last 7 days: 1 in total' in page
+    assert 'aria-label="Failed per minute, last hour: 1 in total' in page
+    assert 'aria-label="Failed per hour, last day: 1 in total' in page
     row = page.split("<th>q</th>")[1].split("</tr>")[0]
     assert row.count("≤") == 6  # p50/p95/p99 of wait and run
     assert "<script" not in page.split('id="qless"')[1]
+
+
+def test_failures_per_interval_bins_by_failure_time_and_stops_at_the_window(qc: Any) -> None:
+    from django_qless.core.client import Client as CoreClient
+    from django_qless.core.console import failures_per_interval
+
+    now = qc.now()
+    for ago, group in ((30, "a.Error"), (90, "a.Error"), (95, "b.Error"), (4000, "a.Error")):
+        at = CoreClient(qc.redis, worker_name="w1", _clock=lambda ago=ago: now - ago)
+        at.queues["q"].put("tests.Job", {})
+        at.queues["q"].pop().fail(group, "boom")
+    counts, capped = failures_per_interval(qc, 60, 60.0, until=now)
+    assert sum(counts) == 3 and counts[-1] == 1 and counts[-2] == 2 and not capped
+    counts, capped = failures_per_interval(qc, 24, 3600.0, until=now)
+    assert counts[-1] == 3 and counts[-2] == 1
+    assert failures_per_interval(qc, 60, 60.0, until=now, scan=1)[1]  # stopped early: said so
 
 
 def test_redis_page(mc: Client, qc: Any) -> None:
