@@ -148,19 +148,19 @@ def test_stop_request_releases_the_running_job(redis_url, qless_client: Client):
     assert job.state == "waiting" and job.retries == 4
 
 
-def test_worker_says_hello_with_host_pid_and_queues(redis_url, client: Client):
+def test_worker_says_hello_with_host_pid_and_queues(redis_url, qless_client: Client):
     import os
     import socket
 
     registry = Registry()
     seen: list[dict[str, Any]] = []
-    registry.register("probe", lambda job: seen.extend(Client(client.redis).workers.info()))
+    registry.register("probe", lambda job: seen.extend(Client(qless_client.redis).workers.info()))
     worker, _ = make(redis_url, registry, max_jobs=1)
-    client.queues["q"].put("probe", {})
+    qless_client.queues["q"].put("probe", {})
     thread, codes = run_in_thread(worker)
     thread.join(20)
     assert codes == [0]
     [row] = seen
     assert (row["name"], row["host"], row["pid"], row["queues"]) == (
         "inproc", socket.gethostname(), os.getpid(), ["q"])
-    assert client.workers.info() == []  # a stopping worker takes its info with it
+    assert qless_client.workers.info() == []  # a stopping worker takes its info with it
