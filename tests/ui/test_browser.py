@@ -155,7 +155,9 @@ def test_screenshots(page: Any, qc: Any, shots: Path) -> None:
         ("overview", "/qless/"), ("queue", "/qless/queues/emails/"),
         ("job", f"/qless/jobs/{jid}/"), ("failed", "/qless/failed/"),
         ("failed-group", "/qless/failed/group/reports.TimeoutError"), ("tags", "/qless/tags/"),
-        ("tracked", "/qless/tracked/"), ("recurring", "/qless/recurring/"),
+        ("tag", "/qless/tags/emails"), ("tracked", "/qless/tracked/"),
+        ("recurring", "/qless/recurring/"), ("recurring-job", "/qless/recurring/nightly/"),
+        ("completed", "/qless/completed/"),
         ("throttles", "/qless/throttles/"), ("config", "/qless/config/"),
         ("events", "/qless/events/"),
     ))

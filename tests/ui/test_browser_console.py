@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -141,3 +142,16 @@ def test_console_screenshots(page: Any, qc: Any, shots: Path) -> None:
              ("search", "/qless/search/?q=app.jobs.send_email"),
              ("charts", "/qless/charts/"), ("redis", "/qless/redis/"))
     save_screens(page, shots, pages, prefix="console-")
+
+
+def test_live_times_are_utc_whatever_the_browser_zone(page: Any) -> None:
+    context = page.context.browser.new_context(timezone_id="Asia/Kolkata")
+    context.add_cookies(page.context.cookies())
+    tab = context.new_page()
+    tab.goto(page.base + "/qless/")
+    wait_live(tab)
+    text = tab.inner_text("[data-live-status]")
+    assert re.fullmatch(r"live · \d\d:\d\d:\d\d UTC", text), text
+    shown = int(text[7:9])
+    assert shown in {time.gmtime().tm_hour, (time.gmtime().tm_hour - 1) % 24}
+    context.close()

@@ -9,6 +9,11 @@
   var interval = parseInt(root.getAttribute("data-poll-interval"), 10) || 3000;
   var status = root.querySelector("[data-live-status]");
 
+  // Every time on the dashboard is UTC (the pages say so): "HH:MM:SS UTC".
+  function utcTime(date) {
+    return date.toISOString().slice(11, 19) + " UTC";
+  }
+
   function lookup(obj, path) {
     var parts = path.split(".");
     for (var i = 0; i < parts.length; i++) {
@@ -171,7 +176,7 @@
     });
     Promise.all(pending).then(function () {
       failures = 0;
-      say("live \u00b7 " + new Date().toLocaleTimeString());
+      say("live \u00b7 " + utcTime(new Date()));
     }, function () {
       failures += 1;
       say("live updates unavailable, retrying");
@@ -214,7 +219,7 @@
       if (empty) { empty.remove(); }
       var row = document.createElement("tr");
       row.setAttribute("data-event", show(item.event));
-      cell(row, new Date((item.when || 0) * 1000).toLocaleTimeString());
+      cell(row, utcTime(new Date((item.when || 0) * 1000)));
       cell(row, show(item.event));
       cell(row, show(item.jid), stream.getAttribute("data-job-url"));
       cell(row, show(item.queue || item.to), stream.getAttribute("data-queue-url"));
@@ -337,8 +342,8 @@
     var td = document.createElement("td");
     row.className = "qless-gap";
     td.colSpan = 6;
-    td.textContent = "Reconnected \u2014 events between " + from.toLocaleTimeString() +
-      " and " + new Date().toLocaleTimeString() + " may be missing.";
+    td.textContent = "Reconnected \u2014 events between " + utcTime(from) +
+      " and " + utcTime(new Date()) + " may be missing.";
     row.appendChild(td);
     var empty = body.querySelector(".qless-empty");
     if (empty) { empty.remove(); }
