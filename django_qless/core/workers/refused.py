@@ -15,13 +15,10 @@ from typing import TYPE_CHECKING
 
 from django_qless.core.exceptions import (
     InvalidArgument,
-    InvalidStateTransition,
-    JobNotFound,
-    LostLockError,
     QlessError,
     ScriptError,
 )
-from django_qless.core.workers.runner import Outcome
+from django_qless.core.workers.runner import Outcome, fail_refused_outcome
 
 if TYPE_CHECKING:
     from django_qless.core.job import Job
@@ -55,10 +52,6 @@ def fail_refused(job: Job, exc: QlessError) -> Outcome:
     )
     try:
         job.fail(COMPLETE_REFUSED_GROUP, message)
-    except (LostLockError, InvalidStateTransition, JobNotFound) as lost:
-        log.warning("job %s: fail refused, lock lost: %s", job.jid, lost)
-        return Outcome.LOST
     except QlessError as again:
-        log.error("job %s: could not be failed: %s", job.jid, again)
-        return Outcome.LOST
+        return fail_refused_outcome(job, again)
     return Outcome.FAILED

@@ -42,6 +42,7 @@ __all__ = [
     "JobRunner",
     "Outcome",
     "error_group",
+    "fail_refused_outcome",
     "format_failure",
 ]
 
@@ -164,6 +165,15 @@ def _set_async_exc(thread_id: int, exc: type[BaseException] | None) -> bool:
     obj = ctypes.py_object(exc) if exc is not None else None
     count = ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), obj)
     return bool(count)
+
+
+def fail_refused_outcome(job: Job, exc: QlessError) -> Outcome:
+    """Log why the engine refused to fail `job` (a lost lock, or another error): LOST."""
+    if isinstance(exc, (LostLockError, InvalidStateTransition, JobNotFound)):
+        log.warning("job %s: fail refused, lock lost: %s", job.jid, exc)
+    else:
+        log.error("job %s: could not be failed: %s", job.jid, exc)
+    return Outcome.LOST
 
 
 class JobRunner:
@@ -315,9 +325,5 @@ class JobRunner:
             job._drop_data_changes()
             return self.fail(job, group, f"{message}\nThe job's changes to its data were not "
                              f"saved: {exc}")
-        except (LostLockError, InvalidStateTransition, JobNotFound) as exc:
-            log.warning("job %s: fail refused, lock lost: %s", job.jid, exc)
-            return Outcome.LOST
         except QlessError as exc:
-            log.error("job %s: could not be failed: %s", job.jid, exc)
-            return Outcome.LOST
+            return fail_refused_outcome(job, exc)
