@@ -3,7 +3,7 @@
 Hot path: one round trip per job. `complete.reserve` completes the finished job and takes
 the next one in the same script call; after a short job it is only sent, and the job held
 ahead runs while Redis works (inhand.py). How an idle loop gets its next job (hand-off,
-wake-up, reserve) is in taking.py.
+wake-up, reserve) is in taking.py; the shards its queues are in, in shards.py.
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ from django_qless.core.workers.refused import fail_refused, refused_for_good
 from django_qless.core.workers.reservers import QueueSelection, make_reserver
 from django_qless.core.workers.runner import AbortGuard, JobRunner, Outcome
 from django_qless.core.workers.sandbox import Sandbox
+from django_qless.core.workers.shards import Deployment, QueueRoutes, known_queues
 from django_qless.core.workers.shutdown import SignalState
-from django_qless.core.workers.taking import MAX_QUEUES_PER_CALL, JobTaking
+from django_qless.core.workers.taking import JobTaker
 from django_qless.core.workers.wakeup import WakeWaiter
 from django_qless.core.workers.worker_config import WorkerConfig
 
@@ -49,7 +50,7 @@ HAND_BACK_AFTER = 0.1
 _DONE = {Outcome.COMPLETED: "done", Outcome.SETTLED: "settled by the job itself"}
 
 
-class JobLoop(JobTaking):
+class JobLoop:
     """Take jobs and run them in this process until told to stop."""
 
     #: Wait at most this long while idle before re-checking the supervisor (children).
@@ -65,6 +66,7 @@ class JobLoop(JobTaking):
         resume: bool = False,
         max_jobs: int = 0,
         pool: SharedJobPool | None = None,
+        reaper: LeaseReaper | None = None,
     ) -> None:
         self.config = config
         self.hooks = hooks
@@ -73,15 +75,17 @@ class JobLoop(JobTaking):
         self.resume = resume
         # Jobs this loop may still ask for: its own cap, and the worker's shared pool.
         self.budget = JobBudget(max_jobs, pool)
-        self.client = config.make_client(worker_name=name)
+        # One keyspace (a Client) or queues over a cluster's shards (a ShardedClient).
+        self.client: Deployment = config.make_client(worker_name=name)
         self.selection = QueueSelection(
-            config.queues, self.client.queues.names, refresh=config.queue_refresh
+            config.queues, known_queues(self.client), refresh=config.queue_refresh
         )
+        self.routes = QueueRoutes(self.client, self.selection, refresh=config.queue_refresh)
         self.reserver = make_reserver(config.reserver, self.selection)
         self.guard = AbortGuard()
         self.sandbox = Sandbox(config.sandbox_root, name)
         self.runner = JobRunner(config, hooks, config.registry, self.sandbox, self.guard)
-        self.waiter = WakeWaiter(self.client.redis, self.selection, signals.wake_pipe, name)
+        self.waiter = WakeWaiter(self.routes, signals.wake_pipe, name)
         self.heartbeater = Heartbeater(
             self._on_lock_lost,
             timeout=self._thread_timeout(),
@@ -99,14 +103,18 @@ class JobLoop(JobTaking):
         self.failed = 0
         self.taken = 0  # jobs started (what the budget counts)
         self.current: Job | None = None
-        self.in_hand = JobsInHand(self.client, name)
+        self.in_hand = JobsInHand(name)
         # Outcomes are counted by the job thread and, for a completion read by the heartbeat
         # thread (a long job hands the held jobs back), by that thread.
         self._count_lock = threading.Lock()
-        self._backoff = 0.0
         self._drain_at = 0.0
         # Only where no supervisor does it (the serial worker); see reaper.py.
-        self.reaper: LeaseReaper | None = None
+        self.reaper = reaper
+        self.taker = JobTaker(
+            name, self.routes, self.reserver, self.waiter, self.in_hand,
+            interval=config.interval, idle_cap=self.idle_cap, time_left=self._time_left,
+            on_idle=self._idle_title, reaper=reaper,
+        )
         # The heartbeat thread sets the running title, the loop the idle one: this keeps a
         # late "running" from overwriting "idle".
         self._title_lock = threading.Lock()
@@ -160,7 +168,7 @@ class JobLoop(JobTaking):
         self.heartbeater.start()
         try:
             if self.resume:
-                self.in_hand.add(self._held_jobs())
+                self.in_hand.add(self.taker.held_jobs())
             self._loop()
         finally:
             self._finish()
@@ -204,9 +212,9 @@ class JobLoop(JobTaking):
                 self.between_jobs()
                 if self.budget.grant(1, self._committed()) == 0:
                     continue  # out of tickets: the check above ends the loop
-                jobs, wake = self._reserve()
+                jobs, wake = self.taker.reserve()
                 if not jobs:
-                    self._idle(wake)
+                    self.taker.idle(wake)
                     continue
                 self.in_hand.add(jobs)
                 job = self.in_hand.take()
@@ -277,7 +285,7 @@ class JobLoop(JobTaking):
     def _hand_back(self) -> None:
         """Release the jobs held ahead or handed over (none is running), after reading the
         calls in flight (job thread)."""
-        self._adopt_handed()
+        self.taker.adopt_handed()
         self._release_in_hand()
 
     def _release_in_hand(self) -> None:
@@ -310,14 +318,21 @@ class JobLoop(JobTaking):
             want = max(0, (2 if ahead else 1) - held)
             if self.budget.limited:
                 want = self.budget.grant(want, self._committed())
-        queues = self.reserver.order()[:MAX_QUEUES_PER_CALL] or [job.queue_name]
+        # The next job comes along only from the job's own shard, and only when the
+        # reserver's order starts there (else: complete now, reserve in the next attempt).
+        plan = self.taker.plan()
+        queues = [job.queue_name]
+        if plan and plan[0][0] is job.client:
+            queues = plan[0][1]
+        else:
+            want = 0
         if want:
             self.waiter.ensure_subscribed()
             now = time.monotonic()
             if now >= self._drain_at:
                 self._drain_at = now + _DRAIN_EVERY
                 self.waiter.drain()
-                self._adopt_handed()
+                self.taker.adopt_handed()
         if ahead and held and taking:
             try:
                 in_hand.send(job, queues, want)
@@ -329,7 +344,7 @@ class JobLoop(JobTaking):
                 return Outcome.LOST
         self._settle_all()
         outcome, jobs = complete_outcome(
-            job, lambda: self.client.complete_and_reserve(job, queues, want)
+            job, lambda: job.client.complete_and_reserve(job, queues, want)
         )
         in_hand.add(jobs)
         return outcome
@@ -348,11 +363,13 @@ class JobLoop(JobTaking):
 
     def _hello(self) -> None:
         """Tell the engine this worker's host, pid and queues (shown by the dashboard)."""
-        try:
-            self.client.workers.hello(self.name, socket.gethostname()[:255] or "",
-                                      os.getpid(), [str(q) for q in self.config.queues][:100])
-        except QlessError as exc:  # the dashboard's info only: never stop a worker for it
-            log.warning("could not record worker info for %s: %s", self.name, exc)
+        queues = [str(q) for q in self.config.queues][:100]
+        for client in self.routes.served():
+            try:
+                client.workers.hello(self.name, socket.gethostname()[:255] or "", os.getpid(),
+                                     queues)
+            except QlessError as exc:  # the dashboard's info only: never stop a worker for it
+                log.warning("could not record worker info for %s: %s", self.name, exc)
 
     def _finish(self) -> None:
         """Release unstarted jobs, stop threads, deregister, run stop hooks."""
@@ -361,10 +378,11 @@ class JobLoop(JobTaking):
         self.budget.release_spare(self._committed())
         self.heartbeater.stop()
         self.waiter.close()
-        try:
-            self.client.workers.deregister(self.name)
-        except QlessError as exc:
-            log.warning("could not deregister %s: %s", self.name, exc)
+        for client in self.routes.served():
+            try:
+                client.workers.deregister(self.name)
+            except QlessError as exc:
+                log.warning("could not deregister %s: %s", self.name, exc)
         self.hooks.on_worker_stop(self)
 
     # -- titles ----------------------------------------------------------------------------

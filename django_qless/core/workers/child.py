@@ -211,7 +211,7 @@ class ForkChild(JobLoop):
             if self.orphaned():
                 self.exit_code = ExitCode.CHILD_ORPHANED
                 try:
-                    release_job(self.client, job.jid, self.name)
+                    release_job(job.client, job.jid, self.name)
                 except QlessError as exc:
                     log.error("job %s: could not release (%s)", job.jid, exc)
             return True

@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING
 from django_qless.core.exceptions import QlessConnectionError, QlessError
 from django_qless.core.workers.inhand import release_job
 from django_qless.core.workers.runner import KILLED_GROUP, TIMEOUT_GROUP
+from django_qless.core.workers.shards import served_clients
 from django_qless.core.workers.shutdown import ExitCode
 
 if TYPE_CHECKING:
-    from django_qless.core.client import Client
     from django_qless.core.workers.budget import SharedJobPool
+    from django_qless.core.workers.shards import Deployment
     from django_qless.core.workers.shutdown import SignalState
     from django_qless.core.workers.supervision import ChildChannels, ChildProc
     from django_qless.core.workers.worker_config import WorkerConfig
@@ -37,13 +38,13 @@ class ChildDisposal:
     config: WorkerConfig
     name: str
     signals: SignalState
-    client: Client | None
+    client: Deployment | None
     channels: ChildChannels | None
     failed: int
     free_slots: list[int]
     slot_failures: list[int]
     slot_ready_at: list[float]
-    _releaser: Client | None
+    _releaser: Deployment | None
     _redis_down: bool
     _unreleased: int
     pool: SharedJobPool | None
@@ -91,32 +92,33 @@ class ChildDisposal:
 
         The job it ran (`child.jid`) was failed, or is left to its lease: a crash counts.
         """
-        client = self._release_client()
-        for jid in client.workers[child.name]["jobs"]:
-            if jid != child.jid and release_job(client, jid, child.name) and self.pool:
-                self.pool.give_back(1)  # never started: its --max-jobs ticket is free again
-        if deregister:
-            client.workers.deregister(child.name)
+        for client in served_clients(self._release_client(), self.config.queues):
+            for jid in client.workers[child.name]["jobs"]:
+                if jid != child.jid and release_job(client, jid, child.name) and self.pool:
+                    self.pool.give_back(1)  # never started: its --max-jobs ticket is free again
+            if deregister:
+                client.workers.deregister(child.name)
 
     def _release_all(self, child: ChildProc) -> None:
         """Release every job the dead child still held (including one not yet reported)."""
         if self._redis_down:
             self._unreleased += 1
             return
-        client = self._release_client()
         try:
-            jids = set(client.workers[child.name]["jobs"])
-            if child.jid:
-                jids.add(child.jid)
-            for jid in sorted(jids):
-                try:
-                    release_job(client, jid, child.name)
-                except QlessConnectionError:
-                    raise
-                except QlessError as exc:
-                    log.error("job %s: could not release (%s); its lease will expire", jid, exc)
-                    self._unreleased += 1
-            client.workers.deregister(child.name)
+            for client in served_clients(self._release_client(), self.config.queues):
+                jids = set(client.workers[child.name]["jobs"])
+                if child.jid and client is self._release_client().for_queue(child.queue or ""):
+                    jids.add(child.jid)
+                for jid in sorted(jids):
+                    try:
+                        release_job(client, jid, child.name)
+                    except QlessConnectionError:
+                        raise
+                    except QlessError as exc:
+                        log.error("job %s: could not release (%s); its lease will expire",
+                                  jid, exc)
+                        self._unreleased += 1
+                client.workers.deregister(child.name)
         except QlessConnectionError as exc:
             # Redis is unreachable or silent: don't wait a timeout per job; the leases
             # expire and the jobs come back to another worker anyway.
@@ -125,7 +127,7 @@ class ChildDisposal:
             self._unreleased += 1
             self._redis_down = True
 
-    def _release_client(self) -> Client:
+    def _release_client(self) -> Deployment:
         """Return a client with a short socket timeout for releasing jobs at shutdown."""
         if self._releaser is None:
             timeout = min(5.0, max(0.5, self.config.shutdown_grace / 2))
@@ -135,13 +137,14 @@ class ChildDisposal:
 
     def _fail(self, child: ChildProc, reason: str) -> None:
         assert self.client is not None and child.jid is not None
-        reply = self.client.call_json("get", child.jid)
+        client = self.client.for_queue(child.queue or "")
+        reply = client.call_json("get", child.jid)
         if not reply or reply.get("state") != "running" or reply.get("worker") != child.name:
             return
         if reason == "timeout":
             group, text = TIMEOUT_GROUP, f"job exceeded its time limit of {self.config.timeout:g}s"
         else:
             group, text = KILLED_GROUP, "job killed by USR1"
-        self.client.call("fail", child.jid, child.name, group,
+        client.call("fail", child.jid, child.name, group,
                          f"{text} on worker {child.name} (pid {child.pid})")
         self.failed += 1

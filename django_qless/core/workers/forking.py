@@ -2,9 +2,10 @@
 
 The supervisor never runs jobs. It forks the children (closing framework connections in
 `hooks.before_fork()` before every fork), respawns any that die (backing off when they die
-in a loop), watches `ql:w:<child>` for lock_lost/canceled/put, enforces the per-job time
-limit, and turns OS signals into actions (see `shutdown.py`). It is single-threaded: one
-poll() over the signal pipe, the children's status pipes and its pubsub socket.
+in a loop), watches `w:<child>` (in every shard served) for lock_lost/canceled/put, enforces
+the per-job time limit, and turns OS signals into actions (see `shutdown.py`). It is
+single-threaded: one poll() over the signal pipe, the children's status pipes and its pubsub
+sockets.
 """
 
 from __future__ import annotations
@@ -18,13 +19,13 @@ import time
 import redis
 
 from django_qless import __version__
-from django_qless.core.client import Client
 from django_qless.core.exceptions import QlessError
 from django_qless.core.workers.budget import SharedJobPool
 from django_qless.core.workers.child import child_main, parse_status_line
 from django_qless.core.workers.disposal import ChildDisposal
 from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol
 from django_qless.core.workers.proctitle import set_title, supervisor_title
+from django_qless.core.workers.shards import Deployment, served_clients
 from django_qless.core.workers.shutdown import ExitCode, SignalState
 from django_qless.core.workers.supervision import ChildChannels, ChildProc
 from django_qless.core.workers.watch import ChildWatch
@@ -47,8 +48,8 @@ class ForkingWorker(ChildDisposal, ChildWatch):
         self.name = config.name or default_worker_name()
         self.wanted = config.process_count
         self.signals = SignalState()
-        self.client: Client | None = None
-        self._releaser: Client | None = None
+        self.client: Deployment | None = None
+        self._releaser: Deployment | None = None
         self._redis_down = False
         self.channels: ChildChannels | None = None
         self.children: dict[int, ChildProc] = {}
@@ -92,7 +93,7 @@ class ForkingWorker(ChildDisposal, ChildWatch):
         # A Python-level SIGCHLD handler makes child deaths write to the wake pipe too.
         signal.signal(signal.SIGCHLD, lambda *_: None)
         self.client = self.config.make_client(worker_name=self.name)
-        self.channels = ChildChannels(self.client.redis)
+        self.channels = ChildChannels(served_clients(self.client, self.config.queues))
         log.info("django-qless %s supervisor %s (pid %d) starting: forking, %d children%s, "
                  "queues %s", __version__, self.name, os.getpid(), self.wanted,
                  ", fork per job" if self.config.fork_per_job else "", ",".join(self.queues))
@@ -119,7 +120,7 @@ class ForkingWorker(ChildDisposal, ChildWatch):
         return ExitCode.OK
 
     def _wait(self) -> None:
-        """Block on the wake pipe, status pipes and the pubsub socket (at most 0.25 s)."""
+        """Block on the wake pipe, status pipes and the pubsub sockets (at most 0.25 s)."""
         poller = select.poll()
         poller.register(self.signals.wake_pipe.read_fd, select.POLLIN)
         # Status lines come twice per job per child: waking for each one made the supervisor
@@ -130,8 +131,7 @@ class ForkingWorker(ChildDisposal, ChildWatch):
             for child in self.children.values():
                 poller.register(child.status_fd, select.POLLIN)
         assert self.channels is not None
-        sock = self.channels.fileno()
-        if sock is not None:
+        for sock in self.channels.filenos():
             poller.register(sock, select.POLLIN)
         timeout = 0.25 if not self.channels.buffered() else 0.0
         if status_wait > 0 and self.children:
@@ -349,7 +349,8 @@ class ForkingWorker(ChildDisposal, ChildWatch):
         # Redis already found unreachable while releasing jobs is not asked again.
         try:
             if self.client is not None and not self._redis_down:
-                self._release_client().workers.deregister(self.name)
+                for shard in served_clients(self._release_client(), self.config.queues):
+                    shard.workers.deregister(self.name)
         except (QlessError, redis.RedisError):
             pass
         for client in (self.client, self._releaser):

@@ -8,7 +8,9 @@ worker never holds more than one job beyond the one it runs. If a job runs long 
 heartbeat thread hands the job held ahead back (engine `release`: back to waiting, no retry
 spent) so another worker can take it.
 
-Both the job thread and the heartbeat thread use this object; one lock orders them.
+Every call about a job goes to the job's own client (`job.client`: its shard's, when the
+worker serves several shards). Both the job thread and the heartbeat thread use this object;
+one lock orders them.
 """
 
 from __future__ import annotations
@@ -77,8 +79,7 @@ class JobsInHand:
     #: Completions sent and not read yet, at most (the job thread reads the older first).
     max_in_flight = 2
 
-    def __init__(self, client: Client, worker: str) -> None:
-        self.client = client
+    def __init__(self, worker: str) -> None:
         self.worker = worker
         self._lock = threading.Lock()
         self._jobs: deque[Job] = deque()
@@ -121,7 +122,7 @@ class JobsInHand:
         with self._lock:
             if len(self._inflight) >= self.max_in_flight:
                 raise RuntimeError("too many completions in flight")
-            call = self.client.send_complete_and_reserve(job, queues, count)
+            call = job.client.send_complete_and_reserve(job, queues, count)
             self._inflight.append((job, count, call))
             self._coming += count
             self.sent_ahead += 1
@@ -152,7 +153,7 @@ class JobsInHand:
             self._jobs.clear()
             for job in jobs:
                 try:
-                    if release_job(self.client, job.jid, self.worker):
+                    if release_job(job.client, job.jid, self.worker):
                         self.handed_back += 1
                 except QlessError as exc:
                     log.error("job %s: could not hand back (%s); its lease will expire",

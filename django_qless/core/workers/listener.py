@@ -1,6 +1,8 @@
-"""Listen on `ql:w:<worker>` for events that take a running job away from its worker.
+"""Listen on `w:<worker>` for events that take a running job away from its worker.
 
-The engine publishes `lock_lost` (the lease expired and the job was offered elsewhere, or it
+One listener per keyspace the worker serves (a shard's channel is heard on its primary:
+subscription.py; after a failover the listener reconnects to the new one). The engine
+publishes `lock_lost` (the lease expired and the job was offered elsewhere, or it
 was timed out, or re-put by someone else), `canceled` and `put` there. Each is a reason to stop
 the job at once: its result would be refused anyway. `add()` returns only once Redis has
 confirmed the subscription (no event lost between "job started" and "listening").
@@ -14,31 +16,35 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import redis
+from django_qless.core.workers.subscription import PUBSUB_ERRORS, Subscription
+
+if TYPE_CHECKING:
+    from django_qless.core.client import Client
 
 __all__ = ["ABORT_EVENTS", "WorkerChannelListener"]
 
 log = logging.getLogger("django_qless.worker")
 
 ABORT_EVENTS = frozenset({"lock_lost", "canceled", "put"})
-_PREFIX = "ql:w:"
 
 
 class WorkerChannelListener(threading.Thread):
-    """A daemon thread subscribed to the channels of one or more worker names."""
+    """A daemon thread subscribed to the channels of one or more worker names in one
+    keyspace."""
 
     def __init__(
         self,
-        conn: redis.Redis,
+        client: Client,
         on_event: Callable[[str, dict[str, Any]], None],
         *,
         health_check_interval: float = 10.0,
         on_reconnect: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(name="qless-worker-listener", daemon=True)
-        self.conn = conn
+        self.client = client
+        self._prefix = client.keyspace.channel("w:")
         self.on_event = on_event
         self.health_check_interval = health_check_interval
         # Called once re-subscribed after a dropped connection: events may have been missed.
@@ -76,12 +82,11 @@ class WorkerChannelListener(threading.Thread):
     def run(self) -> None:
         backoff = 0.1
         while not self._stop_event.is_set():
-            pubsub = self.conn.pubsub()  # type: ignore[no-untyped-call, unused-ignore]
+            pubsub = Subscription(self.client)
             try:
                 self._serve(pubsub)
                 backoff = 0.1
-            except (redis.RedisError, OSError, ValueError, TypeError, AttributeError) as exc:
-                # hiredis raises TypeError/AttributeError on a socket closed under it.
+            except PUBSUB_ERRORS as exc:
                 if self._stop_event.is_set():
                     break
                 log.warning("worker-channel listener lost its connection (%s); reconnecting", exc)
@@ -91,12 +96,9 @@ class WorkerChannelListener(threading.Thread):
                 self._stop_event.wait(backoff * (1 + random.random()))  # noqa: S311
                 backoff = min(backoff * 2, 5.0)
             finally:
-                try:
-                    pubsub.close()
-                except Exception:  # noqa: S110 - the connection may already be broken
-                    pass
+                pubsub.close()
 
-    def _serve(self, pubsub: Any) -> None:
+    def _serve(self, pubsub: Subscription) -> None:
         self._sessions += 1
         recheck = self._sessions > 1 and self.on_reconnect is not None
         subscribed: set[str] = set()
@@ -110,17 +112,14 @@ class WorkerChannelListener(threading.Thread):
                 add = wanted - subscribed
                 drop = subscribed - wanted
                 if add:
-                    pubsub.subscribe(*[_PREFIX + w for w in sorted(add)])
+                    pubsub.subscribe([self._prefix + w for w in add])
                 if drop:
-                    pubsub.unsubscribe(*[_PREFIX + w for w in sorted(drop)])
+                    pubsub.unsubscribe([self._prefix + w for w in drop])
                 subscribed = wanted
-                if not subscribed and pubsub.connection is None:
-                    self._changed.wait(0.5)
-                    continue
             if not subscribed:
                 self._changed.wait(0.5)
                 continue
-            msg = pubsub.get_message(timeout=0.2)
+            msg = pubsub.get(timeout=0.2)
             now = time.monotonic()
             if msg is None:
                 if now - last_ping >= self.health_check_interval:
@@ -130,7 +129,7 @@ class WorkerChannelListener(threading.Thread):
                 continue
             last_ping = now
             self._handle(msg)
-            if recheck and msg.get("type") == "subscribe" and self.on_reconnect is not None:
+            if recheck and Subscription.confirms(msg) and self.on_reconnect is not None:
                 recheck = False
                 try:
                     self.on_reconnect()
@@ -140,14 +139,15 @@ class WorkerChannelListener(threading.Thread):
     def _handle(self, msg: dict[str, Any]) -> None:
         kind = msg.get("type")
         channel = str(msg.get("channel", ""))
-        worker = channel[len(_PREFIX):] if channel.startswith(_PREFIX) else channel
-        if kind == "subscribe":
+        prefix = self._prefix
+        worker = channel[len(prefix):] if channel.startswith(prefix) else channel
+        if Subscription.confirms(msg):
             with self._lock:
                 event = self._confirmed.get(worker)
             if event is not None:
                 event.set()
             return
-        if kind != "message":
+        if kind not in ("message", "smessage"):
             return
         try:
             payload = json.loads(msg.get("data") or "{}")

@@ -26,9 +26,10 @@ __all__ = [
     "number",
     "option_values",
     "setting_keys",
+    "url_list",
 ]
 
-Kind = Literal["int", "number", "choice", "flag", "no_flag", "append", "str", "queues"]
+Kind = Literal["int", "number", "choice", "flag", "no_flag", "append", "str", "queues", "urls"]
 Cli = Literal["both", "core", "none"]
 
 _INT_TEXT = re.compile(r"-?[0-9]+")
@@ -48,6 +49,18 @@ def non_negative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
     return value
+
+
+def url_list(text: str) -> tuple[str, ...]:
+    """Parse comma-separated Redis URLs (argparse type; each redis://, rediss:// or unix://)."""
+    urls = tuple(u.strip() for u in text.split(",") if u.strip())
+    if not urls:
+        raise argparse.ArgumentTypeError("give at least one node URL")
+    for url in urls:
+        if not url.startswith(("redis://", "rediss://", "unix://")):
+            raise argparse.ArgumentTypeError(
+                "each node URL must start with redis://, rediss:// or unix://")
+    return urls
 
 
 def number(text: str) -> float:
@@ -134,6 +147,12 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "(default 30; 0: no wait)", ("--start-timeout",), "number", 0,
                setting="START_TIMEOUT", setting_minimum=0, env="QLESS_WORKER_START_TIMEOUT"),
     OptionSpec("name", None, "worker name (default host-pid)", ("--name",)),
+    # The Django command takes the connection (one server or a cluster) from its alias.
+    OptionSpec("cluster", (), "serve queues placed over the shards of the Redis Cluster with "
+               "these nodes (comma-separated URLs) instead of --url", ("--cluster",), "urls",
+               cli="core", metavar="URLS"),
+    OptionSpec("shards", 16, "with --cluster: the number of shards queues are placed over",
+               ("--shards",), "int", 1, cli="core"),
     OptionSpec("sandbox_root", None, "parent of per-worker sandboxes", ("--sandbox-root",)),
 )
 
@@ -153,6 +172,8 @@ def _argparse_type(spec: OptionSpec) -> Any:
         return non_negative_int if spec.minimum == 0 else integer
     if spec.kind == "number":
         return non_negative_number if spec.minimum == 0 else number
+    if spec.kind == "urls":
+        return url_list
     return None
 
 

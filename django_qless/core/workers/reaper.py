@@ -15,9 +15,10 @@ import logging
 import random
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from django_qless.core.client import Client
+if TYPE_CHECKING:
+    from django_qless.core.workers.shards import Deployment
 
 __all__ = ["LeaseReaper", "reap_period"]
 
@@ -48,14 +49,14 @@ class LeaseReaper:
 
     def __init__(
         self,
-        make_client: Callable[[], Client],
+        make_client: Callable[[], Deployment],
         *,
         period: float | None = None,
         queues: Sequence[str] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._make_client = make_client
-        self._client: Client | None = None
+        self._client: Deployment | None = None
         # None: follow the engine's config (re-read at every call); > 0: fixed.
         self.fixed_period = period
         self.queues = None if queues is None else list(queues)
@@ -82,11 +83,13 @@ class LeaseReaper:
         jids: list[str] = []
         delay = self.period
         try:
-            client = self._connection()
+            # Every shard of a cluster: a dead worker's leases may be in any of them.
+            clients = self._connection().clients()
             if self.fixed_period is None:
-                self.period = reap_period(client.config.all)
+                self.period = reap_period(clients[0].config.all)
                 delay = self.period
-            jids = client.reap(self.queues)
+            for client in clients:
+                jids += client.reap(self.queues)
             self.calls += 1
             self.reaped += len(jids)
             if jids:
@@ -105,7 +108,7 @@ class LeaseReaper:
         """Close the reaper's connection."""
         self._drop_connection()
 
-    def _connection(self) -> Client:
+    def _connection(self) -> Deployment:
         if self._client is None:
             self._client = self._make_client()
         return self._client

@@ -11,6 +11,8 @@ import random
 import time
 from collections.abc import Callable, Sequence
 
+from django_qless.core.keyspace import DEFAULT, Keyspace
+
 __all__ = ["QueueSelection", "Reserver", "is_pattern", "make_reserver"]
 
 _GLOB = set("*?[")
@@ -75,11 +77,12 @@ class QueueSelection:
             self._next_refresh = now + self._refresh
         return list(self._resolved)
 
-    def wake_channels(self) -> tuple[list[str], list[str]]:
-        """Return (channels, channel patterns) that wake a worker for these queues."""
+    def wake_channels(self, keyspace: Keyspace = DEFAULT) -> tuple[list[str], list[str]]:
+        """Return (channels, channel patterns) of `keyspace` that wake a worker for these
+        queues (plain pub/sub; wakeup.py also handles sharded channels)."""
         return (
-            [f"ql:wake:{name}" for name in self.names_given],
-            [f"ql:wake:{pattern}" for pattern in self.patterns],
+            [keyspace.channel(f"wake:{name}") for name in self.names_given],
+            [keyspace.pattern(f"wake:{pattern}") for pattern in self.patterns],
         )
 
 

@@ -17,6 +17,7 @@ from django_qless.core.workers.forking import ForkingWorker
 from django_qless.core.workers.hooks import WorkerHooksProtocol
 from django_qless.core.workers.reservers import QueueSelection
 from django_qless.core.workers.serial import SerialWorker
+from django_qless.core.workers.shards import known_queues
 from django_qless.core.workers.shutdown import ExitCode
 from django_qless.core.workers.worker_config import WorkerConfig
 
@@ -51,10 +52,10 @@ def dry_run(config: WorkerConfig, out: TextIO) -> int:
     """Check Redis, resolve the queues, list runnable jobs; take nothing."""
     client = config.make_client(socket_timeout=5.0)
     try:
-        selection = QueueSelection(config.queues, client.queues.names)
+        selection = QueueSelection(config.queues, known_queues(client))
         queues = selection.names()
-        counts = {q: client.queues[q].counts for q in queues}
-    except QlessError as exc:
+        counts = {q: client.for_queue(q).queues[q].counts for q in queues}
+    except (QlessError, redis.RedisError) as exc:
         out.write(f"dry run: cannot use Redis at {config.safe_url}: {exc}\n")
         return ExitCode.ERROR
     finally:
@@ -106,7 +107,8 @@ def wait_for_redis(config: WorkerConfig) -> bool:
         left = deadline - time.monotonic()
         client = config.make_client(socket_timeout=min(5.0, max(0.2, left)))
         try:
-            client.redis.ping()
+            for shard in client.clients()[:1]:  # a cluster: its transport knows every node
+                shard.read(lambda r: r.ping())
             if first_error is not None:
                 log.info("Redis at %s is reachable now", config.safe_url)
             return True
@@ -133,16 +135,19 @@ def wait_for_redis(config: WorkerConfig) -> bool:
 
 def warn_about_eviction(config: WorkerConfig) -> None:
     """Log an error if Redis may evict keys, and a warning if the clocks disagree."""
-    client = config.make_client(socket_timeout=5.0)
+    deployment = config.make_client(socket_timeout=5.0)
     try:
-        warning = check_eviction(client)
-        skew = clock_skew(client)
+        # A cluster: the node of the first shard speaks for the others (one configuration).
+        client = deployment.clients()[0]
+        node = client.node_redis()
+        warning = check_eviction(node)
+        skew = clock_skew(node)
         heartbeat = float(client.config["heartbeat"] or 60)
     except (QlessError, redis.RedisError) as exc:
         log.warning("could not check the Redis server's settings: %s", exc)
         return
     finally:
-        client.close()
+        deployment.close()
     if warning:
         log.error("%s", warning)
     # Leases use the Redis clock, but a far-off local clock still means this host's logs,

@@ -45,15 +45,17 @@ class SerialWorker(JobLoop):
         name = config.name or default_worker_name()
         super().__init__(
             config, hooks or WorkerHooks(), name, SignalState(),
-            resume=config.resume, max_jobs=config.max_jobs,
+            resume=config.resume, max_jobs=config.max_jobs, reaper=config.make_reaper(name),
         )
         self.install_signals = install_signals
-        self.listener = WorkerChannelListener(
-            self.client.redis, self._on_channel_event, on_reconnect=self._recheck_current
-        )
+        # One listener per shard served: a job's events come on its own shard's channel.
+        self.listeners = [
+            WorkerChannelListener(client, self._on_channel_event,
+                                  on_reconnect=self._recheck_current)
+            for client in self.routes.served()
+        ]
         self.released = 0
         self.unreleased = 0
-        self.reaper = config.make_reaper(name)
         self._old_urg: Any = signal.SIG_DFL
 
     # -- control ----------------------------------------------------------------------------
@@ -84,12 +86,15 @@ class SerialWorker(JobLoop):
             self.guard.kick = _kick
         log.info("django-qless %s worker %s (pid %d) starting: serial, queues %s",
                  __version__, self.name, os.getpid(), ",".join(self.queues))
-        self.listener.start()
-        self.listener.add(self.name)
+        for listener in self.listeners:
+            listener.start()
+        for listener in self.listeners:
+            listener.add(self.name)
         try:
             self.run()
         finally:
-            self.listener.stop()
+            for listener in self.listeners:
+                listener.stop()
             if self.install_signals:
                 self.guard.kick = None
                 signal.signal(signal.SIGURG, self._old_urg)
@@ -129,7 +134,7 @@ class SerialWorker(JobLoop):
         if current is None:
             return
         attempt = (current.jid, self.name, current.attempt_token)
-        if attempts_still_owned(self.client, [attempt])[0] or self.current is not current:
+        if attempts_still_owned(current.client, [attempt])[0] or self.current is not current:
             return  # still ours, settled by us, or over already: another job may run now
         log.warning("job %s was taken away while the listener was reconnecting", current.jid)
         self.guard.abort("lock_lost")
@@ -138,7 +143,7 @@ class SerialWorker(JobLoop):
     def on_aborted(self, job: Job, reason: str) -> bool:
         if reason == "shutdown":
             try:
-                if release_job(self.client, job.jid, self.name):
+                if release_job(job.client, job.jid, self.name):
                     self.released += 1
             except QlessError as exc:
                 log.error("job %s: could not release (%s); its lease will expire", job.jid, exc)

@@ -1,9 +1,10 @@
-"""What the supervisor tracks per child, and its `ql:w:<child>` channels (no thread).
+"""What the supervisor tracks per child, and its `w:<child>` channels (no thread).
 
 No thread: the supervisor forks, and forking a multi-threaded process invites deadlocks in
-the child. The pubsub socket is polled with the other descriptors instead; the connection is
-re-created (and every channel re-subscribed) when it breaks, and pinged when quiet so a
-half-open socket is noticed.
+the child. The pubsub sockets (one per shard the worker serves, on the shard's primary:
+subscription.py) are polled with the other descriptors instead; a connection is re-created
+(and every channel re-subscribed, on the primary of now) when it breaks, and pinged when
+quiet so a half-open socket is noticed.
 """
 
 from __future__ import annotations
@@ -17,14 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from django_qless.core.workers.subscription import MESSAGE_TYPES, PUBSUB_ERRORS, Subscription
+
 if TYPE_CHECKING:
     from django_qless.core.client import Client
 
 __all__ = ["ChildChannels", "ChildProc", "attempts_still_owned"]
 
 log = logging.getLogger("django_qless.worker")
-
-_PREFIX = "ql:w:"
 
 
 @dataclass
@@ -54,11 +55,14 @@ def attempts_still_owned(client: Client, attempts: Sequence[tuple[str, str, str]
     it sent the completion), so "not running for this worker" alone cannot tell a job taken
     away from one the worker has just completed, failed or retried itself. The engine records
     the attempt token with the outcome it accepted, which settles the question in one read.
+    `client` is the jobs' keyspace (their shard's client).
     """
+    keyspace = client.keyspace
+
     def read(conn: redis.Redis) -> list[Any]:
         pipe = conn.pipeline(transaction=False)
         for jid, _, _ in attempts:
-            pipe.hmget(f"ql:j:{jid}", ["state", "worker", "done"])
+            pipe.hmget(keyspace.key(f"j:{jid}"), ["state", "worker", "done"])
         return list(pipe.execute())
 
     rows = client.read(read) if attempts else []
@@ -70,37 +74,83 @@ def attempts_still_owned(client: Client, attempts: Sequence[tuple[str, str, str]
 
 
 class ChildChannels:
-    """Subscribe to the worker channels of the live children; poll for events."""
+    """Subscribe to the worker channels of the live children in every shard served; poll."""
 
-    def __init__(self, conn: redis.Redis, health_check_interval: float = 10.0) -> None:
-        self.conn = conn
+    def __init__(self, clients: Sequence[Client], health_check_interval: float = 10.0) -> None:
+        self.shards = [_ShardChannels(c, health_check_interval) for c in clients]
+        self.names: set[str] = set()
+
+    def take_missed(self) -> bool:
+        """Tell (once) whether a connection was re-made: events may have been missed."""
+        missed = False
+        for shard in self.shards:
+            missed = shard.missed_events or missed
+            shard.missed_events = False
+        return missed
+
+    def add(self, name: str) -> None:
+        """Listen for worker `name`."""
+        self.names.add(name)
+        for shard in self.shards:
+            shard.add(name)
+
+    def remove(self, name: str) -> None:
+        """Stop listening for worker `name`."""
+        self.names.discard(name)
+        for shard in self.shards:
+            shard.remove(name)
+
+    def filenos(self) -> list[int]:
+        """Return the sockets to poll (of the connections up now)."""
+        return [fd for shard in self.shards if (fd := shard.fileno()) is not None]
+
+    def buffered(self) -> bool:
+        """Tell whether redis-py has already read data the sockets will not report again."""
+        return any(shard.buffered() for shard in self.shards)
+
+    def poll(self) -> list[tuple[str, dict[str, Any]]]:
+        """Return the (worker, payload) events received so far, without blocking."""
+        return [event for shard in self.shards for event in shard.poll()]
+
+    def close(self) -> None:
+        """Drop the connections."""
+        for shard in self.shards:
+            shard.close()
+
+
+class _ShardChannels:
+    """The children's channels in one keyspace: one connection, re-made when it breaks."""
+
+    def __init__(self, client: Client, health_check_interval: float) -> None:
+        self.client = client
+        self.prefix = client.keyspace.channel("w:")
         self.health_check_interval = health_check_interval
         self.names: set[str] = set()
-        self._pubsub: Any = None
+        self._sub: Subscription | None = None
         self._last_traffic = time.monotonic()
         self._retry_at = 0.0
         self._connected_once = False
         # Set after a reconnect: events may have been missed, the caller re-checks jobs.
         self.missed_events = False
 
-    def _ensure(self) -> Any:
-        if self._pubsub is not None or time.monotonic() < self._retry_at:
-            return self._pubsub
+    def _ensure(self) -> Subscription | None:
+        if self._sub is not None or time.monotonic() < self._retry_at:
+            return self._sub
+        sub = Subscription(self.client)
         try:
-            pubsub = self.conn.pubsub()  # type: ignore[no-untyped-call, unused-ignore]
-            if self.names:
-                pubsub.subscribe(*[_PREFIX + n for n in sorted(self.names)])
-            else:
-                pubsub.subscribe(_PREFIX + "-")  # keep the connection in pubsub mode
-            self._pubsub = pubsub
-            self._last_traffic = time.monotonic()
-            if self._connected_once:
-                self.missed_events = True
-            self._connected_once = True
-        except (redis.RedisError, OSError) as exc:
+            # No name yet: a placeholder keeps the connection in pubsub mode.
+            sub.subscribe([self.prefix + n for n in self.names] or [self.prefix + "-"])
+        except PUBSUB_ERRORS as exc:
+            sub.close()
             log.warning("supervisor pubsub unavailable (%s); retrying", exc)
             self._retry_at = time.monotonic() + 1.0
-        return self._pubsub
+            return None
+        self._sub = sub
+        self._last_traffic = time.monotonic()
+        if self._connected_once:
+            self.missed_events = True
+        self._connected_once = True
+        return sub
 
     def _broken(self, exc: BaseException) -> None:
         log.warning("supervisor pubsub connection lost (%s); reconnecting", exc)
@@ -110,52 +160,46 @@ class ChildChannels:
     def add(self, name: str) -> None:
         """Listen for worker `name`."""
         self.names.add(name)
-        pubsub = self._ensure()
-        if pubsub is None:
+        sub = self._ensure()
+        if sub is None:
             return
         try:
-            pubsub.subscribe(_PREFIX + name)
-        except (redis.RedisError, OSError) as exc:
+            sub.subscribe([self.prefix + name])
+        except PUBSUB_ERRORS as exc:
             self._broken(exc)
 
     def remove(self, name: str) -> None:
         """Stop listening for worker `name`."""
         self.names.discard(name)
-        if self._pubsub is None:
+        if self._sub is None:
             return
         try:
-            self._pubsub.unsubscribe(_PREFIX + name)
-        except (redis.RedisError, OSError) as exc:
+            self._sub.unsubscribe([self.prefix + name])
+        except PUBSUB_ERRORS as exc:
             self._broken(exc)
 
     def fileno(self) -> int | None:
         """Return the socket to poll, if connected."""
-        pubsub = self._ensure()
-        conn = getattr(pubsub, "connection", None)
-        sock = getattr(conn, "_sock", None)
-        return None if sock is None else int(sock.fileno())
+        sub = self._ensure()
+        return None if sub is None else sub.fileno()
 
     def buffered(self) -> bool:
         """Tell whether redis-py has already read data the socket will not report again."""
-        conn = getattr(self._pubsub, "connection", None)
-        try:
-            return bool(conn is not None and conn.can_read(timeout=0))
-        except (redis.RedisError, OSError, ValueError, TypeError, AttributeError):
-            return True
+        return self._sub is not None and self._sub.buffered()
 
     def poll(self) -> list[tuple[str, dict[str, Any]]]:
         """Return the (worker, payload) events received so far, without blocking."""
-        pubsub = self._ensure()
+        sub = self._ensure()
         events: list[tuple[str, dict[str, Any]]] = []
-        if pubsub is None:
+        if sub is None:
             return events
         try:
             while True:
-                msg = pubsub.get_message(timeout=0.0)
+                msg = sub.get(timeout=0.0)
                 if msg is None:
                     break
                 self._last_traffic = time.monotonic()
-                if msg.get("type") != "message":
+                if msg.get("type") not in MESSAGE_TYPES:
                     continue
                 channel = str(msg.get("channel", ""))
                 try:
@@ -163,20 +207,16 @@ class ChildChannels:
                 except (TypeError, ValueError):
                     continue
                 if isinstance(payload, dict):
-                    events.append((channel[len(_PREFIX):], payload))
+                    events.append((channel[len(self.prefix):], payload))
             if time.monotonic() - self._last_traffic >= self.health_check_interval:
-                pubsub.ping()
+                sub.ping()
                 self._last_traffic = time.monotonic()
-        except (redis.RedisError, OSError, ValueError, TypeError, AttributeError) as exc:
-            # hiredis raises TypeError/AttributeError on a socket closed under it.
+        except PUBSUB_ERRORS as exc:
             self._broken(exc)
         return events
 
     def close(self) -> None:
         """Drop the connection."""
-        if self._pubsub is not None:
-            try:
-                self._pubsub.close()
-            except Exception:  # noqa: S110 - a broken socket may refuse to close cleanly
-                pass
-        self._pubsub = None
+        if self._sub is not None:
+            self._sub.close()
+        self._sub = None

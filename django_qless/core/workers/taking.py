@@ -1,16 +1,19 @@
 """How an idle job loop gets its next job: a hand-off, else a reserve, else a wait.
 
-The loop listens on its wake-up channels and its hand-off channel (wakeup.py) before it
-reserves. A reserve that finds nothing registers the worker as idle (`reserve.wait`), so the
-engine pops the next ready job for it and publishes it on `ql:hand:<worker>`; the loop takes
-such jobs before reserving, and otherwise blocks until a message, a signal, or the next due
-time (the engine tells it when a scheduled job, a recurring spawn or a lock expiry is due).
+The loop listens on its wake-up channels, and its hand-off channel when it serves one
+keyspace (wakeup.py), before it reserves. A reserve makes one engine call per shard, shards
+in the order the reserver gives their first queue (shards.py). When the worker serves one
+keyspace, a reserve that finds nothing registers it as idle (`reserve.wait`), so the engine
+pops the next ready job for it and publishes it on `hand:<worker>`; the loop takes such jobs
+before reserving, and otherwise blocks until a message, a signal, or the next due time (the
+engine tells it when a scheduled job, a recurring spawn or a lock expiry is due).
 """
 
 from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import redis
@@ -23,10 +26,10 @@ if TYPE_CHECKING:
     from django_qless.core.workers.inhand import JobsInHand
     from django_qless.core.workers.reaper import LeaseReaper
     from django_qless.core.workers.reservers import Reserver
+    from django_qless.core.workers.shards import QueueRoutes
     from django_qless.core.workers.wakeup import WakeWaiter
-    from django_qless.core.workers.worker_config import WorkerConfig
 
-__all__ = ["MAX_QUEUES_PER_CALL", "JobTaking"]
+__all__ = ["MAX_QUEUES_PER_CALL", "JobTaker"]
 
 log = logging.getLogger("django_qless.worker")
 
@@ -34,25 +37,38 @@ MAX_QUEUES_PER_CALL = 20
 _TRANSIENT = (QlessConnectionError, redis.ConnectionError, redis.TimeoutError, OSError)
 
 
-class JobTaking:
-    """The taking side of JobLoop (a mixin: the loop owns every attribute used here)."""
+class JobTaker:
+    """Take the next job for an idle loop: hand-offs, reserves per shard, idle waits."""
 
-    idle_cap: float
-    name: str
-    config: WorkerConfig
-    client: Client
-    waiter: WakeWaiter
-    reserver: Reserver
-    in_hand: JobsInHand
-    reaper: LeaseReaper | None
-    _backoff: float
+    def __init__(
+        self,
+        name: str,
+        routes: QueueRoutes,
+        reserver: Reserver,
+        waiter: WakeWaiter,
+        in_hand: JobsInHand,
+        *,
+        interval: float,
+        idle_cap: float,
+        time_left: Callable[[], float],
+        on_idle: Callable[[], None],
+        reaper: LeaseReaper | None = None,
+    ) -> None:
+        self.name = name
+        self.routes = routes
+        self.reserver = reserver
+        self.waiter = waiter
+        self.in_hand = in_hand
+        self.interval = interval
+        self.idle_cap = idle_cap
+        self.time_left = time_left
+        self.on_idle = on_idle  # called before an idle wait (the loop shows its idle title)
+        self.reaper = reaper  # its next run bounds an idle wait
+        self._backoff = 0.0
 
-    if TYPE_CHECKING:
-        def _idle_title(self) -> None: ...
-        def _time_left(self) -> float: ...
-
-    def _reserve(self) -> tuple[list[Job], float | None]:
-        """Take one job from the selected queues (subscribing to wake-ups first).
+    def reserve(self) -> tuple[list[Job], float | None]:
+        """Take jobs from the selected queues (subscribing to wake-ups first); also return
+        the seconds until due work when there is none.
 
         Buffered messages are read first: a hand-off (a job the engine popped for this idle
         worker) is taken as is; wake-ups consumed before the reserve mean, when one arrives
@@ -61,41 +77,47 @@ class JobTaking:
         """
         self.waiter.ensure_subscribed()
         self.waiter.drain()
-        jobs = self._handed()
+        jobs = self.handed()
         if not jobs and self.waiter.lost and self.waiter.subscribed:
             self.waiter.lost = False
-            jobs = self._held_jobs()  # nothing runs or is held now: any such job is lost
+            jobs = self.held_jobs()  # nothing runs or is held now: any such job is lost
         if jobs:
             self._backoff = 0.0
             return jobs, None
         return self._reserve_once()
 
-    def _handed(self) -> list[Job]:
+    def handed(self) -> list[Job]:
         """Return the jobs handed to this worker so far (read by the last drain)."""
         messages = self.waiter.take_handed()
-        return self.client.handed_jobs(messages, self.name) if messages else []
+        client = self.waiter.hand_client
+        return client.handed_jobs(messages, self.name) if messages and client else []
 
-    def _adopt_handed(self) -> None:
+    def adopt_handed(self) -> None:
         """Hold the jobs handed to this worker (read while it was busy: a race)."""
         if self.waiter.handed:
-            self.in_hand.add(self._handed())
+            self.in_hand.add(self.handed())
+
+    def plan(self) -> list[tuple[Client, list[str]]]:
+        """Return this attempt's engine calls: (shard client, its queues in order)."""
+        return [(client, queues[start:start + MAX_QUEUES_PER_CALL])
+                for client, queues in self.routes.plan(self.reserver.order())
+                for start in range(0, len(queues), MAX_QUEUES_PER_CALL)]
 
     def _reserve_once(self) -> tuple[list[Job], float | None]:
         try:
-            order = self.reserver.order()
+            plan = self.plan()
             wake: float | None = None
-            # Wait for a hand-off while idle (one registration per worker: one call's queues).
+            # Wait for a hand-off while idle: one keyspace, one registration (one call).
             ttl = None
-            if len(order) <= MAX_QUEUES_PER_CALL and self.waiter.subscribed:
-                ttl = min(self.config.interval, self.idle_cap) + 1.0
-            for start in range(0, len(order), MAX_QUEUES_PER_CALL):
-                chunk = order[start:start + MAX_QUEUES_PER_CALL]
-                jobs, chunk_wake = self.client.reserve(chunk, 1, wait=ttl)
+            if len(plan) == 1 and self.waiter.hand_client is not None and self.waiter.subscribed:
+                ttl = min(self.interval, self.idle_cap) + 1.0
+            for client, queues in plan:
+                jobs, due = client.reserve(queues, 1, self.name, wait=ttl)
                 if jobs:
                     self._backoff = 0.0
                     return jobs, None
-                if chunk_wake is not None:
-                    wake = chunk_wake if wake is None else min(wake, chunk_wake)
+                if due is not None:
+                    wake = due if wake is None else min(wake, due)
             self._backoff = 0.0
             return [], wake
         except _TRANSIENT as exc:
@@ -107,10 +129,10 @@ class JobTaking:
             log.error("reserve refused (%s); retrying in %.1fs", exc, self._backoff)
             return [], self._backoff
 
-    def _idle(self, wake: float | None) -> None:
+    def idle(self, wake: float | None) -> None:
         """Block until a wake-up, a signal, or the next due time."""
-        self._idle_title()
-        timeout = min(self.config.interval, self.idle_cap, max(self._time_left(), 0.005))
+        self.on_idle()
+        timeout = min(self.interval, self.idle_cap, max(self.time_left(), 0.005))
         if wake is not None:
             # A lock expiring "now" can report 0 repeatedly during its grace: do not spin.
             timeout = min(timeout, max(wake, 0.005))
@@ -118,15 +140,18 @@ class JobTaking:
             timeout = min(timeout, max(self.reaper.seconds_left(), 0.005))
         self.waiter.wait(timeout)
 
-    def _held_jobs(self) -> list[Job]:
-        """Return the jobs this worker name still holds (`resume`, or hand-offs missed)."""
-        try:
-            jids = self.client.workers[self.name]["jobs"]
-            jobs = self.client.jobs.get_many(*jids) if jids else []
-        except QlessError as exc:
-            log.error("could not list the jobs this worker holds: %s", exc)
-            return []
-        held = [j for j in jobs if j.state == "running" and j.worker_name == self.name]
+    def held_jobs(self) -> list[Job]:
+        """Return the jobs this worker name still holds in its shards (`resume`, or
+        hand-offs missed)."""
+        held: list[Job] = []
+        for client in self.routes.served():
+            try:
+                jids = client.workers[self.name]["jobs"]
+                jobs = client.jobs.get_many(*jids) if jids else []
+            except QlessError as exc:
+                log.error("could not list the jobs this worker holds: %s", exc)
+                continue
+            held += [j for j in jobs if j.state == "running" and j.worker_name == self.name]
         if held:
             log.info("taking back %d held job(s): %s", len(held), ", ".join(j.jid for j in held))
         return held

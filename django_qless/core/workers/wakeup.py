@@ -1,15 +1,19 @@
 """Block an idle worker until a queue it serves gets work (no sleep-polling).
 
-The engine publishes the queue name on `ql:wake:<queue>` whenever jobs become ready there.
-The waiter subscribes to those channels and waits for the confirmation *before* the worker's
-first reserve, so a put that lands between "reserve found nothing" and "start waiting" is
-never missed: its wake-up is already buffered on the subscribed socket.
+The engine publishes the queue name on `wake:<queue>` of the queue's keyspace whenever jobs
+become ready there. The waiter subscribes to those channels, one connection per shard the
+worker's queues are in (subscription.py: SSUBSCRIBE on the shard's primary on Redis 7+),
+and waits for the confirmations *before* the worker's first reserve, so a put that lands
+between "reserve found nothing" and "start waiting" is never missed: its wake-up is already
+buffered on the subscribed socket. Glob patterns are subscribed as patterns where the server
+allows (plain channels); sharded channels have no pattern form, so there the waiter listens
+on the queues the pattern matches now, and follows the selection as it is re-resolved.
 
-It also listens on `ql:hand:<worker>`: a worker that found nothing registers as idle
-(`reserve.wait`), and the engine then pops the next ready job for it and publishes the job
-there (engine handoff.lua), saving the reserve round trip. Handed jobs are kept in `handed`
-until the worker takes them. If the subscription breaks, messages may have been lost:
-`lost` is set, and the worker looks up the jobs the engine says it holds.
+With all its queues in one keyspace it also listens on `hand:<worker>`: a worker that found
+nothing registers as idle (`reserve.wait`), and the engine then pops the next ready job for
+it and publishes the job there (engine handoff.lua), saving the reserve round trip. Handed
+jobs are kept in `handed` until the worker takes them. If that subscription breaks,
+messages may have been lost: `lost` is set, and the worker looks up the jobs it holds.
 """
 
 from __future__ import annotations
@@ -18,119 +22,177 @@ import json
 import logging
 import select
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
-from django_qless.core.workers.reservers import QueueSelection
-from django_qless.core.workers.shutdown import WakePipe
+from django_qless.core.workers.subscription import MESSAGE_TYPES, PUBSUB_ERRORS, Subscription
+
+if TYPE_CHECKING:
+    from django_qless.core.client import Client
+    from django_qless.core.workers.shards import QueueRoutes
+    from django_qless.core.workers.shutdown import WakePipe
 
 __all__ = ["WakeWaiter"]
 
 log = logging.getLogger("django_qless.worker")
 
-_PREFIX = "ql:wake:"
-HAND_PREFIX = "ql:hand:"
+_Wanted = tuple[frozenset[str], frozenset[str]]
+# While subscribed, the queues' shards (patterns re-resolved, queues moved) are looked at
+# again this often.
+_RECHECK = 1.0
 
 
 class WakeWaiter:
-    """A pubsub connection on the wake channels plus the process's wake pipe."""
+    """The wake-up (and hand-off) subscriptions of a job loop plus the process's wake pipe."""
 
-    def __init__(
-        self, conn: redis.Redis, selection: QueueSelection, pipe: WakePipe, worker: str = ""
-    ) -> None:
-        self.conn = conn
-        self.selection = selection
+    def __init__(self, routes: QueueRoutes, pipe: WakePipe, worker: str = "") -> None:
+        self.routes = routes
+        self.selection = routes.selection
         self.pipe = pipe
-        # The worker's hand-off channel ("" : none): jobs published there are kept in `handed`.
-        self.hand_channel = HAND_PREFIX + worker if worker else ""
+        # Hand-offs only when every queue is in one keyspace: an idle worker registered in
+        # several shards could be handed a job by each at once.
+        self.hand_client: Client | None = routes.single if worker else None
+        self.hand_channel = (self.hand_client.keyspace.channel(f"hand:{worker}")
+                             if self.hand_client is not None else "")
         self.handed: list[dict[str, Any]] = []
-        self.lost = False  # the subscription broke: hand-offs may have been missed
-        self._pubsub: Any = None
-        self._subscribed: tuple[frozenset[str], frozenset[str]] | None = None
+        self.lost = False  # the hand-off subscription broke: hand-offs may have been missed
+        self._subs: dict[str | None, Subscription] = {}
+        self._wanted: dict[str | None, _Wanted] = {}
+        self._version = -1
         self._broken_until = 0.0
+        self._ready = False  # every wanted subscription confirmed (until one breaks)
+        self._recheck_at = 0.0
 
     @property
     def subscribed(self) -> bool:
-        """Tell whether the wake channels (and the hand-off channel) are listened to now."""
-        return self._pubsub is not None
+        """Tell whether every wake channel (and the hand-off channel) is listened to now."""
+        return self._ready and all(self._subs[tag].connected for tag in self._wanted)
 
     # -- subscription ---------------------------------------------------------------------
+    def _plan(self) -> None:
+        """Work out which channels each shard's subscription needs (after a re-resolve)."""
+        groups = self.routes.by_shard()
+        if self.routes.version == self._version and self._wanted:
+            return
+        self._version = self.routes.version
+        single = self.routes.single
+        clients = {c.shard: c for c, _ in groups}
+        if single is not None:
+            clients = {single.shard: single}  # patterns may match nothing yet: listen anyway
+        queues = {c.shard: names for c, names in groups}
+        wanted: dict[str | None, _Wanted] = {}
+        for tag, client in clients.items():
+            sub = self._subs.get(tag)
+            if sub is None:
+                sub = self._subs[tag] = Subscription(client)
+            wanted[tag] = self._channels(sub, queues.get(tag, []))
+        for tag in set(self._subs) - set(wanted):
+            self._subs.pop(tag).close()
+        self._wanted = wanted
+
+    def _channels(self, sub: Subscription, queues: list[str]) -> _Wanted:
+        """Return (channels, patterns) for one keyspace; `sub.sharded` None: not known yet."""
+        ks = sub.keyspace
+        if sub.sharded is False:
+            channels = {ks.channel(f"wake:{q}") for q in queues if q in self.selection.names_given}
+            if sub.client is self.routes.single:
+                channels |= {ks.channel(f"wake:{q}") for q in self.selection.names_given}
+            patterns = {ks.pattern(f"wake:{p}") for p in self.selection.patterns}
+        else:
+            channels = {ks.channel(f"wake:{q}") for q in queues}
+            patterns = set()
+        if sub.client is self.hand_client and self.hand_channel:
+            channels.add(self.hand_channel)
+        return frozenset(channels), frozenset(patterns)
+
     def ensure_subscribed(self) -> None:
-        """Subscribe to the wake channels (waiting for Redis to confirm) if not done yet."""
-        if self._pubsub is not None and self._subscribed is not None:
-            return  # the channels follow the queue specs, which never change
-        channels, patterns = self.selection.wake_channels()
-        if self.hand_channel:
-            channels = [*channels, self.hand_channel]
-        wanted = (frozenset(channels), frozenset(patterns))
-        if time.monotonic() < self._broken_until:
+        """Subscribe to the wake channels (waiting for Redis to confirm) where not done yet.
+
+        Cheap while subscribed: the queues' shards are looked at again at most once a second.
+        """
+        now = time.monotonic()
+        if (self._ready and now < self._recheck_at) or now < self._broken_until:
             return
         try:
-            self._subscribe(wanted)
-        except redis.RedisError as exc:
-            log.warning("wake-up subscription failed (%s); polling every interval", exc)
-            self.close()
-            self._broken_until = time.monotonic() + 1.0
+            self._plan()
+        except PUBSUB_ERRORS as exc:  # placements are read from the cluster
+            log.warning("could not look up the queues' shards (%s)", exc)
+            self._broken_until = now + 1.0
+            return
+        self._recheck_at = now + _RECHECK
+        ready = True
+        for tag, (channels, patterns) in list(self._wanted.items()):
+            sub = self._subs[tag]
+            if sub.connected and sub.channels == channels and sub.patterns == patterns:
+                continue
+            try:
+                self._subscribe(sub, tag)
+            except PUBSUB_ERRORS as exc:
+                log.warning("wake-up subscription failed (%s); polling every interval", exc)
+                self._close(sub)
+                self._broken_until = time.monotonic() + 1.0
+                ready = False
+        self._ready = ready
 
-    def _subscribe(self, wanted: tuple[frozenset[str], frozenset[str]]) -> None:
-        self.close()
-        pubsub = self.conn.pubsub()  # type: ignore[no-untyped-call, unused-ignore]
-        pending = 0
-        if wanted[0]:
-            pubsub.subscribe(*sorted(wanted[0]))
-            pending += len(wanted[0])
-        if wanted[1]:
-            pubsub.psubscribe(*sorted(wanted[1]))
-            pending += len(wanted[1])
+    def _subscribe(self, sub: Subscription, tag: str | None) -> None:
+        """(Re)open `sub` with the channels wanted now and wait for every confirmation."""
+        self._close(sub)
+        sub.connect()
+        channels, patterns = self._wanted[tag] = self._channels(sub, self._queues_of(tag))
+        pending = sub.subscribe(channels, patterns)
         deadline = time.monotonic() + 5.0
         while pending and time.monotonic() < deadline:
-            msg = pubsub.get_message(timeout=max(0.0, deadline - time.monotonic()))
+            msg = sub.get(timeout=max(0.0, deadline - time.monotonic()))
             if msg is None:
                 continue
-            if msg["type"] in ("subscribe", "psubscribe"):
+            if Subscription.confirms(msg):
                 pending -= 1
-            elif msg["type"] == "message" and msg.get("channel") == self.hand_channel:
-                self._keep_handed(msg.get("data"))
+            elif msg["type"] in MESSAGE_TYPES:
+                self._take(msg)
         if pending:
-            pubsub.close()
             raise redis.TimeoutError("no subscribe confirmation from Redis")
-        self._pubsub = pubsub
-        self._subscribed = wanted
+
+    def _queues_of(self, tag: str | None) -> list[str]:
+        return next((names for c, names in self.routes.by_shard() if c.shard == tag), [])
+
+    def _close(self, sub: Subscription) -> None:
+        if sub.connected and sub.client is self.hand_client:
+            self.lost = True
+        self._ready = False
+        sub.close()
 
     def close(self) -> None:
-        """Drop the pubsub connection (messages sent to it from now on are lost)."""
-        if self._pubsub is not None:
-            self.lost = True
-            try:
-                self._pubsub.close()
-            except Exception:  # noqa: S110 - closing a broken socket may fail; nothing to do
-                pass
-        self._pubsub = None
-        self._subscribed = None
+        """Drop every pubsub connection (messages sent to them from now on are lost)."""
+        for sub in self._subs.values():
+            self._close(sub)
 
     # -- waiting --------------------------------------------------------------------------
     def drain(self) -> list[str]:
         """Consume buffered wake-ups without blocking; return the queue names they named."""
         names: list[str] = []
-        if self._pubsub is None:
-            return names
-        try:
-            while True:
-                msg = self._pubsub.get_message(timeout=0.0)
-                if msg is None:
-                    return names
-                if msg["type"] in ("message", "pmessage"):
-                    if msg.get("channel") == self.hand_channel:
-                        self._keep_handed(msg.get("data"))
-                        continue
-                    name = _queue_of(msg)
-                    names.append(name)
-                    self.selection.note_wake(name)
-        except (redis.RedisError, OSError, ValueError, TypeError, AttributeError) as exc:
-            log.warning("wake-up connection lost (%s); resubscribing", exc)
-            self.close()
-            return names
+        for sub in list(self._subs.values()):
+            try:
+                while (msg := sub.get(timeout=0.0)) is not None:
+                    if msg["type"] in MESSAGE_TYPES:
+                        name = self._take(msg)
+                        if name is not None:
+                            names.append(name)
+            except PUBSUB_ERRORS as exc:
+                log.warning("wake-up connection lost (%s); resubscribing", exc)
+                self._close(sub)
+        return names
+
+    def _take(self, msg: dict[str, Any]) -> str | None:
+        """Keep a hand-off, or note a wake-up; return the queue a wake-up names."""
+        channel = str(msg.get("channel", ""))
+        if channel == self.hand_channel:
+            self._keep_handed(msg.get("data"))
+            return None
+        data = msg.get("data")
+        name = data if isinstance(data, str) and data else channel.rpartition("wake:")[2]
+        self.selection.note_wake(name)
+        return name
 
     def _keep_handed(self, data: Any) -> None:
         try:
@@ -147,25 +209,24 @@ class WakeWaiter:
         Redis confirms the unsubscribe after every message published before it, and hands
         nothing to a worker nobody listens for: afterwards `handed` is complete.
         """
-        pubsub = self._pubsub
-        if pubsub is None or not self.hand_channel:
+        hand = self.hand_client
+        sub = None if hand is None else self._subs.get(hand.shard)
+        if sub is None or not sub.connected or not self.hand_channel:
             return
         try:
-            pubsub.unsubscribe(self.hand_channel)
+            sub.unsubscribe([self.hand_channel])
             deadline = time.monotonic() + 2.0
             while time.monotonic() < deadline:
-                msg = pubsub.get_message(timeout=max(0.0, deadline - time.monotonic()))
-                if msg is None:
+                msg = sub.get(timeout=max(0.0, deadline - time.monotonic()))
+                if msg is None or msg.get("channel") != self.hand_channel:
                     continue
-                if msg.get("channel") != self.hand_channel:
-                    continue
-                if msg["type"] == "unsubscribe":
+                if msg["type"] in ("unsubscribe", "sunsubscribe"):
                     return
-                if msg["type"] == "message":
+                if msg["type"] in MESSAGE_TYPES:
                     self._keep_handed(msg.get("data"))
-        except (redis.RedisError, OSError, ValueError, TypeError, AttributeError) as exc:
+        except PUBSUB_ERRORS as exc:
             log.warning("could not stop hand-offs cleanly (%s)", exc)
-        self.close()
+        self._close(sub)
 
     def take_handed(self) -> list[dict[str, Any]]:
         """Return the jobs handed to this worker since the last call (job-thread only)."""
@@ -175,34 +236,29 @@ class WakeWaiter:
     def wait(self, timeout: float) -> bool:
         """Block until a wake-up message, a wake-pipe byte, or `timeout`; True if a message."""
         timeout = max(0.0, timeout)
-        pubsub = self._pubsub
-        if pubsub is None:
-            # Lost the subscription (connection dropped): get it back first. Once back, a
-            # put may have slipped by while we were deaf, so reserve again at once.
+        if not self.subscribed:
+            # Lost a subscription (connection dropped, failover): get it back first. Once
+            # back, a put may have slipped by while we were deaf, so reserve again at once.
             self.ensure_subscribed()
-            if self._pubsub is not None:
+            if self.subscribed:
                 return True
-            _poll([self.pipe.read_fd], min(timeout, 1.0))
+            timeout = min(timeout, 1.0)
+        socks: dict[int, Subscription] = {}
+        for sub in self._subs.values():
+            try:
+                if sub.buffered():
+                    return True  # data already read by redis-py is invisible to poll()
+                fd = sub.fileno()
+            except PUBSUB_ERRORS as exc:
+                log.warning("wake-up wait failed (%s); resubscribing", exc)
+                self._close(sub)
+                return False
+            if fd is not None:
+                socks[fd] = sub
+        ready = _poll([*socks, self.pipe.read_fd], timeout)
+        if self.pipe.read_fd in ready:
             self.pipe.drain()
-            return False
-        try:
-            conn = pubsub.connection
-            # Data already buffered in redis-py's parser is invisible to poll().
-            if conn is not None and conn.can_read(timeout=0):
-                return True
-            sock = getattr(conn, "_sock", None) if conn is not None else None
-            if sock is None:
-                msg = pubsub.get_message(timeout=timeout)
-                return msg is not None
-            ready = _poll([sock.fileno(), self.pipe.read_fd], timeout)
-            if self.pipe.read_fd in ready:
-                self.pipe.drain()
-            return sock.fileno() in ready
-        except (redis.RedisError, OSError, ValueError, TypeError, AttributeError) as exc:
-            # hiredis raises TypeError/AttributeError on a socket closed under it.
-            log.warning("wake-up wait failed (%s); resubscribing", exc)
-            self.close()
-            return False
+        return any(fd in ready for fd in socks)
 
 
 def _poll(fds: list[int], timeout: float) -> set[int]:
@@ -215,11 +271,3 @@ def _poll(fds: list[int], timeout: float) -> set[int]:
     except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for safety
         return set()
     return {fd for fd, _ in events}
-
-
-def _queue_of(msg: dict[str, Any]) -> str:
-    channel = str(msg.get("channel", ""))
-    data = msg.get("data")
-    if isinstance(data, str) and data:
-        return data
-    return channel[len(_PREFIX):] if channel.startswith(_PREFIX) else channel

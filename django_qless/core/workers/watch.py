@@ -1,8 +1,9 @@
-"""What a supervisor does with its children's `ql:w:<child>` events: kill on a lost job.
+"""What a supervisor does with its children's `w:<child>` events: kill on a lost job.
 
 An event (`lock_lost`, `canceled`, `put`) naming the job a child runs means the job is no
 longer the child's: the supervisor kills the child (its result would be refused anyway).
-After a pub/sub gap the supervisor asks Redis instead, for every running child's attempt.
+After a pub/sub gap the supervisor asks Redis instead, for every running child's attempt
+(in the shard of the child's job).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from django_qless.core.workers.supervision import attempts_still_owned
 
 if TYPE_CHECKING:
     from django_qless.core.client import Client
+    from django_qless.core.workers.shards import Deployment
     from django_qless.core.workers.supervision import ChildChannels, ChildProc
 
 __all__ = ["ChildWatch"]
@@ -27,7 +29,7 @@ log = logging.getLogger("django_qless.worker")
 class ChildWatch:
     """The event side of ForkingWorker (a mixin: the supervisor owns the attributes)."""
 
-    client: Client | None
+    client: Deployment | None
     channels: ChildChannels | None
     children: dict[int, ChildProc]
 
@@ -38,8 +40,7 @@ class ChildWatch:
     # -- pubsub events -------------------------------------------------------------------------
     def _handle_events(self) -> None:
         assert self.channels is not None
-        if self.channels.missed_events:
-            self.channels.missed_events = False
+        if self.channels.take_missed():
             self._read_all_status()
             self._recheck_running_jobs()
         events = self.channels.poll()
@@ -59,14 +60,20 @@ class ChildWatch:
     def _recheck_running_jobs(self) -> None:
         """After a pubsub gap, kill children whose job is no longer theirs (events missed)."""
         assert self.client is not None
-        running = [(c, c.jid, c.token or "") for c in self.children.values()
-                   if c.jid is not None and c.kill_reason is None]
+        shards: dict[int, tuple[Client, list[tuple[ChildProc, str, str]]]] = {}
+        lost: list[tuple[ChildProc, str]] = []
         try:
-            owned = attempts_still_owned(self.client, [(j, c.name, t) for c, j, t in running])
+            for c in self.children.values():
+                if c.jid is not None and c.kill_reason is None:
+                    shard = self.client.for_queue(c.queue or "")
+                    shards.setdefault(id(shard), (shard, []))[1].append((c, c.jid, c.token or ""))
+            for shard, running in shards.values():
+                owned = attempts_still_owned(shard, [(j, c.name, t) for c, j, t in running])
+                lost += [(c, jid) for (c, jid, _), mine in zip(running, owned, strict=True)
+                         if not mine]
         except QlessError as exc:
             log.warning("could not re-check the running jobs: %s", exc)
             return
-        lost = [(c, jid) for (c, jid, _), mine in zip(running, owned, strict=True) if not mine]
         if lost:
             self._read_all_status()  # a child that moved on since is not running that job
         for child, jid in lost:

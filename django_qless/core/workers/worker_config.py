@@ -14,9 +14,12 @@ from urllib.parse import urlsplit, urlunsplit
 import redis
 
 from django_qless.core.client import Client
+from django_qless.core.placement import MAX_SHARDS
 from django_qless.core.registry import Middleware, Registry, default_registry
+from django_qless.core.sharded import ShardedClient
 from django_qless.core.workers.option_specs import RESERVERS, default_of
 from django_qless.core.workers.reaper import LeaseReaper
+from django_qless.core.workers.shards import Deployment
 
 __all__ = ["RESERVERS", "WorkerConfig", "default_worker_name", "sanitize_name"]
 
@@ -69,6 +72,9 @@ class WorkerConfig:
     # How long TERM/INT waits for children to unwind before SIGKILL.
     shutdown_grace: float = default_of("shutdown_grace")
     name: str | None = default_of("name")
+    # Queues placed over the shards of a Redis Cluster with these nodes (instead of `url`).
+    cluster: tuple[str, ...] = default_of("cluster")
+    shards: int = default_of("shards")
     verbosity: int = 0
     sandbox_root: str = field(default_factory=lambda: os.path.join(tempfile.gettempdir(), "qless"))
     # Glob queue patterns are re-resolved against the known queues this often.
@@ -86,10 +92,12 @@ class WorkerConfig:
     socket_timeout: float | None = 30.0
     middleware: tuple[Middleware, ...] = field(default=(), compare=False)
     registry: Registry = field(default=default_registry, compare=False, repr=False)
-    # Build the Redis connection yourself (Sentinel, client certificates, ...) instead of
-    # from `url`: called in every process that needs one, after fork; must return a
-    # redis.Redis with decode_responses=True. Socket timeouts are then the factory's.
-    connect: Callable[[], redis.Redis] | None = field(default=None, compare=False, repr=False)
+    # Build the connection yourself (Sentinel, client certificates, a cluster, ...) instead
+    # of from `url`: called in every process that needs one, after fork; returns a
+    # redis.Redis with decode_responses=True, a core Client, or a ShardedClient. Socket
+    # timeouts are then the factory's.
+    connect: Callable[[], redis.Redis | Deployment] | None = field(
+        default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.queues, str):
@@ -98,6 +106,9 @@ class WorkerConfig:
         object.__setattr__(self, "import_modules", tuple(self.import_modules))
         object.__setattr__(self, "exec_command", tuple(self.exec_command))
         object.__setattr__(self, "middleware", tuple(self.middleware))
+        if isinstance(self.cluster, str):
+            object.__setattr__(self, "cluster", tuple(self.cluster.split(",")))
+        object.__setattr__(self, "cluster", tuple(u.strip() for u in self.cluster if u.strip()))
         self.validate()
 
     def validate(self) -> None:
@@ -114,6 +125,8 @@ class WorkerConfig:
         for name in ("max_duration", "timeout", "kill_grace", "shutdown_grace", "start_timeout"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
+        if not 1 <= self.shards <= MAX_SHARDS:
+            raise ValueError(f"shards must be in [1, {MAX_SHARDS}]: {self.shards}")
         if not self.interval > 0:
             raise ValueError(f"interval must be > 0: {self.interval}")
         if self.name is not None and sanitize_name(self.name) != self.name:
@@ -143,21 +156,24 @@ class WorkerConfig:
         """Return the URL with any password masked (for logs and --print-options)."""
         if self.connect is not None:
             return "(custom connection)"
-        parts = urlsplit(self.url)
-        if parts.password is None:
-            return self.url
-        user = parts.username or ""
-        host = parts.hostname or ""
-        netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
-        return urlunsplit(parts._replace(netloc=netloc))
+        if self.cluster:
+            return "cluster " + ",".join(_masked(url) for url in self.cluster)
+        return _masked(self.url)
 
     def make_client(
         self, *, worker_name: str | None = None, socket_timeout: float | None = -1.0
-    ) -> Client:
-        """Return a new core Client for this process (socket_timeout -1: the config's)."""
+    ) -> Deployment:
+        """Return a new client for this process: a Client, or a ShardedClient with `cluster`
+        (socket_timeout -1: the config's)."""
         if self.connect is not None:
-            return Client(self.connect(), worker_name=worker_name)
+            made = self.connect()
+            if isinstance(made, (Client, ShardedClient)):
+                return made
+            return Client(made, worker_name=worker_name)
         timeout = self.socket_timeout if socket_timeout == -1.0 else socket_timeout
+        if self.cluster:
+            return ShardedClient(list(self.cluster), shards=self.shards,
+                                 worker_name=worker_name, socket_timeout=timeout)
         return Client(self.url, worker_name=worker_name, socket_timeout=timeout)
 
     def make_reaper(self, worker_name: str) -> LeaseReaper | None:
@@ -178,6 +194,7 @@ class WorkerConfig:
             if f.name not in ("middleware", "registry", "connect")
         }
         data["url"] = self.safe_url
+        data["cluster"] = [_masked(url) for url in self.cluster]
         data["processes"] = self.process_count
         data["middleware"] = [getattr(m, "__qualname__", repr(m)) for m in self.middleware]
         return data
@@ -191,3 +208,14 @@ def _split_queues(values: tuple[str, ...]) -> list[str]:
             if part not in seen:
                 seen.append(part)
     return seen
+
+
+def _masked(url: str) -> str:
+    """Return `url` with any password masked."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))

@@ -13,7 +13,7 @@ from typing import Any, TextIO, cast
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_qless.clients import build_redis
+from django_qless.clients import ClientHandler, build_redis
 from django_qless.core.workers.cli import check_imports, check_queue_specs, split_command
 from django_qless.core.workers.option_specs import add_options, option_values
 from django_qless.settings import AliasSettings, get_settings
@@ -23,15 +23,30 @@ __all__ = ["Command", "alias_connector"]
 WORKER_SOCKET_TIMEOUT = 30.0
 
 
-def alias_connector(conf: AliasSettings) -> Callable[[], Any]:
-    """Return a factory building the alias's redis.Redis (URL, TLS, ACL or Sentinel).
+def alias_connector(conf: AliasSettings, alias: str | None = None) -> Callable[[], Any]:
+    """Return a factory building the alias's connection: its redis.Redis (URL, TLS, ACL or
+    Sentinel), or, when the alias's client is not a single-server `Client` (a cluster's
+    `ShardedClient`), a fresh client of that kind.
 
     The worker calls it in every process after fork. Worker connections get a socket
     timeout even when the alias has none, so a half-open connection cannot hang a worker.
     """
     if conf.socket_timeout is None:
         conf = replace(conf, socket_timeout=WORKER_SOCKET_TIMEOUT)
-    return partial(build_redis, conf)
+    if alias is None:
+        return partial(build_redis, conf)
+    return partial(_alias_connection, conf, alias)
+
+
+def _alias_connection(conf: AliasSettings, alias: str) -> Any:
+    """Build the alias's client kind afresh (a handler of our own: nothing shared)."""
+    from django_qless.core.client import Client
+
+    made = ClientHandler()[alias]
+    if not isinstance(made, Client):
+        return made  # the worker serves whatever it places queues over
+    made.close()  # lazily built: no connection was opened
+    return build_redis(conf)
 
 
 def config_error(message: str) -> CommandError:
@@ -104,7 +119,7 @@ class Command(BaseCommand):
         try:
             return WorkerConfig(
                 url=conf.aliases[alias].display,
-                connect=alias_connector(conf.aliases[alias]),
+                connect=alias_connector(conf.aliases[alias], alias),
                 queues=queues,
                 verbosity=options["verbosity"],
                 registry=get_registry(),
@@ -138,8 +153,12 @@ class Command(BaseCommand):
             from django_qless.core.exceptions import CALL_ERRORS
 
             try:
-                with config.make_client(socket_timeout=5.0) as client:
-                    client.config["heartbeat"] = heartbeat
+                deployment = config.make_client(socket_timeout=5.0)
+                try:
+                    for client in deployment.clients():  # every shard of a cluster alias
+                        client.config["heartbeat"] = heartbeat
+                finally:
+                    deployment.close()
             except CALL_ERRORS as exc:
                 raise CommandError(f"cannot set the heartbeat at {config.url}: {exc}") from None
         bridge = self._start_bridge(config) if options["with_events"] else None

@@ -1,0 +1,123 @@
+"""The shards a worker serves: which client holds each queue, one reserve call per shard.
+
+A worker is given a `Client` (one server, or one shard) or a `ShardedClient` (queues placed
+over the shards of a cluster). Either way it sees a list of shard clients: the queues it
+serves are grouped by the shard holding them (`for_queue`), and a reserve attempt makes one
+engine call per shard, shards taken in the order of their first queue in the reserver's
+order (docs/worker.md, "Serving queues in several shards").
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+from django_qless.core.client import Client
+from django_qless.core.sharded import ShardedClient
+from django_qless.core.workers.reservers import QueueSelection, is_pattern
+
+__all__ = ["Deployment", "QueueRoutes", "known_queues", "served_clients"]
+
+#: What a worker is given: one keyspace, or queues placed over a cluster's shards.
+Deployment = Client | ShardedClient
+
+
+def served_clients(deployment: Deployment, specs: Sequence[str]) -> list[Client]:
+    """Return the clients of the shards `specs` can take jobs from (a pattern: every shard).
+
+    These are the shards whose worker channels (`w:<worker>`) a worker listens on, and it
+    uses hand-offs only when there is one.
+    """
+    if isinstance(deployment, Client):
+        return [deployment]
+    if any(is_pattern(spec) for spec in specs):
+        return deployment.clients()
+    found: dict[str | None, Client] = {}
+    for spec in specs:
+        client = deployment.for_queue(spec)
+        found.setdefault(client.shard, client)
+    return list(found.values())
+
+
+def known_queues(deployment: Deployment) -> Callable[[], list[str]]:
+    """Return a function listing the queues known in every shard (patterns expand on it)."""
+    if isinstance(deployment, Client):
+        return deployment.queues.names
+
+    def names() -> list[str]:
+        found: set[str] = set()
+        for client in deployment.clients():
+            found.update(client.queues.names())
+        return sorted(found)
+
+    return names
+
+
+class QueueRoutes:
+    """The selected queues with the client of the shard holding each (cached a while)."""
+
+    def __init__(
+        self,
+        deployment: Deployment,
+        selection: QueueSelection,
+        refresh: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.deployment = deployment
+        self.selection = selection
+        self._refresh = refresh
+        self._clock = clock
+        self._clients: dict[str, Client] = {}
+        self._expires = 0.0
+        # Bumped when the queues or their shards change (subscribers compare it).
+        self.version = 0
+        self._seen: tuple[tuple[str, str | None], ...] = ()
+        self._served: list[Client] | None = None
+
+    def served(self) -> list[Client]:
+        """Return the clients of every shard the queue specs can take jobs from."""
+        if self._served is None:
+            self._served = served_clients(self.deployment, self.selection.specs)
+        return self._served
+
+    @property
+    def single(self) -> Client | None:
+        """Return the client when the worker serves one keyspace only (hand-offs work)."""
+        return self.deployment if isinstance(self.deployment, Client) else None
+
+    def client_of(self, queue: str) -> Client:
+        """Return the client of the shard holding `queue`."""
+        deployment = self.deployment
+        if isinstance(deployment, Client):
+            return deployment
+        now = self._clock()
+        if now >= self._expires:
+            # A queue may move to another shard (docs/scaling.md): look placements up again.
+            self._clients = {}
+            self._expires = now + self._refresh
+        found = self._clients.get(queue)
+        if found is None:
+            found = self._clients[queue] = deployment.for_queue(queue)
+        return found
+
+    def plan(self, order: Sequence[str]) -> list[tuple[Client, list[str]]]:
+        """Group `order` by shard: shards in the order of their first queue, each shard's
+        queues in the order given."""
+        groups: dict[int, tuple[Client, list[str]]] = {}
+        for queue in order:
+            client = self.client_of(queue)
+            group = groups.get(id(client))
+            if group is None:
+                groups[id(client)] = (client, [queue])
+            else:
+                group[1].append(queue)
+        return list(groups.values())
+
+    def by_shard(self) -> list[tuple[Client, list[str]]]:
+        """Return the selected queues grouped by shard, bumping `version` on a change."""
+        groups = self.plan(self.selection.names())
+        seen = tuple((q, c.shard) for c, queues in groups for q in queues)
+        if seen != self._seen:
+            self._seen = seen
+            self.version += 1
+        return groups

@@ -1,0 +1,185 @@
+"""A worker serving queues in several shards of a real cluster: real subprocess workers
+started with `--cluster`, jobs from tests/worker/jobs.py, state read from the shards."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from redis.cluster import RedisCluster
+
+from django_qless.core.cluster_server import ClusterNode, LocalCluster
+from django_qless.core.sharded import ShardedClient
+from tests.helpers import WorkerProcess, alive, cmdline, wait_until
+from tests.worker.jobs import ledger
+
+pytestmark = pytest.mark.timeout(240)
+
+SHARDS = 6
+
+
+@pytest.fixture
+def sharded(cluster: LocalCluster, rc: RedisCluster) -> Iterator[ShardedClient]:
+    """A ShardedClient of 6 shards over the cluster (two per primary)."""
+    client = ShardedClient(rc, shards=SHARDS)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def start(cluster: LocalCluster) -> Iterator[Callable[..., WorkerProcess]]:
+    """Start `qless-worker --cluster ...` processes; all killed at teardown."""
+    started: list[WorkerProcess] = []
+    work_dir = Path(tempfile.mkdtemp(prefix="qless-shard-worker-"))
+
+    def run(*args: str) -> WorkerProcess:
+        urls = ",".join(f"redis://{n.address}" for n in cluster.primaries())
+        worker = WorkerProcess(f"redis://{cluster.primaries()[0].address}",
+                               ["--cluster", urls, "--shards", str(SHARDS), *args], work_dir)
+        started.append(worker)
+        return worker
+
+    yield run
+    for worker in started:
+        worker.kill_all()
+    shutil.rmtree(work_dir, ignore_errors=True)
+
+
+def place_on_three_primaries(sharded: ShardedClient, cluster: LocalCluster,
+                             names: tuple[str, ...] = ("qa", "qb", "qc")) -> dict[str, int]:
+    """Record `names` on shards of different primaries; return queue -> primary port."""
+    ports: dict[str, int] = {}
+    names_left = list(names)
+    for index in range(sharded.shards):
+        port = cluster.primary_for_key(f"ql:{{{sharded.tags[index]}}}:").port
+        if port not in ports.values() and names_left:
+            name = names_left.pop(0)
+            sharded.placement.record(name, index)
+            ports[name] = port
+    assert len(set(ports.values())) == len(names)
+    return ports
+
+
+def primary_of(cluster: LocalCluster, sharded: ShardedClient, queue: str) -> ClusterNode:
+    return cluster.primary_for_key(f"ql:{{{sharded.shard_of(queue)}}}:")
+
+
+def shard_subscribers(cluster: LocalCluster, sharded: ShardedClient, queue: str,
+                      name: str) -> int:
+    """Return the subscribers of channel `name` of `queue`'s shard on its primary now."""
+    client = sharded.for_queue(queue)
+    channel = client.keyspace.channel(name)
+    reply = primary_of(cluster, sharded, queue).conn().execute_command(
+        "PUBSUB", "SHARDNUMSUB", channel)
+    return int(reply[1])
+
+
+def test_a_forking_worker_runs_every_job_of_queues_on_three_primaries(
+    cluster: LocalCluster, sharded: ShardedClient, rc: RedisCluster,
+    start: Callable[..., WorkerProcess],
+) -> None:
+    ports = place_on_three_primaries(sharded, cluster)
+    jids = {q: [sharded.for_queue(q).queues[q].put("tests.worker.jobs.ok", {"i": i})
+                for i in range(6)] for q in ports}
+    worker = start("-n", "2", "--max-jobs", "18", ",".join(ports))
+    assert worker.wait(120) == 0
+    for queue, queue_jids in jids.items():
+        shard = sharded.for_queue(queue)
+        node = primary_of(cluster, sharded, queue).conn()
+        for jid in queue_jids:
+            assert shard.jobs[jid].state == "complete"
+            # The job's data lives on its shard's primary only.
+            assert node.hget(shard.keyspace.key(f"j:{jid}"), "state") == "complete"
+    done = ledger(rc, "done")
+    assert sorted(r["jid"] for r in done) == sorted(j for js in jids.values() for j in js)
+    assert len({r["pid"] for r in done}) >= 1
+
+
+def test_the_ordered_strategy_takes_queues_in_order_across_shards(
+    cluster: LocalCluster, sharded: ShardedClient, rc: RedisCluster,
+    start: Callable[..., WorkerProcess],
+) -> None:
+    ports = place_on_three_primaries(sharded, cluster)
+    queues = list(ports)  # qa, qb, qc: each on another primary
+    by_jid = {}
+    for queue in reversed(queues):  # put the last queue's jobs first
+        for i in range(4):
+            by_jid[sharded.for_queue(queue).queues[queue].put("tests.worker.jobs.ok",
+                                                              {"i": i})] = queue
+    worker = start("-n", "0", "--reserver", "ordered", "--max-jobs", "12", ",".join(queues))
+    assert worker.wait(120) == 0
+    ran = [by_jid[r["jid"]] for r in ledger(rc, "started")]
+    assert ran == ["qa"] * 4 + ["qb"] * 4 + ["qc"] * 4
+
+
+def test_a_wake_up_on_a_shard_starts_a_job_before_the_idle_interval(
+    cluster: LocalCluster, sharded: ShardedClient, rc: RedisCluster,
+    start: Callable[..., WorkerProcess],
+) -> None:
+    ports = place_on_three_primaries(sharded, cluster, ("qa", "qb"))
+    # Serial (no child's 1 s idle cap), no reaper, a 60 s safety interval: only the
+    # wake-up can start the job within the bound below.
+    worker = start("-n", "0", "--interval", "60", "--reap-interval", "0", "--name", "wk",
+                   "qa,qb")
+    for queue in ports:
+        wait_until(lambda q=queue: shard_subscribers(cluster, sharded, q, f"wake:{q}") == 1,
+                   30)
+    # Several shards: no hand-off registration anywhere.
+    for queue in ports:
+        assert shard_subscribers(cluster, sharded, queue, "hand:wk") == 0
+    # Idle: it reserved, found nothing, and waits (the title says so only then).
+    wait_until(lambda: "idle waiting" in cmdline(worker.pid), 30)
+    jid = sharded.for_queue("qb").queues["qb"].put("tests.worker.jobs.ok", {})
+    wait_until(lambda: ledger(rc, "done", jid), 20)
+    assert alive(worker.pid)
+
+
+def test_a_job_canceled_in_its_shard_gets_its_child_killed(
+    cluster: LocalCluster, sharded: ShardedClient, rc: RedisCluster,
+    start: Callable[..., WorkerProcess],
+) -> None:
+    place_on_three_primaries(sharded, cluster, ("qa", "qb"))
+    worker = start("-n", "1", "--name", "wk", "qa,qb")
+    first = worker.wait_children(1)[0]
+    jid = sharded.for_queue("qb").queues["qb"].put("tests.worker.jobs.sleep_long",
+                                                   {"seconds": 120})
+    wait_until(lambda: ledger(rc, "started", jid), 30)
+    # The supervisor listens on the child's channel in qb's shard (sharded pub/sub).
+    assert shard_subscribers(cluster, sharded, "qb", "w:wk-0") >= 1
+    job = sharded.for_queue("qb").jobs[jid]
+    assert job is not None
+    job.cancel()
+    # Killed on the canceled notice: well before a heartbeat (a third of 60 s) could tell.
+    wait_until(lambda: not alive(first), 15)
+    replacement = worker.wait_children(1)[0]
+    assert replacement != first
+    assert not ledger(rc, "done", jid)
+    assert "canceled for job" in worker.stderr() or "canceled" in worker.stderr()
+
+
+def test_after_a_failover_the_worker_resubscribes_and_keeps_running_jobs_there(
+    cluster: LocalCluster, sharded: ShardedClient, rc: RedisCluster,
+    start: Callable[..., WorkerProcess],
+) -> None:
+    place_on_three_primaries(sharded, cluster, ("qa", "qb"))
+    worker = start("-n", "1", "--name", "wk", "qa,qb")
+    worker.wait_children(1)
+    queue = sharded.for_queue("qb").queues["qb"]
+    jid = queue.put("tests.worker.jobs.ok", {})
+    wait_until(lambda: ledger(rc, "done", jid), 30)
+    wait_until(lambda: shard_subscribers(cluster, sharded, "qb", "wake:qb") == 1, 30)
+    old = primary_of(cluster, sharded, "qb")
+    cluster.failover(cluster.replicas(old)[0])
+    new = primary_of(cluster, sharded, "qb")
+    assert new.port != old.port
+    # The child's wake-up and the supervisor's child channel follow the shard to its new
+    # primary.
+    wait_until(lambda: shard_subscribers(cluster, sharded, "qb", "wake:qb") == 1, 30)
+    wait_until(lambda: shard_subscribers(cluster, sharded, "qb", "w:wk-0") >= 1, 30)
+    jids = [queue.put("tests.worker.jobs.ok", {"i": i}) for i in range(5)]
+    for one in jids:
+        wait_until(lambda j=one: ledger(rc, "done", j), 30)
+    assert alive(worker.pid)
