@@ -53,7 +53,7 @@ class Subscription:
         """Open a fresh connection to the keyspace's server now (a shard's current primary)."""
         self.close()
         node = self.client.node_redis()
-        if self.keyspace.sharded and node.execute_command("ROLE")[0] != "master":
+        if self.keyspace.sharded and _role(node) != "master":
             # Our map of the cluster predates a failover (this process made no call that
             # would have told it): read the map again, then ask for the primary once more.
             transport = getattr(self.client.channel, "transport", None)
@@ -141,3 +141,8 @@ class Subscription:
                 pubsub.close()
             except Exception:  # noqa: S110 - closing a broken socket may fail; nothing to do
                 pass
+
+
+def _role(node: Any) -> str:
+    """Return the node's replication role ("master" for a primary)."""
+    return str(node.execute_command("ROLE")[0])
