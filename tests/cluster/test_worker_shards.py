@@ -137,6 +137,25 @@ def test_a_wake_up_on_a_shard_starts_a_job_before_the_idle_interval(
     assert alive(worker.pid)
 
 
+def test_a_worker_whose_queues_share_one_shard_takes_hand_offs(
+    cluster: LocalCluster, sharded: ShardedClient, rc: RedisCluster,
+    start: Callable[..., WorkerProcess],
+) -> None:
+    sharded.placement.record("qa", 1)
+    sharded.placement.record("qb", 1)
+    worker = start("-n", "0", "--interval", "60", "--reap-interval", "0", "--name", "wk",
+                   "qa,qb")
+    wait_until(lambda: shard_subscribers(cluster, sharded, "qa", "hand:wk") == 1, 30)
+    shard = sharded.for_queue("qa")
+    idle = shard.keyspace.key("idle")
+    # Registered idle in that shard: the engine pops the next job for it.
+    wait_until(lambda: rc.hget(idle, "wk") is not None, 30)
+    jid = sharded.for_queue("qb").queues["qb"].put("tests.worker.jobs.ok", {})
+    wait_until(lambda: ledger(rc, "done", jid), 20)
+    assert shard.jobs[jid].history[1]["worker"] == "wk"
+    assert alive(worker.pid)
+
+
 def test_a_job_canceled_in_its_shard_gets_its_child_killed(
     cluster: LocalCluster, sharded: ShardedClient, rc: RedisCluster,
     start: Callable[..., WorkerProcess],
@@ -177,8 +196,11 @@ def test_after_a_failover_the_worker_resubscribes_and_keeps_running_jobs_there(
     assert new.port != old.port
     # The child's wake-up and the supervisor's child channel follow the shard to its new
     # primary.
-    wait_until(lambda: shard_subscribers(cluster, sharded, "qb", "wake:qb") == 1, 30)
-    wait_until(lambda: shard_subscribers(cluster, sharded, "qb", "w:wk-0") >= 1, 30)
+    try:
+        wait_until(lambda: shard_subscribers(cluster, sharded, "qb", "wake:qb") == 1, 30)
+        wait_until(lambda: shard_subscribers(cluster, sharded, "qb", "w:wk-0") >= 1, 30)
+    except AssertionError:
+        raise AssertionError(worker.stderr()[-4000:]) from None
     jids = [queue.put("tests.worker.jobs.ok", {"i": i}) for i in range(5)]
     for one in jids:
         wait_until(lambda j=one: ledger(rc, "done", j), 30)

@@ -82,8 +82,15 @@ class QueueRoutes:
 
     @property
     def single(self) -> Client | None:
-        """Return the client when the worker serves one keyspace only (hand-offs work)."""
-        return self.deployment if isinstance(self.deployment, Client) else None
+        """Return the client when every queue is in one keyspace (hand-offs work), else None.
+
+        A `Client` is one keyspace; a `ShardedClient` is when every queue is named (no
+        pattern) and placed in one shard (looked up once, at start).
+        """
+        if isinstance(self.deployment, Client):
+            return self.deployment
+        served = self.served()
+        return served[0] if len(served) == 1 else None
 
     def client_of(self, queue: str) -> Client:
         """Return the client of the shard holding `queue`."""

@@ -60,6 +60,8 @@ class Subscription:
             if transport is not None:
                 transport.refresh()
             node = self.client.node_redis()
+            if _role(node) != "master":  # the cluster has not agreed yet: try again later
+                raise redis.ConnectionError("the shard has no primary in the map yet")
         if self.sharded is None:
             version = str(node.info("server").get("redis_version", "0"))
             self.sharded = self.keyspace.uses_sharded_pubsub(int(version.split(".")[0]))
