@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -12,7 +13,9 @@ import pytest
 from redis.cluster import RedisCluster
 
 from django_qless.core.cluster_server import ClusterNode, LocalCluster
+from django_qless.core.registry import Registry
 from django_qless.core.sharded import ShardedClient
+from django_qless.core.workers import SerialWorker, WorkerConfig
 from tests.helpers import WorkerProcess, alive, cmdline, wait_until
 from tests.worker.jobs import ledger
 
@@ -205,3 +208,26 @@ def test_after_a_failover_the_worker_resubscribes_and_keeps_running_jobs_there(
     for one in jids:
         wait_until(lambda j=one: ledger(rc, "done", j), 30)
     assert alive(worker.pid)
+
+
+def test_a_serial_worker_given_a_sharded_client_expands_patterns_in_every_shard(
+    cluster: LocalCluster, sharded: ShardedClient, rc: RedisCluster,
+) -> None:
+    ports = place_on_three_primaries(sharded, cluster, ("img.big", "img.small", "mail"))
+    jids = {q: sharded.for_queue(q).queues[q].put("k", {}) for q in ports}
+    ran: list[str] = []
+    registry = Registry()
+    registry.register("k", lambda job: ran.append(job.queue_name))
+    urls = [f"redis://{n.address}" for n in cluster.primaries()]
+    config = WorkerConfig(queues=("img.*",), processes=0, registry=registry, name="pw",
+                          max_jobs=2, connect=lambda: ShardedClient(urls, shards=SHARDS))
+    worker = SerialWorker(config, install_signals=False)
+    assert isinstance(worker.client, ShardedClient)
+    thread = threading.Thread(target=worker.run_forever, daemon=True)
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive()
+    assert ran == ["img.big", "img.small"]  # patterns expand alphabetically
+    for queue in ("img.big", "img.small"):
+        assert sharded.for_queue(queue).jobs[jids[queue]].state == "complete"
+    assert sharded.for_queue("mail").jobs[jids["mail"]].state == "waiting"
