@@ -60,7 +60,7 @@ class WorkerConfig:
     # Stop (gracefully) after this many jobs / seconds; 0 means no limit.
     max_jobs: int = default_of("max_jobs")
     max_duration: float = default_of("max_duration")
-    # Safety re-check while idle; wake-ups normally arrive on ql:wake:<queue> first.
+    # Safety re-check while idle; wake-ups normally arrive first (wake:<queue> channels).
     interval: float = default_of("interval")
     resume: bool = default_of("resume")
     dry_run: bool = default_of("dry_run")
