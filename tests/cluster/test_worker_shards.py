@@ -165,7 +165,7 @@ def test_a_job_canceled_in_its_shard_gets_its_child_killed(
 ) -> None:
     place_on_three_primaries(sharded, cluster, ("qa", "qb"))
     worker = start("-n", "1", "--name", "wk", "qa,qb")
-    first = worker.wait_children(1)[0]
+    first = worker.wait_children(1, 30)[0]
     jid = sharded.for_queue("qb").queues["qb"].put("tests.worker.jobs.sleep_long",
                                                    {"seconds": 120})
     wait_until(lambda: ledger(rc, "started", jid), 30)
@@ -176,7 +176,7 @@ def test_a_job_canceled_in_its_shard_gets_its_child_killed(
     job.cancel()
     # Killed on the canceled notice: well before a heartbeat (a third of 60 s) could tell.
     wait_until(lambda: not alive(first), 15)
-    replacement = worker.wait_children(1)[0]
+    replacement = worker.wait_children(1, 30)[0]
     assert replacement != first
     assert not ledger(rc, "done", jid)
     assert "canceled for job" in worker.stderr() or "canceled" in worker.stderr()
@@ -188,7 +188,7 @@ def test_after_a_failover_the_worker_resubscribes_and_keeps_running_jobs_there(
 ) -> None:
     place_on_three_primaries(sharded, cluster, ("qa", "qb"))
     worker = start("-n", "1", "--name", "wk", "qa,qb")
-    worker.wait_children(1)
+    worker.wait_children(1, 30)
     queue = sharded.for_queue("qb").queues["qb"]
     jid = queue.put("tests.worker.jobs.ok", {})
     wait_until(lambda: ledger(rc, "done", jid), 30)

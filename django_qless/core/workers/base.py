@@ -312,20 +312,17 @@ class JobLoop:
             self._settle_inflight()
         held = len(in_hand) + in_hand.coming
         taking = self._will_take_after()
+        # The next job comes along only from the job's own shard, and only when the
+        # reserver's order starts there (else: complete now, reserve in the next attempt).
+        plan = self.taker.plan()
+        along = bool(plan) and plan[0][0] is job.client
+        queues = plan[0][1] if along else [job.queue_name]
         want = 0
-        if taking:
+        if taking and along:
             # Hold the next job, plus one ahead after short jobs; never past the budget.
             want = max(0, (2 if ahead else 1) - held)
             if self.budget.limited:
                 want = self.budget.grant(want, self._committed())
-        # The next job comes along only from the job's own shard, and only when the
-        # reserver's order starts there (else: complete now, reserve in the next attempt).
-        plan = self.taker.plan()
-        queues = [job.queue_name]
-        if plan and plan[0][0] is job.client:
-            queues = plan[0][1]
-        else:
-            want = 0
         if want:
             self.waiter.ensure_subscribed()
             now = time.monotonic()
