@@ -46,6 +46,8 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from django_qless.settings_cluster import CLUSTER_KEYS, ClusterSettings
+
 __all__ = [
     "AliasSettings",
     "Problem",
@@ -68,7 +70,8 @@ GLOBAL_KEYS = frozenset(
 )
 ALIAS_KEYS = frozenset(
     {"URL", "USERNAME", "PASSWORD", "SENTINELS", "MASTER_NAME", "SENTINEL_KWARGS", "OPTIONS",
-     "SSL_CERT_REQS", "SSL_CA_CERTS", "SSL_CERTFILE", "SSL_KEYFILE", "SOCKET_TIMEOUT", "EAGER"}
+     "SSL_CERT_REQS", "SSL_CA_CERTS", "SSL_CERTFILE", "SSL_KEYFILE", "SOCKET_TIMEOUT", "EAGER",
+     "CLUSTER", *CLUSTER_KEYS}
 )
 RECEIVER_KEYS = frozenset(
     {"MAIL_ADMINS_ON_FAILURE", "WEBHOOK_URL", "WEBHOOK_EVENTS", "WEBHOOK_TIMEOUT"}
@@ -105,15 +108,22 @@ class AliasSettings:
     ssl_keyfile: str | None = None
     socket_timeout: float | None = None
     eager: bool | None = None
+    #: Set for an alias whose queues are sharded over a Redis Cluster (``CLUSTER``).
+    cluster: ClusterSettings | None = None
 
     @property
     def scheme(self) -> str:
-        """Return ``sentinel`` or the URL's scheme."""
+        """Return ``sentinel``, or the scheme of the URL or of the cluster's nodes."""
+        if self.cluster is not None:
+            return self.cluster.scheme
         return "sentinel" if self.sentinels else urlsplit(self.url or "").scheme
 
     @property
     def display(self) -> str:
         """Return a credential-free description of where this alias points."""
+        if self.cluster is not None:
+            hosts = ",".join(f"{h}:{p}" for h, p in self.cluster.addresses)
+            return f"{self.cluster.scheme}://{hosts} (cluster, {self.cluster.shards} shards)"
         if self.sentinels:
             hosts = ",".join(f"{h}:{p}" for h, p in self.sentinels)
             return f"sentinel://{hosts}/{self.master_name}"
