@@ -12,6 +12,7 @@ from typing import Any
 
 import redis
 from redis.backoff import NoBackoff
+from redis.cluster import ClusterNode, RedisCluster
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
@@ -21,6 +22,7 @@ from django_qless.settings import DEFAULT_ALIAS, AliasSettings, get_settings
 __all__ = [
     "ClientHandler",
     "build_redis",
+    "build_redis_cluster",
     "client",
     "clients",
     "get_client",
@@ -45,7 +47,7 @@ def redis_kwargs(conf: AliasSettings) -> dict[str, Any]:
         kwargs["socket_timeout"] = conf.socket_timeout
     if conf.scheme == "rediss" or (conf.sentinels and conf.ssl_ca_certs):
         kwargs["ssl_cert_reqs"] = conf.ssl_cert_reqs
-        if conf.sentinels:
+        if conf.sentinels or conf.cluster is not None:
             kwargs["ssl"] = True
         for name in ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile"):
             value = getattr(conf, name)
@@ -76,6 +78,18 @@ def build_redis(conf: AliasSettings) -> redis.Redis:
         if getattr(conf, name) is not None:
             pool_kwargs[name] = getattr(conf, name)
     return conn
+
+
+def build_redis_cluster(conf: AliasSettings) -> RedisCluster:
+    """Build the RedisCluster of a cluster alias (this connects: it reads the slot map).
+
+    Every node gets the alias's credentials and TLS settings; the cluster client itself
+    never retries (the core's transport decides what may be sent again).
+    """
+    assert conf.cluster is not None
+    nodes = [ClusterNode(host, port)  # type: ignore[no-untyped-call]
+             for host, port in conf.cluster.addresses]
+    return RedisCluster(startup_nodes=nodes, **redis_kwargs(conf))
 
 
 class ClientHandler:
