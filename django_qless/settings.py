@@ -25,10 +25,14 @@ Alias keys: ``URL`` (``redis://``, ``rediss://`` (TLS), ``unix://``), ``USERNAME
 (ACL; override the URL's), ``SENTINELS`` + ``MASTER_NAME`` (+ ``SENTINEL_KWARGS``), ``OPTIONS``
 (extra redis-py keyword arguments), ``SSL_CERT_REQS`` (``"required"`` by default; ``"none"``
 must be set explicitly to skip certificate checks), ``SSL_CA_CERTS``, ``SSL_CERTFILE``,
-``SSL_KEYFILE``, ``SOCKET_TIMEOUT`` and ``EAGER``.
+``SSL_KEYFILE``, ``SOCKET_TIMEOUT`` and ``EAGER``. A cluster alias sets ``CLUSTER`` (node
+URLs of a Redis Cluster, instead of ``URL``/``SENTINELS``) and may set ``SHARDS`` (16),
+``PLACEMENT`` (queue -> shard), ``DURABLE_REPLICAS`` (0) and ``DURABLE_TIMEOUT`` (1.0 s);
+see ``settings_cluster``.
 
 Environment (django-environ; a value in settings always wins): ``QLESS_URL`` (default alias),
-``QLESS_<ALIAS>_URL``, ``QLESS_<ALIAS>_PASSWORD``, ``QLESS_COMMIT_MODE``, ``QLESS_EAGER``,
+``QLESS_<ALIAS>_URL``, ``QLESS_[<ALIAS>_]CLUSTER`` (comma list of node URLs),
+``QLESS_<ALIAS>_PASSWORD``, ``QLESS_COMMIT_MODE``, ``QLESS_EAGER``,
 ``QLESS_WORKER_QUEUES`` (comma list), ``QLESS_WORKER_PROCESSES``, ``QLESS_WORKER_RESERVER``,
 ``QLESS_WORKER_INTERVAL``, ``QLESS_WORKER_TIMEOUT``, ``QLESS_WORKER_HEARTBEAT``,
 ``QLESS_WORKER_PREFETCH``, ``QLESS_WORKER_START_TIMEOUT``.
