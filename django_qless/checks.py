@@ -110,8 +110,8 @@ def check_deploy(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
                  ) -> list[CheckMessage]:
     """Under ``--deploy``: flag insecure connections, ping every alias, require noeviction."""
     import redis
-    from redis.exceptions import RedisClusterException
 
+    from django_qless.core.exceptions import QlessConnectionError
     from django_qless.core.health import SAFE_POLICY, probe
 
     if any(not p.warning for p in get_problems()):
@@ -126,7 +126,7 @@ def check_deploy(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
         messages.extend(_connection_warnings(alias, where, settings))
         try:
             probes = _probe_alias(settings, probe)
-        except (redis.RedisError, RedisClusterException) as exc:
+        except (redis.RedisError, QlessConnectionError) as exc:
             messages.append(Error(f"{where} cannot be reached: {type(exc).__name__}: {exc}",
                                   hint="Check the URL, credentials, TLS settings and network.",
                                   obj=alias, id="django_qless.E081"))

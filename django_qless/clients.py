@@ -13,10 +13,12 @@ from typing import Any
 import redis
 from redis.backoff import NoBackoff
 from redis.cluster import ClusterNode, RedisCluster
+from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 from django_qless.core.client import Client
+from django_qless.core.exceptions import QlessConnectionError
 from django_qless.core.sharded import ShardedClient
 from django_qless.settings import DEFAULT_ALIAS, AliasSettings, get_settings
 
@@ -97,7 +99,12 @@ def build_redis_cluster(conf: AliasSettings) -> RedisCluster:
     assert conf.cluster is not None
     nodes = [ClusterNode(host, port)  # type: ignore[no-untyped-call]
              for host, port in conf.cluster.addresses]
-    return RedisCluster(startup_nodes=nodes, **redis_kwargs(conf))
+    try:
+        return RedisCluster(startup_nodes=nodes, **redis_kwargs(conf))
+    except RedisClusterException as exc:
+        # Not a RedisError: say it as the core says an unreachable server.
+        raise QlessConnectionError(f"cannot read the slot map of QLESS[{conf.alias!r}] "
+                                   f"({conf.display}): {exc}") from exc
 
 
 def build_client(conf: AliasSettings) -> AnyClient:

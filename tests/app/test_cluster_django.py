@@ -240,3 +240,17 @@ def test_tasks_backend_on_a_sharded_alias(local):
         assert tasks.multiply.get_result(product.id).return_value == 42
         assert tasks.urgent.get_result(urgent.id).return_value == "X"
     clients.close_all()
+
+
+def test_an_unreachable_cluster_is_a_connection_error_everywhere(tmp_path):
+    from django_qless.core.exceptions import QlessConnectionError
+
+    clients.close_all()
+    with override_settings(QLESS={"default": {"CLUSTER": ["redis://127.0.0.1:1"]}}):
+        with pytest.raises(QlessConnectionError, match=r"slot map of QLESS\['default'\]"):
+            jobs.echo.using(queue="alpha", on_commit=False).enqueue(1)
+        with pytest.raises(CommandError, match="QlessConnectionError"):
+            call_command("qless", "stats")
+        with pytest.raises(CommandError) as caught:
+            call_command("qless_audit")
+        assert caught.value.returncode == 2

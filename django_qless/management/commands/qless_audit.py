@@ -43,11 +43,11 @@ class Command(BaseCommand):
         if alias not in aliases:
             raise CommandError(f"unknown QLESS alias {alias!r} (known: "
                                f"{', '.join(sorted(aliases))})", returncode=EXIT_ERROR)
-        shards = get_client(alias).clients()
         try:
             # Every shard of a sharded alias (the core audit may refuse a shard keyspace:
             # then nothing is audited, exit 2, as for an unreachable server).
-            reports = [(client.shard, audit(client, fix=options["fix"])) for client in shards]
+            reports = [(client.shard, audit(client, fix=options["fix"]))
+                       for client in get_client(alias).clients()]
         except CALL_ERRORS as exc:
             raise CommandError(f"cannot audit alias {alias!r} ({aliases[alias].display}): "
                                f"{short_error(exc)}", returncode=EXIT_ERROR) from None
