@@ -19,6 +19,7 @@ from django_qless.checks import check_deploy, check_settings
 from django_qless.clients import clients, get_client, get_client_for_queue
 from django_qless.core.client import Client
 from django_qless.core.cluster_server import LocalCluster
+from django_qless.core.exceptions import QlessConnectionError
 from django_qless.core.job import Job
 from django_qless.core.placement import shard_tag
 from django_qless.core.sharded import ShardedClient
@@ -242,9 +243,7 @@ def test_tasks_backend_on_a_sharded_alias(local):
     clients.close_all()
 
 
-def test_an_unreachable_cluster_is_a_connection_error_everywhere(tmp_path):
-    from django_qless.core.exceptions import QlessConnectionError
-
+def test_an_unreachable_cluster_is_a_connection_error_everywhere():
     clients.close_all()
     with override_settings(QLESS={"default": {"CLUSTER": ["redis://127.0.0.1:1"]}}):
         with pytest.raises(QlessConnectionError, match=r"slot map of QLESS\['default'\]"):
@@ -254,3 +253,32 @@ def test_an_unreachable_cluster_is_a_connection_error_everywhere(tmp_path):
         with pytest.raises(CommandError) as caught:
             call_command("qless_audit")
         assert caught.value.returncode == 2
+
+
+# The ACL user of docs/guarantees.md, plus what a cluster client needs (docs/scaling.md).
+ACL = ("on >s3cret resetkeys ~ql:* resetchannels &ql:* -@all +@read +@write +@scripting "
+       "+@pubsub -@dangerous +ping +time +info +select +hello "
+       "+cluster|slots +command +asking +wait")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_confined_acl_user_serves_a_cluster_alias(local):
+    nodes = local.running()
+    for node in nodes:  # ACL users are per node: a cluster does not share them
+        node.conn().execute_command("ACL", "SETUSER", "qless", *ACL.split())
+    clients.close_all()
+    try:
+        with override_settings(QLESS=cluster_qless(local, USERNAME="qless", PASSWORD="s3cret",
+                                                   DURABLE_REPLICAS=1)):
+            handles = [jobs.add.using(queue=q).enqueue(1, 2) for q in PINNED]
+            assert all(stored_state(local, h.queue, h.jid) == "waiting" for h in handles)
+            run_queued(list(PINNED))
+            assert [h.result() for h in handles] == [3, 3, 3]
+        clients.close_all()
+        with override_settings(QLESS=cluster_qless(local, USERNAME="qless", PASSWORD="wrong")):
+            with pytest.raises(QlessConnectionError, match="(?i)invalid username-password"):
+                jobs.add.using(queue="alpha", on_commit=False).enqueue(1, 2)
+    finally:
+        clients.close_all()
+        for node in nodes:
+            node.conn().execute_command("ACL", "DELUSER", "qless")
