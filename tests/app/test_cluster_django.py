@@ -282,3 +282,14 @@ def test_a_confined_acl_user_serves_a_cluster_alias(local):
         clients.close_all()
         for node in nodes:
             node.conn().execute_command("ACL", "DELUSER", "qless")
+
+
+def test_a_dependency_must_share_the_dependent_jobs_shard(on_cluster):
+    from django_qless.core.exceptions import QlessError
+
+    first = jobs.echo.using(queue="alpha", on_commit=False).enqueue(1)
+    same = jobs.echo.using(queue="alpha", depends=[first.jid], on_commit=False).enqueue(2)
+    assert same.state() == "depends"
+    # On another shard the dependency does not exist: the put is refused, never run early.
+    with pytest.raises(QlessError, match="no such dependency"):
+        jobs.echo.using(queue="gamma", depends=[first.jid], on_commit=False).enqueue(3)
