@@ -1,6 +1,6 @@
-"""A Django project whose QLESS alias is sharded over a real local Redis Cluster (3 primaries
-+ 3 replicas, the session's `redis_cluster`): checks, the client, enqueue, handles and the
-operator command."""
+"""A Django project whose QLESS alias is sharded over a real local cluster (3 primaries + 3
+replicas, the session's Redis and Valkey clusters): checks, the client, enqueue, handles, the
+tasks backend and the operator commands."""
 
 from __future__ import annotations
 
@@ -39,12 +39,13 @@ def cluster_qless(local: LocalCluster, **extra: Any) -> dict[str, Any]:
             "JOB_MODULES": ["tests.app.legacy_jobs"]}
 
 
-@pytest.fixture
-def local(redis_cluster: LocalCluster) -> LocalCluster:
-    """The session's Redis cluster, whole again and flushed."""
-    redis_cluster.heal()
-    redis_cluster.flush()
-    return redis_cluster
+@pytest.fixture(params=["redis", "valkey"])
+def local(request: pytest.FixtureRequest) -> LocalCluster:
+    """The session's Redis, then Valkey, cluster, whole again and flushed."""
+    cluster: LocalCluster = request.getfixturevalue(f"{request.param}_cluster")
+    cluster.heal()
+    cluster.flush()
+    return cluster
 
 
 @pytest.fixture

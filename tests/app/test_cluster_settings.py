@@ -169,3 +169,23 @@ def test_checks_report_cluster_mistakes_with_ids_and_hints():
     with override_settings(QLESS={"default": {"CLUSTER": NODES, "SHARDS": 4,
                                               "PLACEMENT": {"q": "s3"}}}):
         assert check_settings() == []
+
+
+def test_every_node_gets_the_tls_and_acl_arguments():
+    from django_qless.clients import redis_kwargs
+
+    alias = ok({"default": {"CLUSTER": ["rediss://h1:7000", "rediss://h2:7000"],
+                            "USERNAME": "qless", "PASSWORD": "pw",
+                            "SSL_CA_CERTS": "/etc/ca.pem", "SSL_CERTFILE": "/etc/c.pem",
+                            "SSL_KEYFILE": "/etc/k.pem", "SOCKET_TIMEOUT": 3}}
+               ).aliases["default"]
+    kwargs = redis_kwargs(alias)
+    assert kwargs["ssl"] is True and kwargs["ssl_cert_reqs"] == "required"
+    assert (kwargs["ssl_ca_certs"], kwargs["ssl_certfile"], kwargs["ssl_keyfile"]) == (
+        "/etc/ca.pem", "/etc/c.pem", "/etc/k.pem")
+    assert (kwargs["username"], kwargs["password"], kwargs["socket_timeout"]) == (
+        "qless", "pw", 3)
+    # The cluster client never retries on its own (a resent write could run twice).
+    assert kwargs["retry"].get_retries() == 0 and kwargs["decode_responses"] is True
+    plain = redis_kwargs(ok({"default": {"CLUSTER": ["redis://h1:7000"]}}).aliases["default"])
+    assert "ssl" not in plain and "ssl_cert_reqs" not in plain
