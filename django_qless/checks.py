@@ -74,7 +74,7 @@ def check_stray_settings(app_configs: Sequence[AppConfig] | None = None, **kwarg
     messages: list[CheckMessage] = []
     for name in sorted(n for n in dir(settings) if n.startswith("QLESS_") and n not in read):
         key = name.removeprefix("QLESS_")
-        if key in ("URL", "USERNAME", "PASSWORD"):
+        if key in ("URL", "CLUSTER", "USERNAME", "PASSWORD"):
             where = f'QLESS = {{"default": {{"{key}": ...}}}}'
         else:
             where = "the matching key of QLESS (see the QLESS setting's documentation)"

@@ -189,3 +189,12 @@ def test_every_node_gets_the_tls_and_acl_arguments():
     assert kwargs["retry"].get_retries() == 0 and kwargs["decode_responses"] is True
     plain = redis_kwargs(ok({"default": {"CLUSTER": ["redis://h1:7000"]}}).aliases["default"])
     assert "ssl" not in plain and "ssl_cert_reqs" not in plain
+
+
+def test_a_qless_cluster_django_setting_is_reported_as_ignored():
+    from django_qless.checks import check_stray_settings
+
+    with override_settings(QLESS_CLUSTER="redis://h1:7000,redis://h2:7000"):
+        (message,) = check_stray_settings()
+    assert message.id == "django_qless.W062"
+    assert 'QLESS = {"default": {"CLUSTER": ...}}' in message.hint
