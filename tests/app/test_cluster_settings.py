@@ -198,3 +198,14 @@ def test_a_qless_cluster_django_setting_is_reported_as_ignored():
         (message,) = check_stray_settings()
     assert message.id == "django_qless.W062"
     assert 'QLESS = {"default": {"CLUSTER": ...}}' in message.hint
+
+
+def test_a_pin_for_a_queue_routed_elsewhere_is_a_warning():
+    raw = {"default": {"URL": "redis://one/0"},
+           "sharded": {"CLUSTER": NODES, "PLACEMENT": {"reports": 1, "pdf": 2}},
+           "QUEUES": {"pdf": "sharded"}}
+    found = by_id(raw)
+    assert list(found) == ["W115"]
+    (problem,) = found["W115"]
+    assert problem.key == "QLESS['sharded']['PLACEMENT']['reports']" and problem.warning
+    assert "alias 'default'" in problem.message and '"reports": "sharded"' in problem.hint
