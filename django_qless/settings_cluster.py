@@ -1,7 +1,8 @@
 """Parse the cluster keys of a ``QLESS`` alias: ``CLUSTER``, ``SHARDS``, ``PLACEMENT``,
 ``DURABLE_REPLICAS`` and ``DURABLE_TIMEOUT`` (queues sharded over a Redis Cluster).
 
-Every mistake becomes a Problem (E100-E114) naming the key; nothing here opens a connection.
+Every mistake becomes a Problem naming the key (E100-E113, W114, W115, and E015 for a node
+URL that turns off certificate checks); nothing here opens a connection.
 """
 
 from __future__ import annotations
@@ -9,12 +10,15 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from django_qless.core.placement import MAX_SHARDS, shard_tag
 
-__all__ = ["CLUSTER_KEYS", "DEFAULT_SHARDS", "ClusterSettings", "parse_cluster"]
+if TYPE_CHECKING:
+    from django_qless.settings import AliasSettings
+
+__all__ = ["CLUSTER_KEYS", "DEFAULT_SHARDS", "ClusterSettings", "parse_cluster", "placed_elsewhere"]
 
 DEFAULT_SHARDS = 16
 DEFAULT_DURABLE_TIMEOUT = 1.0
@@ -226,3 +230,17 @@ def _shard_problem(shard: Any, shards: int) -> str | None:
     if shard != f"s{index}" and shard != shard_tag(index):
         return f"unknown tag (shard s{index}'s tag is {shard_tag(index)!r})"
     return None
+
+
+def placed_elsewhere(p: _Reporter, aliases: Mapping[str, AliasSettings],
+                     routes: Mapping[str, Any]) -> None:
+    """Warn about a queue pinned in one alias's PLACEMENT but routed to another alias."""
+    for name, alias in aliases.items():
+        for queue in alias.cluster.placement if alias.cluster is not None else ():
+            target = routes.get(queue, "default")
+            if target != name:
+                p.warn(f"QLESS[{name!r}]['PLACEMENT'][{queue!r}]",
+                       f"QLESS[{name!r}]['PLACEMENT'] pins queue {queue!r}, but its jobs go "
+                       f"to alias {target!r}: the pin has no effect.",
+                       f'Route the queue with "QUEUES": {{"{queue}": "{name}"}}, or remove '
+                       "the pin.", 115)

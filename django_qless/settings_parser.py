@@ -30,7 +30,7 @@ from django_qless.settings import (
     ReceiverSettings,
     WorkerSettings,
 )
-from django_qless.settings_cluster import CLUSTER_KEYS, parse_cluster
+from django_qless.settings_cluster import CLUSTER_KEYS, parse_cluster, placed_elsewhere
 
 __all__ = ["parse_settings"]
 
@@ -325,20 +325,6 @@ def _no_default_alias(p: _Parser, names: list[str]) -> None:
            'Add "default": {"URL": ...} (or "default": {} to keep the environment URL).', 58)
 
 
-def _placed_elsewhere(p: _Parser, aliases: Mapping[str, AliasSettings],
-                      routes: Mapping[str, Any]) -> None:
-    """Warn about a queue pinned in one alias's PLACEMENT but routed to another alias."""
-    for name, alias in aliases.items():
-        for queue in alias.cluster.placement if alias.cluster is not None else ():
-            target = routes.get(queue, DEFAULT_ALIAS)
-            if target != name:
-                p.warn(f"QLESS[{name!r}]['PLACEMENT'][{queue!r}]",
-                       f"QLESS[{name!r}]['PLACEMENT'] pins queue {queue!r}, but its jobs go "
-                       f"to alias {target!r}: the pin has no effect.",
-                       f'Route the queue with "QUEUES": {{"{queue}": "{name}"}}, or remove '
-                       "the pin.", 115)
-
-
 def parse_settings(raw: Any, env: environ.Env | None = None
                    ) -> tuple[QlessSettings, list[Problem]]:
     """Parse a raw ``QLESS`` value; return the settings and every problem found."""
@@ -383,7 +369,7 @@ def parse_settings(raw: Any, env: environ.Env | None = None
             p.error(f"QLESS['QUEUES'][{queue!r}]",
                     f"Queue {queue!r} is routed to unknown alias {target!r}.",
                     f"Define QLESS[{target!r}] or route to one of: {', '.join(aliases)}.", 54)
-    _placed_elsewhere(p, aliases, queues if isinstance(queues, Mapping) else {})
+    placed_elsewhere(p, aliases, queues if isinstance(queues, Mapping) else {})
     commit_mode = raw.get("COMMIT_MODE", p.envval("QLESS_COMMIT_MODE")) or "on_commit"
     if commit_mode not in COMMIT_MODES:
         p.error("QLESS['COMMIT_MODE']", f"QLESS['COMMIT_MODE'] is {commit_mode!r}.",
