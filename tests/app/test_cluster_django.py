@@ -294,3 +294,30 @@ def test_a_dependency_must_share_the_dependent_jobs_shard(on_cluster):
     # On another shard the dependency does not exist: the put is refused, never run early.
     with pytest.raises(QlessError, match="no such dependency"):
         jobs.echo.using(queue="gamma", depends=[first.jid], on_commit=False).enqueue(3)
+
+
+def test_the_environment_form_through_the_commands(local):
+    import subprocess
+    import sys
+
+    from tests.app.helpers import ROOT, command_env
+
+    env = command_env("")
+    del env["QLESS_URL"]
+    env["DJANGO_SETTINGS_MODULE"] = "tests.app.cluster_settings"
+    env["QLESS_CLUSTER"] = ",".join(f"redis://127.0.0.1:{n.port}" for n in local.running()[:2])
+
+    def manage(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "django", *args], cwd=ROOT, text=True,
+                              capture_output=True, timeout=60, env={**env, **extra})
+
+    checked = manage("check", "--deploy", "--tag", "django_qless")
+    assert checked.returncode == 0 and "no issues" in checked.stdout, checked.stderr
+    put = manage("qless", "put", "gamma", "tests.app.jobs.echo", "--args", "[1]", "--json")
+    assert put.returncode == 0, put.stderr
+    jid = json.loads(put.stdout)["jid"]
+    stats = manage("qless", "stats")
+    assert stats.stdout.split()[:3] == [shard_tag(3), "gamma", "waiting=1"], stats.stdout
+    assert json.loads(manage("qless", "get", jid, "--json").stdout)["queue"] == "gamma"
+    both = manage("check", "--tag", "django_qless", QLESS_URL="redis://127.0.0.1:1/0")
+    assert both.returncode == 1 and "django_qless.E113" in both.stderr
