@@ -246,11 +246,11 @@ class Auditor:
 
     def key(self, name: str) -> str:
         """Return key `name` (without `ql:`) of the audited keyspace."""
-        return self.ks.prefix + name
+        return self.ks.key(name)
 
     def name(self, key: str) -> str:
-        """Return `key` without the keyspace's prefix."""
-        return key[len(self.ks.prefix):]
+        """Return `key` (one of the keyspace's) without the keyspace's prefix."""
+        return self.ks.name(key)
 
     def scan(self, glob: str, kind: str) -> Iterator[str]:
         """SCAN the keyspace's keys of one type whose name matches `glob`, or walk the

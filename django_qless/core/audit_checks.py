@@ -22,6 +22,7 @@ from .audit import (
     json_list,
     num,
 )
+from .throttle import queue_throttle_id
 
 if TYPE_CHECKING:
     from .audit import Auditor
@@ -35,9 +36,9 @@ KIND_STATES = {"work": ("waiting", "stalled"), "locks": ("running",),
 
 
 def job_tids(queue: str, throttles: str | None) -> list[str]:
-    """Return the throttle ids that may hold a throttled job pending (a queue's throttle id
-    is `ql:q:<queue>` in every keyspace: an id, not a key)."""
-    return [f"ql:q:{queue}", *json_list(throttles)]
+    """Return the throttle ids that may hold a throttled job pending (a queue's own throttle
+    id is the same in every keyspace: an id, not a key)."""
+    return [queue_throttle_id(queue), *json_list(throttles)]
 
 
 def members(a: Auditor, key: str, kind: str) -> Iterator[list[str]]:
@@ -378,7 +379,7 @@ def check_bookkeeping(a: Auditor) -> None:
                 a.add("queue.meta", f"{config} {name}",
                       f"bound {value} is later than the earliest timer {first}")
         elif kind == "throttle" and queue:
-            exists = a.r.exists(a.key(f"th:ql:q:{queue}")) == 1
+            exists = a.r.exists(a.key(f"th:{queue_throttle_id(queue)}")) == 1
             if (value == "1") != exists:
                 state = "exists" if exists else "is gone"
                 a.add("queue.meta", f"{config} {name}",
