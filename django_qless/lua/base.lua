@@ -32,8 +32,10 @@ local Q = {}
 --   stats_acc, stats_order  wait/run samples to write at the end (samples.lua)
 --   worker_seen  the caller's ql:workers entry was refreshed (pop)
 --   qth, due     per-queue throttle flag and `#due` bound read this call (pop, throttle)
+--   timer_at, timer_late, timer_list  timers written this call (Q.note_timer, Q.flush_wake)
 local ctx = { op = false, now = 0, now_text = nil, cfgv = nil, woken = {}, woken_list = {},
-  stats_acc = {}, stats_order = {}, worker_seen = nil, qth = nil, due = nil }
+  stats_acc = {}, stats_order = {}, worker_seen = nil, qth = nil, due = nil,
+  timer_at = {}, timer_late = {}, timer_list = {} }
 Q.ctx = ctx
 
 -- Start a call: reset the per-call state for command `op` at time `now` (`now_text`: the
@@ -50,6 +52,7 @@ function Q.begin(op, now, now_text, prefix)
     ctx.stats_acc = {}
     ctx.stats_order = {}
   end
+  if ctx.timer_list[1] then ctx.timer_at, ctx.timer_late, ctx.timer_list = {}, {}, {} end
 end
 local rcall = redis.call
 local cjson_encode = cjson.encode
@@ -237,12 +240,14 @@ function Q.cfgraw(name)
   return ctx.cfgv[name]
 end
 
--- A lock, schedule or spawn time `at` was written: keep `#due` a lower bound.
-function Q.lower_due(queue, at)
+-- A lock, schedule or spawn time `at` was written: keep `#due` a lower bound, and tell idle
+-- workers if they must learn of it (Q.note_timer; `slack` false: a lease renewed, not news).
+function Q.lower_due(queue, at, slack)
   local field = Q.mfield('due', queue)
   local cur = tonumber(rcall('HGET', K.config, field))
   if cur and at < cur then rcall('HSET', K.config, field, at) end
   if ctx.cfgv then ctx.cfgv[field] = nil end
+  if slack ~= false then Q.note_timer(queue, at, slack) end
 end
 
 -- Decode a stored JSON list (tags/throttles); tolerate the {} quirk and garbage.
@@ -319,7 +324,11 @@ end
 -- workers waiting on the queue (handoff.lua); a queue left with no ready job needs no wake-up.
 function Q.flush_wake(now)
   local list = ctx.woken_list
-  if not list[1] then return end
+  if not list[1] then
+    if ctx.timer_list[1] then Q.flush_timers(now, nil) end
+    return
+  end
+  local sent = nil
   ctx.woken = {}
   ctx.woken_list = {}
   for _, queue in ipairs(list) do
@@ -330,13 +339,59 @@ function Q.flush_wake(now)
       Q.hand_off(now, queue, idle)
       ready = rcall('ZCARD', Q.kq(queue, 'work')) > 0
     end
-    if ready then rcall(K.pub, KP .. 'wake:' .. queue, queue) end
+    if ready then
+      rcall(K.pub, KP .. 'wake:' .. queue, queue)
+      sent = sent or {}
+      sent[queue] = true
+    end
   end
   -- Queues woken by those pops (an expired lock put back), without a second hand-off round.
   if ctx.woken_list[1] then
-    for _, queue in ipairs(ctx.woken_list) do rcall(K.pub, KP .. 'wake:' .. queue, queue) end
+    for _, queue in ipairs(ctx.woken_list) do
+      rcall(K.pub, KP .. 'wake:' .. queue, queue)
+      sent = sent or {}
+      sent[queue] = true
+    end
     ctx.woken = {}
     ctx.woken_list = {}
+  end
+  -- (after the hand-offs: their pops take locks)
+  if ctx.timer_list[1] then Q.flush_timers(now, sent) end
+end
+
+-- A timer due at `at` was written on `queue` (a scheduled job, a recurring job's next spawn, a
+-- lock): note it for Q.flush_timers. `slack`: how late an idle worker may learn of it (a lock:
+-- its grace period, which the engine grants a silent owner anyway).
+function Q.note_timer(queue, at, slack)
+  local late = at + (slack or 0)
+  local cur = ctx.timer_late[queue]
+  if cur == nil then
+    tinsert(ctx.timer_list, queue)
+    ctx.timer_at[queue], ctx.timer_late[queue] = at, late
+  else
+    if at < ctx.timer_at[queue] then ctx.timer_at[queue] = at end
+    if late < cur then ctx.timer_late[queue] = late end
+  end
+end
+
+-- Wake a queue's idle workers (once per call; `sent`: queues already woken) for a timer noted
+-- this call that they would learn of too late: one is registered past it (an idle worker
+-- reserves again, and so learns the queue's earliest timer, before its registration lapses)
+-- and no earlier timer is pending (they learned that one when they registered).
+function Q.flush_timers(now, sent)
+  local list, at, late = ctx.timer_list, ctx.timer_at, ctx.timer_late
+  for i, queue in ipairs(list) do
+    if not (sent and sent[queue]) and rcall('ZRANGEBYSCORE', KP .. 'idle:' .. queue,
+        '(' .. string.format('%.17g', math.max(now, late[queue])), '+inf', 'LIMIT', 0, 1)[1] then
+      local first = at[queue]
+      for _, kind in ipairs({ 'locks', 'recur', 'scheduled' }) do
+        local head = tonumber(rcall('ZRANGE', Q.kq(queue, kind), 0, 0, 'WITHSCORES')[2])
+        if head and head < first then first = nil; break end
+      end
+      if first then rcall(K.pub, KP .. 'wake:' .. queue, queue) end
+    end
+    -- (emptied in place: a pop notes its lock on every call)
+    list[i], at[queue], late[queue] = nil, nil, nil
   end
 end
 
