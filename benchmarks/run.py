@@ -1,7 +1,8 @@
 """Benchmark django-qless against qless-py, reqless, rq, huey and raw LPUSH/BRPOP.
 
 Usage: `make bench ARGS="--quick"` or `.venv/bin/python benchmarks/run.py [--quick|--full]
-[--rounds N] [--systems a,b] [--skip-scale] [--skip-idle] [--skip-62] [--body noop|incr]
+[--rounds N] [--systems a,b] [--skip-scale] [--skip-idle] [--idle-only] [--skip-62]
+[--body noop|incr]
 [--no-install]`. See benchmarks/README.md.
 """
 
@@ -120,6 +121,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="comma-separated subset of: " + ", ".join(SYSTEMS))
     p.add_argument("--skip-scale", action="store_true", help="skip the scaling table")
     p.add_argument("--skip-idle", action="store_true", help="skip the idle-worker cost")
+    p.add_argument("--idle-only", action="store_true",
+                   help="measure only the idle-worker cost (no rounds, scale or 6.2 leg)")
     p.add_argument("--skip-62", action="store_true", help="skip the Redis 6.2 leg")
     p.add_argument("--body", choices=("incr", "noop"), default="incr",
                    help="worker job body: one INCR (default, the capacity table's) or none")
@@ -141,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
         print(render(json.loads(Path(args.show).read_text())))
         return 0
     s = sizes(args)
+    if args.idle_only:
+        s["rounds"], args.skip_scale, args.skip_62, args.skip_idle = 0, True, True, False
     names = [n.strip() for n in args.systems.split(",") if n.strip()]
     unknown = [n for n in names if n not in SYSTEMS]
     if unknown:
