@@ -32,10 +32,10 @@ local Q = {}
 --   stats_acc, stats_order  wait/run samples to write at the end (samples.lua)
 --   worker_seen  the caller's ql:workers entry was refreshed (pop)
 --   qth, due     per-queue throttle flag and `#due` bound read this call (pop, throttle)
---   timer_at, timer_late, timer_list  timers written this call (Q.note_timer, Q.flush_wake)
+--   timer_list, timer_at, timer_sched, timer_lock  timers written this call (Q.note_timer)
 local ctx = { op = false, now = 0, now_text = nil, cfgv = nil, woken = {}, woken_list = {},
   stats_acc = {}, stats_order = {}, worker_seen = nil, qth = nil, due = nil,
-  timer_at = {}, timer_late = {}, timer_list = {} }
+  timer_list = {}, timer_at = {}, timer_sched = {}, timer_lock = {} }
 Q.ctx = ctx
 
 -- Start a call: reset the per-call state for command `op` at time `now` (`now_text`: the
@@ -52,7 +52,9 @@ function Q.begin(op, now, now_text, prefix)
     ctx.stats_acc = {}
     ctx.stats_order = {}
   end
-  if ctx.timer_list[1] then ctx.timer_at, ctx.timer_late, ctx.timer_list = {}, {}, {} end
+  if ctx.timer_list[1] then
+    ctx.timer_list, ctx.timer_at, ctx.timer_sched, ctx.timer_lock = {}, {}, {}, {}
+  end
 end
 local rcall = redis.call
 local cjson_encode = cjson.encode
@@ -241,7 +243,7 @@ function Q.cfgraw(name)
 end
 
 -- A lock, schedule or spawn time `at` was written: keep `#due` a lower bound, and tell idle
--- workers if they must learn of it (Q.note_timer; `slack` false: a lease renewed, not news).
+-- workers if they must learn of it (Q.note_timer's `slack`; false: a lease renewed, no news).
 function Q.lower_due(queue, at, slack)
   local field = Q.mfield('due', queue)
   local cur = tonumber(rcall('HGET', K.config, field))
@@ -359,39 +361,53 @@ function Q.flush_wake(now)
   if ctx.timer_list[1] then Q.flush_timers(now, sent) end
 end
 
--- A timer due at `at` was written on `queue` (a scheduled job, a recurring job's next spawn, a
--- lock): note it for Q.flush_timers. `slack`: how late an idle worker may learn of it (a lock:
--- its grace period, which the engine grants a silent owner anyway).
+-- A timer due at `at` was written on `queue`: note it for Q.flush_timers. `slack` nil: a
+-- scheduled job or a recurring job's next spawn; a number: a lock, which idle workers may learn
+-- of `slack` late (its grace period, which the engine grants a silent owner anyway).
 function Q.note_timer(queue, at, slack)
-  local late = at + (slack or 0)
-  local cur = ctx.timer_late[queue]
-  if cur == nil then
+  local first, sched, lock = ctx.timer_at, ctx.timer_sched, ctx.timer_lock
+  if first[queue] == nil then
     tinsert(ctx.timer_list, queue)
-    ctx.timer_at[queue], ctx.timer_late[queue] = at, late
-  else
-    if at < ctx.timer_at[queue] then ctx.timer_at[queue] = at end
-    if late < cur then ctx.timer_late[queue] = late end
+    first[queue] = at
+  elseif at < first[queue] then
+    first[queue] = at
+  end
+  if slack == nil then
+    if not sched[queue] or at < sched[queue] then sched[queue] = at end
+  elseif not lock[queue] or at + slack < lock[queue] then
+    lock[queue] = at + slack
   end
 end
 
 -- Wake a queue's idle workers (once per call; `sent`: queues already woken) for a timer noted
--- this call that they would learn of too late: one is registered past it (an idle worker
--- reserves again, and so learns the queue's earliest timer, before its registration lapses)
--- and no earlier timer is pending (they learned that one when they registered).
+-- this call that they would learn of too late, if no earlier timer is pending (that one they
+-- learned when they registered). An idle worker reserves again, and so learns the queue's
+-- earliest timer, before its registration lapses. A scheduled job or spawn is news when one
+-- registration lasts past it (every idle worker should know: any of them may take the job); a
+-- lock when every registration does (one worker that reserves by then handles its expiry).
 function Q.flush_timers(now, sent)
-  local list, at, late = ctx.timer_list, ctx.timer_at, ctx.timer_late
+  local list, first, sched, lock = ctx.timer_list, ctx.timer_at, ctx.timer_sched, ctx.timer_lock
   for i, queue in ipairs(list) do
-    if not (sent and sent[queue]) and rcall('ZRANGEBYSCORE', KP .. 'idle:' .. queue,
-        '(' .. string.format('%.17g', math.max(now, late[queue])), '+inf', 'LIMIT', 0, 1)[1] then
-      local first = at[queue]
-      for _, kind in ipairs({ 'locks', 'recur', 'scheduled' }) do
-        local head = tonumber(rcall('ZRANGE', Q.kq(queue, kind), 0, 0, 'WITHSCORES')[2])
-        if head and head < first then first = nil; break end
+    if not (sent and sent[queue]) then
+      local key, news = KP .. 'idle:' .. queue, false
+      if sched[queue] then
+        local after = '(' .. string.format('%.17g', math.max(now, sched[queue]))
+        news = rcall('ZRANGEBYSCORE', key, after, '+inf', 'LIMIT', 0, 1)[1] ~= nil
       end
-      if first then rcall(K.pub, KP .. 'wake:' .. queue, queue) end
+      if not news and lock[queue] then
+        local soonest = rcall('ZRANGEBYSCORE', key, now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)[2]
+        news = soonest ~= nil and tonumber(soonest) > lock[queue]
+      end
+      if news then
+        for _, kind in ipairs({ 'locks', 'recur', 'scheduled' }) do
+          local head = tonumber(rcall('ZRANGE', Q.kq(queue, kind), 0, 0, 'WITHSCORES')[2])
+          if head and head < first[queue] then news = false; break end
+        end
+      end
+      if news then rcall(K.pub, KP .. 'wake:' .. queue, queue) end
     end
     -- (emptied in place: a pop notes its lock on every call)
-    list[i], at[queue], late[queue] = nil, nil, nil
+    list[i], first[queue], sched[queue], lock[queue] = nil, nil, nil, nil
   end
 end
 

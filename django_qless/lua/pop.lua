@@ -332,7 +332,7 @@ Q.mod.pop = function()
           table.insert(out, jid)
         end
         -- A courtesy notice moved locks to now + grace: keep the pop's timer bound below it.
-        Q.lower_due(queue, now + Q.cfgnum('grace-period', 10))
+        Q.lower_due(queue, now + Q.cfgnum('grace-period', 10), 0)
       end
     end
     if #out == 0 then return '[]' end

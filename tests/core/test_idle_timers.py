@@ -135,3 +135,29 @@ def test_a_heartbeat_is_not_news(lua: Any, events: Events) -> None:
     events()
     lua("heartbeat", 110, "j1", "busy", "{}")
     assert wakes(events) == 0
+
+
+def test_a_lock_is_no_news_while_one_idle_worker_learns_of_it_in_time(
+    lua: Any, events: Events, listen: Callable[[str], Listener]
+) -> None:
+    lua("config.set", 1, "heartbeat", 20)
+    lua("config.set", 1, "grace-period", 5)
+    for worker in ("taker", "soon", "late"):
+        listen(worker)
+    idle(lua, 100, "taker", 23)
+    idle(lua, 100, "soon", 24)  # back by 124: reserves before j1's lock (121) + grace
+    idle(lua, 100, "late", 3000)
+    events()
+    lua("put", 101, "client", "a", "j1", "klass", {}, 0)  # handed to taker
+    assert wakes(events) == 0  # "soon" handles the expiry, should it come; "late" need not
+    lua("put", 102, "client", "a", "j2", "klass", {}, 0)  # handed to soon: lock 122
+    assert wakes(events) == 0  # j1's lock (121) comes first
+    lua("complete", 103, "j1", "taker", "a", "{}")
+    lua("put", 104, "client", "a", "j3", "klass", {}, 0)  # nobody left to hand it to but late
+    lua("complete", 105, "j2", "soon", "a", "{}")
+    lua("complete", 105, "j3", "late", "a", "{}")
+    idle(lua, 106, "taker", 23)
+    idle(lua, 106, "late", 3000)
+    events()
+    lua("put", 107, "client", "a", "j4", "klass", {}, 0)  # handed to taker: lock 127
+    assert wakes(events) == 1  # only "late" is idle now: it would learn of it too late

@@ -91,7 +91,7 @@ class JobTaking:
             # Wait for a hand-off while idle (one registration per worker: one call's queues).
             ttl = None
             if len(order) <= MAX_QUEUES_PER_CALL and self.waiter.subscribed:
-                ttl = min(self.config.interval, self.idle_cap) + 1.0
+                ttl = self.recheck_after() + 1.0
             for start in range(0, len(order), MAX_QUEUES_PER_CALL):
                 chunk = order[start:start + MAX_QUEUES_PER_CALL]
                 jobs, chunk_wake = self.client.reserve(chunk, 1, wait=ttl)
@@ -111,11 +111,15 @@ class JobTaking:
             log.error("reserve refused (%s); retrying in %.1fs", exc, self._backoff)
             return [], self._backoff
 
+    def recheck_after(self) -> float:
+        """Return how long an idle wait lasts at most (the safety re-check: --interval)."""
+        return min(self.config.interval, self.idle_cap)
+
     def _idle(self, wake: float | None) -> None:
         """Block until a wake-up, a signal, or the next due time."""
         self.idling = True
         self._idle_title()
-        timeout = min(self.config.interval, self.idle_cap, max(self._time_left(), 0.005))
+        timeout = min(self.recheck_after(), max(self._time_left(), 0.005))
         if wake is not None:
             # A lock expiring "now" can report 0 repeatedly during its grace: do not spin.
             timeout = min(timeout, max(wake, 0.005))
