@@ -111,22 +111,6 @@ def test_idle_engine_calls_do_not_grow_with_the_window(
     stop(worker)
 
 
-def test_only_the_first_child_re_checks_every_interval(
-    qless_client: Client, start_worker: Callable[..., WorkerProcess]
-) -> None:
-    worker = idle_worker(start_worker, qless_client)
-    expiry = dict(qless_client.redis.zrange("ql:idle:q", 0, -1, withscores=True))
-    now = time.time()  # (after the registrations read)
-    assert now + 50 < expiry["idler-0"] <= now + 61  # --interval 60 (+1)
-    for i in range(1, CHILDREN):
-        assert now + 3500 < expiry[f"idler-{i}"] <= now + 3600  # an hour: the engine's most
-    # The first child is handed the next job (its registration lapses first).
-    jid = qless_client.queues["q"].put("tests.worker.jobs.ok", {})
-    rows = wait_until(lambda: ledger(qless_client.redis, "started", jid), timeout=10)
-    assert rows[0]["worker"] == "idler-0"
-    stop(worker)
-
-
 def test_idle_children_leave_promptly_when_the_supervisor_is_killed(
     qless_client: Client, start_worker: Callable[..., WorkerProcess]
 ) -> None:

@@ -89,7 +89,6 @@ class ForkChild(JobLoop):
         *,
         resume: bool,
         pool: SharedJobPool | None = None,
-        slot: int = 0,
     ) -> None:
         super().__init__(
             config, hooks, name, SignalState(), resume=resume, max_jobs=config.jobs_per_child,
@@ -97,7 +96,6 @@ class ForkChild(JobLoop):
         )
         self.status_fd = status_fd
         self.supervisor_pid = supervisor_pid
-        self.slot = slot
         self.exit_code = ExitCode.OK
         # Serializes the job thread's and the heartbeat thread's writes and the deferred line.
         self._status_lock = threading.Lock()
@@ -134,16 +132,6 @@ class ForkChild(JobLoop):
         """Tell whether the supervisor has died (no Redis: checked every second while idle;
         PDEATHSIG is the fast path on Linux)."""
         return os.getppid() != self.supervisor_pid
-
-    def recheck_after(self) -> float:
-        """Only the first child re-checks every --interval; the others every hour.
-
-        The re-check is a safety net (the engine tells idle workers of new work and new due
-        times), and one child per worker keeps it: an idle worker then costs Redis about one
-        engine call a minute whatever its children. Until the others re-register, the
-        engine keeps their idle registrations (an hour at most), and hands them jobs.
-        """
-        return super().recheck_after() if self.slot == 0 else self.idle_cap
 
     def should_continue(self) -> bool:
         if self.orphaned():
@@ -252,7 +240,7 @@ def child_main(
         hooks.after_fork_child()
         name = f"{config.name}-{slot}" if config.name else default_worker_name()
         child = ForkChild(config, hooks, name, status_fd, supervisor_pid, resume=resume,
-                          pool=pool, slot=slot)
+                          pool=pool)
         child.install_signals()
         child.signals.paused = paused  # a child born during USR2 starts paused too
         signal.pthread_sigmask(signal.SIG_SETMASK, signal_mask or set())
