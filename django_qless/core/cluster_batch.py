@@ -18,12 +18,12 @@ from .cluster import ClusterTransport, NotRun
 from .cluster_args import declared_key, only_reads
 from .exceptions import InvalidArgument, QlessConnectionError
 
-__all__ = ["execute_many"]
+__all__ = ["did_not_run", "execute_many"]
 
 _TRANSPORT_ERRORS = (redis.ConnectionError, redis.TimeoutError, OSError)
 
 
-def _did_not_run(reply: BaseException) -> bool:
+def did_not_run(reply: BaseException) -> bool:
     """Tell whether error reply `reply` means the command ran nowhere (so it may be resent):
     a redirect, a cluster in flux, or code missing on the node."""
     if isinstance(reply, (AskError, TryAgainError, ClusterDownError, NoScriptError,
@@ -68,7 +68,7 @@ def execute_many(transport: ClusterTransport, commands: Sequence[Sequence[Any]])
                 f"{type(exc).__name__} on {name}: {exc} (some commands may have run)"
             ) from exc
         for index, reply in zip(indexes, replies, strict=True):
-            if isinstance(reply, redis.ResponseError) and _did_not_run(reply):
+            if isinstance(reply, redis.ResponseError) and did_not_run(reply):
                 again.append(index)
             else:
                 results[index] = reply

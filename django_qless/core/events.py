@@ -160,7 +160,7 @@ class Events:
 
     def _connect(self) -> Any:
         """Open a dedicated connection (RESP2, no retries) and subscribe."""
-        pool = self.client.redis.connection_pool
+        pool = self.client.node_redis().connection_pool  # a shard's primary on a cluster
         # redis-py 8 adds maintenance-notification settings to TCP pools; they need RESP3,
         # and this connection speaks RESP2, so leave them out.
         inherited = {

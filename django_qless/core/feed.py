@@ -20,7 +20,7 @@ class LogFeed:
     """
 
     def __init__(self, client: Client) -> None:
-        self._pubsub: Any = client.redis.pubsub()  # type: ignore[no-untyped-call]
+        self._pubsub: Any = client.redis.pubsub()
         self._client = client
         self._channel = client.keyspace.channel("log")
 

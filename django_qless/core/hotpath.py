@@ -1,13 +1,15 @@
-"""The worker's hot path on the client: reserve, complete-and-reserve, reap.
+"""The worker's hot path: reserve, complete-and-reserve, reap.
 
-A mixin of `Client` (kept apart so the client module stays about connections and calls).
+Held by a `Client` (its `reserve`, `complete_and_reserve`, ... delegate here), so the client
+module stays about connections and calls; it uses only the client's public calls and its
+channel's `defer`.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Collection, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from .deferred import DeferredCall
 from .exceptions import InvalidArgument, QlessConnectionError
@@ -15,24 +17,19 @@ from .job import Job
 from .serialization import as_list, check_int, check_name, check_number, check_worker, num
 
 if TYPE_CHECKING:
-    from .accessors import Workers
     from .client import Client
 
 __all__ = ["WorkerCalls"]
 
 
 class WorkerCalls:
-    """reserve / complete_and_reserve / reap, mixed into Client."""
+    """reserve / complete_and_reserve / reap for one client."""
 
-    _checked_queues: dict[tuple[str, ...], tuple[str, ...]]
-    workers: Workers
+    __slots__ = ("_client", "_checked_queues")
 
-    if TYPE_CHECKING:
-        @property
-        def worker_name(self) -> str: ...
-        def call_json(self, command: str, *args: Any) -> Any: ...
-        def call_replayable(self, command: str, *args: Any) -> Any: ...
-        def now(self) -> float: ...
+    def __init__(self, client: Client) -> None:
+        self._client = client
+        self._checked_queues: dict[tuple[str, ...], tuple[str, ...]] = {}
 
     def _reserve_args(self, queues: Sequence[str], count: int) -> list[str]:
         """Validate the queue list and count of reserve/complete.reserve."""
@@ -54,7 +51,7 @@ class WorkerCalls:
 
     def _jobs_and_wake(self, reply: dict[str, Any], worker: str) -> tuple[list[Job], float | None]:
         """Build Jobs from a reserve reply; wake is None if jobs came or nothing is due."""
-        jobs = [Job(cast("Client", self), d, owner=worker) for d in as_list(reply.get("jobs"))]
+        jobs = [Job(self._client, d, owner=worker) for d in as_list(reply.get("jobs"))]
         wake = reply.get("wake")
         return jobs, (None if wake is None or wake < 0 else float(wake))
 
@@ -70,7 +67,8 @@ class WorkerCalls:
         After a lost reply, returns the jobs that call reserved (held by the worker, minus
         the jids in `holding`, the ones the caller is still working on) rather than more.
         """
-        name = self.worker_name if worker is None else check_worker(worker)
+        client = self._client
+        name = client.worker_name if worker is None else check_worker(worker)
         args = self._reserve_args(queues, check_int("count", count, 1, 1000))
         command = "reserve"
         if wait is not None:
@@ -79,31 +77,29 @@ class WorkerCalls:
             command = "reserve.wait"
             args = [num(wait), *args]
         try:
-            reply = self.call_json(command, name, *args)
+            reply = client.call_json(command, name, *args)
         except QlessConnectionError:
             # The lost call may have run and handed `name` jobs it never heard of: take those
             # (running for `name`, not in `holding`) instead of popping more. None held: the
             # call popped nothing, so reserving again is safe. A second error is raised.
-            orphans = [j for j in self.workers[name]["jobs"] if j not in holding]
+            orphans = [j for j in client.workers[name]["jobs"] if j not in holding]
             if not orphans:
-                reply = self.call_json(command, name, *args)
+                reply = client.call_json(command, name, *args)
                 return self._jobs_and_wake(reply, name)
-            found = as_list(self.call_json("multiget", *orphans[:count]))
-            client = cast("Client", self)
+            found = as_list(client.call_json("multiget", *orphans[:count]))
             return [Job(client, d, owner=name) for d in found if d.get("worker") == name], None
         return self._jobs_and_wake(reply, name)
 
     def handed_jobs(self, messages: Sequence[dict[str, Any]], worker: str) -> list[Job]:
         """Build the Jobs the engine handed `worker` (decoded `ql:hand:<worker>` messages)."""
-        client = cast("Client", self)
-        return [Job(client, d, owner=worker) for d in messages if d.get("worker") == worker]
+        return [Job(self._client, d, owner=worker) for d in messages if d.get("worker") == worker]
 
     def complete_and_reserve(
         self, job: Job, queues: Sequence[str], count: int = 1
     ) -> tuple[str, list[Job], float | None]:
         """Complete `job` and reserve the next jobs in one round trip."""
         args = self._complete_reserve_args(job, queues, count)
-        return self._completed(job, self.call_replayable("complete.reserve", *args))
+        return self._completed(job, self._client.call_replayable("complete.reserve", *args))
 
     def send_complete_and_reserve(
         self, job: Job, queues: Sequence[str], count: int = 1
@@ -113,8 +109,8 @@ class WorkerCalls:
         Lets a worker run a job it already holds while Redis completes the previous one.
         """
         args = self._complete_reserve_args(job, queues, count)
-        argv = ("complete.reserve", repr(self.now()), *args)
-        return DeferredCall(cast("Client", self), argv, lambda raw: self._completed(job, raw))
+        pending = self._client.channel.defer(("complete.reserve", repr(self._client.now()), *args))
+        return DeferredCall(pending, lambda raw: self._completed(job, raw))
 
     def _complete_reserve_args(self, job: Job, queues: Sequence[str], count: int) -> list[str]:
         """Validate and encode the arguments of `complete.reserve` after the time."""
@@ -140,4 +136,4 @@ class WorkerCalls:
         if isinstance(queues, str):
             queues = [queues]
         names = [] if queues is None else [check_name("queue", q) for q in queues]
-        return [str(jid) for jid in self.call_json("reap", *names)]
+        return [str(jid) for jid in self._client.call_json("reap", *names)]

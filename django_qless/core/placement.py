@@ -121,12 +121,12 @@ class Placement:
         self.home = keyspace(self.tags[0])
         self._key = f"{self.home}placement"
         self._moving_key = f"{self.home}placement-moving"
-        self._explicit = {check_queue(q): self._tag(v) for q, v in (explicit or {}).items()}
+        self._explicit = {check_queue(q): self.tag_of(v) for q, v in (explicit or {}).items()}
         self.cache_seconds = cache_seconds
         self._cache: dict[str, tuple[str, float]] = {}
         self._lock = threading.Lock()
 
-    def _tag(self, shard: int | str) -> str:
+    def tag_of(self, shard: int | str) -> str:
         """Return the tag of `shard` (an index, a name `s<i>`, or a tag)."""
         if isinstance(shard, str) and shard.startswith("s") and shard[1:].isdigit():
             shard = int(shard[1:])
@@ -166,7 +166,7 @@ class Placement:
         """Record `queue` on `tag` (default: its hash) unless it is placed already; return
         where it is placed (the first writer wins, so racing clients agree)."""
         queue = check_queue(queue)
-        want = self.default_tag(queue) if tag is None else self._tag(tag)
+        want = self.default_tag(queue) if tag is None else self.tag_of(tag)
         self._t.execute(("HSETNX", self._key, queue, want), key=self._key)
         placed = str(self._t.execute(("HGET", self._key, queue), key=self._key))
         self._remember(queue, placed)
@@ -195,7 +195,7 @@ class Placement:
         """Mark `queue` as moving to shard `to`; return the shard it moves from. Repeat-safe;
         refused while another move of it is marked, or for a queue never placed."""
         queue = check_queue(queue)
-        tag = self._tag(to)
+        tag = self.tag_of(to)
         ok, detail = self._t.execute(
             ("EVAL", _MARK, 2, self._key, self._moving_key, queue, tag, time.time()),
             key=self._key, follow_ask=True)
@@ -214,8 +214,8 @@ class Placement:
         set) and clear its moving marker; True once it points at `to` (repeat-safe)."""
         queue = check_queue(queue)
         done = self._t.execute(
-            ("EVAL", _SWITCH, 2, self._key, self._moving_key, queue, self._tag(expected),
-             self._tag(to)),
+            ("EVAL", _SWITCH, 2, self._key, self._moving_key, queue, self.tag_of(expected),
+             self.tag_of(to)),
             key=self._key, follow_ask=True)
         with self._lock:
             self._cache.pop(queue, None)

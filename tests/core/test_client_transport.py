@@ -256,7 +256,7 @@ def test_mutating_call_is_not_resent_after_a_read_timeout(
     client = make_client(socket_timeout=0.3)
     q = client.queues["q"]
     jids = [q.put("K", {}) for _ in range(5)]
-    client.load_script()
+    client.channel.load_script()
     blocker = redis.Redis(unix_socket_path=redis_server.socket_path)
     thread = threading.Thread(target=blocker.eval, args=(BUSY, 0, 1.0))
     thread.start()
@@ -282,7 +282,7 @@ def test_timeout_under_client_pause_fails_fast(
     client = make_client(socket_timeout=0.3)
     q = client.queues["q"]
     jids = [q.put("K", {}) for _ in range(3)]
-    client.load_script()
+    client.channel.load_script()
     r.execute_command("CLIENT", "PAUSE", 1000, "WRITE")
     started = time.monotonic()
     with pytest.raises(QlessConnectionError):

@@ -141,7 +141,7 @@ def test_refused_before_any_round_trip(
     client: Client, r: redis.Redis, name: str, call: Callable[[Client], object],
     cls: type[Exception], text: str,
 ) -> None:
-    client.load_script()
+    client.channel.load_script()
     before = evalsha_calls(r)
     with pytest.raises(cls) as caught:
         call(client)

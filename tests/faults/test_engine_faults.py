@@ -12,6 +12,7 @@ import pytest
 import redis
 
 from django_qless.core.audit import audit
+from django_qless.core.channel import NodeChannel
 from django_qless.core.client import Client
 from django_qless.core.exceptions import (
     InvalidArgument,
@@ -253,7 +254,7 @@ def test_lost_ack_on_other_mutations_executes_once(tcp_redis, rconn, proxy, op):
 
 def test_read_timeout_raises_once_without_resending(tcp_redis, rconn):
     c = Client(tcp_redis.url, worker_name="P", socket_timeout=0.3)
-    c.load_script()
+    c.channel.load_script()
     before = evalsha_calls(rconn)
     rconn.client_pause(1500, all=True)  # the server stalls longer than the socket timeout
     t0 = time.monotonic()
@@ -467,17 +468,17 @@ def test_job_data_is_kept_byte_for_byte_on_every_path(tcp_redis, rconn, qless_cl
 
 def test_flush_between_reload_and_retry_is_survived(tcp_redis, rconn, monkeypatch):
     c = Client(tcp_redis.url)
-    real = Client.load_script
+    real = NodeChannel.load_script
     flushed: list[int] = []
 
-    def load_then_flush(self: Client) -> str:
+    def load_then_flush(self: NodeChannel) -> str:
         sha = real(self)
         if not flushed:
             flushed.append(1)
             rconn.script_flush()  # another operator (or failover) empties the cache again
         return sha
 
-    monkeypatch.setattr(Client, "load_script", load_then_flush)
+    monkeypatch.setattr(NodeChannel, "load_script", load_then_flush)
     rconn.script_flush()
     c.queues["q"].put("K", {}, jid="survives")
     assert rconn.exists("ql:j:survives")

@@ -1,0 +1,133 @@
+"""Queues placed over the shards of a Redis Cluster: one `Client` per shard, one transport.
+
+A `ShardedClient` is what a single-node `Client` is to one server: `for_queue(name)` returns
+the client of the queue's shard (placement.py decides which, and records it), `clients()`
+every shard's client (for listings, stats, audits), `find_job(jid)` looks a bare jid up in
+every shard with one round trip per primary. A job, once found or reserved, holds its
+shard's client, so everything done with it goes to its shard without a look-up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+
+import redis
+from redis.cluster import RedisCluster
+
+from .client import Client
+from .cluster import ClusterTransport
+from .cluster_batch import execute_many
+from .exceptions import error_from_reply
+from .job import Job
+from .placement import Placement
+from .recurring import RecurringJob
+from .serialization import check_jid, check_worker
+from .shard_channel import ShardChannel
+
+__all__ = ["ShardedClient"]
+
+
+class ShardedClient:
+    """Queues spread over `shards` keyspaces of one Redis Cluster (or Valkey cluster)."""
+
+    def __init__(
+        self,
+        cluster: RedisCluster | str | Sequence[str],
+        *,
+        shards: int = 16,
+        placement: Mapping[str, int | str] | None = None,
+        durable_replicas: int = 0,
+        durable_timeout_ms: int = 1000,
+        worker_name: str | None = None,
+        socket_timeout: float | None = None,
+        engine: str | None = None,
+        _clock: Callable[[], float] | None = None,
+    ) -> None:
+        """Use `cluster` (a RedisCluster with decoded replies, or node URLs); `placement`
+        pins queues to shards (index or tag); `durable_replicas` > 0 waits for that many
+        replicas to confirm every write (docs/scaling.md, "What failover can lose")."""
+        self._worker_name = None if worker_name is None else check_worker(worker_name)
+        self._clock = _clock
+        self.engine = engine or os.environ.get("QLESS_ENGINE_CALL", "auto")
+        self.transport = ClusterTransport(
+            cluster, engine=self.engine, caller_time=_clock is not None,
+            durable_replicas=durable_replicas, durable_timeout_ms=durable_timeout_ms,
+            socket_timeout=socket_timeout)
+        self.placement = Placement(self.transport, shards, placement)
+        self.tags: list[str] = list(self.placement.tags)
+        self._clients: dict[str, Client] = {}
+
+    def __repr__(self) -> str:
+        return f"<ShardedClient {len(self.tags)} shards on {', '.join(self.transport.nodes())}>"
+
+    @property
+    def shards(self) -> int:
+        """Return the number of shards queues are placed over."""
+        return len(self.tags)
+
+    def shard(self, shard: int | str) -> Client:
+        """Return the client of shard `shard` (an index, `s<i>`, or a tag)."""
+        tag = self.placement.tag_of(shard)
+        found = self._clients.get(tag)
+        if found is None:
+            found = self._clients[tag] = Client(
+                self.transport, keyspace=tag, worker_name=self._worker_name,
+                engine=self.engine, _clock=self._clock)
+        return found
+
+    def clients(self) -> list[Client]:
+        """Return every shard's client, in shard index order."""
+        return [self.shard(tag) for tag in self.tags]
+
+    def for_queue(self, queue: str) -> Client:
+        """Return the client of `queue`'s shard (recording its placement at first use)."""
+        return self.shard(self.placement.shard_of(queue))
+
+    def shard_of(self, queue: str) -> str:
+        """Return the tag of `queue`'s shard without recording a placement."""
+        return self.placement.shard_of(queue, record=False)
+
+    def find_job(self, jid: str) -> Job | RecurringJob | None:
+        """Return job (or else recurring job) `jid` from whichever shard holds it, asking
+        every shard in one round trip per primary."""
+        jid = check_jid(jid)
+        clients = self.clients()
+        commands = []
+        for client in clients:
+            channel = client.channel
+            assert isinstance(channel, ShardChannel)
+            now = repr(client.now())
+            commands.append(channel.command(("get", now, jid)))
+            commands.append(channel.command(("recur.get", now, jid)))
+        replies = execute_many(self.transport, commands)
+        for reply in replies:
+            if isinstance(reply, redis.ResponseError):
+                raise error_from_reply(reply)
+        for index, client in enumerate(clients):
+            job = replies[2 * index]
+            if job is not None:
+                return Job(client, json.loads(job))
+        for index, client in enumerate(clients):
+            recurring = replies[2 * index + 1]
+            if recurring is not None:
+                return RecurringJob(client, json.loads(recurring))
+        return None
+
+    @property
+    def worker_name(self) -> str:
+        """Return this process's worker name (the same in every shard)."""
+        return self.shard(0).worker_name
+
+    def close(self) -> None:
+        """Close the transport and the cluster client it built."""
+        for client in self._clients.values():
+            client.close()
+        self.transport.close()
+
+    def __enter__(self) -> ShardedClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
