@@ -159,16 +159,13 @@ Q.mod.put = function()
     local retries_s = Q.int_arg(retries)
     if ndeps > 0 then state = 'depends' end
     local fields = { 'jid', jid, 'klass', klass, 'data', data, 'priority', Q.int_arg(priority),
-      'state', state, 'queue', queue,
+      'tags', #tags > 0 and cjson.encode(tags) or '{}', 'state', state, 'queue', queue,
       'retries', retries_s, 'remaining', retries_s, 'time', Q.ftime(now) }
-    -- A new job's hash leaves out what every reader defaults (no worker, no expiry, no tags):
-    -- a smaller listpack per waiting job. A moved job overwrites the old values instead.
+    -- A new job's hash leaves out what every reader defaults (no worker, no expiry): a
+    -- smaller listpack per waiting job. A moved job overwrites the old values instead.
     if old then
       table.insert(fields, 'worker'); table.insert(fields, '')
       table.insert(fields, 'expires'); table.insert(fields, '0')
-    end
-    if old or #tags > 0 then
-      table.insert(fields, 'tags'); table.insert(fields, #tags > 0 and cjson.encode(tags) or '{}')
     end
     if compact then table.insert(fields, 'history'); table.insert(fields, compact) end
     if throttles then
