@@ -73,7 +73,8 @@ Q.mod.worker = function()
   local function wake_hint(now, queues)
     local best = math.huge
     for _, queue in ipairs(queues) do
-      if rcall('SISMEMBER', K.paused_queues, queue) == 0 then
+      -- (a queue with a `#due` noted by this call's pop passed its pause check already)
+      if (ctx.due and ctx.due[queue]) or rcall('SISMEMBER', K.paused_queues, queue) == 0 then
         local heads = Q.timer_heads(queue)
         local exact = math.min(heads[1], heads[2], heads[3])
         local bound = math.min(exact, now + Q.HORIZON)

@@ -74,3 +74,13 @@ def test_idle_reserve_keeps_a_valid_due_bound(lua: Any, r: redis.Redis) -> None:
     lua("reserve", 101.3, "w", 1, Q)
     assert float(str(r.hget("ql:config", "#due:q"))) <= 101.5
     assert lua.json("reserve", 101.6, "w", 1, Q)["jobs"][0]["jid"] == "s"
+
+
+def test_idle_reserve_checks_each_pause_once(lua: Any, r: redis.Redis) -> None:
+    """An empty reserve over n queues asks ql:paused_queues n times (pop and hint share it)."""
+    lua("pause", 0, "b")
+    r.config_resetstat()
+    reply = lua.json("reserve", 0, "w", 1, "a", "b", "c")
+    assert reply["jobs"] == [] and reply["wake"] == -1
+    stats = r.info("commandstats")
+    assert stats["cmdstat_sismember"]["calls"] == 4  # a, b, c at pop; b (paused) at the hint
