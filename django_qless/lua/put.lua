@@ -157,16 +157,21 @@ Q.mod.put = function()
     -- ('{}' is what cjson writes for an empty table: skip the encoder for the common case)
     -- (the integers as text: Q.int_arg)
     local retries_s = Q.int_arg(retries)
+    if ndeps > 0 then state = 'depends' end
     local fields = { 'jid', jid, 'klass', klass, 'data', data, 'priority', Q.int_arg(priority),
-      'tags', #tags > 0 and cjson.encode(tags) or '{}', 'state', state, 'worker', '',
-      'expires', '0', 'queue', queue,
+      'tags', #tags > 0 and cjson.encode(tags) or '{}', 'state', state, 'queue', queue,
       'retries', retries_s, 'remaining', retries_s, 'time', Q.ftime(now) }
+    -- A new job's hash leaves out what every reader defaults (no worker, no expiry): a
+    -- smaller listpack per waiting job. A moved job overwrites the old values instead.
+    if old then
+      table.insert(fields, 'worker'); table.insert(fields, '')
+      table.insert(fields, 'expires'); table.insert(fields, '0')
+    end
     if compact then table.insert(fields, 'history'); table.insert(fields, compact) end
     if throttles then
       table.insert(fields, 'throttles'); table.insert(fields, throttles)
     end
     if ndeps > 0 then
-      fields[12] = 'depends'
       rcall('ZADD', Q.kq(queue, 'depends'), now, jid)
       if delay > 0 then
         table.insert(fields, 'scheduled'); table.insert(fields, now + delay)
