@@ -99,6 +99,15 @@ class ShardedClient:
         """Return the client of `queue`'s shard (recording its placement at first use)."""
         return self.shard(self.placement.shard_of(queue))
 
+    def serving(self, queue: str) -> list[Client]:
+        """Return the clients a worker reserves `queue` from: its shard's, and while the
+        queue is marked moving, the source's and the target's (docs/scaling.md)."""
+        home = self.for_queue(queue)
+        marker = self.placement.moving().get(queue)
+        if marker is None:
+            return [home]
+        return list(dict.fromkeys([home, self.shard(marker["from"]), self.shard(marker["to"])]))
+
     def shard_of(self, queue: str) -> str:
         """Return the tag of `queue`'s shard without recording a placement."""
         return self.placement.shard_of(queue, record=False)
