@@ -19,7 +19,10 @@ from collections.abc import Callable, Iterable
 from types import FrameType
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
+
 from django_qless.clients import get_client
+from django_qless.core.client import Client
 from django_qless.core.events import LOG_CHANNEL, Events
 from django_qless.settings import DEFAULT_ALIAS
 from django_qless.signals import BRIDGED_SIGNALS
@@ -38,7 +41,11 @@ class Bridge:
     def __init__(self, alias: str = DEFAULT_ALIAS, *, events: Iterable[str] | None = None,
                  health_check_interval: float = 10.0) -> None:
         self.alias = alias
-        self.client = get_client(alias)
+        client = get_client(alias)
+        if not isinstance(client, Client):
+            raise ImproperlyConfigured(f"the events bridge does not serve the sharded alias "
+                                       f"{alias!r} yet")
+        self.client = client
         self.events_wanted = frozenset(events) if events is not None else None
         self.listener = Events(self.client, health_check_interval=health_check_interval)
         self.listener.on("*", self.handle)
