@@ -77,7 +77,7 @@ class QueueMove:
         jobs on the source."""
         self.sharded = sharded
         self.queue = check_queue(queue)
-        self.target = sharded.placement.tag_of(to)
+        self.target = sharded.placement.tag_of(int(to) if str(to).isdigit() else to)
         self._report = report
         self.settle = sharded.placement.cache_seconds + 1.0 if settle is None else settle
         self.poll = poll
@@ -89,6 +89,10 @@ class QueueMove:
         """Run (or resume) the move to its end; return the progress of each source."""
         placement = self.sharded.placement
         q = self.queue
+        pinned = placement.explicit.get(q)
+        if pinned is not None:
+            raise MoveBlocked(f"{q!r} is pinned to {pinned} by the placement setting: a move "
+                              f"needs it unpinned (the setting wins over the recorded shard)")
         marker = placement.moving().get(q)
         recorded = placement.shard_of(q)
         if marker is not None and marker["to"] != self.target:
