@@ -16,6 +16,7 @@ from .serialization import (
     PRIORITY_MIN,
     as_list,
     check_delay,
+    check_depends,
     check_int,
     check_jid,
     check_klass,
@@ -168,7 +169,8 @@ class Queue:
         dependency or named throttle living in another shard is refused (InvalidArgument).
         """
         if self.client.router is not None:
-            depends, throttles = list(depends), list(throttles)
+            # checked first: a bare string must be refused, not read as its characters
+            depends, throttles = check_depends(depends), check_throttles(throttles)
             self._check_shard(depends, throttles)
         args = self._put_args(klass, data, jid=jid, priority=priority, tags=tags, delay=delay,
                               retries=retries, depends=depends, throttles=throttles,
