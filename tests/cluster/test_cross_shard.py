@@ -185,3 +185,11 @@ def test_a_throttle_home_is_named_or_chosen_with_a_queue(cluster: LocalCluster,
         assert sharded.throttle("fresh").client is sharded.shard(1)
     finally:
         sharded.close()
+
+
+def test_a_bare_string_is_still_refused_on_a_shard(sharded: ShardedClient) -> None:
+    queue = sharded.for_queue("b").queues["b"]
+    with pytest.raises(InvalidArgument, match="depends must be a list of strings"):
+        queue.put("K", {}, depends="abc")
+    with pytest.raises(InvalidArgument, match="throttles must be a list of strings"):
+        queue.put("K", {}, throttles="api")

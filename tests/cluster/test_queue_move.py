@@ -12,6 +12,7 @@ import pytest
 from redis.cluster import RedisCluster
 
 from django_qless.core.cluster_server import LocalCluster
+from django_qless.core.exceptions import QlessError
 from django_qless.core.queue_move import MoveBlocked, MoveProgress, QueueMove, main
 from django_qless.core.sharded import ShardedClient
 
@@ -46,8 +47,11 @@ def job_keys(rc: RedisCluster, tag: str) -> list[str]:
     return node_keys
 
 
+@pytest.mark.parametrize("crash", ["none", "between-put-and-cancel", "after-switch"])
 def test_move_under_load_loses_nothing(cluster: LocalCluster, sharded: ShardedClient,
-                                       rc: RedisCluster) -> None:
+                                       rc: RedisCluster, crash: str) -> None:
+    """Two producers and two consumers run while the queue moves (in one go, or resumed
+    after a crash); then the ledger: every job put completed, duplicates only as named."""
     source, target = sharded.tags[0], sharded.tags[3]
     put: list[str] = []
     done: Counter[str] = Counter()
@@ -110,6 +114,21 @@ def test_move_under_load_loses_nothing(cluster: LocalCluster, sharded: ShardedCl
     steps: list[MoveProgress] = []
     move = QueueMove(sharded, Q, target, settle=1.0, poll=0.05, drain_timeout=60,
                      report=lambda p: steps.append(MoveProgress(**vars(p))))
+    allowed: set[str] = set()  # jobs a crash may run twice (docs/scaling.md)
+    if crash != "none":
+        sharded.placement.mark_moving(Q, target)
+        move.fence(source)
+        if crash == "between-put-and-cancel":
+            src, dst = sharded.shard(source), sharded.shard(target)
+            for job in src.queues[Q].peek(50):  # put on the target, the cancel never sent
+                dst.call("put", "", Q, job.jid, job.klass_name, job.raw_data, 0,
+                         "priority", job.priority, "if-absent", "live")
+                allowed.add(job.jid)
+        else:
+            move.copy_until_empty(source, MoveProgress(Q, source, target))
+            sharded.placement.switch(Q, source, target)
+        time.sleep(0.3)  # the crashed mover is restarted a little later
+        steps.clear()
     [progress] = move.run()
     moved.set()
     for thread in threads[:2]:
@@ -122,12 +141,13 @@ def test_move_under_load_loses_nothing(cluster: LocalCluster, sharded: ShardedCl
     # The ledger: every job put ran at least once; without a crash or a lost lease, once.
     assert len(put) == 800
     assert set(put) - set(done) == set()
-    assert [jid for jid, n in done.items() if n > 1] == []
+    assert {jid for jid, n in done.items() if n > 1} <= allowed
     assert sharded.shard_of(Q) == target and Q not in sharded.placement.moving()
     assert left_on(sharded, source) == {} and left_on(sharded, target) == {}
-    assert [step.step for step in steps][:2] == ["marked", "fenced"]
-    assert "switched" in [step.step for step in steps] and steps[-1].step == "done"
-    assert progress.copied > 0 and progress.source == source
+    names = [step.step for step in steps]
+    assert names[0] == ("fenced" if crash == "after-switch" else "marked")
+    assert ("switched" in names) == (crash != "after-switch") and names[-1] == "done"
+    assert progress.source == source and progress.copied + len(allowed) > 0
     # Nothing of the queue is left on the source but completed jobs.
     for key in job_keys(rc, source):
         assert rc.hget(key, "state") == "complete"
@@ -211,3 +231,30 @@ def test_the_command_line(cluster: LocalCluster, sharded: ShardedClient) -> None
     assert "mv s0-320 -> s4-328: done; copied 1" in out.getvalue()
     assert sharded.shard(4).queues[Q].peek() is not None
     assert sharded.shard_of(Q) == sharded.tags[4]
+
+
+def test_a_stalled_job_is_copied_and_its_late_worker_is_refused(sharded: ShardedClient) -> None:
+    """A job whose lease expired on the source runs on the target; its late worker's
+    complete on the source is refused (the one duplicate a move names without a crash)."""
+    source, target = sharded.shard(0), sharded.shard(1)
+    source.queues[Q].heartbeat = 1
+    jid = source.queues[Q].put("K", {})
+    late = source.queues[Q].pop()
+    assert late is not None
+    time.sleep(1.3)  # the lease expires: listed as stalled, still `running`
+    assert source.queues[Q].jobs.stalled() == [jid]
+    [progress] = QueueMove(sharded, Q, 1, settle=0.1, poll=0.05, drain_timeout=5).run()
+    assert progress.copied == 1
+    with pytest.raises(QlessError):
+        late.complete()
+    again = target.queues[Q].pop()
+    assert again is not None and again.jid == jid and again.complete() == "complete"
+
+
+def test_a_throttle_homed_elsewhere_blocks_the_move(sharded: ShardedClient) -> None:
+    source = sharded.shard(0)
+    jid = source.queues[Q].put("K", {}, throttles=["api"])  # api's home: s0
+    with pytest.raises(MoveBlocked, match=f"job {jid} names throttle 'api', whose home is "
+                                          f"shard {sharded.tags[0]}"):
+        QueueMove(sharded, Q, 1, settle=0.1, drain_timeout=1).run()
+    assert source.jobs.get(jid) is not None and sharded.shard(1).jobs.get(jid) is None
