@@ -358,6 +358,12 @@ class Job:
     ) -> str:
         """Send put/requeue for this job, keeping every attribute not overridden."""
         target = check_name("queue", queue if queue is not None else self._queue)
+        router = self.client.router
+        if router is not None and router.for_queue(target) is not self.client:
+            raise InvalidArgument(
+                f"queue {target!r} is in shard {router.for_queue(target).shard}, job "
+                f"{self.jid} in shard {self.client.shard}: a job changes shard only by "
+                f"complete(next=...) or a queue move")
         result: str = self.client.call(command, *self.put_args(
             target, delay=delay, priority=priority, tags=tags, retries=retries, depends=depends,
             throttles=throttles))

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import redis
 from redis.cluster import RedisCluster
@@ -71,6 +73,7 @@ class ShardedClient:
             check_text("throttle id", tid, 128): self.placement.tag_of(shard)
             for tid, shard in (throttles or {}).items()}
         self._explicit_homes = frozenset(self._homes)
+        self._moving: tuple[dict[str, Any], float] = ({}, 0.0)  # markers, read again after
 
     def __repr__(self) -> str:
         return f"<ShardedClient {len(self.tags)} shards on {', '.join(self.transport.nodes())}>"
@@ -101,9 +104,13 @@ class ShardedClient:
 
     def serving(self, queue: str) -> list[Client]:
         """Return the clients a worker reserves `queue` from: its shard's, and while the
-        queue is marked moving, the source's and the target's (docs/scaling.md)."""
+        queue is marked moving, the source's and the target's (docs/scaling.md); the markers
+        are read at most once per placement cache time."""
         home = self.for_queue(queue)
-        marker = self.placement.moving().get(queue)
+        now = time.monotonic()
+        if self._moving[1] <= now:  # read again after the placement cache time
+            self._moving = (self.placement.moving(), now + self.placement.cache_seconds)
+        marker = self._moving[0].get(queue)
         if marker is None:
             return [home]
         return list(dict.fromkeys([home, self.shard(marker["from"]), self.shard(marker["to"])]))

@@ -193,3 +193,15 @@ def test_a_bare_string_is_still_refused_on_a_shard(sharded: ShardedClient) -> No
         queue.put("K", {}, depends="abc")
     with pytest.raises(InvalidArgument, match="throttles must be a list of strings"):
         queue.put("K", {}, throttles="api")
+
+
+def test_a_job_is_not_moved_into_another_shards_queue(sharded: ShardedClient,
+                                                      rc: RedisCluster) -> None:
+    source = sharded.for_queue("a")
+    jid = source.queues["a"].put("K", {})
+    job = source.jobs[jid]
+    with pytest.raises(InvalidArgument, match=f"queue 'b' is in shard {sharded.tags[1]}, job "
+                                              f"{jid} in shard {sharded.tags[0]}"):
+        job.move("b")
+    assert keys_of(rc, sharded.tags[0], jid)["queue"] == "a"
+    assert job.move("a2") == jid  # within the shard as before
