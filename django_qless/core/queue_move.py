@@ -133,10 +133,10 @@ class QueueMove:
         src, dst = self.sharded.shard(source), self.sharded.shard(self.target)
         src.queues[self.queue].pause()
         mine = json.loads(dst.call("config.get") or "{}")
-        prefix = f"{self.queue}-"
-        for key, value in json.loads(src.call("config.get") or "{}").items():
-            if key.startswith(prefix) and key not in mine:
-                dst.call("config.set", key, value)
+        theirs = json.loads(src.call("config.get") or "{}")
+        for key in (f"{self.queue}-heartbeat", f"{self.queue}-max-concurrency"):
+            if key in theirs and key not in mine:
+                dst.call("config.set", key, theirs[key])
         maximum = src.queues[self.queue].throttle.maximum
         if maximum > 0 and dst.queues[self.queue].throttle.maximum == 0:
             dst.queues[self.queue].set_throttle(maximum)

@@ -158,6 +158,8 @@ def test_a_move_carries_schedules_settings_and_recurring_jobs(sharded: ShardedCl
     source, target = sharded.shard(0), sharded.shard(2)
     queue = source.queues[Q]
     queue.heartbeat = 30
+    queue.max_concurrency = 2
+    source.queues["mv-x"].heartbeat = 5  # another queue's setting stays
     queue.set_throttle(4)
     later = queue.put("K", {"x": 1}, delay=300, priority=5, tags=["t"], retries=2)
     rjid = queue.recur("K", {"r": 1}, 60, offset=0, priority=3, tags=["rt"], backlog=2)
@@ -172,7 +174,8 @@ def test_a_move_carries_schedules_settings_and_recurring_jobs(sharded: ShardedCl
     assert (moved.priority, moved.tags, moved.original_retries) == (5, ("t",), 2)
     due = target.read(lambda r: r.zscore(target.keyspace.key(f"q:{Q}-scheduled"), later))
     assert 280 < float(due) - target.now() <= 300
-    assert target.queues[Q].heartbeat == 30
+    assert target.queues[Q].heartbeat == 30 and target.queues[Q].max_concurrency == 2
+    assert target.config.get("mv-x-heartbeat") is None
     assert target.queues[Q].throttle.maximum == 4
     template = target.jobs.recurring(rjid)
     assert template is not None and source.jobs.recurring(rjid) is None
