@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 from redis.cluster import RedisCluster
 
+from django_qless.core.audit import audit_all
 from django_qless.core.cluster_server import LocalCluster
 from django_qless.core.exceptions import QlessError
 from django_qless.core.queue_move import MoveBlocked, MoveProgress, QueueMove, main
@@ -152,6 +153,10 @@ def test_move_under_load_loses_nothing(cluster: LocalCluster, sharded: ShardedCl
     for key in job_keys(rc, source):
         assert rc.hget(key, "state") == "complete"
     assert not sharded.shard(source).queues[Q].paused
+    # And every shard is consistent: the engine's invariants hold after the move.
+    reports = audit_all(sharded)
+    assert all(report.ok for report in reports), [str(report) for report in reports]
+    assert sum(report.jobs for report in reports) >= 800  # every job's record was checked
 
 
 def test_a_move_carries_schedules_settings_and_recurring_jobs(sharded: ShardedClient) -> None:
