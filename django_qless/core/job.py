@@ -295,6 +295,8 @@ class Job:
                         "if-absent", "live")
         except JobExists:
             pass  # a repeat (a lost reply, a rerun after a crash): the copy there stays
+        if self._tracked:
+            target.track(self.jid)
         args = [self.jid, self._worker_arg(), self._queue, self._data_text(),
                 "token", self.attempt_token]
         self.client.call_replayable("complete", *args)

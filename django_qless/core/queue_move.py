@@ -173,6 +173,9 @@ class QueueMove:
                               strict=True):
             if isinstance(reply, QlessError) and not isinstance(reply, JobExists):
                 raise MoveBlocked(f"cannot copy job {job.jid} to {self.target}: {reply}")
+        tracked = [("track", ("track", job.jid)) for job in jobs if job.tracked]
+        if tracked:
+            dst.pipeline_calls(tracked)
         replies = src.pipeline_calls([("cancel", (job.jid,)) for job in jobs],
                                      raise_on_error=False)
         for job, reply in zip(jobs, replies, strict=True):

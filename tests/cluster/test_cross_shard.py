@@ -44,6 +44,7 @@ def test_complete_into_a_queue_of_another_shard(sharded: ShardedClient,
     s0, s1 = sharded.tags[0], sharded.tags[1]
     source = sharded.for_queue("a")
     jid = source.queues["a"].put("K", {"n": 1}, priority=7, tags=["x", "y"], retries=3)
+    assert source.track(jid)
     job = source.queues["a"].pop()
     assert job is not None
     job.data["n"] = 2
@@ -53,6 +54,7 @@ def test_complete_into_a_queue_of_another_shard(sharded: ShardedClient,
     assert moved["state"] == "waiting" and moved["queue"] == "b"
     assert (moved["klass"], moved["data"], moved["priority"]) == ("K", '{"n":2}', "7")
     assert moved["tags"] == '["x","y"]' and moved["retries"] == moved["remaining"] == "3"
+    assert moved["tracked"] == "1"
     assert keys_of(rc, s0, jid)["state"] == "complete"
     target = sharded.for_queue("b")
     nxt = target.queues["b"].pop()

@@ -167,6 +167,7 @@ def test_a_move_carries_schedules_settings_and_recurring_jobs(sharded: ShardedCl
     source.queues["mv-x"].heartbeat = 5  # another queue's setting stays
     queue.set_throttle(4)
     later = queue.put("K", {"x": 1}, delay=300, priority=5, tags=["t"], retries=2)
+    assert source.track(later)
     rjid = queue.recur("K", {"r": 1}, 60, offset=0, priority=3, tags=["rt"], backlog=2)
     [spawned] = queue.pop(1)  # spawns rjid-1 and takes it: it runs on the source
     assert spawned.jid == f"{rjid}-1"
@@ -177,6 +178,7 @@ def test_a_move_carries_schedules_settings_and_recurring_jobs(sharded: ShardedCl
     moved = target.jobs[later]
     assert moved is not None and moved.state == "scheduled"
     assert (moved.priority, moved.tags, moved.original_retries) == (5, ("t",), 2)
+    assert moved.tracked
     due = target.read(lambda r: r.zscore(target.keyspace.key(f"q:{Q}-scheduled"), later))
     assert 280 < float(due) - target.now() <= 300
     assert target.queues[Q].heartbeat == 30 and target.queues[Q].max_concurrency == 2
