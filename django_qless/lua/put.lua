@@ -7,7 +7,10 @@
 --
 -- Commands (after `now`):
 --   put       worker queue jid klass data delay [priority p] [tags JSON] [retries n]
---             [depends JSON] [throttles JSON] [depends-missing error|ignore]  -> jid
+--             [depends JSON] [throttles JSON] [depends-missing error|ignore]
+--             [if-absent any|live]                                 -> jid
+--             if-absent any: refused (nothing written) when the jid exists; live: only when
+--             it exists and is not complete or failed (a copy between shards, scaling.md)
 --             also the older form without `worker` (read as worker ''; see older_put);
 --             worker '' means no worker (a move by a client, not by a worker)
 --   requeue   same as put (the job must exist)                     -> jid
@@ -54,6 +57,16 @@ Q.mod.put = function()
     -- (most puts are of new jobs: an EXISTS costs a fifth of a 13-field HMGET of nothing)
     local old = rcall('EXISTS', Q.kjob(jid)) == 1 and Q.read(jid, PUT_FIELDS) or nil
     if must_exist and not old then Q.fail('Job ' .. jid .. ' does not exist') end
+    local absent = opts['if-absent']
+    if absent ~= nil then
+      if absent ~= 'any' and absent ~= 'live' then
+        Q.fail('Arg "if-absent" must be any or live: ' .. absent:sub(1, 80))
+      end
+      if old and (absent == 'any' or (old.state ~= 'complete' and old.state ~= 'failed')) then
+        Q.fail('Job ' .. jid .. ' already exists (' .. tostring(old.state)
+          .. '): if-absent refuses to replace it')
+      end
+    end
     local retries = tonumber(old and old.retries) or 5
     if opts.retries then retries = Q.integer('retries', opts.retries, 0, 1000) end
     local tags = Q.list(old and old.tags)
@@ -81,8 +94,12 @@ Q.mod.put = function()
       throttles = #list > 0 and cjson.encode(list) or nil
     end
     if not old then
-      local parent = jid:find('-', 2, true) and jid:match('^(.+)%-%d+$')
-      if parent and rcall('EXISTS', KP .. 'r:' .. parent) == 1 then
+      local parent, n = nil, nil
+      if jid:find('-', 2, true) then parent, n = jid:match('^(.+)%-(%d+)$') end
+      -- a copy (if-absent) of a child the template has already spawned is no future child
+      local spawned = absent and parent
+        and tonumber(n) <= (tonumber(rcall('HGET', KP .. 'r:' .. parent, 'count')) or 0)
+      if parent and not spawned and rcall('EXISTS', KP .. 'r:' .. parent) == 1 then
         Q.fail('Job ' .. jid .. ' collides with recurring job ' .. parent)
       end
     elseif depends then

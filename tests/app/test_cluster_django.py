@@ -304,8 +304,9 @@ def test_a_dependency_must_share_the_dependent_jobs_shard(on_cluster):
     first = jobs.echo.using(queue="alpha", on_commit=False).enqueue(1)
     same = jobs.echo.using(queue="alpha", depends=[first.jid], on_commit=False).enqueue(2)
     assert same.state() == "depends"
-    # On another shard the dependency does not exist: the put is refused, never run early.
-    with pytest.raises(QlessError, match="no such dependency"):
+    # The dependency is in another shard: the put is refused, never run early.
+    with pytest.raises(QlessError, match=f"dependency {first.jid} is in shard s0-320, but "
+                                         f"queue 'gamma' is in shard s3-954"):
         jobs.echo.using(queue="gamma", depends=[first.jid], on_commit=False).enqueue(3)
 
 
