@@ -184,6 +184,10 @@ class Client:
         """Return the client holding `queue`: this one."""
         return self
 
+    def throttle_client(self, tid: str, *, queue: str | None = None) -> Client:
+        """Return the client holding named throttle `tid`: this one."""
+        return self
+
     def find_job(self, jid: str) -> Job | RecurringJob | None:
         """Return the job or recurring job `jid`, or None."""
         found = self.jobs.get(jid)

@@ -175,22 +175,27 @@ class ShardedClient:
             home = self._homes[tid] = str(self.transport.execute(("HGET", key, tid), key=key))
         return home
 
-    def throttle(self, tid: str, *, queue: str | None = None) -> Throttle:
-        """Return named throttle `tid` on its home shard; one never used gets the shard of
-        `queue` as its home (InvalidArgument without a queue: its home would be a guess)."""
+    def throttle_client(self, tid: str, *, queue: str | None = None) -> Client:
+        """Return the client of named throttle `tid`'s home shard; one never used gets the
+        shard of `queue` as its home (InvalidArgument without a queue: its home would be a
+        guess)."""
         tid = check_text("throttle id", tid, 128)
         if tid in self._explicit_homes:
-            return self.shard(self._homes[tid]).throttles[tid]
+            return self.shard(self._homes[tid])
         key = self._homes_key
         recorded = self._homes.get(tid) or self.transport.execute(("HGET", key, tid), key=key)
         if recorded is None:
             if queue is None:
                 raise InvalidArgument(
-                    f"throttle {tid!r} has no home shard yet: pass queue= (it lives with that "
-                    f"queue's shard), or name it in ShardedClient(throttles=...)")
+                    f"throttle {tid!r} has no home shard yet: it gets the shard of the first "
+                    f"queue whose jobs use it (or name it in ShardedClient(throttles=...))")
             recorded = self.throttle_home(tid, self.placement.shard_of(queue))
         self._homes[tid] = str(recorded)
-        return self.shard(str(recorded)).throttles[tid]
+        return self.shard(str(recorded))
+
+    def throttle(self, tid: str, *, queue: str | None = None) -> Throttle:
+        """Return named throttle `tid` on its home shard (see `throttle_client`)."""
+        return self.throttle_client(tid, queue=queue).throttles[tid]
 
     @property
     def worker_name(self) -> str:
