@@ -74,7 +74,7 @@ def check_stray_settings(app_configs: Sequence[AppConfig] | None = None, **kwarg
     messages: list[CheckMessage] = []
     for name in sorted(n for n in dir(settings) if n.startswith("QLESS_") and n not in read):
         key = name.removeprefix("QLESS_")
-        if key in ("URL", "USERNAME", "PASSWORD"):
+        if key in ("URL", "CLUSTER", "USERNAME", "PASSWORD"):
             where = f'QLESS = {{"default": {{"{key}": ...}}}}'
         else:
             where = "the matching key of QLESS (see the QLESS setting's documentation)"
@@ -111,7 +111,7 @@ def check_deploy(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
     """Under ``--deploy``: flag insecure connections, ping every alias, require noeviction."""
     import redis
 
-    from django_qless.clients import build_redis
+    from django_qless.core.exceptions import QlessConnectionError
     from django_qless.core.health import SAFE_POLICY, probe
 
     if any(not p.warning for p in get_problems()):
@@ -124,27 +124,51 @@ def check_deploy(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
     for alias, settings in conf.aliases.items():
         where = f"QLESS[{alias!r}] ({settings.display})"
         messages.extend(_connection_warnings(alias, where, settings))
-        conn = build_redis(settings)
         try:
-            policy, skew = probe(conn)
-        except redis.RedisError as exc:
+            probes = _probe_alias(settings, probe)
+        except (redis.RedisError, QlessConnectionError) as exc:
             messages.append(Error(f"{where} cannot be reached: {type(exc).__name__}: {exc}",
                                   hint="Check the URL, credentials, TLS settings and network.",
                                   obj=alias, id="django_qless.E081"))
             continue
+        for node, (policy, skew) in probes:
+            messages.extend(_probe_messages(alias, where + node, policy, skew, SAFE_POLICY))
+    return messages
+
+
+def _probe_alias(settings: Any, probe: Any) -> list[tuple[str, Any]]:
+    """Probe an alias's server, or every primary of its cluster: [(" node h:p", probe)]."""
+    from django_qless.clients import build_redis, build_redis_cluster
+
+    if settings.cluster is None:
+        conn = build_redis(settings)
+        try:
+            return [("", probe(conn))]
         finally:
             conn.close()
-        if policy != SAFE_POLICY:
-            messages.append(Error(
-                f"{where} uses maxmemory-policy {policy!r}; eviction deletes queued jobs.",
-                hint="Set maxmemory-policy noeviction on this Redis.",
-                obj=alias, id="django_qless.E082"))
-        if abs(skew) > 5:
-            messages.append(Warning(
-                f"This host's clock is {skew:+.1f}s off {where}'s clock.",
-                hint="Run NTP. The engine uses the Redis clock, but logs and schedules you "
-                     "compute locally will disagree with it.",
-                obj=alias, id="django_qless.W085"))
+    cluster = build_redis_cluster(settings)
+    try:
+        return [(f" node {node.name}", probe(cluster.get_redis_connection(node)))
+                for node in cluster.get_primaries()]  # type: ignore[no-untyped-call]
+    finally:
+        cluster.close()
+
+
+def _probe_messages(alias: str, where: str, policy: str, skew: float, safe: str
+                    ) -> list[CheckMessage]:
+    """Report a server that evicts keys or whose clock is far off this host's."""
+    messages: list[CheckMessage] = []
+    if policy != safe:
+        messages.append(Error(
+            f"{where} uses maxmemory-policy {policy!r}; eviction deletes queued jobs.",
+            hint="Set maxmemory-policy noeviction on this Redis.",
+            obj=alias, id="django_qless.E082"))
+    if abs(skew) > 5:
+        messages.append(Warning(
+            f"This host's clock is {skew:+.1f}s off {where}'s clock.",
+            hint="Run NTP. The engine uses the Redis clock, but logs and schedules you "
+                 "compute locally will disagree with it.",
+            obj=alias, id="django_qless.W085"))
     return messages
 
 
@@ -154,19 +178,25 @@ def _connection_warnings(alias: str, where: str, settings: Any) -> list[CheckMes
 
     from django_qless.core.health import ACL_CHANNELS, ACL_KEYS
 
-    if settings.sentinels or not settings.url:
+    if settings.cluster is not None:
+        # One user and one scheme apply to every node (the settings refuse a mix).
+        hosts = [host for host, _ in settings.cluster.addresses]
+        scheme, url_password = settings.scheme, None
+    elif settings.sentinels or not settings.url:
         return []
-    parts = urlsplit(settings.url)
-    if parts.scheme == "unix" or parts.hostname in (None, "localhost", "127.0.0.1", "::1"):
+    else:
+        parts = urlsplit(settings.url)
+        hosts, scheme, url_password = [parts.hostname], parts.scheme, parts.password
+    if scheme == "unix" or all(h in (None, "localhost", "127.0.0.1", "::1") for h in hosts):
         return []
     messages: list[CheckMessage] = []
-    if not (settings.password or parts.password):
+    if not (settings.password or url_password):
         messages.append(Warning(
             f"{where} is a remote Redis reached without a password.",
             hint=f"Create an ACL user limited to {ACL_KEYS} and {ACL_CHANNELS} and put its "
                  "credentials in QLESS_URL (see docs/guarantees.md).",
             obj=alias, id="django_qless.W083"))
-    if parts.scheme != "rediss":
+    if scheme != "rediss":
         messages.append(Warning(
             f"{where} is a remote Redis reached without TLS.",
             hint="Use a rediss:// URL so job data and credentials are encrypted.",

@@ -12,21 +12,33 @@ from typing import Any
 
 import redis
 from redis.backoff import NoBackoff
+from redis.cluster import ClusterNode, RedisCluster
+from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 from django_qless.core.client import Client
+from django_qless.core.exceptions import QlessConnectionError
+from django_qless.core.sharded import ShardedClient
 from django_qless.settings import DEFAULT_ALIAS, AliasSettings, get_settings
 
 __all__ = [
+    "AnyClient",
     "ClientHandler",
+    "build_client",
     "build_redis",
+    "build_redis_cluster",
     "client",
     "clients",
     "get_client",
     "get_client_for_queue",
     "redis_kwargs",
 ]
+
+
+#: What an alias gives: one server's client, or the client of queues sharded over a cluster.
+#: Both have ``for_queue(queue)``, ``clients()`` and ``find_job(jid)``.
+AnyClient = Client | ShardedClient
 
 
 def redis_kwargs(conf: AliasSettings) -> dict[str, Any]:
@@ -45,7 +57,7 @@ def redis_kwargs(conf: AliasSettings) -> dict[str, Any]:
         kwargs["socket_timeout"] = conf.socket_timeout
     if conf.scheme == "rediss" or (conf.sentinels and conf.ssl_ca_certs):
         kwargs["ssl_cert_reqs"] = conf.ssl_cert_reqs
-        if conf.sentinels:
+        if conf.sentinels or conf.cluster is not None:
             kwargs["ssl"] = True
         for name in ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile"):
             value = getattr(conf, name)
@@ -78,15 +90,53 @@ def build_redis(conf: AliasSettings) -> redis.Redis:
     return conn
 
 
+def build_redis_cluster(conf: AliasSettings) -> RedisCluster:
+    """Build the RedisCluster of a cluster alias (this connects: it reads the slot map).
+
+    Every node gets the alias's credentials and TLS settings; the cluster client itself
+    never retries (the core's transport decides what may be sent again).
+    """
+    assert conf.cluster is not None
+    nodes = [ClusterNode(host, port)  # type: ignore[no-untyped-call]
+             for host, port in conf.cluster.addresses]
+    try:
+        return RedisCluster(startup_nodes=nodes, **redis_kwargs(conf))
+    except RedisClusterException as exc:
+        # Not a RedisError: say it as the core says an unreachable server.
+        raise QlessConnectionError(f"cannot read the slot map of QLESS[{conf.alias!r}] "
+                                   f"({conf.display}): {exc}") from exc
+
+
+def build_client(conf: AliasSettings) -> AnyClient:
+    """Build an alias's client: a Client on its server, or a ShardedClient on its cluster."""
+    if conf.cluster is None:
+        return Client(build_redis(conf))
+    cluster = conf.cluster
+    return ShardedClient(build_redis_cluster(conf), shards=cluster.shards,
+                         placement=dict(cluster.placement),
+                         durable_replicas=cluster.durable_replicas,
+                         durable_timeout_ms=cluster.durable_timeout_ms)
+
+
+def _close(item: AnyClient) -> None:
+    """Close a client built here, with its connections (pool or cluster client)."""
+    if isinstance(item, ShardedClient):
+        item.close()
+        # The transport leaves a RedisCluster it was given open; this one is ours.
+        item.transport.redis_cluster.close()
+    else:
+        item.close(shared=True)
+
+
 class ClientHandler:
     """Lazily create and cache one core Client per alias, per process."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pid = os.getpid()
-        self._clients: dict[str, Client] = {}
+        self._clients: dict[str, AnyClient] = {}
 
-    def __getitem__(self, alias: str) -> Client:
+    def __getitem__(self, alias: str) -> AnyClient:
         pid = os.getpid()
         with self._lock:
             if pid != self._pid:
@@ -104,14 +154,14 @@ class ClientHandler:
                 raise ImproperlyConfigured(
                     f"Unknown qless alias {alias!r}: define QLESS[{alias!r}] (known: {known})."
                 )
-            created = Client(build_redis(conf))
+            created = build_client(conf)
             self._clients[alias] = created
             return created
 
     def __contains__(self, alias: str) -> bool:
         return alias in get_settings().aliases
 
-    def all(self) -> list[Client]:
+    def all(self) -> list[AnyClient]:
         """Return the clients created so far in this process."""
         with self._lock:
             return list(self._clients.values()) if self._pid == os.getpid() else []
@@ -124,7 +174,7 @@ class ClientHandler:
             return
         for item in old.values():
             try:
-                item.close(shared=True)
+                _close(item)
             except redis.RedisError:  # closing is best effort
                 pass
 
@@ -138,14 +188,15 @@ class ClientHandler:
 clients = ClientHandler()
 
 
-def get_client(alias: str = DEFAULT_ALIAS) -> Client:
-    """Return the core Client for a ``QLESS`` alias."""
+def get_client(alias: str = DEFAULT_ALIAS) -> AnyClient:
+    """Return the core client of a ``QLESS`` alias (a ShardedClient for a cluster alias)."""
     return clients[alias]
 
 
 def get_client_for_queue(queue: str) -> Client:
-    """Return the client of the alias a queue is routed to (``QLESS['QUEUES']``)."""
-    return clients[get_settings().alias_for_queue(queue)]
+    """Return the client holding a queue: its alias's (``QLESS['QUEUES']``), on the queue's
+    shard when the alias is sharded."""
+    return clients[get_settings().alias_for_queue(queue)].for_queue(queue)
 
 
 class _DefaultClientProxy:

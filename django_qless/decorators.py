@@ -105,7 +105,9 @@ def _put(klass: str, data: dict[str, Any], options: JobOptions, *, delay: Delay 
     """Send one job to Redis now; return the handle status."""
     from django_qless.clients import get_client
 
-    client = get_client(options.alias)
+    # The queue's shard (the alias's one client when it is not sharded): the job, its
+    # unique lock and its tracking all live there.
+    client = get_client(options.alias).for_queue(options.queue)
     queue = client.queues[options.queue]
     assert options.jid is not None
     if interval is not None:

@@ -68,19 +68,30 @@ class JobHandle:
 
     @property
     def client(self) -> Client:
-        """Return the core client of this job's alias."""
+        """Return the core client holding this job's queue (its shard's, when sharded)."""
         from django_qless.clients import get_client
 
-        return get_client(self.alias)
+        return get_client(self.alias).for_queue(self.queue)
 
     def get(self) -> Job | RecurringJob | None:
         """Fetch the job, or the recurring template, from Redis (None if there is none)."""
-        jobs = self.client.jobs
-        if self.status == "recurring":
-            return jobs.recurring(self.jid)
-        found = jobs.get(self.jid)
-        # A handle rebuilt from a jid (``.handle(jid)``) may name a recurring template.
-        return found if found is not None else jobs.recurring(self.jid)
+        from django_qless.clients import get_client
+
+        client = self.client
+        jobs = client.jobs
+        found: Job | RecurringJob | None = None
+        if self.status != "recurring":
+            found = jobs.get(self.jid)
+        if found is None:
+            # A handle rebuilt from a jid (``.handle(jid)``) may name a recurring template.
+            found = jobs.recurring(self.jid)
+        if found is None:
+            # Not in its queue's shard: rebuilt with another queue than it was sent to, or
+            # its queue moved since. Ask every shard (a sharded alias only).
+            everywhere = get_client(self.alias)
+            if everywhere is not client:
+                found = everywhere.find_job(self.jid)
+        return found
 
     def state(self) -> str | None:
         """Return the job's current state ("recurring" for a template), None if it is gone."""
@@ -101,11 +112,14 @@ class JobHandle:
 
     def result(self) -> Any:
         """Return the job's return value; raise ResultNotReady or JobFailedError otherwise."""
+        from django_qless.core.job import Job
+
         if self.status == "eager":
             return self._value
         if self.status == "recurring":
             raise ResultNotReady(f"job {self.jid} is recurring: its children have the results")
-        job = self.client.jobs.get(self.jid)
+        found = self.get()
+        job = found if isinstance(found, Job) else None
         if job is None:
             raise ResultNotReady(f"job {self.jid} does not exist (not sent yet, or expired)")
         if job.state == "failed":

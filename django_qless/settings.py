@@ -9,7 +9,7 @@ global options::
                     "USERNAME": "qless", "PASSWORD": "..."},
         "QUEUES": {"reports": "reports"},          # queue name -> alias (default: "default")
         "WORKER": {"QUEUES": ["default"], "PROCESSES": 2, "RESERVER": "ordered",
-                   "INTERVAL": 5.0, "TIMEOUT": None, "MAX_JOBS": None,
+                   "INTERVAL": 60.0, "TIMEOUT": None, "MAX_JOBS": None,
                    "HEARTBEAT": None,              # seconds: set in qless config at start
                    "PREFETCH": True,               # hold one job ahead while short jobs run
                    "START_TIMEOUT": 30.0},         # seconds to wait for Redis at start
@@ -25,10 +25,14 @@ Alias keys: ``URL`` (``redis://``, ``rediss://`` (TLS), ``unix://``), ``USERNAME
 (ACL; override the URL's), ``SENTINELS`` + ``MASTER_NAME`` (+ ``SENTINEL_KWARGS``), ``OPTIONS``
 (extra redis-py keyword arguments), ``SSL_CERT_REQS`` (``"required"`` by default; ``"none"``
 must be set explicitly to skip certificate checks), ``SSL_CA_CERTS``, ``SSL_CERTFILE``,
-``SSL_KEYFILE``, ``SOCKET_TIMEOUT`` and ``EAGER``.
+``SSL_KEYFILE``, ``SOCKET_TIMEOUT`` and ``EAGER``. A cluster alias sets ``CLUSTER`` (node
+URLs of a Redis Cluster, instead of ``URL``/``SENTINELS``) and may set ``SHARDS`` (16),
+``PLACEMENT`` (queue -> shard), ``DURABLE_REPLICAS`` (0) and ``DURABLE_TIMEOUT`` (1.0 s);
+see ``settings_cluster``.
 
 Environment (django-environ; a value in settings always wins): ``QLESS_URL`` (default alias),
-``QLESS_<ALIAS>_URL``, ``QLESS_<ALIAS>_PASSWORD``, ``QLESS_COMMIT_MODE``, ``QLESS_EAGER``,
+``QLESS_<ALIAS>_URL``, ``QLESS_[<ALIAS>_]CLUSTER`` (comma list of node URLs),
+``QLESS_<ALIAS>_PASSWORD``, ``QLESS_COMMIT_MODE``, ``QLESS_EAGER``,
 ``QLESS_WORKER_QUEUES`` (comma list), ``QLESS_WORKER_PROCESSES``, ``QLESS_WORKER_RESERVER``,
 ``QLESS_WORKER_INTERVAL``, ``QLESS_WORKER_TIMEOUT``, ``QLESS_WORKER_HEARTBEAT``,
 ``QLESS_WORKER_PREFETCH``, ``QLESS_WORKER_START_TIMEOUT``.
@@ -45,6 +49,8 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+
+from django_qless.settings_cluster import CLUSTER_KEYS, ClusterSettings
 
 __all__ = [
     "AliasSettings",
@@ -68,7 +74,8 @@ GLOBAL_KEYS = frozenset(
 )
 ALIAS_KEYS = frozenset(
     {"URL", "USERNAME", "PASSWORD", "SENTINELS", "MASTER_NAME", "SENTINEL_KWARGS", "OPTIONS",
-     "SSL_CERT_REQS", "SSL_CA_CERTS", "SSL_CERTFILE", "SSL_KEYFILE", "SOCKET_TIMEOUT", "EAGER"}
+     "SSL_CERT_REQS", "SSL_CA_CERTS", "SSL_CERTFILE", "SSL_KEYFILE", "SOCKET_TIMEOUT", "EAGER",
+     "CLUSTER", *CLUSTER_KEYS}
 )
 RECEIVER_KEYS = frozenset(
     {"MAIL_ADMINS_ON_FAILURE", "WEBHOOK_URL", "WEBHOOK_EVENTS", "WEBHOOK_TIMEOUT"}
@@ -105,15 +112,22 @@ class AliasSettings:
     ssl_keyfile: str | None = None
     socket_timeout: float | None = None
     eager: bool | None = None
+    #: Set for an alias whose queues are sharded over a Redis Cluster (``CLUSTER``).
+    cluster: ClusterSettings | None = None
 
     @property
     def scheme(self) -> str:
-        """Return ``sentinel`` or the URL's scheme."""
+        """Return ``sentinel``, or the scheme of the URL or of the cluster's nodes."""
+        if self.cluster is not None:
+            return self.cluster.scheme
         return "sentinel" if self.sentinels else urlsplit(self.url or "").scheme
 
     @property
     def display(self) -> str:
         """Return a credential-free description of where this alias points."""
+        if self.cluster is not None:
+            hosts = ",".join(f"{h}:{p}" for h, p in self.cluster.addresses)
+            return f"{self.cluster.scheme}://{hosts} (cluster, {self.cluster.shards} shards)"
         if self.sentinels:
             hosts = ",".join(f"{h}:{p}" for h, p in self.sentinels)
             return f"sentinel://{hosts}/{self.master_name}"

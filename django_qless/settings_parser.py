@@ -30,6 +30,7 @@ from django_qless.settings import (
     ReceiverSettings,
     WorkerSettings,
 )
+from django_qless.settings_cluster import CLUSTER_KEYS, parse_cluster, placed_elsewhere
 
 __all__ = ["parse_settings"]
 
@@ -135,18 +136,35 @@ class _Parser:
         prefix = "QLESS_" if name == DEFAULT_ALIAS else f"QLESS_{name.upper()}_"
         url = raw.get("URL")
         sentinels_raw = raw.get("SENTINELS")
-        if url is None and not sentinels_raw:
-            url = self.envval(f"{prefix}URL")
-            if url is None and name == DEFAULT_ALIAS:
+        nodes = raw.get("CLUSTER")
+        if url is None and not sentinels_raw and nodes is None:
+            url, nodes = self.env_location(key, prefix)
+            if url is None and nodes is None and name == DEFAULT_ALIAS:
                 url = DEFAULT_URL
         if url is not None and sentinels_raw:
             self.error(key, f"{key} sets both URL and SENTINELS.",
                        "Keep one: SENTINELS + MASTER_NAME for Sentinel, URL otherwise.", 22)
-        if url is None and not sentinels_raw:
+        if nodes is not None and (url is not None or sentinels_raw):
+            self.error(key, f"{key} sets CLUSTER together with "
+                       f"{'URL' if url is not None else 'SENTINELS'}.",
+                       "Keep one: CLUSTER for a Redis Cluster, URL for one server, SENTINELS "
+                       "for Sentinel.", 100)
+        if url is None and not sentinels_raw and nodes is None:
             self.error(f"{key}['URL']", f"{key} has no URL.",
-                       f'Set "URL" or the environment variable {prefix}URL.', 23)
+                       f'Set "URL" (or "CLUSTER") or the environment variable {prefix}URL '
+                       f"(or {prefix}CLUSTER).", 23)
         if url is not None:
             self.url(f"{key}['URL']", url, raw)
+        cluster = None
+        if nodes is not None:
+            cluster = parse_cluster(self, key, raw, nodes, raw)
+        else:
+            for name_ in CLUSTER_KEYS:
+                if name_ in raw:
+                    self.error(f"{key}[{name_!r}]", f"{key} sets {name_} but is not a cluster "
+                               "alias (no CLUSTER).",
+                               f'Add "CLUSTER": [node URLs] to shard its queues over a Redis '
+                               f"Cluster, or remove {name_}.", 112)
         sentinels: list[tuple[str, int]] = []
         if sentinels_raw:
             for item in sentinels_raw:
@@ -175,11 +193,17 @@ class _Parser:
                       'Provide "SSL_CA_CERTS" and remove "SSL_CERT_REQS": "none".', 27)
         timeout = self.number(f"{key}['SOCKET_TIMEOUT']", raw.get("SOCKET_TIMEOUT"),
                               integer=False, minimum=0.001)
+        username = raw.get("USERNAME", self.envval(f"{prefix}USERNAME"))
+        password = raw.get("PASSWORD", self.envval(f"{prefix}PASSWORD"))
+        if cluster is not None:
+            # The nodes' URLs may carry the credentials; the keys win, as for URL.
+            username = cluster.url_username if username is None else username
+            password = cluster.url_password if password is None else password
         return AliasSettings(
             alias=name,
-            url=url,
-            username=raw.get("USERNAME", self.envval(f"{prefix}USERNAME")),
-            password=raw.get("PASSWORD", self.envval(f"{prefix}PASSWORD")),
+            url=url if nodes is None else None,
+            username=username,
+            password=password,
             sentinels=tuple(sentinels),
             master_name=raw.get("MASTER_NAME"),
             sentinel_kwargs=dict(raw.get("SENTINEL_KWARGS") or {}),
@@ -190,7 +214,20 @@ class _Parser:
             ssl_keyfile=raw.get("SSL_KEYFILE"),
             socket_timeout=timeout,
             eager=self.bool_(f"{key}['EAGER']", raw.get("EAGER")),
+            cluster=cluster,
         )
+
+    def env_location(self, key: str, prefix: str) -> tuple[str | None, list[str] | None]:
+        """Read an alias's ``<prefix>URL`` or ``<prefix>CLUSTER`` (a comma list of node
+        URLs) from the environment; both set is an error."""
+        url = self.envval(f"{prefix}URL")
+        nodes = self.envval(f"{prefix}CLUSTER", "list")
+        if url is not None and nodes is not None:
+            self.error(key, f"The environment sets both {prefix}URL and {prefix}CLUSTER for "
+                       f"{key}.", f"Unset one: {prefix}CLUSTER for a Redis Cluster, "
+                       f"{prefix}URL for one server.", 113)
+            return url, None
+        return url, nodes
 
     def worker(self, raw: Any) -> WorkerSettings:
         if not isinstance(raw, Mapping):
@@ -332,6 +369,7 @@ def parse_settings(raw: Any, env: environ.Env | None = None
             p.error(f"QLESS['QUEUES'][{queue!r}]",
                     f"Queue {queue!r} is routed to unknown alias {target!r}.",
                     f"Define QLESS[{target!r}] or route to one of: {', '.join(aliases)}.", 54)
+    placed_elsewhere(p, aliases, queues if isinstance(queues, Mapping) else {})
     commit_mode = raw.get("COMMIT_MODE", p.envval("QLESS_COMMIT_MODE")) or "on_commit"
     if commit_mode not in COMMIT_MODES:
         p.error("QLESS['COMMIT_MODE']", f"QLESS['COMMIT_MODE'] is {commit_mode!r}.",

@@ -140,7 +140,7 @@ class QlessBackend(BaseTaskBackend):
         def send() -> None:
             from django_qless.clients import get_client
 
-            client = get_client(alias)
+            client = get_client(alias).for_queue(task.queue_name)
             delay = 0.0
             if task.run_after is not None:
                 delay = max(0.0, task.run_after.timestamp() - client.now())
@@ -156,14 +156,16 @@ class QlessBackend(BaseTaskBackend):
         """Build a TaskResult from the qless job (TaskResultDoesNotExist if it is gone)."""
         from django_qless.clients import get_client
         from django_qless.core.exceptions import InvalidArgument
+        from django_qless.core.job import Job
 
         aliases = [self.qless_alias] if self.qless_alias else list(get_settings().aliases)
         for alias in aliases:
+            # Only the jid is known: a sharded alias asks every shard (one round trip each).
             try:
-                job = get_client(alias).jobs.get(result_id)
+                job = get_client(alias).find_job(result_id)
             except InvalidArgument:
                 raise TaskResultDoesNotExist(result_id) from None
-            if job is not None and job.klass_name == KLASS:
+            if isinstance(job, Job) and job.klass_name == KLASS:
                 return self._result_from_job(job)
         raise TaskResultDoesNotExist(result_id)
 

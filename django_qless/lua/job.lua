@@ -293,7 +293,7 @@ Q.mod.job = function()
     rcall('ZADD', Q.kwjobs(worker), expires, jid)
     rcall('ZADD', K.workers, now, worker)
     rcall('ZADD', Q.kq(h.queue, 'locks'), expires, jid)
-    Q.lower_due(h.queue, expires)
+    Q.lower_due(h.queue, expires, false)
     return expires
   end }
 
@@ -345,7 +345,8 @@ Q.mod.job = function()
         done[jid] = true
         h = h or {}
         local payload = '{"jid":' .. Q.js(jid) .. ',"queue":' .. Q.js(h.queue or false)
-          .. ',"event":"canceled","worker":' .. Q.js(h.worker or false) .. '}'
+          -- (a new waiting job's hash has no `worker` field: it reads as '')
+          .. ',"event":"canceled","worker":' .. Q.js(h.worker or (h.state and '' or false)) .. '}'
         Q.publish(K.log, payload)
         if h.worker and h.worker ~= '' then
           rcall('ZREM', Q.kwjobs(h.worker), jid)

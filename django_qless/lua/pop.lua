@@ -206,10 +206,6 @@ Q.mod.pop = function()
       count = math.min(count, math.max(0, maxc - running))
       if count <= 0 then return 0 end
     end
-    local expires = now + Q.heartbeat(queue)
-    -- Formatted once for the HSET and both ZADDs (redis.call would format it for each, with
-    -- the same '%.17g').
-    local expires_s = string.format('%.17g', expires)
     local selected = {}
     if heads and heads[1] <= now then invalidate(now, queue, count, selected) end
     local want = count - #selected
@@ -246,6 +242,13 @@ Q.mod.pop = function()
       end
     end
     local taken = 0
+    local expires, expires_s
+    if selected[1] then
+      expires = now + Q.heartbeat(queue)
+      -- Formatted once for the HSET and both ZADDs (redis.call would format it for each,
+      -- with the same '%.17g').
+      expires_s = string.format('%.17g', expires)
+    end
     for _, item in ipairs(selected) do
       local jid, h = item[1], item[2]
       -- The first pop of a job still in its compact first visit extends the `history` field.
@@ -282,7 +285,10 @@ Q.mod.pop = function()
       -- anything left over because of count limits keeps the bound <= now: rescan next pop.
       newdue = math.min(now + Q.HORIZON, heads[1], heads[2], heads[3])
     end
-    if taken > 0 and expires < newdue then newdue = expires end
+    if taken > 0 then
+      if expires < newdue then newdue = expires end
+      Q.note_timer(queue, expires, Q.cfgnum('grace-period', 10)) -- news to idle workers?
+    end
     if newdue ~= due then rcall('HSET', K.config, mkey, newdue) end
     due = newdue
     ctx.due[queue] = due
@@ -329,7 +335,7 @@ Q.mod.pop = function()
           table.insert(out, jid)
         end
         -- A courtesy notice moved locks to now + grace: keep the pop's timer bound below it.
-        Q.lower_due(queue, now + Q.cfgnum('grace-period', 10))
+        Q.lower_due(queue, now + Q.cfgnum('grace-period', 10), 0)
       end
     end
     if #out == 0 then return '[]' end

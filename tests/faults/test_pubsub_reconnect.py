@@ -77,7 +77,11 @@ def test_pubsub_reconnects_during_short_jobs_abort_no_job(plain_redis, tmp_path,
     for job in client.jobs.get_many(*jids):
         states[job.state] = states.get(job.state, 0) + 1
         whats = [h["what"] for h in job.history]
-        assert whats.count("popped") == 1 and whats.count("done") == 1, (job.jid, whats)
+        # A job held ahead is handed back unstarted (history "put") when the job before it
+        # passes 100 ms, which a loaded machine makes likely: each pop then follows a put.
+        # A wrong kill would fail the job (no retries) or leave a pop without a put.
+        assert whats.count("done") == 1, (job.jid, whats)
+        assert whats.count("popped") == whats.count("put"), (job.jid, whats)
     assert states == {"complete": JOBS}
     client.close()
     conn.close()

@@ -53,8 +53,8 @@ _DONE = {Outcome.COMPLETED: "done", Outcome.SETTLED: "settled by the job itself"
 class JobLoop:
     """Take jobs and run them in this process until told to stop."""
 
-    #: Wait at most this long while idle before re-checking the supervisor (children).
-    idle_cap = 60.0
+    #: Wait at most this long while idle (the engine keeps an idle registration <= 3600 s).
+    idle_cap = 3599.0
 
     def __init__(
         self,
@@ -113,7 +113,7 @@ class JobLoop:
         self.taker = JobTaker(
             name, self.routes, self.reserver, self.waiter, self.in_hand,
             interval=config.interval, idle_cap=self.idle_cap, time_left=self._time_left,
-            on_idle=self._idle_title, reaper=reaper,
+            on_idle=self._idle_title, keep_waiting=self.should_continue, reaper=reaper,
         )
         # The heartbeat thread sets the running title, the loop the idle one: this keeps a
         # late "running" from overwriting "idle".
@@ -196,12 +196,13 @@ class JobLoop:
             if self.signals.stopping or self._limit_reached() or not self.should_continue():
                 return
             if self.reaper is not None:
-                self.reaper.maybe_reap()
+                self.reaper.maybe_reap(idle=self.taker.idling)
             if self.signals.paused:
                 self._hand_back()  # held ahead, or handed over after registering as idle
                 self.between_jobs()
                 self._idle_title()
-                self.waiter.wait(min(self.config.interval, self.idle_cap, self._time_left()))
+                self.waiter.wait(min(self.config.interval, self.idle_cap, self._time_left()),
+                                 self.should_continue)
                 self.waiter.drain()  # wake-ups while paused must not make wait() spin
                 continue
             job = self.in_hand.take()
@@ -232,6 +233,7 @@ class JobLoop:
         # No title here: the heartbeat thread sets "running" once it notices the job (within
         # its check interval), so a stream of short jobs costs no setproctitle per job.
         self.current = job
+        self.taker.idling = False
         self.taken += 1
         self.on_job_start(job)
         started = time.monotonic()

@@ -80,6 +80,16 @@ class ChildChannels:
         self.shards = [_ShardChannels(c, health_check_interval) for c in clients]
         self.names: set[str] = set()
 
+    @property
+    def health_check_interval(self) -> float:
+        """Return how long a quiet connection goes before it is pinged."""
+        return self.shards[0].health_check_interval if self.shards else 10.0
+
+    @health_check_interval.setter
+    def health_check_interval(self, seconds: float) -> None:
+        for shard in self.shards:
+            shard.health_check_interval = seconds
+
     def take_missed(self) -> bool:
         """Tell (once) whether a connection was re-made: events may have been missed."""
         missed = False

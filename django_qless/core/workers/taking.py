@@ -6,7 +6,9 @@ in the order the reserver gives their first queue (shards.py). When the worker s
 keyspace, a reserve that finds nothing registers it as idle (`reserve.wait`), so the engine
 pops the next ready job for it and publishes it on `hand:<worker>`; the loop takes such jobs
 before reserving, and otherwise blocks until a message, a signal, or the next due time (the
-engine tells it when a scheduled job, a recurring spawn or a lock expiry is due).
+engine tells it when a scheduled job, a recurring spawn or a lock expiry is due, and
+publishes the queue's wake-up when a call writes an earlier one), or `--interval` (60 s) at
+the latest. An idle loop therefore calls the engine about once a minute.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ class JobTaker:
         idle_cap: float,
         time_left: Callable[[], float],
         on_idle: Callable[[], None],
+        keep_waiting: Callable[[], bool],
         reaper: LeaseReaper | None = None,
     ) -> None:
         self.name = name
@@ -63,6 +66,9 @@ class JobTaker:
         self.idle_cap = idle_cap
         self.time_left = time_left
         self.on_idle = on_idle  # called before an idle wait (the loop shows its idle title)
+        # Asked every second of an idle wait, without Redis (a child: is the supervisor there).
+        self.keep_waiting = keep_waiting
+        self.idling = False  # the last reserve found nothing (no job started since)
         self.reaper = reaper  # its next run bounds an idle wait
         self._backoff = 0.0
 
@@ -110,7 +116,7 @@ class JobTaker:
             # Wait for a hand-off while idle: one keyspace, one registration (one call).
             ttl = None
             if len(plan) == 1 and self.waiter.hand_client is not None and self.waiter.subscribed:
-                ttl = min(self.interval, self.idle_cap) + 1.0
+                ttl = self.recheck_after() + 1.0
             for client, queues in plan:
                 jobs, due = client.reserve(queues, 1, self.name, wait=ttl)
                 if jobs:
@@ -129,16 +135,22 @@ class JobTaker:
             log.error("reserve refused (%s); retrying in %.1fs", exc, self._backoff)
             return [], self._backoff
 
+    def recheck_after(self) -> float:
+        """Return how long an idle wait lasts at most (the safety re-check: --interval)."""
+        return min(self.interval, self.idle_cap)
+
     def idle(self, wake: float | None) -> None:
         """Block until a wake-up, a signal, or the next due time."""
+        self.idling = True
         self.on_idle()
-        timeout = min(self.interval, self.idle_cap, max(self.time_left(), 0.005))
+        timeout = min(self.recheck_after(), max(self.time_left(), 0.005))
         if wake is not None:
             # A lock expiring "now" can report 0 repeatedly during its grace: do not spin.
             timeout = min(timeout, max(wake, 0.005))
         if self.reaper is not None:
-            timeout = min(timeout, max(self.reaper.seconds_left(), 0.005))
-        self.waiter.wait(timeout)
+            timeout = min(timeout, max(self.reaper.seconds_left(idle=True), 0.005))
+        # The supervisor is checked every second meanwhile, without Redis (keep_waiting).
+        self.waiter.wait(timeout, self.keep_waiting)
 
     def held_jobs(self) -> list[Job]:
         """Return the jobs this worker name still holds in its shards (`resume`, or

@@ -22,6 +22,7 @@ import json
 import logging
 import select
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -38,6 +39,8 @@ __all__ = ["WakeWaiter"]
 log = logging.getLogger("django_qless.worker")
 
 _Wanted = tuple[frozenset[str], frozenset[str]]
+# What ended one wait (see WakeWaiter._wait_once).
+_MESSAGE, _SIGNAL, _TIMEOUT = "message", "signal", "timeout"
 # While subscribed, the queues' shards (patterns re-resolved, queues moved) are looked at
 # again this often.
 _RECHECK = 1.0
@@ -233,32 +236,52 @@ class WakeWaiter:
         jobs, self.handed = self.handed, []
         return jobs
 
-    def wait(self, timeout: float) -> bool:
-        """Block until a wake-up message, a wake-pipe byte, or `timeout`; True if a message."""
+    def wait(
+        self, timeout: float, keep_waiting: Callable[[], bool] | None = None, every: float = 1.0
+    ) -> bool:
+        """Block until a wake-up message, a wake-pipe byte, or `timeout`; True if a message.
+
+        With `keep_waiting`, the wait is cut into slices of `every` seconds and ends after the
+        first slice for which it answers False (a check that costs Redis nothing, such as "is
+        the supervisor still there"), so a long wait stays cheap without going deaf.
+        """
+        deadline = time.monotonic() + max(0.0, timeout)
+        while True:
+            left = deadline - time.monotonic()
+            if keep_waiting is None or left <= every:
+                return self._wait_once(left) == _MESSAGE
+            woke = self._wait_once(every)
+            if woke != _TIMEOUT or not keep_waiting():
+                return woke == _MESSAGE
+
+    def _wait_once(self, timeout: float) -> str:
+        """Block once; say what ended the wait (a message, a signal or the timeout)."""
         timeout = max(0.0, timeout)
         if not self.subscribed:
             # Lost a subscription (connection dropped, failover): get it back first. Once
             # back, a put may have slipped by while we were deaf, so reserve again at once.
             self.ensure_subscribed()
             if self.subscribed:
-                return True
+                return _MESSAGE
             timeout = min(timeout, 1.0)
         socks: dict[int, Subscription] = {}
         for sub in self._subs.values():
             try:
                 if sub.buffered():
-                    return True  # data already read by redis-py is invisible to poll()
+                    return _MESSAGE  # data already read by redis-py is invisible to poll()
                 fd = sub.fileno()
             except PUBSUB_ERRORS as exc:
                 log.warning("wake-up wait failed (%s); resubscribing", exc)
                 self._close(sub)
-                return False
+                return _SIGNAL  # back to the loop at once: it resubscribes and reserves
             if fd is not None:
                 socks[fd] = sub
         ready = _poll([*socks, self.pipe.read_fd], timeout)
         if self.pipe.read_fd in ready:
             self.pipe.drain()
-        return any(fd in ready for fd in socks)
+        if any(fd in ready for fd in socks):
+            return _MESSAGE
+        return _SIGNAL if self.pipe.read_fd in ready else _TIMEOUT
 
 
 def _poll(fds: list[int], timeout: float) -> set[int]:

@@ -1,7 +1,11 @@
 """``manage.py qless <action>``: operate queues and jobs from the shell (``--json`` for scripts).
 
 Actions: put, get, list, cancel, retry, move, priority, track, untrack, failed, stats,
-config (get/set/unset), pause, unpause, throttle (get/set).
+config (get/set/unset), pause, unpause, throttle (get/set), move-queue (to another shard).
+
+On a sharded alias every queue action goes to the queue's shard, a jid is looked up in every
+shard, listings merge the shards (``stats`` gains a shard column), and config and throttle
+changes apply to every shard.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from django_qless import shard_reads
 from django_qless.core.workers.cli import integer, non_negative_int, number
 from django_qless.settings import DEFAULT_ALIAS
 
@@ -150,11 +155,18 @@ class Command(BaseCommand):
         throttle.add_argument("tid")
         throttle.add_argument("maximum", nargs="?", type=non_negative_int)
         throttle.add_argument("--ttl", type=non_negative_int, default=0)
+        throttle.add_argument("--queue", default=None,
+                              help="sharded alias: home a throttle never used yet with the "
+                                   "shard of this queue")
+        move_queue = sub.add_parser("move-queue", help="move a queue to another shard online")
+        move_queue.add_argument("queue")
+        move_queue.add_argument("shard", help="the target shard: index, s<i> or tag")
 
     # -- plumbing ---------------------------------------------------------------------------
 
-    def client(self, queue: str | None = None) -> Any:
-        """Return the client for --alias, else the queue's route, else the default."""
+    def alias_client(self, queue: str | None = None) -> Any:
+        """Return the client of --alias, else of the queue's route, else of the default
+        (a ShardedClient for a sharded alias)."""
         from django_qless.clients import get_client
         from django_qless.settings import get_settings
 
@@ -162,10 +174,26 @@ class Command(BaseCommand):
             get_settings().alias_for_queue(queue) if queue else DEFAULT_ALIAS)
         return get_client(alias)
 
+    def client(self, queue: str) -> Any:
+        """Return the client holding `queue` (its shard's on a sharded alias)."""
+        return self.alias_client(queue).for_queue(queue)
+
+    def shards(self) -> list[Any]:
+        """Return every shard's client of the alias (the one client when not sharded)."""
+        return list(self.alias_client().clients())
+
+    def find(self, jid: str) -> Any:
+        """Return the job or recurring job `jid`, from whichever shard holds it."""
+        from django_qless.core.serialization import check_jid
+
+        return self.alias_client().find_job(check_jid(jid))
+
     def job(self, jid: str) -> Any:
-        """Return a job or raise CommandError."""
-        job = self.client().jobs.get(jid)
-        if job is None:
+        """Return a job (bound to its shard's client) or raise CommandError."""
+        from django_qless.core.job import Job
+
+        job = self.find(jid)
+        if not isinstance(job, Job):
             raise CommandError(f"no job {jid}")
         return job
 
@@ -183,7 +211,7 @@ class Command(BaseCommand):
 
         self.options = options
         try:
-            getattr(self, f"do_{options['action']}")()
+            getattr(self, f"do_{options['action'].replace('-', '_')}")()
         except QlessError as exc:
             raise CommandError(f"{type(exc).__name__}: {exc}") from exc
 
@@ -225,49 +253,60 @@ class Command(BaseCommand):
 
     def do_list(self) -> None:
         o = self.options
-        client = self.client(o["queue"])
         if o["state"] != "failed" and (o["since"] is not None or o["until"] is not None):
             raise CommandError("--since/--until apply to --state failed only")
+        shards = self.alias_client(o["queue"]).clients()
         if o["tag"]:
-            reply = client.jobs.tagged(o["tag"], o["offset"], o["count"])
+            reply = shard_reads.tagged(shards, o["tag"], o["offset"], o["count"])
             jids, total = reply["jobs"], reply["total"]
         elif o["state"] == "failed":
             if not o["group"]:
                 raise CommandError("list --state failed needs --group (see `qless failed`)")
-            if o["queue"] or o["since"] is not None or o["until"] is not None:
-                self._list_failed_matching(client)
+            if o["queue"]:
+                self._list_failed_matching(self.client(o["queue"]))
                 return
-            reply = client.jobs.failed(o["group"], o["offset"], o["count"])
+            if o["since"] is not None or o["until"] is not None:
+                if len(shards) > 1:
+                    raise CommandError("on a sharded alias, list --state failed with "
+                                       "--since/--until needs a queue")
+                self._list_failed_matching(shards[0])
+                return
+            reply = shard_reads.failed_jobs(shards, o["group"], o["offset"], o["count"])
             jids, total = [j.jid for j in reply["jobs"]], reply["total"]
         elif o["state"] == "complete":
-            jids = client.jobs.complete(o["offset"], o["count"])
+            jids = shard_reads.complete(shards, o["offset"], o["count"])
             total = None
         else:
             if not o["queue"]:
                 raise CommandError(f"list --state {o['state']} needs a queue")
-            jids = getattr(client.queues[o["queue"]].jobs, o["state"])(o["offset"], o["count"])
+            queue = self.client(o["queue"]).queues[o["queue"]]
+            jids = getattr(queue.jobs, o["state"])(o["offset"], o["count"])
             total = None
         self.emit({"jids": jids, "total": total}, "\n".join(jids))
 
     def do_cancel(self) -> None:
+        from django_qless.core.job import Job
         from django_qless.core.serialization import check_jids
 
-        client = self.client()
-        plain, recurring = [], []
+        by_shard: dict[int, tuple[Any, list[str]]] = {}
+        recurring: list[Any] = []
         # Every jid must exist before anything is canceled; a recurring jid is stopped.
         for jid in dict.fromkeys(check_jids(self.options["jids"])):
-            if client.jobs.get(jid) is not None:
-                plain.append(jid)
-            elif client.jobs.recurring(jid) is not None:
-                recurring.append(jid)
-            else:
+            found = self.find(jid)
+            if found is None:
                 raise CommandError(f"no job {jid}")
-        # One engine call: all canceled, or (e.g. a dependent left out) none.
-        canceled = client.jobs.cancel(*plain) if plain else []
-        for jid in recurring:
-            template = client.jobs.recurring(jid)
-            if template is not None:
-                template.cancel()
+            if isinstance(found, Job):
+                by_shard.setdefault(id(found.client), (found.client, []))[1].append(jid)
+            else:
+                recurring.append(found)
+        # One engine call per shard: all of a shard canceled, or (e.g. a dependent left
+        # out) none of it.
+        canceled: list[str] = []
+        for client, jids in by_shard.values():
+            canceled.extend(client.jobs.cancel(*jids))
+        for template in recurring:
+            template.cancel()
+        recurring = [template.jid for template in recurring]
         self.emit({"canceled": canceled, "recurring": recurring},
                   "\n".join([*canceled, *(f"{jid} (recurring, stopped)" for jid in recurring)]))
 
@@ -298,7 +337,13 @@ class Command(BaseCommand):
         self.emit({"retried": done}, "\n".join(done))
 
     def do_move(self) -> None:
-        jid = self.job(self.options["jid"]).move(self.options["queue"])
+        job = self.job(self.options["jid"])
+        target = self.client(self.options["queue"])
+        if target is not job.client:
+            raise CommandError(f"queue {self.options['queue']!r} is on shard {target.shard}, "
+                               f"job {job.jid} on shard {job.client.shard}: a job cannot move "
+                               "between shards")
+        jid = job.move(self.options["queue"])
         self.emit({"jid": jid, "queue": self.options["queue"]}, f"{jid} -> {self.options['queue']}")
 
     def do_priority(self) -> None:
@@ -315,43 +360,51 @@ class Command(BaseCommand):
 
     def do_failed(self) -> None:
         o = self.options
-        client = self.client()
         if o["group"]:
-            reply = client.jobs.failed(o["group"], o["offset"], o["count"])
+            reply = shard_reads.failed_jobs(self.shards(), o["group"], o["offset"], o["count"])
             jobs = [{"jid": j.jid, "queue": j.queue_name, "klass": j.klass_name,
                      "message": str((j.failure or {}).get("message", ""))[:200]}
                     for j in reply["jobs"]]
             self.emit({"total": reply["total"], "jobs": jobs},
                       "\n".join(f"{j['jid']} {j['queue']} {j['klass']}" for j in jobs))
         else:
-            groups = client.jobs.failed()
+            groups = shard_reads.failed_groups(self.shards())
             self.emit(groups, "\n".join(f"{n:6d}  {g}" for g, n in sorted(
                 groups.items(), key=lambda kv: -kv[1])))
 
     def do_stats(self) -> None:
         queue = self.options["queue"]
-        client = self.client(queue)
-        counts = [client.queues[queue].counts] if queue else client.queues.counts
-        lines = [f"{c['name']:20s} " + " ".join(
+        if queue:
+            client = self.client(queue)
+            counts = [client.queues[queue].counts]
+            if client.shard is not None:
+                counts = [{**counts[0], "shard": client.shard}]
+        else:
+            counts = shard_reads.counts(self.shards())
+        # A sharded alias shows each queue's shard in a first column.
+        lines = [(f"{c['shard']:10s} " if "shard" in c else "") + f"{c['name']:20s} " + " ".join(
             f"{k}={c.get(k, 0)}" for k in ("waiting", "running", "scheduled", "stalled",
                                              "depends", "recurring")) for c in counts]
         self.emit(counts, "\n".join(lines))
 
     def do_config(self) -> None:
         o = self.options
-        config = self.client().config
+        shards = self.shards()  # each shard has its own config: a change goes to all
         if o["op"] == "get":
-            value = config.all if o["key"] is None else config.get(o["key"])
-            self.emit(value)
+            self.emit(shard_reads.config_values(
+                shards, lambda c: c.config.all if o["key"] is None else c.config.get(o["key"])))
         elif o["op"] == "set":
             if o["key"] is None or o["value"] is None:
                 raise CommandError("config set needs KEY VALUE")
-            config[o["key"]] = o["value"]
-            self.emit({o["key"]: config.get(o["key"])}, f"{o['key']} = {config.get(o['key'])}")
+            for client in shards:
+                client.config[o["key"]] = o["value"]
+            value = shard_reads.config_values(shards, lambda c: c.config.get(o["key"]))
+            self.emit({o["key"]: value}, f"{o['key']} = {value}")
         else:
             if o["key"] is None:
                 raise CommandError("config unset needs KEY")
-            del config[o["key"]]
+            for client in shards:
+                del client.config[o["key"]]
             self.emit({"unset": o["key"]}, f"unset {o['key']}")
 
     def do_pause(self) -> None:
@@ -368,11 +421,32 @@ class Command(BaseCommand):
                   "unpaused " + " ".join(self.options["queues"]))
 
     def do_throttle(self) -> None:
+        from django_qless.core.exceptions import InvalidArgument
+
         o = self.options
-        throttle = self.client().throttles[o["tid"]]
+        try:  # a named throttle lives in one shard on a sharded alias: its home
+            client = self.alias_client().throttle_client(o["tid"], queue=o["queue"])
+        except InvalidArgument as exc:
+            raise CommandError(str(exc)) from None
         if o["op"] == "set":
             if o["maximum"] is None:
                 raise CommandError("throttle set needs TID MAXIMUM")
-            throttle.set(o["maximum"], o["ttl"])
-        info = throttle.info()
-        self.emit(info, f"{o['tid']}: maximum={info.get('maximum')} ttl={info.get('ttl')}")
+            client.throttles[o["tid"]].set(o["maximum"], o["ttl"])
+        info = dict(client.throttles[o["tid"]].info())
+        where = ""
+        if client.shard is not None:
+            info["shard"] = client.shard
+            where = f" (shard {client.shard})"
+        self.emit(info, f"{o['tid']}: maximum={info.get('maximum')} ttl={info.get('ttl')}{where}")
+
+    def do_move_queue(self) -> None:
+        from django_qless.core.queue_move import QueueMove
+        from django_qless.core.sharded import ShardedClient
+
+        o, sharded = self.options, self.alias_client(self.options["queue"])
+        if not isinstance(sharded, ShardedClient):
+            raise CommandError("move-queue needs a sharded (CLUSTER) alias")
+        done = QueueMove(sharded, o["queue"], o["shard"],
+                         report=lambda p: self.stderr.write(p.line())).run()
+        where = sharded.shard_of(o["queue"])
+        self.emit([vars(p) for p in done], f"{o['queue']} is in shard {where}")
