@@ -231,3 +231,32 @@ def test_a_serial_worker_given_a_sharded_client_expands_patterns_in_every_shard(
     for queue in ("img.big", "img.small"):
         assert sharded.for_queue(queue).jobs[jids[queue]].state == "complete"
     assert sharded.for_queue("mail").jobs[jids["mail"]].state == "waiting"
+
+
+def test_manage_py_qless_worker_serves_a_cluster_alias_in_several_shards(
+    cluster: LocalCluster, rc: RedisCluster,
+) -> None:
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QLESS_")}
+    env.update(DJANGO_SETTINGS_MODULE="tests.app.cluster_settings", PYTHONPATH=str(root),
+               QLESS_CLUSTER=",".join(f"redis://{n.address}" for n in cluster.primaries()))
+    # The settings pin alpha to shard 0 and gamma to shard 3 (of 4).
+    sharded = ShardedClient(rc, shards=4, placement={"alpha": 0, "gamma": 3})
+    try:
+        assert sharded.shard_of("alpha") != sharded.shard_of("gamma")
+        jids = {q: sharded.for_queue(q).queues[q].put("tests.app.jobs.echo",
+                                                      {"args": [1], "kwargs": {}})
+                for q in ("alpha", "gamma")}
+        done = subprocess.run(
+            [sys.executable, "-m", "django", "qless_worker", "alpha", "gamma",
+             "--processes", "0", "--max-jobs", "2"],
+            cwd=root, env=env, text=True, capture_output=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-3000:]
+        for queue, jid in jids.items():
+            assert sharded.for_queue(queue).jobs[jid].state == "complete", done.stderr[-3000:]
+    finally:
+        sharded.close()

@@ -13,7 +13,7 @@ from typing import Any, TextIO, cast
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_qless.clients import ClientHandler, build_redis
+from django_qless.clients import build_client, build_redis
 from django_qless.core.workers.cli import check_imports, check_queue_specs, split_command
 from django_qless.core.workers.option_specs import add_options, option_values
 from django_qless.settings import AliasSettings, get_settings
@@ -23,30 +23,19 @@ __all__ = ["Command", "alias_connector"]
 WORKER_SOCKET_TIMEOUT = 30.0
 
 
-def alias_connector(conf: AliasSettings, alias: str | None = None) -> Callable[[], Any]:
+def alias_connector(conf: AliasSettings) -> Callable[[], Any]:
     """Return a factory building the alias's connection: its redis.Redis (URL, TLS, ACL or
-    Sentinel), or, when the alias's client is not a single-server `Client` (a cluster's
-    `ShardedClient`), a fresh client of that kind.
+    Sentinel), or for a cluster alias its `ShardedClient` (the worker then serves queues in
+    several shards).
 
     The worker calls it in every process after fork. Worker connections get a socket
     timeout even when the alias has none, so a half-open connection cannot hang a worker.
     """
     if conf.socket_timeout is None:
         conf = replace(conf, socket_timeout=WORKER_SOCKET_TIMEOUT)
-    if alias is None:
-        return partial(build_redis, conf)
-    return partial(_alias_connection, conf, alias)
-
-
-def _alias_connection(conf: AliasSettings, alias: str) -> Any:
-    """Build the alias's client kind afresh (a handler of our own: nothing shared)."""
-    from django_qless.core.client import Client
-
-    made = ClientHandler()[alias]
-    if not isinstance(made, Client):
-        return made  # the worker serves whatever it places queues over
-    made.close()  # lazily built: no connection was opened
-    return build_redis(conf)
+    if conf.cluster is not None:
+        return partial(build_client, conf)
+    return partial(build_redis, conf)
 
 
 def config_error(message: str) -> CommandError:
@@ -119,7 +108,7 @@ class Command(BaseCommand):
         try:
             return WorkerConfig(
                 url=conf.aliases[alias].display,
-                connect=alias_connector(conf.aliases[alias], alias),
+                connect=alias_connector(conf.aliases[alias]),
                 queues=queues,
                 verbosity=options["verbosity"],
                 registry=get_registry(),
