@@ -67,7 +67,7 @@ class QueueRoutes:
         self.selection = selection
         self._refresh = refresh
         self._clock = clock
-        self._clients: dict[str, Client] = {}
+        self._clients: dict[str, list[Client]] = {}
         self._expires = 0.0
         # Bumped when the queues or their shards change (subscribers compare it).
         self.version = 0
@@ -92,11 +92,12 @@ class QueueRoutes:
         served = self.served()
         return served[0] if len(served) == 1 else None
 
-    def client_of(self, queue: str) -> Client:
-        """Return the client of the shard holding `queue`."""
+    def clients_of(self, queue: str) -> list[Client]:
+        """Return the clients of the shards to reserve `queue` from: the one holding it, or
+        while the queue is being moved, the source's and the target's (docs/scaling.md)."""
         deployment = self.deployment
         if isinstance(deployment, Client):
-            return deployment
+            return [deployment]
         now = self._clock()
         if now >= self._expires:
             # A queue may move to another shard (docs/scaling.md): look placements up again.
@@ -104,7 +105,7 @@ class QueueRoutes:
             self._expires = now + self._refresh
         found = self._clients.get(queue)
         if found is None:
-            found = self._clients[queue] = deployment.for_queue(queue)
+            found = self._clients[queue] = deployment.serving(queue)
         return found
 
     def plan(self, order: Sequence[str]) -> list[tuple[Client, list[str]]]:
@@ -112,12 +113,12 @@ class QueueRoutes:
         queues in the order given."""
         groups: dict[int, tuple[Client, list[str]]] = {}
         for queue in order:
-            client = self.client_of(queue)
-            group = groups.get(id(client))
-            if group is None:
-                groups[id(client)] = (client, [queue])
-            else:
-                group[1].append(queue)
+            for client in self.clients_of(queue):
+                group = groups.get(id(client))
+                if group is None:
+                    groups[id(client)] = (client, [queue])
+                else:
+                    group[1].append(queue)
         return list(groups.values())
 
     def by_shard(self) -> list[tuple[Client, list[str]]]:
