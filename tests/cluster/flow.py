@@ -214,7 +214,7 @@ class Flow:
         complete whose outcome was not acknowledged."""
         states = self.states()
         summary = Summary(reserve_errors=dict(self.reserve_errors))
-        for jid, (name, outcome, _) in sorted(self.puts.items()):
+        for jid, (_, outcome, _) in sorted(self.puts.items()):
             if outcome != ACKED:
                 summary.unacked[outcome] = summary.unacked.get(outcome, 0) + 1
                 continue

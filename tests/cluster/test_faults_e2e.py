@@ -26,9 +26,10 @@ __all__: list[str] = []
 LEASE = 2  # seconds: the heartbeat config of every shard in these tests
 
 
-def make_sharded(cluster: LocalCluster, rc: RedisCluster, **options: int) -> ShardedClient:
+def make_sharded(rc: RedisCluster, durable_replicas: int = 0) -> ShardedClient:
     """Return a ShardedClient of 8 shards with 2 s leases on every shard."""
-    sharded = ShardedClient(rc, shards=8, **options)
+    sharded = ShardedClient(rc, shards=8, durable_replicas=durable_replicas,
+                            durable_timeout_ms=500)
     for client in sharded.clients():
         client.config["heartbeat"] = LEASE
     return sharded
@@ -36,7 +37,7 @@ def make_sharded(cluster: LocalCluster, rc: RedisCluster, **options: int) -> Sha
 
 @pytest.fixture
 def sharded(cluster: LocalCluster, rc: RedisCluster) -> Iterator[ShardedClient]:
-    client = make_sharded(cluster, rc)
+    client = make_sharded(rc)
     yield client
     client.close()
 
@@ -47,7 +48,7 @@ def queues_on_each_primary(sharded: ShardedClient, cluster: LocalCluster) -> lis
     for index in range(sharded.shards):
         port = cluster.primary_for_key(f"ql:{{{sharded.tags[index]}}}:").port
         if port not in by_port:
-            sharded.placement.record(f"q{index}", index)
+            sharded.placement.record(f"q{index}", sharded.tags[index])
             by_port[port] = f"q{index}"
     assert len(by_port) == 3
     return list(by_port.values())
@@ -105,7 +106,7 @@ def test_sigkill_with_durable_replicas_loses_nothing_acknowledged(
     """With `durable_replicas=1` every write waits for a replica: a write it could not
     confirm raises NotDurable and counts as not acknowledged; every acknowledged put is
     done and no acknowledged complete is undone."""
-    sharded = make_sharded(cluster, rc, durable_replicas=1, durable_timeout_ms=500)
+    sharded = make_sharded(rc, durable_replicas=1)
     try:
         queues = queues_on_each_primary(sharded, cluster)
         victim = primary_of(cluster, sharded, queues[1])
