@@ -2,7 +2,8 @@
 
 Usage: `make bench ARGS="--quick"` or `.venv/bin/python benchmarks/run.py [--quick|--full]
 [--rounds N] [--systems a,b] [--skip-scale] [--skip-idle] [--skip-62] [--body noop|incr]
-[--no-install]`. See benchmarks/README.md.
+[--no-install]`. `--cluster` runs only the one-node against three-shard comparison
+(benchmarks/cluster.py). See benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -131,6 +132,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--save-as", default=None, metavar="NAME",
                    help="write results/NAME.json and NAME.txt instead of latest.*")
     p.add_argument("--show", metavar="JSON", help="print the report of a saved run and exit")
+    p.add_argument("--cluster", action="store_true",
+                   help="only compare 1 node with a 3-primary cluster (benchmarks/cluster.py)")
     return p.parse_args(argv)
 
 
@@ -140,6 +143,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.show:
         print(render(json.loads(Path(args.show).read_text())))
         return 0
+    if args.cluster:
+        import cluster
+
+        return cluster.main([*(["--quick"] if args.quick else []),
+                             *(["--no-save"] if args.no_save else []),
+                             *(["--redis-server", args.redis_server] if args.redis_server
+                               else [])])
     s = sizes(args)
     names = [n.strip() for n in args.systems.split(",") if n.strip()]
     unknown = [n for n in names if n not in SYSTEMS]
