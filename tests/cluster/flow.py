@@ -57,6 +57,7 @@ class Summary:
     acked: int = 0
     unacked: dict[str, int] = field(default_factory=dict)  # put outcome -> count
     lost_puts: list[str] = field(default_factory=list)  # acknowledged, not in the cluster
+    lost_after_running: int = 0  # of those, jobs a consumer had already run and completed
     not_done: dict[str, str] = field(default_factory=dict)  # jid -> final state
     duplicates: dict[str, int] = field(default_factory=dict)  # reason -> extra runs
     unexplained: list[str] = field(default_factory=list)  # jids run twice for no reason
@@ -64,7 +65,8 @@ class Summary:
 
     def __str__(self) -> str:
         return (f"{self.acked} puts acknowledged, not acknowledged {self.unacked}, "
-                f"{len(self.lost_puts)} acknowledged puts lost, not done {self.not_done}, "
+                f"{len(self.lost_puts)} acknowledged puts lost ({self.lost_after_running} of them "
+                f"after they ran), not done {self.not_done}, "
                 f"extra runs by reason {self.duplicates}, unexplained {self.unexplained}, "
                 f"reserve errors {self.reserve_errors}")
 
@@ -222,6 +224,8 @@ class Flow:
             state = states[jid]
             if state is None:
                 summary.lost_puts.append(jid)
+                if any(run.outcome == ACKED for run in self.runs.get(jid, [])):
+                    summary.lost_after_running += 1
             elif state != "complete" or not self.runs.get(jid):
                 summary.not_done[jid] = str(state)
         for jid, runs in self.runs.items():
