@@ -85,7 +85,7 @@ def test_sigkill_of_a_primary_loses_only_what_it_had_not_replicated(
         promoted_at = time.monotonic()
     summary = flow.check(undone_shard=sharded.shard_of(victim_queue), undone_until=promoted_at)
     ages = sorted(killed_at - flow.puts[jid][2] for jid in summary.lost_puts)
-    report(flow, "SIGKILL", summary)
+    report(flow, f"SIGKILL (promoted after {promoted_at - killed_at:.1f} s)", summary)
     if ages:
         print(f"lost puts acknowledged {ages[-1] * 1000:.0f} to {ages[0] * 1000:.0f} ms "
               f"before the kill")
