@@ -75,8 +75,9 @@ class Flow:
     """Producers and consumers of `total` jobs over `queues` (each on its own shard)."""
 
     def __init__(self, sharded: ShardedClient, queues: list[str], total: int = 2000,
-                 producers: int = 3, consumers: int = 3) -> None:
-        self.sharded, self.queues, self.total = sharded, queues, total
+                 producers: int = 3, consumers: int = 3, klass: str = "K") -> None:
+        """`consumers=0`: something else (a real worker) runs the jobs of class `klass`."""
+        self.sharded, self.queues, self.total, self.klass = sharded, queues, total, klass
         # Resolved once: the placement record must not be read mid-fault.
         self.clients: dict[str, Client] = {q: sharded.for_queue(q) for q in queues}
         self.puts: dict[str, tuple[str, str, float]] = {}  # jid -> (queue, outcome, at)
@@ -97,7 +98,7 @@ class Flow:
             name = self.queues[i % len(self.queues)]
             jid = f"e{i:05d}"
             try:
-                self.clients[name].queues[name].put("K", {"i": i}, jid=jid)
+                self.clients[name].queues[name].put(self.klass, {"i": i}, jid=jid)
                 outcome = ACKED
             except NotRun:  # refused everywhere until the time ran out: did not run
                 outcome = NOT_RUN
