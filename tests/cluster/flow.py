@@ -227,7 +227,7 @@ class Flow:
                 summary.lost_puts.append(jid)
                 if any(run.outcome == ACKED for run in self.runs.get(jid, [])):
                     summary.lost_after_running += 1
-            elif state != "complete" or not self.runs.get(jid):
+            elif state != "complete" or (self.consumers and not self.runs.get(jid)):
                 summary.not_done[jid] = str(state)
         for jid, runs in self.runs.items():
             name = self.puts[jid][0] if jid in self.puts else ""
