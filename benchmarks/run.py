@@ -1,9 +1,9 @@
 """Benchmark django-qless against qless-py, reqless, rq, huey and raw LPUSH/BRPOP.
 
 Usage: `make bench ARGS="--quick"` or `.venv/bin/python benchmarks/run.py [--quick|--full]
-[--rounds N] [--systems a,b] [--skip-scale] [--skip-idle] [--skip-62] [--body noop|incr]
-[--no-install]`. `--cluster` runs only the one-node against three-shard comparison
-(benchmarks/cluster.py). See benchmarks/README.md.
+[--rounds N] [--systems a,b] [--skip-scale] [--skip-idle] [--idle-only] [--idle-seconds S]
+[--skip-62] [--body noop|incr] [--no-install]`. `--cluster` runs only the one-node against
+three-shard comparison (benchmarks/cluster.py). See benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -53,6 +53,8 @@ def sizes(args: argparse.Namespace) -> dict[str, Any]:
              "idle_seconds": 20.0, "idle_monitor": 5.0, "idle_samples": 100}
     if args.rounds:
         s["rounds"] = args.rounds
+    if getattr(args, "idle_seconds", 0):
+        s["idle_seconds"] = args.idle_seconds
     s["body"] = args.body
     s["scale_queues"] = 200
     return s
@@ -121,6 +123,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="comma-separated subset of: " + ", ".join(SYSTEMS))
     p.add_argument("--skip-scale", action="store_true", help="skip the scaling table")
     p.add_argument("--skip-idle", action="store_true", help="skip the idle-worker cost")
+    p.add_argument("--idle-only", action="store_true",
+                   help="measure only the idle-worker cost (no rounds, scale or 6.2 leg)")
+    p.add_argument("--idle-seconds", type=float, default=0, metavar="S",
+                   help="the idle window (default 20 s; 10 s quick); >= 120 s spans two of "
+                        "an idle child's 60 s re-checks")
     p.add_argument("--skip-62", action="store_true", help="skip the Redis 6.2 leg")
     p.add_argument("--body", choices=("incr", "noop"), default="incr",
                    help="worker job body: one INCR (default, the capacity table's) or none")
@@ -151,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
                              *(["--redis-server", args.redis_server] if args.redis_server
                                else [])])
     s = sizes(args)
+    if args.idle_only:
+        s["rounds"], args.skip_scale, args.skip_62, args.skip_idle = 0, True, True, False
     names = [n.strip() for n in args.systems.split(",") if n.strip()]
     unknown = [n for n in names if n not in SYSTEMS]
     if unknown:

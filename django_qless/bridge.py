@@ -8,6 +8,9 @@ listener reconnects are lost); read job state from Redis when it matters.
 Each event is bridged once: put/completed/failed/canceled/lock_lost come from the log
 channel (every job, richer payload); popped/stalled/track/untrack exist only on the jid-only
 channels, which qless publishes for tracked jobs.
+
+A sharded alias is listened to on every shard: one listener per shard client (SSUBSCRIBE on
+the shard's primary), each signal carrying the client of the shard the event came from.
 """
 
 from __future__ import annotations
@@ -19,11 +22,9 @@ from collections.abc import Callable, Iterable
 from types import FrameType
 from typing import Any
 
-from django.core.exceptions import ImproperlyConfigured
-
 from django_qless.clients import get_client
 from django_qless.core.client import Client
-from django_qless.core.events import LOG_CHANNEL, Events
+from django_qless.core.events import Events
 from django_qless.settings import DEFAULT_ALIAS
 from django_qless.signals import BRIDGED_SIGNALS
 
@@ -36,55 +37,82 @@ JID_CHANNEL_EVENTS = frozenset({"popped", "stalled", "track", "untrack"})
 
 
 class Bridge:
-    """Listen to one alias's events and send the matching Django signals."""
+    """Listen to one alias's events (every shard's) and send the matching Django signals."""
 
     def __init__(self, alias: str = DEFAULT_ALIAS, *, events: Iterable[str] | None = None,
                  health_check_interval: float = 10.0) -> None:
         self.alias = alias
-        client = get_client(alias)
-        if not isinstance(client, Client):
-            raise ImproperlyConfigured(f"the events bridge does not serve the sharded alias "
-                                       f"{alias!r} yet")
-        self.client = client
+        self.client = get_client(alias)
         self.events_wanted = frozenset(events) if events is not None else None
-        self.listener = Events(self.client, health_check_interval=health_check_interval)
-        self.listener.on("*", self.handle)
+        self.listeners: list[Events] = []
+        for shard in self.client.clients():
+            listener = Events(shard, health_check_interval=health_check_interval)
+            listener.on("*", self._handler(shard))
+            self.listeners.append(listener)
         self.sent = 0
+        self._lock = threading.Lock()  # listeners are threads: count sends one at a time
         self._stopped = threading.Event()
 
-    def wanted(self, event: dict[str, Any]) -> bool:
+    def _handler(self, shard: Client) -> Callable[[dict[str, Any]], None]:
+        """Return the callback handling the events of `shard`."""
+        def handle(event: dict[str, Any]) -> None:
+            self.handle(event, shard)
+
+        return handle
+
+    @property
+    def listener(self) -> Events:
+        """Return the first shard's listener (the only one on a single server)."""
+        return self.listeners[0]
+
+    def wanted(self, event: dict[str, Any], shard: Client | None = None) -> bool:
         """Return whether this event should become a signal (and only once)."""
         name = str(event.get("event", ""))
         if self.events_wanted is not None and name not in self.events_wanted:
             return False
-        from_log = event.get("channel") == LOG_CHANNEL
+        keyspace = (shard or self.client.clients()[0]).keyspace
+        from_log = event.get("channel") == keyspace.channel("log")
         if name in LOG_EVENTS:
             return from_log
         return name in JID_CHANNEL_EVENTS and not from_log
 
-    def handle(self, event: dict[str, Any]) -> None:
-        """Send the signal for one event; receivers that raise are logged, not fatal."""
-        if not self.wanted(event):
+    def handle(self, event: dict[str, Any], shard: Client | None = None) -> None:
+        """Send the signal for one event of `shard` (default: the only keyspace's); receivers
+        that raise are logged, not fatal."""
+        shard = shard or self.client.clients()[0]
+        if not self.wanted(event, shard):
             return
         signal = BRIDGED_SIGNALS[str(event["event"])]
         payload = {k: v for k, v in event.items() if k != "channel"}
+        if shard.shard is not None:
+            payload["shard"] = shard.shard
         responses = signal.send_robust(sender=self.alias, jid=str(event.get("jid", "")),
-                                       event=payload, client=self.client)
-        self.sent += 1
+                                       event=payload, client=shard)
+        with self._lock:
+            self.sent += 1
         for receiver, response in responses:
             if isinstance(response, Exception):
                 log.error("django_qless: receiver %r failed on %s %s", receiver,
                           event.get("event"), event.get("jid"), exc_info=response)
 
     def start(self, timeout: float = 10.0) -> Bridge:
-        """Start listening in a thread; return once subscribed."""
-        self.listener.start(timeout)
+        """Start listening, a thread per shard; return once every one is subscribed."""
+        started: list[Events] = []
+        try:
+            for listener in self.listeners:
+                listener.start(timeout)
+                started.append(listener)
+        except BaseException:
+            for listener in started:
+                listener.stop()
+            raise
         return self
 
     def stop(self) -> None:
         """Stop listening."""
         self._stopped.set()
-        self.listener.stop()
+        for listener in self.listeners:
+            listener.stop()
 
     def run_forever(self) -> None:
         """Start, then block until ``stop()`` is called (from a signal handler)."""
@@ -93,7 +121,8 @@ class Bridge:
             while not self._stopped.wait(1.0):
                 pass
         finally:
-            self.listener.stop()
+            for listener in self.listeners:
+                listener.stop()
 
     def __enter__(self) -> Bridge:
         return self.start()

@@ -9,7 +9,7 @@ global options::
                     "USERNAME": "qless", "PASSWORD": "..."},
         "QUEUES": {"reports": "reports"},          # queue name -> alias (default: "default")
         "WORKER": {"QUEUES": ["default"], "PROCESSES": 2, "RESERVER": "ordered",
-                   "INTERVAL": 5.0, "TIMEOUT": None, "MAX_JOBS": None,
+                   "INTERVAL": 60.0, "TIMEOUT": None, "MAX_JOBS": None,
                    "HEARTBEAT": None,              # seconds: set in qless config at start
                    "PREFETCH": True,               # hold one job ahead while short jobs run
                    "START_TIMEOUT": 30.0},         # seconds to wait for Redis at start

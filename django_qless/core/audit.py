@@ -1,6 +1,7 @@
 """The invariant auditor: check that every job and every index agree.
 
-`audit(client_or_redis)` walks the whole `ql:*` key space with SCAN (never KEYS), in
+`audit(client_or_redis)` walks one keyspace (`ql:*`, or a shard's `ql:{<tag>}:*` on the
+server holding it now) with SCAN (never KEYS), in
 batches; each batch of reads runs server-side in one read-only script call returning one
 JSON text (far cheaper than parsing thousands of pipelined replies in Python), so memory
 stays bounded by the batch size, not the data.
@@ -11,8 +12,9 @@ what the first one found, so a job moving between two reads on a live system is 
 reported. `fix=True` repairs, through small atomic scripts that re-verify the condition,
 whatever can be repaired without guessing (see `audit_fix.py`).
 
-`python -m django_qless.core.audit --url URL [--fix] [--json]` runs it from a shell
-(`audit_cli.py`).
+A deployment of many shards is audited one shard at a time (`audit_all`).
+`python -m django_qless.core.audit --url URL [--fix] [--json]` (or `--cluster NODES --shards
+N`) runs it from a shell (`audit_cli.py`).
 """
 
 from __future__ import annotations
@@ -25,9 +27,9 @@ from typing import Any
 
 import redis
 
-from .exceptions import InvalidArgument
+from .keyspace import DEFAULT, Keyspace
 
-__all__ = ["AuditReport", "Reads", "Violation", "audit"]
+__all__ = ["AuditReport", "Reads", "Violation", "audit", "audit_all"]
 
 BATCH = 500
 # Jobs checked per server-side read batch: about ten reads each, a few ms of Redis time.
@@ -63,6 +65,7 @@ class AuditReport:
     fixed: list[str] = field(default_factory=list)
     jobs: int = 0
     keys: int = 0
+    shard: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -78,14 +81,19 @@ class AuditReport:
 
     def as_dict(self) -> dict[str, Any]:
         """Return the report as plain data (for --json)."""
-        return {
+        out: dict[str, Any] = {
             "ok": self.ok, "jobs": self.jobs, "keys": self.keys,
             "violations": [v.__dict__ for v in self.violations],
             "by_invariant": self.by_invariant(), "fixed": self.fixed,
         }
+        if self.shard is not None:
+            out["shard"] = self.shard
+        return out
 
     def __str__(self) -> str:
-        head = f"audit: {self.jobs} jobs, {self.keys} keys, {len(self.violations)} violations"
+        where = "" if self.shard is None else f" of shard {self.shard}"
+        head = (f"audit{where}: {self.jobs} jobs, {self.keys} keys, "
+                f"{len(self.violations)} violations")
         lines = [head, *(f"  {v}" for v in self.violations), *(f"  fixed: {f}" for f in self.fixed)]
         return "\n".join(lines)
 
@@ -102,8 +110,9 @@ return cjson.encode(out)
 class Reads:
     """A pipeline-like batch of reads executed in one server-side script call."""
 
-    def __init__(self, r: redis.Redis) -> None:
+    def __init__(self, r: redis.Redis, keys: tuple[str, ...] = ()) -> None:
         self.r = r
+        self.keys = list(keys)  # the shard prefix: declares the slot the reads touch
         self.commands: list[list[str]] = []
         self.kinds: list[str] = []
 
@@ -137,7 +146,7 @@ class Reads:
         if not self.commands:
             return []
         script = self.r.register_script(READS_LUA)
-        raw = json.loads(script(keys=[], args=[json.dumps(self.commands)]))
+        raw = json.loads(script(keys=self.keys, args=[json.dumps(self.commands)]))
         out: list[Any] = []
         for kind, value in zip(self.kinds, raw, strict=True):
             if value is False:
@@ -152,11 +161,23 @@ class Reads:
         return out
 
 
-def as_redis(client_or_redis: Any) -> redis.Redis:
-    """Return a decoding redis.Redis for a core Client or any redis.Redis."""
-    conn = getattr(client_or_redis, "redis", client_or_redis)
-    if not isinstance(conn, redis.Redis):
-        raise TypeError(f"expected a Client or redis.Redis, got {type(client_or_redis).__name__}")
+def target(client_or_redis: Any) -> tuple[redis.Redis, Keyspace]:
+    """Return the decoding redis.Redis holding the keyspace of a core Client (the primary of
+    its shard) or of a redis.Redis (the default keyspace)."""
+    if isinstance(client_or_redis, redis.Redis):
+        return as_redis(client_or_redis), DEFAULT
+    node_redis = getattr(client_or_redis, "node_redis", None)
+    keyspace = getattr(client_or_redis, "keyspace", None)
+    if node_redis is None or not isinstance(keyspace, Keyspace):
+        hint = " (audit each of its clients(): audit_all)" if hasattr(
+            client_or_redis, "clients") else ""
+        raise TypeError(f"expected a Client or redis.Redis, got "
+                        f"{type(client_or_redis).__name__}{hint}")
+    return as_redis(node_redis()), keyspace
+
+
+def as_redis(conn: redis.Redis) -> redis.Redis:
+    """Return `conn`, or a decoding redis.Redis on the same server."""
     pool = conn.connection_pool
     if pool.connection_kwargs.get("decode_responses"):
         return conn
@@ -209,9 +230,10 @@ def num(text: str | None) -> float | None:
 class Auditor:
     """One audit run; `only_jids`/`only_keys` restrict it (used by the re-check pass)."""
 
-    def __init__(self, r: redis.Redis, only_jids: set[str] | None = None,
-                 only_keys: set[str] | None = None) -> None:
+    def __init__(self, r: redis.Redis, ks: Keyspace = DEFAULT,
+                 only_jids: set[str] | None = None, only_keys: set[str] | None = None) -> None:
         self.r = r
+        self.ks = ks
         self.only_jids = only_jids
         self.only_keys = only_keys
         self.found: dict[tuple[str, str, str], Violation] = {}
@@ -222,16 +244,25 @@ class Auditor:
         """Record a violation (duplicates from SCAN are folded)."""
         self.found[(invariant, subject, detail)] = Violation(invariant, subject, detail, fixable)
 
-    def scan(self, match: str, kind: str) -> Iterator[str]:
-        """SCAN keys of one type, or walk the restricted key list."""
+    def key(self, name: str) -> str:
+        """Return key `name` (without `ql:`) of the audited keyspace."""
+        return self.ks.key(name)
+
+    def name(self, key: str) -> str:
+        """Return `key` (one of the keyspace's) without the keyspace's prefix."""
+        return self.ks.name(key)
+
+    def scan(self, glob: str, kind: str) -> Iterator[str]:
+        """SCAN the keyspace's keys of one type whose name matches `glob`, or walk the
+        restricted key list."""
         if self.only_keys is not None:
             for key in sorted(self.only_keys):
-                if _glob_match(match, key) and self.r.type(key) == kind:
+                if _glob_match(self.key(glob), key) and self.r.type(key) == kind:
                     yield key
             return
         # SCAN may return a key twice (during a rehash); findings are folded by subject, so
         # no set of seen keys is kept: memory stays bounded by the batch, not the data.
-        for key in self.r.scan_iter(match=match, count=BATCH, _type=kind):
+        for key in self.r.scan_iter(match=self.ks.pattern(glob), count=BATCH, _type=kind):
             self.keys += 1
             yield str(key)
 
@@ -252,19 +283,19 @@ class Auditor:
         if self.only_jids is not None:
             yield from sorted(self.only_jids)
             return
-        for key in self.scan("ql:j:*", "hash"):
-            yield key[5:]
+        for key in self.scan("j:*", "hash"):
+            yield self.name(key)[2:]
 
     def reads(self) -> Reads:
         """Return a new batch of reads."""
-        return Reads(self.r)
+        return Reads(self.r, self.ks.engine_keys)
 
     def read_jobs(self, jids: list[str], fields: tuple[str, ...] = FIELDS
                   ) -> dict[str, dict[str, str] | None]:
         """HMGET the given fields of many jobs in one round trip (None: no job hash)."""
         pipe = self.reads()
         for jid in jids:
-            pipe.hmget(f"ql:j:{jid}", list(fields))
+            pipe.hmget(self.key(f"j:{jid}"), list(fields))
         out: dict[str, dict[str, str] | None] = {}
         for jid, values in zip(jids, pipe.execute(), strict=True):
             got = {f: v for f, v in zip(fields, values, strict=True) if v is not None}
@@ -278,27 +309,29 @@ def _glob_match(pattern: str, key: str) -> bool:
     return key.startswith(prefix) and key.endswith(suffix) and len(key) >= len(prefix + suffix)
 
 
-def _subject_keys(violations: list[Violation]) -> tuple[set[str], set[str]]:
+def _subject_keys(violations: list[Violation], ks: Keyspace
+                  ) -> tuple[set[str], set[str]]:
     """Split violation subjects into jids and key names for the re-check pass."""
     jids: set[str] = set()
     keys: set[str] = set()
     for v in violations:
-        if v.subject.startswith("ql:config "):
+        if v.subject.startswith(ks.key("config ")):
             keys.add(v.subject)
-        elif v.subject.startswith("ql:"):
+        elif v.subject.startswith(ks.prefix):
             keys.add(v.subject.split(" ", 1)[0])
         else:
             jids.add(v.subject)
     return jids, keys
 
 
-def collect(r: redis.Redis, recheck: bool = True) -> tuple[list[Violation], int, int]:
+def collect(r: redis.Redis, ks: Keyspace = DEFAULT, recheck: bool = True
+            ) -> tuple[list[Violation], int, int]:
     """Audit once, then re-check what was found; return (violations, jobs, keys)."""
-    first = Auditor(r)
+    first = Auditor(r, ks)
     found = first.run()
     if found and recheck:
-        jids, keys = _subject_keys(found)
-        again = Auditor(r, only_jids=jids, only_keys=keys)
+        jids, keys = _subject_keys(found, ks)
+        again = Auditor(r, ks, only_jids=jids, only_keys=keys)
         confirmed = {(v.invariant, v.subject, v.detail) for v in again.run()}
         found = [v for v in found if (v.invariant, v.subject, v.detail) in confirmed]
     found.sort(key=lambda v: (v.invariant, v.subject, v.detail))
@@ -306,20 +339,24 @@ def collect(r: redis.Redis, recheck: bool = True) -> tuple[list[Violation], int,
 
 
 def audit(client_or_redis: Any, *, fix: bool = False, recheck: bool = True) -> AuditReport:
-    """Check every invariant; with fix=True repair what is safe and audit again."""
-    keyspace = getattr(client_or_redis, "keyspace", None)
-    if keyspace is not None and keyspace.sharded:
-        # (its checks and repairs read qless-core's `ql:` names)
-        raise InvalidArgument(f"the audit covers the default keyspace only, not {keyspace!r}")
-    r = as_redis(client_or_redis)
-    violations, jobs, keys = collect(r, recheck)
-    report = AuditReport(violations=violations, jobs=jobs, keys=keys)
+    """Check every invariant of one keyspace (a Client's: the default or a shard; a
+    redis.Redis: the default); with fix=True repair what is safe and audit again."""
+    r, ks = target(client_or_redis)
+    violations, jobs, keys = collect(r, ks, recheck)
+    report = AuditReport(violations=violations, jobs=jobs, keys=keys, shard=ks.tag)
     if fix and violations:
         from .audit_fix import repair
 
-        report.fixed = repair(r, violations)
-        report.violations, report.jobs, report.keys = collect(r, recheck)
+        report.fixed = repair(r, violations, ks)
+        report.violations, report.jobs, report.keys = collect(r, ks, recheck)
     return report
+
+
+def audit_all(deployment: Any, *, fix: bool = False, recheck: bool = True
+              ) -> list[AuditReport]:
+    """Audit every keyspace of a deployment (`clients()`: a Client, or every shard of a
+    ShardedClient), one after the other; return one report per keyspace."""
+    return [audit(client, fix=fix, recheck=recheck) for client in deployment.clients()]
 
 
 def is_inf(score: Any) -> bool:

@@ -22,6 +22,7 @@ from .audit import (
     json_list,
     num,
 )
+from .throttle import queue_throttle_id
 
 if TYPE_CHECKING:
     from .audit import Auditor
@@ -35,8 +36,9 @@ KIND_STATES = {"work": ("waiting", "stalled"), "locks": ("running",),
 
 
 def job_tids(queue: str, throttles: str | None) -> list[str]:
-    """Return the throttle ids that may hold a throttled job pending."""
-    return [f"ql:q:{queue}", *json_list(throttles)]
+    """Return the throttle ids that may hold a throttled job pending (a queue's own throttle
+    id is the same in every keyspace: an id, not a key)."""
+    return [queue_throttle_id(queue), *json_list(throttles)]
 
 
 def members(a: Auditor, key: str, kind: str) -> Iterator[list[str]]:
@@ -88,24 +90,24 @@ def check_jobs(a: Auditor) -> None:
 
             if queue:
                 for kind in QUEUE_KINDS:
-                    probe(kind, f"ql:q:{queue}-{kind}")
+                    probe(kind, a.key(f"q:{queue}-{kind}"))
             worker = h.get("worker", "")
             if state == "running" and worker:
-                probe("wset", f"ql:w:{worker}:jobs")
+                probe("wset", a.key(f"w:{worker}:jobs"))
             group = failure_group(h.get("failure"))
             if state == "failed" and group:
-                probe("fpos", f"ql:f:{group}")
+                probe("fpos", a.key(f"f:{group}"))
             if state == "complete":
-                probe("completed", "ql:completed")
-            probe("deps", f"ql:j:{jid}-dependencies")
+                probe("completed", a.key("completed"))
+            probe("deps", a.key(f"j:{jid}-dependencies"))
             for tag in json_list(h.get("tags")):
-                probe("tag", f"ql:t:{tag}")
-            probe("tracked", "ql:tracked")
+                probe("tag", a.key(f"t:{tag}"))
+            probe("tracked", a.key("tracked"))
             for tid in json_list(h.get("held")):
-                probe("held", f"ql:th:{tid}-locks")
+                probe("held", a.key(f"th:{tid}-locks"))
             if state == "throttled" and queue:
                 for tid in job_tids(queue, h.get("throttles")):
-                    probe("pending", f"ql:th:{tid}-pending")
+                    probe("pending", a.key(f"th:{tid}-pending"))
             for label, key in probes:
                 if label == "fpos":
                     pipe.lpos(key, jid, count=2)
@@ -131,10 +133,11 @@ def judge_job(a: Auditor, jid: str, h: dict[str, str], got: list[tuple[str, str,
     if queue:
         for kind in QUEUE_KINDS:
             inside = res.get(kind) is not None
+            index = a.key(f"q:{queue}-{kind}")
             if kind == expected and not inside:
-                a.add("index.missing", jid, f"state {state} but not in ql:q:{queue}-{kind}")
+                a.add("index.missing", jid, f"state {state} but not in {index}")
             elif kind != expected and inside:
-                a.add("index.extra", jid, f"state {state} but also in ql:q:{queue}-{kind}")
+                a.add("index.extra", jid, f"state {state} but also in {index}")
         score = res.get("work")
         if state == "stalled" and score is not None and not is_inf(score):
             a.add("stalled.score", jid, f"stalled but work score is {score}, not +inf")
@@ -147,7 +150,7 @@ def judge_job(a: Auditor, jid: str, h: dict[str, str], got: list[tuple[str, str,
                   f"running with worker {worker!r} and expires {h.get('expires')!r}")
         elif h.get("grace") != "1" and res.get("wset") is None:
             # During the grace period the engine has already dropped the owner's entry.
-            a.add("index.missing", jid, f"running but not in ql:w:{worker}:jobs")
+            a.add("index.missing", jid, f"running but not in {a.key(f'w:{worker}:jobs')}")
     elif worker:
         a.add("worker.stale", jid, f"state {state} but worker field is {worker!r}")
     if state == "failed":
@@ -156,11 +159,11 @@ def judge_job(a: Auditor, jid: str, h: dict[str, str], got: list[tuple[str, str,
         if group is None:
             a.add("index.missing", jid, "failed without a failure group", fixable=False)
         elif not positions:
-            a.add("index.missing", jid, f"failed but not in ql:f:{group}")
+            a.add("index.missing", jid, f"failed but not in {a.key(f'f:{group}')}")
         elif len(positions) > 1:
-            a.add("failed.duplicate", jid, f"listed more than once in ql:f:{group}")
+            a.add("failed.duplicate", jid, f"listed more than once in {a.key(f'f:{group}')}")
     if state == "complete" and res.get("completed") is None:
-        a.add("index.missing", jid, "complete but not in ql:completed")
+        a.add("index.missing", jid, f"complete but not in {a.key('completed')}")
     ndeps = int(res.get("deps") or 0)
     if state == "depends" and ndeps == 0:
         a.add("deps.state", jid, "state depends but its dependency set is empty")
@@ -172,18 +175,19 @@ def judge_job(a: Auditor, jid: str, h: dict[str, str], got: list[tuple[str, str,
               f"retries {h.get('retries')!r}, remaining {h.get('remaining')!r}", fixable=False)
     for label, key, value in got:
         if label == "tag" and value is None:
-            a.add("tags.index", jid, f"carries tag {key[5:]!r} but is not in {key}")
+            a.add("tags.index", jid, f"carries tag {a.name(key)[2:]!r} but is not in {key}")
         if label == "held":
             if state != "running":
-                a.add("throttle.lock", jid, f"state {state} but holds {key[6:-6]!r}")
+                a.add("throttle.lock", jid, f"state {state} but holds {a.name(key)[3:-6]!r}")
             elif value is None:
-                a.add("throttle.lock", jid, f"running, holds {key[6:-6]!r} but not in {key}")
+                a.add("throttle.lock", jid,
+                      f"running, holds {a.name(key)[3:-6]!r} but not in {key}")
     if state != "running" and not any(label == "held" for label, _, _ in got) and h.get("held"):
         a.add("throttle.lock", jid, f"state {state} but held field is {h.get('held')!r}")
     if state == "throttled" and not any(lb == "pending" and v is not None for lb, _, v in got):
         a.add("throttle.pending", jid, "throttled but in no throttle's pending set")
     if (h.get("tracked") == "1") != (res.get("tracked") is not None):
-        a.add("tracked.mirror", jid, "tracked field and ql:tracked disagree")
+        a.add("tracked.mirror", jid, f"tracked field and {a.key('tracked')} disagree")
 
 
 # ------------------------------------------------------------------------- index pass
@@ -227,27 +231,27 @@ def check_index(a: Auditor, key: str, rtype: str, kind: str, owner: str) -> None
 
 def check_indexes(a: Auditor) -> None:
     """Walk every index key: queue zsets, completed, failure lists, worker sets, throttles."""
-    for key in a.scan("ql:q:*", "zset"):
-        queue, _, kind = key[5:].rpartition("-")
+    for key in a.scan("q:*", "zset"):
+        queue, _, kind = a.name(key)[2:].rpartition("-")
         if kind in KIND_STATES:
             check_index(a, key, "zset", kind, queue)
         elif kind == "recur":
             check_recur_index(a, key, queue)
-    for key in a.scan("ql:completed", "zset"):
+    for key in a.scan("completed", "zset"):
         check_index(a, key, "zset", "completed", "")
     groups: set[str] = set()
-    for key in a.scan("ql:f:*", "list"):
-        groups.add(key[5:])
-        check_index(a, key, "list", "failed", key[5:])
+    for key in a.scan("f:*", "list"):
+        groups.add(a.name(key)[2:])
+        check_index(a, key, "list", "failed", a.name(key)[2:])
     check_failure_groups(a, groups)
-    for key in a.scan("ql:w:*:jobs", "zset"):
-        check_index(a, key, "zset", "worker", key[5:-5])
-    for key in a.scan("ql:th:*", "zset"):
+    for key in a.scan("w:*:jobs", "zset"):
+        check_index(a, key, "zset", "worker", a.name(key)[2:-5])
+    for key in a.scan("th:*", "zset"):
         if key.endswith("-locks"):
-            check_index(a, key, "zset", "thlocks", key[6:-6])
+            check_index(a, key, "zset", "thlocks", a.name(key)[3:-6])
         elif key.endswith("-pending"):
-            check_index(a, key, "zset", "thpending", key[6:-8])
-    for key in a.scan("ql:tracked", "zset"):
+            check_index(a, key, "zset", "thpending", a.name(key)[3:-8])
+    for key in a.scan("tracked", "zset"):
         for batch in members(a, key, "zset"):
             for jid, h in a.read_jobs(batch, ("state",)).items():
                 if h is None:
@@ -256,18 +260,19 @@ def check_indexes(a: Auditor) -> None:
 
 def check_failure_groups(a: Auditor, groups: set[str]) -> None:
     """`ql:failures` names exactly the groups whose `ql:f:<group>` list is non-empty."""
+    failures = a.key("failures")
     if a.only_keys is not None:
-        listed = {k[5:] for k in a.only_keys if k.startswith("ql:f:")}
-        known = {g for g in listed if a.r.sismember("ql:failures", g)}
+        listed = {a.name(k)[2:] for k in a.only_keys if k.startswith(a.key("f:"))}
+        known = {g for g in listed if a.r.sismember(failures, g)}
     else:
-        known = set(a.r.sscan_iter("ql:failures", count=BATCH))
+        known = set(a.r.sscan_iter(failures, count=BATCH))
         listed = known | groups
     for group in sorted(listed):
-        present = a.r.llen(f"ql:f:{group}") > 0
+        present = a.r.llen(a.key(f"f:{group}")) > 0
         if present != (group in known):
-            a.add("failures.set", f"ql:f:{group}",
+            a.add("failures.set", a.key(f"f:{group}"),
                   f"list {'non-empty' if present else 'empty'} but "
-                  f"{'not ' if group not in known else ''}in ql:failures")
+                  f"{'not ' if group not in known else ''}in {failures}")
 
 
 def check_recur_index(a: Auditor, key: str, queue: str) -> None:
@@ -275,7 +280,7 @@ def check_recur_index(a: Auditor, key: str, queue: str) -> None:
     for batch in members(a, key, "zset"):
         pipe = a.reads()
         for jid in batch:
-            pipe.hget(f"ql:r:{jid}", "queue")
+            pipe.hget(a.key(f"r:{jid}"), "queue")
         for jid, owner in zip(batch, pipe.execute(), strict=True):
             if owner != queue:
                 a.add("recur.index", f"{key} {jid}",
@@ -286,27 +291,27 @@ def check_recur_index(a: Auditor, key: str, queue: str) -> None:
 
 def check_dependencies(a: Auditor) -> None:
     """A depends on B exactly when B lists A as a dependent; both jobs exist."""
-    for key in a.scan("ql:j:*", "set"):
+    for key in a.scan("j:*", "set"):
         if key.endswith("-dependencies"):
-            owner, mirror = key[5:-13], "dependents"
+            owner, mirror = a.name(key)[2:-13], "dependents"
         elif key.endswith("-dependents"):
-            owner, mirror = key[5:-11], "dependencies"
+            owner, mirror = a.name(key)[2:-11], "dependencies"
         else:
             continue
-        if a.r.exists(f"ql:j:{owner}") == 0:
+        if a.r.exists(a.key(f"j:{owner}")) == 0:
             a.add("orphan.key", key, "dependency set of a job that does not exist")
         for batch in members(a, key, "set"):
             pipe = a.reads()
             for other in batch:
-                pipe.exists(f"ql:j:{other}")
-                pipe.sismember(f"ql:j:{other}-{mirror}", owner)
+                pipe.exists(a.key(f"j:{other}"))
+                pipe.sismember(a.key(f"j:{other}-{mirror}"), owner)
             replies = pipe.execute()
             for i, other in enumerate(batch):
                 if not replies[2 * i]:
                     a.add("deps.ghost", f"{key} {other}", "edge to a job that does not exist")
                 elif not replies[2 * i + 1]:
                     a.add("deps.symmetry", f"{key} {other}",
-                          f"ql:j:{other}-{mirror} does not list {owner}")
+                          f"{a.key(f'j:{other}-{mirror}')} does not list {owner}")
 
 
 # ------------------------------------------------------------------------- tags
@@ -314,34 +319,37 @@ def check_dependencies(a: Auditor) -> None:
 def check_tags(a: Auditor) -> None:
     """Tag index entries point at jobs carrying the tag; `ql:tags` counts match."""
     tags: set[str] = set()
-    for key in a.scan("ql:t:*", "zset"):
-        tags.add(key[5:])
-        check_index(a, key, "zset", "tag", key[5:])
+    counter = a.key("tags")
+    for key in a.scan("t:*", "zset"):
+        tags.add(a.name(key)[2:])
+        check_index(a, key, "zset", "tag", a.name(key)[2:])
     if a.only_keys is not None:
-        counted = {k[5:]: a.r.zscore("ql:tags", k[5:]) for k in a.only_keys
-                   if k.startswith("ql:t:")}
+        counted = {a.name(k)[2:]: a.r.zscore(counter, a.name(k)[2:]) for k in a.only_keys
+                   if k.startswith(a.key("t:"))}
     else:
-        counted = dict(a.r.zscan_iter("ql:tags", count=BATCH))
+        counted = dict(a.r.zscan_iter(counter, count=BATCH))
     for tag in sorted(set(counted) | tags):
-        card = a.r.zcard(f"ql:t:{tag}")
+        card = a.r.zcard(a.key(f"t:{tag}"))
         count = counted.get(tag)
         if (count is None and card > 0) or (count is not None and int(count) != card):
-            a.add("tags.counter", f"ql:t:{tag}", f"ql:tags says {count}, index holds {card}")
+            a.add("tags.counter", a.key(f"t:{tag}"),
+                  f"{counter} says {count}, index holds {card}")
 
 
 # ------------------------------------------------------------------------- misc keys
 
 def check_misc(a: Auditor) -> None:
     """Recurring templates indexed; queue meta bounds honest; no orphan history lists."""
-    for key in a.scan("ql:r:*", "hash"):
+    for key in a.scan("r:*", "hash"):
         queue = str(a.r.hget(key, "queue") or "")
-        if not queue or a.r.zscore(f"ql:q:{queue}-recur", key[5:]) is None:
-            a.add("recur.index", key, f"template not in ql:q:{queue}-recur")
+        index = a.key(f"q:{queue}-recur")
+        if not queue or a.r.zscore(index, a.name(key)[2:]) is None:
+            a.add("recur.index", key, f"template not in {index}")
     check_bookkeeping(a)
-    for batch in chunks(a.scan("ql:j:*-history", "list")):
+    for batch in chunks(a.scan("j:*-history", "list")):
         reads = a.reads()
         for key in batch:
-            reads.exists(f"ql:j:{key[5:-8]}")
+            reads.exists(key[:-8])
         for key, found in zip(batch, reads.execute(), strict=True):
             if not found:
                 a.add("orphan.key", key, "history of a job that does not exist")
@@ -350,12 +358,13 @@ def check_misc(a: Auditor) -> None:
 def check_bookkeeping(a: Auditor) -> None:
     """The engine's hidden `ql:config` fields: `#due:<q>` is a lower bound of the queue's
     lock, schedule and spawn times; `#throttle:<q>` says whether the queue throttle exists."""
+    config = a.key("config")
     if a.only_keys is not None:
-        fields = [k.split(" ", 1)[1] for k in a.only_keys if k.startswith("ql:config ")]
-        values = a.r.hmget("ql:config", fields) if fields else []
+        fields = [k.split(" ", 1)[1] for k in a.only_keys if k.startswith(config + " ")]
+        values = a.r.hmget(config, fields) if fields else []
         items = [(f, str(v)) for f, v in zip(fields, values, strict=True) if v is not None]
     else:
-        items = [(str(f), str(v)) for f, v in a.r.hscan_iter("ql:config", match="#*",
+        items = [(str(f), str(v)) for f, v in a.r.hscan_iter(config, match="#*",
                                                                count=BATCH)]
     for name, value in items:
         kind, _, queue = name[1:].partition(":")
@@ -363,15 +372,15 @@ def check_bookkeeping(a: Auditor) -> None:
             due = num(value)
             first = math.inf
             for zkind in ("locks", "scheduled", "recur"):
-                head = a.r.zrange(f"ql:q:{queue}-{zkind}", 0, 0, withscores=True)
+                head = a.r.zrange(a.key(f"q:{queue}-{zkind}"), 0, 0, withscores=True)
                 if head:
                     first = min(first, float(head[0][1]))
             if due is not None and due > first:
-                a.add("queue.meta", f"ql:config {name}",
+                a.add("queue.meta", f"{config} {name}",
                       f"bound {value} is later than the earliest timer {first}")
         elif kind == "throttle" and queue:
-            exists = a.r.exists(f"ql:th:ql:q:{queue}") == 1
+            exists = a.r.exists(a.key(f"th:{queue_throttle_id(queue)}")) == 1
             if (value == "1") != exists:
                 state = "exists" if exists else "is gone"
-                a.add("queue.meta", f"ql:config {name}",
+                a.add("queue.meta", f"{config} {name}",
                       f"cached {value!r} but the queue throttle {state}")

@@ -1,8 +1,9 @@
-"""Command line: `python -m django_qless.core.audit --url URL [--fix] [--json]`.
+"""Command line: `python -m django_qless.core.audit --url URL [--fix] [--json]`, or
+`--cluster URL[,URL...] --shards N` for every shard of a sharded deployment.
 
-Prints the same report as `manage.py qless_audit`. Exit codes: 0 no violation (left, with
---fix); 1 violations remain; 2 nothing was audited: bad options, or Redis could not be
-reached or refused a command (one line on stderr).
+Prints the same report as `manage.py qless_audit`: one per shard on a cluster. Exit codes:
+0 no violation (left, with --fix) in any shard; 1 violations remain; 2 nothing was audited:
+bad options, or Redis could not be reached or refused a command (one line on stderr).
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ from typing import TextIO
 from urllib.parse import urlsplit
 
 import redis
+from redis.exceptions import RedisClusterException
 
-from .audit import AuditReport, audit
+from .audit import AuditReport, audit, audit_all
+from .exceptions import QlessError
 
 __all__ = ["EXIT_CLEAN", "EXIT_ERROR", "EXIT_VIOLATIONS", "build_parser", "main", "render",
-           "short_error"]
+           "render_all", "short_error"]
 
 EXIT_CLEAN = 0
 EXIT_VIOLATIONS = 1
@@ -33,6 +36,22 @@ def render(report: AuditReport, as_json: bool) -> str:
     if as_json:
         return json.dumps(report.as_dict(), indent=2, sort_keys=True)
     return str(report)
+
+
+def render_all(reports: Sequence[AuditReport], as_json: bool) -> str:
+    """Return the reports of a deployment's keyspaces: one report as `render`; several (one
+    per shard) as text one after the other with a summary line, or as JSON
+    `{"ok": ..., "shards": {tag: report}}`."""
+    if len(reports) == 1:
+        return render(reports[0], as_json)
+    ok = all(report.ok for report in reports)
+    if as_json:
+        return json.dumps({"ok": ok, "shards": {str(r.shard): r.as_dict() for r in reports}},
+                          indent=2, sort_keys=True)
+    broken = [str(r.shard) for r in reports if not r.ok]
+    summary = (f"{len(reports)} shards, all clean" if ok else
+               f"{len(reports)} shards, violations in {', '.join(broken)}")
+    return "\n".join([*(str(r) for r in reports), summary])
 
 
 def short_error(exc: BaseException) -> str:
@@ -51,6 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--url", default=os.environ.get("QLESS_URL", "redis://localhost:6379/0"),
                    help="Redis URL (default $QLESS_URL or redis://localhost:6379/0)")
+    p.add_argument("--cluster", metavar="URLS",
+                   help="audit every shard of a Redis Cluster deployment instead: node URLs, "
+                        "comma-separated")
+    p.add_argument("--shards", type=int, default=16, metavar="N",
+                   help="the deployment's number of shards, with --cluster (default 16)")
     p.add_argument("--fix", action="store_true",
                    help="repair ghosts, indexes, edges, counters and throttle slots")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -66,6 +90,8 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
     err = err or sys.stderr
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.cluster is not None:
+        return _main_cluster(parser, args, out, err)
     scheme = urlsplit(args.url).scheme
     if scheme not in _SCHEMES:
         # Never echo the URL: it may carry a password.
@@ -89,3 +115,32 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
         conn.close()
     out.write(render(report, args.json) + "\n")
     return EXIT_CLEAN if report.ok else EXIT_VIOLATIONS
+
+
+def _main_cluster(parser: argparse.ArgumentParser, args: argparse.Namespace, out: TextIO,
+                  err: TextIO) -> int:
+    """Audit every shard of the deployment on `--cluster`; return the exit code."""
+    from .sharded import ShardedClient
+
+    urls = [url.strip() for url in args.cluster.split(",") if url.strip()]
+    bad = [url for url in urls if urlsplit(url).scheme not in ("redis", "rediss")]
+    if not urls or bad or args.shards < 1:
+        parser.print_usage(err)
+        err.write(f"{parser.prog}: error: argument --cluster: give redis:// or rediss:// node "
+                  f"URLs, and --shards of at least 1\n")
+        return EXIT_ERROR
+    try:
+        deployment = ShardedClient(urls, shards=args.shards,
+                                   socket_timeout=args.connect_timeout)
+    except (redis.RedisError, RedisClusterException, QlessError, ValueError) as exc:
+        err.write(f"{parser.prog}: error: cannot audit: {short_error(exc)}\n")
+        return EXIT_ERROR
+    try:
+        reports = audit_all(deployment, fix=args.fix)
+    except (redis.RedisError, RedisClusterException, QlessError) as exc:
+        err.write(f"{parser.prog}: error: cannot audit: {short_error(exc)}\n")
+        return EXIT_ERROR
+    finally:
+        deployment.close()
+    out.write(render_all(reports, args.json) + "\n")
+    return EXIT_CLEAN if all(report.ok for report in reports) else EXIT_VIOLATIONS

@@ -6,8 +6,10 @@
 - `failures_per_day(client, days)`: failures counted per UTC day, from the daily stats.
 - `failures_per_interval(client, intervals, seconds)`: jobs failed in each recent interval,
   from the failure records of the jobs still failed (a bounded read, newest first).
-- `server_report(client)`: version, memory, clients, persistence and uptime of the server.
-- `engine_slowlog(client, count)`: SLOWLOG entries that are calls of our engine.
+- `server_report(client)`: version, memory, clients, persistence and uptime of the server
+  holding the client's keyspace (a shard's primary).
+- `engine_slowlog(client, count)`: SLOWLOG entries of that server that call our engine.
+- `primaries(clients)`: the clients of distinct servers among a deployment's shards.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ __all__ = [
     "find_by_klass",
     "histogram_percentiles",
     "last_change",
+    "primaries",
     "server_report",
 ]
 
@@ -231,9 +234,27 @@ def _info(conn: Any, section: str) -> dict[str, Any]:
         return {}
 
 
+def node_name(client: Any) -> str:
+    """Return `host:port` (or the socket path) of the server holding a client's keyspace."""
+    kwargs = client.node_redis().connection_pool.connection_kwargs
+    if kwargs.get("path"):
+        return str(kwargs["path"])
+    return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
+
+
+def primaries(clients: Iterable[Any]) -> list[tuple[str, list[Any]]]:
+    """Group a deployment's keyspace clients by the server holding each now: [(node, the
+    clients there)], in first-seen order (shards sharing a primary are read once)."""
+    nodes: dict[str, list[Any]] = {}
+    for client in clients:
+        nodes.setdefault(node_name(client), []).append(client)
+    return list(nodes.items())
+
+
 def server_report(client: Any) -> dict[str, Any]:
-    """Return what an operator checks first about the server (missing values are None)."""
-    conn = client.redis
+    """Return what an operator checks first about the server holding the client's keyspace
+    (missing values are None)."""
+    conn = client.node_redis()
     server = _info(conn, "server")
     memory = _info(conn, "memory")
     clients = _info(conn, "clients")
@@ -275,7 +296,7 @@ def engine_slowlog(client: Any, count: int = 128) -> list[dict[str, Any]]:
     check_int("count", count, 1, 1024)
     ours = {function_name(False), function_name(True), script_sha(False), script_sha(True)}
     try:
-        entries = client.redis.slowlog_get(count)
+        entries = client.node_redis().slowlog_get(count)
     except Exception:  # noqa: BLE001 - SLOWLOG may be denied on managed Redis
         return []
     out = []
@@ -287,9 +308,11 @@ def engine_slowlog(client: Any, count: int = 128) -> list[dict[str, Any]]:
         target = words[1]
         if target not in ours and not target.startswith("djqless_"):
             continue
+        # words[2] is numkeys (0, or 1 with a shard's prefix as the key); then the engine
+        # command and its arguments.
+        skip = 3 + (int(words[2]) if len(words) > 2 and words[2].isdigit() else 0)
         out.append({"id": entry.get("id"), "start": entry.get("start_time"),
                     "duration_us": entry.get("duration"),
-                    # words[2] is numkeys (0); then the engine command and its arguments.
-                    "command": words[3] if len(words) > 3 else "",
-                    "args": " ".join(words[4:])[:300]})
+                    "command": words[skip] if len(words) > skip else "",
+                    "args": " ".join(words[skip + 1:])[:300]})
     return out

@@ -32,8 +32,10 @@ local Q = {}
 --   stats_acc, stats_order  wait/run samples to write at the end (samples.lua)
 --   worker_seen  the caller's ql:workers entry was refreshed (pop)
 --   qth, due     per-queue throttle flag and `#due` bound read this call (pop, throttle)
+--   timer_list, timer_at, timer_sched, timer_lock  timers written this call (Q.note_timer)
 local ctx = { op = false, now = 0, now_text = nil, cfgv = nil, woken = {}, woken_list = {},
-  stats_acc = {}, stats_order = {}, worker_seen = nil, qth = nil, due = nil }
+  stats_acc = {}, stats_order = {}, worker_seen = nil, qth = nil, due = nil,
+  timer_list = {}, timer_at = {}, timer_sched = {}, timer_lock = {} }
 Q.ctx = ctx
 
 -- Start a call: reset the per-call state for command `op` at time `now` (`now_text`: the
@@ -49,6 +51,9 @@ function Q.begin(op, now, now_text, prefix)
   if ctx.stats_order[1] then
     ctx.stats_acc = {}
     ctx.stats_order = {}
+  end
+  if ctx.timer_list[1] then
+    ctx.timer_list, ctx.timer_at, ctx.timer_sched, ctx.timer_lock = {}, {}, {}, {}
   end
 end
 local rcall = redis.call
@@ -237,12 +242,14 @@ function Q.cfgraw(name)
   return ctx.cfgv[name]
 end
 
--- A lock, schedule or spawn time `at` was written: keep `#due` a lower bound.
-function Q.lower_due(queue, at)
+-- A lock, schedule or spawn time `at` was written: keep `#due` a lower bound, and tell idle
+-- workers if they must learn of it (Q.note_timer's `slack`; false: a lease renewed, no news).
+function Q.lower_due(queue, at, slack)
   local field = Q.mfield('due', queue)
   local cur = tonumber(rcall('HGET', K.config, field))
   if cur and at < cur then rcall('HSET', K.config, field, at) end
   if ctx.cfgv then ctx.cfgv[field] = nil end
+  if slack ~= false then Q.note_timer(queue, at, slack) end
 end
 
 -- Decode a stored JSON list (tags/throttles); tolerate the {} quirk and garbage.
@@ -319,7 +326,11 @@ end
 -- workers waiting on the queue (handoff.lua); a queue left with no ready job needs no wake-up.
 function Q.flush_wake(now)
   local list = ctx.woken_list
-  if not list[1] then return end
+  if not list[1] then
+    if ctx.timer_list[1] then Q.flush_timers(now, nil) end
+    return
+  end
+  local sent = nil
   ctx.woken = {}
   ctx.woken_list = {}
   for _, queue in ipairs(list) do
@@ -330,13 +341,73 @@ function Q.flush_wake(now)
       Q.hand_off(now, queue, idle)
       ready = rcall('ZCARD', Q.kq(queue, 'work')) > 0
     end
-    if ready then rcall(K.pub, KP .. 'wake:' .. queue, queue) end
+    if ready then
+      rcall(K.pub, KP .. 'wake:' .. queue, queue)
+      sent = sent or {}
+      sent[queue] = true
+    end
   end
   -- Queues woken by those pops (an expired lock put back), without a second hand-off round.
   if ctx.woken_list[1] then
-    for _, queue in ipairs(ctx.woken_list) do rcall(K.pub, KP .. 'wake:' .. queue, queue) end
+    for _, queue in ipairs(ctx.woken_list) do
+      rcall(K.pub, KP .. 'wake:' .. queue, queue)
+      sent = sent or {}
+      sent[queue] = true
+    end
     ctx.woken = {}
     ctx.woken_list = {}
+  end
+  -- (after the hand-offs: their pops take locks)
+  if ctx.timer_list[1] then Q.flush_timers(now, sent) end
+end
+
+-- A timer due at `at` was written on `queue`: note it for Q.flush_timers. `slack` nil: a
+-- scheduled job or a recurring job's next spawn; a number: a lock, which idle workers may learn
+-- of `slack` late (its grace period, which the engine grants a silent owner anyway).
+function Q.note_timer(queue, at, slack)
+  local first, sched, lock = ctx.timer_at, ctx.timer_sched, ctx.timer_lock
+  if first[queue] == nil then
+    tinsert(ctx.timer_list, queue)
+    first[queue] = at
+  elseif at < first[queue] then
+    first[queue] = at
+  end
+  if slack == nil then
+    if not sched[queue] or at < sched[queue] then sched[queue] = at end
+  elseif not lock[queue] or at + slack < lock[queue] then
+    lock[queue] = at + slack
+  end
+end
+
+-- Wake a queue's idle workers (once per call; `sent`: queues already woken) for a timer noted
+-- this call that they would learn of too late, if no earlier timer is pending (that one they
+-- learned when they registered). An idle worker reserves again, and so learns the queue's
+-- earliest timer, before its registration lapses. A scheduled job or spawn is news when one
+-- registration lasts past it (every idle worker should know: any of them may take the job); a
+-- lock when every registration does (one worker that reserves by then handles its expiry).
+function Q.flush_timers(now, sent)
+  local list, first, sched, lock = ctx.timer_list, ctx.timer_at, ctx.timer_sched, ctx.timer_lock
+  for i, queue in ipairs(list) do
+    if not (sent and sent[queue]) then
+      local key, news = KP .. 'idle:' .. queue, false
+      if sched[queue] then
+        local after = '(' .. string.format('%.17g', math.max(now, sched[queue]))
+        news = rcall('ZRANGEBYSCORE', key, after, '+inf', 'LIMIT', 0, 1)[1] ~= nil
+      end
+      if not news and lock[queue] then
+        local soonest = rcall('ZRANGEBYSCORE', key, now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)[2]
+        news = soonest ~= nil and tonumber(soonest) > lock[queue]
+      end
+      if news then
+        for _, kind in ipairs({ 'locks', 'recur', 'scheduled' }) do
+          local head = tonumber(rcall('ZRANGE', Q.kq(queue, kind), 0, 0, 'WITHSCORES')[2])
+          if head and head < first[queue] then news = false; break end
+        end
+      end
+      if news then rcall(K.pub, KP .. 'wake:' .. queue, queue) end
+    end
+    -- (emptied in place: a pop notes its lock on every call)
+    list[i], first[queue], sched[queue], lock[queue] = nil, nil, nil, nil
   end
 end
 

@@ -293,7 +293,7 @@ Q.mod.job = function()
     rcall('ZADD', Q.kwjobs(worker), expires, jid)
     rcall('ZADD', K.workers, now, worker)
     rcall('ZADD', Q.kq(h.queue, 'locks'), expires, jid)
-    Q.lower_due(h.queue, expires)
+    Q.lower_due(h.queue, expires, false)
     return expires
   end }
 

@@ -282,7 +282,10 @@ Q.mod.pop = function()
       -- anything left over because of count limits keeps the bound <= now: rescan next pop.
       newdue = math.min(now + Q.HORIZON, heads[1], heads[2], heads[3])
     end
-    if taken > 0 and expires < newdue then newdue = expires end
+    if taken > 0 then
+      if expires < newdue then newdue = expires end
+      Q.note_timer(queue, expires, Q.cfgnum('grace-period', 10)) -- news to idle workers?
+    end
     if newdue ~= due then rcall('HSET', K.config, mkey, newdue) end
     due = newdue
     ctx.due[queue] = due
@@ -329,7 +332,7 @@ Q.mod.pop = function()
           table.insert(out, jid)
         end
         -- A courtesy notice moved locks to now + grace: keep the pop's timer bound below it.
-        Q.lower_due(queue, now + Q.cfgnum('grace-period', 10))
+        Q.lower_due(queue, now + Q.cfgnum('grace-period', 10), 0)
       end
     end
     if #out == 0 then return '[]' end

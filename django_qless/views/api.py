@@ -7,9 +7,10 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from django_qless.views import data
-from django_qless.views.base import api_view, client_for, get_pager
+from django_qless.views.base import api_view, get_pager
 from django_qless.views.jobs import get_job
 from django_qless.views.queues import known_queue
+from django_qless.views.shards import page_clients, queue_client
 from django_qless.views.tracked import TRACKED_STATES
 
 __all__ = [
@@ -32,8 +33,8 @@ def _json(payload: dict[str, Any]) -> JsonResponse:
     return JsonResponse(payload, json_dumps_params={"ensure_ascii": False})
 
 
-def _rows(client: Any, jobs: list[Any]) -> list[dict[str, Any]]:
-    now = float(client.now())
+def _rows(clients: Any, jobs: list[Any]) -> list[dict[str, Any]]:
+    now = float(data.as_clients(clients)[0].now())
     rows = []
     for job in jobs:
         row = data.job_row(job, now)
@@ -49,7 +50,7 @@ def _queue_rows(queues: list[dict[str, Any]]) -> list[dict[str, Any]]:
 @api_view
 def api_overview(request: HttpRequest) -> HttpResponse:
     """Everything on the overview page."""
-    info = data.overview(client_for(request))
+    info = data.overview(page_clients(request))
     info["queues"] = _queue_rows(info["queues"])
     return _json(info)
 
@@ -57,7 +58,7 @@ def api_overview(request: HttpRequest) -> HttpResponse:
 @api_view
 def api_queues(request: HttpRequest) -> HttpResponse:
     """Every queue's counts."""
-    return _json({"queues": _queue_rows(data.queue_counts(client_for(request)))})
+    return _json({"queues": _queue_rows(data.queue_counts(page_clients(request)))})
 
 
 @api_view
@@ -65,9 +66,10 @@ def api_queue(request: HttpRequest, name: str) -> HttpResponse:
     """One queue's counts and today's statistics."""
     import datetime as dt
 
-    client = client_for(request)
+    client = queue_client(request, name)
     known_queue(client, name)
-    counts = next((q for q in data.queue_counts(client) if q["name"] == name), {"name": name})
+    counts = next((q for q in data.queue_counts([client]) if q["name"] == name),
+                  {"name": name})
     day = dt.datetime.fromtimestamp(float(client.now()), tz=dt.UTC).date()
     stats = data.stats_for_day(client, name, day)
     for kind in ("wait", "run"):
@@ -78,21 +80,21 @@ def api_queue(request: HttpRequest, name: str) -> HttpResponse:
 @api_view
 def api_queue_tab(request: HttpRequest, name: str, state: str) -> HttpResponse:
     """One page of a queue's jobs in one state."""
-    client = client_for(request)
+    client = queue_client(request, name)
     known_queue(client, name)
     pager = get_pager(request)
     jids = data.jobs_by_state(client, name, state, pager.offset, pager.per_page)
     if state == "recurring":
         return _json({"jids": jids})
-    return _json({"jobs": _rows(client, data.load_jobs(client, jids)), "page": pager.number})
+    return _json({"jobs": _rows(client, data.load_jobs([client], jids)),
+                  "page": pager.number})
 
 
 @api_view
 def api_job(request: HttpRequest, jid: str) -> HttpResponse:
     """One job, with history, dependencies and failure."""
     job = get_job(request, jid)
-    client = client_for(request)
-    row = _rows(client, [job])[0]
+    row = _rows(job.client, [job])[0]
     row.update(data=job.raw_data, history=job.history, failure=job.failure or None,
                dependencies=list(job.dependencies or []), dependents=list(job.dependents or []),
                spawned_from=job.spawned_from, throttles=list(job.throttles or ()))
@@ -102,64 +104,71 @@ def api_job(request: HttpRequest, jid: str) -> HttpResponse:
 @api_view
 def api_failed(request: HttpRequest) -> HttpResponse:
     """Failure groups with counts."""
-    failed = client_for(request).jobs.failed() or {}
-    groups = sorted(({"group": g, "count": int(n)} for g, n in failed.items()),
-                    key=lambda r: (-r["count"], r["group"]))
-    return _json({"groups": groups, "total": sum(g["count"] for g in groups),
+    failed = data.failed_groups(page_clients(request))
+    ordered = sorted(failed.items(), key=lambda item: (-int(item[1]), item[0]))
+    groups = [{"group": g, "count": int(n)} for g, n in ordered]
+    return _json({"groups": groups, "total": sum(int(n) for _, n in ordered),
                   "group_count": len(groups)})
 
 
 @api_view
 def api_failed_group(request: HttpRequest, group: str) -> HttpResponse:
     """One page of a failure group's jobs."""
-    client = client_for(request)
+    from django_qless.shard_reads import failed_jobs
+
+    clients = page_clients(request)
     pager = get_pager(request)
-    page = client.jobs.failed(group, start=pager.offset, limit=pager.per_page)
-    return _json({"group": group, "total": int(page.get("total", 0)),
-                  "jobs": _rows(client, list(page.get("jobs") or []))})
+    page = failed_jobs(clients, group, pager.offset, pager.per_page)
+    return _json({"group": group, "total": int(page.get("total") or 0),
+                  "jobs": _rows(clients, list(page.get("jobs") or []))})
 
 
 @api_view
 def api_workers(request: HttpRequest) -> HttpResponse:
     """Workers with running and stalled counts."""
-    workers = [{"name": str(w.get("name", "")), "jobs": int(w.get("jobs", 0)),
-                "stalled": int(w.get("stalled", 0))}
-               for w in (client_for(request).workers.counts or [])]
+    workers = data.worker_counts(page_clients(request))
     return _json({"workers": workers, "total": len(workers)})
 
 
 @api_view
 def api_worker(request: HttpRequest, name: str) -> HttpResponse:
     """One worker's running and stalled jids."""
-    info = client_for(request).workers[name] or {}
-    return _json({"name": name, "jobs": list(info.get("jobs") or []),
-                  "stalled": list(info.get("stalled") or [])})
+    jobs: list[str] = []
+    stalled: list[str] = []
+    for client in page_clients(request):
+        info = client.workers[name] or {}
+        jobs.extend(info.get("jobs") or [])
+        stalled.extend(info.get("stalled") or [])
+    return _json({"name": name, "jobs": jobs, "stalled": stalled})
 
 
 @api_view
 def api_tracked(request: HttpRequest) -> HttpResponse:
     """Tracked jobs (optionally ``?state=``)."""
-    client = client_for(request)
-    info = client.jobs.tracked() or {}
-    jobs = list(info.get("jobs") or [])
+    clients = page_clients(request)
+    jobs, expired = data.tracked_jobs(clients)
     state = request.GET.get("state", "")
     if state in TRACKED_STATES:
         jobs = [j for j in jobs if j.state == state]
     pager = get_pager(request, total=len(jobs))
-    return _json({"jobs": _rows(client, jobs[pager.offset:pager.offset + pager.per_page]),
-                  "total": len(jobs), "expired": list(info.get("expired") or [])})
+    return _json({"jobs": _rows(clients, jobs[pager.offset:pager.offset + pager.per_page]),
+                  "total": len(jobs), "expired": expired})
 
 
 @api_view
 def api_tags(request: HttpRequest) -> HttpResponse:
     """The most used tags."""
-    return _json({"tags": list(client_for(request).tags.top(offset=0, count=100))})
+    from django_qless.views.tags import top_tags
+
+    return _json({"tags": top_tags(page_clients(request))})
 
 
 @api_view
 def api_completed(request: HttpRequest) -> HttpResponse:
     """One page of recently completed jobs."""
-    client = client_for(request)
+    from django_qless.shard_reads import complete
+
+    clients = page_clients(request)
     pager = get_pager(request)
-    jids = list(client.jobs.complete(offset=pager.offset, count=pager.per_page))
-    return _json({"jobs": _rows(client, data.load_jobs(client, jids))})
+    jids = complete(clients, pager.offset, pager.per_page)
+    return _json({"jobs": _rows(clients, data.load_jobs(clients, jids))})

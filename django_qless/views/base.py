@@ -74,10 +74,11 @@ def ui_settings() -> Mapping[str, Any]:
 
 
 def client_for(request: HttpRequest) -> Any:
-    """Return the core client the dashboard talks to (alias from ``QLESS_UI['ALIAS']``)."""
-    from django_qless.clients import get_client
+    """Return the client of the alias the dashboard shows (``QLESS_UI['ALIAS']``): a Client,
+    or a ShardedClient (views/shards.py reads every shard of it)."""
+    from django_qless.views.shards import deployment
 
-    return get_client(str(ui_settings().get("ALIAS", "default")))
+    return deployment(request)
 
 
 def secure_headers(response: HttpResponse) -> HttpResponse:
@@ -154,6 +155,9 @@ def render_page(
         qless_crumbs=crumbs or [],
         poll_interval=int(ui_settings().get("POLL_INTERVAL_MS", 3000)),
     )
+    from django_qless.views.shards import shard_context
+
+    ctx.update(shard_context(request))
     ctx.update(context)
     return render(request, template, ctx, status=status)
 

@@ -10,8 +10,9 @@ from django.http import HttpRequest, HttpResponse
 from django_qless.core.bulk import BULK_MAX, BulkResult
 from django_qless.core.exceptions import InvalidArgument
 from django_qless.forms import MoveForm, PriorityForm, first_error
-from django_qless.views.base import client_for, dashboard_view, qurl, redirect_back
+from django_qless.views.base import dashboard_view, qurl, redirect_back
 from django_qless.views.job_state import MOVABLE, PRIORITY_STATES
+from django_qless.views.shards import shard_clients
 
 __all__ = ["ACTIONS", "jobs_bulk"]
 
@@ -39,9 +40,45 @@ def _report(request: HttpRequest, action: str, result: BulkResult, suffix: str =
         level(request, f"{_jobs(len(items))} not {ACTIONS[action].lower()}: {shown}{more}.")
 
 
+def _by_shard(clients: list[Any], jids: list[str]) -> list[tuple[Any, list[str]]]:
+    """Split `jids` by the shard holding each (unknown jids go to the first shard, which
+    refuses them as missing)."""
+    if len(clients) == 1:
+        return [(clients[0], jids)]
+    home: dict[str, Any] = {}
+    for client in clients:
+        missing = [j for j in jids if j not in home]
+        if not missing:
+            break
+        for job in client.jobs.get_many(*missing):
+            home.setdefault(job.jid, client)
+    return [(client, mine) for client in clients
+            if (mine := [j for j in jids if home.get(j, clients[0]) is client])]
+
+
 def _run(request: HttpRequest, action: str, jids: list[str]) -> tuple[BulkResult, str] | str:
-    """Run ``action`` on ``jids``; return the result and a message suffix, or a refusal."""
-    jobs = client_for(request).jobs
+    """Run ``action`` on ``jids``, each in its own shard; return the result and a message
+    suffix, or a refusal."""
+    clients = shard_clients(request)
+    parts = _by_shard(clients, jids)
+    if len(parts) == 1:
+        return _run_one(request, parts[0][0].jobs, action, parts[0][1])
+    merged, suffix = BulkResult(), ""
+    for client, mine in parts:
+        got = _run_one(request, client.jobs, action, mine)
+        if isinstance(got, str):
+            return got
+        merged.done.extend(got[0].done)
+        merged.refused.update(got[0].refused)
+        suffix = got[1]
+    order = {jid: i for i, jid in enumerate(jids)}  # the order the jids were given
+    merged.done.sort(key=lambda j: order.get(j, 0))
+    return merged, suffix
+
+
+def _run_one(request: HttpRequest, jobs: Any, action: str, jids: list[str]
+             ) -> tuple[BulkResult, str] | str:
+    """Run ``action`` on ``jids`` of one shard."""
     if action == "cancel":
         return jobs.cancel_many(jids), ""
     if action == "retry":

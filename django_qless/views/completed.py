@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse
 
-from django_qless.views.base import client_for, dashboard_view, get_pager, qurl, render_page
+from django_qless.views.base import dashboard_view, get_pager, qurl, render_page
 from django_qless.views.data import job_row, load_jobs
+from django_qless.views.shards import page_clients
 
 __all__ = ["completed"]
 
@@ -13,14 +14,18 @@ __all__ = ["completed"]
 @dashboard_view()
 def completed(request: HttpRequest) -> HttpResponse:
     """List completed jobs, most recent first, paginated."""
-    client = client_for(request)
+    from django_qless.shard_reads import complete
+
+    clients = page_clients(request)
     pager = get_pager(request)
-    jids = list(client.jobs.complete(offset=pager.offset, count=pager.per_page + 1))
+    jids = complete(clients, pager.offset, pager.per_page + 1)
     pager = pager.with_rows(len(jids))
-    now = float(client.now())
-    rows = [job_row(j, now) for j in load_jobs(client, jids[: pager.per_page])]
+    now = float(clients[0].now())
+    rows = [job_row(j, now) for j in load_jobs(clients, jids[: pager.per_page])]
+    live = {k: v for k, v in request.GET.items() if k == "shard"}
+    if pager.number > 1:
+        live["page"] = str(pager.number)
     return render_page(request, "django_qless/completed.html",
                        {"rows": rows, "pager": pager,
-                        "live_src": qurl(request, "api_completed")
-                        + (f"?page={pager.number}" if pager.number > 1 else "")},
+                        "live_src": qurl(request, "api_completed", query=live)},
                        title="Completed jobs", crumbs=[("Completed", None)])

@@ -13,10 +13,12 @@ from django_qless.core.console import (
     failures_per_day,
     failures_per_interval,
     histogram_percentiles,
+    primaries,
     server_report,
 )
-from django_qless.views.base import client_for, dashboard_view, qurl, redirect_back, render_page
-from django_qless.views.data import QUEUE_STATES, queue_counts
+from django_qless.views.base import dashboard_view, qurl, redirect_back, render_page
+from django_qless.views.data import QUEUE_STATES, as_clients, queue_counts
+from django_qless.views.shards import is_sharded, page_clients, queue_client
 from django_qless.views.workers import utc_text
 
 __all__ = ["bar_chart", "charts", "queue_forget", "redis_page"]
@@ -40,18 +42,30 @@ def bar_chart(values: list[int], labels: list[str], *, width: int = 600, height:
             "total": sum(values)}
 
 
-def _series(client: Any, intervals: int, seconds: float, fmt: str, every: int) -> dict[str, Any]:
-    now = float(client.now())
-    counts = client.jobs.completed_per_interval(intervals, seconds, until=now)
+def _sum(rows: list[list[int]]) -> list[int]:
+    """Add the shards' series element by element."""
+    return [sum(column) for column in zip(*rows, strict=True)]
+
+
+def _series(clients: Any, intervals: int, seconds: float, fmt: str, every: int
+            ) -> dict[str, Any]:
+    shards = as_clients(clients)
+    now = float(shards[0].now())
+    counts = _sum([[int(c) for c in client.jobs.completed_per_interval(intervals, seconds,
+                                                                          until=now)]
+                   for client in shards])
     starts = [now - (intervals - i) * seconds for i in range(intervals)]
     labels = [dt.datetime.fromtimestamp(s + seconds, tz=dt.UTC).strftime(fmt) for s in starts]
     return bar_chart([int(c) for c in counts], labels, every=every)
 
 
-def _failure_series(client: Any, intervals: int, seconds: float, fmt: str,
+def _failure_series(clients: Any, intervals: int, seconds: float, fmt: str,
                     every: int) -> dict[str, Any]:
-    now = float(client.now())
-    counts, capped = failures_per_interval(client, intervals, seconds, until=now)
+    shards = as_clients(clients)
+    now = float(shards[0].now())
+    parts = [failures_per_interval(client, intervals, seconds, until=now) for client in shards]
+    counts = _sum([list(found) for found, _ in parts])
+    capped = any(stopped for _, stopped in parts)
     starts = [now - (intervals - i) * seconds for i in range(intervals)]
     labels = [dt.datetime.fromtimestamp(s + seconds, tz=dt.UTC).strftime(fmt) for s in starts]
     return {**bar_chart(counts, labels, every=every), "capped": capped}
@@ -68,25 +82,30 @@ def _seconds(value: float | None) -> str:
 @dashboard_view()
 def charts(request: HttpRequest) -> HttpResponse:
     """Show completions and failures per minute, hour and day, wait/run percentiles."""
-    client = client_for(request)
-    names = client.queues.names()
-    stats = client.queues.stats_many(names) if names else {}
+    clients = page_clients(request)
+    sharded = is_sharded(clients)
     percentiles = []
-    for name in names:
-        row: dict[str, Any] = {"queue": name}
-        for kind in ("wait", "run"):
-            part = stats.get(name, {}).get(kind) or {}
-            found = histogram_percentiles(part.get("histogram") or [], PERCENTILES)
-            row[kind] = [_seconds(found[p]) for p in PERCENTILES]
-            row[kind + "_count"] = int(part.get("count") or 0)
-        percentiles.append(row)
-    failures = failures_per_day(client, 7, names)
+    daily: list[list[tuple[dt.date, int]]] = []
+    for client in clients:
+        names = client.queues.names()
+        stats = client.queues.stats_many(names) if names else {}
+        for name in names:
+            row: dict[str, Any] = {"queue": name, **({"shard": client.shard} if sharded else {})}
+            for kind in ("wait", "run"):
+                part = stats.get(name, {}).get(kind) or {}
+                found = histogram_percentiles(part.get("histogram") or [], PERCENTILES)
+                row[kind] = [_seconds(found[p]) for p in PERCENTILES]
+                row[kind + "_count"] = int(part.get("count") or 0)
+            percentiles.append(row)
+        daily.append(failures_per_day(client, 7, names))
+    failures = [(day, sum(part[i][1] for part in daily))
+                for i, (day, _) in enumerate(daily[0])]
     context = {
-        "per_minute": _series(client, 60, 60.0, "%H:%M", 10),
-        "per_hour": _series(client, 24, 3600.0, "%H:00", 4),
+        "per_minute": _series(clients, 60, 60.0, "%H:%M", 10),
+        "per_hour": _series(clients, 24, 3600.0, "%H:00", 4),
         "failures": bar_chart([n for _, n in failures], [d.strftime("%m-%d") for d, _ in failures]),
-        "failed_minute": _failure_series(client, 60, 60.0, "%H:%M", 10),
-        "failed_hour": _failure_series(client, 24, 3600.0, "%H:00", 4),
+        "failed_minute": _failure_series(clients, 60, 60.0, "%H:%M", 10),
+        "failed_hour": _failure_series(clients, 24, 3600.0, "%H:00", 4),
         "failure_days": [(d.isoformat(), n) for d, n in failures],
         "percentiles": percentiles, "ps": PERCENTILES,
     }
@@ -108,26 +127,32 @@ def _size(value: Any) -> str:
 
 @dashboard_view()
 def redis_page(request: HttpRequest) -> HttpResponse:
-    """Show the Redis (or Valkey) server's version, memory, clients, persistence, slow calls."""
-    client = client_for(request)
-    report = server_report(client)
-    report["used_memory_text"] = _size(report["used_memory"])
-    report["used_memory_peak_text"] = _size(report["used_memory_peak"])
-    report["maxmemory_text"] = (_size(report["maxmemory"]) if report["maxmemory"]
-                                else "no limit")
-    report["rdb_last_save_text"] = utc_text(report["rdb_last_save"])
-    slow = engine_slowlog(client)
-    for entry in slow:
-        entry["start_text"] = utc_text(entry["start"])
-        entry["ms"] = (entry["duration_us"] or 0) / 1000
+    """Show the Redis (or Valkey) server's version, memory, clients, persistence, slow calls;
+    for a sharded alias, each primary holding its shards (read once however many it holds)."""
+    servers = []
+    for node, here in primaries(page_clients(request)):
+        report = server_report(here[0])
+        report["used_memory_text"] = _size(report["used_memory"])
+        report["used_memory_peak_text"] = _size(report["used_memory_peak"])
+        report["maxmemory_text"] = (_size(report["maxmemory"]) if report["maxmemory"]
+                                    else "no limit")
+        report["rdb_last_save_text"] = utc_text(report["rdb_last_save"])
+        report["node"] = node
+        report["shards"] = [str(c.shard) for c in here if c.shard is not None]
+        slow = engine_slowlog(here[0])
+        for entry in slow:
+            entry["start_text"] = utc_text(entry["start"])
+            entry["ms"] = (entry["duration_us"] or 0) / 1000
+        servers.append({"server": report, "slowlog": slow})
     return render_page(request, "django_qless/redis.html",
-                       {"server": report, "slowlog": slow},
+                       {"servers": servers, "server": servers[0]["server"],
+                        "slowlog": servers[0]["slowlog"]},
                        title="Redis", crumbs=[("Redis", None)])
 
 
 def _is_empty(client: Any, name: str) -> bool | None:
     """Tell whether a known queue has no job in any indexed state (None: unknown queue)."""
-    for row in queue_counts(client):
+    for row in queue_counts([client]):
         if row["name"] == name:
             return not any(row[s] for s in QUEUE_STATES)
     return None
@@ -136,7 +161,7 @@ def _is_empty(client: Any, name: str) -> bool | None:
 @dashboard_view(manage=True)
 def queue_forget(request: HttpRequest, name: str) -> HttpResponse:
     """Confirm (GET), then forget an empty queue (POST); a queue with jobs is refused."""
-    client = client_for(request)
+    client = queue_client(request, name)
     empty = _is_empty(client, name)
     if empty is None:
         messages.info(request, f"Queue {name} is not listed: nothing to forget.")

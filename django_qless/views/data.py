@@ -7,8 +7,12 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
+from django_qless.core.client import Client
+from django_qless.views.shards import is_sharded, merge_counts
+
 __all__ = [
     "QUEUE_STATES",
+    "as_clients",
     "completed_per_minute",
     "histogram_bars",
     "job_row",
@@ -18,6 +22,9 @@ __all__ = [
     "queue_counts",
     "stats_for_day",
     "stats_many",
+    "failed_groups",
+    "tracked_jobs",
+    "worker_counts",
 ]
 
 QUEUE_STATES = ("running", "waiting", "scheduled", "stalled", "depends", "recurring", "throttled")
@@ -32,16 +39,29 @@ def _num(value: Any, default: float = 0) -> float:
     return result if math.isfinite(result) else default
 
 
-def queue_counts(client: Any) -> list[dict[str, Any]]:
-    """Return every known queue's counts with all state keys present."""
-    counts = client.queues.counts or []
+def as_clients(clients: Any) -> list[Client]:
+    """Return a deployment's keyspace clients (a Client, a ShardedClient, or a list)."""
+    found = getattr(clients, "clients", None)
+    return list(found()) if found is not None else list(clients)
+
+
+def queue_counts(clients: Any) -> list[dict[str, Any]]:
+    """Return every known queue's counts with all state keys present; in a sharded
+    deployment each row also names its "shard" (rows ordered by queue name)."""
+    shards = as_clients(clients)
+    sharded = is_sharded(shards)
     rows = []
-    for item in counts:
-        row: dict[str, Any] = {"name": str(item.get("name", ""))}
-        for key in QUEUE_STATES:
-            row[key] = int(_num(item.get(key, 0)))
-        row["paused"] = bool(item.get("paused", False))
-        rows.append(row)
+    for client in shards:
+        for item in client.queues.counts or []:
+            row: dict[str, Any] = {"name": str(item.get("name", ""))}
+            for key in QUEUE_STATES:
+                row[key] = int(_num(item.get(key, 0)))
+            row["paused"] = bool(item.get("paused", False))
+            if sharded:
+                row["shard"] = str(client.shard)
+            rows.append(row)
+    if len(shards) > 1:
+        rows.sort(key=lambda row: (row["name"], row["shard"]))
     return rows
 
 
@@ -83,12 +103,19 @@ def _failure_fields(failure: dict[str, Any]) -> dict[str, Any]:
     return {"failed_at_text": text, "failure_line": last[:200]}
 
 
-def load_jobs(client: Any, jids: Iterable[str]) -> list[Any]:
-    """Fetch many jobs in one round trip, keeping the listing's order."""
+def load_jobs(clients: Any, jids: Iterable[str]) -> list[Any]:
+    """Fetch many jobs, one round trip per shard, keeping the listing's order (a jid found
+    in several shards: the first shard's)."""
     wanted = [j for j in jids if j]
     if not wanted:
         return []
-    found = {job.jid: job for job in client.jobs.get_many(*wanted)}
+    found: dict[str, Any] = {}
+    for client in as_clients(clients):
+        missing = [j for j in wanted if j not in found]
+        if not missing:
+            break
+        for job in client.jobs.get_many(*missing):
+            found.setdefault(job.jid, job)
     return [found[j] for j in wanted if j in found]
 
 
@@ -98,9 +125,16 @@ def jobs_by_state(client: Any, queue: str, state: str, offset: int, count: int) 
     return list(lister(offset=offset, count=count))
 
 
-def completed_per_minute(client: Any, minutes: int = 60) -> list[int]:
-    """Count jobs completed in each of the last ``minutes`` minutes (oldest first)."""
-    return list(client.jobs.completed_per_interval(minutes, 60.0, float(client.now())))
+def completed_per_minute(clients: Any, minutes: int = 60) -> list[int]:
+    """Count jobs completed in each of the last ``minutes`` minutes (oldest first), summed
+    over every shard."""
+    shards = as_clients(clients)
+    now = float(shards[0].now())
+    total = [0] * minutes
+    for client in shards:
+        for i, n in enumerate(client.jobs.completed_per_interval(minutes, 60.0, now)):
+            total[i] += int(n)
+    return total
 
 
 def _day_start(day: dt.date) -> float:
@@ -161,20 +195,49 @@ def _shape_stats(raw: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def overview(client: Any) -> dict[str, Any]:
-    """Gather the overview: queues, failure groups, tracked jobs, workers, throughput."""
-    queues = queue_counts(client)
-    failed = client.jobs.failed() or {}
+def worker_counts(clients: Any) -> list[dict[str, Any]]:
+    """Return each worker's running and stalled job counts, summed over every shard (a
+    worker may hold jobs in several), in the first shard's order, then new names."""
+    merged: dict[str, dict[str, Any]] = {}
+    for client in as_clients(clients):
+        for w in client.workers.counts or []:
+            name = str(w.get("name", ""))
+            row = merged.setdefault(name, {"name": name, "jobs": 0, "stalled": 0})
+            row["jobs"] += int(_num(w.get("jobs")))
+            row["stalled"] += int(_num(w.get("stalled")))
+    return list(merged.values())
+
+
+def tracked_jobs(clients: Any) -> tuple[list[Any], list[str]]:
+    """Return the tracked jobs of every shard, and the tracked jids that expired."""
+    jobs: list[Any] = []
+    expired: list[str] = []
+    for client in as_clients(clients):
+        info = client.jobs.tracked() or {}
+        jobs.extend(info.get("jobs") or [])
+        expired.extend(info.get("expired") or [])
+    return jobs, expired
+
+
+def failed_groups(clients: Any) -> dict[str, int]:
+    """Return failure group -> failed jobs, summed over every shard."""
+    return merge_counts(client.jobs.failed() or {} for client in as_clients(clients))
+
+
+def overview(clients: Any) -> dict[str, Any]:
+    """Gather the overview: queues, failure groups, tracked jobs, workers, throughput (every
+    shard's, summed and merged)."""
+    shards = as_clients(clients)
+    queues = queue_counts(shards)
+    failed = failed_groups(shards)
     groups = sorted(((str(g), int(_num(n))) for g, n in failed.items()),
                     key=lambda item: (-item[1], item[0]))
-    tracked = client.jobs.tracked() or {}
-    tracked_jobs = list(tracked.get("jobs") or [])
+    tracked, _ = tracked_jobs(shards)
     tracked_by_state: dict[str, int] = {}
-    for job in tracked_jobs:
+    for job in tracked:
         tracked_by_state[job.state] = tracked_by_state.get(job.state, 0) + 1
-    workers = [{"name": str(w.get("name", "")), "jobs": int(_num(w.get("jobs"))),
-                "stalled": int(_num(w.get("stalled")))} for w in (client.workers.counts or [])]
-    per_minute = completed_per_minute(client)
+    workers = worker_counts(shards)
+    per_minute = completed_per_minute(shards)
     totals = {key: sum(q[key] for q in queues) for key in QUEUE_STATES}
     return {
         "queues": queues,
@@ -184,7 +247,7 @@ def overview(client: Any) -> dict[str, Any]:
         "failed_group_count": len(groups),
         "failed_total": sum(n for _, n in groups),
         "tracked_by_state": tracked_by_state,
-        "tracked_count": len(tracked_jobs),
+        "tracked_count": len(tracked),
         "workers": workers[:OVERVIEW_LIMIT],
         "worker_count": len(workers),
         "completed_per_minute": per_minute,

@@ -8,13 +8,13 @@ from django.http import HttpRequest, HttpResponse
 from django_qless.core.engine_config import KNOWN_OPTIONS, is_known_option
 from django_qless.forms import ConfigForm, first_error
 from django_qless.views.base import (
-    client_for,
     dashboard_view,
     logger,
     qurl,
     redirect_back,
     render_page,
 )
+from django_qless.views.shards import shard_clients
 
 __all__ = ["config", "config_unset"]
 
@@ -24,14 +24,16 @@ DEFAULT_KEYS = tuple(sorted(KNOWN_OPTIONS))
 @dashboard_view()
 def config(request: HttpRequest) -> HttpResponse:
     """List the config (defaults overlaid with stored values); POST sets one option."""
-    client = client_for(request)
+    clients = shard_clients(request)
+    client = clients[0]
     if request.method == "POST":
         form = ConfigForm(request.POST)
         if not form.is_valid():
             messages.error(request, first_error(form))
             return redirect_back(request, qurl(request, "config"))
         key, value = form.cleaned_data["key"], form.cleaned_data["value"]
-        client.config[key] = value
+        for shard in clients:  # every shard keeps its own config: set it everywhere
+            shard.config[key] = value
         logger.info("user %s set config %s=%s", request.user, key, value)
         if is_known_option(key):
             messages.success(request, f"Set {key} to {value}.")
@@ -51,7 +53,8 @@ def config(request: HttpRequest) -> HttpResponse:
 @dashboard_view(post_only=True)
 def config_unset(request: HttpRequest) -> HttpResponse:
     """Unset one option (it falls back to its default)."""
-    client = client_for(request)
+    clients = shard_clients(request)
+    client = clients[0]
     key = request.POST.get("key", "").strip()
     if not key or len(key) > 128:
         messages.error(request, "Key: choose an option to unset.")
@@ -59,7 +62,9 @@ def config_unset(request: HttpRequest) -> HttpResponse:
     if key not in (client.config.all or {}):
         messages.info(request, f"{key} is not set: nothing to reset.")
         return redirect_back(request, qurl(request, "config"))
-    del client.config[key]
+    for shard in clients:
+        if key in (shard.config.all or {}):
+            del shard.config[key]
     logger.info("user %s unset config %s", request.user, key)
     messages.success(request, f"Unset {key}.")
     return redirect_back(request, qurl(request, "config"))

@@ -8,8 +8,8 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from django_qless.core.exceptions import JobNotFound
-from django_qless.views.base import api_view, client_for
+from django_qless.views.base import api_view
+from django_qless.views.shards import find_job
 
 __all__ = ["MOVABLE", "PRIORITY_STATES", "api_job_summary", "job_summary", "job_version"]
 
@@ -52,7 +52,4 @@ def job_summary(job: Any) -> dict[str, Any]:
 @api_view
 def api_job_summary(request: HttpRequest, jid: str) -> HttpResponse:
     """A job's state, queue, worker, priority and a version of the whole page (under 2 KB)."""
-    job = client_for(request).jobs.get(jid)
-    if job is None:
-        raise JobNotFound(jid)
-    return JsonResponse(job_summary(job))
+    return JsonResponse(job_summary(find_job(request, jid)))

@@ -7,18 +7,18 @@ from typing import Any
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 
-from django_qless.core.exceptions import DependencyError, JobNotFound, LimitExceeded
+from django_qless.core.exceptions import DependencyError, LimitExceeded
 from django_qless.forms import MoveForm, PriorityForm, TagForm, UndependForm, first_error
 from django_qless.options import RESULT_KEY
 from django_qless.views import data
 from django_qless.views.base import (
-    client_for,
     dashboard_view,
     qurl,
     redirect_back,
     render_page,
 )
 from django_qless.views.job_state import MOVABLE, PRIORITY_STATES, job_version
+from django_qless.views.shards import deployment, find_job
 
 __all__ = [
     "job_cancel",
@@ -39,11 +39,9 @@ PRIORITY_PRESETS = (("high", 25), ("normal", 0), ("low", -25))
 
 
 def get_job(request: HttpRequest, jid: str) -> Any:
-    """Return the job or raise JobNotFound (rendered as a 404)."""
-    job = client_for(request).jobs.get(jid)
-    if job is None:
-        raise JobNotFound(jid)
-    return job
+    """Return the job from whichever shard holds it, or raise JobNotFound (a 404); what is
+    done with it goes to its own shard (`job.client`)."""
+    return find_job(request, jid)
 
 
 def _history(job: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -67,8 +65,8 @@ def _result(job: Any) -> Any:
 @dashboard_view()
 def job_detail(request: HttpRequest, jid: str) -> HttpResponse:
     """Show everything about one job, with the actions the user may take."""
-    client = client_for(request)
     job = get_job(request, jid)
+    client = job.client
     now = float(client.now())
     timeline, logs = _history(job)
     failure = job.failure if isinstance(job.failure, dict) and job.failure else None
@@ -83,7 +81,9 @@ def job_detail(request: HttpRequest, jid: str) -> HttpResponse:
         "dependents": sorted(job.dependents or []),
         "spawned_from": job.spawned_from,
         "throttles": list(job.throttles or ()),
+        # A job moves within its shard: the queues offered are that shard's.
         "queues": client.queues.names(),
+        "job_shard": client.shard,
         "presets": PRIORITY_PRESETS,
         "live_src": qurl(request, "api_job_summary", jid),
         "live_version": job_version(job),
@@ -108,10 +108,10 @@ def _dependents_text(jids: list[str]) -> str:
         f" on it ({shown})"
 
 
-def _closure(request: HttpRequest, jid: str) -> tuple[list[str], str | None]:
+def _closure(job: Any) -> tuple[list[str], str | None]:
     """Return the job's transitive dependents, or [] and why they cannot all be canceled."""
     try:
-        return client_for(request).jobs.dependents_closure(jid, MAX_CASCADE), None
+        return job.client.jobs.dependents_closure(job.jid, MAX_CASCADE), None
     except LimitExceeded:
         return [], (f"More than {MAX_CASCADE} jobs depend on this job: cancel some of them "
                     "first.")
@@ -123,7 +123,7 @@ def job_cancel(request: HttpRequest, jid: str) -> HttpResponse:
     job = get_job(request, jid)
     here = qurl(request, "job_cancel", jid)
     if request.method != "POST":
-        dependents, too_many = _closure(request, jid) if job.dependents else ([], None)
+        dependents, too_many = _closure(job) if job.dependents else ([], None)
         context: dict[str, Any] = {
             "action": here, "button": "Yes, cancel the job", "back": qurl(request, "job", jid),
             "question": f"Cancel job {jid} ({job.klass_name})? It is deleted with its history."}
@@ -141,7 +141,7 @@ def job_cancel(request: HttpRequest, jid: str) -> HttpResponse:
     queue = job.queue_name
     if request.POST.get("with_dependents"):
         try:
-            canceled = client_for(request).jobs.cancel_with_dependents(jid, MAX_CASCADE)
+            canceled = job.client.jobs.cancel_with_dependents(jid, MAX_CASCADE)
         except DependencyError:
             messages.error(request, "More jobs started to depend on this one meanwhile: "
                                     "nothing was canceled. Check the new list and confirm again.")
@@ -153,7 +153,7 @@ def job_cancel(request: HttpRequest, jid: str) -> HttpResponse:
         try:
             job.cancel()
         except DependencyError:
-            dependents, too_many = _closure(request, jid)
+            dependents, too_many = _closure(job)
             messages.error(request, too_many or (
                 f"This job can't be canceled on its own: {_dependents_text(dependents)}. "
                 "Use “Cancel with its dependents” to cancel them all."))
@@ -189,6 +189,12 @@ def job_move(request: HttpRequest, jid: str) -> HttpResponse:
         messages.error(request, first_error(form))
         return _back(request, jid)
     queue = form.cleaned_data["queue"]
+    home = getattr(deployment(request), "shard_of", None)
+    if home is not None and home(queue) != job.client.shard:
+        # The engine moves a job within its keyspace; the queue lives in another shard.
+        messages.error(request, f"Queue {queue} lives in shard {home(queue)}, job {jid} in "
+                                f"shard {job.client.shard}: a job moves within its shard.")
+        return _back(request, jid)
     job.move(queue)
     messages.success(request, f"Moved job {jid} to {queue}.")
     return _back(request, jid)

@@ -12,12 +12,12 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django_qless.views import event_buffer
 from django_qless.views.base import (
     api_view,
-    client_for,
     dashboard_view,
     qurl,
     render_page,
     ui_settings,
 )
+from django_qless.views.shards import page_clients
 
 __all__ = ["events", "events_stream"]
 
@@ -63,7 +63,8 @@ def events_stream(request: HttpRequest) -> HttpResponse:
     """Stream engine events as ``text/event-stream`` (staff session or bearer token)."""
     seconds = float(ui_settings().get("EVENTS_STREAM_SECONDS", 25))
     last_id = request.headers.get("Last-Event-ID", "")[:64]
-    response = StreamingHttpResponse(_stream(client_for(request), seconds, last_id),
+    # One shard's log (the ``?shard=`` one, else the first): a buffer listens to one keyspace.
+    response = StreamingHttpResponse(_stream(page_clients(request)[0], seconds, last_id),
                                      content_type="text/event-stream; charset=utf-8")
     response["X-Accel-Buffering"] = "no"  # let proxies pass events through at once
     return response  # type: ignore[return-value]
@@ -73,5 +74,6 @@ def events_stream(request: HttpRequest) -> HttpResponse:
 def events(request: HttpRequest) -> HttpResponse:
     """Show engine events (put, completed, failed, canceled, ...) as they happen."""
     return render_page(request, "django_qless/events.html",
-                       {"stream_src": qurl(request, "api_events")},
+                       {"stream_src": qurl(request, "api_events", query={
+                           k: v for k, v in request.GET.items() if k == "shard"})},
                        title="Live events", crumbs=[("Events", None)])

@@ -1,4 +1,7 @@
-"""Prometheus text exposition: queue depths, failures, workers, today's counters."""
+"""Prometheus text exposition: queue depths, failures, workers, today's counters.
+
+On a sharded alias every per-queue series also carries a ``shard`` label (the queue's
+shard); failure groups, workers and the hour's completions are summed over the shards."""
 
 from __future__ import annotations
 
@@ -9,7 +12,8 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 
 from django_qless.views import data
-from django_qless.views.base import api_view, client_for
+from django_qless.views.base import api_view
+from django_qless.views.shards import shard_clients
 
 __all__ = ["metrics"]
 
@@ -45,20 +49,25 @@ class _Writer:
 @api_view
 def metrics(request: HttpRequest) -> HttpResponse:
     """Serve the metrics (staff session with view permission, or the bearer token)."""
-    client = client_for(request)
-    queues = data.queue_counts(client)
+    clients = shard_clients(request)
+    queues = data.queue_counts(clients)
+
+    def where(q: dict[str, Any]) -> dict[str, str]:
+        """The labels naming a queue: its name, and its shard when sharded."""
+        return {"queue": q["name"], **({"shard": q["shard"]} if "shard" in q else {})}
+
     out = _Writer()
     out.family("qless_queue_jobs", "gauge", "Jobs in a queue by state.")
     for q in queues:
         for state in data.QUEUE_STATES:
-            out.sample("qless_queue_jobs", q[state], queue=q["name"], state=state)
+            out.sample("qless_queue_jobs", q[state], **where(q), state=state)
     out.family("qless_queue_paused", "gauge", "1 when the queue is paused.")
     for q in queues:
-        out.sample("qless_queue_paused", 1 if q["paused"] else 0, queue=q["name"])
+        out.sample("qless_queue_paused", 1 if q["paused"] else 0, **where(q))
     out.family("qless_failed_jobs", "gauge", "Failed jobs by failure group.")
-    for group, count in sorted((client.jobs.failed() or {}).items()):
+    for group, count in sorted(data.failed_groups(clients).items()):
         out.sample("qless_failed_jobs", count, group=str(group))
-    workers = client.workers.counts or []
+    workers = data.worker_counts(clients)
     out.family("qless_workers", "gauge", "Workers seen recently.")
     out.sample("qless_workers", len(workers))
     out.family("qless_worker_jobs", "gauge", "Jobs held by a worker, by lock state.")
@@ -67,23 +76,28 @@ def metrics(request: HttpRequest) -> HttpResponse:
                    state="running")
         out.sample("qless_worker_jobs", w.get("stalled", 0), worker=str(w.get("name")),
                    state="stalled")
-    day = dt.datetime.fromtimestamp(float(client.now()), tz=dt.UTC).date()
-    stats = data.stats_many(client, [q["name"] for q in queues], day)
+    day = dt.datetime.fromtimestamp(float(clients[0].now()), tz=dt.UTC).date()
+    # (labels, stats) per queue: each shard's queues read in one round trip.
+    stats: list[tuple[dict[str, str], dict[str, Any]]] = []
+    for client in clients:
+        mine = [q for q in queues if q.get("shard", client.shard) == client.shard]
+        found = data.stats_many(client, [q["name"] for q in mine], day) if mine else {}
+        stats.extend((where(q), found[q["name"]]) for q in mine)
     for key, text in (("failures", "Jobs that failed today."),
                       ("failed", "Jobs failed today and still failed."),
                       ("retries", "Lock-loss retries today.")):
         out.family(f"qless_stats_{key}_today", "gauge", text)
-        for name, s in stats.items():
-            out.sample(f"qless_stats_{key}_today", s[key], queue=name)
+        for labels, s in stats:
+            out.sample(f"qless_stats_{key}_today", s[key], **labels)
     for kind in ("wait", "run"):
         out.family(f"qless_stats_{kind}_count_today", "gauge", f"Jobs measured for {kind} today.")
-        for name, s in stats.items():
-            out.sample(f"qless_stats_{kind}_count_today", s[kind]["count"], queue=name)
+        for labels, s in stats:
+            out.sample(f"qless_stats_{kind}_count_today", s[kind]["count"], **labels)
         out.family(f"qless_stats_{kind}_mean_seconds_today", "gauge",
                    f"Mean {kind} time today in seconds.")
-        for name, s in stats.items():
-            out.sample(f"qless_stats_{kind}_mean_seconds_today", s[kind]["mean"], queue=name)
-    per_minute = data.completed_per_minute(client)
+        for labels, s in stats:
+            out.sample(f"qless_stats_{kind}_mean_seconds_today", s[kind]["mean"], **labels)
+    per_minute = data.completed_per_minute(clients)
     out.family("qless_completed_last_hour", "gauge", "Jobs completed in the last hour.")
     out.sample("qless_completed_last_hour", sum(per_minute))
     return HttpResponse("\n".join(out.lines) + "\n", content_type=CONTENT_TYPE)

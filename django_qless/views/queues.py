@@ -11,26 +11,27 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django_qless.forms import QueueSettingsForm, StatsDateForm, first_error
 from django_qless.views import data
 from django_qless.views.base import (
-    client_for,
     dashboard_view,
     get_pager,
     qurl,
     redirect_back,
     render_page,
 )
+from django_qless.views.shards import queue_client
 
 __all__ = ["queue_detail", "queue_pause", "queue_settings", "queue_tab", "queue_unpause"]
 
 
 def known_queue(client: Any, name: str) -> Any:
-    """Return the Queue, or 404 when the engine has never seen that name."""
+    """Return the Queue of `client` (the queue's shard), or 404 when the engine has never
+    seen that name there."""
     if name not in set(client.queues.names()):
         raise Http404(f"There is no queue named {name!r}.")
     return client.queues[name]
 
 
 def _counts(client: Any, name: str) -> dict[str, Any]:
-    for row in data.queue_counts(client):
+    for row in data.queue_counts([client]):
         if row["name"] == name:
             return row
     return {"name": name, **{k: 0 for k in data.QUEUE_STATES}, "paused": False}
@@ -44,7 +45,7 @@ def _tabs(request: HttpRequest, name: str, counts: dict[str, Any]) -> list[dict[
 @dashboard_view()
 def queue_detail(request: HttpRequest, name: str) -> HttpResponse:
     """Show a queue's counts, settings and the statistics of a chosen day."""
-    client = client_for(request)
+    client = queue_client(request, name)
     queue = known_queue(client, name)
     counts = _counts(client, name)
     form = StatsDateForm(request.GET or None)
@@ -64,6 +65,7 @@ def queue_detail(request: HttpRequest, name: str) -> HttpResponse:
         "queue": name, "counts": counts, "stats": stats, "day": day,
         "prev_day": day - dt.timedelta(days=1), "next_day": day + dt.timedelta(days=1),
         "tabs": _tabs(request, name, counts), "settings_form": settings_form,
+        "queue_shard": client.shard,
     }
     return render_page(request, "django_qless/queue.html", context, title=f"Queue {name}",
                        crumbs=[(name, None)])
@@ -72,7 +74,7 @@ def queue_detail(request: HttpRequest, name: str) -> HttpResponse:
 @dashboard_view()
 def queue_tab(request: HttpRequest, name: str, state: str) -> HttpResponse:
     """List one state's jobs of a queue, paginated."""
-    client = client_for(request)
+    client = queue_client(request, name)
     known_queue(client, name)
     counts = _counts(client, name)
     pager = get_pager(request, total=int(counts.get(state, 0)))
@@ -83,10 +85,11 @@ def queue_tab(request: HttpRequest, name: str, state: str) -> HttpResponse:
         recurring = [client.jobs.recurring(jid) for jid in jids]
         context: dict[str, Any] = {"recurring": [r for r in recurring if r is not None]}
     else:
-        rows = [data.job_row(job, now) for job in data.load_jobs(client, jids)]
+        rows = [data.job_row(job, now) for job in data.load_jobs([client], jids)]
         context = {"rows": rows}
     context.update(
         queue=name, state=state, counts=counts, pager=pager, tabs=_tabs(request, name, counts),
+        queue_shard=client.shard,
         live_src=qurl(request, "api_queue_tab", name, state)
         + (f"?page={pager.number}" if pager.number > 1 else ""),
     )
@@ -98,7 +101,7 @@ def queue_tab(request: HttpRequest, name: str, state: str) -> HttpResponse:
 @dashboard_view(post_only=True)
 def queue_pause(request: HttpRequest, name: str) -> HttpResponse:
     """Pause a queue: workers stop taking its jobs."""
-    queue = known_queue(client_for(request), name)
+    queue = known_queue(queue_client(request, name), name)
     if queue.paused:
         messages.info(request, f"Queue {name} is already paused: nothing changed.")
         return redirect_back(request, qurl(request, "queue", name))
@@ -110,7 +113,7 @@ def queue_pause(request: HttpRequest, name: str) -> HttpResponse:
 @dashboard_view(post_only=True)
 def queue_unpause(request: HttpRequest, name: str) -> HttpResponse:
     """Unpause a queue."""
-    queue = known_queue(client_for(request), name)
+    queue = known_queue(queue_client(request, name), name)
     if not queue.paused:
         messages.info(request, f"Queue {name} is not paused: nothing changed.")
         return redirect_back(request, qurl(request, "queue", name))
@@ -122,7 +125,7 @@ def queue_unpause(request: HttpRequest, name: str) -> HttpResponse:
 @dashboard_view(post_only=True)
 def queue_settings(request: HttpRequest, name: str) -> HttpResponse:
     """Set a queue's heartbeat, max concurrency and throttle maximum."""
-    client = client_for(request)
+    client = queue_client(request, name)
     queue = known_queue(client, name)
     form = QueueSettingsForm(request.POST)
     if not form.is_valid():

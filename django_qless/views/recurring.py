@@ -17,38 +17,45 @@ from django_qless.views.base import (
     redirect_back,
     render_page,
 )
-from django_qless.views.data import jobs_by_state, queue_counts
+from django_qless.views.data import as_clients, jobs_by_state, queue_counts
+from django_qless.views.shards import page_clients
 
 __all__ = ["recurring", "recurring_cancel", "recurring_detail"]
 
 
 def get_recurring(client: Any, jid: str) -> Any:
-    """Return the recurring job or 404."""
-    found = client.jobs.recurring(jid)
-    if found is None:
-        raise Http404(f"There is no recurring job {jid!r}.")
-    return found
+    """Return the recurring job (from whichever shard holds it) or 404."""
+    for shard in as_clients(client):
+        found = shard.jobs.recurring(jid)
+        if found is not None:
+            return found
+    raise Http404(f"There is no recurring job {jid!r}.")
 
 
 @dashboard_view()
 def recurring(request: HttpRequest) -> HttpResponse:
     """List every queue's recurring jobs, paginated across queues."""
-    client = client_for(request)
-    counts = [(q["name"], q["recurring"]) for q in queue_counts(client) if q["recurring"]]
+    clients = page_clients(request)
+    counts = [(q, q["recurring"]) for q in queue_counts(clients) if q["recurring"]]
     total = sum(n for _, n in counts)
     pager = get_pager(request, total=total)
     skip, want = pager.offset, pager.per_page
     jids: list[str] = []
-    for name, n in counts:
+    found: list[Any] = []
+    for row, n in counts:
         if skip >= n:
             skip -= n
             continue
         take = min(want - len(jids), n - skip)
-        jids.extend(jobs_by_state(client, name, "recurring", skip, take))
+        name = row["name"]
+        shard = next((c for c in clients if c.shard == row.get("shard", c.shard)), clients[0])
+        page = jobs_by_state(shard, name, "recurring", skip, take)
+        jids.extend(page)
+        found.extend(shard.jobs.recurring(jid) for jid in page)
         skip = 0
         if len(jids) >= want:
             break
-    rows = [r for r in (client.jobs.recurring(jid) for jid in jids) if r is not None]
+    rows = [r for r in found if r is not None]
     return render_page(request, "django_qless/recurring.html",
                        {"recurring": rows, "pager": pager, "total": total},
                        title="Recurring jobs", crumbs=[("Recurring", None)])
@@ -57,8 +64,7 @@ def recurring(request: HttpRequest) -> HttpResponse:
 @dashboard_view()
 def recurring_detail(request: HttpRequest, jid: str) -> HttpResponse:
     """Show a recurring job; POST (manage permission) updates it."""
-    client = client_for(request)
-    job = get_recurring(client, jid)
+    job = get_recurring(client_for(request), jid)
     if request.method == "POST":
         form = RecurringForm(request.POST)
         if not form.is_valid():
@@ -91,8 +97,7 @@ def recurring_detail(request: HttpRequest, jid: str) -> HttpResponse:
 @dashboard_view(manage=True)
 def recurring_cancel(request: HttpRequest, jid: str) -> HttpResponse:
     """Confirm (GET) then stop a recurring job (POST); spawned jobs are kept."""
-    client = client_for(request)
-    job = get_recurring(client, jid)
+    job = get_recurring(client_for(request), jid)
     if request.method != "POST":
         return render_page(
             request, "django_qless/confirm.html",

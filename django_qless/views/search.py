@@ -9,8 +9,10 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 
 from django_qless.core.console import KLASS_SCAN_CAP, KLASS_STATES, find_by_klass
 from django_qless.core.exceptions import InvalidArgument
-from django_qless.views.base import client_for, dashboard_view, qurl, render_page
+from django_qless.core.job import Job
+from django_qless.views.base import dashboard_view, qurl, render_page
 from django_qless.views.data import job_row
+from django_qless.views.shards import deployment, page_clients
 
 __all__ = ["search"]
 
@@ -45,10 +47,11 @@ def _filters(request: HttpRequest, queues: list[str]
     return states, queue, changed, problems
 
 
-def _has_jobs_tagged(client: Any, text: str) -> bool:
-    """Tell whether `text` is a tag some job carries (text that cannot be a tag: False)."""
+def _has_jobs_tagged(clients: list[Any], text: str) -> bool:
+    """Tell whether `text` is a tag some job (of any shard) carries (text that cannot be a
+    tag: False)."""
     try:
-        return int(client.jobs.tagged(text, 0, 1).get("total") or 0) > 0
+        return any(int(c.jobs.tagged(text, 0, 1).get("total") or 0) > 0 for c in clients)
     except InvalidArgument:
         return False
 
@@ -56,9 +59,9 @@ def _has_jobs_tagged(client: Any, text: str) -> bool:
 @dashboard_view()
 def search(request: HttpRequest) -> HttpResponse:
     """Find a job by jid, a tag, or the jobs of a class (a bounded scan; see docs/ui.md)."""
-    client = client_for(request)
+    clients = page_clients(request)
     q = request.GET.get("q", "").strip()
-    queues = client.queues.names()
+    queues = sorted({name for client in clients for name in client.queues.names()})
     states, queue, changed, problems = _filters(request, queues)
     filtered = len(states) < len(KLASS_STATES) or bool(queue) or bool(changed)
     context: dict[str, Any] = {
@@ -75,14 +78,25 @@ def search(request: HttpRequest) -> HttpResponse:
         context["problems"] = [*problems, "A search is 1 to 256 printable characters."]
         return render_page(request, "django_qless/search.html", context, title="Search",
                            crumbs=crumbs)
-    if not filtered and _JID.fullmatch(q) and client.jobs.get(q) is not None:
+    # A bare jid is looked up in every shard (one round trip per primary).
+    if not filtered and _JID.fullmatch(q) and isinstance(deployment(request).find_job(q), Job):
         return HttpResponseRedirect(qurl(request, "job", q))
-    if not filtered and _has_jobs_tagged(client, q):
+    if not filtered and _has_jobs_tagged(clients, q):
         return HttpResponseRedirect(qurl(request, "tag", q))
-    now = float(client.now())
-    jobs, capped = find_by_klass(client, q, states=states, queues=[queue] if queue else None,
-                                 limit=RESULT_LIMIT,
-                                 since=now - float(changed) if changed else None)
+    now = float(clients[0].now())
+    jobs: list[Any] = []
+    capped = False
+    for client in clients:
+        if queue and queue not in client.queues.names():
+            continue
+        found, stopped = find_by_klass(client, q, states=states,
+                                       queues=[queue] if queue else None,
+                                       limit=RESULT_LIMIT - len(jobs),
+                                       since=now - float(changed) if changed else None)
+        jobs.extend(found)
+        capped = capped or stopped
+        if len(jobs) >= RESULT_LIMIT:
+            break
     context.update(rows=[job_row(j, now) for j in jobs], capped=capped, kind="class")
     return render_page(request, "django_qless/search.html", context,
                        title=f"Search: {q}", crumbs=crumbs)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 
 from django_qless.forms import TagForm, first_error
-from django_qless.views.base import client_for, dashboard_view, get_pager, qurl, render_page
+from django_qless.views.base import dashboard_view, get_pager, qurl, render_page
 from django_qless.views.data import job_row, load_jobs
+from django_qless.views.shards import page_clients
 
 __all__ = ["tag_detail", "tags"]
 
@@ -21,8 +24,7 @@ def tags(request: HttpRequest) -> HttpResponse:
         if form.is_valid():
             return HttpResponseRedirect(qurl(request, "tag", form.cleaned_data["tag"]))
         messages.error(request, first_error(form))
-    client = client_for(request)
-    top = list(client.tags.top(offset=0, count=100))
+    top = top_tags(page_clients(request))
     return render_page(request, "django_qless/tags.html", {"top": top, "tag_query": query or ""},
                        title="Tags", crumbs=[("Tags", None)])
 
@@ -30,14 +32,34 @@ def tags(request: HttpRequest) -> HttpResponse:
 @dashboard_view()
 def tag_detail(request: HttpRequest, tag: str) -> HttpResponse:
     """List the jobs with one tag, paginated."""
-    client = client_for(request)
+    from django_qless.shard_reads import tagged
+
+    clients = page_clients(request)
     pager = get_pager(request)
-    found = client.jobs.tagged(tag, offset=pager.offset, count=pager.per_page)
-    total = int(found.get("total", 0))
+    found = tagged(clients, tag, pager.offset, pager.per_page)
+    total = int(found.get("total") or 0)
     pager = pager.with_rows(0, total)
-    now = float(client.now())
-    rows = [job_row(job, now) for job in load_jobs(client, found.get("jobs") or [])]
+    now = float(clients[0].now())
+    rows = [job_row(job, now) for job in load_jobs(clients, found.get("jobs") or [])]
     return render_page(request, "django_qless/tag.html",
                        {"tag": tag, "rows": rows, "pager": pager, "total": total,
                         "tag_query": tag},
                        title=f"Tag {tag}", crumbs=[("Tags", qurl(request, "tags")), (tag, None)])
+
+
+def top_tags(clients: list[Any]) -> list[str]:
+    """Return the 100 most used tags of every shard (merged rank by rank)."""
+    if len(clients) == 1:
+        return list(clients[0].tags.top(offset=0, count=100))
+    return _merged_top([list(c.tags.top(offset=0, count=100)) for c in clients])
+
+
+def _merged_top(tops: list[list[str]], count: int = 100) -> list[str]:
+    """Merge the shards' most-used tags rank by rank (the engine gives no counts with them):
+    every shard's first, then every shard's second, and so on."""
+    merged: list[str] = []
+    for rank in range(max((len(t) for t in tops), default=0)):
+        for top in tops:
+            if rank < len(top) and top[rank] not in merged:
+                merged.append(top[rank])
+    return merged[:count]

@@ -10,13 +10,13 @@ from django.http import HttpRequest, HttpResponse
 from django_qless.core.throttle import ThrottleInfo, queue_throttle_id
 from django_qless.forms import ThrottleForm, first_error
 from django_qless.views.base import (
-    client_for,
     dashboard_view,
     logger,
     qurl,
     redirect_back,
     render_page,
 )
+from django_qless.views.shards import is_sharded, page_clients, queue_client, shard_clients
 
 __all__ = ["throttle_delete", "throttle_info", "throttles"]
 
@@ -41,10 +41,17 @@ def _row(info: ThrottleInfo) -> dict[str, Any]:
     return {"id": info.id, "maximum": info.maximum, "ttl": info.ttl}
 
 
+def _owners(request: HttpRequest, tid: str) -> list[Any]:
+    """Return the clients a throttle is set in: its queue's shard for a queue's throttle,
+    else every shard (each shard counts its own jobs against its own copy)."""
+    queue = _queue_of(tid)
+    return [queue_client(request, queue)] if queue else shard_clients(request)
+
+
 @dashboard_view()
 def throttles(request: HttpRequest) -> HttpResponse:
     """Show queue throttles and one looked-up throttle; POST sets a throttle."""
-    client = client_for(request)
+    clients = page_clients(request)
     if request.method == "POST":
         form = ThrottleForm(request.POST)
         if not form.is_valid():
@@ -52,25 +59,29 @@ def throttles(request: HttpRequest) -> HttpResponse:
             return redirect_back(request, qurl(request, "throttles"))
         tid, maximum, ttl = (form.cleaned_data["id"], form.cleaned_data["maximum"],
                              form.cleaned_data["ttl"])
-        client.throttles[tid].set(maximum, ttl)
+        for owner in _owners(request, tid):
+            owner.throttles[tid].set(maximum, ttl)
         logger.info("user %s set throttle %s max=%s ttl=%s", request.user, tid, maximum, ttl)
         messages.success(request, f"Throttle {tid}: maximum {maximum}"
                          + (f", expires in {ttl}s." if ttl else "."))
         return redirect_back(request, qurl(request, "throttles"))
-    listed = client.throttles.list(limit=LIST_LIMIT + 1)
+    sharded = is_sharded(clients)
+    listed = [(c, t) for c in clients for t in c.throttles.list(limit=LIST_LIMIT + 1)]
     rows = [{"id": t.id, "maximum": t.maximum, "ttl": t.ttl, "running": t.running,
-             "pending": t.pending, "defined": t.defined, "queue": _queue_of(t.id)}
-            for t in listed[:LIST_LIMIT]]
+             "pending": t.pending, "defined": t.defined, "queue": _queue_of(t.id),
+             **({"shard": c.shard} if sharded else {})}
+            for c, t in listed[:LIST_LIMIT]]
     lookup = None
     wanted = request.GET.get("id", "").strip()
     if wanted and len(wanted) <= 128:
-        throttle = client.throttles[wanted]
-        lookup = throttle_info(client, [wanted])[0]
-        lookup["locks"] = throttle.locks()[:100]
-        lookup["pending"] = throttle.pending()[:100]
+        owners = [c for c in _owners(request, wanted) if c in clients] or clients
+        lookup = throttle_info(owners[0], [wanted])[0]
+        lookup["locks"] = [j for c in owners for j in c.throttles[wanted].locks()][:100]
+        lookup["pending"] = [j for c in owners for j in c.throttles[wanted].pending()][:100]
     initial = {"id": wanted} if wanted else {}
     return render_page(request, "django_qless/throttles.html",
                        {"rows": rows, "truncated": len(listed) > LIST_LIMIT,
+                        "sharded": sharded,
                         "list_limit": LIST_LIMIT, "lookup": lookup, "wanted": wanted,
                         "form": ThrottleForm(initial=initial)},
                        title="Throttles", crumbs=[("Throttles", None)])
@@ -79,11 +90,12 @@ def throttles(request: HttpRequest) -> HttpResponse:
 @dashboard_view(post_only=True)
 def throttle_delete(request: HttpRequest, tid: str) -> HttpResponse:
     """Delete a throttle (jobs holding it keep running)."""
-    client = client_for(request)
-    if not client.throttles.get_many([tid])[0].defined:
+    owners = [c for c in _owners(request, tid) if c.throttles.get_many([tid])[0].defined]
+    if not owners:
         messages.info(request, f"Throttle {tid} did not exist: nothing was deleted.")
         return redirect_back(request, qurl(request, "throttles"))
-    client.throttles[tid].delete()
+    for owner in owners:
+        owner.throttles[tid].delete()
     logger.info("user %s deleted throttle %s", request.user, tid)
     messages.success(request, f"Deleted throttle {tid}.")
     return redirect_back(request, qurl(request, "throttles"))

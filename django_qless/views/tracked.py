@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse
 
-from django_qless.views.base import client_for, dashboard_view, get_pager, qurl, render_page
-from django_qless.views.data import job_row
+from django_qless.views.base import dashboard_view, get_pager, qurl, render_page
+from django_qless.views.data import job_row, tracked_jobs
+from django_qless.views.shards import page_clients
 
 __all__ = ["TRACKED_STATES", "tracked"]
 
@@ -15,10 +16,10 @@ TRACKED_STATES = ("running", "waiting", "scheduled", "stalled", "depends", "comp
 @dashboard_view()
 def tracked(request: HttpRequest) -> HttpResponse:
     """List tracked jobs (optionally one state), paginated."""
-    client = client_for(request)
-    info = client.jobs.tracked() or {}
-    now = float(client.now())
-    jobs = list(info.get("jobs") or [])
+    clients = page_clients(request)
+    jobs, expired = tracked_jobs(clients)
+    everything = len(jobs)
+    now = float(clients[0].now())
     counts = {s: 0 for s in TRACKED_STATES}
     for job in jobs:
         counts[job.state] = counts.get(job.state, 0) + 1
@@ -30,8 +31,10 @@ def tracked(request: HttpRequest) -> HttpResponse:
     pager = get_pager(request, total=len(jobs))
     rows = [job_row(job, now) for job in jobs[pager.offset:pager.offset + pager.per_page]]
     context = {"rows": rows, "pager": pager, "counts": counts, "state": state,
-               "total": len(info.get("jobs") or []), "expired": list(info.get("expired") or []),
+               "total": everything, "expired": expired,
                "live_src": qurl(request, "api_tracked",
-                                query={"state": state, "page": pager.number})}
+                                query={"state": state, "page": pager.number,
+                                       **{k: v for k, v in request.GET.items()
+                                          if k == "shard"}})}
     return render_page(request, "django_qless/tracked.html", context, title="Tracked jobs",
                        crumbs=[("Tracked", None)])

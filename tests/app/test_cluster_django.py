@@ -219,10 +219,23 @@ def test_failures_are_listed_over_every_shard(on_cluster):
     assert len(only["jids"]) == 1
 
 
-def test_audit_of_a_sharded_alias_is_refused_cleanly(on_cluster):
-    with pytest.raises(CommandError) as caught:
-        call_command("qless_audit")
-    assert caught.value.returncode == 2 and "cannot audit alias 'default'" in str(caught.value)
+def test_audit_of_a_sharded_alias_checks_every_shard(on_cluster):
+    handles = [jobs.add.using(queue=q).enqueue(1, 2) for q in PINNED]
+    out = io.StringIO()
+    call_command("qless_audit", stdout=out)
+    assert out.getvalue().count("audit of shard ") == SHARDS
+    assert f"{SHARDS} shards, all clean" in out.getvalue()
+    shard = get_client().shard(PINNED["beta"])
+    prefix = shard.keyspace.prefix
+    on_cluster.primary_for_key(prefix).conn().zrem(f"{prefix}q:beta-work", handles[1].jid)
+    out = io.StringIO()
+    with pytest.raises(SystemExit) as exited:
+        call_command("qless_audit", "--json", stdout=out)
+    assert exited.value.code == 1
+    data = json.loads(out.getvalue())
+    assert [tag for tag, report in data["shards"].items() if not report["ok"]] == [shard.shard]
+    call_command("qless_audit", "--fix", stdout=io.StringIO())
+    assert shard.queues["beta"].peek() is not None
 
 
 @pytest.mark.django_db(transaction=True)

@@ -186,3 +186,20 @@ def test_times_are_utc_whatever_the_time_zone(mc: Client, qc: Any) -> None:
     with override_settings(TIME_ZONE="Asia/Kolkata"):  # +05:30: any shift shows
         page = body(mc.get(url("worker", "w-tz")))
     assert f"<td>{expected}</td>" in page
+
+
+def test_slow_calls_of_a_shard_keyspace_name_the_engine_command(qc: Any) -> None:
+    """A shard's engine calls carry its prefix as their one key: the command follows it."""
+    from django_qless.core.console import engine_slowlog, primaries
+
+    shard = CoreClient(qc.redis, keyspace="s3", worker_name="w-s3")
+    qc.redis.config_set("slowlog-log-slower-than", 0)
+    try:
+        shard.queues["q"].put("tests.Job", {"n": 1}, jid="in-s3")
+        slow = engine_slowlog(shard)
+    finally:
+        qc.redis.config_set("slowlog-log-slower-than", 10000)
+        qc.redis.slowlog_reset()
+    put = next(e for e in slow if e["command"] == "put")
+    assert "in-s3" in put["args"].split(" ") and "ql:{s3}:" not in put["args"]
+    assert [node for node, _ in primaries([qc, shard])] == [primaries([qc])[0][0]]

@@ -36,8 +36,9 @@ def test_worker_reaps_a_lost_lease_on_a_queue_nobody_pops(
     qless_client = short_leases
     jid = ghost_job(qless_client, redis_url, "orphan", retries=2)
     # The worker serves another queue: no pop on "orphan" ever happens, only the reaper
-    # (heartbeat 2 s + grace 1 s: reaper period 1 s) can give the job back.
-    worker = start_worker("q", "-n", processes)
+    # can give the job back (an idle worker's reaper waits 30 s between calls, unless the
+    # period is fixed).
+    worker = start_worker("q", "-n", processes, "--reap-interval", "1")
     job = wait_until(
         lambda: (lambda j: j if j.state == "waiting" else None)(qless_client.jobs[jid]),
         timeout=20, step=0.1)
@@ -55,7 +56,7 @@ def test_worker_reaps_a_lost_lease_on_a_queue_nobody_pops(
 def test_reaped_lease_without_retries_left_fails(short_leases, redis_url, start_worker):
     qless_client = short_leases
     jid = ghost_job(qless_client, redis_url, "orphan", retries=0)
-    worker = start_worker("q", "-n", "1")
+    worker = start_worker("q", "-n", "1", "--reap-interval", "1")
     job = wait_until(lambda: (lambda j: j if j.state == "failed" else None)(qless_client.jobs[jid]),
                      timeout=20, step=0.1)
     assert job.failure is not None and job.failure["group"] == "failed-retries-orphan"
@@ -97,6 +98,32 @@ def test_reaper_calls_only_when_due_and_recovers_the_lease(short_leases, redis_u
         assert handled == [jid] and reaper.reaped == 1 and reaper.failures == 0
     finally:
         reaper.close()
+
+
+def test_an_idle_worker_reaps_at_most_every_30_s(redis_url):
+    clock = FakeClock()
+    reaper = LeaseReaper(lambda: Client(redis_url), clock=clock)
+    try:
+        clock.now += 1.3
+        assert reaper.maybe_reap(idle=True) == [] and reaper.calls == 1  # the first: at once
+        assert reaper.period == 5.0  # the defaults: heartbeat 60, grace 10
+        clock.now += 6.5  # past any jittered 5 s
+        assert 6.5 < reaper.seconds_left(idle=True) <= 36 - 6.5
+        assert reaper.maybe_reap(idle=True) == [] and reaper.calls == 1
+        assert reaper.maybe_reap() == [] and reaper.calls == 2  # busy: the engine's period
+        clock.now += 36.1
+        assert reaper.maybe_reap(idle=True) == [] and reaper.calls == 3
+    finally:
+        reaper.close()
+    fixed = LeaseReaper(lambda: Client(redis_url), period=2.0, clock=clock)
+    try:
+        clock.now += 1.3
+        fixed.maybe_reap(idle=True)
+        clock.now += 2.5
+        fixed.maybe_reap(idle=True)
+        assert fixed.calls == 2  # --reap-interval is kept while idle
+    finally:
+        fixed.close()
 
 
 def test_reaper_logs_errors_and_retries_later(redis_url, caplog):

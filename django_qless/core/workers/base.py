@@ -52,8 +52,8 @@ _DONE = {Outcome.COMPLETED: "done", Outcome.SETTLED: "settled by the job itself"
 class JobLoop(JobTaking):
     """Take jobs and run them in this process until told to stop."""
 
-    #: Wait at most this long while idle before re-checking the supervisor (children).
-    idle_cap = 60.0
+    #: Wait at most this long while idle (the engine keeps an idle registration <= 3600 s).
+    idle_cap = 3599.0
 
     def __init__(
         self,
@@ -105,6 +105,7 @@ class JobLoop(JobTaking):
         self._count_lock = threading.Lock()
         self._backoff = 0.0
         self._drain_at = 0.0
+        self.idling = False  # the last reserve found nothing (no job started since)
         # Only where no supervisor does it (the serial worker); see reaper.py.
         self.reaper: LeaseReaper | None = None
         # The heartbeat thread sets the running title, the loop the idle one: this keeps a
@@ -188,12 +189,13 @@ class JobLoop(JobTaking):
             if self.signals.stopping or self._limit_reached() or not self.should_continue():
                 return
             if self.reaper is not None:
-                self.reaper.maybe_reap()
+                self.reaper.maybe_reap(idle=self.idling)
             if self.signals.paused:
                 self._hand_back()  # held ahead, or handed over after registering as idle
                 self.between_jobs()
                 self._idle_title()
-                self.waiter.wait(min(self.config.interval, self.idle_cap, self._time_left()))
+                self.waiter.wait(min(self.config.interval, self.idle_cap, self._time_left()),
+                                 self.should_continue)
                 self.waiter.drain()  # wake-ups while paused must not make wait() spin
                 continue
             job = self.in_hand.take()
@@ -224,6 +226,7 @@ class JobLoop(JobTaking):
         # No title here: the heartbeat thread sets "running" once it notices the job (within
         # its check interval), so a stream of short jobs costs no setproctitle per job.
         self.current = job
+        self.idling = False
         self.taken += 1
         self.on_job_start(job)
         started = time.monotonic()

@@ -79,9 +79,6 @@ def set_parent_death_signal(signum: int) -> bool:
 class ForkChild(JobLoop):
     """A job loop that reports to its supervisor and stops when the supervisor dies."""
 
-    #: Re-check the supervisor at least this often while idle (PDEATHSIG is the fast path).
-    idle_cap = 1.0
-
     def __init__(
         self,
         config: WorkerConfig,
@@ -132,7 +129,8 @@ class ForkChild(JobLoop):
             pass  # the supervisor is gone; should_continue() notices
 
     def orphaned(self) -> bool:
-        """Tell whether the supervisor has died."""
+        """Tell whether the supervisor has died (no Redis: checked every second while idle;
+        PDEATHSIG is the fast path on Linux)."""
         return os.getppid() != self.supervisor_pid
 
     def should_continue(self) -> bool:

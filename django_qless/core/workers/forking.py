@@ -36,6 +36,7 @@ log = logging.getLogger("django_qless.worker")
 
 _BLOCKED = {*SignalState.HANDLED, signal.SIGCHLD}
 _STATUS_EVERY = 0.05  # seconds between two reads of the children's status pipes
+_BUSY_PING, _IDLE_PING = 10.0, 30.0  # PING a quiet pubsub connection this often
 
 
 class ForkingWorker(ChildDisposal, ChildWatch):
@@ -92,7 +93,7 @@ class ForkingWorker(ChildDisposal, ChildWatch):
         # A Python-level SIGCHLD handler makes child deaths write to the wake pipe too.
         signal.signal(signal.SIGCHLD, lambda *_: None)
         self.client = self.config.make_client(worker_name=self.name)
-        self.channels = ChildChannels(self.client.redis)
+        self.channels = ChildChannels(self.client.redis, _BUSY_PING)
         log.info("django-qless %s supervisor %s (pid %d) starting: forking, %d children%s, "
                  "queues %s", __version__, self.name, os.getpid(), self.wanted,
                  ", fork per job" if self.config.fork_per_job else "", ",".join(self.queues))
@@ -322,9 +323,16 @@ class ForkingWorker(ChildDisposal, ChildWatch):
             self.signals.request_stop(graceful=True)
 
     def _reap_leases(self) -> None:
-        """Recover expired leases on idle queues now and then (see reaper.py)."""
+        """Recover expired leases on idle queues now and then (see reaper.py).
+
+        While no child holds a job, the reaper and the pubsub PING wait at least 30 s: an
+        idle worker costs Redis next to nothing (its children call the engine once a minute).
+        """
+        idle = not any(child.jid for child in self.children.values())
+        assert self.channels is not None
+        self.channels.health_check_interval = _IDLE_PING if idle else _BUSY_PING
         if self.reaper is not None and not self.stopping:
-            self.reaper.maybe_reap()
+            self.reaper.maybe_reap(idle=idle)
 
     def _title(self) -> None:
         now = time.monotonic()

@@ -101,7 +101,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "choice", choices=RESERVERS, setting="RESERVER", env="QLESS_WORKER_RESERVER"),
     OptionSpec("max_jobs", 0, "run at most this many jobs, all children together, then exit",
                ("--max-jobs",), "int", 0, setting="MAX_JOBS", setting_minimum=1),
-    OptionSpec("interval", 5.0, "idle safety re-check in seconds (wake-ups arrive on pubsub)",
+    OptionSpec("interval", 60.0, "idle safety re-check in seconds (wake-ups and due times "
+               "arrive on pubsub)",
                ("--interval",), "number", setting="INTERVAL", setting_minimum=0,
                env="QLESS_WORKER_INTERVAL"),
     OptionSpec("timeout", 0.0, "per-job time limit (seconds)", ("--timeout",), "number", 0,

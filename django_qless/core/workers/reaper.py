@@ -6,7 +6,8 @@ serial worker) therefore calls `reap` now and then: one script call, every known
 most 100 leases per queue per call. A lease is handled in two steps a grace period apart
 (courtesy notice, then back to waiting or failed), so the period follows the engine's own
 timing: half of min(heartbeat, grace-period), clamped to [1 s, 30 s], jittered by ±20% so
-many supervisors do not call in step. Errors are logged and retried later, never raised.
+many supervisors do not call in step; while the worker is idle, calls are at least 30 s apart
+(unless --reap-interval fixes the period). Errors are logged and retried later, never raised.
 """
 
 from __future__ import annotations
@@ -19,12 +20,13 @@ from typing import Any
 
 from django_qless.core.client import Client
 
-__all__ = ["LeaseReaper", "reap_period"]
+__all__ = ["IDLE_PERIOD", "LeaseReaper", "reap_period"]
 
 log = logging.getLogger("django_qless.worker")
 
 _MIN_PERIOD = 1.0
 _MAX_PERIOD = 30.0
+IDLE_PERIOD = 30.0  # at least this long between calls while the worker is idle
 _JITTER = 0.2
 _ENGINE_LIMIT = 100  # leases per queue per call: a full batch means "call again soon"
 
@@ -63,19 +65,32 @@ class LeaseReaper:
         self.period = period or _MAX_PERIOD
         # The first call soon after start: a restarted worker finds its predecessors' leases.
         self.next_at = clock() + _jittered(_MIN_PERIOD)
+        self._spacing = 0.0  # the period planned after the last call, and its jitter factor
+        self._jitter = 1.0
         self.calls = 0
         self.failures = 0
         self.reaped = 0
 
-    def seconds_left(self) -> float:
-        """Return how long until the next call is due (0 if due now)."""
-        return max(0.0, self.next_at - self._clock())
+    def seconds_left(self, *, idle: bool = False) -> float:
+        """Return how long until the next call is due (0 if due now); `idle`: see maybe_reap."""
+        return max(0.0, self._due(idle) - self._clock())
 
-    def maybe_reap(self) -> list[str]:
-        """Reap if due; return the jids handled (empty when not due or on error)."""
-        if self._clock() < self.next_at:
+    def maybe_reap(self, *, idle: bool = False) -> list[str]:
+        """Reap if due; return the jids handled (empty when not due or on error).
+
+        `idle`: no job runs in this worker, so calls are spaced at least IDLE_PERIOD apart
+        (an idle worker costs Redis next to nothing; a lease expiring on a queue it serves is
+        a due time the engine reports to it anyway).
+        """
+        if self._clock() < self._due(idle):
             return []
         return self.reap()
+
+    def _due(self, idle: bool) -> float:
+        # (the first call is never put off, nor a period fixed by --reap-interval)
+        if idle and self.fixed_period is None and 0 < self._spacing < IDLE_PERIOD:
+            return self.next_at + (IDLE_PERIOD - self._spacing) * self._jitter
+        return self.next_at
 
     def reap(self) -> list[str]:
         """Call the engine now and plan the next call; log errors, never raise them."""
@@ -98,7 +113,9 @@ class LeaseReaper:
             self.failures += 1
             log.warning("reaper: reap failed (%s); retrying in about %.0fs", exc, delay)
             self._drop_connection()
-        self.next_at = self._clock() + _jittered(delay)
+        self._jitter = _jittered(1.0)
+        self._spacing = delay
+        self.next_at = self._clock() + delay * self._jitter
         return jids
 
     def close(self) -> None:

@@ -4,7 +4,9 @@ The loop listens on its wake-up channels and its hand-off channel (wakeup.py) be
 reserves. A reserve that finds nothing registers the worker as idle (`reserve.wait`), so the
 engine pops the next ready job for it and publishes it on `ql:hand:<worker>`; the loop takes
 such jobs before reserving, and otherwise blocks until a message, a signal, or the next due
-time (the engine tells it when a scheduled job, a recurring spawn or a lock expiry is due).
+time (the engine tells it when a scheduled job, a recurring spawn or a lock expiry is due, and
+publishes the queue's wake-up when a call writes an earlier one), or `--interval` (60 s) at
+the latest. An idle loop therefore calls the engine about once a minute.
 """
 
 from __future__ import annotations
@@ -45,9 +47,11 @@ class JobTaking:
     reserver: Reserver
     in_hand: JobsInHand
     reaper: LeaseReaper | None
+    idling: bool
     _backoff: float
 
     if TYPE_CHECKING:
+        def should_continue(self) -> bool: ...
         def _idle_title(self) -> None: ...
         def _time_left(self) -> float: ...
 
@@ -87,7 +91,7 @@ class JobTaking:
             # Wait for a hand-off while idle (one registration per worker: one call's queues).
             ttl = None
             if len(order) <= MAX_QUEUES_PER_CALL and self.waiter.subscribed:
-                ttl = min(self.config.interval, self.idle_cap) + 1.0
+                ttl = self.recheck_after() + 1.0
             for start in range(0, len(order), MAX_QUEUES_PER_CALL):
                 chunk = order[start:start + MAX_QUEUES_PER_CALL]
                 jobs, chunk_wake = self.client.reserve(chunk, 1, wait=ttl)
@@ -107,16 +111,22 @@ class JobTaking:
             log.error("reserve refused (%s); retrying in %.1fs", exc, self._backoff)
             return [], self._backoff
 
+    def recheck_after(self) -> float:
+        """Return how long an idle wait lasts at most (the safety re-check: --interval)."""
+        return min(self.config.interval, self.idle_cap)
+
     def _idle(self, wake: float | None) -> None:
         """Block until a wake-up, a signal, or the next due time."""
+        self.idling = True
         self._idle_title()
-        timeout = min(self.config.interval, self.idle_cap, max(self._time_left(), 0.005))
+        timeout = min(self.recheck_after(), max(self._time_left(), 0.005))
         if wake is not None:
             # A lock expiring "now" can report 0 repeatedly during its grace: do not spin.
             timeout = min(timeout, max(wake, 0.005))
         if self.reaper is not None:
-            timeout = min(timeout, max(self.reaper.seconds_left(), 0.005))
-        self.waiter.wait(timeout)
+            timeout = min(timeout, max(self.reaper.seconds_left(idle=True), 0.005))
+        # The supervisor is checked every second meanwhile, without Redis (should_continue).
+        self.waiter.wait(timeout, self.should_continue)
 
     def _held_jobs(self) -> list[Job]:
         """Return the jobs this worker name still holds (`resume`, or hand-offs missed)."""

@@ -18,6 +18,7 @@ import json
 import logging
 import select
 import time
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -31,6 +32,8 @@ log = logging.getLogger("django_qless.worker")
 
 _PREFIX = "ql:wake:"
 HAND_PREFIX = "ql:hand:"
+# What ended one wait (see WakeWaiter._wait_once).
+_MESSAGE, _SIGNAL, _TIMEOUT = "message", "signal", "timeout"
 
 
 class WakeWaiter:
@@ -172,8 +175,26 @@ class WakeWaiter:
         jobs, self.handed = self.handed, []
         return jobs
 
-    def wait(self, timeout: float) -> bool:
-        """Block until a wake-up message, a wake-pipe byte, or `timeout`; True if a message."""
+    def wait(
+        self, timeout: float, keep_waiting: Callable[[], bool] | None = None, every: float = 1.0
+    ) -> bool:
+        """Block until a wake-up message, a wake-pipe byte, or `timeout`; True if a message.
+
+        With `keep_waiting`, the wait is cut into slices of `every` seconds and ends after the
+        first slice for which it answers False (a check that costs Redis nothing, such as "is
+        the supervisor still there"), so a long wait stays cheap without going deaf.
+        """
+        deadline = time.monotonic() + max(0.0, timeout)
+        while True:
+            left = deadline - time.monotonic()
+            if keep_waiting is None or left <= every:
+                return self._wait_once(left) == _MESSAGE
+            woke = self._wait_once(every)
+            if woke != _TIMEOUT or not keep_waiting():
+                return woke == _MESSAGE
+
+    def _wait_once(self, timeout: float) -> str:
+        """Block once; say what ended the wait (a message, a signal or the timeout)."""
         timeout = max(0.0, timeout)
         pubsub = self._pubsub
         if pubsub is None:
@@ -181,28 +202,30 @@ class WakeWaiter:
             # put may have slipped by while we were deaf, so reserve again at once.
             self.ensure_subscribed()
             if self._pubsub is not None:
-                return True
-            _poll([self.pipe.read_fd], min(timeout, 1.0))
+                return _MESSAGE
+            ready = _poll([self.pipe.read_fd], min(timeout, 1.0))
             self.pipe.drain()
-            return False
+            return _SIGNAL if ready else _TIMEOUT
         try:
             conn = pubsub.connection
             # Data already buffered in redis-py's parser is invisible to poll().
             if conn is not None and conn.can_read(timeout=0):
-                return True
+                return _MESSAGE
             sock = getattr(conn, "_sock", None) if conn is not None else None
             if sock is None:
                 msg = pubsub.get_message(timeout=timeout)
-                return msg is not None
+                return _MESSAGE if msg is not None else _TIMEOUT
             ready = _poll([sock.fileno(), self.pipe.read_fd], timeout)
             if self.pipe.read_fd in ready:
                 self.pipe.drain()
-            return sock.fileno() in ready
+            if sock.fileno() in ready:
+                return _MESSAGE
+            return _SIGNAL if self.pipe.read_fd in ready else _TIMEOUT
         except (redis.RedisError, OSError, ValueError, TypeError, AttributeError) as exc:
             # hiredis raises TypeError/AttributeError on a socket closed under it.
             log.warning("wake-up wait failed (%s); resubscribing", exc)
             self.close()
-            return False
+            return _SIGNAL  # back to the loop at once: it resubscribes and reserves
 
 
 def _poll(fds: list[int], timeout: float) -> set[int]:

@@ -1,13 +1,13 @@
 """``manage.py qless_audit``: check the queue invariants (and repair with ``--fix``).
 
-Exit codes, as ``python -m django_qless.core.audit``: 0 clean, 1 when violations remain
-(after repairs, with ``--fix``), so cron and CI can alert, 2 when nothing could be audited
-(unknown alias, Redis unreachable): one line on stderr, no traceback.
+A sharded alias is audited shard by shard (one report each, then a summary line). Exit
+codes, as ``python -m django_qless.core.audit``: 0 clean (every shard), 1 when violations
+remain (after repairs, with ``--fix``), so cron and CI can alert, 2 when nothing could be
+audited (unknown alias, Redis unreachable): one line on stderr, no traceback.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
@@ -33,8 +33,13 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         """Audit, print the report, exit 1 if violations remain."""
         from django_qless.clients import get_client
-        from django_qless.core.audit import audit
-        from django_qless.core.audit_cli import EXIT_ERROR, EXIT_VIOLATIONS, render, short_error
+        from django_qless.core.audit import audit_all
+        from django_qless.core.audit_cli import (
+            EXIT_ERROR,
+            EXIT_VIOLATIONS,
+            render_all,
+            short_error,
+        )
         from django_qless.core.exceptions import CALL_ERRORS
         from django_qless.settings import get_settings
 
@@ -44,20 +49,10 @@ class Command(BaseCommand):
             raise CommandError(f"unknown QLESS alias {alias!r} (known: "
                                f"{', '.join(sorted(aliases))})", returncode=EXIT_ERROR)
         try:
-            # Every shard of a sharded alias (the core audit may refuse a shard keyspace:
-            # then nothing is audited, exit 2, as for an unreachable server).
-            reports = [(client.shard, audit(client, fix=options["fix"]))
-                       for client in get_client(alias).clients()]
+            reports = audit_all(get_client(alias), fix=options["fix"])
         except CALL_ERRORS as exc:
             raise CommandError(f"cannot audit alias {alias!r} ({aliases[alias].display}): "
                                f"{short_error(exc)}", returncode=EXIT_ERROR) from None
-        if len(reports) == 1:
-            self.stdout.write(render(reports[0][1], options["json"]))
-        elif options["json"]:
-            self.stdout.write(json.dumps({str(shard): report.as_dict()
-                                          for shard, report in reports}, indent=2))
-        else:
-            for shard, report in reports:
-                self.stdout.write(f"shard {shard}:\n{render(report, False)}")
-        if not all(report.ok for _, report in reports):
+        self.stdout.write(render_all(reports, options["json"]))
+        if not all(report.ok for report in reports):
             sys.exit(EXIT_VIOLATIONS)
