@@ -5,7 +5,8 @@ is still known by name) into queues on several shards, and consumer threads rese
 completing them on each queue's shard client. Every call's outcome goes into an in-memory
 ledger, outside Redis, so no fault of the cluster can touch it. `Flow.check` then reads the
 final state of every job from its shard's primary and explains each difference between
-what was acknowledged and what the cluster holds.
+what was acknowledged and what the cluster holds; the tests end with the core audit of
+every shard.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
 
 from django_qless.core.client import Client
 from django_qless.core.cluster import NotDurable, NotRun
@@ -242,25 +242,3 @@ class Flow:
                 else:
                     summary.unexplained.append(jid)
         return summary
-
-    def audit(self) -> list[str]:
-        """Check each queue's keys on its shard's node: no job both waiting and running,
-        every running job holds a lock, every job's state matches the index it is in."""
-        problems: list[str] = []
-        for name, client in self.clients.items():
-            r: Any = client.node_redis()
-            key = client.keyspace.key
-            work = set(r.zrange(key(f"q:{name}-work"), 0, -1))
-            locks = set(r.zrange(key(f"q:{name}-locks"), 0, -1))
-            problems += [f"{jid} waiting and running in {name}" for jid in work & locks]
-            for jid in work | locks:
-                state = r.hget(key("j:" + jid), "state")
-                want = ("running",) if jid in locks else ("waiting", "stalled")
-                if state not in want:
-                    problems.append(f"{jid} in {name}'s {'locks' if jid in locks else 'work'}"
-                                    f" with state {state}")
-            for jid, (q, _, _) in self.puts.items():
-                if q == name and r.hget(key("j:" + jid), "state") == "running" \
-                        and jid not in locks:
-                    problems.append(f"{jid} running without a lock in {name}")
-        return problems
