@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from .events import Events
     from .job import Job
     from .recurring import RecurringJob
+    from .routing import Router
 
 __all__ = ["Client"]
 
@@ -107,6 +108,9 @@ class Client:
             if conn is not url_or_redis:
                 self._owned = conn.close
             self.channel = NodeChannel(conn, invoker)
+        # The deployment of a shard made by ShardedClient (routing.py); None: this keyspace
+        # is the whole deployment.
+        self.router: Router | None = None
         self._hot = WorkerCalls(self)
         self.queues = Queues(self)
         self.jobs = Jobs(self)
@@ -178,6 +182,10 @@ class Client:
 
     def for_queue(self, queue: str) -> Client:
         """Return the client holding `queue`: this one."""
+        return self
+
+    def throttle_client(self, tid: str, *, queue: str | None = None) -> Client:
+        """Return the client holding named throttle `tid`: this one."""
         return self
 
     def find_job(self, jid: str) -> Job | RecurringJob | None:

@@ -10,6 +10,7 @@ __all__ = [
     "QlessError",
     "InvalidArgument",
     "JobNotFound",
+    "JobExists",
     "LostLockError",
     "InvalidStateTransition",
     "DependencyError",
@@ -37,6 +38,10 @@ class JobNotFound(QlessError, KeyError):
     def __str__(self) -> str:
         # KeyError quotes its argument; we want the message as written.
         return str(self.args[0]) if self.args else ""
+
+
+class JobExists(QlessError):
+    """A put with `if-absent` found the jid already there (nothing was written)."""
 
 
 class LostLockError(QlessError):
@@ -125,6 +130,8 @@ def _classify(message: str) -> type[QlessError]:
     low = message.lower()
     if any(phrase in low for phrase in _LOCK_LOST):
         return LostLockError
+    if "if-absent refuses" in low:
+        return JobExists
     if "does not exist" in low or "no recurring job" in low:
         return JobNotFound
     if "is a dependency" in low or "depends state" in low or "no such dependency" in low:

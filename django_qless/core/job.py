@@ -6,7 +6,8 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .exceptions import InvalidArgument, JobNotFound
+from .exceptions import InvalidArgument, JobExists, JobNotFound
+from .routing import check_dependencies, check_throttle_homes
 from .serialization import (
     PRIORITY_MAX,
     PRIORITY_MIN,
@@ -251,10 +252,20 @@ class Job:
         self, next: str | None = None, *, delay: float | None = None,
         depends: Iterable[str] | None = None,
     ) -> str:
-        """Complete the job, or advance it to queue `next`; return the new state."""
+        """Complete the job, or advance it to queue `next`; return the new state.
+
+        On a shard, a `next` queue of another shard gets a copy of the job (put if absent
+        there), then the job completes here (docs/scaling.md, "Completing into a queue of
+        another shard").
+        """
         args = [self.jid, self._worker_arg(), self._queue, self._data_text()]
         if next is not None:
             args += ["next", check_name("queue", next)]
+            router = self.client.router
+            if router is not None:
+                target = router.for_queue(next)
+                if target is not self.client:
+                    return self._complete_into(target, next, delay, depends)
         elif delay is not None or depends is not None:
             raise InvalidArgument("delay and depends need next (the queue to advance to)")
         if delay is not None:
@@ -267,6 +278,32 @@ class Job:
         # engine's "not currently running" refusal rather than a missing-argument error.
         self._released(state, next or self._queue)
         return state
+
+    def _complete_into(
+        self, target: Client, next: str, delay: float | None, depends: Iterable[str] | None,
+    ) -> str:
+        """Put this job into `next` on `target` (another shard) unless a live copy is there
+        already, then complete it here; return the state it has in `next`."""
+        deps = [] if depends is None else check_depends(depends, self.jid)
+        states = check_dependencies(target, next, deps)
+        check_throttle_homes(target, next, self._throttles)
+        # A dependency found nowhere is dropped, as the same-shard complete drops it.
+        kept = [d for d in deps if d in states]
+        wait = 0.0 if delay is None else float(check_delay(delay))
+        try:
+            target.call("put", *self.put_args(next, delay=wait, depends=kept),
+                        "if-absent", "live")
+        except JobExists:
+            pass  # a repeat (a lost reply, a rerun after a crash): the copy there stays
+        if self._tracked:
+            target.track(self.jid)
+        args = [self.jid, self._worker_arg(), self._queue, self._data_text(),
+                "token", self.attempt_token]
+        self.client.call_replayable("complete", *args)
+        self._released("complete", "")
+        if any(states[d] != "complete" for d in kept):
+            return "depends"
+        return "scheduled" if wait > 0 else "waiting"
 
     def fail(self, group: str, message: str) -> str:
         """Fail the job into failure group `group`; return the jid."""
@@ -323,6 +360,12 @@ class Job:
     ) -> str:
         """Send put/requeue for this job, keeping every attribute not overridden."""
         target = check_name("queue", queue if queue is not None else self._queue)
+        router = self.client.router
+        if router is not None and router.for_queue(target) is not self.client:
+            raise InvalidArgument(
+                f"queue {target!r} is in shard {router.for_queue(target).shard}, job "
+                f"{self.jid} in shard {self.client.shard}: a job changes shard only by "
+                f"complete(next=...) or a queue move")
         result: str = self.client.call(command, *self.put_args(
             target, delay=delay, priority=priority, tags=tags, retries=retries, depends=depends,
             throttles=throttles))
@@ -392,6 +435,8 @@ class Job:
         deps = check_depends(jids, self.jid)
         if not deps:
             raise InvalidArgument("depend needs at least one jid")
+        if self.client.router is not None:
+            check_dependencies(self.client, self._queue, deps)
         self._dependencies = None
         return bool(self.client.call("depends", self.jid, "on", *deps))
 

@@ -126,6 +126,11 @@ class Placement:
         self._cache: dict[str, tuple[str, float]] = {}
         self._lock = threading.Lock()
 
+    @property
+    def explicit(self) -> dict[str, str]:
+        """Return the queues pinned by the explicit setting (queue -> tag)."""
+        return dict(self._explicit)
+
     def tag_of(self, shard: int | str) -> str:
         """Return the tag of `shard` (an index, a name `s<i>`, or a tag)."""
         if isinstance(shard, str) and shard.startswith("s") and shard[1:].isdigit():

@@ -9,12 +9,14 @@ from typing import TYPE_CHECKING, Any, overload
 
 from .exceptions import InvalidArgument
 from .job import Job
+from .routing import check_dependencies, check_throttle_homes
 from .serialization import (
     MAX_INTERVAL,
     PRIORITY_MAX,
     PRIORITY_MIN,
     as_list,
     check_delay,
+    check_depends,
     check_int,
     check_jid,
     check_klass,
@@ -163,13 +165,26 @@ class Queue:
         """Put a job (new, or moving an existing jid here); return its jid.
 
         A dependency on a jid that does not exist raises DependencyError, unless
-        `depends_missing="ignore"` (qless-core's behaviour: it is dropped).
+        `depends_missing="ignore"` (qless-core's behaviour: it is dropped). On a shard, a
+        dependency or named throttle living in another shard is refused (InvalidArgument).
         """
+        if self.client.router is not None:
+            # checked first: a bare string must be refused, not read as its characters
+            depends, throttles = check_depends(depends), check_throttles(throttles)
+            self._check_shard(depends, throttles)
         args = self._put_args(klass, data, jid=jid, priority=priority, tags=tags, delay=delay,
                               retries=retries, depends=depends, throttles=throttles,
                               depends_missing=depends_missing)
         result: str = self.client.call("put", *args)
         return result
+
+    def _check_shard(self, depends: Iterable[str], throttles: Iterable[str]) -> None:
+        """Refuse dependencies and named throttles that live in another shard than this
+        queue's (a client of a ShardedClient only; docs/scaling.md)."""
+        deps = [check_jid(d) for d in depends]
+        if deps:
+            check_dependencies(self.client, self.name, deps)
+        check_throttle_homes(self.client, self.name, check_throttles(throttles))
 
     def requeue(
         self, klass: str | type, data: Mapping[str, Any], *, jid: str,
@@ -217,6 +232,10 @@ class Queue:
             chunk.append(str((len(args) - 6) // 2))
             chunk += args[6:]
             count = index + 1
+        if self.client.router is not None:
+            self._check_shard(
+                [d for spec in jobs for d in spec.get("depends", ())],
+                dict.fromkeys(t for spec in jobs for t in spec.get("throttles", ())))
         jids: list[str] = []
         start = self.client.now()
         for number, chunk in enumerate(chunks):
@@ -254,6 +273,8 @@ class Queue:
         throttle_list = check_throttles(throttles)
         if throttle_list:
             args += ["throttles", dumps(throttle_list)]
+            if self.client.router is not None:
+                self._check_shard((), throttle_list)
         result: str = self.client.call("recur", *args)
         return result
 

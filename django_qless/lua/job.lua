@@ -345,7 +345,8 @@ Q.mod.job = function()
         done[jid] = true
         h = h or {}
         local payload = '{"jid":' .. Q.js(jid) .. ',"queue":' .. Q.js(h.queue or false)
-          .. ',"event":"canceled","worker":' .. Q.js(h.worker or false) .. '}'
+          -- (a new waiting job's hash has no `worker` field: it reads as '')
+          .. ',"event":"canceled","worker":' .. Q.js(h.worker or (h.state and '' or false)) .. '}'
         Q.publish(K.log, payload)
         if h.worker and h.worker ~= '' then
           rcall('ZREM', Q.kwjobs(h.worker), jid)

@@ -119,7 +119,7 @@ Q.mod.jobmeta = function()
       local given = {}
       for i = 3, #args do table.insert(given, Q.tag_name(args[i])) end
       if #given > Q.MAX_LIST then Q.fail('at most ' .. Q.MAX_LIST .. ' tags') end
-      local h = Q.read(jid, { 'tags' })
+      local h = Q.read(jid, { 'state', 'tags' })
       if not h then Q.fail('Job ' .. jid .. ' does not exist') end
       local tags, have = Q.list(h.tags), {}
       for _, t in ipairs(tags) do have[t] = true end

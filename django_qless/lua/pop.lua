@@ -206,10 +206,6 @@ Q.mod.pop = function()
       count = math.min(count, math.max(0, maxc - running))
       if count <= 0 then return 0 end
     end
-    local expires = now + Q.heartbeat(queue)
-    -- Formatted once for the HSET and both ZADDs (redis.call would format it for each, with
-    -- the same '%.17g').
-    local expires_s = string.format('%.17g', expires)
     local selected = {}
     if heads and heads[1] <= now then invalidate(now, queue, count, selected) end
     local want = count - #selected
@@ -246,6 +242,13 @@ Q.mod.pop = function()
       end
     end
     local taken = 0
+    local expires, expires_s
+    if selected[1] then
+      expires = now + Q.heartbeat(queue)
+      -- Formatted once for the HSET and both ZADDs (redis.call would format it for each,
+      -- with the same '%.17g').
+      expires_s = string.format('%.17g', expires)
+    end
     for _, item in ipairs(selected) do
       local jid, h = item[1], item[2]
       -- The first pop of a job still in its compact first visit extends the `history` field.

@@ -7,7 +7,10 @@
 --
 -- Commands (after `now`):
 --   put       worker queue jid klass data delay [priority p] [tags JSON] [retries n]
---             [depends JSON] [throttles JSON] [depends-missing error|ignore]  -> jid
+--             [depends JSON] [throttles JSON] [depends-missing error|ignore]
+--             [if-absent any|live]                                 -> jid
+--             if-absent any: refused (nothing written) when the jid exists; live: only when
+--             it exists and is not complete or failed (a copy between shards, scaling.md)
 --             also the older form without `worker` (read as worker ''; see older_put);
 --             worker '' means no worker (a move by a client, not by a worker)
 --   requeue   same as put (the job must exist)                     -> jid
@@ -54,6 +57,16 @@ Q.mod.put = function()
     -- (most puts are of new jobs: an EXISTS costs a fifth of a 13-field HMGET of nothing)
     local old = rcall('EXISTS', Q.kjob(jid)) == 1 and Q.read(jid, PUT_FIELDS) or nil
     if must_exist and not old then Q.fail('Job ' .. jid .. ' does not exist') end
+    local absent = opts['if-absent']
+    if absent ~= nil then
+      if absent ~= 'any' and absent ~= 'live' then
+        Q.fail('Arg "if-absent" must be any or live: ' .. absent:sub(1, 80))
+      end
+      if old and (absent == 'any' or (old.state ~= 'complete' and old.state ~= 'failed')) then
+        Q.fail('Job ' .. jid .. ' already exists (' .. tostring(old.state)
+          .. '): if-absent refuses to replace it')
+      end
+    end
     local retries = tonumber(old and old.retries) or 5
     if opts.retries then retries = Q.integer('retries', opts.retries, 0, 1000) end
     local tags = Q.list(old and old.tags)
@@ -81,8 +94,12 @@ Q.mod.put = function()
       throttles = #list > 0 and cjson.encode(list) or nil
     end
     if not old then
-      local parent = jid:find('-', 2, true) and jid:match('^(.+)%-%d+$')
-      if parent and rcall('EXISTS', KP .. 'r:' .. parent) == 1 then
+      local parent, n = nil, nil
+      if jid:find('-', 2, true) then parent, n = jid:match('^(.+)%-(%d+)$') end
+      -- a copy (if-absent) of a child the template has already spawned is no future child
+      local spawned = absent and parent
+        and tonumber(n) <= (tonumber(rcall('HGET', KP .. 'r:' .. parent, 'count')) or 0)
+      if parent and not spawned and rcall('EXISTS', KP .. 'r:' .. parent) == 1 then
         Q.fail('Job ' .. jid .. ' collides with recurring job ' .. parent)
       end
     elseif depends then
@@ -157,16 +174,21 @@ Q.mod.put = function()
     -- ('{}' is what cjson writes for an empty table: skip the encoder for the common case)
     -- (the integers as text: Q.int_arg)
     local retries_s = Q.int_arg(retries)
+    if ndeps > 0 then state = 'depends' end
     local fields = { 'jid', jid, 'klass', klass, 'data', data, 'priority', Q.int_arg(priority),
-      'tags', #tags > 0 and cjson.encode(tags) or '{}', 'state', state, 'worker', '',
-      'expires', '0', 'queue', queue,
+      'tags', #tags > 0 and cjson.encode(tags) or '{}', 'state', state, 'queue', queue,
       'retries', retries_s, 'remaining', retries_s, 'time', Q.ftime(now) }
+    -- A new job's hash leaves out what every reader defaults (no worker, no expiry): a
+    -- smaller listpack per waiting job. A moved job overwrites the old values instead.
+    if old then
+      table.insert(fields, 'worker'); table.insert(fields, '')
+      table.insert(fields, 'expires'); table.insert(fields, '0')
+    end
     if compact then table.insert(fields, 'history'); table.insert(fields, compact) end
     if throttles then
       table.insert(fields, 'throttles'); table.insert(fields, throttles)
     end
     if ndeps > 0 then
-      fields[12] = 'depends'
       rcall('ZADD', Q.kq(queue, 'depends'), now, jid)
       if delay > 0 then
         table.insert(fields, 'scheduled'); table.insert(fields, now + delay)

@@ -73,12 +73,17 @@ Q.mod.worker = function()
   local function wake_hint(now, queues)
     local best = math.huge
     for _, queue in ipairs(queues) do
-      if rcall('SISMEMBER', K.paused_queues, queue) == 0 then
+      -- (a queue with a `#due` noted by this call's pop passed its pause check already)
+      if (ctx.due and ctx.due[queue]) or rcall('SISMEMBER', K.paused_queues, queue) == 0 then
         local heads = Q.timer_heads(queue)
         local exact = math.min(heads[1], heads[2], heads[3])
         local bound = math.min(exact, now + Q.HORIZON)
-        if ctx.due == nil or ctx.due[queue] ~= bound then
+        -- The stored bound stays if it is still one (ahead of now, not past the earliest
+        -- timer): an idle reserve over many empty queues writes nothing.
+        local stored = ctx.due and ctx.due[queue]
+        if not (stored and stored > now and stored <= exact) then
           rcall('HSET', K.config, Q.mfield('due', queue), bound)
+          if ctx.due then ctx.due[queue] = bound end
         end
         if exact < best then best = exact end
       end

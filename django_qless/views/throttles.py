@@ -7,6 +7,7 @@ from typing import Any
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 
+from django_qless.core.exceptions import InvalidArgument
 from django_qless.core.throttle import ThrottleInfo, queue_throttle_id
 from django_qless.forms import ThrottleForm, first_error
 from django_qless.views.base import (
@@ -16,7 +17,7 @@ from django_qless.views.base import (
     redirect_back,
     render_page,
 )
-from django_qless.views.shards import is_sharded, page_clients, queue_client, shard_clients
+from django_qless.views.shards import deployment, is_sharded, page_clients, queue_client
 
 __all__ = ["throttle_delete", "throttle_info", "throttles"]
 
@@ -43,9 +44,11 @@ def _row(info: ThrottleInfo) -> dict[str, Any]:
 
 def _owners(request: HttpRequest, tid: str) -> list[Any]:
     """Return the clients a throttle is set in: its queue's shard for a queue's throttle,
-    else every shard (each shard counts its own jobs against its own copy)."""
+    else its home shard (InvalidArgument while a named throttle has none yet)."""
     queue = _queue_of(tid)
-    return [queue_client(request, queue)] if queue else shard_clients(request)
+    if queue:
+        return [queue_client(request, queue)]
+    return [deployment(request).throttle_client(tid)]
 
 
 @dashboard_view()
@@ -74,7 +77,10 @@ def throttles(request: HttpRequest) -> HttpResponse:
     lookup = None
     wanted = request.GET.get("id", "").strip()
     if wanted and len(wanted) <= 128:
-        owners = [c for c in _owners(request, wanted) if c in clients] or clients
+        try:
+            owners = [c for c in _owners(request, wanted) if c in clients] or clients
+        except InvalidArgument:  # a named throttle with no home shard yet: look everywhere
+            owners = clients
         lookup = throttle_info(owners[0], [wanted])[0]
         lookup["locks"] = [j for c in owners for j in c.throttles[wanted].locks()][:100]
         lookup["pending"] = [j for c in owners for j in c.throttles[wanted].pending()][:100]

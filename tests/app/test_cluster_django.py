@@ -304,8 +304,9 @@ def test_a_dependency_must_share_the_dependent_jobs_shard(on_cluster):
     first = jobs.echo.using(queue="alpha", on_commit=False).enqueue(1)
     same = jobs.echo.using(queue="alpha", depends=[first.jid], on_commit=False).enqueue(2)
     assert same.state() == "depends"
-    # On another shard the dependency does not exist: the put is refused, never run early.
-    with pytest.raises(QlessError, match="no such dependency"):
+    # The dependency is in another shard: the put is refused, never run early.
+    with pytest.raises(QlessError, match=f"dependency {first.jid} is in shard s0-320, but "
+                                         f"queue 'gamma' is in shard s3-954"):
         jobs.echo.using(queue="gamma", depends=[first.jid], on_commit=False).enqueue(3)
 
 
@@ -334,3 +335,16 @@ def test_the_environment_form_through_the_commands(local):
     assert json.loads(manage("qless", "get", jid, "--json").stdout)["queue"] == "gamma"
     both = manage("check", "--tag", "django_qless", QLESS_URL="redis://127.0.0.1:1/0")
     assert both.returncode == 1 and "django_qless.E113" in both.stderr
+
+
+def test_a_named_throttle_is_set_in_its_home_shard_only(on_cluster):
+    sharded = get_client()
+    assert isinstance(sharded, ShardedClient)
+    with pytest.raises(CommandError, match="no home shard yet"):
+        qless("throttle", "set", "fresh", "2")
+    homed = qless("throttle", "set", "fresh", "2", "--queue", "beta")
+    assert homed["shard"] == shard_tag(PINNED["beta"]) and homed["maximum"] == 2
+    assert qless("throttle", "get", "fresh")["shard"] == shard_tag(PINNED["beta"])
+    for client in sharded.clients():  # the other shards never got a copy
+        defined = client.throttles.get_many(["fresh"])[0].defined
+        assert defined == (client.shard == shard_tag(PINNED["beta"]))

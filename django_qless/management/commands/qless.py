@@ -1,7 +1,7 @@
 """``manage.py qless <action>``: operate queues and jobs from the shell (``--json`` for scripts).
 
 Actions: put, get, list, cancel, retry, move, priority, track, untrack, failed, stats,
-config (get/set/unset), pause, unpause, throttle (get/set).
+config (get/set/unset), pause, unpause, throttle (get/set), move-queue (to another shard).
 
 On a sharded alias every queue action goes to the queue's shard, a jid is looked up in every
 shard, listings merge the shards (``stats`` gains a shard column), and config and throttle
@@ -155,6 +155,12 @@ class Command(BaseCommand):
         throttle.add_argument("tid")
         throttle.add_argument("maximum", nargs="?", type=non_negative_int)
         throttle.add_argument("--ttl", type=non_negative_int, default=0)
+        throttle.add_argument("--queue", default=None,
+                              help="sharded alias: home a throttle never used yet with the "
+                                   "shard of this queue")
+        move_queue = sub.add_parser("move-queue", help="move a queue to another shard online")
+        move_queue.add_argument("queue")
+        move_queue.add_argument("shard", help="the target shard: index, s<i> or tag")
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -205,7 +211,7 @@ class Command(BaseCommand):
 
         self.options = options
         try:
-            getattr(self, f"do_{options['action']}")()
+            getattr(self, f"do_{options['action'].replace('-', '_')}")()
         except QlessError as exc:
             raise CommandError(f"{type(exc).__name__}: {exc}") from exc
 
@@ -415,18 +421,32 @@ class Command(BaseCommand):
                   "unpaused " + " ".join(self.options["queues"]))
 
     def do_throttle(self) -> None:
+        from django_qless.core.exceptions import InvalidArgument
+
         o = self.options
-        shards = self.shards()  # a throttle counts per shard: a change goes to all
+        try:  # a named throttle lives in one shard on a sharded alias: its home
+            client = self.alias_client().throttle_client(o["tid"], queue=o["queue"])
+        except InvalidArgument as exc:
+            raise CommandError(str(exc)) from None
         if o["op"] == "set":
             if o["maximum"] is None:
                 raise CommandError("throttle set needs TID MAXIMUM")
-            for client in shards:
-                client.throttles[o["tid"]].set(o["maximum"], o["ttl"])
-        infos = [(c.shard, c.throttles[o["tid"]].info()) for c in shards]
-        if len(infos) == 1:
-            info = infos[0][1]
-            self.emit(info, f"{o['tid']}: maximum={info.get('maximum')} ttl={info.get('ttl')}")
-            return
-        self.emit({tag: info for tag, info in infos}, "\n".join(
-            f"{tag:10s} {o['tid']}: maximum={info.get('maximum')} ttl={info.get('ttl')}"
-            for tag, info in infos))
+            client.throttles[o["tid"]].set(o["maximum"], o["ttl"])
+        info = dict(client.throttles[o["tid"]].info())
+        where = ""
+        if client.shard is not None:
+            info["shard"] = client.shard
+            where = f" (shard {client.shard})"
+        self.emit(info, f"{o['tid']}: maximum={info.get('maximum')} ttl={info.get('ttl')}{where}")
+
+    def do_move_queue(self) -> None:
+        from django_qless.core.queue_move import QueueMove
+        from django_qless.core.sharded import ShardedClient
+
+        o, sharded = self.options, self.alias_client(self.options["queue"])
+        if not isinstance(sharded, ShardedClient):
+            raise CommandError("move-queue needs a sharded (CLUSTER) alias")
+        done = QueueMove(sharded, o["queue"], o["shard"],
+                         report=lambda p: self.stderr.write(p.line())).run()
+        where = sharded.shard_of(o["queue"])
+        self.emit([vars(p) for p in done], f"{o['queue']} is in shard {where}")

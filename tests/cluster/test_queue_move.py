@@ -1,0 +1,270 @@
+"""Moving a queue between shards online (core/queue_move.py) on a real cluster."""
+
+from __future__ import annotations
+
+import io
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+from redis.cluster import RedisCluster
+
+from django_qless.core.audit import audit_all
+from django_qless.core.cluster_server import LocalCluster
+from django_qless.core.exceptions import QlessError
+from django_qless.core.queue_move import MoveBlocked, MoveProgress, QueueMove, main
+from django_qless.core.sharded import ShardedClient
+
+__all__: list[str] = []
+
+Q = "mv"
+
+
+@pytest.fixture
+def sharded(cluster: LocalCluster, rc: RedisCluster) -> Iterator[ShardedClient]:
+    """Six shards; queue mv on s0 and cached placements for half a second."""
+    client = ShardedClient(rc, shards=6, worker_name="w1")
+    client.placement.cache_seconds = 0.5
+    client.placement.record(Q, 0)
+    yield client
+    client.close()
+
+
+def left_on(sharded: ShardedClient, tag: str) -> dict[str, int]:
+    """Return the jobs of mv a shard still holds, by state (zeros dropped)."""
+    counts = sharded.shard(tag).queues[Q].counts
+    states = ("waiting", "scheduled", "stalled", "throttled", "running", "depends", "recurring")
+    return {k: int(counts[k]) for k in states if counts.get(k)}
+
+
+def job_keys(rc: RedisCluster, tag: str) -> list[str]:
+    """Return the job hashes of shard `tag` whose queue is mv."""
+    node_keys = []
+    for key in rc.scan_iter(match=f"ql:{{{tag}}}:j:*", count=1000):
+        if rc.type(key) == "hash" and rc.hget(key, "queue") == Q:
+            node_keys.append(key)
+    return node_keys
+
+
+@pytest.mark.parametrize("crash", ["none", "between-put-and-cancel", "after-switch"])
+def test_move_under_load_loses_nothing(cluster: LocalCluster, sharded: ShardedClient,
+                                       rc: RedisCluster, crash: str) -> None:
+    """Two producers and two consumers run while the queue moves (in one go, or resumed
+    after a crash); then the ledger: every job put completed, duplicates only as named."""
+    source, target = sharded.tags[0], sharded.tags[3]
+    put: list[str] = []
+    done: Counter[str] = Counter()
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+    producing = threading.Event()
+    producing.set()
+    moved = threading.Event()
+
+    def producer(n: int) -> None:
+        client = cluster.client()
+        mine = ShardedClient(client, shards=6, worker_name=f"p{n}")
+        mine.placement.cache_seconds = 0.5
+        try:
+            for i in range(400):
+                jid = f"p{n}-{i}"
+                queue = mine.for_queue(Q).queues[Q]
+                queue.put("K", {"i": i}, jid=jid, priority=i % 3,
+                          delay=0.3 if i % 10 == 0 else 0)
+                with lock:
+                    put.append(jid)
+                time.sleep(0.004)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+        finally:
+            mine.close()
+            client.close()
+
+    def consumer(n: int) -> None:
+        client = cluster.client()
+        mine = ShardedClient(client, shards=6, worker_name=f"c{n}")
+        mine.placement.cache_seconds = 0.5
+        try:
+            while True:
+                got = 0
+                for shard in mine.serving(Q):
+                    jobs, _ = shard.reserve([Q], count=5)
+                    for job in jobs:
+                        time.sleep(0.002)
+                        job.complete()
+                        with lock:
+                            done[job.jid] += 1
+                    got += len(jobs)
+                if not got:
+                    if not producing.is_set() and moved.is_set() and not any(
+                            left_on(mine, tag) for tag in (source, target)):
+                        return
+                    time.sleep(0.02)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+        finally:
+            mine.close()
+            client.close()
+
+    threads = [threading.Thread(target=producer, args=(n,)) for n in range(2)]
+    threads += [threading.Thread(target=consumer, args=(n,)) for n in range(2)]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.5)  # jobs put and running on the source
+    steps: list[MoveProgress] = []
+    move = QueueMove(sharded, Q, target, settle=1.0, poll=0.05, drain_timeout=60,
+                     report=lambda p: steps.append(MoveProgress(**vars(p))))
+    allowed: set[str] = set()  # jobs a crash may run twice (docs/scaling.md)
+    if crash != "none":
+        sharded.placement.mark_moving(Q, target)
+        move.fence(source)
+        if crash == "between-put-and-cancel":
+            src, dst = sharded.shard(source), sharded.shard(target)
+            for job in src.queues[Q].peek(50):  # put on the target, the cancel never sent
+                dst.call("put", "", Q, job.jid, job.klass_name, job.raw_data, 0,
+                         "priority", job.priority, "if-absent", "live")
+                allowed.add(job.jid)
+        else:
+            move.copy_until_empty(source, MoveProgress(Q, source, target))
+            sharded.placement.switch(Q, source, target)
+        time.sleep(0.3)  # the crashed mover is restarted a little later
+        steps.clear()
+    [progress] = move.run()
+    moved.set()
+    for thread in threads[:2]:
+        thread.join(60)
+    producing.clear()
+    for thread in threads[2:]:
+        thread.join(60)
+    assert not errors, errors
+    assert not any(thread.is_alive() for thread in threads)
+    # The ledger: every job put ran at least once; without a crash or a lost lease, once.
+    assert len(put) == 800
+    assert set(put) - set(done) == set()
+    assert {jid for jid, n in done.items() if n > 1} <= allowed
+    assert sharded.shard_of(Q) == target and Q not in sharded.placement.moving()
+    assert left_on(sharded, source) == {} and left_on(sharded, target) == {}
+    names = [step.step for step in steps]
+    assert names[0] == ("fenced" if crash == "after-switch" else "marked")
+    assert ("switched" in names) == (crash != "after-switch") and names[-1] == "done"
+    assert progress.source == source and progress.copied + len(allowed) > 0
+    # Nothing of the queue is left on the source but completed jobs.
+    for key in job_keys(rc, source):
+        assert rc.hget(key, "state") == "complete"
+    assert not sharded.shard(source).queues[Q].paused
+    # And every shard is consistent: the engine's invariants hold after the move.
+    reports = audit_all(sharded)
+    assert all(report.ok for report in reports), [str(report) for report in reports]
+    assert sum(report.jobs for report in reports) >= 800  # every job's record was checked
+
+
+def test_a_move_carries_schedules_settings_and_recurring_jobs(sharded: ShardedClient) -> None:
+    source, target = sharded.shard(0), sharded.shard(2)
+    queue = source.queues[Q]
+    queue.heartbeat = 30
+    queue.max_concurrency = 2
+    source.queues["mv-x"].heartbeat = 5  # another queue's setting stays
+    queue.set_throttle(4)
+    later = queue.put("K", {"x": 1}, delay=300, priority=5, tags=["t"], retries=2)
+    assert source.track(later)
+    rjid = queue.recur("K", {"r": 1}, 60, offset=0, priority=3, tags=["rt"], backlog=2)
+    [spawned] = queue.pop(1)  # spawns rjid-1 and takes it: it runs on the source
+    assert spawned.jid == f"{rjid}-1"
+    runner = threading.Thread(target=lambda: (time.sleep(0.5), spawned.complete()))
+    runner.start()
+    QueueMove(sharded, Q, 2, settle=0.1, poll=0.05, drain_timeout=10).run()
+    runner.join()
+    moved = target.jobs[later]
+    assert moved is not None and moved.state == "scheduled"
+    assert (moved.priority, moved.tags, moved.original_retries) == (5, ("t",), 2)
+    assert moved.tracked
+    due = target.read(lambda r: r.zscore(target.keyspace.key(f"q:{Q}-scheduled"), later))
+    assert 280 < float(due) - target.now() <= 300
+    assert target.queues[Q].heartbeat == 30 and target.queues[Q].max_concurrency == 2
+    assert target.config.get("mv-x-heartbeat") is None
+    assert target.queues[Q].throttle.maximum == 4
+    template = target.jobs.recurring(rjid)
+    assert template is not None and source.jobs.recurring(rjid) is None
+    assert template.priority == 3 and template.tags == ("rt",)
+    # The next child on the target goes on from the source's numbering, at its next run.
+    assert target.call_json("recur.get", rjid)["count"] == 1
+    nxt = target.read(lambda r: r.zscore(target.keyspace.key(f"q:{Q}-recur"), rjid))
+    assert 50 < float(nxt) - target.now() <= 60
+
+
+def test_a_move_resumes_after_a_crash_at_any_step(sharded: ShardedClient) -> None:
+    source, target = sharded.shard(0), sharded.shard(1)
+    jids = [source.queues[Q].put("K", {"n": n}) for n in range(30)]
+    move = QueueMove(sharded, Q, 1, settle=0.1, poll=0.05, drain_timeout=5)
+    sharded.placement.mark_moving(Q, 1)
+    move.fence(source.shard or "")
+    # A crash between a put on the target and the cancel here: the job is on both.
+    job = source.jobs[jids[0]]
+    assert job is not None
+    target.call("put", "", Q, job.jid, "K", job.raw_data, 0, "if-absent", "any")
+    assert move.copy_round(source.shard or "") == 30  # the repeat skips the put, cancels here
+    for jid in jids[:5]:
+        source.queues[Q].put("K", {}, jid=f"late-{jid}")
+    sharded.placement.switch(Q, 0, 1)  # then a crash before the drain
+    [progress] = QueueMove(sharded, Q, 1, settle=0.1, poll=0.05, drain_timeout=5).run()
+    assert progress.copied == 5 and progress.step == "done"
+    assert sorted(target.queues[Q].jobs.waiting(0, 100)) == sorted(
+        jids + [f"late-{jid}" for jid in jids[:5]])
+    assert left_on(sharded, source.shard or "") == {}
+    assert QueueMove(sharded, Q, 1).run() == []  # nothing left anywhere: a no-op
+
+
+def test_a_dependency_ties_a_job_to_its_shard(sharded: ShardedClient) -> None:
+    source = sharded.shard(0)
+    sharded.placement.record("other", 0)
+    dep = source.queues[Q].put("K", {})
+    source.queues["other"].put("K", {}, jid="child", depends=[dep])
+    move = QueueMove(sharded, Q, 1, settle=0.1, drain_timeout=1)
+    with pytest.raises(MoveBlocked, match=f"job {dep} of 'mv' is a dependency of child"):
+        move.run()
+    assert source.jobs.get(dep) is not None and sharded.shard(1).jobs.get(dep) is None
+    assert sharded.placement.moving()[Q]["to"] == sharded.tags[1]
+    with pytest.raises(MoveBlocked, match="marked moving to"):
+        QueueMove(sharded, Q, 2).run()
+    sharded.placement.clear_moving(Q)
+    source.queues[Q].unpause()
+
+
+def test_the_command_line(cluster: LocalCluster, sharded: ShardedClient) -> None:
+    sharded.shard(0).queues[Q].put("K", {})
+    urls = [f"redis://127.0.0.1:{node.port}" for node in cluster.primaries()]
+    out, err = io.StringIO(), io.StringIO()
+    code = main([Q, "--to", "s4", "--shards", "6", *sum([["--cluster", u] for u in urls], [])],
+                out=out, err=err)
+    assert code == 0, err.getvalue()
+    assert "mv s0-320 -> s4-328: done; copied 1" in out.getvalue()
+    assert sharded.shard(4).queues[Q].peek() is not None
+    assert sharded.shard_of(Q) == sharded.tags[4]
+
+
+def test_a_stalled_job_is_copied_and_its_late_worker_is_refused(sharded: ShardedClient) -> None:
+    """A job whose lease expired on the source runs on the target; its late worker's
+    complete on the source is refused (the one duplicate a move names without a crash)."""
+    source, target = sharded.shard(0), sharded.shard(1)
+    source.queues[Q].heartbeat = 1
+    jid = source.queues[Q].put("K", {})
+    late = source.queues[Q].pop()
+    assert late is not None
+    time.sleep(1.3)  # the lease expires: listed as stalled, still `running`
+    assert source.queues[Q].jobs.stalled() == [jid]
+    [progress] = QueueMove(sharded, Q, 1, settle=0.1, poll=0.05, drain_timeout=5).run()
+    assert progress.copied == 1
+    with pytest.raises(QlessError):
+        late.complete()
+    again = target.queues[Q].pop()
+    assert again is not None and again.jid == jid and again.complete() == "complete"
+
+
+def test_a_throttle_homed_elsewhere_blocks_the_move(sharded: ShardedClient) -> None:
+    source = sharded.shard(0)
+    jid = source.queues[Q].put("K", {}, throttles=["api"])  # api's home: s0
+    with pytest.raises(MoveBlocked, match=f"job {jid} names throttle 'api', whose home is "
+                                          f"shard {sharded.tags[0]}"):
+        QueueMove(sharded, Q, 1, settle=0.1, drain_timeout=1).run()
+    assert source.jobs.get(jid) is not None and sharded.shard(1).jobs.get(jid) is None
