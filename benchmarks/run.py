@@ -2,8 +2,8 @@
 
 Usage: `make bench ARGS="--quick"` or `.venv/bin/python benchmarks/run.py [--quick|--full]
 [--rounds N] [--systems a,b] [--skip-scale] [--skip-idle] [--idle-only] [--idle-seconds S]
-[--skip-62] [--body noop|incr]
-[--no-install]`. See benchmarks/README.md.
+[--skip-62] [--body noop|incr] [--no-install]`. `--cluster` runs only the one-node against
+three-shard comparison (benchmarks/cluster.py). See benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -139,6 +139,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--save-as", default=None, metavar="NAME",
                    help="write results/NAME.json and NAME.txt instead of latest.*")
     p.add_argument("--show", metavar="JSON", help="print the report of a saved run and exit")
+    p.add_argument("--cluster", action="store_true",
+                   help="only compare 1 node with a 3-primary cluster (benchmarks/cluster.py)")
     return p.parse_args(argv)
 
 
@@ -148,6 +150,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.show:
         print(render(json.loads(Path(args.show).read_text())))
         return 0
+    if args.cluster:
+        import cluster
+
+        return cluster.main([*(["--quick"] if args.quick else []),
+                             *(["--no-save"] if args.no_save else []),
+                             *(["--redis-server", args.redis_server] if args.redis_server
+                               else [])])
     s = sizes(args)
     if args.idle_only:
         s["rounds"], args.skip_scale, args.skip_62, args.skip_idle = 0, True, True, False
