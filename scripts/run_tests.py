@@ -113,6 +113,13 @@ def keyspace_leg(primary: str) -> tuple[str, str, list[str]]:
     return (sys.executable, primary, ["tests/core", "-p", "tests.core.shard_keyspace"])
 
 
+def cluster_core_leg(primary: str) -> tuple[str, str, list[str]]:
+    """Return the leg running tests/core in the shard keyspace s7 on a real Redis cluster
+    (3 primaries per xdist worker; every Client a ShardChannel over the ClusterTransport)."""
+    return (sys.executable, primary, ["tests/core", "-p", "tests.core.cluster_keyspace",
+                                      *PARALLEL])
+
+
 def main(argv: list[str]) -> int:
     missing = []
     if not system_redis():
@@ -138,7 +145,8 @@ def main(argv: list[str]) -> int:
         python6 = django6_venv()
         if python6 is not None:
             legs_py.append((str(python6), primary, ["tests/app", "tests/ui", *PARALLEL]))
-        more = (valkey_leg(), cluster_leg(primary), keyspace_leg(primary))
+        more = (valkey_leg(), cluster_leg(primary), keyspace_leg(primary),
+                cluster_core_leg(primary))
         legs_py += [leg for leg in more if leg is not None]
     failed = 0
     for python, binary, paths in legs_py:

@@ -87,6 +87,14 @@ if KEYSPACE is not None:
 
         monkeypatch.setattr(Client, "__init__", shard_init)
 
+if keyspace_mode.CLUSTER:
+    # On a real cluster (-p tests.core.cluster_keyspace): its node's URL, its cluster clients.
+    from tests.core.cluster_keyspace import (  # noqa: F401
+        _clients_in_keyspace,
+        keyspace_cluster,
+        redis_url,
+    )
+
 
 @pytest.fixture
 def events(r: redis.Redis, redis_url: str) -> Iterator[Callable[[], list[tuple[str, str]]]]:
@@ -117,7 +125,8 @@ def snapshot(conn: redis.Redis) -> dict[str, bytes]:
     """DUMP every key, for asserting that a refused command changed nothing."""
     kwargs = {**conn.connection_pool.connection_kwargs, "decode_responses": False}
     kwargs.pop("connection_class", None)
-    raw = redis.Redis(unix_socket_path=kwargs["path"], db=kwargs.get("db", 0))
+    raw = (redis.Redis(unix_socket_path=kwargs["path"], db=kwargs.get("db", 0)) if "path" in kwargs
+           else redis.Redis(host=kwargs["host"], port=kwargs["port"]))  # a cluster node
     try:
         return {key.decode(): raw.dump(key) for key in sorted(raw.keys("*"))}
     finally:

@@ -17,12 +17,14 @@ from typing import Any
 import redis
 
 __all__ = [
-    "KEYSPACE", "PREFIX", "ShardRedis", "keys", "monitor_events", "publish", "subscribe",
+    "CLUSTER", "KEYSPACE", "PREFIX", "ShardRedis", "keys", "monitor_events", "publish", "subscribe",
     "to_default", "to_shard",
 ]
 
 KEYSPACE: str | None = os.environ.get("QLESS_TEST_KEYSPACE") or None
 PREFIX = "ql:" if KEYSPACE is None else f"ql:{{{KEYSPACE}}}:"
+# Set by tests/core/cluster_keyspace.py: the keyspace lives on a real cluster.
+CLUSTER = os.environ.get("QLESS_TEST_CLUSTER") == "1"
 
 
 def keys() -> list[str]:
