@@ -20,7 +20,8 @@ class LogFeed:
     """
 
     def __init__(self, client: Client) -> None:
-        self._pubsub: Any = client.redis.pubsub()
+        # The keyspace's server (a shard's primary, where its sharded channels are published).
+        self._pubsub: Any = client.node_redis().pubsub()
         self._client = client
         self._channel = client.keyspace.channel("log")
 

@@ -46,8 +46,9 @@ class ServerProbe(NamedTuple):
 
 
 def _conn(client_or_redis: Any) -> redis.Redis:
-    """Accept a core Client or a redis.Redis."""
-    conn = getattr(client_or_redis, "redis", client_or_redis)
+    """Accept a core Client (its keyspace's server: a shard's primary) or a redis.Redis."""
+    node = getattr(client_or_redis, "node_redis", None)
+    conn = node() if callable(node) else client_or_redis
     if not isinstance(conn, redis.Redis):
         raise TypeError(f"expected a Client or redis.Redis, got {type(client_or_redis).__name__}")
     return conn

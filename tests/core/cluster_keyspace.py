@@ -38,7 +38,6 @@ _PLAIN_WRAP = ("checks how a Client wraps a caller's plain redis.Redis (its pool
                "identity); a cluster client is given a RedisCluster")
 _NODE_CHANNEL = ("drives the plain node channel (NodeChannel.load_script, EVALSHA counts); "
                  "ShardChannel has no load_script")
-_PRODUCT = "product bug on the cluster path, reported: "
 # Tests that cannot hold on a cluster, by node id prefix, with the reason.
 SKIPS: dict[str, str] = {
     "tests/core/test_bad_input.py::test_bad_keyspace_is_refused": _OTHER_SLOTS,
@@ -62,12 +61,6 @@ SKIPS: dict[str, str] = {
     "tests/core/test_client_transport.py::test_timeout_under_client_pause_fails_fast":
         _NODE_CHANNEL,
     "tests/core/test_client_validation.py::test_refused_before_any_round_trip": _NODE_CHANNEL,
-    "tests/core/test_glue_reads.py::test_probe": _PRODUCT + (
-        "health.probe(client) of a cluster Client raises TypeError 'expected a Client or "
-        "redis.Redis, got Client' (client.redis is a RedisCluster)"),
-    "tests/core/test_glue_reads.py::test_log_feed": _PRODUCT + (
-        "LogFeed(client).open() of a cluster Client raises RuntimeError 'pubsub connection "
-        "not set' (SSUBSCRIBE on RedisCluster.pubsub(), then get_message)"),
 }
 
 
