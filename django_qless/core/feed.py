@@ -21,7 +21,7 @@ class LogFeed:
 
     def __init__(self, client: Client) -> None:
         # The keyspace's server (a shard's primary, where its sharded channels are published).
-        self._pubsub: Any = client.node_redis().pubsub()
+        self._pubsub: Any = client.node_redis().pubsub()  # type: ignore[no-untyped-call]
         self._client = client
         self._channel = client.keyspace.channel("log")
 
