@@ -104,8 +104,9 @@ def valkey_leg() -> tuple[str, str, list[str]] | None:
 
 
 def cluster_leg(primary: str) -> tuple[str, str, list[str]]:
-    """Return the leg starting real local clusters: Redis (primary) and Valkey, one process."""
-    return (sys.executable, primary, ["tests/cluster"])
+    """Return the leg starting real local clusters: Redis (primary) and Valkey (each of the
+    two test processes starts its own pair)."""
+    return (sys.executable, primary, ["tests/cluster", *PARALLEL])
 
 
 def keyspace_leg(primary: str) -> tuple[str, str, list[str]]:
