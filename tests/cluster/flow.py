@@ -75,9 +75,12 @@ class Flow:
     """Producers and consumers of `total` jobs over `queues` (each on its own shard)."""
 
     def __init__(self, sharded: ShardedClient, queues: list[str], total: int = 2000,
-                 producers: int = 3, consumers: int = 3, klass: str = "K") -> None:
-        """`consumers=0`: something else (a real worker) runs the jobs of class `klass`."""
+                 producers: int = 3, consumers: int = 3, klass: str = "K",
+                 pace: float = 0.0) -> None:
+        """`consumers=0`: something else (a real worker) runs the jobs of class `klass`;
+        `pace`: seconds each producer sleeps after a put (so puts outlast a failover)."""
         self.sharded, self.queues, self.total, self.klass = sharded, queues, total, klass
+        self.pace = pace
         # Resolved once: the placement record must not be read mid-fault.
         self.clients: dict[str, Client] = {q: sharded.for_queue(q) for q in queues}
         self.puts: dict[str, tuple[str, str, float]] = {}  # jid -> (queue, outcome, at)
@@ -111,6 +114,8 @@ class Flow:
                 return
             with self.lock:
                 self.puts[jid] = (name, outcome, time.monotonic())
+            if self.pace:
+                time.sleep(self.pace)
 
     def _consume(self, worker: str) -> None:
         turn = 0
@@ -159,6 +164,20 @@ class Flow:
             self.stop.set()
         run.at = time.monotonic()
         return True
+
+    def add_ledger_runs(self, rows: list[dict[str, object]], offset: float) -> None:
+        """Record the runs a real worker wrote to a tests/faults ledger (`started` and
+        `done` rows; `offset` turns their wall-clock times into monotonic ones): a run with a
+        `done` row counts as completed then, one without as ended with an unknown outcome."""
+        done = {(r["jid"], r["attempt"]): float(str(r["t"])) for r in rows
+                if r["event"] == "done"}
+        for row in sorted(rows, key=lambda r: float(str(r["t"]))):
+            if row["event"] != "started":
+                continue
+            at = done.get((row["jid"], row["attempt"]))
+            run = Run(str(row["pid"]), ACKED if at is not None else UNKNOWN,
+                      (at if at is not None else float(str(row["t"]))) - offset)
+            self.runs.setdefault(str(row["jid"]), []).append(run)
 
     # -- driving it ----------------------------------------------------------------------
 
