@@ -131,12 +131,6 @@ def test_a_real_worker_rides_out_the_sigkill_of_a_primary(
         sharded.close()
 
 
-@pytest.mark.xfail(reason=(
-    "product bug: once QueueMove(...).run() starts, a forking worker serving only the moved "
-    "queue takes no job for ~55 s (until its 60 s --interval re-check): the copied and newly "
-    "put jobs (280 of 300) sit `waiting` on the target shard meanwhile. Neither waking it "
-    "on the target's wake:<q> nor reserve.wait only in the hand-off shard cured it"),
-    strict=False)
 def test_a_real_worker_follows_its_queue_moved_to_another_shard(
     cluster: LocalCluster, rc: RedisCluster, ledger: Ledger, workers: list[WorkerProcess],
 ) -> None:

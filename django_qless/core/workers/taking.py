@@ -115,7 +115,10 @@ class JobTaker:
             wake: float | None = None
             # Wait for a hand-off while idle: one keyspace, one registration (one call).
             ttl = None
-            if len(plan) == 1 and self.waiter.hand_client is not None and self.waiter.subscribed:
+            # Only in the shard whose hand-off channel the waiter listens to (a queue may
+            # have moved to another shard since the worker started).
+            if (len(plan) == 1 and plan[0][0] is self.waiter.hand_client
+                    and self.waiter.subscribed):
                 ttl = self.recheck_after() + 1.0
             for client, queues in plan:
                 jobs, due = client.reserve(queues, 1, self.name, wait=ttl)

@@ -82,7 +82,9 @@ class WakeWaiter:
         single = self.routes.single
         clients = {c.shard: c for c, _ in groups}
         if single is not None:
-            clients = {single.shard: single}  # patterns may match nothing yet: listen anyway
+            # Patterns may match nothing yet: listen there anyway; and where a queue moved
+            # since the start (its new shard is in the groups).
+            clients = {single.shard: single, **clients}
         queues = {c.shard: names for c, names in groups}
         wanted: dict[str | None, _Wanted] = {}
         for tag, client in clients.items():
@@ -246,6 +248,7 @@ class WakeWaiter:
         the supervisor still there"), so a long wait stays cheap without going deaf.
         """
         deadline = time.monotonic() + max(0.0, timeout)
+        version = self.routes.version
         while True:
             left = deadline - time.monotonic()
             if keep_waiting is None or left <= every:
@@ -253,6 +256,11 @@ class WakeWaiter:
             woke = self._wait_once(every)
             if woke != _TIMEOUT or not keep_waiting():
                 return woke == _MESSAGE
+            # A queue changed shards (a move): listen there too, and reserve again now
+            # (jobs may be waiting there already). Looked at once a second at most.
+            self.ensure_subscribed()
+            if self.routes.version != version:
+                return True
 
     def _wait_once(self, timeout: float) -> str:
         """Block once; say what ended the wait (a message, a signal or the timeout)."""
