@@ -16,6 +16,7 @@ from redis.retry import Retry
 from .exceptions import QlessConnectionError
 from .keyspace import DEFAULT
 from .serialization import check_worker
+from .signalmask import block_async_signals
 
 if TYPE_CHECKING:
     from .client import Client
@@ -232,6 +233,7 @@ class Events:
 
     def _run(self) -> None:
         """Connect, listen, and reconnect with back-off until stopped."""
+        block_async_signals()
         backoff = 0.05
         while not self._stop.is_set():
             conn = None

@@ -298,3 +298,32 @@ def test_term_while_redis_is_unreachable_job_returns_by_lease(
     assert job.state == "running" and job.retries == 2
     job.complete()
     assert_audit_clean(qless_client)
+
+
+def _blocked_signals(pid: int, tid: int) -> int:
+    """Return the blocked-signal mask of one thread of a live process."""
+    with open(f"/proc/{pid}/task/{tid}/status") as f:
+        line = next(x for x in f if x.startswith("SigBlk:"))
+    return int(line.split()[1], 16)
+
+
+def test_helper_threads_leave_signals_to_the_job_thread(qless_client, start_worker, ledger):
+    """Every thread but the one running the job blocks TERM, so a TERM (or the parent-death
+    signal) interrupts the job's sleep at once instead of waiting for it to end."""
+    q = qless_client.queues["q"]
+    worker = start_worker("q", "-n", "1")
+    worker.wait_children(1)
+    jid = q.put(WORK, {"seconds": 5})
+    child = wait_until(lambda: ledger.rows("started", jid))[0]["pid"]
+    term = 1 << (signal.SIGTERM - 1)
+    for pid in (child, worker.pid):
+        helpers = [int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid]
+        assert not _blocked_signals(pid, pid) & term
+        for tid in helpers:
+            assert _blocked_signals(pid, tid) & term, (pid, tid)
+        if pid == child:
+            assert helpers  # the heartbeat thread at least: the check above ran
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(timeout=10) == 0
+    assert not ledger.rows("done", jid)  # aborted mid-sleep, released for another worker
+    assert qless_client.jobs[jid].state == "waiting"

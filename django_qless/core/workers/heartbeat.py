@@ -27,6 +27,7 @@ from django_qless.core.exceptions import (
     LostLockError,
     QlessError,
 )
+from django_qless.core.signalmask import block_async_signals
 
 if TYPE_CHECKING:
     from django_qless.core.job import Job
@@ -124,6 +125,7 @@ class Heartbeater(threading.Thread):
                 self._parked = False
 
     def run(self) -> None:
+        block_async_signals()
         seen = -1
         period = next_beat = next_tick = 0.0
         deadline: float | None = None

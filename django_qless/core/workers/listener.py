@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from django_qless.core.signalmask import block_async_signals
 from django_qless.core.workers.subscription import PUBSUB_ERRORS, Subscription
 
 if TYPE_CHECKING:
@@ -80,6 +81,7 @@ class WorkerChannelListener(threading.Thread):
 
     # -- thread ---------------------------------------------------------------------------
     def run(self) -> None:
+        block_async_signals()
         backoff = 0.1
         while not self._stop_event.is_set():
             pubsub = Subscription(self.client)
