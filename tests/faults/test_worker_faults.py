@@ -50,11 +50,13 @@ def test_killed_supervisor_with_every_child_busy(short_leases, start_worker, led
     wait_until(lambda: len(ledger.rows("started")) == 4)
     worker.signal(signal.SIGKILL)
     worker.wait(timeout=5)
+    time.sleep(1)
+    lingering = {k: _signal_state(k) for k in kids if alive(k)}  # evidence if this fails
     wait_until(lambda: not any(alive(k) for k in kids), timeout=10)
     again = start_worker("q", "-n", "2")
     wait_until(lambda: all_complete(qless_client, jids), timeout=30)
     assert {r["jid"] for r in ledger.rows("done")} == set(jids)
-    assert all(len(ledger.rows("done", j)) == 1 for j in jids)
+    assert all(len(ledger.rows("done", j)) == 1 for j in jids), (ledger.rows("done"), lingering)
     again.signal(signal.SIGQUIT)
     assert again.wait() == 0
     assert_audit_clean(qless_client)
@@ -298,6 +300,19 @@ def test_term_while_redis_is_unreachable_job_returns_by_lease(
     assert job.state == "running" and job.retries == 2
     job.complete()
     assert_audit_clean(qless_client)
+
+
+def _signal_state(pid: int) -> dict[str, str]:
+    """Return each thread's pending, blocked and caught signal masks (for failure messages)."""
+    out = {}
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                out[tid] = " ".join(x.strip() for x in f
+                                    if x.startswith(("SigPnd", "ShdPnd", "SigBlk", "SigCgt")))
+    except OSError:
+        pass  # gone meanwhile
+    return out
 
 
 def _blocked_signals(pid: int, tid: int) -> int:
