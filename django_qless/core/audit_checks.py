@@ -170,6 +170,8 @@ def judge_job(a: Auditor, jid: str, h: dict[str, str], got: list[tuple[str, str,
     elif state != "depends" and ndeps > 0:
         a.add("deps.state", jid, f"state {state} but has {ndeps} dependencies")
     retries, remaining = num(h.get("retries")), num(h.get("remaining"))
+    if h.get("remaining") is None:
+        remaining = retries  # a lean record leaves `remaining` out while it equals `retries`
     if retries is None or remaining is None or remaining > retries or remaining < -1:
         a.add("retries.range", jid,
               f"retries {h.get('retries')!r}, remaining {h.get('remaining')!r}", fixable=False)

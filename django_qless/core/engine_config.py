@@ -24,6 +24,7 @@ _MINIMUM = {
     "max-job-history": 0,
     "stats-history": 0,
     "histogram-history": 0,
+    "lean-job-records": 0,
 }
 
 # Every option the engine reads or lists (docs/engine.md); per-queue ones end in a suffix.
@@ -46,6 +47,8 @@ def check_config(key: str, value: object) -> str:
         number = check_int(name, value, _MINIMUM[key])
         if key == "max-job-history" and number in (1, 2):
             raise InvalidArgument(f"{name} must be 0 (unlimited) or >= 3, got {value!r}")
+        if key == "lean-job-records" and number > 1:
+            raise InvalidArgument(f"{name} must be 0 or 1, got {value!r}")
         return str(number)
     if key.endswith("-heartbeat"):
         return str(check_int(name, value, 1))

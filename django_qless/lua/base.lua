@@ -213,7 +213,8 @@ function Q.read(jid, fields)
 end
 
 Q.ALL = { 'jid', 'klass', 'state', 'queue', 'worker', 'priority', 'expires', 'retries',
-  'remaining', 'data', 'tags', 'failure', 'spawned_from_jid', 'throttles', 'history' }
+  'remaining', 'data', 'tags', 'failure', 'spawned_from_jid', 'throttles', 'history', 'visit',
+  'time' }
 -- The job hash field `tracked` ('1') mirrors membership of ql:tracked so the hot paths learn
 -- it from the HMGET they already do.
 

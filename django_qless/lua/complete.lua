@@ -59,25 +59,19 @@ Q.mod.complete = function()
   -- ---------------------------------------------------------------- complete
 
   -- The job hash fields complete needs, in one constructor (sized once, where setting them
-  -- one by one into `{}` grows the table again and again). `priority` only for `next`; the
-  -- fields that only tell whether the hash holds a long value are read by Q.long_values.
+  -- one by one into `{}` grows the table again and again). `priority` only for `next`.
   local function read_own(jid, nextq)
     local v = rcall('HMGET', KP .. 'j:' .. jid, 'state', 'queue', 'worker', 'retries', 'time',
-      'held', 'history', 'tracked', 'done', nextq and 'priority' or 'state')
+      'held', 'history', 'tracked', 'done', 'visit', nextq and 'priority' or 'state')
     local any = false
-    for i = 1, 9 do
+    for i = 1, 10 do
       if v[i] then any = true; break end
     end
     if not any then return nil end
     return { state = v[1] or nil, queue = v[2] or nil, worker = v[3] or nil,
       retries = v[4] or nil, time = v[5] or nil, held = v[6] or nil, history = v[7] or nil,
-      tracked = v[8] or nil, done = v[9] or nil, priority = nextq and v[10] or nil }
-  end
-
-  -- True when the job hash already holds a value longer than Q.SMALL_VALUE among the fields
-  -- complete did not read (a completion that would lengthen `history` past it asks this).
-  function Q.long_values(jid)
-    return Q.roomy(unpack(rcall('HMGET', KP .. 'j:' .. jid, 'klass', 'tags', 'failure', 'throttles')))
+      tracked = v[8] or nil, done = v[9] or nil, visit = v[10] or nil,
+      priority = nextq and v[11] or nil }
   end
 
   -- Ownership checks shared by complete and complete.reserve. With an attempt token that
@@ -119,10 +113,12 @@ Q.mod.complete = function()
     local jid, worker, queue, data, token = o.jid, o.worker, o.queue, o.data, o.token
     local nextq, delay, depends = o.next, o.delay or 0, o.depends
     local key = Q.kjob(jid)
-    local compact = not nextq and h.history
-      and Q.compact_done(h.history, now, worker, jid, h, data)
-    if not compact then
-      Q.history_text(jid, '[' .. Q.floor_text(now) .. ',"done"]', h.history, true)
+    -- The first visit's completion extends `visit` (history.lua); else the list gets it.
+    local visit = not nextq and h.visit and Q.visit_done(h.visit, h.time, now, worker)
+    if not visit then
+      local prior = h.visit and Q.visit_entries(h.visit, h.time, h.queue) or nil
+      Q.history_text(jid, '[' .. Q.floor_text(now) .. ',"done"]', h.history, true, prior)
+      if h.visit then rcall('HDEL', key, 'visit') end
     end
     rcall('ZREM', Q.qn(queue).locks, jid)
     Q.sample('run', queue, now, now - (tonumber(h.time) or now))
@@ -131,9 +127,10 @@ Q.mod.complete = function()
     local retries = Q.int_arg(tonumber(h.retries) or 5)
     local fields = { 'data', data, 'worker', '', 'failure', '{}', 'expires', '0',
       'remaining', retries, 'time', Q.ftime(now) }
-    if compact or (h.history and h.history ~= '[]') then
-      -- the compact field, or `[]` for a field just migrated (this HSET replaces an HDEL)
-      table.insert(fields, 'history'); table.insert(fields, compact or '[]')
+    if visit then table.insert(fields, 'visit'); table.insert(fields, visit) end
+    if h.history and h.history ~= '[]' then
+      -- `[]` for a legacy field just migrated (this HSET replaces an HDEL)
+      table.insert(fields, 'history'); table.insert(fields, '[]')
     end
     if h.held then table.insert(fields, 'held'); table.insert(fields, '') end
     if nextq then

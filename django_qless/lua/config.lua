@@ -24,7 +24,7 @@ Q.mod.config = function()
   local INT_RULES = {
     ['heartbeat'] = 1, ['grace-period'] = 0, ['jobs-history'] = 0, ['jobs-history-count'] = 0,
     ['max-job-history'] = 3, ['max-worker-age'] = 1, ['stats-history'] = 0,
-    ['histogram-history'] = 0,
+    ['histogram-history'] = 0, ['lean-job-records'] = 0,
   }
 
   local function check_value(key, value)
@@ -41,6 +41,9 @@ Q.mod.config = function()
     if n ~= math.floor(n) or (n < lo and not (key == 'max-job-history' and n == 0)) then
       Q.fail('Arg "value" for ' .. key .. ' must be an integer >= ' .. lo
         .. (key == 'max-job-history' and ' or 0' or '') .. ': ' .. value)
+    end
+    if key == 'lean-job-records' and n > 1 then
+      Q.fail('Arg "value" for lean-job-records must be 0 or 1: ' .. value)
     end
     return value
   end

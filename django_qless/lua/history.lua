@@ -4,11 +4,21 @@
 --
 -- Commands: none (helpers only).
 -- Keys:
---   ql:j:<jid>            hash  field `history` = compact first visit in qless-core's legacy
---                               format (HDEL on migration to the list)
+--   ql:j:<jid>            hash  field `visit` = first visit after its pop (HMGET, HDEL on
+--                               migration); field `history` = a legacy single-field history
+--                               (read and migrated, no longer written)
 --   ql:j:<jid>-history    list  JSON history entries (RPUSH, LRANGE, LSET/LREM/LPOP/LTRIM/LPUSH)
 
 -- ---------------------------------------------------------------- history
+
+-- Whether a new job's record is lean (leaves out `jid`, `priority` 0, empty `tags` and
+-- `remaining` equal to `retries`, which every engine reader derives): always in a shard
+-- keyspace, whose keys no qless-core script can address; in the default keyspace only when
+-- the operator sets the config option `lean-job-records` to 1.
+function Q.lean_records()
+  if KP ~= 'ql:' then return true end
+  return Q.cfg('lean-job-records') == '1'
+end
 
 -- Text of floor(t), as cjson writes it (both use 14 significant digits). Remembers the last
 -- one: a call formats its `now` once however many entries and fields it writes.
@@ -37,12 +47,11 @@ function Q.popped_entry(when, worker)
   return '[' .. Q.floor_text(when) .. ',"popped",{"worker":' .. Q.worker_json(worker) .. '}]'
 end
 
--- Compact history. A job's first visit (put, popped, done) lives in the job hash field
--- `history`, in qless-core's own legacy encoding: a JSON array of visit objects with `q`,
--- `put`, `popped`, `worker`, `failed`, `done` timestamps. qless-core (and this engine) expand
--- that field into list entries and delete it on first touch, so the field plus the list always
--- read as the list alone would. The engine writes it only for a job's first event, extends it
--- for the first pop and the completion, and migrates on any other event.
+-- Legacy history. qless-core's older single-field encoding keeps a job's history in the job
+-- hash field `history`: a JSON array of visit objects with `q`, `put`, `popped`, `worker`,
+-- `failed`, `done` timestamps (earlier versions of this engine wrote it for a first visit).
+-- Readers expand it after the list's entries; the next event that writes history migrates
+-- it into the list and deletes it, as qless-core does.
 
 -- The list entries a legacy `history` field stands for (after whatever the list holds).
 local function legacy_entries(legacy)
@@ -79,68 +88,86 @@ Q.legacy_entries = legacy_entries
 
 -- Redis keeps a small hash in its compact encoding (listpack/ziplist) only while every value
 -- is at most `hash-max-listpack-value` bytes (default 64); one longer value converts the job
--- hash to a real hash table for good, which costs far more than a history list. So the field
--- only grows past this length when the hash already holds a longer value (`roomy`).
+-- hash to a real hash table for good, which costs far more than a history list. So `visit`
+-- never grows past this length: the event goes to the list instead.
 Q.SMALL_VALUE = 64
 
--- True when one of the given field values is longer than Q.SMALL_VALUE.
--- (at most six values, as fixed parameters: a vararg loop costs two C calls per value)
-local function long(v) return type(v) == 'string' and #v > Q.SMALL_VALUE end
-function Q.roomy(a, b, c, d, e, f)
-  return long(a) or long(b) or long(c) or long(d) or long(e) or long(f)
-end
-
--- Field text of a first visit that starts with a put (floor(when), as list entries use), or
--- nil when it would not fit.
-function Q.compact_put(queue, when, roomy)
-  local text = '[{"q":' .. cjson_encode(queue) .. ',"put":' .. cjson_encode(floor(when)) .. '}]'
-  if #text > Q.SMALL_VALUE and not roomy then return nil end
-  return text
-end
-
--- The field with the first pop added and {put time, queue, pop time, worker}, or nil when
--- the field is not a bare first put. `h`: the job hash (its long values make room); the
--- length is checked before any text is built, since with a `host-pid` worker name it rarely fits.
-function Q.compact_popped(legacy, when, worker, h)
-  local at = floor(when)
-  -- (cjson writes 14 significant digits: larger times take the generic path)
-  if at >= 1e14 then return nil end
-  local atext, wtext = Q.floor_text(when), Q.worker_json(worker)
-  if #legacy + 20 + #atext + #wtext > Q.SMALL_VALUE
-      and not Q.roomy(h.data, h.klass, h.tags, h.failure, h.throttles, h.held) then
-    return nil
-  end
-  local queue, put = legacy:match('^%[{"q":"([%w_%.%-]*)","put":(%d+)}%]$')
-  if not queue then return nil end
-  local text = legacy:sub(1, -3) .. ',"popped":' .. atext .. ',"worker":' .. wtext .. '}]'
-  return text, { tonumber(put), queue, at, worker }
-end
-
--- The field with the completion added, or nil unless it is a first put + pop by `worker`.
--- `h`: the job hash as complete read it and `data` the new data (long values make room).
-function Q.compact_done(legacy, when, worker, jid, h, data)
-  local head = legacy:match('^%[{"q":"[%w_%.%-]*","put":%d+,"popped":%d+')
-  if not head then return nil end
-  local tail = ',"worker":' .. Q.worker_json(worker) .. '}]'
-  if #head + #tail ~= #legacy or legacy:sub(#head + 1) ~= tail then return nil end
-  local text = legacy:sub(1, -3) .. ',"done":' .. Q.floor_text(when) .. '}]'
-  if #text > Q.SMALL_VALUE and not Q.roomy(data, h.held) and not Q.long_values(jid) then
-    return nil
-  end
-  return text
-end
-
--- The `time` field text: 14 significant digits when that reads back as the same number,
--- else 17 (always exact); qless-core reads it with tonumber.
+-- The `time` field text: `now` to the millisecond (trailing zeros dropped; rounded, but
+-- never into the next second), so floor(time) is floor(now), the second every history entry of the event carries. Still a
+-- number to every reader (qless-core reads it with tonumber); statistics move by < 1 ms.
 local ftime_t, ftime_s
 function Q.ftime(t)
   -- (remembered: pop and complete of one call write the same `now`)
   if t == ftime_t then return ftime_s end
-  local text = tostring(t)
-  -- (`text + 0` parses once where tonumber parses twice; only inf and nan do not read back)
-  local back = (t == t and t ~= math.huge and t ~= -math.huge) and text + 0 or nil
-  if back ~= t then text = string.format('%.17g', t) end
+  local text
+  if t ~= t or t == math.huge or t == -math.huge or t >= 1e14 or t < 0 then
+    text = string.format('%.17g', t)
+  else
+    -- (rounded, as 0.3 s is stored a hair below 0.3; but never up into the next second)
+    local s = floor(t)
+    local ms = floor((t - s) * 1000 + 0.5)
+    if ms > 999 then ms = 999 end
+    text = Q.floor_text(s)
+    if ms > 0 then text = (text .. string.format('.%03d', ms)):gsub('0+$', '') end
+  end
   ftime_t, ftime_s = t, text
+  return text
+end
+
+-- First visit without a list. A new job's hash holds no history at all while it waits: its
+-- put entry is implied by `time` (the put's, truncated to the millisecond) and `queue`. The
+-- first pop writes the hash field `visit` = `<put back>:<queue>:<worker>` (`time` is then
+-- the pop's), the completion `<put back>:<pop back>:<queue>:<worker>` (`time` the
+-- completion's): whole seconds, the put's before the pop, the pop's before floor(time). Queue and worker names hold
+-- no `:`. The first event that does not fit (or any other event) expands it into the list.
+-- Rule for readers: with no `history` field, no `visit` field and an empty list, the
+-- history is the implied put; a `visit` field's entries come before the list's.
+
+-- The entry texts of a job's first visit: from `visit` when given, else the implied put
+-- (none without a `time`).
+function Q.visit_entries(visit, time, queue)
+  local t = tonumber(time)
+  if not t then return {} end
+  local at = floor(t)
+  if not visit then
+    if not queue or queue == '' then return {} end
+    return { '[' .. Q.floor_text(at) .. ',"put",{"q":' .. cjson_encode(queue) .. '}]' }
+  end
+  local a, b, q, w = visit:match('^(%d+):(%d+):([^:]*):(.*)$')
+  if not a then
+    a, q, w = visit:match('^(%d+):([^:]*):(.*)$')
+    if not a then return {} end
+  end
+  local popat = b and at - tonumber(b) or at
+  local put = '[' .. tostring(popat - tonumber(a)) .. ',"put",{"q":' .. cjson_encode(q) .. '}]'
+  local popped = '[' .. tostring(popat) .. ',"popped",{"worker":' .. cjson_encode(w) .. '}]'
+  if not b then return { put, popped } end
+  return { put, popped, '[' .. tostring(at) .. ',"done"]' }
+end
+
+-- The `visit` text of a first pop at `now` of a job waiting in its implied first visit, and
+-- {put time, queue, pop time, worker} for the reply; nil when it would not fit.
+function Q.visit_popped(time, queue, now, worker)
+  local t = tonumber(time)
+  if not t or t >= 1e14 or now >= 1e14 or not queue or queue == '' then return nil end
+  local put, at = floor(t), floor(now)
+  if put > at then return nil end
+  local text = tostring(at - put) .. ':' .. queue .. ':' .. worker
+  if #text > Q.SMALL_VALUE then return nil end
+  return text, { put, queue, at, worker }
+end
+
+-- The `visit` text with the completion at `now` added (the job's `time` is still the pop's),
+-- or nil unless `visit` is a first pop by `worker` and the result fits.
+function Q.visit_done(visit, time, now, worker)
+  local t = tonumber(time)
+  if not t or now >= 1e14 then return nil end
+  local a, q, w = visit:match('^(%d+):([^:]*):(.*)$')
+  if not a or w ~= worker then return nil end
+  local at, popat = floor(now), floor(t)
+  if popat > at then return nil end
+  local text = a .. ':' .. tostring(at - popat) .. ':' .. q .. ':' .. w
+  if #text > Q.SMALL_VALUE then return nil end
   return text
 end
 
@@ -168,8 +195,12 @@ function Q.history(jid, when, what, extra, legacy, overwrite)
   return Q.history_text(jid, history_entry(when, what, extra), legacy, overwrite)
 end
 
--- Q.history with the entry's JSON text already built.
-function Q.history_text(jid, entry, legacy, overwrite)
+-- Q.history with the entry's JSON text already built. With no legacy field and an empty
+-- list the job was in its first visit without a list (implied put or `visit` field): those
+-- entries go in front (read before the caller's HSET changes `time` or `queue`) and `visit`
+-- is deleted. `prior`: the first-visit entries when the caller already knows them (it then
+-- deletes `visit` itself).
+function Q.history_text(jid, entry, legacy, overwrite, prior)
   local key = Q.khist(jid)
   local len
   local entries
@@ -179,9 +210,24 @@ function Q.history_text(jid, entry, legacy, overwrite)
     entries = legacy_entries(legacy)
     tinsert(entries, entry)
     len = push_entries(key, entries)
+  elseif prior then
+    entries = prior
+    tinsert(entries, entry)
+    len = push_entries(key, entries)
   else
     entries = { entry }
     len = rcall('RPUSH', key, entry)
+    if len == 1 then
+      local v = rcall('HMGET', KP .. 'j:' .. jid, 'visit', 'time', 'queue')
+      local front = Q.visit_entries(v[1] or nil, v[2] or nil, v[3] or nil)
+      if v[1] then rcall('HDEL', KP .. 'j:' .. jid, 'visit') end
+      if #front > 0 then
+        for i = #front, 1, -1 do rcall('LPUSH', key, front[i]) end
+        len = len + #front
+        tinsert(front, entry)
+        entries = front
+      end
+    end
   end
   -- The cap is 0 (none) or >= 3, so a list of 3 or fewer entries never needs a trim.
   if len <= 3 then

@@ -131,7 +131,7 @@ Q.mod.job = function()
   -- ---------------------------------------------------------------- fail / retry
 
   local FAIL_FIELDS = { 'state', 'queue', 'worker', 'priority', 'remaining', 'held', 'grace', 'history',
-    'tracked', 'done' }
+    'tracked', 'done', 'retries' }
 
   C['fail'] = { 'Fail', function(now, args)
     local jid = Q.jid(args[1])
@@ -205,8 +205,10 @@ Q.mod.job = function()
     if priority then
       h.priority = priority
     end
-    local remaining = (tonumber(h.remaining) or 0) - 1
-    -- No history entry unless retries are exhausted: a compact `history` field stays as it is.
+    -- (a lean record has no `remaining` while it equals `retries`)
+    local remaining = (tonumber(h.remaining) or tonumber(h.retries) or 0) - 1
+    -- No history entry unless retries are exhausted: a `visit` field stays as it is (retry
+    -- writes no `time`, which its offsets count from).
     rcall('ZREM', Q.kq(queue, 'locks'), jid)
     rcall('ZREM', Q.kwjobs(worker), jid)
     if h.grace then rcall('HDEL', Q.kjob(jid), 'grace') end

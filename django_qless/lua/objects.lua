@@ -8,10 +8,12 @@
 --   ql:tracked                     zset  (ZSCORE, for `get`)
 
 Q.mod.objects = function()
-  -- History objects of the list followed by the legacy field's entries. `compact`
-  -- ({put time, queue, pop time, worker}, from a pop that just extended a bare first put)
-  -- means there is no list to read: the two objects are built as the list form decodes them.
-  function Q.read_history(jid, legacy, compact, listed)
+  -- History objects: the first visit's (`visit` field, or the implied put when the job has
+  -- no history stored at all; history.lua), the list's, then the legacy field's. `compact`
+  -- ({put time, queue, pop time, worker}, from a pop that just wrote `visit`) means there is
+  -- no list to read: the two objects are built as the list form decodes them.
+  function Q.read_history(jid, h)
+    local compact = h.compact
     if compact then
       local put = { when = compact[1], what = 'put' }
       put.q = compact[2]
@@ -20,8 +22,15 @@ Q.mod.objects = function()
       return { put, popped }
     end
     local out = {}
+    local legacy = h.history
+    if legacy == '[]' then legacy = nil end
     -- `listed`: the list's whole content, known from the RPUSH that created it.
-    local raws = listed or rcall('LRANGE', Q.khist(jid), 0, -1)
+    local raws = h.listed or rcall('LRANGE', Q.khist(jid), 0, -1)
+    if h.visit or (not legacy and #raws == 0) then
+      local front = Q.visit_entries(h.visit, h.time, h.queue)
+      for _, e in ipairs(raws) do tinsert(front, e) end
+      raws = front
+    end
     if legacy then
       for _, e in ipairs(Q.legacy_entries(legacy)) do tinsert(raws, e) end
     end
@@ -51,7 +60,8 @@ Q.mod.objects = function()
       local ok, f = pcall(cjson_decode, h.failure)
       if ok and type(f) == 'table' then failure = f end
     end
-    local remaining = tonumber(h.remaining) or 0
+    -- (a lean record has no `remaining` while it equals `retries`)
+    local remaining = tonumber(h.remaining) or tonumber(h.retries) or 0
     local obj = {
       jid = jid,
       klass = h.klass or '',
@@ -70,7 +80,7 @@ Q.mod.objects = function()
       throttles = Q.list(h.throttles),
     }
     if not lean then
-      obj.history = Q.read_history(jid, h.history, h.compact, h.listed)
+      obj.history = Q.read_history(jid, h)
       -- Most jobs have neither set: one EXISTS instead of two SMEMBERS.
       local empty = {}
       obj.dependents, obj.dependencies = empty, empty

@@ -40,13 +40,13 @@ Q.mod.pop = function()
 
   Q.POP_FIELDS = { 'jid', 'klass', 'state', 'queue', 'worker', 'priority', 'expires', 'retries',
     'remaining', 'data', 'tags', 'failure', 'spawned_from_jid', 'throttles', 'history',
-    'time', 'grace', 'held', 'tracked' }
+    'time', 'grace', 'held', 'tracked', 'visit' }
 
   -- Q.POP_FIELDS as a set (a constructor: under EVALSHA this runs on every call)
   local POP_FIELD = { jid = true, klass = true, state = true, queue = true, worker = true,
     priority = true, expires = true, retries = true, remaining = true, data = true, tags = true,
     failure = true, spawned_from_jid = true, throttles = true, history = true, time = true,
-    grace = true, held = true, tracked = true }
+    grace = true, held = true, tracked = true, visit = true }
 
   -- Q.read(jid, Q.POP_FIELDS) with one HGETALL: a job hash is small and holds little else,
   -- and in its compact (listpack) encoding HMGET scans the whole hash for every field it
@@ -59,7 +59,7 @@ Q.mod.pop = function()
     local h = { jid = nil, klass = nil, state = nil, queue = nil, worker = nil, priority = nil,
       expires = nil, retries = nil, remaining = nil, data = nil, tags = nil, failure = nil,
       spawned_from_jid = nil, throttles = nil, history = nil, time = nil, grace = nil,
-      held = nil, tracked = nil, listed = nil, compact = nil }
+      held = nil, tracked = nil, listed = nil, compact = nil, visit = nil }
     local any = false
     for i = 1, #v, 2 do
       local name = v[i]
@@ -124,14 +124,14 @@ Q.mod.pop = function()
         if courtesy then
           if h.tracked then Q.publish(K.stalled, jid) end
           Q.history(jid, now, 'timed-out', nil, h.history)
-          h.history = nil
+          h.history, h.visit = nil, nil  -- (both now in the list)
           rcall('HSET', Q.kjob(jid), 'grace', 1)
           Q.lock_lost(jid, owner)
           rcall('ZADD', Q.kq(queue, 'locks'), now + grace, jid)
           Q.counter(queue, now, 'retries', 1)
         end
         if not courtesy or grace <= 0 then
-          local remaining = (tonumber(h.remaining) or 0) - 1
+          local remaining = (tonumber(h.remaining) or tonumber(h.retries) or 0) - 1
           rcall('HDEL', Q.kjob(jid), 'grace')
           h.grace = nil
           h.remaining = remaining
@@ -251,20 +251,27 @@ Q.mod.pop = function()
     end
     for _, item in ipairs(selected) do
       local jid, h = item[1], item[2]
-      -- The first pop of a job still in its compact first visit extends the `history` field.
-      local compact, parts
-      if h.history then compact, parts = Q.compact_popped(h.history, now, worker, h) end
+      -- The first pop of a job in its implied first visit (no history field, no `visit`,
+      -- no list) writes `visit` in the HSET below; any other pop appends to the list.
+      local visit, parts
+      local first = not h.history and not h.visit
+        and rcall('EXISTS', Q.khist(jid)) == 0
+      if first then visit, parts = Q.visit_popped(h.time, h.queue, now, worker) end
       local cleared = false
-      if not compact then
+      if not visit then
+        local prior = nil
+        if first or h.visit then prior = Q.visit_entries(h.visit, h.time, h.queue) end
         cleared = h.history ~= nil and h.history ~= '[]'
-        h.listed = Q.history_text(jid, Q.popped_entry(now, worker), h.history, true)
+        h.listed = Q.history_text(jid, Q.popped_entry(now, worker), h.history, true, prior)
+        if h.visit then rcall('HDEL', Q.kjob(jid), 'visit') end
       end
-      h.history = compact
+      h.history, h.visit = nil, nil
       h.compact = parts
       Q.sample('wait', queue, now, now - (tonumber(h.time) or now))
       local fields = { 'worker', worker, 'expires', expires_s, 'state', 'running',
-        'time', Q.ftime(now), 'remaining', h.remaining }
-      if compact then table.insert(fields, 'history'); table.insert(fields, compact) end
+        'time', Q.ftime(now) }
+      if h.remaining then table.insert(fields, 'remaining'); table.insert(fields, h.remaining) end
+      if visit then table.insert(fields, 'visit'); table.insert(fields, visit) end
       if cleared then table.insert(fields, 'history'); table.insert(fields, '[]') end
       if h.held then table.insert(fields, 'held'); table.insert(fields, h.held) end
       rcall('HSET', Q.kjob(jid), unpack(fields))

@@ -19,7 +19,7 @@
 --
 -- Keys:
 --   ql:j:<jid>                 hash  job record (EXISTS, HMGET, HSET, HDEL)
---   ql:j:<jid>-history         list  (RPUSH via Q.history)
+--   ql:j:<jid>-history         list  (RPUSH via Q.history: a moved job only)
 --   ql:j:<jid>-dependencies    set   (SADD, SREM, SMEMBERS, SCARD)
 --   ql:j:<jid>-dependents      set   (SADD, SREM)
 --   ql:q:<queue>-work|scheduled|depends  zset (ZADD; ZREM via Q.unqueue)
@@ -28,7 +28,7 @@
 --   ql:completed               zset  (ZREM of a re-put complete job)
 --   ql:t:<tag>, ql:tags        zset  (ZADD, ZREM, ZINCRBY)
 --   ql:r:<jid>                 hash  (EXISTS, recurring-collision check)
---   ql:config                  hash  (HGET/HSET of #due:<queue>)
+--   ql:config                  hash  (HGET/HSET of #due:<queue>; HGET lean-job-records)
 --   channels: ql:log, ql:w:<worker>, ql:put, ql:wake:<queue>
 
 
@@ -142,13 +142,9 @@ Q.mod.put = function()
       end
     end
     Q.publish(K.log, Q.ev_put(jid, queue))
-    -- A new job's first event goes to the compact `history` field (written by the HSET below).
-    local compact = nil
-    if not old then
-      compact = Q.compact_put(queue, now, Q.roomy(data, klass, throttles) or #tags > 0
-        and Q.roomy(cjson.encode(tags)))
-    end
-    if not compact then Q.history(jid, now, 'put', { q = queue }, old and old.history) end
+    -- A new job's put entry is implied by `time` + `queue` (history.lua): no history is
+    -- written; a moved job's entry goes to the list (after its first visit's, if any).
+    if old then Q.history(jid, now, 'put', { q = queue }, old.history) end
     if old then
       Q.unqueue(jid, old.queue, old.state, old.throttles)
       Q.release(jid, old.held, now)
@@ -175,16 +171,27 @@ Q.mod.put = function()
     -- (the integers as text: Q.int_arg)
     local retries_s = Q.int_arg(retries)
     if ndeps > 0 then state = 'depends' end
-    local fields = { 'jid', jid, 'klass', klass, 'data', data, 'priority', Q.int_arg(priority),
-      'tags', #tags > 0 and cjson.encode(tags) or '{}', 'state', state, 'queue', queue,
-      'retries', retries_s, 'remaining', retries_s, 'time', Q.ftime(now) }
+    local fields
+    if not old and Q.lean_records() then
+      -- A lean record leaves out what readers derive: jid (the key), priority 0, no tags,
+      -- remaining = retries.
+      fields = { 'klass', klass, 'data', data, 'state', state, 'queue', queue,
+        'retries', retries_s, 'time', Q.ftime(now) }
+      if priority ~= 0 then
+        table.insert(fields, 'priority'); table.insert(fields, Q.int_arg(priority))
+      end
+      if #tags > 0 then table.insert(fields, 'tags'); table.insert(fields, cjson.encode(tags)) end
+    else
+      fields = { 'jid', jid, 'klass', klass, 'data', data, 'priority', Q.int_arg(priority),
+        'tags', #tags > 0 and cjson.encode(tags) or '{}', 'state', state, 'queue', queue,
+        'retries', retries_s, 'remaining', retries_s, 'time', Q.ftime(now) }
+    end
     -- A new job's hash leaves out what every reader defaults (no worker, no expiry): a
     -- smaller listpack per waiting job. A moved job overwrites the old values instead.
     if old then
       table.insert(fields, 'worker'); table.insert(fields, '')
       table.insert(fields, 'expires'); table.insert(fields, '0')
     end
-    if compact then table.insert(fields, 'history'); table.insert(fields, compact) end
     if throttles then
       table.insert(fields, 'throttles'); table.insert(fields, throttles)
     end

@@ -21,7 +21,7 @@
 --                                interval retries backlog [throttles]
 --   ql:q:<queue>-recur     zset  recurring jids -> next spawn time
 --   ql:queues              zset  (ZADD NX)
---   ql:j:<jid>-<n>         hash  spawned children (EXISTS, HSET); their history via Q.history
+--   ql:j:<jid>-<n>         hash  spawned children (EXISTS, HSET; history implied, history.lua)
 --   ql:q:<queue>-work      zset  children (ZADD)
 --   ql:t:<tag>, ql:tags    zset  children's tags (ZADD, ZINCRBY)
 --   ql:config              hash  hidden field #due:<queue> (HGET/HSET)

@@ -4,10 +4,10 @@
 -- Keys:
 --   ql:r:<jid>             hash  template (HMGET, HSET count)
 --   ql:q:<queue>-recur     zset  recurring jids -> next spawn time (ZRANGEBYSCORE, ZADD)
---   ql:j:<jid>-<n>         hash  spawned children (EXISTS, HSET); their history via Q.history
+--   ql:j:<jid>-<n>         hash  spawned children (EXISTS, HSET; history implied, history.lua)
 --   ql:q:<queue>-work      zset  children (ZADD)
 --   ql:t:<tag>, ql:tags    zset  children's tags (ZADD, ZINCRBY)
---   ql:config              hash  hidden field #due:<queue> (HGET/HSET)
+--   ql:config              hash  hidden field #due:<queue> (HGET/HSET), lean-job-records
 
 Q.mod.spawn = function()
   local rcall = Q.rcall
@@ -46,17 +46,27 @@ Q.mod.spawn = function()
           local child = rjid .. '-' .. n
           if rcall('EXISTS', Q.kjob(child)) == 0 then
             for _, tag in ipairs(tags) do Q.tag_add(child, tag, now) end
-            local fields = { 'jid', child, 'klass', klass, 'data', data, 'priority', priority,
-              'tags', cjson.encode(tags), 'state', 'waiting', 'worker', '', 'expires', 0,
-              'queue', queue, 'retries', retries, 'remaining', retries,
-              'time', Q.ftime(s), 'spawned_from_jid', rjid }
-            local compact = Q.compact_put(queue, s, Q.roomy(data, klass, throttles, fields[10]))
-            if compact then table.insert(fields, 'history'); table.insert(fields, compact) end
+            -- (the put entry is implied by `time` + `queue`, history.lua; lean records as put's)
+            local fields
+            if Q.lean_records() then
+              fields = { 'klass', klass, 'data', data, 'state', 'waiting', 'queue', queue,
+                'retries', retries, 'time', Q.ftime(s), 'spawned_from_jid', rjid }
+              if priority ~= 0 then
+                table.insert(fields, 'priority'); table.insert(fields, priority)
+              end
+              if #tags > 0 then
+                table.insert(fields, 'tags'); table.insert(fields, cjson.encode(tags))
+              end
+            else
+              fields = { 'jid', child, 'klass', klass, 'data', data, 'priority', priority,
+                'tags', cjson.encode(tags), 'state', 'waiting', 'worker', '', 'expires', 0,
+                'queue', queue, 'retries', retries, 'remaining', retries,
+                'time', Q.ftime(s), 'spawned_from_jid', rjid }
+            end
             if throttles and throttles ~= '' then
               table.insert(fields, 'throttles'); table.insert(fields, throttles)
             end
             rcall('HSET', Q.kjob(child), unpack(fields))
-            if not compact then Q.history(child, s, 'put', { q = queue }) end
             rcall('ZADD', Q.kq(queue, 'work'), Q.score(priority, s), child)
             spawned = spawned + 1
             s = s + interval

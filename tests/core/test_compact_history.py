@@ -1,4 +1,4 @@
-"""Compact history: a job's first visit lives in the legacy `history` hash field."""
+"""Compact history: a job's first visit needs no history list (docs/compatibility.md)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import redis
 
 Q = "queue"
 HIST = "ql:j:jid-history"
-# Job data longer than 64 bytes: the job hash is a real hash table anyway, so the field may grow.
 BIG = json.dumps({"payload": "x" * 80})
+T0 = 1700000000
 
 
 def put(lua: Any, jid: str = "jid", queue: str = Q, now: float = 0, *opts: Any,
@@ -30,10 +30,9 @@ def complete(lua: Any, now: float = 2, jid: str = "jid", worker: str = "w", *opt
     return lua("complete", now, jid, worker, Q, "{}", *opts)
 
 
-def field(r: redis.Redis, jid: str = "jid") -> Any:
-    """The job's `history` field, decoded (None when absent or `[]`, the migrated form)."""
-    text = r.hget(f"ql:j:{jid}", "history")
-    return None if text is None else json.loads(text) or None
+def visit(r: redis.Redis, jid: str = "jid") -> Any:
+    """The job's `visit` field (None when absent)."""
+    return r.hget(f"ql:j:{jid}", "visit")
 
 
 def whats(lua: Any, jid: str = "jid", now: float = 100) -> list[str]:
@@ -41,64 +40,74 @@ def whats(lua: Any, jid: str = "jid", now: float = 100) -> list[str]:
     return [h["what"] for h in lua.json("get", now, jid)["history"]]
 
 
-def to_list(r: redis.Redis, jid: str = "jid") -> None:
-    """Rewrite a compact job the way a list-only writer stores it (independent expansion)."""
-    visits = json.loads(r.hget(f"ql:j:{jid}", "history"))
-    entries = []
-    for v in visits:
-        entries.append([v["put"], "put", {"q": v["q"]}])
-        if "popped" in v:
-            entries.append([v["popped"], "popped", {"worker": v["worker"]}])
-        if "done" in v:
-            entries.append([v["done"], "done"])
-    r.rpush(f"ql:j:{jid}-history", *[json.dumps(e, separators=(",", ":")) for e in entries])
-    r.hdel(f"ql:j:{jid}", "history")
+def entry(when: int, what: str, extra: dict[str, str] | None = None) -> str:
+    """A history list entry as the engine writes it (cjson escapes `/`)."""
+    parts: list[Any] = [when, what] + ([extra] if extra else [])
+    return json.dumps(parts, separators=(",", ":")).replace("/", "\\/")
+
+
+def to_list(r: redis.Redis, entries: list[str], jid: str = "jid") -> None:
+    """Store a job's history the way a list-only writer does (no `visit`, a list)."""
+    r.hdel(f"ql:j:{jid}", "visit", "history")
+    r.delete(f"ql:j:{jid}-history")
+    r.rpush(f"ql:j:{jid}-history", *entries)
+
+
+def no_history_stored(r: redis.Redis, jid: str = "jid") -> bool:
+    """True when the job hash holds neither history field and the job has no list."""
+    h = r.hgetall(f"ql:j:{jid}")
+    return "history" not in h and "visit" not in h and not r.exists(f"ql:j:{jid}-history")
 
 
 # -- storage ----------------------------------------------------------------------------------
 
 
 def test_first_visit_needs_no_list(lua: Any, r: redis.Redis) -> None:
-    """Put, pop and complete keep the whole history in the field, with floor(now) times."""
-    put(lua, now=10.9)
-    assert field(r) == [{"q": Q, "put": 10}]
-    pop(lua, now=20.5, worker="w")
-    assert field(r) == [{"q": Q, "put": 10, "popped": 20, "worker": "w"}]
-    assert complete(lua, 30.2) == "complete"
-    assert field(r) == [{"q": Q, "put": 10, "popped": 20, "worker": "w", "done": 30}]
-    assert not r.exists(HIST)
-    assert lua.json("get", 40, "jid")["history"] == [
-        {"when": 10, "what": "put", "q": Q},
-        {"when": 20, "what": "popped", "worker": "w"},
-        {"when": 30, "what": "done"},
+    """Put stores nothing; pop and complete write `visit` with offsets from `time`."""
+    put(lua, now=T0 + 10.9)
+    assert no_history_stored(r)
+    assert r.hget("ql:j:jid", "time") == "1700000010.9"
+    pop(lua, now=T0 + 20.5, worker="w")
+    assert visit(r) == f"10:{Q}:w" and r.hget("ql:j:jid", "time") == "1700000020.5"
+    assert complete(lua, T0 + 30.25) == "complete"
+    assert visit(r) == f"10:10:{Q}:w" and r.hget("ql:j:jid", "time") == "1700000030.25"
+    assert not r.exists(HIST) and r.hget("ql:j:jid", "history") is None
+    assert lua.json("get", T0 + 40, "jid")["history"] == [
+        {"when": T0 + 10, "what": "put", "q": Q},
+        {"when": T0 + 20, "what": "popped", "worker": "w"},
+        {"when": T0 + 30, "what": "done"},
     ]
 
 
 def test_reserve_path_is_compact(lua: Any, r: redis.Redis) -> None:
-    """reserve and complete.reserve extend the field the same way."""
+    """reserve and complete.reserve write `visit` the same way: no list key at all."""
     put(lua, "a")
     put(lua, "b")
     lua("reserve", 1, "w", 1, Q)
     lua("complete.reserve", 2, "b", "w", Q, "{}", "", 1, Q)
-    assert field(r, "b") == [{"q": Q, "put": 0, "popped": 1, "worker": "w", "done": 2}]
-    assert field(r, "a") == [{"q": Q, "put": 0, "popped": 2, "worker": "w"}]
+    assert visit(r, "b") == f"1:1:{Q}:w"
+    assert visit(r, "a") == f"2:{Q}:w"
     assert r.keys("ql:j:*-history") == []
 
 
 def test_spawned_child_is_compact(lua: Any, r: redis.Redis) -> None:
-    """A recurring child's first put is compact, at the floor of its scheduled time."""
+    """A recurring child's put is implied at its scheduled time; its pop writes `visit`."""
     lua("recur", 0, Q, "rec", "K", "{}", "interval", 60, 0)
+    assert lua.json("peek", 0.5, Q, 1)[0]["history"] == [{"when": 0, "what": "put", "q": Q}]
+    assert no_history_stored(r, "rec-1")
     pop(lua, now=0.5)
-    assert field(r, "rec-1") == [{"q": Q, "put": 0, "popped": 0, "worker": "w"}]
-    assert not r.exists("ql:j:rec-1-history")
+    assert visit(r, "rec-1") == f"0:{Q}:w" and not r.exists("ql:j:rec-1-history")
 
 
-def test_time_field_is_short_and_exact(lua: Any, r: redis.Redis) -> None:
-    """`time` reads back as exactly the same number, in at most 17 significant digits."""
-    for now in (1700000000.123456, 1700000000, 0.1, 1700000000.75):
-        put(lua, now=now)
-        text = r.hget("ql:j:jid", "time")
-        assert float(text) == now and len(text.replace(".", "").lstrip("0")) <= 17
+@pytest.mark.parametrize(("now", "text"), [
+    (T0 + 0.123456, "1700000000.123"), (T0, "1700000000"), (0.1, "0.1"),
+    (T0 + 0.75, "1700000000.75"), (T0 + 0.3, "1700000000.3"),
+    (T0 + 0.9999, "1700000000.999"), (T0 + 0.0004, "1700000000")])
+def test_time_field_to_the_millisecond(lua: Any, r: redis.Redis, now: float, text: str) -> None:
+    """`time` is `now` to the millisecond, never rounded into the next second."""
+    put(lua, now=now)
+    assert r.hget("ql:j:jid", "time") == text
+    assert lua.json("get", now, "jid")["history"][0]["when"] == int(now)
 
 
 # -- reads are identical to the list form -----------------------------------------------------
@@ -106,118 +115,99 @@ def test_time_field_is_short_and_exact(lua: Any, r: redis.Redis) -> None:
 
 @pytest.mark.parametrize("stage", ["put", "popped", "done"])
 def test_compact_reads_like_list(lua: Any, r: redis.Redis, stage: str) -> None:
-    """get, multiget, peek and track give byte-identical replies for either storage."""
-    put(lua, now=1700000000.5, data=BIG)
-    lua("track", 1700000000.5, "track", "jid")
+    """get, multiget, peek, track and jobs give byte-identical replies for either storage."""
+    put(lua, now=T0 + 0.5, data=BIG)
+    lua("track", T0 + 0.5, "track", "jid")
+    entries = [entry(T0, "put", {"q": Q})]
     if stage != "put":
-        pop(lua, now=1700000003.25, worker="w1")
+        pop(lua, now=T0 + 3.25, worker="w/1")
+        entries.append(entry(T0 + 3, "popped", {"worker": "w/1"}))
     if stage == "done":
-        assert lua("complete", 1700000007.75, "jid", "w1", Q, BIG) == "complete"
+        assert lua("complete", T0 + 7.75, "jid", "w/1", Q, BIG) == "complete"
+        entries.append(entry(T0 + 7, "done"))
 
     def replies() -> list[Any]:
-        return [lua("get", 1700000010, "jid"), lua("multiget", 1700000010, "jid"),
-                lua("peek", 1700000010, Q, 5), lua("track", 1700000010)]
+        return [lua("get", T0 + 10, "jid"), lua("multiget", T0 + 10, "jid"),
+                lua("peek", T0 + 10, Q, 5), lua("track", T0 + 10),
+                lua("jobs", T0 + 10, "complete"), lua("jobs", T0 + 10, "running", Q)]
 
     compact = replies()
-    assert r.hexists("ql:j:jid", "history") and not r.exists(HIST)
-    to_list(r)
+    assert not r.exists(HIST)
+    to_list(r, entries)
     assert replies() == compact
-    assert not r.hexists("ql:j:jid", "history")
 
 
 def test_pop_reply_like_list(lua: Any, r: redis.Redis) -> None:
     """The full job object pop returns is the same as for a job whose history is a list."""
     put(lua, "a", Q, 5.5)
     put(lua, "b", Q, 5.5)
-    to_list(r, "b")
+    to_list(r, [entry(5, "put", {"q": Q})], "b")
     got = lua.json("pop", 9, Q, "w", 2)
     by_jid = {j["jid"]: j for j in got}
     assert by_jid["a"]["history"] == by_jid["b"]["history"] == [
         {"when": 5, "what": "put", "q": Q}, {"when": 9, "what": "popped", "worker": "w"}]
-    assert field(r, "a") is not None and field(r, "b") is None
-    assert r.lrange("ql:j:b-history", 0, -1) == ['[5,"put",{"q":"queue"}]',
-                                                  '[9,"popped",{"worker":"w"}]']
+    assert visit(r, "a") == f"4:{Q}:w" and visit(r, "b") is None
+    assert r.lrange("ql:j:b-history", 0, -1) == [entry(5, "put", {"q": Q}),
+                                                  entry(9, "popped", {"worker": "w"})]
 
 
 @pytest.mark.parametrize("data", ["{}", BIG])
-@pytest.mark.parametrize("worker", ["w", 'odd"\\/worker'])
+@pytest.mark.parametrize("worker", ["w", 'odd"\\/worker', "w" * 60])
 def test_pop_reply_bytes_like_list(lua: Any, r: redis.Redis, worker: str, data: str) -> None:
     """pop's raw reply for a compact job equals the reply for the same job stored as a list."""
-    put(lua, "jid", Q, 1700000000.5, data=data)
-    compact = lua("pop", 1700000009.5, Q, worker, 1)
-    assert (field(r) is not None) == (data == BIG)
+    put(lua, "jid", Q, T0 + 0.5, data=data)
+    compact = lua("pop", T0 + 9.5, Q, worker, 1)
+    assert (visit(r) is not None) == (len(worker) < 50)
     r.flushdb()
-    put(lua, "jid", Q, 1700000000.5, data=data)
-    to_list(r)
-    assert lua("pop", 1700000009.5, Q, worker, 1) == compact
-    assert r.hget("ql:j:jid", "history") is None
+    put(lua, "jid", Q, T0 + 0.5, data=data)
+    to_list(r, [entry(T0, "put", {"q": Q})])
+    assert lua("pop", T0 + 9.5, Q, worker, 1) == compact
 
 
 def test_huge_clock_takes_generic_path(lua: Any, r: redis.Redis) -> None:
-    """Times cjson cannot write exactly (>= 1e14) are never extended compactly."""
+    """Times of 1e14 s or more are never kept in `visit`."""
     put(lua, now=1e14 + 5)
     pop(lua, now=1e14 + 7)
-    assert field(r) is None
+    assert visit(r) is None
     assert whats(lua, now=1e14 + 8) == ["put", "popped"]
 
 
-# -- the field never turns a compact-encoded job hash into a hash table ------------------------
+# -- `visit` never turns a compact-encoded job hash into a hash table --------------------------
 
 
-def test_small_job_keeps_field_short(lua: Any, r: redis.Redis) -> None:
-    """With small values, a field that would pass 64 bytes is migrated instead of extended."""
-    put(lua, now=1700000000)
-    assert len(r.hget("ql:j:jid", "history")) <= 64
-    pop(lua, now=1700000001, worker="a-rather-long-worker-name")
-    assert field(r) is None
-    assert whats(lua) == ["put", "popped"]
-    assert complete(lua, 1700000002, "jid", "a-rather-long-worker-name") == "complete"
+def test_long_names_go_to_the_list(lua: Any, r: redis.Redis) -> None:
+    """A `visit` that would pass 64 bytes is not written: put + popped go to the list."""
+    worker = "w" * 58
+    put(lua, now=T0)
+    pop(lua, now=T0 + 1, worker=worker)
+    assert visit(r) is None
+    assert r.lrange(HIST, 0, -1) == [entry(T0, "put", {"q": Q}),
+                                     entry(T0 + 1, "popped", {"worker": worker})]
+    assert complete(lua, T0 + 2, "jid", worker) == "complete"
     assert whats(lua) == ["put", "popped", "done"]
     assert r.object("encoding", "ql:j:jid") in ("listpack", "ziplist")
 
 
-def test_small_job_short_names_compact_until_done(lua: Any, r: redis.Redis) -> None:
-    """Short names fit the first pop in 64 bytes; the completion then migrates."""
-    put(lua, "jid", "q", 1700000000)
-    pop(lua, 1700000001, "w", "q")
-    assert field(r) == [{"q": "q", "put": 1700000000, "popped": 1700000001, "worker": "w"}]
-    assert lua("complete", 1700000002, "jid", "w", "q", "{}") == "complete"
-    assert field(r) is None and r.llen(HIST) == 3
+def test_completion_past_the_limit_migrates(lua: Any, r: redis.Redis) -> None:
+    """A pop that fits and a completion that would not: all three entries go to the list."""
+    worker = "w" * (64 - len(f"1:{Q}:"))
+    put(lua, now=T0)
+    pop(lua, now=T0 + 1, worker=worker)
+    assert visit(r) == f"1:{Q}:{worker}" and len(visit(r)) == 64
+    assert complete(lua, T0 + 2, "jid", worker) == "complete"
+    assert visit(r) is None and r.llen(HIST) == 3
     assert r.object("encoding", "ql:j:jid") in ("listpack", "ziplist")
 
 
-def test_long_queue_name_uses_list(lua: Any, r: redis.Redis) -> None:
-    """A first put whose field would pass 64 bytes goes to the list as before."""
-    queue = "q" * 40
-    put(lua, "jid", queue, 1700000000)
-    assert field(r) is None and r.llen(HIST) == 1
-    put(lua, "big", queue, 1700000000, data=BIG)
-    assert field(r, "big") == [{"q": queue, "put": 1700000000}]
-
-
-def test_big_data_stays_compact_to_done(lua: Any, r: redis.Redis) -> None:
-    """A job hash that already holds a long value keeps the whole first visit in the field."""
-    put(lua, now=1700000000, data=BIG)
-    pop(lua, now=1700000001, worker="a-rather-long-worker-name")
-    assert lua("complete", 1700000002, "jid", "a-rather-long-worker-name", Q, BIG) == "complete"
-    assert [*field(r)[0]] == ["q", "put", "popped", "worker", "done"]
-    assert not r.exists(HIST)
-
-
-def test_completion_with_long_data_stays_compact(lua: Any, r: redis.Redis) -> None:
-    """Completing with data longer than 64 bytes makes room for the `done` time."""
-    put(lua, "jid", "q", 1700000000)
-    pop(lua, 1700000001, "w", "q")
-    assert lua("complete", 1700000002, "jid", "w", "q", BIG) == "complete"
-    assert field(r)[0]["done"] == 1700000002 and not r.exists(HIST)
-
-
 def test_reads_do_not_migrate(lua: Any, r: redis.Redis) -> None:
-    """get leaves the field in place."""
+    """get and multiget leave the stored form alone."""
     put(lua)
     before = r.hgetall("ql:j:jid")
     lua("get", 5, "jid")
     lua("multiget", 5, "jid")
+    pop(lua, 6)
+    before = r.hgetall("ql:j:jid")
+    lua("get", 7, "jid")
     assert r.hgetall("ql:j:jid") == before and not r.exists(HIST)
 
 
@@ -250,23 +240,37 @@ MIGRATIONS: dict[str, tuple[Any, list[str]]] = {
 
 @pytest.mark.parametrize("event", list(MIGRATIONS))
 def test_event_migrates(lua: Any, r: redis.Redis, event: str) -> None:
-    """The field is expanded into the list (before the new entry) and deleted."""
+    """`visit` is expanded into the list (before the new entry) and deleted."""
     running(lua, "retries", 1)
     action, expected = MIGRATIONS[event]
     action(lua)
-    assert field(r) is None
+    assert visit(r) is None
     entries = [json.loads(e) for e in r.lrange(HIST, 0, -1)]
     assert [e[1] for e in entries] == expected
     assert entries[0] == [0, "put", {"q": Q}] and entries[1] == [1, "popped", {"worker": "w"}]
     assert whats(lua) == expected
 
 
-def test_retry_keeps_field_until_next_event(lua: Any, r: redis.Redis) -> None:
-    """retry writes no history entry, so the field stays until something is appended."""
+@pytest.mark.parametrize("event", ["put", "log", "move"])
+def test_waiting_job_event_writes_implied_put_first(lua: Any, r: redis.Redis, event: str) -> None:
+    """An event on a job still waiting in its first visit lists the implied put first."""
+    put(lua, now=T0 + 0.5)
+    if event == "log":
+        lua("log", T0 + 3, "jid", "note")
+        expected = [entry(T0, "put", {"q": Q}), entry(T0 + 3, "note")]
+    else:
+        put(lua, "jid", "q2" if event != "put" else Q, T0 + 3)
+        expected = [entry(T0, "put", {"q": Q}),
+                    entry(T0 + 3, "put", {"q": "q2" if event != "put" else Q})]
+    assert r.lrange(HIST, 0, -1) == expected
+
+
+def test_retry_keeps_visit_until_next_event(lua: Any, r: redis.Redis) -> None:
+    """retry writes no history entry (nor `time`), so `visit` stays until something appends."""
     running(lua)
     lua("retry", 5, "jid", Q, "w")
-    assert field(r) == [{"q": Q, "put": 0, "popped": 1, "worker": "w"}]
-    assert not r.exists(HIST)
+    assert visit(r) == f"1:{Q}:w" and not r.exists(HIST)
+    assert whats(lua) == ["put", "popped"]
 
 
 def test_unfail_migrates(lua: Any, r: redis.Redis) -> None:
@@ -274,11 +278,11 @@ def test_unfail_migrates(lua: Any, r: redis.Redis) -> None:
     running(lua)
     lua("fail", 5, "jid", "w", "grp", "boom")
     lua("unfail", 6, Q, "grp", 10)
-    assert whats(lua) == ["put", "popped", "failed", "put"] and field(r) is None
+    assert whats(lua) == ["put", "popped", "failed", "put"] and visit(r) is None
 
 
-def test_cancel_and_retention_delete_field(lua: Any, r: redis.Redis) -> None:
-    """The field goes with the hash: cancel and completed-job expiry leave nothing."""
+def test_cancel_and_retention_delete_everything(lua: Any, r: redis.Redis) -> None:
+    """`visit` goes with the hash: cancel and completed-job expiry leave nothing."""
     put(lua, "a")
     lua("cancel", 1, "a")
     lua("config.set", 2, "jobs-history", 0)
@@ -288,13 +292,25 @@ def test_cancel_and_retention_delete_field(lua: Any, r: redis.Redis) -> None:
     assert r.keys("ql:j:*") == []
 
 
-def test_foreign_legacy_field_migrates_on_pop(lua: Any, r: redis.Redis) -> None:
-    """A legacy field in another layout (old qless) is never extended, only migrated."""
+# -- older stored forms are still read and migrated ---------------------------------------------
+
+
+@pytest.mark.parametrize("legacy", [
+    '[{"q":"queue","put":0}]', '[{"q": "queue", "put": 0}]',
+    '[{"q":"queue","put":0,"popped":1,"worker":"w"}]'])
+def test_legacy_field_reads_and_migrates(lua: Any, r: redis.Redis, legacy: str) -> None:
+    """A legacy single-field `history` (earlier versions, qless-core) reads after the list and
+    migrates on the next event (pop writes `[]`, no `visit`)."""
     put(lua)
-    r.hset("ql:j:jid", "history", '[{"q": "queue", "put": 0}]')
-    pop(lua, 3)
-    assert field(r) is None
-    assert whats(lua) == ["put", "popped"]
+    r.hset("ql:j:jid", "history", legacy)
+    n = len(json.loads(legacy)[0]) // 2
+    assert whats(lua) == ["put", "popped"][:n]
+    if n == 1:
+        pop(lua, 3)
+    else:
+        lua("log", 3, "jid", "note")
+    assert visit(r) is None and r.hget("ql:j:jid", "history") in (None, "[]")
+    assert whats(lua) == ["put", "popped"] + (["note"] if n == 2 else [])
 
 
 def test_history_cap_holds_through_migration(lua: Any, r: redis.Redis) -> None:
@@ -314,43 +330,3 @@ def test_history_cap_on_full_compact_job(lua: Any, r: redis.Redis) -> None:
     complete(lua, 2)
     lua("log", 5, "jid", "later")
     assert whats(lua) == ["put", "done", "later"]
-
-
-def test_migrated_field_left_empty(lua: Any, r: redis.Redis) -> None:
-    """pop and complete migrate by writing `[]` in their own HSET; `[]` reads as nothing."""
-    put(lua, now=1700000000)
-    pop(lua, now=1700000001, worker="a-rather-long-worker-name")
-    assert r.hget("ql:j:jid", "history") == "[]"
-    assert r.lrange(HIST, 0, -1) == ['[1700000000,"put",{"q":"queue"}]',
-                                     '[1700000001,"popped",{"worker":"a-rather-long-worker-name"}]']
-    lua("log", 1700000002, "jid", "note")
-    assert r.llen(HIST) == 3
-    assert whats(lua) == ["put", "popped", "note"]
-    assert r.hget("ql:j:jid", "history") == "[]"
-
-
-@pytest.mark.parametrize("worker", ["a-rather-long-worker-name", 'odd"\\/w-rather-long-name'])
-@pytest.mark.parametrize("stage", ["pop", "complete"])
-def test_migrated_entries_match_generic_expansion(lua: Any, r: redis.Redis, worker: str,
-                                                  stage: str) -> None:
-    """Entries migrated from the engine's own field equal those from a re-spaced legacy field."""
-    def run(respace: bool) -> list[str]:
-        r.flushdb()
-        # complete: big data lets the pop extend the field; completing with "{}" then
-        # does not know the hash is roomy and migrates put + popped + done.
-        put(lua, "jid", "q", 1700000000.5, data=BIG if stage == "complete" else "{}")
-        if stage == "complete":
-            lua("pop", 1700000001.5, "q", worker, 1)
-            assert field(r)[0]["worker"] == worker
-        if respace:  # same content, another writer's layout: only the generic path reads it
-            r.hset("ql:j:jid", "history", json.dumps(json.loads(r.hget("ql:j:jid", "history"))))
-        if stage == "pop":
-            lua("pop", 1700000002.5, "q", worker, 1)
-        else:
-            assert lua("complete", 1700000002.5, "jid", worker, "q", "{}") == "complete"
-        assert field(r) is None
-        return r.lrange(HIST, 0, -1)
-
-    own = run(False)
-    assert len(own) == (2 if stage == "pop" else 3)
-    assert own == run(True)

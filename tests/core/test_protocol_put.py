@@ -97,15 +97,15 @@ def test_put_history_entry(lua: Any) -> None:
 
 
 def test_put_history_key_is_a_list(lua: Any, r: redis.Redis) -> None:
-    """Store a new job's first put in the compact `history` field, later ones in the list."""
-    # Storage detail updated for the compact history (docs/compatibility.md): the first
-    # visit lives in qless-core's legacy `history` field; a second put migrates it.
+    """Store nothing for a new job's first put (implied by `time` + `queue`), later ones in
+    the list, the implied entry first (docs/compatibility.md, "Compact first-visit history")."""
     put(lua)
-    assert r.hget("ql:j:jid", "history") == '[{"q":"queue","put":0}]'
+    assert r.hget("ql:j:jid", "history") is None
     assert not r.exists("ql:j:jid-history")
     put(lua, now=1)
     assert r.type("ql:j:jid-history") == "list"
-    assert r.llen("ql:j:jid-history") == 2
+    assert r.lrange("ql:j:jid-history", 0, -1) == [
+        '[0,"put",{"q":"queue"}]', '[1,"put",{"q":"queue"}]']
     assert r.hget("ql:j:jid", "history") is None
 
 
