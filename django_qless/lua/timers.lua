@@ -5,7 +5,7 @@
 -- Keys:
 --   ql:q:<queue>-locks|recur|scheduled  zset (ZRANGE 0 0 WITHSCORES, ZRANGEBYSCORE, ZREM)
 --   ql:q:<queue>-work          zset  (ZADD of promoted jobs)
---   ql:j:<jid>                 hash  (HGET priority, HSET state)
+--   ql:j:<jid>                 hash  (HMGET state priority, HSET state)
 
 Q.mod.timers = function()
   local rcall = Q.rcall
@@ -27,9 +27,10 @@ Q.mod.timers = function()
     if #jids == 0 then return 0 end
     local moved = 0
     for _, jid in ipairs(jids) do
-      local priority = rcall('HGET', Q.kjob(jid), 'priority')
-      if priority then
-        rcall('ZADD', Q.kq(queue, 'work'), Q.score(tonumber(priority) or 0, now), jid)
+      -- (`state` tells the job exists: a lean record has no `priority` 0)
+      local v = rcall('HMGET', Q.kjob(jid), 'state', 'priority')
+      if v[1] then
+        rcall('ZADD', Q.kq(queue, 'work'), Q.score(tonumber(v[2]) or 0, now), jid)
         rcall('HSET', Q.kjob(jid), 'state', 'waiting')
         moved = moved + 1
       end

@@ -28,7 +28,7 @@ def comparable(job: dict[str, Any]) -> dict[str, Any]:
 def raw_hash(r: redis.Redis, jid: str) -> dict[str, str]:
     """The job hash without the jid field."""
     h = dict(r.hgetall(f"ql:j:{jid}"))
-    h.pop("jid")
+    h.pop("jid", None)  # (a lean record, in a shard keyspace, has none)
     return h
 
 
