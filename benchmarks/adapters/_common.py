@@ -103,6 +103,22 @@ def measure_enqueue(a: Any, n: int) -> dict[str, float]:
     }
 
 
+def measure_lean_memory(a: Any, n: int) -> dict[str, float]:
+    """The memory growth of n single puts with the adapter's lean records switched on (an
+    adapter without `lean_records` has no such variant: nothing measured)."""
+    if not hasattr(a, "lean_records"):
+        return {}
+    _flush(a.url)
+    a.lean_records(True)  # (after the flush: the option lives in the engine's config)
+    r = _redis(a.url)
+    mem0 = int(r.info("memory")["used_memory"])
+    for i in range(n):
+        a.put(i)
+    mem1 = int(r.info("memory")["used_memory"])
+    a.lean_records(False)
+    return {"memory_lean_bytes_per_job": (mem1 - mem0) / n}
+
+
 def measure_bulk(a: Any, n: int) -> dict[str, float]:
     """Time the library's bulk put of n jobs."""
     _flush(a.url)
@@ -554,6 +570,7 @@ def main(factory: Callable[[str], Any]) -> None:
     for metric in args.metrics.split(","):
         if metric == "enqueue":
             result.update(measure_enqueue(a, args.enqueue_n))
+            result.update(measure_lean_memory(a, args.enqueue_n))
         elif metric == "bulk":
             result.update(measure_bulk(a, args.enqueue_n))
         elif metric == "drain":

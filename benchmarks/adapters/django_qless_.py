@@ -44,6 +44,13 @@ class DjangoQless:
             q = self.queues[name] = self.client.queues[name]
         return q
 
+    def lean_records(self, on: bool) -> None:
+        """Write lean job records in the default keyspace (docs/engine.md) or full ones."""
+        if on:
+            self.client.config["lean-job-records"] = 1
+        else:
+            del self.client.config["lean-job-records"]
+
     def put(self, i: int, t0: float = 0.0, queue: str = "bench") -> None:
         self._queue(queue).put(KLASS, {"i": i, "t0": t0})
 

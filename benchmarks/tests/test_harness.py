@@ -20,6 +20,23 @@ def test_drain_and_enqueue_count_every_job(redis_url: str) -> None:
     assert fake.r.get("fake:done") == "300"
 
 
+def test_lean_memory_row_measures_only_adapters_with_lean_records(redis_url: str) -> None:
+    """The lean-records memory row: measured for django-qless (option on, then off again),
+    absent for an adapter without the variant; the capacity table shows the row."""
+    import redis as redis_py
+    from django_qless_ import DjangoQless
+
+    assert _common.measure_lean_memory(Fake(redis_url), 10) == {}
+    out = _common.measure_lean_memory(DjangoQless(redis_url), 200)
+    assert out["memory_lean_bytes_per_job"] > 0
+    r = redis_py.Redis.from_url(redis_url, decode_responses=True)
+    assert r.hget("ql:config", "lean-job-records") is None
+    assert "jid" not in r.hgetall(r.keys("ql:j:*")[0])
+    agg = report.aggregate({"django-qless": [{"memory_lean_bytes_per_job": 350.0}]})
+    text = report.format_capacity({"aggregate": agg, "systems": ["django-qless"]})
+    assert "memory per waiting job, lean records" in text
+
+
 def test_worker_cost_includes_commands_run_inside_lua(redis_url: str) -> None:
     fake = Fake(redis_url)
     for processes in (1, 2):
