@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 import redis
 
+from django_qless.core import Client
 from django_qless.core.audit import audit
 from tests.faults.conftest import ROOT, wait_until
 
@@ -60,17 +61,16 @@ def load(outdir: Path) -> list[dict[str, Any]]:
 
 
 def engine_pops(rconn: redis.Redis, jids: list[str]) -> dict[str, list[tuple[str, int]]]:
-    """Return, per jid, the (worker, when) of its `popped` history entries in order."""
+    """Return, per jid, the (worker, when) of its `popped` history entries in order (read
+    through the engine: a job's first visit lives in its hash, docs/compatibility.md)."""
+    client = Client(rconn)
     out: dict[str, list[tuple[str, int]]] = {}
-    for start in range(0, len(jids), 1000):
-        chunk = jids[start:start + 1000]
-        pipe = rconn.pipeline(transaction=False)
-        for jid in chunk:
-            pipe.lrange(f"ql:j:{jid}-history", 0, -1)
-        for jid, entries in zip(chunk, pipe.execute(), strict=True):
-            decoded = [json.loads(e) for e in entries]
-            assert [e[1] for e in decoded].count("done") == 1, (jid, decoded)
-            out[jid] = [(e[2]["worker"], int(e[0])) for e in decoded if e[1] == "popped"]
+    for start in range(0, len(jids), 100):
+        for job in client.call_json("multiget", *jids[start:start + 100]) or []:
+            entries = job["history"]
+            assert [e["what"] for e in entries].count("done") == 1, (job["jid"], entries)
+            out[job["jid"]] = [(e["worker"], int(e["when"])) for e in entries
+                               if e["what"] == "popped"]
     return out
 
 
