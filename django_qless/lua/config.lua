@@ -77,13 +77,11 @@ Q.mod.config = function()
     Q.publish(K.log, '{"option":' .. Q.js(key) .. ',"event":"config_set","value":'
       .. Q.js(value) .. '}')
     rcall('HSET', K.config, key, value)
-    if key == 'lean-job-records' then K.lean_until = nil end  -- (history.lua's copy)
   end }
 
   C['config.unset'] = { 'config.unset', function(now, args)
     local key = config_key(args[1])
     Q.publish(K.log, '{"event":"config_unset","option":' .. Q.js(key) .. '}')
     rcall('HDEL', K.config, key)
-    if key == 'lean-job-records' then K.lean_until = nil end
   end }
 end

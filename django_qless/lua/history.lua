@@ -15,16 +15,11 @@
 -- `remaining` equal to `retries`, which every engine reader derives): always in a shard
 -- keyspace, whose keys no qless-core script can address; in the default keyspace only when
 -- the operator sets the config option `lean-job-records` to 1.
--- (The option is read at most once a second: a Redis 7 function keeps K across calls, so a
--- put costs no config read; config.set/unset of the option drop the copy, and a value
--- written to ql:config by anything else is seen within a second.)
+-- (Read on every call, once: a copy kept across calls would be shared by every database of
+-- the server, which one function library serves.)
 function Q.lean_records()
   if KP ~= 'ql:' then return true end
-  local now, untl = ctx.now, K.lean_until
-  if untl and now < untl and now >= untl - 1 then return K.lean end
-  K.lean = Q.cfg('lean-job-records') == '1'
-  K.lean_until = now + 1
-  return K.lean
+  return Q.cfg('lean-job-records') == '1'
 end
 
 -- Text of floor(t), as cjson writes it (both use 14 significant digits). Remembers the last

@@ -17,6 +17,7 @@ import redis
 from django_qless.core.audit import audit
 from django_qless.core.engine_config import check_config
 from django_qless.core.exceptions import InvalidArgument
+from tests.core.conftest import Lua
 from tests.core.keyspace_mode import KEYSPACE
 
 __all__: list[str] = []
@@ -183,3 +184,17 @@ def test_lean_records_audit_clean(lua: Any, r: redis.Redis, events: Any) -> None
     scenario(lua, r, events, "lean")
     report = audit(r)
     assert report.violations == []
+
+
+def test_option_is_per_database(lua: Any, redis_server: Any) -> None:
+    """One function library serves every database of a server: the option of one database
+    must not decide another's records."""
+    if KEYSPACE is not None:
+        pytest.skip("a shard keyspace only writes lean records")
+    other = redis.Redis(unix_socket_path=redis_server.socket_path, db=1, decode_responses=True)
+    other.flushdb()
+    lua("config.set", 0, "lean-job-records", 1)
+    lua("put", 1, "w", Q, "a", "K", "{}", 0)
+    Lua(other)("put", 1, "w", Q, "b", "K", "{}", 0)
+    assert set(other.hgetall("ql:j:b")) >= LEAN_FIELDS
+    other.close()
