@@ -4,8 +4,9 @@
 one server the calls overlap anyway: call i+1 is sent inside a MULTI while call i runs, and
 only its EXEC waits for call i's reply (a refusal sends DISCARD instead, so call i+1 never
 runs). Redis then runs the chunks back to back while the client packs the next one; it idles
-only for the round trip of the EXEC. A shard of a cluster runs the calls one after another
-through its transport, which follows the cluster (moves, failovers, durable writes).
+only for the round trip of the EXEC. A server refusing MULTI (an ACL user without
+@transaction) and a shard of a cluster run the calls one after another; the shard's
+transport follows the cluster (moves, failovers, durable writes).
 """
 
 from __future__ import annotations
@@ -41,7 +42,10 @@ def invoke_chain(channel: Channel, argvs: Sequence[Sequence[str]]) -> list[Any]:
     replies: list[Any] = []
     reloaded = False
     while True:
-        done, missing = _run_overlapped(channel, argvs[len(replies):])
+        ran = _run_overlapped(channel, argvs[len(replies):])
+        if ran is None:  # no MULTI for this user (an ACL without @transaction): one by one
+            return replies + [channel.invoke(argv) for argv in argvs[len(replies):]]
+        done, missing = ran
         replies += done
         if missing is None:
             return replies
@@ -53,11 +57,12 @@ def invoke_chain(channel: Channel, argvs: Sequence[Sequence[str]]) -> list[Any]:
 
 def _run_overlapped(
     channel: NodeChannel, argvs: Sequence[Sequence[str]]
-) -> tuple[list[Any], redis.ResponseError | None]:
+) -> tuple[list[Any], redis.ResponseError | None] | None:
     """Run the calls on one connection, each sent in a MULTI while the one before runs.
 
     Returns the replies, and the error of a call that found the engine missing (it and the
-    later calls did not run); raises any other refusal.
+    later calls did not run); raises any other refusal. Returns None, having run nothing,
+    if the server refuses MULTI.
     """
     invoker = channel.invoker
     pool = channel.redis.connection_pool
@@ -69,14 +74,22 @@ def _run_overlapped(
     clean = False  # whether every reply sent for was read (else the connection is dropped)
     refusal: redis.ResponseError | None = None
     try:
+        # MULTI alone first: were it refused, the calls sent after it would run at once,
+        # whatever became of the ones before them.
+        conn.send_packed_command([_MULTI])
+        try:
+            conn.read_response()
+        except redis.ResponseError:
+            clean = True
+            return None
         command = invoker.command(argvs[0])
-        conn.send_packed_command([_MULTI, pack_command(command), _EXEC])
+        conn.send_packed_command([pack_command(command), _EXEC])
         for index in range(len(argvs)):
             following = index + 1 < len(argvs)
             if following:  # packed and queued while this call runs; it waits for our EXEC
                 upcoming = invoker.command(argvs[index + 1])
                 conn.send_packed_command([_MULTI, pack_command(upcoming)])
-            reply, refusal = _read_transaction(conn)
+            reply, refusal = _read_transaction(conn, index > 0)
             if refusal is not None:
                 if following:
                     conn.send_packed_command([_DISCARD])
@@ -105,9 +118,11 @@ def _run_overlapped(
     return replies, None
 
 
-def _read_transaction(conn: Any) -> tuple[Any, redis.ResponseError | None]:
-    """Read the replies to MULTI, the call and EXEC; return the call's reply or its refusal."""
-    conn.read_response()  # OK
+def _read_transaction(conn: Any, multi: bool) -> tuple[Any, redis.ResponseError | None]:
+    """Read the replies to MULTI (unless read already), the call and EXEC; return the call's
+    reply or its refusal."""
+    if multi:
+        conn.read_response()  # OK
     queued: redis.ResponseError | None = None
     try:
         conn.read_response()  # QUEUED

@@ -412,3 +412,36 @@ def test_queue_put_many_new_job_matches_put(client: Client, q: Queue, r: redis.R
     assert {k: v for k, v in one.items() if k not in skip} == {
         k: v for k, v in other.items() if k not in skip}
     assert client.jobs[many].data == {"i": 1} and client.jobs[many].retries == 5
+
+
+def test_queue_put_many_without_multi_runs_the_chunks_one_by_one(
+    redis_url: str, r: redis.Redis, redis_server: Any
+) -> None:
+    """The dedicated ACL user of docs/guarantees.md has no MULTI: put_many still puts every
+    chunk in order, and still stops at a refused one."""
+    if keyspace_mode.CLUSTER:
+        pytest.skip("creates a user on the test server")
+    r.execute_command(
+        "ACL", "SETUSER", "qlessputs", "on", ">pw", "resetkeys", "~ql:*", "resetchannels",
+        "&ql:*", "-@all", "+@read", "+@write", "+@scripting", "+@pubsub", "-@dangerous",
+        "+ping", "+time", "+info", "+select", "+hello")
+    limited = redis.Redis(unix_socket_path=redis_server.socket_path, username="qlessputs",
+                          password="pw", decode_responses=True)
+    client = Client(limited, worker_name="w1")
+    try:
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            limited.execute_command("MULTI")
+        q = client.queues["q"]
+        jids = q.put_many([{"klass": "K", "data": {"i": i}} for i in range(1200)])
+        assert r.zrevrange("ql:q:q-work", 0, -1) == jids and len(set(jids)) == 1200
+        q.recur("K", {}, 60, jid="rec")
+        jobs: list[dict[str, Any]] = [{"klass": "K", "data": {}, "jid": f"j{i}"}
+                                      for i in range(1500)]
+        jobs[700]["jid"] = "rec-1"
+        with pytest.raises(InvalidArgument, match="job 201: Job rec-1 collides"):
+            q.put_many(jobs)
+        assert r.zrevrange("ql:q:q-work", 0, -1) == [*jids, *(f"j{i}" for i in range(500))]
+    finally:
+        client.close()
+        limited.close()
+        r.acl_deluser("qlessputs")
