@@ -65,10 +65,12 @@ def put_many(queue: Queue, jobs: Sequence[Mapping[str, Any]]) -> list[str]:
     """
     client = queue.client
     chunks: list[list[str]] = []  # each: put.many's groups, its n put in front later
+    count = 0
     for index, spec in enumerate(jobs):
         if index % MANY_CHUNK == 0:
             chunks.append([])
         chunks[-1] += _group(queue, index, spec)
+        count = index + 1
     if client.router is not None:
         queue.check_shard(
             [d for spec in jobs for d in spec.get("depends", ())],
@@ -76,7 +78,7 @@ def put_many(queue: Queue, jobs: Sequence[Mapping[str, Any]]) -> list[str]:
     if not chunks:
         return []
     start = client.now()
-    worker, name, count = client.worker_name, queue.name, len(jobs)
+    worker, name = client.worker_name, queue.name
     # The engine puts job i of a call at its now + (i - 1) * 1e-6; one start time for every
     # chunk keeps the whole batch in order even on a clock that stands still.
     argvs = [
