@@ -249,7 +249,11 @@ function Q.lower_due(queue, at, slack)
   local cur = tonumber(rcall('HGET', K.config, field))
   if cur and at < cur then rcall('HSET', K.config, field, at) end
   if ctx.cfgv then ctx.cfgv[field] = nil end
-  if slack ~= false then Q.note_timer(queue, at, slack) end
+  if slack ~= false then
+    local marks = K.empty  -- (a known-empty mark's earliest timer is stale: pop.lua)
+    if marks and marks[queue] then marks[queue] = nil end
+    Q.note_timer(queue, at, slack)
+  end
 end
 
 -- Decode a stored JSON list (tags/throttles); tolerate the {} quirk and garbage.
@@ -316,6 +320,8 @@ end
 
 -- Note that jobs became ready in a queue; published once per call (Q.flush_wake).
 function Q.wake(queue)
+  local marks = K.empty  -- (the queue is no longer known empty: pop.lua)
+  if marks and marks[queue] then marks[queue] = nil end
   if not ctx.woken[queue] then
     ctx.woken[queue] = true
     tinsert(ctx.woken_list, queue)
