@@ -26,7 +26,7 @@
 --   ql:f:<group>               list  (LRANGE, LLEN, LTRIM)
 --   ql:s:stats|wait|run:<day>:<queue>  hash (HMGET, HINCRBY, via Q.sample)
 --   ql:config                  hash  (HMGET of the queue's options and of the hidden fields
---                                    #throttle:<q>, #due:<q>; HSET of them)
+--                                    #throttle:<q>, #due:<q>, #marks; HSET of them)
 --   ql:th:ql:q:<queue>         hash  (EXISTS: is there a queue throttle)
 --   channels: ql:log, ql:w:<worker>, ql:popped, ql:stalled, ql:failed, ql:wake:<queue>
 
