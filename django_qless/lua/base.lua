@@ -249,11 +249,11 @@ function Q.lower_due(queue, at, slack)
   local cur = tonumber(rcall('HGET', K.config, field))
   if cur and at < cur then rcall('HSET', K.config, field, at) end
   if ctx.cfgv then ctx.cfgv[field] = nil end
-  if slack ~= false then
-    local marks = K.empty  -- (a known-empty mark's earliest timer is stale: pop.lua)
-    if marks and marks[queue] then marks[queue] = nil end
-    Q.note_timer(queue, at, slack)
-  end
+  -- A known-empty mark (pop.lua) ends with a new timer; a renewed lease only moves one later.
+  local marks = K.empty
+  local m = marks and marks[queue]
+  if m and (slack ~= false or at < m.due) then marks[queue] = nil end
+  if slack ~= false then Q.note_timer(queue, at, slack) end
 end
 
 -- Decode a stored JSON list (tags/throttles); tolerate the {} quirk and garbage.

@@ -77,54 +77,43 @@ def test_a_reserve_over_20_empty_queues_and_a_full_one_costs_a_one_queue_reserve
     assert inner_commands(r) == alone
 
 
-def test_writes_that_make_a_job_ready_end_the_mark(lua: Any, r: redis.Redis) -> None:
-    """put, put.many, a move, a retry, an unfail, a complete to a next queue and a finished
-    dependency each make a known-empty queue's job reservable at once."""
-    now = 100.0
+def drain(lua: Any, now: float, *queues: str) -> None:
+    """Pop the queues empty with room to spare: the pop knows it emptied them (a mark)."""
+    reserve(lua, now, *queues, worker="w", count=2)
 
-    def drained(queue: str) -> None:
-        nonlocal now
-        now += 0.01
-        assert reserve(lua, now, queue, "x")["jobs"] == []  # the queue is known empty now
 
-    def reserved(queue: str) -> list[str]:
-        nonlocal now
-        now += 0.01
-        return jids(reserve(lua, now, "x", queue, worker="w2"))
+# Each case: what exists before queue a is drained, then the write that readies a job in a.
+READY_WRITES: dict[str, tuple[Any, Any]] = {
+    "put": (lambda lua: None, lambda lua: put(lua, "a", "j", 100.1)),
+    "put.many": (lambda lua: None,
+                 lambda lua: lua("put.many", 100.1, "w", "a", 1, "j", "klass", "{}", 0, 0)),
+    "move": (lambda lua: put(lua, "b", "j", 99), lambda lua: put(lua, "a", "j", 100.1)),
+    "retry": (lambda lua: put(lua, "a", "j", 99),  # (the drain pops it)
+              lambda lua: lua("retry", 100.1, "j", "a", "w", 0, "group", "msg")),
+    "unfail": (lambda lua: put(lua, "a", "j", 99),
+               lambda lua: (lua("fail", 100.05, "j", "w", "group", "msg", "{}"),
+                            lua("unfail", 100.1, "a", "group", 10))),
+    "timeout": (lambda lua: put(lua, "a", "j", 99), lambda lua: lua("timeout", 100.1, "j")),
+    "complete to a next queue": (
+        lambda lua: (put(lua, "b", "j", 99), reserve(lua, 99.5, "b")),
+        lambda lua: lua("complete", 100.1, "j", "w", "b", "{}", "next", "a")),
+    "finished dependency": (
+        lambda lua: (put(lua, "b", "dep", 99), put(lua, "a", "j", 99, depends=["dep"]),
+                     reserve(lua, 99.5, "b")),
+        lambda lua: lua("complete", 100.1, "dep", "w", "b", "{}")),
+}
 
-    drained("a")
-    put(lua, "a", "p1", now)
-    assert reserved("a") == ["p1"]
-    drained("a")
-    lua("put.many", now, "w", "a", 1, "p2", "klass", "{}", 0, 0)
-    assert reserved("a") == ["p2"]
-    put(lua, "b", "m", now)
-    drained("a")
-    put(lua, "a", "m", now)  # the move of a waiting job from b
-    assert reserved("a") == ["m"]
-    # retry: the pop that took the job drained the queue
-    put(lua, "a", "r", now)
-    assert reserved("a") == ["r"]
-    lua("retry", now, "r", "a", "w2", 0, "group", "msg")
-    assert reserved("a") == ["r"]
-    # unfail
-    lua("fail", now, "r", "w2", "group", "msg", "{}")
-    drained("a")
-    lua("unfail", now, "a", "group", 10)
-    assert reserved("a") == ["r"]
-    # complete with a next queue
-    put(lua, "b", "n", now)
-    assert jids(reserve(lua, now, "b")) == ["n"]
-    drained("a")
-    lua("complete", now, "n", "w", "b", "{}", "next", "a")
-    assert reserved("a") == ["n"]
-    # a finished dependency
-    put(lua, "b", "dep", now)
-    put(lua, "a", "child", now, depends=["dep"])
-    drained("a")
-    assert jids(reserve(lua, now, "b")) == ["dep"]
-    lua("complete", now, "dep", "w", "b", "{}")
-    assert reserved("a") == ["child"]
+
+@pytest.mark.parametrize("write", list(READY_WRITES))
+def test_a_write_that_makes_a_job_ready_ends_the_mark(lua: Any, write: str) -> None:
+    """put, put.many, a move, a retry, an unfail, a timeout, a complete to a next queue and a
+    finished dependency each make the job reservable at once in a known-empty queue."""
+    before, ready = READY_WRITES[write]
+    before(lua)
+    drain(lua, 100, "a", "x")
+    assert reserve(lua, 100.05, "a", "x", worker="w2")["jobs"] == []
+    ready(lua)
+    assert jids(reserve(lua, 100.2, "x", "a", worker="w2")) == ["j"]
 
 
 def test_a_released_throttle_slot_ends_the_mark(lua: Any, r: redis.Redis) -> None:
@@ -206,3 +195,15 @@ def test_an_expired_lock_in_a_known_empty_queue_is_handled_at_its_time(
     assert reserve(lua, 101.9, "a", worker="w2")["jobs"] == []
     assert jids(reserve(lua, 102, "a", worker="w2")) == ["j"]
 
+
+
+def test_a_lease_renewed_shorter_ends_the_mark(lua: Any, r: redis.Redis) -> None:
+    """A heartbeat that moves the lock before the mark's bound is not skipped past."""
+    lua("config.set", 0, "a-heartbeat", 2)
+    lua("config.set", 0, "grace-period", 0)
+    put(lua, "a", "j", 99)
+    assert jids(reserve(lua, 100, "a", count=2)) == ["j"]  # drained: known empty until 101
+    lua("config.set", 0, "a-heartbeat", 1)
+    # (a caller whose clock runs 0.5 s behind): the lock now expires at 100.5
+    lua("heartbeat", 99.5, "j", "w", "{}")
+    assert jids(reserve(lua, 100.5, "a", worker="w2")) == ["j"]
