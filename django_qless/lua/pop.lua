@@ -127,14 +127,19 @@ Q.mod.pop = function()
   local names_of, nnames = {}, 0
 
   -- Read, with one HMGET, the config fields a pop from these queues needs first: the global
-  -- options and the fields of the first queue not known to be empty (a queue popped after it
-  -- reads its own, Q.pop_queue); `completing`: the queue of a job completed in the same call
-  -- (complete.reserve), whose fields it adds.
+  -- options and the fields of the first queue (of several: the first not known to be empty;
+  -- a queue popped after it reads its own, Q.pop_queue); `completing`: the queue of a job
+  -- completed in the same call (complete.reserve), whose fields it adds.
   function Q.pop_config(queues, completing)
-    local now = ctx.now
-    local first = 0
-    for _, q in ipairs(queues) do
-      if not Q.known_empty(now, q) then first = q; break end
+    local first = queues[1] or 0
+    if queues[2] then
+      -- (one queue: its fields cost no command of their own, and `pop`, the hand-off and
+      -- the reaper, which never skip, name one)
+      local now = ctx.now
+      first = 0
+      for _, q in ipairs(queues) do
+        if not Q.known_empty(now, q) then first = q; break end
+      end
     end
     local by_queue = names_of[completing or '']
     local names = by_queue and by_queue[first]
