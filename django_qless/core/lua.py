@@ -14,9 +14,11 @@ import sys
 from functools import cache
 from importlib import resources
 
+from .lua_reach import Statement, Unsure, reachable, split
+
 __all__ = [
-    "MANIFEST", "EngineBuildError", "function_name", "library_text", "routes", "script_sha",
-    "script_text",
+    "MANIFEST", "EngineBuildError", "bundle_sha", "bundle_text", "function_name",
+    "library_text", "routes", "script_sha", "script_text",
 ]
 
 # Concatenation order: helpers first, the loader modules, the entry point last.
@@ -135,9 +137,12 @@ def routes() -> dict[str, tuple[str, ...]]:
     return build_routes(_read_sources())[0]
 
 
-def _routes_block(sources: dict[str, str]) -> str:
-    """Return the generated Lua that api.lua and base.lua read: ROUTES and HANDOFF_MODS."""
+def _routes_block(sources: dict[str, str], only: str | None = None) -> str:
+    """Return the generated Lua that api.lua and base.lua read: ROUTES and HANDOFF_MODS
+    (`only`: the route of that one command, for its bundle)."""
     table, handoff = build_routes(sources)
+    if only is not None:
+        table = {only: table[only]}
     # Every entry is preceded by a space: main() finds ' <command>=' with one plain find.
     lines = "".join(f" {c}={','.join(m)}\n" for c, m in sorted(table.items()))
     return (
@@ -172,8 +177,81 @@ def script_text(caller_time: bool = False) -> str:
 @cache
 def script_sha(caller_time: bool = False) -> str:
     """Return the SHA1 that Redis will use for the assembled script."""
-    text = script_text(caller_time).encode("utf-8")
-    return hashlib.sha1(text).hexdigest()  # noqa: S324 - Redis's id
+    return _sha1(script_text(caller_time))
+
+
+def _sha1(text: str) -> str:
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()  # noqa: S324 - Redis's id
+
+
+# The hand-off (Q.flush_wake) runs only for queues that Q.wake noted this call: a bundle whose
+# code never reaches Q.wake leaves the hand-off's modules out.
+_WAKE_GATE = "Q.wake"
+_WAKE_NOTE = re.compile(r"insert\(\s*ctx\.woken_list|woken_list\[[^\]]*\]\s*=")
+
+
+@cache
+def _statements() -> tuple[dict[str, list[Statement]], dict[str, Statement]] | None:
+    """Return each file's top-level statements and the module loaders, or None if the
+    sources cannot be analysed (then every command uses the full script)."""
+    sources = _read_sources()
+    try:
+        files = {mod: split(text) for mod, text in sources.items()}
+    except Unsure:
+        return None
+    loaders = {}
+    for stmts in files.values():
+        for st in stmts:
+            for name in st.defines:
+                if name.startswith("mod:"):
+                    loaders[name[4:]] = st
+    return files, loaders
+
+
+@cache
+def bundle_text(command: str, caller_time: bool = False) -> str | None:
+    """Return the script for `command` alone: the entry point, the command's module loaders
+    and only the helpers they can reach (for EVALSHA, which re-runs the whole body on every
+    call). None when the command is unknown or the analysis is unsure: use the full script.
+    Its replies are the full script's for this command; any other command is unknown to it.
+    """
+    analysed = _statements()
+    table = routes()
+    if analysed is None or command not in table:
+        return None
+    files, loaders = analysed
+    sources = _read_sources()
+    handoff = build_routes(sources)[1]
+    entry = [mod for mod, text in sources.items() if _DECL.search(text)
+             and _DECL.search(text).group(1) == "entry"]  # type: ignore[union-attr]
+    helpers = [st for mod, stmts in files.items() if mod not in entry for st in stmts]
+    roots = [st for mod in entry for st in files[mod]]
+    notes = [st for st in helpers if _WAKE_NOTE.search(st.text)]
+    if all(_WAKE_GATE in st.defines for st in notes):
+        gated = tuple((_WAKE_GATE, m) for m in handoff)
+        modules = table[command]
+    else:  # something else notes wake-ups: the hand-off may always run
+        gated, modules = (), (*table[command], *handoff)
+    kept = reachable(helpers, loaders, roots, modules, gated)
+    parts = [_routes_block(sources, command)]
+    for name in MANIFEST:
+        stmts = files[name[:-4]]
+        body = "".join(st.text for st in stmts if id(st) in kept or name[:-4] in entry)
+        if body:
+            parts.append(f"-- ==== {name} ====\n{body.rstrip()}\n")
+    text = "\n".join(parts)
+    if caller_time:
+        if text.count(_SERVER_TIME) != 1:
+            raise AssertionError("api.lua must set CALLER_TIME = false once")
+        text = text.replace(_SERVER_TIME, "local CALLER_TIME = true\n")
+    return text
+
+
+@cache
+def bundle_sha(command: str, caller_time: bool = False) -> str | None:
+    """Return the SHA1 of `command`'s bundle, or None if it has none (bundle_text)."""
+    text = bundle_text(command, caller_time)
+    return None if text is None else _sha1(text)
 
 
 _ENTRY = "return main(KEYS, ARGV)\n"
