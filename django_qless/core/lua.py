@@ -14,7 +14,7 @@ import sys
 from functools import cache
 from importlib import resources
 
-from .lua_reach import Statement, Unsure, reachable, split
+from .lua_reach import Loader, Statement, Unsure, reachable, split, split_loader
 
 __all__ = [
     "MANIFEST", "EngineBuildError", "bundle_sha", "bundle_text", "function_name",
@@ -191,9 +191,11 @@ _WAKE_NOTE = re.compile(r"insert\(\s*ctx\.woken_list|woken_list\[[^\]]*\]\s*=")
 
 
 @cache
-def _statements() -> tuple[dict[str, list[Statement]], dict[str, Statement]] | None:
-    """Return each file's top-level statements and the module loaders, or None if the
-    sources cannot be analysed (then every command uses the full script)."""
+def _statements() -> tuple[dict[str, list[Statement]], dict[str, Statement],
+                           dict[str, Loader | None]] | None:
+    """Return each file's top-level statements, the module loaders and their split bodies
+    (None: kept whole), or None if the sources cannot be analysed (then every command uses
+    the full script)."""
     sources = _read_sources()
     try:
         files = {mod: split(text) for mod, text in sources.items()}
@@ -205,40 +207,58 @@ def _statements() -> tuple[dict[str, list[Statement]], dict[str, Statement]] | N
             for name in st.defines:
                 if name.startswith("mod:"):
                     loaders[name[4:]] = st
-    return files, loaders
+    return files, loaders, {mod: split_loader(st, mod) for mod, st in loaders.items()}
 
 
 @cache
 def bundle_text(command: str, caller_time: bool = False) -> str | None:
-    """Return the script for `command` alone: the entry point, the command's module loaders
-    and only the helpers they can reach (for EVALSHA, which re-runs the whole body on every
-    call). None when the command is unknown or the analysis is unsure: use the full script.
-    Its replies are the full script's for this command; any other command is unknown to it.
+    """Return the script for `command` alone: the entry point, and of the helpers and of its
+    modules' loaders only the statements its code can reach (for EVALSHA, which re-runs the
+    whole body on every call). None when the command is unknown or the analysis is unsure:
+    use the full script. Its replies are the full script's for this command; any other
+    command is unknown to it.
     """
     analysed = _statements()
     table = routes()
     if analysed is None or command not in table:
         return None
-    files, loaders = analysed
+    files, loaders, split_loaders = analysed
     sources = _read_sources()
     handoff = build_routes(sources)[1]
-    entry = [mod for mod, text in sources.items() if _DECL.search(text)
-             and _DECL.search(text).group(1) == "entry"]  # type: ignore[union-attr]
-    helpers = [st for mod, stmts in files.items() if mod not in entry for st in stmts]
+    entry = [mod for mod, text in sources.items()
+             if [m.group(1) for m in _DECL.finditer(text)] == ["entry"]]
+    loader_ids = {id(st) for st in loaders.values()}
+    helpers = [st for mod, stmts in files.items() if mod not in entry for st in stmts
+               if id(st) not in loader_ids]
     roots = [st for mod in entry for st in files[mod]]
+    roots.append(Statement("", mentions={"cmd:" + command}))
+    modules: dict[str, list[Statement]] = {}
+    for mod, st in loaders.items():
+        body = split_loaders[mod]
+        modules[mod] = body.body if body is not None else [
+            Statement(st.text, mentions=st.mentions, root=True)]
     notes = [st for st in helpers if _WAKE_NOTE.search(st.text)]
     if all(_WAKE_GATE in st.defines for st in notes):
         gated = tuple((_WAKE_GATE, m) for m in handoff)
-        modules = table[command]
+        included = table[command]
     else:  # something else notes wake-ups: the hand-off may always run
-        gated, modules = (), (*table[command], *handoff)
-    kept = reachable(helpers, loaders, roots, modules, gated)
+        gated, included = (), (*table[command], *handoff)
+    kept = reachable(helpers, roots, modules, included, gated)
     parts = [_routes_block(sources, command)]
     for name in MANIFEST:
-        stmts = files[name[:-4]]
-        body = "".join(st.text for st in stmts if id(st) in kept or name[:-4] in entry)
-        if body:
-            parts.append(f"-- ==== {name} ====\n{body.rstrip()}\n")
+        out = []
+        for st in files[name[:-4]]:
+            mod = next((m for m, lo in loaders.items() if lo is st), None)
+            if mod is None:
+                if id(st) in kept or name[:-4] in entry:
+                    out.append(st.text)
+                continue
+            body = [b.text for b in modules[mod] if id(b) in kept]
+            if body:
+                lo = split_loaders[mod]
+                out.append(st.text if lo is None else lo.head + "".join(body) + lo.tail)
+        if out:
+            parts.append(f"-- ==== {name} ====\n{''.join(out).rstrip()}\n")
     text = "\n".join(parts)
     if caller_time:
         if text.count(_SERVER_TIME) != 1:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["Statement", "reachable", "split"]
+__all__ = ["Loader", "Statement", "reachable", "split", "split_loader"]
 
 # One Lua token: long comment, line comment, long string, quoted string, name, number, symbol.
 _TOKEN = re.compile(
@@ -30,6 +30,11 @@ _TOKEN = re.compile(
     """,
     re.VERBOSE | re.DOTALL,
 )
+# A line ending in one of these continues the statement on the next line.
+_CONTINUES = frozenset({
+    "..", "+", "-", "*", "/", "%", "^", "#", "=", "==", "~=", "<", ">", "<=", ">=", ",",
+    "and", "or", "not", "(", "{", "[", ".", ":", "local", "function", "return", "in",
+})
 _OPEN_WORDS = frozenset({"function", "if", "do", "repeat"})
 _CLOSE_WORDS = frozenset({"end", "until"})
 _KEYWORDS = frozenset({
@@ -64,15 +69,18 @@ def _tokens(text: str) -> list[tuple[int, str]]:
     return out
 
 
-def split(text: str) -> list[Statement]:
-    """Split one file's text into its top-level statements (each with what follows it up to
-    the next one, comments included). A statement starts at column 0, outside any block or
-    bracket; raises Unsure if the file does not split cleanly."""
+def split(text: str, indent: str = "") -> list[Statement]:
+    """Split one file's text (or a loader's body indented by `indent`) into its top-level
+    statements, each with what follows it up to the next one, comments included. A
+    statement starts at the line's indent, outside any block or bracket; raises Unsure if
+    the text does not split cleanly."""
     toks = _tokens(text)
     starts: list[int] = []
     depth = 0
+    lead = "\n" + indent
     for i, (pos, tok) in enumerate(toks):
-        if depth == 0 and (pos == 0 or text[pos - 1] == "\n"):
+        if depth == 0 and (text[max(pos - len(lead), 0):pos] == lead or pos == len(indent)
+                           and text[:pos] == indent):
             starts.append(i)
         if tok in _OPEN_WORDS or tok in "({[":
             depth += 1
@@ -84,6 +92,9 @@ def split(text: str) -> list[Statement]:
         raise Unsure("a block or bracket is left open at the end of the file")
     if toks and (not starts or starts[0] != 0):
         raise Unsure("code before the first top-level statement")
+    for i in starts[1:]:
+        if toks[i - 1][1] in _CONTINUES or not _is_name(toks[i][1]):
+            raise Unsure(f"a statement continues at offset {toks[i][0]}")
     stmts = []
     for n, first in enumerate(starts):
         last = starts[n + 1] if n + 1 < len(starts) else len(toks)
@@ -93,9 +104,52 @@ def split(text: str) -> list[Statement]:
     return stmts
 
 
+@dataclass
+class Loader:
+    """A module loader `Q.mod.<name> = function() <body> end` split into its statements."""
+
+    head: str  # up to the body's first statement
+    body: list[Statement]
+    tail: str  # the closing `end` and what follows
+
+
+_LOADER_HEAD = re.compile(r"Q\.mod\.\w+ = function\(\)[ \t]*\n")
+
+
+def split_loader(st: Statement, module: str) -> Loader | None:
+    """Split a loader's body (indented two spaces) into statements whose local names are
+    qualified by the module ('<module>/<name>'); None if it does not split cleanly."""
+    head = _LOADER_HEAD.search(st.text)
+    end = st.text.rstrip().rfind("\nend")
+    if head is None or end < head.end():
+        return None
+    try:
+        body = split(st.text[head.end():end + 1], "  ")
+    except Unsure:
+        return None
+    if not body:
+        return None
+    local = {n for b in body for n in b.defines if "." not in n and ":" not in n}
+
+    def scoped(names: set[str]) -> set[str]:
+        return {f"{module}/{n}" if n in local else n for n in names}
+
+    for b in body:
+        b.defines, b.mentions = scoped(b.defines), scoped(b.mentions)
+    return Loader(st.text[:head.end()], body, st.text[end + 1:])
+
+
 def _describe(text: str, toks: list[str]) -> Statement:
     """Note what one statement defines and mentions."""
     st = Statement(text)
+    # A command's entry (`C['name'] = ...`) defines 'cmd:name'; any `x['name']` mentions it.
+    for i in range(len(toks) - 2):
+        if toks[i] == "[" and toks[i + 1][:1] in "'\"" and toks[i + 2] == "]":
+            name = toks[i + 1][1:-1]
+            if i == 1 and len(toks) > 4 and toks[4] == "=":
+                st.defines.add("cmd:" + name)
+            else:
+                st.mentions.add("cmd:" + name)
     # The mentions: Q.<name> pairs and bare names (not fields, not keywords).
     for i, tok in enumerate(toks):
         if not _is_name(tok) or tok in _KEYWORDS:
@@ -127,6 +181,8 @@ def _describe(text: str, toks: list[str]) -> Statement:
         st.defines.add(_target(toks[1:]))
     elif toks[:3] == ["Q", ".", "mod"] and len(toks) > 5 and toks[3] == "." and toks[5] == "=":
         st.defines.add("mod:" + toks[4])
+    elif st.defines:
+        pass  # a command's entry
     elif _is_name(toks[0]) and toks[0] not in _KEYWORDS and _assigns(toks):
         st.defines.add(_target(toks))
         # (more targets: `a, b = ...`)
@@ -169,21 +225,32 @@ def _assigns(toks: list[str]) -> bool:
 
 
 def reachable(
-    helpers: list[Statement], loaders: dict[str, Statement], roots: list[Statement],
-    modules: tuple[str, ...], gated: tuple[tuple[str, str], ...] = (),
+    helpers: list[Statement], roots: list[Statement], modules: dict[str, list[Statement]],
+    included: tuple[str, ...], gated: tuple[tuple[str, str], ...] = (),
 ) -> set[int]:
-    """Return the ids (id()) of the helper and loader statements reachable from `roots` and
-    the loaders of `modules`. `gated` pairs (gate, module): the module's loader becomes a
-    root once the name `gate` is reached (the hand-off runs only for noted wake-ups)."""
+    """Return the ids (id()) of the statements reachable from `roots`: helpers, and the
+    statements of the `included` modules' loaders (`modules`: name -> its statements; a
+    module's statements that define nothing are kept whenever it is included). `gated`
+    pairs (gate, module): the module is included once the name `gate` is reached (the
+    hand-off runs only for noted wake-ups)."""
     by_name: dict[str, list[Statement]] = {}
-    for st in helpers:
-        for name in st.defines:
-            by_name.setdefault(name, []).append(st)
     kept: set[int] = set()
     seen: set[str] = set()
-    todo: list[Statement] = [*roots, *(st for st in helpers if st.root)]
-    todo += [loaders[m] for m in modules if m in loaders]
-    pending = list(gated)
+    todo: list[Statement] = [*roots]
+
+    def include(stmts: list[Statement]) -> None:
+        for st in stmts:
+            if st.root or not st.defines:
+                todo.append(st)
+            for name in st.defines:
+                by_name.setdefault(name, []).append(st)
+                if name in seen:
+                    todo.append(st)
+
+    include(helpers)
+    for mod in included:
+        include(modules.get(mod, []))
+    pending = [g for g in gated if g[1] not in included]
     while todo:
         while todo:
             st = todo.pop()
@@ -196,6 +263,5 @@ def reachable(
         for gate, mod in list(pending):
             if gate in seen:
                 pending.remove((gate, mod))
-                if mod in loaders:
-                    todo.append(loaders[mod])
+                include(modules.get(mod, []))
     return kept
