@@ -248,15 +248,16 @@ def bundle_text(command: str, caller_time: bool = False) -> str | None:
     for name in MANIFEST:
         out = []
         for st in files[name[:-4]]:
-            mod = next((m for m, lo in loaders.items() if lo is st), None)
-            if mod is None:
+            owner = next((m for m, lo in loaders.items() if lo is st), None)
+            if owner is None:
                 if id(st) in kept or name[:-4] in entry:
                     out.append(st.text)
                 continue
-            body = [b.text for b in modules[mod] if id(b) in kept]
-            if body:
-                lo = split_loaders[mod]
-                out.append(st.text if lo is None else lo.head + "".join(body) + lo.tail)
+            inner = [b.text for b in modules[owner] if id(b) in kept]
+            split_body = split_loaders[owner]
+            if inner:
+                out.append(st.text if split_body is None
+                           else split_body.head + "".join(inner) + split_body.tail)
         if out:
             parts.append(f"-- ==== {name} ====\n{''.join(out).rstrip()}\n")
     text = "\n".join(parts)
