@@ -244,6 +244,11 @@ def bundle_text(command: str, caller_time: bool = False) -> str | None:
     else:  # something else notes wake-ups: the hand-off may always run
         gated, included = (), (*table[command], *handoff)
     kept = reachable(helpers, roots, modules, included, gated)
+    # Q's fields made on every call, presized in its constructor (false until defined: the
+    # engine tests fields for truth only): no rehash as they are added one by one.
+    always = [*helpers, *(st for mod in included for st in modules.get(mod, []))]
+    fields = sorted({n[2:] for st in always if id(st) in kept for n in st.defines
+                     if n.startswith("Q.")})
     parts = [_routes_block(sources, command)]
     for name in MANIFEST:
         out = []
@@ -251,7 +256,7 @@ def bundle_text(command: str, caller_time: bool = False) -> str | None:
             owner = next((m for m, lo in loaders.items() if lo is st), None)
             if owner is None:
                 if id(st) in kept or name[:-4] in entry:
-                    out.append(st.text)
+                    out.append(_presized(st.text, fields) if "Q" in st.defines else st.text)
                 continue
             inner = [b.text for b in modules[owner] if id(b) in kept]
             split_body = split_loaders[owner]
@@ -266,6 +271,23 @@ def bundle_text(command: str, caller_time: bool = False) -> str | None:
             raise AssertionError("api.lua must set CALLER_TIME = false once")
         text = text.replace(_SERVER_TIME, "local CALLER_TIME = true\n")
     return text
+
+
+_EMPTY_Q = "\nlocal Q = {}\n"
+
+
+def _presized(text: str, fields: list[str]) -> str:
+    """Return the statement `local Q = {}` with `fields` in its constructor."""
+    if text.count(_EMPTY_Q) != 1 or not fields:
+        return text
+    lines, line = [], " "
+    for name in fields:
+        if len(line) + len(name) > 84:
+            lines.append(line)
+            line = " "
+        line += f" {name} = false,"
+    constructor = "{\n" + "\n".join([*lines, line]) + "\n}"
+    return text.replace(_EMPTY_Q, f"\nlocal Q = {constructor}\n")
 
 
 @cache
