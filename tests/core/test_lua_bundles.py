@@ -11,6 +11,7 @@ import redis
 
 from django_qless.core.channel import NodeChannel
 from django_qless.core.client import Client
+from django_qless.core.console import engine_slowlog
 from django_qless.core.lua import bundle_sha, bundle_text, routes, script_sha, script_text
 from django_qless.core.lua_reach import Unsure, split
 from django_qless.core.server import RedisServer
@@ -196,3 +197,17 @@ def test_client_loads_each_bundle_and_again_after_a_script_flush(
     call = client.send_complete_and_reserve(job, ["q"])  # deferred: loads, then sends
     state, jobs, _ = call.result()
     assert state == "complete" and [j.jid for j in jobs] == ["b"]
+
+
+def test_slow_log_names_the_calls_of_bundles(script_client: Client, r: redis.Redis) -> None:
+    if not isinstance(script_client.channel, NodeChannel):
+        pytest.skip("cluster channels call the full script")
+    r.config_set("slowlog-log-slower-than", 0)
+    try:
+        script_client.queues["q"].put("K", {}, jid="slow1")
+        slow = engine_slowlog(script_client)
+    finally:
+        r.config_set("slowlog-log-slower-than", 10000)
+        r.slowlog_reset()
+    put = next(e for e in slow if e["command"] == "put")
+    assert "slow1" in put["args"].split(" ")
