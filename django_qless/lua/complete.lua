@@ -18,7 +18,7 @@
 --   ql:completed               zset  (ZADD, ZREM, ZRANGEBYSCORE, ZCARD, ZRANGE)
 --   ql:tracked                 zset  (ZREM, via Q.delete_job)
 --   ql:s:run:<day>:<queue>     hash  (via Q.sample)
---   ql:config                  hash  (HSET of #completed-due)
+--   ql:config                  hash  (HSET of #completed-due, #completed-count)
 --   channels: ql:log, ql:completed, ql:wake:<queue>
 
 Q.mod.complete = function()
@@ -26,34 +26,51 @@ Q.mod.complete = function()
   local C = Q.commands
 
   -- Completed-job retention: at most 500 deletions per call.
-  function Q.expire_completed(now)
-    local budget = Q.CHUNK
-    local age = Q.cfgnum('jobs-history', 604800)
-    -- '#completed-due': no completed job can be older than jobs-history before this time; it is
-    -- at most HORIZON ahead, so completions recorded by another writer are seen within it.
-    local due = Q.tonum(Q.cfgraw('#completed-due'))
-    local jids = {}
-    if due == nil or now >= due or due > now + Q.HORIZON then
-      jids = rcall('ZRANGEBYSCORE', K.completed, '-inf', now - age, 'LIMIT', 0, budget)
-      for _, jid in ipairs(jids) do Q.delete_job(jid) end
-      if #jids > 0 then Q.chunked('ZREM', K.completed, jids) end
-      local next_due = now
-      if #jids < budget then
-        next_due = now + Q.HORIZON
-        local first = rcall('ZRANGE', K.completed, 0, 0, 'WITHSCORES')
-        local oldest = tonumber(first[2])
-        if oldest and oldest + age < next_due then next_due = math.max(oldest + age, now) end
-      end
-      rcall('HSET', K.config, '#completed-due', next_due)
-    end
-    budget = budget - #jids
-    local keep = Q.cfgnum('jobs-history-count', 50000)
-    local excess = rcall('ZCARD', K.completed) - keep
+  -- The count cap: trims ql:completed down to `keep` within `budget` deletions; returns its
+  -- size afterwards.
+  local function trim_completed(budget, keep)
+    local card = rcall('ZCARD', K.completed)
+    local excess = card - keep
     if excess > 0 and budget > 0 then
-      jids = rcall('ZRANGE', K.completed, 0, math.min(excess, budget) - 1)
+      local jids = rcall('ZRANGE', K.completed, 0, math.min(excess, budget) - 1)
       for _, jid in ipairs(jids) do Q.delete_job(jid) end
       Q.chunked('ZREM', K.completed, jids)
+      card = card - #jids
     end
+    return card
+  end
+
+  -- Completions this engine can record in one HORIZON, with room to spare (a completion
+  -- costs tens of microseconds of Redis CPU): '#completed-count' plus this stays a bound of
+  -- the set's size until the next scan.
+  Q.COMPLETED_MARGIN = 20000
+
+  function Q.expire_completed(now)
+    local budget = Q.CHUNK
+    local keep = Q.cfgnum('jobs-history-count', 50000)
+    -- '#completed-due': no completed job can be older than jobs-history before this time; it is
+    -- at most HORIZON ahead, so completions recorded by another writer are seen within it.
+    -- '#completed-count': the size of ql:completed when that bound was written.
+    local due = Q.tonum(Q.cfgraw('#completed-due'))
+    if due and now < due and due <= now + Q.HORIZON then
+      -- Far enough under the cap at the last scan (at most HORIZON ago): no ZCARD.
+      local count = Q.tonum(Q.cfgraw('#completed-count'))
+      if not (count and count + Q.COMPLETED_MARGIN <= keep) then trim_completed(budget, keep) end
+      return
+    end
+    local age = Q.cfgnum('jobs-history', 604800)
+    local jids = rcall('ZRANGEBYSCORE', K.completed, '-inf', now - age, 'LIMIT', 0, budget)
+    for _, jid in ipairs(jids) do Q.delete_job(jid) end
+    if #jids > 0 then Q.chunked('ZREM', K.completed, jids) end
+    local next_due = now
+    if #jids < budget then
+      next_due = now + Q.HORIZON
+      local first = rcall('ZRANGE', K.completed, 0, 0, 'WITHSCORES')
+      local oldest = tonumber(first[2])
+      if oldest and oldest + age < next_due then next_due = math.max(oldest + age, now) end
+    end
+    local count = trim_completed(budget - #jids, keep)
+    rcall('HSET', K.config, '#completed-due', next_due, '#completed-count', Q.int_arg(count))
   end
 
   -- ---------------------------------------------------------------- complete
@@ -195,7 +212,7 @@ Q.mod.complete = function()
     if recorded then return recorded end
     if depends then Q.check_cycle(jid, depends) end
     Q.load_config({ 'jobs-history', 'jobs-history-count', 'max-job-history', '#completed-due',
-      queue .. '-max-concurrency' })
+      '#completed-count', queue .. '-max-concurrency' })
     return Q.complete(now, h, { jid = jid, worker = worker, queue = queue, data = data,
       token = token, next = nextq, delay = delay, depends = depends })
   end }

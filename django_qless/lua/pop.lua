@@ -86,6 +86,7 @@ Q.mod.pop = function()
       end
       if completing then
         add('jobs-history'); add('jobs-history-count'); add('#completed-due')
+        add('#completed-count')
         add(completing .. '-max-concurrency')
       end
       for _, q in ipairs(queues) do

@@ -29,6 +29,7 @@
 Q.mod.worker = function()
   local rcall = Q.rcall
   local C = Q.commands
+  local floor = math.floor
 
 
   local function collect_workers(now)
@@ -164,6 +165,36 @@ Q.mod.worker = function()
     return jobs
   end
 
+  -- ql:workers is re-scored at most once a second per worker by complete.reserve (a ZADD on a
+  -- small listpack zset parses and formats its scores: ~20k instructions a job). Per server,
+  -- across calls (a Redis 7 function keeps this table; each EVALSHA starts with it empty):
+  -- keyspace prefix .. worker (worker names hold no ':') -> { second of the ZADD, the
+  -- `done` count of the info hash after the last call }. The entry only counts while the
+  -- call's HINCRBY of `done` returns the next number: a deleted info hash (worker.deregister,
+  -- the collection of old workers, FLUSHDB, another database) starts again at 1 and forces
+  -- the ZADD.
+  local fresh, nfresh = {}, 0
+
+  -- True when this worker's ql:workers entry was written this second by this engine.
+  local function registry_fresh(now, worker, done)
+    local m = fresh[KP .. worker]
+    return m ~= nil and m[1] == floor(now) and m[2] + 1 == done
+  end
+
+  -- Remember what the call did to the registry (`skip`: it left it; else pop's ZADD, if any).
+  local function registry_note(now, worker, done, skip)
+    local name = KP .. worker
+    if skip then
+      fresh[name][2] = done
+    elseif ctx.worker_seen then
+      if nfresh >= 1024 then fresh, nfresh = {}, 0 end
+      if not fresh[name] then nfresh = nfresh + 1 end
+      fresh[name] = { floor(now), done }
+    else
+      fresh[name] = nil
+    end
+  end
+
   C['complete.reserve'] = { 'Complete', function(now, args)
     local jid = Q.jid(args[1])
     local worker = Q.worker(args[2])
@@ -183,13 +214,17 @@ Q.mod.worker = function()
     Q.pop_config(queues, queue)
     local state = Q.complete(now, h,
       { jid = jid, worker = worker, queue = queue, data = data, token = token })
-    rcall('HINCRBY', KP .. 'w:' .. worker .. ':info', 'done', 1) -- the dashboard's count (workerinfo.lua)
+    local done = rcall('HINCRBY', KP .. 'w:' .. worker .. ':info', 'done', 1) -- the dashboard's count (workerinfo.lua)
+    local skip = registry_fresh(now, worker, done)
+    if skip then ctx.worker_seen = true end
     local reply = { state = state }
     if count == 0 then
       reply.jobs = {}
       reply.wake = -1
-      return encode_reply(reply)
+    else
+      reserve(now, worker, count, queues, reply)
     end
-    return encode_reply(reserve(now, worker, count, queues, reply))
+    registry_note(now, worker, done, skip)
+    return encode_reply(reply)
   end }
 end
