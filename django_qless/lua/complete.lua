@@ -78,18 +78,34 @@ Q.mod.complete = function()
   -- The job hash fields complete needs, in one constructor (sized once, where setting them
   -- one by one into `{}` grows the table again and again). `priority` only for `next`; the
   -- fields that only tell whether the hash holds a long value are read by Q.long_values.
+  -- `data` too: a completion that sends the data back unchanged (the common case) needs no
+  -- JSON check of it (Q.data_arg).
   local function read_own(jid, nextq)
     local v = rcall('HMGET', KP .. 'j:' .. jid, 'state', 'queue', 'worker', 'retries', 'time',
-      'held', 'history', 'tracked', 'done', nextq and 'priority' or 'state')
+      'held', 'history', 'tracked', 'done', 'data', nextq and 'priority' or 'state')
     local any = false
-    for i = 1, 9 do
+    for i = 1, 10 do
       if v[i] then any = true; break end
     end
     if not any then return nil end
     return { state = v[1] or nil, queue = v[2] or nil, worker = v[3] or nil,
       retries = v[4] or nil, time = v[5] or nil, held = v[6] or nil, history = v[7] or nil,
-      tracked = v[8] or nil, done = v[9] or nil, priority = nextq and v[10] or nil }
+      tracked = v[8] or nil, done = v[9] or nil, data = v[10] or nil,
+      priority = nextq and v[11] or nil }
   end
+  Q.read_own = read_own
+
+  -- The `data` argument of a completion: the text the job already stores is taken as is (it
+  -- passed this check when it was written, and writing it again changes nothing); any other
+  -- text is checked (Q.data) -- a cjson decode, ~20k instructions for a small object.
+  function Q.data_arg(v, h)
+    if v ~= nil and h and v == h.data then return v end
+    return Q.data(v)
+  end
+
+  -- JSON text of a name that passed Q.jid or Q.queue ([A-Za-z0-9_.-]: nothing to escape), as
+  -- cjson writes it without the cost of a cjson call.
+  local function name_json(v) return '"' .. v .. '"' end
 
   -- True when the job hash already holds a value longer than Q.SMALL_VALUE among the fields
   -- complete did not read (a completion that would lengthen `history` past it asks this).
@@ -99,8 +115,9 @@ Q.mod.complete = function()
 
   -- Ownership checks shared by complete and complete.reserve. With an attempt token that
   -- already completed this job, returns (h, recorded result) and the caller acts no further.
-  function Q.check_running(jid, worker, queue, token, nextq)
-    local h = read_own(jid, nextq)
+  -- `h`: the job as read_own read it (nil: read here).
+  function Q.check_running(jid, worker, queue, token, nextq, h)
+    h = h or read_own(jid, nextq)
     if not h then Q.fail('Job ' .. jid .. ' does not exist') end
     local recorded = Q.recorded(h, token)
     if recorded then return h, recorded end
@@ -154,8 +171,8 @@ Q.mod.complete = function()
     end
     if h.held then table.insert(fields, 'held'); table.insert(fields, '') end
     if nextq then
-      Q.publish(K.log, '{"jid":' .. Q.js(jid) .. ',"to":' .. Q.js(nextq)
-        .. ',"event":"advanced","queue":' .. Q.js(queue) .. '}')
+      Q.publish(K.log, '{"jid":' .. name_json(jid) .. ',"to":' .. name_json(nextq)
+        .. ',"event":"advanced","queue":' .. name_json(queue) .. '}')
       Q.history(jid, now, 'put', { q = nextq })
       rcall('ZADD', K.queues, 'NX', now, nextq)
       table.insert(fields, 'queue'); table.insert(fields, nextq)
@@ -182,7 +199,8 @@ Q.mod.complete = function()
       Q.slot_freed(queue)
       return result
     end
-    Q.publish(K.log, '{"jid":' .. Q.js(jid) .. ',"event":"completed","queue":' .. Q.js(queue) .. '}')
+    Q.publish(K.log, '{"jid":' .. name_json(jid) .. ',"event":"completed","queue":'
+      .. name_json(queue) .. '}')
     table.insert(fields, 'state'); table.insert(fields, 'complete')
     table.insert(fields, 'queue'); table.insert(fields, '')
     if token then table.insert(fields, 'done'); table.insert(fields, token .. ' complete') end
@@ -199,7 +217,8 @@ Q.mod.complete = function()
     local jid = Q.jid(args[1])
     local worker = Q.worker(args[2])
     local queue = Q.queue(args[3])
-    local data = Q.data(args[4])
+    local own = read_own(jid, true)  -- (a read: nothing is written before the checks below)
+    local data = Q.data_arg(args[4], own)
     local opts = Q.pairs_args(args, 5)
     local nextq = opts['next'] and Q.queue(opts['next'], 'next') or nil
     local delay = 0
@@ -208,7 +227,7 @@ Q.mod.complete = function()
     if opts.delay and not nextq then Q.fail('"delay" cannot be used without a "next".') end
     if opts.depends and not nextq then Q.fail('"depends" cannot be used without a "next".') end
     local token = Q.token(opts.token)
-    local h, recorded = Q.check_running(jid, worker, queue, token, nextq)
+    local h, recorded = Q.check_running(jid, worker, queue, token, nextq, own)
     if recorded then return recorded end
     if depends then Q.check_cycle(jid, depends) end
     Q.load_config({ 'jobs-history', 'jobs-history-count', 'max-job-history', '#completed-due',

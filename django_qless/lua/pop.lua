@@ -79,7 +79,7 @@ Q.mod.pop = function()
     local by_queue = #queues == 1 and names_of[completing or ''] or nil
     local names = by_queue and by_queue[queues[1]]
     if not names then
-      names = { 'heartbeat', 'grace-period', 'max-job-history' }
+      names = { 'heartbeat', 'grace-period', 'max-job-history', '#idle-ttl' }
       local seen = {}
       local function add(name)
         if not seen[name] then seen[name] = true; table.insert(names, name) end
@@ -288,7 +288,11 @@ Q.mod.pop = function()
     end
     if taken > 0 then
       if expires < newdue then newdue = expires end
-      Q.note_timer(queue, expires, Q.cfgnum('grace-period', 10)) -- news to idle workers?
+      -- News to idle workers? Only if a registration may outlast the lock by its grace
+      -- period; none can when the longest ttl ever registered here ('#idle-ttl') is shorter.
+      local grace = Q.cfgnum('grace-period', 10)
+      local ttl = Q.tonum(Q.cfgraw('#idle-ttl'))
+      if ttl and now + ttl > expires + grace then Q.note_timer(queue, expires, grace) end
     end
     if newdue ~= due then rcall('HSET', K.config, mkey, newdue) end
     due = newdue

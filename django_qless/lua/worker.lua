@@ -199,12 +199,13 @@ Q.mod.worker = function()
     local jid = Q.jid(args[1])
     local worker = Q.worker(args[2])
     local queue = Q.queue(args[3])
-    local data = Q.data(args[4])
+    local own = Q.read_own(jid)  -- (a read: nothing is written before the checks below)
+    local data = Q.data_arg(args[4], own)
     local token = Q.token(args[5])
     local count = Q.count(args[6], 0, 1000)
     local queues = {}
     if count > 0 then queues = queue_list(args, 7) end
-    local h, recorded = Q.check_running(jid, worker, queue, token)
+    local h, recorded = Q.check_running(jid, worker, queue, token, nil, own)
     if recorded then
       -- Replayed after a lost reply: the jobs that call reserved are held by `worker` now.
       local reply = { state = recorded, jobs = held_jobs(now, worker) }

@@ -109,3 +109,43 @@ def test_completed_count_not_asked_while_far_under_the_cap(lua: Any, r: redis.Re
     lua("config.set", 41.5, "jobs-history-count", 2)
     next_job(lua, jid, 41.6)
     assert r.zcard("ql:completed") == 2
+
+
+def test_data_sent_back_unchanged_is_not_checked_again(lua: Any, r: redis.Redis) -> None:
+    """complete.reserve and complete take the data the job already stores as is (it was
+    checked when written); any other data is still checked."""
+    fill(lua, 3)
+    jid = first(lua, 50.0)
+    r.hset(f"ql:j:{jid}", "data", "[1]")  # as another writer might have left it
+    reply = lua.json("complete.reserve", 50.1, jid, W, Q, "[1]", "", 1, Q)
+    assert reply["state"] == "complete" and r.hget(f"ql:j:{jid}", "data") == "[1]"
+    jid = str(reply["jobs"][0]["jid"])
+    r.hset(f"ql:j:{jid}", "data", "[2]")
+    try:
+        lua("complete.reserve", 50.2, jid, W, Q, "[3]", "", 1, Q)
+    except redis.ResponseError as exc:
+        assert "must be a JSON object" in str(exc)
+    else:
+        raise AssertionError("changed non-object data was accepted")
+    assert lua("complete", 50.3, jid, W, Q, "[2]") == "complete"
+
+
+def test_lock_checks_idle_workers_only_when_a_registration_may_outlast_it(
+        lua: Any, r: redis.Redis) -> None:
+    """A pop asks ql:idle:<queue> about its new lock only when some reserve.wait registered a
+    ttl longer than the lock plus its grace period (heartbeat 60 + grace 10 here)."""
+    fill(lua, 6)
+    jid = next_job(lua, first(lua, 60.0), 60.05)  # (the completed set's once-a-second scan)
+    r.config_resetstat()
+    jid = next_job(lua, jid, 60.1)
+    assert calls(r, "zrangebyscore") == 0  # no registration ever
+    lua("reserve.wait", 60.2, "idle", 70, 1, "other")  # ttl 70: ends before lock + grace
+    r.config_resetstat()
+    jid = next_job(lua, jid, 60.3)
+    assert calls(r, "zrangebyscore") == 0
+    assert r.hget("ql:config", "#idle-ttl") == "70"
+    lua("reserve.wait", 60.4, "idle", 3600, 1, "other")
+    r.config_resetstat()
+    next_job(lua, jid, 60.5)
+    assert calls(r, "zrangebyscore") == 1  # the idle workers of q: might be news
+    assert r.hget("ql:config", "#idle-ttl") == "3600"
