@@ -24,7 +24,8 @@ local Q = {}
 -- Per-call state, in one table every file sees, reset by Q.begin (run once per call by main()
 -- in api.lua, the only place that resets it): as a Redis 7 function the table lives across
 -- calls and is cleared, not re-allocated. The batches (woken, stats) are emptied by their
--- flush; only a call that raised leaves them dirty, so most calls allocate no new tables.
+-- flush (stats in place); only a call that raised leaves them dirty, so most calls allocate
+-- no new tables.
 --   op           the command's name in error texts ('Put', 'Complete'...)
 --   now          the call's time; now_text: the caller's text of it when kept as sent
 --   cfgv         config fields read this call (Q.load_config, Q.cfg)
@@ -48,7 +49,7 @@ function Q.begin(op, now, now_text, prefix)
     ctx.woken = {}
     ctx.woken_list = {}
   end
-  if ctx.stats_order[1] then
+  if next(ctx.stats_order) then  -- (left over only by a call that raised)
     ctx.stats_acc = {}
     ctx.stats_order = {}
   end
