@@ -220,7 +220,8 @@ Q.mod.pop = function()
       local budget = count * 2
       while want > 0 and examined < budget do
         local asked = math.min(want, Q.CHUNK)
-        local popped = rcall('ZPOPMAX', work, asked)
+        -- ('1' as text for the usual single job: redis.call formats a number with printf)
+        local popped = rcall('ZPOPMAX', work, asked == 1 and '1' or asked)
         local jids = {}
         for i = 1, #popped, 2 do jids[#jids + 1] = popped[i] end
         for _, jid in ipairs(jids) do

@@ -215,7 +215,8 @@ Q.mod.worker = function()
     Q.pop_config(queues, queue)
     local state = Q.complete(now, h,
       { jid = jid, worker = worker, queue = queue, data = data, token = token })
-    local done = rcall('HINCRBY', KP .. 'w:' .. worker .. ':info', 'done', 1) -- the dashboard's count (workerinfo.lua)
+    -- (the dashboard's count, workerinfo.lua; '1' as text: redis.call formats a number with printf)
+    local done = rcall('HINCRBY', KP .. 'w:' .. worker .. ':info', 'done', '1')
     local skip = registry_fresh(now, worker, done)
     if skip then ctx.worker_seen = true end
     local reply = { state = state }
