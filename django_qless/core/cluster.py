@@ -14,7 +14,6 @@ the keys moved so far, so it waits until the slot has moved instead.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Sequence
@@ -26,8 +25,6 @@ from redis.cluster import RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import (
     AskError,
-    AuthenticationError,
-    AuthorizationError,
     BusyLoadingError,
     ClusterDownError,
     MovedError,
@@ -49,9 +46,9 @@ from .cluster_args import (
     redirect_target,
     sha1,
 )
+from .cluster_conns import NodeConnections
 from .exceptions import InvalidArgument, QlessConnectionError
 from .lua import library_text, script_text
-from .pool import IDLE_CHECK, ensure_open, send
 
 __all__ = ["ClusterTransport", "NotDurable", "NotRun", "declared_key"]
 
@@ -95,13 +92,12 @@ class ClusterTransport:
         self.durable_replicas = durable_replicas
         self.durable_timeout_ms = durable_timeout_ms
         self.retry_seconds = retry_seconds
-        self._local = threading.local()
+        self._nodes = NodeConnections(self._rc, self.refresh)
         self._lock = threading.Lock()
         self._slots: dict[str, int] = {}
         self._owners: dict[int, str] = {}  # slot -> primary, as of the last refresh
         self._stale = False
         self._loaded: set[str] = set()
-        self._kept: list[list[Any]] = []  # every thread's connections, for close()
         #: What happened so far (for tests and metrics): redirects, waits, reloads, resends.
         self.stats = dict.fromkeys(
             ("moved", "ask", "ask_waits", "tryagain", "reloads", "refreshes",
@@ -119,13 +115,7 @@ class ClusterTransport:
 
     def close(self) -> None:
         """Drop every thread's connections; close the cluster client if we built it."""
-        with self._lock:
-            kept, self._kept = self._kept, []
-        for pid, pool, conn, _ in kept:
-            if pid == os.getpid():
-                conn.disconnect()
-                pool.release(conn)
-        self._local.conns = {}
+        self._nodes.close()
         if self._owns:
             self._rc.close()
 
@@ -322,72 +312,16 @@ class ClusterTransport:
 
     # -- connections -------------------------------------------------------------------
 
-    def _conns(self) -> dict[str, list[Any]]:
-        """Return this thread's connections by node name: [pid, pool, conn, last used]."""
-        try:
-            conns: dict[str, list[Any]] = self._local.conns
-        except AttributeError:
-            conns = self._local.conns = {}
-        return conns
-
-    def _connection(self, name: str) -> Any:
-        """Return this thread's open connection to node `name` (NotSent if none can be
-        made: nothing was sent)."""
-        conns = self._conns()
-        kept = conns.get(name)
-        pid = os.getpid()
-        if kept is None or kept[0] != pid:  # none yet, or inherited across fork
-            node = self._rc.get_node(node_name=name)  # type: ignore[no-untyped-call]
-            if node is None:
-                self.refresh()
-                node = self._rc.get_node(node_name=name)  # type: ignore[no-untyped-call]
-                if node is None:
-                    raise NotSent(f"{name} is not in the slot map")
-            pool = self._rc.get_redis_connection(node).connection_pool
-            try:
-                conn = pool.get_connection()
-            except (AuthenticationError, AuthorizationError):
-                raise
-            except _TRANSPORT_ERRORS as exc:
-                raise NotSent(str(exc)) from exc
-            kept = conns[name] = [pid, pool, conn, time.monotonic()]
-            with self._lock:
-                self._kept.append(kept)
-        conn = kept[2]
-        now = time.monotonic()
-        try:
-            if now - kept[3] >= IDLE_CHECK:
-                ensure_open(conn)  # closed by a restart or failover while idle
-            if getattr(conn, "_sock", None) is None:
-                conn.connect()
-        except _TRANSPORT_ERRORS as exc:
-            self._drop(name)
-            raise NotSent(str(exc)) from exc
-        kept[3] = now
-        return conn
-
     def _send(self, name: str, command: Sequence[Any], asking: bool = False) -> Any:
         """Send one command to node `name` on this thread's connection and read the reply."""
-        conn = self._connection(name)
-        try:
-            if asking:
-                send(conn, ("ASKING",))
-            send(conn, command)
-            if asking:
-                conn.read_response()
-            return conn.read_response()
-        except redis.ResponseError:
-            raise  # an error reply: the connection is fine
-        except BaseException:
-            self._drop(name)
-            raise
+        return self._nodes.send(name, command, asking)
 
     def send_pipeline(self, name: str, commands: Sequence[Sequence[Any]]) -> list[Any]:
         """Send `commands` to node `name` in one round trip; return the replies, error
         replies as exception instances. NotRun if no connection could be made; a transport
         error after sending is raised as is (the commands may have run)."""
         try:
-            conn = self._connection(name)
+            conn = self._nodes.connection(name)
         except NotSent as exc:
             self._stale = True
             raise NotRun(f"no connection to {name}: {exc}") from exc
@@ -402,14 +336,5 @@ class ClusterTransport:
             return replies
         except BaseException:
             self._stale = True
-            self._drop(name)
+            self._nodes.drop(name)
             raise
-
-    def _drop(self, name: str) -> None:
-        """Disconnect and forget this thread's connection to `name`."""
-        kept = self._conns().pop(name, None)
-        if kept is not None and kept[0] == os.getpid():
-            with self._lock:
-                self._kept = [k for k in self._kept if k is not kept]
-            kept[2].disconnect()
-            kept[1].release(kept[2])

@@ -7,8 +7,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
 
-from .exceptions import InvalidArgument
 from .job import Job
+from .put_many import put_many
 from .routing import check_dependencies, check_throttle_homes
 from .serialization import (
     MAX_INTERVAL,
@@ -39,31 +39,11 @@ if TYPE_CHECKING:
 
 __all__ = ["Queue", "QueueJobs", "QueueSettings"]
 
-# Jobs per put.many call (the engine takes at most 1000): measured fastest, and it bounds
-# the time one call holds Redis (~5 ms).
-_MANY_CHUNK = 500
-# The engine's time step between the jobs of one put.many call (MANY_STEP in job.lua).
-_STAGGER = 1e-6
-
-_PUT_KEYS = frozenset(
-    {"klass", "data", "jid", "priority", "tags", "delay", "retries", "depends", "throttles",
-     "depends_missing"}
-)
-
-
 def with_throttled(counts: Any) -> dict[str, Any]:
     """Return a queue's counts with "throttled" present (the engine omits it when 0)."""
     out: dict[str, Any] = dict(counts) if isinstance(counts, Mapping) else {}
     out.setdefault("throttled", 0)
     return out
-
-
-def _check_utf8(text: str) -> None:
-    """Refuse text that cannot be sent (lone surrogates) before anything is sent."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidArgument(f"argument is not valid UTF-8 text: {exc.reason}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +119,7 @@ class Queue:
 
     # -- enqueue ----------------------------------------------------------------------------
 
-    def _put_args(
+    def put_args(
         self, klass: str | type, data: Mapping[str, Any], *, jid: str | None = None,
         priority: int = 0, tags: Iterable[str] = (), delay: float = 0, retries: int = 5,
         depends: Iterable[str] = (), throttles: Iterable[str] = (), depends_missing: str = "error",
@@ -171,14 +151,14 @@ class Queue:
         if self.client.router is not None:
             # checked first: a bare string must be refused, not read as its characters
             depends, throttles = check_depends(depends), check_throttles(throttles)
-            self._check_shard(depends, throttles)
-        args = self._put_args(klass, data, jid=jid, priority=priority, tags=tags, delay=delay,
+            self.check_shard(depends, throttles)
+        args = self.put_args(klass, data, jid=jid, priority=priority, tags=tags, delay=delay,
                               retries=retries, depends=depends, throttles=throttles,
                               depends_missing=depends_missing)
         result: str = self.client.call("put", *args)
         return result
 
-    def _check_shard(self, depends: Iterable[str], throttles: Iterable[str]) -> None:
+    def check_shard(self, depends: Iterable[str], throttles: Iterable[str]) -> None:
         """Refuse dependencies and named throttles that live in another shard than this
         queue's (a client of a ShardedClient only; docs/scaling.md)."""
         deps = [check_jid(d) for d in depends]
@@ -192,7 +172,7 @@ class Queue:
         depends: Iterable[str] = (), throttles: Iterable[str] = (), depends_missing: str = "error",
     ) -> str:
         """Like put, but the job must already exist (JobNotFound otherwise)."""
-        args = self._put_args(klass, data, jid=jid, priority=priority, tags=tags, delay=delay,
+        args = self.put_args(klass, data, jid=jid, priority=priority, tags=tags, delay=delay,
                               retries=retries, depends=depends, throttles=throttles,
                               depends_missing=depends_missing)
         result: str = self.client.call("requeue", *args)
@@ -202,52 +182,14 @@ class Queue:
         """Put many jobs, one engine call per chunk of 500; return their jids in order.
 
         Every job is validated before anything is sent, and each chunk is atomic: the engine
-        checks all of its jobs before writing any, so a refused chunk wrote nothing. The jobs
-        keep their order (FIFO among equal priorities). If the connection drops midway,
-        earlier chunks may have been put: put again with the same jids (returned by
-        `new_jid()` beforehand) to be safe, since re-putting a jid is idempotent.
+        checks all of its jobs before writing any, so a refused chunk wrote nothing. The
+        chunks run in order, each only once the one before was put, so a refused chunk's
+        error is raised with the chunks before it put and none after it. The jobs keep their
+        order (FIFO among equal priorities). If the connection drops midway, earlier chunks
+        may have been put: put again with the same jids (returned by `new_jid()` beforehand)
+        to be safe, since re-putting a jid is idempotent.
         """
-        chunks: list[list[str]] = []  # each: put.many's n, then its groups
-        chunk: list[str] = []
-        count = 0
-        for index, spec in enumerate(jobs):
-            if len(spec) == 2 and "klass" in spec and "data" in spec:
-                args = self._put_args(spec["klass"], spec["data"])
-            else:
-                if set(spec) - _PUT_KEYS or "klass" not in spec or "data" not in spec:
-                    raise InvalidArgument(
-                        f"put_many item {index} needs klass and data and only put options, "
-                        f"got keys {sorted(spec)}"
-                    )
-                options = {k: v for k, v in spec.items() if k not in ("klass", "data")}
-                args = self._put_args(spec["klass"], spec["data"], **options)
-            if not "".join(args).isascii():
-                for arg in args:
-                    _check_utf8(arg)
-            if index % _MANY_CHUNK == 0:
-                chunk = ["0"]
-                chunks.append(chunk)
-            # put.many's group: jid klass data delay nopts [key value]*nopts
-            chunk += args[2:6]
-            chunk.append(str((len(args) - 6) // 2))
-            chunk += args[6:]
-            count = index + 1
-        if self.client.router is not None:
-            self._check_shard(
-                [d for spec in jobs for d in spec.get("depends", ())],
-                dict.fromkeys(t for spec in jobs for t in spec.get("throttles", ())))
-        jids: list[str] = []
-        start = self.client.now()
-        for number, chunk in enumerate(chunks):
-            base = number * _MANY_CHUNK
-            chunk[0] = str(min(_MANY_CHUNK, count - base))
-            # The engine puts job i of a call at its now + (i - 1) * 1e-6; one start time for
-            # every chunk keeps the whole batch in order even on a clock that stands still.
-            reply = self.client.call_at(
-                start + base * _STAGGER, "put.many", self.client.worker_name, self.name, *chunk
-            )
-            jids += json.loads(reply)
-        return jids
+        return put_many(self, jobs)
 
     def recur(
         self, klass: str | type, data: Mapping[str, Any], interval: float, *, offset: float = 0,
@@ -274,7 +216,7 @@ class Queue:
         if throttle_list:
             args += ["throttles", dumps(throttle_list)]
             if self.client.router is not None:
-                self._check_shard((), throttle_list)
+                self.check_shard((), throttle_list)
         result: str = self.client.call("recur", *args)
         return result
 

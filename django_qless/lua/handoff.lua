@@ -10,7 +10,8 @@
 -- reserve reply: the job starts without a reserve round trip. A queue whose new work all
 -- went to idle workers gets no ql:wake:<queue> message. Stock qless clients never register,
 -- so nothing changes for them. A handed job is popped like any other: if its worker dies, the
--- supervisor releases it, or its lease expires.
+-- supervisor releases it, or its lease expires. A registered worker that holds a job (it took
+-- one by another call since it registered) is not idle: its registration is dropped instead.
 --
 -- Commands (after `now`):
 --   reserve.wait   worker ttl count queue...   -> JSON {"jobs": [...], "wake": w} (as reserve)
@@ -57,8 +58,11 @@ Q.mod.handoff = function()
   -- throttled, at its concurrency limit): those workers stay registered for later.
   function Q.hand_off(now, queue, idle)
     for _, worker in ipairs(idle) do
-      if tonumber(rcall('PUBSUB', K.numsub, KP .. 'hand:' .. worker)[2]) == 0 then
-        Q.idle_forget(worker) -- gone, or stopped waiting
+      if tonumber(rcall('PUBSUB', K.numsub, KP .. 'hand:' .. worker)[2]) == 0
+          or rcall('ZCARD', Q.kwjobs(worker)) > 0 then
+        -- Gone or stopped waiting; or busy: it took a job by another call since it
+        -- registered, and a job handed now would wait behind that one (its lease running).
+        Q.idle_forget(worker)
       else
         Q.pop_config({ queue })
         ctx.worker_seen = nil -- this worker's ql:workers entry is its own

@@ -187,3 +187,24 @@ def test_reserve_wait_refuses_bad_arguments_and_changes_nothing(
     with pytest.raises(redis.ResponseError, match=match):
         lua("reserve.wait", 1, *args)
     assert snapshot(r) == before
+
+
+def test_a_registered_worker_holding_a_job_is_not_handed_another(
+    lua: Any, r: redis.Redis, listen: Callable[[str], Listener], events: Events
+) -> None:
+    """A registration that outlived the worker's idleness (it took a job by a plain reserve
+    meanwhile) is dropped at the next hand-off: the job goes to a really idle worker, or
+    stays ready with a wake-up, instead of waiting behind the running one."""
+    busy, idle = listen("busy"), listen("idle")
+    wait_idle(lua, 100, "busy", "a")
+    lua("put", 100.5, "client", "b", "first", "klass", {}, 0)
+    assert lua.json("reserve", 101, "busy", 1, "b")["jobs"][0]["jid"] == "first"
+    wait_idle(lua, 101, "idle", "a")
+    events()
+    lua("put", 102, "client", "a", "second", "klass", {}, 0)
+    assert busy.jobs() == []
+    assert [j["jid"] for j in idle.jobs()] == ["second"]
+    assert r.hgetall("ql:idle") == {}  # the busy worker's stale registration is gone too
+    lua("put", 103, "client", "a", "third", "klass", {}, 0)
+    assert busy.jobs() == [] and lua.json("get", 103, "third")["state"] == "waiting"
+    assert "ql:wake:a" in [channel for channel, _ in events()]

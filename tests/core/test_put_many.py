@@ -10,8 +10,9 @@ import pytest
 import redis
 
 from django_qless.core.client import Client
-from django_qless.core.exceptions import InvalidArgument
+from django_qless.core.exceptions import InvalidArgument, QlessError
 from django_qless.core.queue import Queue
+from tests.core import keyspace_mode
 from tests.core.conftest import FakeClock, Lua, snapshot
 
 __all__: list[str] = []
@@ -328,3 +329,119 @@ def test_queue_put_many_options(client: Client, q: Queue, r: redis.Redis) -> Non
     assert list(client.jobs["b"].throttles) == ["t"]
     assert list(client.jobs["a"].tags) == ["x"] and client.jobs["a"].priority == 5
     assert q.put_many([]) == []
+
+
+# -- the chunk calls overlap, and still stop at the first refused chunk ------------------------
+
+
+def test_queue_put_many_refused_middle_chunk_puts_only_the_chunks_before(
+    client: Client, q: Queue, r: redis.Redis
+) -> None:
+    """Chunk 2 of 3 is refused by the engine: chunk 1 is put, chunks 2 and 3 are not (chunk 3
+    was already sent, queued behind chunk 2, and is discarded)."""
+    q.recur("K", {}, 60, jid="rec")
+    jobs: list[dict[str, Any]] = [{"klass": "K", "data": {}, "jid": f"j{i}"} for i in range(1500)]
+    jobs[700]["jid"] = "rec-1"
+    with pytest.raises(InvalidArgument, match="job 201: Job rec-1 collides with recurring job"):
+        q.put_many(jobs)
+    assert r.zrevrange("ql:q:q-work", 0, -1) == [f"j{i}" for i in range(500)]
+    assert sorted(r.keys("ql:j:*")) == sorted(f"ql:j:j{i}" for i in range(500))
+    # the next batch runs whole (the connection was left clean, or dropped)
+    jobs[700]["jid"] = "j700"
+    assert q.put_many(jobs) == [f"j{i}" for i in range(1500)]
+    assert r.zrevrange("ql:q:q-work", 0, -1) == [f"j{i}" for i in range(1500)]
+
+
+def test_queue_put_many_chunk_refused_before_it_runs(client: Client, q: Queue,
+                                                    r: redis.Redis) -> None:
+    """Out of memory after a chunk or two: the next chunk is refused (OOM) as it is queued,
+    without running, and the error is the one a single call gets; the chunks before it
+    are put whole, in order."""
+    if keyspace_mode.CLUSTER:
+        pytest.skip("sets maxmemory on the test server")
+    q.put_many([{"klass": "K", "data": {}} for _ in range(1200)])  # connections as below
+    r.flushall(asynchronous=False)
+    q.put("K", {}, jid="first")
+    used = int(r.info("memory")["used_memory"])
+    # A chunk of 500 waiting jobs takes ~270 KB: chunk 1 fits, chunk 3 does not.
+    r.config_set("maxmemory", used + 350_000)
+    try:
+        with pytest.raises(QlessError, match="OOM command not allowed"):
+            q.put_many([{"klass": "K", "data": {"i": i}} for i in range(1500)])
+        put = r.zrevrange("ql:q:q-work", 0, -1)
+        assert put[0] == "first" and len(put) - 1 in (500, 1000)
+        assert [json.loads(r.hget(f"ql:j:{jid}", "data"))["i"] for jid in put[1:]] == list(
+            range(len(put) - 1))
+    finally:
+        r.config_set("maxmemory", 0)
+    assert len(q.put_many([{"klass": "K", "data": {}} for _ in range(1200)])) == 1200
+
+
+@pytest.mark.parametrize("engine", ["function", "script"])
+def test_queue_put_many_reloads_a_flushed_engine_midway(
+    engine: str, redis_url: str, r: redis.Redis, redis_version_info: tuple[int, ...]
+) -> None:
+    """The engine is flushed after a client loaded it: the first chunk finds it missing,
+    the client loads it again and every chunk runs once, in order."""
+    if keyspace_mode.CLUSTER:
+        pytest.skip("flushes the engine of the test server")
+    if engine == "function" and redis_version_info < (7,):
+        pytest.skip("functions need Redis 7")
+    client = Client(redis_url, worker_name="w1", engine=engine)
+    try:
+        q = client.queues["q"]
+        q.put("K", {}, jid="first")
+        if engine == "function":
+            r.function_flush()
+        else:
+            r.script_flush()
+        jids = q.put_many([{"klass": "K", "data": {"i": i}} for i in range(1200)])
+        assert r.zrevrange("ql:q:q-work", 0, -1) == ["first", *jids]
+        assert len(set(jids)) == 1200
+    finally:
+        client.close()
+
+
+def test_queue_put_many_new_job_matches_put(client: Client, q: Queue, r: redis.Redis) -> None:
+    """A job given only klass and data is sent without put's default options: the same job."""
+    single = q.put("K", {"i": 1})
+    [many] = q.put_many([{"klass": "K", "data": {"i": 1}}])
+    one, other = r.hgetall(f"ql:j:{single}"), r.hgetall(f"ql:j:{many}")
+    assert other["jid"] == many and other["state"] == "waiting"
+    skip = {"jid", "time", "history"}
+    assert {k: v for k, v in one.items() if k not in skip} == {
+        k: v for k, v in other.items() if k not in skip}
+    assert client.jobs[many].data == {"i": 1} and client.jobs[many].retries == 5
+
+
+def test_queue_put_many_without_multi_runs_the_chunks_one_by_one(
+    redis_url: str, r: redis.Redis, redis_server: Any
+) -> None:
+    """The dedicated ACL user of docs/guarantees.md has no MULTI: put_many still puts every
+    chunk in order, and still stops at a refused one."""
+    if keyspace_mode.CLUSTER:
+        pytest.skip("creates a user on the test server")
+    r.execute_command(
+        "ACL", "SETUSER", "qlessputs", "on", ">pw", "resetkeys", "~ql:*", "resetchannels",
+        "&ql:*", "-@all", "+@read", "+@write", "+@scripting", "+@pubsub", "-@dangerous",
+        "+ping", "+time", "+info", "+select", "+hello")
+    limited = redis.Redis(unix_socket_path=redis_server.socket_path, username="qlessputs",
+                          password="pw", decode_responses=True)
+    client = Client(limited, worker_name="w1")
+    try:
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            limited.execute_command("MULTI")
+        q = client.queues["q"]
+        jids = q.put_many([{"klass": "K", "data": {"i": i}} for i in range(1200)])
+        assert r.zrevrange("ql:q:q-work", 0, -1) == jids and len(set(jids)) == 1200
+        q.recur("K", {}, 60, jid="rec")
+        jobs: list[dict[str, Any]] = [{"klass": "K", "data": {}, "jid": f"j{i}"}
+                                      for i in range(1500)]
+        jobs[700]["jid"] = "rec-1"
+        with pytest.raises(InvalidArgument, match="job 201: Job rec-1 collides"):
+            q.put_many(jobs)
+        assert r.zrevrange("ql:q:q-work", 0, -1) == [*jids, *(f"j{i}" for i in range(500))]
+    finally:
+        client.close()
+        limited.close()
+        r.acl_deluser("qlessputs")
