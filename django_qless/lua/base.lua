@@ -186,15 +186,24 @@ function Q.cfg(name)
   return v
 end
 
+-- (Q.cfgnum and Q.cfgraw read a loaded value without calling Q.cfg: a Lua function call
+-- costs hundreds of instructions, and the hot path asks for a dozen values a call)
 function Q.cfgnum(name, fallback)
-  local v = tonumber(Q.cfg(name))
+  local cache = ctx.cfgv
+  local v = cache and cache[name]
+  if v == nil then
+    v = Q.cfg(name)
+  elseif v == false then
+    v = Q.DEFAULTS[name] or Q.FALLBACKS[name]
+  end
+  v = tonumber(v)
   if v == nil or v ~= v then return fallback end
   return v
 end
 
 -- Lock duration for a queue: <queue>-heartbeat, else heartbeat, else 60.
 function Q.heartbeat(queue)
-  local v = tonumber(Q.cfg(Q.qn(queue).heartbeat))
+  local v = tonumber(Q.cfgraw(Q.qn(queue).heartbeat))  -- (no per-queue default exists)
   if v == nil then v = Q.cfgnum('heartbeat', 60) end
   return v
 end
@@ -239,8 +248,13 @@ Q.HORIZON = 1
 
 -- Raw stored config value (false if unset), without defaults.
 function Q.cfgraw(name)
-  Q.cfg(name)
-  return ctx.cfgv[name]
+  local cache = ctx.cfgv
+  local v = cache and cache[name]
+  if v == nil then
+    Q.cfg(name)
+    v = ctx.cfgv[name]
+  end
+  return v
 end
 
 -- A lock, schedule or spawn time `at` was written: keep `#due` a lower bound, and tell idle

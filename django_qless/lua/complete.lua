@@ -199,8 +199,8 @@ Q.mod.complete = function()
       Q.slot_freed(queue)
       return result
     end
-    Q.publish(K.log, '{"jid":' .. name_json(jid) .. ',"event":"completed","queue":'
-      .. name_json(queue) .. '}')
+    -- (jid and queue quoted as name_json does, in one concatenation; no Q.publish call)
+    rcall(K.pub, K.log, '{"jid":"' .. jid .. '","event":"completed","queue":"' .. queue .. '"}')
     table.insert(fields, 'state'); table.insert(fields, 'complete')
     table.insert(fields, 'queue'); table.insert(fields, '')
     if token then table.insert(fields, 'done'); table.insert(fields, token .. ' complete') end

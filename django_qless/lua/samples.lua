@@ -33,7 +33,7 @@ Q.mod.samples = function()
   -- one sample is kept as the number itself, several in a list (no table for the usual one).
   local bin_t, bin_s  -- the last day bin's text: one format per call, not per sample
   function Q.sample(kind, queue, now, value)
-    local bin = Q.bin(now)
+    local bin = floor(now - now % 86400)  -- (Q.bin, without a call)
     if bin ~= bin_t then bin_t, bin_s = bin, tostring(bin) end
     local key = KP .. 's:' .. kind .. ':' .. bin_s .. ':' .. queue
     local acc = ctx.stats_acc[key]
