@@ -153,7 +153,8 @@ Q.mod.complete = function()
     local jid, worker, queue, data, token = o.jid, o.worker, o.queue, o.data, o.token
     local nextq, delay, depends = o.next, o.delay or 0, o.depends
     local key = Q.kjob(jid)
-    local compact = not nextq and h.history
+    -- ('[]': a history already in its list, nothing compact to extend)
+    local compact = not nextq and h.history and h.history ~= '[]'
       and Q.compact_done(h.history, now, worker, jid, h, data)
     if not compact then
       Q.history_text(jid, '[' .. Q.floor_text(now) .. ',"done"]', h.history, true)

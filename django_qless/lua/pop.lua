@@ -173,6 +173,8 @@ Q.mod.pop = function()
     return scores
   end
 
+  local NO_TIDS = {}  -- (read only)
+
   -- Take up to `count` jobs from one queue for `worker`; appends job objects to `out`.
   -- Returns the number taken. `lean` job objects omit history and dependency sets.
   function Q.pop_queue(now, queue, worker, count, lean, out)
@@ -228,7 +230,9 @@ Q.mod.pop = function()
           examined = examined + 1
           local h = Q.read_pop(jid)
           if h then
-            local tids = Q.job_tids(queue, h.throttles)
+            -- (no throttles of its own and no queue throttle: nothing to ask, no call)
+            local tids = NO_TIDS
+            if h.throttles or ctx.qth[queue] then tids = Q.job_tids(queue, h.throttles) end
             local full = nil
             if #tids > 0 then full = Q.acquire(jid, tids, now) end
             if full then
