@@ -22,7 +22,7 @@ Q.mod.samples = function()
 
   local function bucket(value)
     local v = floor(value)
-    if v < 60 then return name('s', v) end
+    if v < 60 then return names.s[v] or name('s', v) end
     if v < 3600 then return name('m', floor(v / 60)) end
     if v < 86400 then return name('h', floor(v / 3600)) end
     return name('d', floor(v / 86400))
@@ -58,8 +58,13 @@ Q.mod.samples = function()
       mean = old + (v - old) / count
       vk = (tonumber(cur[3]) or 0) + (v - mean) * (v - old)
     end
-    rcall('HSET', key, 'total', Q.int_arg(count), 'mean', mean, 'vk', vk,
-      b, Q.int_arg((tonumber(cur[4]) or 0) + 1))
+    -- (both counts are integers from 1 up: '%d' directly, as Q.int_arg would write them)
+    local n = (tonumber(cur[4]) or 0) + 1
+    rcall('HSET', key, 'total',
+      count >= 1 and count < 1e15 and count == floor(count) and sformat('%d', count)
+        or Q.int_arg(count),
+      'mean', mean, 'vk', vk,
+      b, n >= 1 and n < 1e15 and n == floor(n) and sformat('%d', n) or Q.int_arg(n))
   end
 
   -- Several samples for one hash (a pop of many jobs): still one HMGET and one HSET.
