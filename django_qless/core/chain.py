@@ -49,22 +49,25 @@ def invoke_chain(channel: Channel, argvs: Sequence[Sequence[str]]) -> list[Any]:
         replies += done
         if missing is None:
             return replies
+        refusal, sent = missing
         if reloaded:  # flushed again right after the reload: report it, nothing more ran
-            raise error_from_reply(missing) from missing
+            raise error_from_reply(refusal) from refusal
         reloaded = True
-        channel.recover(missing)  # the engine was not there: that call did not run
+        channel.recover(refusal, sent)  # the engine was not there: that call did not run
 
 
 def _run_overlapped(
     channel: NodeChannel, argvs: Sequence[Sequence[str]]
-) -> tuple[list[Any], redis.ResponseError | None] | None:
+) -> tuple[list[Any], tuple[redis.ResponseError, Sequence[Any]] | None] | None:
     """Run the calls on one connection, each sent in a MULTI while the one before runs.
 
-    Returns the replies, and the error of a call that found the engine missing (it and the
-    later calls did not run); raises any other refusal. Returns None, having run nothing,
-    if the server refuses MULTI.
+    Returns the replies, and the error of a call that found the engine missing with the
+    command sent (it and the later calls did not run); raises any other refusal. Returns
+    None, having run nothing, if the server refuses MULTI.
     """
     invoker = channel.invoker
+    for first in {argv[0]: argv for argv in argvs}.values():
+        channel.prepare(invoker.command(first))  # each command's own script on 6.2, loaded
     pool = channel.redis.connection_pool
     try:
         conn: Any = pool.get_connection()
@@ -96,7 +99,7 @@ def _run_overlapped(
                     _read_discarded(conn)
                 clean = True
                 if invoker.missing(refusal, command):
-                    return replies, refusal
+                    return replies, (refusal, command)
                 break
             replies.append(reply)
             if following:

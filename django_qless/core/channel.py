@@ -81,7 +81,11 @@ class NodeChannel:
     def __init__(self, conn: Redis, invoker: Invoker) -> None:
         self._redis = conn
         self.invoker = invoker
+        # On a server without functions, EVALSHA each command's own script (loaded on its
+        # first NOSCRIPT): the full script rebuilds every helper on every call.
+        invoker.bundles = os.environ.get("QLESS_ENGINE_BUNDLES", "1") != "0"
         self._script_loaded = False
+        self._ready: set[str] = set()  # per-command scripts this channel loaded
         self._pinned: tuple[int, int, Any] | None = None  # (thread, pid, connection)
         self._pinned_used = 0.0  # when the pinned connection last sent (monotonic)
         self._side = SideConnections(conn.connection_pool)
@@ -172,9 +176,12 @@ class NodeChannel:
 
     # -- loading ---------------------------------------------------------------------
 
-    def load_script(self) -> str:
-        """Load the engine into the server's script cache; return its sha."""
-        text = self.invoker.script()
+    def load_script(self, text: str | None = None, expected: str | None = None) -> str:
+        """Load the engine (or the script `text` of sha `expected`: one command's) into the
+        server's script cache; return its sha."""
+        full = text is None
+        text = self.invoker.script() if text is None else text
+        expected = self.invoker.sha if expected is None else expected
         try:
             sha = str(self.execute(("SCRIPT", "LOAD", text)))
         except redis.ResponseError as exc:
@@ -185,12 +192,24 @@ class NodeChannel:
                 sha = str(self.execute(("SCRIPT", "LOAD", text)))
             except TRANSPORT_ERRORS as again:
                 raise connection_error(again) from exc
-        if sha != self.invoker.sha:
-            raise QlessError(
-                f"server computed sha {sha} for the script, expected {self.invoker.sha}"
-            )
-        self._script_loaded = True
+        if sha != expected:
+            raise QlessError(f"server computed sha {sha} for the script, expected {expected}")
+        if full:
+            self._script_loaded = True
+        else:
+            self._ready.add(sha)
         return sha
+
+    def prepare(self, command: Sequence[Any]) -> None:
+        """Load the per-command script that `command` names if this channel has not yet.
+
+        Loading before the first call, not on its NOSCRIPT reply, keeps calls in flight in
+        their order (a deferred call answered NOSCRIPT would run again after later ones).
+        """
+        if command[0] == "EVALSHA" and command[1] not in self._ready:
+            invoker = self.invoker
+            if command[1] != invoker.sha:
+                self.load_script(invoker.script_of(command), command[1])
 
     def load(self) -> None:
         """Load the engine the way it is called (function library, or script)."""
@@ -213,10 +232,15 @@ class NodeChannel:
             raise connection_error(exc) from exc
         invoker.mode = "function"
 
-    def recover(self, exc: ResponseError) -> None:
-        """Make the engine callable after a reply saying it was missing (nothing ran)."""
-        if self.invoker.falls_back(exc):
-            self.invoker.mode = "script"
+    def recover(self, exc: ResponseError, sent: Sequence[Any]) -> None:
+        """Make the engine callable after a reply to `sent` saying it was missing (nothing
+        ran): load the script that `sent` named, or the engine the way it is called."""
+        invoker = self.invoker
+        if sent[0] == "EVALSHA" and sent[1] != invoker.sha and invoker.mode == "script":
+            self.load_script(invoker.script_of(sent), sent[1])
+            return
+        if invoker.falls_back(exc):
+            invoker.mode = "script"
         self.load()
 
     # -- engine calls ----------------------------------------------------------------
@@ -226,12 +250,13 @@ class NodeChannel:
         invoker = self.invoker
         try:
             command = invoker.command(argv)
+            self.prepare(command)
             try:
                 return self.execute(command)
             except redis.ResponseError as exc:
                 if not invoker.missing(exc, command):
                     raise
-                self.recover(exc)
+                self.recover(exc, command)
             command = invoker.command(argv)
             try:
                 return self.execute(command)
@@ -241,7 +266,8 @@ class NodeChannel:
                 # Flushed again between our load and the call (a flush storm): EVAL sends
                 # the text itself, so it cannot miss. Safe: a missing engine means nothing ran.
                 keys = invoker.keys
-                return self.execute(("EVAL", invoker.script(), len(keys), *keys, *argv))
+                text = invoker.script_of(command) if command[0] == "EVALSHA" else invoker.script()
+                return self.execute(("EVAL", text, len(keys), *keys, *argv))
         except redis.ResponseError as exc:
             raise error_from_reply(exc) from exc
         except TRANSPORT_ERRORS as exc:
@@ -263,25 +289,29 @@ class NodeChannel:
         for attempt in range(2):
             try:
                 sent = [invoker.command(argvs[i]) for i in pending]
+                for command in {c[1]: c for c in sent}.values():
+                    self.prepare(command)
                 replies = self._execute_many(sent)
             except TRANSPORT_ERRORS as exc:
                 raise connection_error(exc) from exc
             except UnicodeEncodeError as exc:
                 raise utf8_error(exc) from None
             missing = []
-            first_missing: ResponseError | None = None
+            # (one per script found missing: calls of several commands may each need theirs)
+            lost: dict[Any, tuple[ResponseError, Sequence[Any]]] = {}
             for index, command, reply in zip(pending, sent, replies, strict=True):
                 failed = isinstance(reply, redis.ResponseError)
                 if attempt == 0 and failed and invoker.missing(reply, command):
                     missing.append(index)
-                    first_missing = first_missing or reply
+                    lost.setdefault(command[1], (reply, command))
                 elif isinstance(reply, redis.ResponseError):
                     results[index] = error_from_reply(reply)
                 else:
                     results[index] = reply
-            if first_missing is None:
+            if not lost:
                 break
-            self.recover(first_missing)
+            for error, named in lost.values():
+                self.recover(error, named)
             pending = missing
         return results
 
@@ -339,6 +369,11 @@ class NodePending:
         self._argv = tuple(argv)
         self._command = channel.invoker.command(self._argv)
         self._pid = os.getpid()
+        try:
+            channel.prepare(self._command)
+        except QlessConnectionError:
+            self._conn: Any = None  # reply() sends it through invoke, which loads it first
+            return
         side = channel._side
         conn = side.take(self._pid)
         try:
@@ -349,7 +384,7 @@ class NodePending:
         except TRANSPORT_ERRORS:
             side.drop(conn)
             conn = None  # reply() sends it again: the attempt token makes that safe
-        self._conn: Any = conn
+        self._conn = conn
 
     def reply(self) -> Any:
         """Read the raw reply; after a lost reply, send the call again (it is replayable)."""
@@ -363,7 +398,7 @@ class NodePending:
         except redis.ResponseError as exc:
             side.give(self._pid, conn)
             if channel.invoker.missing(exc, self._command):
-                channel.recover(exc)  # the engine was not loaded: nothing ran
+                channel.recover(exc, self._command)  # the engine was not loaded: nothing ran
                 return channel.invoke(self._argv)
             raise error_from_reply(exc) from exc
         except TRANSPORT_ERRORS:

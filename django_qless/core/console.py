@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .health import SAFE_POLICY, eviction_policy
-from .lua import function_name, script_sha
+from .lua import bundle_sha, function_name, routes, script_sha
 from .serialization import check_int
 
 __all__ = [
@@ -306,11 +306,14 @@ def engine_slowlog(client: Any, count: int = 128) -> list[dict[str, Any]]:
         if len(words) < 2 or words[0].upper() not in ("FCALL", "FCALL_RO", "EVALSHA"):
             continue
         target = words[1]
-        if target not in ours and not target.startswith("djqless_"):
-            continue
         # words[2] is numkeys (0, or 1 with a shard's prefix as the key); then the engine
         # command and its arguments.
         skip = 3 + (int(words[2]) if len(words) > 2 and words[2].isdigit() else 0)
+        named = words[skip] if len(words) > skip else ""
+        if (target not in ours and not target.startswith("djqless_") and not (
+                named in routes() and target in (bundle_sha(named, False),
+                                                 bundle_sha(named, True)))):
+            continue  # (a 6.2 client calls each command's own script: lua.bundle_text)
         out.append({"id": entry.get("id"), "start": entry.get("start_time"),
                     "duration_us": entry.get("duration"),
                     "command": words[skip] if len(words) > skip else "",

@@ -14,7 +14,7 @@ import redis
 from redis.exceptions import NoScriptError
 
 from .exceptions import InvalidArgument
-from .lua import function_name, library_text, script_sha, script_text
+from .lua import bundle_sha, bundle_text, function_name, library_text, script_sha, script_text
 
 __all__ = ["Invoker", "READ_ONLY_COMMANDS"]
 
@@ -35,7 +35,8 @@ def _fcall_refused(text: str) -> bool:
 class Invoker:
     """Build engine commands for one server and recognise "engine not loaded" replies."""
 
-    __slots__ = ("mode", "caller_time", "keys", "_sha", "_fn", "_fn_ro")
+    __slots__ = ("mode", "caller_time", "keys", "bundles", "_sha", "_fn", "_fn_ro", "_shas",
+                 "_texts")
 
     def __init__(
         self, mode: str = "auto", *, caller_time: bool = False, keys: Sequence[str] = ()
@@ -51,6 +52,11 @@ class Invoker:
         self._sha = script_sha(caller_time)
         self._fn = function_name(caller_time)
         self._fn_ro = f"{self._fn}_ro"
+        # EVALSHA a per-command script (core/lua.py, bundle_text) instead of the full one:
+        # set by a channel that loads them lazily on NOSCRIPT (NodeChannel.recover).
+        self.bundles = False
+        self._shas: dict[str, str] = {}  # command -> the sha its EVALSHA names
+        self._texts: dict[str, str] = {}  # bundle sha -> its text
 
     @property
     def sha(self) -> str:
@@ -69,9 +75,30 @@ class Invoker:
         """Return the Redis command running the engine with `argv` (command, now, args)."""
         keys = self.keys
         if self.mode == "script":
-            return ("EVALSHA", self._sha, len(keys), *keys, *argv)
+            sha = self._shas.get(argv[0]) if self.bundles else self._sha
+            if sha is None:
+                sha = self._bundle(argv[0])
+            return ("EVALSHA", sha, len(keys), *keys, *argv)
         name = self._fn_ro if argv[0] in READ_ONLY_COMMANDS else self._fn
         return ("FCALL", name, len(keys), *keys, *argv)
+
+    def _bundle(self, command: Any) -> str:
+        """Return the sha to EVALSHA for `command`: its bundle's, else the full script's."""
+        sha = text = None
+        if isinstance(command, str):
+            sha = bundle_sha(command, self.caller_time)
+            text = bundle_text(command, self.caller_time)
+        if sha is None or text is None:
+            sha = self._sha
+        else:
+            self._texts[sha] = text
+        if len(self._shas) < 256:  # (command names are few; a caller's typos are not kept)
+            self._shas[command] = sha
+        return sha
+
+    def script_of(self, sent: Sequence[Any]) -> str:
+        """Return the text of the script that the EVALSHA command `sent` names."""
+        return self._texts.get(sent[1], "") or self.script()
 
     @staticmethod
     def missing(exc: redis.ResponseError, sent: Sequence[Any]) -> bool:

@@ -14,9 +14,11 @@ import sys
 from functools import cache
 from importlib import resources
 
+from .lua_reach import Loader, Statement, Unsure, reachable, split, split_loader
+
 __all__ = [
-    "MANIFEST", "EngineBuildError", "function_name", "library_text", "routes", "script_sha",
-    "script_text",
+    "MANIFEST", "EngineBuildError", "bundle_sha", "bundle_text", "function_name",
+    "library_text", "routes", "script_sha", "script_text",
 ]
 
 # Concatenation order: helpers first, the loader modules, the entry point last.
@@ -135,9 +137,12 @@ def routes() -> dict[str, tuple[str, ...]]:
     return build_routes(_read_sources())[0]
 
 
-def _routes_block(sources: dict[str, str]) -> str:
-    """Return the generated Lua that api.lua and base.lua read: ROUTES and HANDOFF_MODS."""
+def _routes_block(sources: dict[str, str], only: str | None = None) -> str:
+    """Return the generated Lua that api.lua and base.lua read: ROUTES and HANDOFF_MODS
+    (`only`: the route of that one command, for its bundle)."""
     table, handoff = build_routes(sources)
+    if only is not None:
+        table = {only: table[only]}
     # Every entry is preceded by a space: main() finds ' <command>=' with one plain find.
     lines = "".join(f" {c}={','.join(m)}\n" for c, m in sorted(table.items()))
     return (
@@ -172,8 +177,124 @@ def script_text(caller_time: bool = False) -> str:
 @cache
 def script_sha(caller_time: bool = False) -> str:
     """Return the SHA1 that Redis will use for the assembled script."""
-    text = script_text(caller_time).encode("utf-8")
-    return hashlib.sha1(text).hexdigest()  # noqa: S324 - Redis's id
+    return _sha1(script_text(caller_time))
+
+
+def _sha1(text: str) -> str:
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()  # noqa: S324 - Redis's id
+
+
+# The hand-off (Q.flush_wake) runs only for queues that Q.wake noted this call: a bundle whose
+# code never reaches Q.wake leaves the hand-off's modules out.
+_WAKE_GATE = "Q.wake"
+_WAKE_NOTE = re.compile(r"insert\(\s*ctx\.woken_list|woken_list\[[^\]]*\]\s*=")
+
+
+@cache
+def _statements() -> tuple[dict[str, list[Statement]], dict[str, Statement],
+                           dict[str, Loader | None]] | None:
+    """Return each file's top-level statements, the module loaders and their split bodies
+    (None: kept whole), or None if the sources cannot be analysed (then every command uses
+    the full script)."""
+    sources = _read_sources()
+    try:
+        files = {mod: split(text) for mod, text in sources.items()}
+    except Unsure:
+        return None
+    loaders = {}
+    for stmts in files.values():
+        for st in stmts:
+            for name in st.defines:
+                if name.startswith("mod:"):
+                    loaders[name[4:]] = st
+    return files, loaders, {mod: split_loader(st, mod) for mod, st in loaders.items()}
+
+
+@cache
+def bundle_text(command: str, caller_time: bool = False) -> str | None:
+    """Return the script for `command` alone: the entry point, and of the helpers and of its
+    modules' loaders only the statements its code can reach (for EVALSHA, which re-runs the
+    whole body on every call). None when the command is unknown or the analysis is unsure:
+    use the full script. Its replies are the full script's for this command; any other
+    command is unknown to it.
+    """
+    analysed = _statements()
+    table = routes()
+    if analysed is None or command not in table:
+        return None
+    files, loaders, split_loaders = analysed
+    sources = _read_sources()
+    handoff = build_routes(sources)[1]
+    entry = [mod for mod, text in sources.items()
+             if [m.group(1) for m in _DECL.finditer(text)] == ["entry"]]
+    loader_ids = {id(st) for st in loaders.values()}
+    helpers = [st for mod, stmts in files.items() if mod not in entry for st in stmts
+               if id(st) not in loader_ids]
+    roots = [st for mod in entry for st in files[mod]]
+    roots.append(Statement("", mentions={"cmd:" + command}))
+    modules: dict[str, list[Statement]] = {}
+    for mod, st in loaders.items():
+        body = split_loaders[mod]
+        modules[mod] = body.body if body is not None else [
+            Statement(st.text, mentions=st.mentions, root=True)]
+    notes = [st for st in helpers if _WAKE_NOTE.search(st.text)]
+    if all(_WAKE_GATE in st.defines for st in notes):
+        gated = tuple((_WAKE_GATE, m) for m in handoff)
+        included = table[command]
+    else:  # something else notes wake-ups: the hand-off may always run
+        gated, included = (), (*table[command], *handoff)
+    kept = reachable(helpers, roots, modules, included, gated)
+    # Q's fields made on every call, presized in its constructor (false until defined: the
+    # engine tests fields for truth only): no rehash as they are added one by one.
+    always = [*helpers, *(st for mod in included for st in modules.get(mod, []))]
+    fields = sorted({n[2:] for st in always if id(st) in kept for n in st.defines
+                     if n.startswith("Q.")})
+    parts = [_routes_block(sources, command)]
+    for name in MANIFEST:
+        out = []
+        for st in files[name[:-4]]:
+            owner = next((m for m, lo in loaders.items() if lo is st), None)
+            if owner is None:
+                if id(st) in kept or name[:-4] in entry:
+                    out.append(_presized(st.text, fields) if "Q" in st.defines else st.text)
+                continue
+            inner = [b.text for b in modules[owner] if id(b) in kept]
+            split_body = split_loaders[owner]
+            if inner:
+                out.append(st.text if split_body is None
+                           else split_body.head + "".join(inner) + split_body.tail)
+        if out:
+            parts.append(f"-- ==== {name} ====\n{''.join(out).rstrip()}\n")
+    text = "\n".join(parts)
+    if caller_time:
+        if text.count(_SERVER_TIME) != 1:
+            raise AssertionError("api.lua must set CALLER_TIME = false once")
+        text = text.replace(_SERVER_TIME, "local CALLER_TIME = true\n")
+    return text
+
+
+_EMPTY_Q = "\nlocal Q = {}\n"
+
+
+def _presized(text: str, fields: list[str]) -> str:
+    """Return the statement `local Q = {}` with `fields` in its constructor."""
+    if text.count(_EMPTY_Q) != 1 or not fields:
+        return text
+    lines, line = [], " "
+    for name in fields:
+        if len(line) + len(name) > 84:
+            lines.append(line)
+            line = " "
+        line += f" {name} = false,"
+    constructor = "{\n" + "\n".join([*lines, line]) + "\n}"
+    return text.replace(_EMPTY_Q, f"\nlocal Q = {constructor}\n")
+
+
+@cache
+def bundle_sha(command: str, caller_time: bool = False) -> str | None:
+    """Return the SHA1 of `command`'s bundle, or None if it has none (bundle_text)."""
+    text = bundle_text(command, caller_time)
+    return None if text is None else _sha1(text)
 
 
 _ENTRY = "return main(KEYS, ARGV)\n"

@@ -264,6 +264,10 @@ function Q.lower_due(queue, at, slack)
   local cur = tonumber(rcall('HGET', K.config, field))
   if cur and at < cur then rcall('HSET', K.config, field, at) end
   if ctx.cfgv then ctx.cfgv[field] = nil end
+  -- A known-empty mark (pop.lua) ends with a new timer; a renewed lease only moves one later.
+  local marks = K.empty
+  local m = marks and marks[queue]
+  if m and (slack ~= false or at < m.due) then marks[queue] = nil end
   if slack ~= false then Q.note_timer(queue, at, slack) end
 end
 
@@ -331,6 +335,8 @@ end
 
 -- Note that jobs became ready in a queue; published once per call (Q.flush_wake).
 function Q.wake(queue)
+  local marks = K.empty  -- (the queue is no longer known empty: pop.lua)
+  if marks and marks[queue] then marks[queue] = nil end
   if not ctx.woken[queue] then
     ctx.woken[queue] = true
     tinsert(ctx.woken_list, queue)

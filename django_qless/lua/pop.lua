@@ -26,7 +26,7 @@
 --   ql:f:<group>               list  (LRANGE, LLEN, LTRIM)
 --   ql:s:stats|wait|run:<day>:<queue>  hash (HMGET, HINCRBY, via Q.sample)
 --   ql:config                  hash  (HMGET of the queue's options and of the hidden fields
---                                    #throttle:<q>, #due:<q>; HSET of them)
+--                                    #throttle:<q>, #due:<q>, #marks; HSET of them)
 --   ql:th:ql:q:<queue>         hash  (EXISTS: is there a queue throttle)
 --   channels: ql:log, ql:w:<worker>, ql:popped, ql:stalled, ql:failed, ql:wake:<queue>
 
@@ -69,42 +69,109 @@ Q.mod.pop = function()
     return h
   end
 
-  -- The field list of Q.pop_config, by completed job's queue ('' for none) and popped queue,
-  -- for single-queue pops; kept across calls as a Redis 7 function (bounded).
+  -- Known-empty marks: K.empty[queue] = { due = d, at = e } says a pop found the queue's work
+  -- set empty (drained) and no timer of it due before d (the `#due:<queue>` it stored, at most
+  -- HORIZON ahead); `at` is the earliest timer then (exact, or nil if that pop did not scan the
+  -- timers). A reserve skips such a queue until d without a Redis command: not even its config
+  -- fields are read. The marks live in the engine's memory only (a Redis 7 function keeps K
+  -- across calls; under EVALSHA they last one call), so writing, reading and dropping one costs
+  -- no Redis command either, on any path. Every engine write that makes a job ready calls
+  -- Q.wake, which drops the queue's mark, and Q.lower_due drops it for a new timer; a paused or
+  -- full (max-concurrency) queue keeps none. Jobs or timers written by another writer (or a
+  -- FLUSHALL, a restore) are seen once d passes: at most HORIZON (1 s) late. A mark more than
+  -- HORIZON ahead (a caller's clock moved back) is ignored; a restarted server or a reloaded
+  -- library starts with none.
+  local MAX_MARKS = 1024
+  -- The hidden config field holding the tag of the marks' generation: every pop_config reads
+  -- it, and all marks are dropped when it differs from the tag they were made under, so a
+  -- FLUSHALL, FLUSHDB or a deleted ql:config ends them at once.
+  local MARKS = '#marks'
+
+  local function set_mark(queue, due, at)
+    local marks = K.empty
+    if not marks or K.nempty >= MAX_MARKS then marks = {}; K.empty = marks; K.nempty = 0 end
+    local tag = Q.cfgraw(MARKS)
+    if not tag then
+      -- No tag in ql:config (first mark, or the keyspace was flushed): write a new one, unique
+      -- to this engine instance (the address of a table it keeps) and to this generation.
+      K.marks_anchor = K.marks_anchor or {}
+      K.nmarks = (K.nmarks or 0) + 1
+      tag = tostring(K.marks_anchor):gsub('^table: ', '') .. '/' .. K.nmarks .. '/'
+        .. string.format('%.17g', ctx.now)
+      rcall('HSET', K.config, MARKS, tag)
+      ctx.cfgv[MARKS] = tag
+    end
+    -- (Q.pop_config dropped the marks of any other tag)
+    K.marks_tag = tag
+    local m = marks[queue]
+    if m then
+      m.due, m.at = due, at
+    else
+      marks[queue] = { due = due, at = at }
+      K.nempty = K.nempty + 1
+    end
+  end
+
+  -- The queue's mark if a reserve may skip the queue now, else nil.
+  function Q.known_empty(now, queue)
+    local marks = K.empty
+    local m = marks and marks[queue]
+    if not m or now >= m.due or m.due > now + Q.HORIZON then return nil end
+    return m
+  end
+
+  local function drop_mark(queue)
+    local marks = K.empty
+    if marks and marks[queue] then marks[queue] = nil end
+  end
+
+  -- The field list of Q.pop_config, by completed job's queue ('' for none) and first queue to
+  -- pop (0 for none); kept across calls as a Redis 7 function (bounded).
   local names_of, nnames = {}, 0
 
-  -- Config fields a pop from these queues may read, for one HMGET per call; `completing`:
-  -- the queue of a job completed in the same call (complete.reserve), whose fields it adds.
+  -- Read, with one HMGET, the config fields a pop from these queues needs first: the global
+  -- options and the fields of the first queue (of several: the first not known to be empty;
+  -- a queue popped after it reads its own, Q.pop_queue); `completing`: the queue of a job
+  -- completed in the same call (complete.reserve), whose fields it adds.
   function Q.pop_config(queues, completing)
-    local by_queue = #queues == 1 and names_of[completing or ''] or nil
-    local names = by_queue and by_queue[queues[1]]
-    if not names then
-      names = { 'heartbeat', 'grace-period', 'max-job-history', '#idle-ttl' }
-      local seen = {}
-      local function add(name)
-        if not seen[name] then seen[name] = true; table.insert(names, name) end
-      end
-      if completing then
-        add('jobs-history'); add('jobs-history-count'); add('#completed-due')
-        add('#completed-count')
-        add(completing .. '-max-concurrency')
-      end
+    local first = queues[1] or 0
+    if queues[2] then
+      -- (one queue: its fields cost no command of their own, and `pop`, the hand-off and
+      -- the reaper, which never skip, name one)
+      local now = ctx.now
+      first = 0
       for _, q in ipairs(queues) do
-        local qn = Q.qn(q)
-        add(qn.heartbeat)
-        add(qn.maxc)
-        add(qn.throttle)
-        add(qn.due)
-      end
-      if #queues == 1 then
-        if nnames >= 64 then names_of, nnames = {}, 0 end
-        by_queue = names_of[completing or '']
-        if not by_queue then by_queue = {}; names_of[completing or ''] = by_queue end
-        by_queue[queues[1]] = names
-        nnames = nnames + 1
+        if not Q.known_empty(now, q) then first = q; break end
       end
     end
+    local by_queue = names_of[completing or '']
+    local names = by_queue and by_queue[first]
+    if not names then
+      names = { MARKS }
+      if first ~= 0 or completing then
+        table.insert(names, 'heartbeat'); table.insert(names, 'grace-period')
+        table.insert(names, 'max-job-history'); table.insert(names, '#idle-ttl')
+      end
+      if completing then
+        table.insert(names, 'jobs-history'); table.insert(names, 'jobs-history-count')
+        table.insert(names, '#completed-due'); table.insert(names, '#completed-count')
+        table.insert(names, completing .. '-max-concurrency')
+      end
+      if first ~= 0 then
+        local qn = Q.qn(first)
+        if qn.maxc ~= names[#names] then table.insert(names, qn.maxc) end
+        table.insert(names, qn.heartbeat)
+        table.insert(names, qn.throttle)
+        table.insert(names, qn.due)
+      end
+      if nnames >= 64 then names_of, nnames = {}, 0 end
+      by_queue = names_of[completing or '']
+      if not by_queue then by_queue = {}; names_of[completing or ''] = by_queue end
+      by_queue[first] = names
+      nnames = nnames + 1
+    end
     Q.load_config(names)
+    if K.empty and ctx.cfgv[MARKS] ~= K.marks_tag then K.empty, K.nempty = nil, 0 end
   end
 
   -- Expired locks of a queue: courtesy notice, re-dispatch or failure.
@@ -180,8 +247,12 @@ Q.mod.pop = function()
   function Q.pop_queue(now, queue, worker, count, lean, out)
     local qn = Q.qn(queue)
     local mkey = qn.due
+    -- (a queue after the first one Q.pop_config chose reads its fields here, with one HMGET)
+    if not ctx.cfgv or ctx.cfgv[mkey] == nil then
+      Q.load_config({ qn.heartbeat, qn.maxc, qn.throttle, mkey })
+    end
     -- ql:paused_queues is read on every pop: other writers (qless-core) may pause or unpause.
-    if rcall('SISMEMBER', K.paused_queues, queue) == 1 then return 0 end
+    if rcall('SISMEMBER', K.paused_queues, queue) == 1 then drop_mark(queue); return 0 end
     -- Locks, schedules and spawns cannot be due before `due`: skip their scans until then.
     -- A bound further ahead than HORIZON was not written by this engine's rules (or comes from a
     -- client whose clock runs ahead): do not trust it.
@@ -207,11 +278,12 @@ Q.mod.pop = function()
     if maxc > 0 then
       local running = rcall('ZCOUNT', qn.locks, now, '+inf')
       count = math.min(count, math.max(0, maxc - running))
-      if count <= 0 then return 0 end
+      if count <= 0 then drop_mark(queue); return 0 end
     end
     local selected = {}
     if heads and heads[1] <= now then invalidate(now, queue, count, selected) end
     local want = count - #selected
+    local drained = false  -- ZPOPMAX emptied the work set
     if want > 0 then
       if heads and heads[2] <= now then Q.spawn(now, queue, want, false) end
       if heads and heads[3] <= now then Q.promote(now, queue, want, false) end
@@ -244,7 +316,7 @@ Q.mod.pop = function()
             end
           end
         end
-        if #jids < asked then break end
+        if #jids < asked then drained = true; break end
       end
     end
     local taken = 0
@@ -302,6 +374,16 @@ Q.mod.pop = function()
     if newdue ~= due then rcall('HSET', K.config, mkey, newdue) end
     due = newdue
     ctx.due[queue] = due
+    if drained and due > now then
+      local at = nil
+      if heads then
+        at = math.min(heads[1], heads[2], heads[3])
+        if taken > 0 and expires < at then at = expires end
+      end
+      set_mark(queue, due, at)
+    else
+      drop_mark(queue)
+    end
     return taken
   end
 

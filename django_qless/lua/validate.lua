@@ -105,12 +105,20 @@ function Q.jid(v, name, maxlen)
   return v
 end
 
+-- Queue names that passed Q.queue (a worker names up to 20 on every call); kept across calls
+-- as a Redis 7 function, bounded.
+local valid_queue, nvalid = {}, 0
+
 function Q.queue(v, name)
+  if valid_queue[v] then return v end
   name = name or 'queue'
   if v == nil or v == '' then Q.fail('Arg "' .. name .. '" missing') end
   if #v > 64 or not v:match('^[%w_%.%-]+$') then
     Q.fail('Arg "' .. name .. '" invalid: ' .. v)
   end
+  if nvalid >= 1024 then valid_queue, nvalid = {}, 0 end
+  valid_queue[v] = true
+  nvalid = nvalid + 1
   return v
 end
 

@@ -73,9 +73,19 @@ Q.mod.worker = function()
   -- (unpaused) queues; also tightens each queue's '#due' bound to that exact value.
   local function wake_hint(now, queues)
     local best = math.huge
+    local marks = K.empty
     for _, queue in ipairs(queues) do
+      -- A known-empty queue (pop.lua; skipped or drained by this call) keeps its `#due`; its
+      -- earliest timer is remembered, or read once.
+      local m = marks and marks[queue]
+      if m then
+        if not m.at then
+          local heads = Q.timer_heads(queue)
+          m.at = math.min(heads[1], heads[2], heads[3])
+        end
+        if m.at < best then best = m.at end
       -- (a queue with a `#due` noted by this call's pop passed its pause check already)
-      if (ctx.due and ctx.due[queue]) or rcall('SISMEMBER', K.paused_queues, queue) == 0 then
+      elseif (ctx.due and ctx.due[queue]) or rcall('SISMEMBER', K.paused_queues, queue) == 0 then
         local heads = Q.timer_heads(queue)
         local exact = math.min(heads[1], heads[2], heads[3])
         local bound = math.min(exact, now + Q.HORIZON)
@@ -107,7 +117,10 @@ Q.mod.worker = function()
     local left = count
     for _, queue in ipairs(queues) do
       if left <= 0 then break end
-      left = left - Q.pop_queue(now, queue, worker, left, true, jobs)
+      -- (a queue known to be empty costs no Redis command: pop.lua)
+      if not Q.known_empty(now, queue) then
+        left = left - Q.pop_queue(now, queue, worker, left, true, jobs)
+      end
     end
     reply.jobs = jobs
     if #jobs == 0 then

@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from django_qless.core.client import Client
-from django_qless.core.lua import function_name, library_text, script_text
+from django_qless.core.lua import bundle_text, function_name, library_text, script_text
 from django_qless.core.queue import Queue
 from tests.core import keyspace_mode
 from tests.core.keyspace_mode import KEYSPACE, ShardRedis, monitor_events, to_default
@@ -19,7 +19,8 @@ from tests.core.keyspace_mode import KEYSPACE, ShardRedis, monitor_events, to_de
 
 class Lua:
     """Call the engine as a client would: FCALL of the function library on Redis 7+ (as our
-    client does), EVALSHA of the script on 6.2 or with QLESS_ENGINE_CALL=script.
+    client does), EVALSHA of the script on 6.2 or with QLESS_ENGINE_CALL=script: each command's
+    own script (bundle), as our client calls it, unless QLESS_ENGINE_BUNDLES=0.
 
     By default the engine's testing variant, which takes `now` as given, so tests move time
     by the `now` they pass; `caller_time=False` is the engine as shipped, which bounds `now`
@@ -28,6 +29,9 @@ class Lua:
     def __init__(self, conn: redis.Redis, caller_time: bool = True) -> None:
         self.conn = conn
         self.script = conn.register_script(script_text(caller_time))
+        self.caller_time = caller_time
+        self.bundles = os.environ.get("QLESS_ENGINE_BUNDLES", "1") != "0"
+        self.scripts: dict[str, Any] = {}
         mode = os.environ.get("QLESS_ENGINE_CALL", "auto")
         self.function: str | None = None
         if mode != "script" and int(str(conn.info("server")["redis_version"]).split(".")[0]) >= 7:
@@ -43,7 +47,12 @@ class Lua:
         keys = keyspace_mode.keys()  # the shard prefix with QLESS_TEST_KEYSPACE
         if self.function is not None:
             return self.conn.fcall(self.function, len(keys), *keys, *argv)
-        return self.script(keys=keys, args=argv)
+        script = self.scripts.get(command)
+        if script is None:
+            text = bundle_text(command, self.caller_time) if self.bundles else None
+            script = self.script if text is None else self.conn.register_script(text)
+            self.scripts[command] = script
+        return script(keys=keys, args=argv)
 
     def json(self, command: str, now: float | str, *args: Any) -> Any:
         """Run one command whose reply is a JSON document and decode it."""

@@ -1,0 +1,213 @@
+"""Per-command scripts (bundles) for servers without functions: same replies, fewer helpers."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from django_qless.core.channel import NodeChannel
+from django_qless.core.client import Client
+from django_qless.core.console import engine_slowlog
+from django_qless.core.lua import bundle_sha, bundle_text, routes, script_sha, script_text
+from django_qless.core.lua_reach import Unsure, split
+from django_qless.core.server import RedisServer
+from tests.core.conftest import FakeClock
+
+HOT = ("put", "reserve", "reserve.wait", "complete.reserve", "pop", "complete", "heartbeat",
+       "fail", "config.get")
+
+
+def test_every_hot_command_has_a_smaller_bundle() -> None:
+    full = script_text()
+    for command in HOT:
+        text = bundle_text(command)
+        assert text is not None, command
+        assert len(text) < len(full), command
+        assert f" {command}=" in text  # its route, and no other command's
+        assert text.count("=") < full.count("=")
+    # The analysis follows the whole engine as it stands (None would mean: full script).
+    assert all(bundle_text(command) is not None for command in routes())
+    assert bundle_text("no.such.command") is None
+    assert bundle_sha("no.such.command") is None
+
+
+def test_config_get_bundle_holds_only_what_it_reaches() -> None:
+    text = bundle_text("config.get")
+    assert text is not None
+    assert "C['config.get'] = " in text
+    for absent in ("Q.mod.put = ", "Q.mod.pop = ", "C['put'] = ", "C['config.set'] = ",
+                   "function Q.compact_put(", "function Q.exhausted("):
+        assert absent not in text, absent
+    # Every helper the bundle defines is used in it (not only defined).
+    defined = re.findall(r"^function Q\.(\w+)\(|^Q\.(\w+) = ", text, re.MULTILINE)
+    for name in {a or b for a, b in defined}:
+        assert len(re.findall(rf"Q\.{name}\b", text)) > 1, name
+
+
+def test_a_command_that_wakes_no_queue_leaves_the_hand_off_out() -> None:
+    heartbeat, put = bundle_text("heartbeat"), bundle_text("put")
+    assert heartbeat is not None and put is not None
+    assert "Q.mod.handoff = " not in heartbeat
+    assert "Q.mod.handoff = " in put  # put wakes its queue: idle workers get the job
+
+
+def test_the_analysis_gives_up_on_what_it_cannot_follow() -> None:
+    with pytest.raises(Unsure):
+        split("local Q = {}\nlocal name = 'x'\nQ[name] = 1\n")
+    with pytest.raises(Unsure):
+        split("local t = _G\n")
+    with pytest.raises(Unsure):
+        split("local a = 'x' ..\n'y'\n")
+    st = split("local Q = {}\nfunction Q.f(a) return Q.g(a) end\nQ.g = function() end\n")
+    assert [sorted(s.defines) for s in st] == [["Q"], ["Q.f"], ["Q.g"]]
+    assert {"Q.g", "Q"} <= st[1].mentions
+
+
+# ----------------------------------------------------------------- same replies, same data
+
+def _normal(reply: Any) -> Any:
+    """A reply, or an error's message without the script's name and line."""
+    if isinstance(reply, redis.ResponseError):
+        text = re.sub(r"f_[0-9a-f]{40}", "f_<sha>", str(reply))
+        text = re.sub(r" script: [0-9a-f]{40}, on @user_script:\d+\.$", "", text)  # Redis 7
+        return ("error", re.sub(r"@?user_script:\d+: ", "", text))
+    return reply
+
+
+def _dump(conn: redis.Redis) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key in conn.keys("*"):
+        kind = conn.type(key)
+        if kind == "hash":
+            out[key] = conn.hgetall(key)
+        elif kind == "zset":
+            out[key] = conn.zrange(key, 0, -1, withscores=True)
+        elif kind == "list":
+            out[key] = conn.lrange(key, 0, -1)
+        elif kind == "set":
+            out[key] = sorted(conn.smembers(key))
+        else:
+            out[key] = conn.get(key)
+    return out
+
+
+@pytest.fixture
+def two_dbs(redis_server: RedisServer) -> Iterator[tuple[redis.Redis, redis.Redis]]:
+    """Two flushed databases of the test server: the full script's and the bundles'."""
+    conns = tuple(redis.Redis(unix_socket_path=redis_server.socket_path, db=db,
+                              decode_responses=True) for db in (14, 15))
+    for conn in conns:
+        conn.flushdb()
+    yield conns  # type: ignore[misc]
+    for conn in conns:
+        conn.flushdb()
+        conn.close()
+
+
+# (command, args) in order; `now` advances 1 s a call. Covers the hot path, a hand-off to an
+# idle worker, lock expiry, retries, errors.
+SCENARIO: list[tuple[str, list[str]]] = [
+    ("config.get", ["heartbeat"]), ("config.get", []), ("config.set", ["heartbeat", "30"]),
+    ("config.get", ["heartbeat"]), ("config.get", ["nope"]),
+    ("put", ["w0", "q", "j1", "K", '{"a":1}', "0"]),
+    ("put", ["w0", "q", "j2", "K", "{}", "0", "priority", "5", "tags", '["t"]']),
+    ("put", ["w0", "q", "j3", "K", "{}", "2", "retries", "1"]),
+    ("put", ["w0", "q", "j4", "K", "{}", "0", "depends", '["j1"]']),
+    ("reserve", ["w1", "1", "q"]),
+    ("heartbeat", ["j2", "w1"]), ("heartbeat", ["j2", "wrong"]),
+    ("complete.reserve", ["j2", "w1", "q", "{}", "", "2", "q"]),
+    ("pop", ["q", "w2", "1"]),
+    ("fail", ["j3", "w2", "boom", "it broke"]), ("fail", ["j1", "w1", "g", "m"]),
+    ("complete", ["j1", "w1", "q", "{}"]),
+    ("reserve.wait", ["w3", "30", "1", "q", "other"]),
+    ("reserve.wait", ["w4", "30", "1", "other"]),
+    ("put", ["w0", "other", "j5", "K", "{}", "0"]),  # handed to w4 at once
+    ("complete", ["j5", "w4", "other", "{}"]),
+    ("put", ["w0", "q", "j6", "K", "{}", "0"]),
+    ("pop", ["q", "w5", "5"]),
+    ("complete.reserve", ["j6", "w5", "q", "{}", "", "1", "q", "other"]),
+    ("put", ["w0", "q"]), ("pop", ["q", "w1", "x"]), ("complete", ["nope", "w1", "q", "{}"]),
+    ("heartbeat", ["j6", "w5"]),
+]
+
+
+def test_bundles_reply_and_write_as_the_full_script(
+    two_dbs: tuple[redis.Redis, redis.Redis],
+) -> None:
+    full_db, bundle_db = two_dbs
+    full = full_db.register_script(script_text(True))
+    for step, (command, args) in enumerate(SCENARIO):
+        text = bundle_text(command, True)
+        assert text is not None, command
+        argv = [command, str(1_000_000 + step * 1.5), *args]
+        if command == "pop" and step > 20:
+            argv[1] = str(1_000_000 + 100 + step)  # past every lease: expiries are handled
+        replies = []
+        for conn, script in ((full_db, full), (bundle_db, bundle_db.register_script(text))):
+            try:
+                replies.append(_normal(script(keys=[], args=argv, client=conn)))
+            except redis.ResponseError as exc:
+                replies.append(_normal(exc))
+        assert replies[0] == replies[1], (step, command)
+    assert _dump(full_db) == _dump(bundle_db)
+    assert len(_dump(full_db)) > 10
+
+
+# ----------------------------------------------------------------- the client's loading
+
+@pytest.fixture
+def script_client(redis_url: str, clock: FakeClock) -> Iterator[Client]:
+    """A client calling the engine by EVALSHA (as on a server without functions)."""
+    client = Client(redis_url, worker_name="w1", _clock=clock, engine="script")
+    yield client
+    client.close()
+
+
+def test_client_loads_each_bundle_and_again_after_a_script_flush(
+    script_client: Client, r: redis.Redis, clock: FakeClock
+) -> None:
+    client = script_client
+    if not isinstance(client.channel, NodeChannel):
+        pytest.skip("cluster channels call the full script")
+    q = client.queues["q"]
+    q.put("K", {}, jid="a")
+    put_sha = client.channel.invoker.command(("put", "0"))[1]
+    assert put_sha == bundle_sha("put", True) != script_sha(True)
+    assert r.script_exists(put_sha) == [True]
+    r.script_flush()
+    clock.advance(1)
+    q.put("K", {}, jid="b")  # NOSCRIPT: loaded again, then run once
+    assert r.script_exists(put_sha) == [True]
+    assert q.jobs.waiting() == ["a", "b"]
+    r.script_flush()
+    clock.advance(1)
+    # A pipelined batch of several commands: each missing script is loaded, each call runs once.
+    replies = client.pipeline_calls([("config.get", ["heartbeat"]), ("put", [
+        "w0", "q", "c", "K", "{}", 0]), ("config.get", ["grace-period"])])
+    assert [str(x) for x in replies] == ["60", "c", "10"]
+    assert q.jobs.waiting() == ["a", "b", "c"]
+    r.script_flush()
+    (job,), _ = client.reserve(["q"])
+    assert job.jid == "a"
+    r.script_flush()
+    call = client.send_complete_and_reserve(job, ["q"])  # deferred: loads, then sends
+    state, jobs, _ = call.result()
+    assert state == "complete" and [j.jid for j in jobs] == ["b"]
+
+
+def test_slow_log_names_the_calls_of_bundles(script_client: Client, r: redis.Redis) -> None:
+    if not isinstance(script_client.channel, NodeChannel):
+        pytest.skip("cluster channels call the full script")
+    r.config_set("slowlog-log-slower-than", 0)
+    try:
+        script_client.queues["q"].put("K", {}, jid="slow1")
+        slow = engine_slowlog(script_client)
+    finally:
+        r.config_set("slowlog-log-slower-than", 10000)
+        r.slowlog_reset()
+    put = next(e for e in slow if e["command"] == "put")
+    assert "slow1" in put["args"].split(" ")

@@ -1,0 +1,209 @@
+"""A reserve over many queues: queues known to be empty cost no Redis command.
+
+The engine remembers (in memory, docs/engine.md "Known-empty queues") which queues a pop
+drained; a later reserve skips them until their `#due` bound, and every engine write that
+makes a job ready or adds a timer ends the mark at once.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import redis
+
+__all__: list[str] = []
+
+EMPTY = [f"e{i:02d}" for i in range(20)]
+SCRIPT_CALLS = {"fcall", "fcall_ro", "evalsha", "eval", "info", "config|resetstat", "flushall"}
+
+
+def inner_commands(r: redis.Redis) -> dict[str, int]:
+    """Commands run since the last reset, by name, without the engine calls themselves."""
+    stats = r.info("commandstats")
+    return {k[len("cmdstat_"):]: int(v["calls"]) for k, v in stats.items()
+            if k[len("cmdstat_"):] not in SCRIPT_CALLS}
+
+
+def put(lua: Any, queue: str, jid: str, now: float, delay: float = 0, **opts: Any) -> Any:
+    pairs = [x for k, v in opts.items() for x in (k, json.dumps(v) if isinstance(v, list) else v)]
+    return lua("put", now, "w", queue, jid, "klass", "{}", delay, *pairs)
+
+
+def reserve(lua: Any, now: float, *queues: str, worker: str = "w", count: int = 1) -> Any:
+    return lua.json("reserve", now, worker, count, *queues)
+
+
+def needs_memory(lua: Any) -> None:
+    """Skip unless the engine is a Redis 7 function: under EVALSHA a mark lasts one call."""
+    if lua.function is None:
+        pytest.skip("under EVALSHA the engine keeps no marks across calls")
+
+
+def approx(value: float) -> Any:
+    return pytest.approx(value, abs=1e-6)
+
+
+def jids(reply: Any) -> list[str]:
+    return [job["jid"] for job in reply["jobs"]]
+
+
+def test_an_empty_reserve_over_20_known_empty_queues_runs_one_command(
+        lua: Any, r: redis.Redis) -> None:
+    """After the first, an empty reserve over 20 queues reads one config field, nothing else."""
+    needs_memory(lua)
+    first = reserve(lua, 100, *EMPTY)
+    assert first["jobs"] == [] and first["wake"] == -1
+    r.config_resetstat()
+    again = reserve(lua, 100.5, *EMPTY)
+    assert again["jobs"] == [] and again["wake"] == -1
+    assert inner_commands(r) == {"hmget": 1}
+
+
+def test_a_reserve_over_20_empty_queues_and_a_full_one_costs_a_one_queue_reserve(
+        lua: Any, r: redis.Redis) -> None:
+    """The job in the 21st queue is popped with the commands a reserve of that queue alone runs."""
+    needs_memory(lua)
+    for i in range(3):
+        put(lua, "full", f"j{i}", 99 + i / 10)
+    reserve(lua, 100, *EMPTY)
+    reserve(lua, 100, "full")
+    r.config_resetstat()
+    assert jids(reserve(lua, 100.1, "full")) == ["j1"]
+    alone = inner_commands(r)
+    r.config_resetstat()
+    assert jids(reserve(lua, 100.2, *EMPTY[:19], "full")) == ["j2"]
+    assert inner_commands(r) == alone
+
+
+def drain(lua: Any, now: float, *queues: str) -> None:
+    """Pop the queues empty with room to spare: the pop knows it emptied them (a mark)."""
+    reserve(lua, now, *queues, worker="w", count=2)
+
+
+# Each case: what exists before queue a is drained, then the write that readies a job in a.
+READY_WRITES: dict[str, tuple[Any, Any]] = {
+    "put": (lambda lua: None, lambda lua: put(lua, "a", "j", 100.1)),
+    "put.many": (lambda lua: None,
+                 lambda lua: lua("put.many", 100.1, "w", "a", 1, "j", "klass", "{}", 0, 0)),
+    "move": (lambda lua: put(lua, "b", "j", 99), lambda lua: put(lua, "a", "j", 100.1)),
+    "retry": (lambda lua: put(lua, "a", "j", 99),  # (the drain pops it)
+              lambda lua: lua("retry", 100.1, "j", "a", "w", 0, "group", "msg")),
+    "unfail": (lambda lua: put(lua, "a", "j", 99),
+               lambda lua: (lua("fail", 100.05, "j", "w", "group", "msg", "{}"),
+                            lua("unfail", 100.1, "a", "group", 10))),
+    "timeout": (lambda lua: put(lua, "a", "j", 99), lambda lua: lua("timeout", 100.1, "j")),
+    "complete to a next queue": (
+        lambda lua: (put(lua, "b", "j", 99), reserve(lua, 99.5, "b")),
+        lambda lua: lua("complete", 100.1, "j", "w", "b", "{}", "next", "a")),
+    "finished dependency": (
+        lambda lua: (put(lua, "b", "dep", 99), put(lua, "a", "j", 99, depends=["dep"]),
+                     reserve(lua, 99.5, "b")),
+        lambda lua: lua("complete", 100.1, "dep", "w", "b", "{}")),
+}
+
+
+@pytest.mark.parametrize("write", list(READY_WRITES))
+def test_a_write_that_makes_a_job_ready_ends_the_mark(lua: Any, write: str) -> None:
+    """put, put.many, a move, a retry, an unfail, a timeout, a complete to a next queue and a
+    finished dependency each make the job reservable at once in a known-empty queue."""
+    before, ready = READY_WRITES[write]
+    before(lua)
+    drain(lua, 100, "a", "x")
+    assert reserve(lua, 100.05, "a", "x", worker="w2")["jobs"] == []
+    ready(lua)
+    assert jids(reserve(lua, 100.2, "x", "a", worker="w2")) == ["j"]
+
+
+def test_a_released_throttle_slot_ends_the_mark(lua: Any, r: redis.Redis) -> None:
+    """A job held back by a throttle becomes reservable when the slot is freed."""
+    lua("throttle.set", 100, "t", 1)
+    put(lua, "a", "one", 99, throttles=["t"])
+    put(lua, "a", "two", 99.5, throttles=["t"])
+    assert jids(reserve(lua, 100, "a", count=2)) == ["one"]  # two waits for the slot
+    assert reserve(lua, 100.1, "a")["jobs"] == []  # a is known empty
+    lua("complete", 100.2, "one", "w", "a", "{}")
+    assert jids(reserve(lua, 100.3, "a")) == ["two"]
+
+
+def test_a_job_written_by_another_writer_is_reserved_within_the_horizon(
+        lua: Any, r: redis.Redis) -> None:
+    """Direct writes of the work set (a stock writer's put) are seen once the bound passes."""
+    put(lua, "other", "x", 99)
+    reserve(lua, 100, "a")  # a is known empty until 101
+    # a stock writer moves the job: its hash and the work set, no call of this engine
+    r.zrem("ql:q:other-work", "x")
+    r.zadd("ql:q:a-work", {"x": 0})
+    r.hset("ql:j:x", "queue", "a")
+    if lua.function is not None:
+        assert reserve(lua, 100.5, "a")["jobs"] == []  # still skipped: the mark holds
+    assert jids(reserve(lua, 101, "a")) == ["x"]
+
+
+def test_a_flush_ends_every_mark(lua: Any, r: redis.Redis) -> None:
+    """After FLUSHALL a job written directly is reserved at once."""
+    put(lua, "other", "x", 99)
+    reserve(lua, 100, "a")
+    saved = r.hgetall("ql:j:x")
+    r.flushall()
+    r.hset("ql:j:x", mapping={**saved, "queue": "a"})
+    r.zadd("ql:q:a-work", {"x": 0})
+    assert jids(reserve(lua, 100.1, "a")) == ["x"]
+
+
+def test_pause_and_unpause_take_effect_at_once(lua: Any, r: redis.Redis) -> None:
+    """A queue known empty, paused, given a job: nothing until unpaused, then at once."""
+    reserve(lua, 100, "a", "b")
+    lua("pause", 100.1, "a")
+    put(lua, "a", "j", 100.2)
+    assert reserve(lua, 100.3, "a", "b")["jobs"] == []
+    lua("unpause", 100.4, "a")
+    assert jids(reserve(lua, 100.5, "a", "b")) == ["j"]
+    put(lua, "a", "k", 100.6)
+    lua("pause", 100.7, "a")
+    assert reserve(lua, 100.8, "b", "a")["jobs"] == []
+
+
+def test_a_scheduled_job_in_a_known_empty_queue_is_reserved_at_its_time(
+        lua: Any, r: redis.Redis) -> None:
+    """A delayed put into a known-empty queue: the wake hint says when, the reserve then has it."""
+    assert reserve(lua, 100, *EMPTY)["wake"] == -1
+    put(lua, "e05", "s", 100.1, delay=0.3)
+    assert reserve(lua, 100.2, *EMPTY)["wake"] == approx(0.2)
+    assert reserve(lua, 100.3, *EMPTY)["wake"] == approx(0.1)  # (remembered)
+    assert jids(reserve(lua, 100.4, *EMPTY)) == ["s"]
+
+
+def test_a_recurring_job_in_a_known_empty_queue_spawns_at_its_time(
+        lua: Any, r: redis.Redis) -> None:
+    """A recurring job made in a known-empty queue spawns at its first due time."""
+    reserve(lua, 100, "a")
+    lua("recur", 100.1, "a", "rec", "klass", "{}", "interval", 60, 0.4)
+    assert reserve(lua, 100.2, "a")["jobs"] == []
+    assert jids(reserve(lua, 100.5, "a")) == ["rec-1"]
+
+
+def test_an_expired_lock_in_a_known_empty_queue_is_handled_at_its_time(
+        lua: Any, r: redis.Redis) -> None:
+    """The pop that drained a queue also took a lock: its expiry is not skipped."""
+    lua("config.set", 0, "a-heartbeat", 2)
+    lua("config.set", 0, "grace-period", 0)
+    put(lua, "a", "j", 99)
+    assert jids(reserve(lua, 100, "a")) == ["j"]  # drained: a is known empty
+    assert reserve(lua, 101.5, "a", worker="w2")["wake"] == approx(0.5)
+    assert reserve(lua, 101.9, "a", worker="w2")["jobs"] == []
+    assert jids(reserve(lua, 102, "a", worker="w2")) == ["j"]
+
+
+
+def test_a_lease_renewed_shorter_ends_the_mark(lua: Any, r: redis.Redis) -> None:
+    """A heartbeat that moves the lock before the mark's bound is not skipped past."""
+    lua("config.set", 0, "a-heartbeat", 2)
+    lua("config.set", 0, "grace-period", 0)
+    put(lua, "a", "j", 99)
+    assert jids(reserve(lua, 100, "a", count=2)) == ["j"]  # drained: known empty until 101
+    lua("config.set", 0, "a-heartbeat", 1)
+    # (a caller whose clock runs 0.5 s behind): the lock now expires at 100.5
+    lua("heartbeat", 99.5, "j", "w", "{}")
+    assert jids(reserve(lua, 100.5, "a", worker="w2")) == ["j"]
