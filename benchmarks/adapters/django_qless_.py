@@ -12,7 +12,7 @@ __all__ = ["DjangoQless"]
 
 KLASS = "bench.noop"
 BULK_CHUNK = 1000
-RESERVE_QUEUES = 20  # the engine's per-call queue limit; the core worker chunks the same way
+RESERVE_QUEUES = 100  # the engine's per-call queue limit; the core worker chunks the same way
 
 
 class DjangoQless:
@@ -25,7 +25,7 @@ class DjangoQless:
         "500 jobs)",
         "drain": "Client.reserve(queues) for the first job, then "
         "Client.complete_and_reserve(job, queues): each call completes one job and pops the next "
-        "(one engine call per job, the core worker's path; 20 queues per call, in order)",
+        "(one engine call per job, the core worker's path; 100 queues per call, in order)",
         "drain_plain": "Queue.pop() then Job.complete(): two engine calls a job (the plain API)",
         "worker": "`python -m django_qless.core.workers --url URL -n N --import jobs_django_qless "
         "bench` (pre-forked children; complete+reserve in one call, sent without waiting while "

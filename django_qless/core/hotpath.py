@@ -19,7 +19,10 @@ from .serialization import as_list, check_int, check_name, check_number, check_w
 if TYPE_CHECKING:
     from .client import Client
 
-__all__ = ["WorkerCalls"]
+__all__ = ["RESERVE_QUEUES_MAX", "WorkerCalls"]
+
+# Queues one reserve may name (the engine refuses more).
+RESERVE_QUEUES_MAX = 100
 
 
 class WorkerCalls:
@@ -43,8 +46,9 @@ class WorkerCalls:
         if names is None:
             # A worker sends the same list on every call: check it once.
             names = tuple(check_name("queue", q) for q in key)
-            if not 1 <= len(names) <= 20:
-                raise InvalidArgument(f"queues must name 1 to 20 queues, got {len(names)}")
+            if not 1 <= len(names) <= RESERVE_QUEUES_MAX:
+                raise InvalidArgument(
+                    f"queues must name 1 to {RESERVE_QUEUES_MAX} queues, got {len(names)}")
             if len(self._checked_queues) < 64:
                 self._checked_queues[key] = names  # hashable: every entry is a valid name
         return [str(count), *names]

@@ -24,7 +24,8 @@ local Q = {}
 -- Per-call state, in one table every file sees, reset by Q.begin (run once per call by main()
 -- in api.lua, the only place that resets it): as a Redis 7 function the table lives across
 -- calls and is cleared, not re-allocated. The batches (woken, stats) are emptied by their
--- flush; only a call that raised leaves them dirty, so most calls allocate no new tables.
+-- flush (stats in place); only a call that raised leaves them dirty, so most calls allocate
+-- no new tables.
 --   op           the command's name in error texts ('Put', 'Complete'...)
 --   now          the call's time; now_text: the caller's text of it when kept as sent
 --   cfgv         config fields read this call (Q.load_config, Q.cfg)
@@ -48,7 +49,7 @@ function Q.begin(op, now, now_text, prefix)
     ctx.woken = {}
     ctx.woken_list = {}
   end
-  if ctx.stats_order[1] then
+  if next(ctx.stats_order) then  -- (left over only by a call that raised)
     ctx.stats_acc = {}
     ctx.stats_order = {}
   end
@@ -185,15 +186,24 @@ function Q.cfg(name)
   return v
 end
 
+-- (Q.cfgnum and Q.cfgraw read a loaded value without calling Q.cfg: a Lua function call
+-- costs hundreds of instructions, and the hot path asks for a dozen values a call)
 function Q.cfgnum(name, fallback)
-  local v = tonumber(Q.cfg(name))
+  local cache = ctx.cfgv
+  local v = cache and cache[name]
+  if v == nil then
+    v = Q.cfg(name)
+  elseif v == false then
+    v = Q.DEFAULTS[name] or Q.FALLBACKS[name]
+  end
+  v = tonumber(v)
   if v == nil or v ~= v then return fallback end
   return v
 end
 
 -- Lock duration for a queue: <queue>-heartbeat, else heartbeat, else 60.
 function Q.heartbeat(queue)
-  local v = tonumber(Q.cfg(Q.qn(queue).heartbeat))
+  local v = tonumber(Q.cfgraw(Q.qn(queue).heartbeat))  -- (no per-queue default exists)
   if v == nil then v = Q.cfgnum('heartbeat', 60) end
   return v
 end
@@ -239,8 +249,13 @@ Q.HORIZON = 1
 
 -- Raw stored config value (false if unset), without defaults.
 function Q.cfgraw(name)
-  Q.cfg(name)
-  return ctx.cfgv[name]
+  local cache = ctx.cfgv
+  local v = cache and cache[name]
+  if v == nil then
+    Q.cfg(name)
+    v = ctx.cfgv[name]
+  end
+  return v
 end
 
 -- A lock, schedule or spawn time `at` was written: keep `#due` a lower bound, and tell idle

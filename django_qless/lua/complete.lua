@@ -18,7 +18,7 @@
 --   ql:completed               zset  (ZADD, ZREM, ZRANGEBYSCORE, ZCARD, ZRANGE)
 --   ql:tracked                 zset  (ZREM, via Q.delete_job)
 --   ql:s:run:<day>:<queue>     hash  (via Q.sample)
---   ql:config                  hash  (HSET of #completed-due)
+--   ql:config                  hash  (HSET of #completed-due, #completed-count)
 --   channels: ql:log, ql:completed, ql:wake:<queue>
 
 Q.mod.complete = function()
@@ -26,58 +26,91 @@ Q.mod.complete = function()
   local C = Q.commands
 
   -- Completed-job retention: at most 500 deletions per call.
-  function Q.expire_completed(now)
-    local budget = Q.CHUNK
-    local age = Q.cfgnum('jobs-history', 604800)
-    -- '#completed-due': no completed job can be older than jobs-history before this time; it is
-    -- at most HORIZON ahead, so completions recorded by another writer are seen within it.
-    local due = Q.tonum(Q.cfgraw('#completed-due'))
-    local jids = {}
-    if due == nil or now >= due or due > now + Q.HORIZON then
-      jids = rcall('ZRANGEBYSCORE', K.completed, '-inf', now - age, 'LIMIT', 0, budget)
-      for _, jid in ipairs(jids) do Q.delete_job(jid) end
-      if #jids > 0 then Q.chunked('ZREM', K.completed, jids) end
-      local next_due = now
-      if #jids < budget then
-        next_due = now + Q.HORIZON
-        local first = rcall('ZRANGE', K.completed, 0, 0, 'WITHSCORES')
-        local oldest = tonumber(first[2])
-        if oldest and oldest + age < next_due then next_due = math.max(oldest + age, now) end
-      end
-      rcall('HSET', K.config, '#completed-due', next_due)
-    end
-    budget = budget - #jids
-    local keep = Q.cfgnum('jobs-history-count', 50000)
-    local excess = rcall('ZCARD', K.completed) - keep
+  -- The count cap: trims ql:completed down to `keep` within `budget` deletions; returns its
+  -- size afterwards.
+  local function trim_completed(budget, keep)
+    local card = rcall('ZCARD', K.completed)
+    local excess = card - keep
     if excess > 0 and budget > 0 then
-      jids = rcall('ZRANGE', K.completed, 0, math.min(excess, budget) - 1)
+      local jids = rcall('ZRANGE', K.completed, 0, math.min(excess, budget) - 1)
       for _, jid in ipairs(jids) do Q.delete_job(jid) end
       Q.chunked('ZREM', K.completed, jids)
+      card = card - #jids
     end
+    return card
+  end
+
+  -- Completions this engine can record in one HORIZON, with room to spare (a completion
+  -- costs tens of microseconds of Redis CPU): '#completed-count' plus this stays a bound of
+  -- the set's size until the next scan.
+  Q.COMPLETED_MARGIN = 20000
+
+  function Q.expire_completed(now)
+    local budget = Q.CHUNK
+    local keep = Q.cfgnum('jobs-history-count', 50000)
+    -- '#completed-due': no completed job can be older than jobs-history before this time; it is
+    -- at most HORIZON ahead, so completions recorded by another writer are seen within it.
+    -- '#completed-count': the size of ql:completed when that bound was written.
+    local due = Q.tonum(Q.cfgraw('#completed-due'))
+    if due and now < due and due <= now + Q.HORIZON then
+      -- Far enough under the cap at the last scan (at most HORIZON ago): no ZCARD.
+      local count = Q.tonum(Q.cfgraw('#completed-count'))
+      if not (count and count + Q.COMPLETED_MARGIN <= keep) then trim_completed(budget, keep) end
+      return
+    end
+    local age = Q.cfgnum('jobs-history', 604800)
+    local jids = rcall('ZRANGEBYSCORE', K.completed, '-inf', now - age, 'LIMIT', 0, budget)
+    for _, jid in ipairs(jids) do Q.delete_job(jid) end
+    if #jids > 0 then Q.chunked('ZREM', K.completed, jids) end
+    local next_due = now
+    if #jids < budget then
+      next_due = now + Q.HORIZON
+      local first = rcall('ZRANGE', K.completed, 0, 0, 'WITHSCORES')
+      local oldest = tonumber(first[2])
+      if oldest and oldest + age < next_due then next_due = math.max(oldest + age, now) end
+    end
+    local count = trim_completed(budget - #jids, keep)
+    rcall('HSET', K.config, '#completed-due', next_due, '#completed-count', Q.int_arg(count))
   end
 
   -- ---------------------------------------------------------------- complete
 
   -- The job hash fields complete needs, in one constructor (sized once, where setting them
   -- one by one into `{}` grows the table again and again). `priority` only for `next`.
+  -- `data` too: a completion that sends the data back unchanged (the common case) needs no
+  -- JSON check of it (Q.data_arg).
   local function read_own(jid, nextq)
     local v = rcall('HMGET', KP .. 'j:' .. jid, 'state', 'queue', 'worker', 'retries', 'time',
-      'held', 'history', 'tracked', 'done', 'visit', nextq and 'priority' or 'state')
+      'held', 'history', 'tracked', 'done', 'data', 'visit', nextq and 'priority' or 'state')
     local any = false
-    for i = 1, 10 do
+    for i = 1, 11 do
       if v[i] then any = true; break end
     end
     if not any then return nil end
     return { state = v[1] or nil, queue = v[2] or nil, worker = v[3] or nil,
       retries = v[4] or nil, time = v[5] or nil, held = v[6] or nil, history = v[7] or nil,
-      tracked = v[8] or nil, done = v[9] or nil, visit = v[10] or nil,
-      priority = nextq and v[11] or nil }
+      tracked = v[8] or nil, done = v[9] or nil, data = v[10] or nil, visit = v[11] or nil,
+      priority = nextq and v[12] or nil }
   end
+  Q.read_own = read_own
+
+  -- The `data` argument of a completion: the text the job already stores is taken as is (it
+  -- passed this check when it was written, and writing it again changes nothing); any other
+  -- text is checked (Q.data) -- a cjson decode, ~20k instructions for a small object.
+  function Q.data_arg(v, h)
+    if v ~= nil and h and v == h.data then return v end
+    return Q.data(v)
+  end
+
+  -- JSON text of a name that passed Q.jid or Q.queue ([A-Za-z0-9_.-]: nothing to escape), as
+  -- cjson writes it without the cost of a cjson call.
+  local function name_json(v) return '"' .. v .. '"' end
 
   -- Ownership checks shared by complete and complete.reserve. With an attempt token that
   -- already completed this job, returns (h, recorded result) and the caller acts no further.
-  function Q.check_running(jid, worker, queue, token, nextq)
-    local h = read_own(jid, nextq)
+  -- `h`: the job as read_own read it (nil: read here).
+  function Q.check_running(jid, worker, queue, token, nextq, h)
+    h = h or read_own(jid, nextq)
     if not h then Q.fail('Job ' .. jid .. ' does not exist') end
     local recorded = Q.recorded(h, token)
     if recorded then return h, recorded end
@@ -134,8 +167,8 @@ Q.mod.complete = function()
     end
     if h.held then table.insert(fields, 'held'); table.insert(fields, '') end
     if nextq then
-      Q.publish(K.log, '{"jid":' .. Q.js(jid) .. ',"to":' .. Q.js(nextq)
-        .. ',"event":"advanced","queue":' .. Q.js(queue) .. '}')
+      Q.publish(K.log, '{"jid":' .. name_json(jid) .. ',"to":' .. name_json(nextq)
+        .. ',"event":"advanced","queue":' .. name_json(queue) .. '}')
       Q.history(jid, now, 'put', { q = nextq })
       rcall('ZADD', K.queues, 'NX', now, nextq)
       table.insert(fields, 'queue'); table.insert(fields, nextq)
@@ -162,7 +195,8 @@ Q.mod.complete = function()
       Q.slot_freed(queue)
       return result
     end
-    Q.publish(K.log, '{"jid":' .. Q.js(jid) .. ',"event":"completed","queue":' .. Q.js(queue) .. '}')
+    -- (jid and queue quoted as name_json does, in one concatenation; no Q.publish call)
+    rcall(K.pub, K.log, '{"jid":"' .. jid .. '","event":"completed","queue":"' .. queue .. '"}')
     table.insert(fields, 'state'); table.insert(fields, 'complete')
     table.insert(fields, 'queue'); table.insert(fields, '')
     if token then table.insert(fields, 'done'); table.insert(fields, token .. ' complete') end
@@ -179,7 +213,8 @@ Q.mod.complete = function()
     local jid = Q.jid(args[1])
     local worker = Q.worker(args[2])
     local queue = Q.queue(args[3])
-    local data = Q.data(args[4])
+    local own = read_own(jid, true)  -- (a read: nothing is written before the checks below)
+    local data = Q.data_arg(args[4], own)
     local opts = Q.pairs_args(args, 5)
     local nextq = opts['next'] and Q.queue(opts['next'], 'next') or nil
     local delay = 0
@@ -188,11 +223,11 @@ Q.mod.complete = function()
     if opts.delay and not nextq then Q.fail('"delay" cannot be used without a "next".') end
     if opts.depends and not nextq then Q.fail('"depends" cannot be used without a "next".') end
     local token = Q.token(opts.token)
-    local h, recorded = Q.check_running(jid, worker, queue, token, nextq)
+    local h, recorded = Q.check_running(jid, worker, queue, token, nextq, own)
     if recorded then return recorded end
     if depends then Q.check_cycle(jid, depends) end
     Q.load_config({ 'jobs-history', 'jobs-history-count', 'max-job-history', '#completed-due',
-      queue .. '-max-concurrency' })
+      '#completed-count', queue .. '-max-concurrency' })
     return Q.complete(now, h, { jid = jid, worker = worker, queue = queue, data = data,
       token = token, next = nextq, delay = delay, depends = depends })
   end }

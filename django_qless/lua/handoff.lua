@@ -21,6 +21,7 @@
 --   ql:idle:<queue>    zset  worker -> registration expiry (ZADD, ZRANGEBYSCORE, ZREM,
 --                            ZREMRANGEBYSCORE)
 --   ql:idle            hash  worker -> the queues it registered on, space-separated
+--   ql:config          hash  (HSET of #idle-ttl, the longest ttl registered)
 --   channels: ql:hand:<worker> (PUBSUB NUMSUB, PUBLISH), ql:wake:<queue>
 
 Q.mod.handoff = function()
@@ -36,6 +37,13 @@ Q.mod.handoff = function()
 
   -- Register `worker` as idle on `queues` until now + ttl (dropping lapsed registrations).
   function Q.idle_register(now, worker, ttl, queues)
+    -- '#idle-ttl' in ql:config: the longest ttl registered in this keyspace (only grows), so a
+    -- pop knows without a lookup when no registration can outlast the lock it takes.
+    local top = Q.tonum(Q.cfgraw('#idle-ttl'))
+    if not top or ttl > top then
+      rcall('HSET', K.config, '#idle-ttl', ttl)
+      ctx.cfgv['#idle-ttl'] = nil
+    end
     Q.idle_forget(worker)
     for _, queue in ipairs(queues) do
       local key = KP .. 'idle:' .. queue

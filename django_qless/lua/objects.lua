@@ -74,10 +74,11 @@ Q.mod.objects = function()
       retries = tonumber(h.retries) or 0,
       remaining = floor(remaining),
       data = h.data or '{}',
-      tags = Q.list(h.tags),
+      -- (the empty forms every job has, without a call to Q.list)
+      tags = (h.tags == nil or h.tags == '{}' or h.tags == '[]') and {} or Q.list(h.tags),
       failure = failure,
       spawned_from_jid = h.spawned_from_jid or false,
-      throttles = Q.list(h.throttles),
+      throttles = (h.throttles == nil or h.throttles == '[]') and {} or Q.list(h.throttles),
     }
     if not lean then
       obj.history = Q.read_history(jid, h)

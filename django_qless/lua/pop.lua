@@ -150,11 +150,11 @@ Q.mod.pop = function()
       names = { MARKS }
       if first ~= 0 or completing then
         table.insert(names, 'heartbeat'); table.insert(names, 'grace-period')
-        table.insert(names, 'max-job-history')
+        table.insert(names, 'max-job-history'); table.insert(names, '#idle-ttl')
       end
       if completing then
         table.insert(names, 'jobs-history'); table.insert(names, 'jobs-history-count')
-        table.insert(names, '#completed-due')
+        table.insert(names, '#completed-due'); table.insert(names, '#completed-count')
         table.insert(names, completing .. '-max-concurrency')
       end
       if first ~= 0 then
@@ -240,6 +240,8 @@ Q.mod.pop = function()
     return scores
   end
 
+  local NO_TIDS = {}  -- (read only)
+
   -- Take up to `count` jobs from one queue for `worker`; appends job objects to `out`.
   -- Returns the number taken. `lean` job objects omit history and dependency sets.
   function Q.pop_queue(now, queue, worker, count, lean, out)
@@ -292,14 +294,17 @@ Q.mod.pop = function()
       local budget = count * 2
       while want > 0 and examined < budget do
         local asked = math.min(want, Q.CHUNK)
-        local popped = rcall('ZPOPMAX', work, asked)
+        -- ('1' as text for the usual single job: redis.call formats a number with printf)
+        local popped = rcall('ZPOPMAX', work, asked == 1 and '1' or asked)
         local jids = {}
         for i = 1, #popped, 2 do jids[#jids + 1] = popped[i] end
         for _, jid in ipairs(jids) do
           examined = examined + 1
           local h = Q.read_pop(jid)
           if h then
-            local tids = Q.job_tids(queue, h.throttles)
+            -- (no throttles of its own and no queue throttle: nothing to ask, no call)
+            local tids = NO_TIDS
+            if h.throttles or ctx.qth[queue] then tids = Q.job_tids(queue, h.throttles) end
             local full = nil
             if #tids > 0 then full = Q.acquire(jid, tids, now) end
             if full then
@@ -367,7 +372,11 @@ Q.mod.pop = function()
     end
     if taken > 0 then
       if expires < newdue then newdue = expires end
-      Q.note_timer(queue, expires, Q.cfgnum('grace-period', 10)) -- news to idle workers?
+      -- News to idle workers? Only if a registration may outlast the lock by its grace
+      -- period; none can when the longest ttl ever registered here ('#idle-ttl') is shorter.
+      local grace = Q.cfgnum('grace-period', 10)
+      local ttl = Q.tonum(Q.cfgraw('#idle-ttl'))
+      if ttl and now + ttl > expires + grace then Q.note_timer(queue, expires, grace) end
     end
     if newdue ~= due then rcall('HSET', K.config, mkey, newdue) end
     due = newdue

@@ -7,28 +7,44 @@
 
 Q.mod.samples = function()
 
+  -- Histogram field names by unit and count, made once each: `'s' .. n` formats the number
+  -- with printf on every call (kept across calls as a Redis 7 function; at most 148 names).
+  local names = { s = {}, m = {}, h = {}, d = {} }
+  local function name(unit, n)
+    local by = names[unit]
+    local text = by[n]
+    if not text then
+      text = unit .. n
+      if n >= 0 and n < 60 then by[n] = text end
+    end
+    return text
+  end
+
   local function bucket(value)
     local v = floor(value)
-    if v < 60 then return 's' .. v end
-    if v < 3600 then return 'm' .. floor(v / 60) end
-    if v < 86400 then return 'h' .. floor(v / 3600) end
-    return 'd' .. floor(v / 86400)
+    if v < 60 then return names.s[v] or name('s', v) end
+    if v < 3600 then return name('m', floor(v / 60)) end
+    if v < 86400 then return name('h', floor(v / 3600)) end
+    return name('d', floor(v / 86400))
   end
   Q.bucket = bucket
 
-  -- Queue a wait/run sample; Q.flush_stats writes each stats hash once per call.
+  -- Queue a wait/run sample; Q.flush_stats writes each stats hash once per call. A hash's
+  -- one sample is kept as the number itself, several in a list (no table for the usual one).
   local bin_t, bin_s  -- the last day bin's text: one format per call, not per sample
   function Q.sample(kind, queue, now, value)
-    local bin = Q.bin(now)
+    local bin = floor(now - now % 86400)  -- (Q.bin, without a call)
     if bin ~= bin_t then bin_t, bin_s = bin, tostring(bin) end
     local key = KP .. 's:' .. kind .. ':' .. bin_s .. ':' .. queue
     local acc = ctx.stats_acc[key]
-    if not acc then
-      acc = {}
-      ctx.stats_acc[key] = acc
+    if acc == nil then
+      ctx.stats_acc[key] = value
       tinsert(ctx.stats_order, key)
+    elseif type(acc) == 'number' then
+      ctx.stats_acc[key] = { acc, value }
+    else
+      tinsert(acc, value)
     end
-    tinsert(acc, value)
   end
 
   -- One sample (the worker's pop and complete): one HMGET and one HSET of four fields.
@@ -42,8 +58,13 @@ Q.mod.samples = function()
       mean = old + (v - old) / count
       vk = (tonumber(cur[3]) or 0) + (v - mean) * (v - old)
     end
-    rcall('HSET', key, 'total', Q.int_arg(count), 'mean', mean, 'vk', vk,
-      b, Q.int_arg((tonumber(cur[4]) or 0) + 1))
+    -- (both counts are integers from 1 up: '%d' directly, as Q.int_arg would write them)
+    local n = (tonumber(cur[4]) or 0) + 1
+    rcall('HSET', key, 'total',
+      count >= 1 and count < 1e15 and count == floor(count) and sformat('%d', count)
+        or Q.int_arg(count),
+      'mean', mean, 'vk', vk,
+      b, n >= 1 and n < 1e15 and n == floor(n) and sformat('%d', n) or Q.int_arg(n))
   end
 
   -- Several samples for one hash (a pop of many jobs): still one HMGET and one HSET.
@@ -79,14 +100,16 @@ Q.mod.samples = function()
     rcall('HSET', key, unpack(args))
   end
 
+  -- (the batch is emptied in place: the tables live across calls as a Redis 7 function)
   function Q.flush_stats()
     local order = ctx.stats_order
     if not order[1] then return end
-    for _, key in ipairs(order) do
-      local samples = ctx.stats_acc[key]
-      if samples[2] == nil then flush_one(key, samples[1]) else flush_many(key, samples) end
+    local acc = ctx.stats_acc
+    for i, key in ipairs(order) do
+      local samples = acc[key]
+      if type(samples) == 'number' then flush_one(key, samples) else flush_many(key, samples) end
+      acc[key] = nil
+      order[i] = nil
     end
-    ctx.stats_acc = {}
-    ctx.stats_order = {}
   end
 end

@@ -29,6 +29,7 @@
 Q.mod.worker = function()
   local rcall = Q.rcall
   local C = Q.commands
+  local floor = math.floor
 
 
   local function collect_workers(now)
@@ -106,7 +107,8 @@ Q.mod.worker = function()
     local queues = {}
     for i = first, #args do table.insert(queues, Q.queue(args[i])) end
     if #queues == 0 then Q.fail('Arg "queue" missing') end
-    if #queues > 20 then Q.fail('at most 20 queues') end
+    -- (empty queues cost no command once known: pop.lua's marks; so a worker names many)
+    if #queues > 100 then Q.fail('at most 100 queues') end
     return queues
   end
 
@@ -177,16 +179,47 @@ Q.mod.worker = function()
     return jobs
   end
 
+  -- ql:workers is re-scored at most once a second per worker by complete.reserve (a ZADD on a
+  -- small listpack zset parses and formats its scores: ~20k instructions a job). Per server,
+  -- across calls (a Redis 7 function keeps this table; each EVALSHA starts with it empty):
+  -- keyspace prefix .. worker (worker names hold no ':') -> { second of the ZADD, the
+  -- `done` count of the info hash after the last call }. The entry only counts while the
+  -- call's HINCRBY of `done` returns the next number: a deleted info hash (worker.deregister,
+  -- the collection of old workers, FLUSHDB, another database) starts again at 1 and forces
+  -- the ZADD.
+  local fresh, nfresh = {}, 0
+
+  -- True when this worker's ql:workers entry was written this second by this engine.
+  local function registry_fresh(now, worker, done)
+    local m = fresh[KP .. worker]
+    return m ~= nil and m[1] == floor(now) and m[2] + 1 == done
+  end
+
+  -- Remember what the call did to the registry (`skip`: it left it; else pop's ZADD, if any).
+  local function registry_note(now, worker, done, skip)
+    local name = KP .. worker
+    if skip then
+      fresh[name][2] = done
+    elseif ctx.worker_seen then
+      if nfresh >= 1024 then fresh, nfresh = {}, 0 end
+      if not fresh[name] then nfresh = nfresh + 1 end
+      fresh[name] = { floor(now), done }
+    else
+      fresh[name] = nil
+    end
+  end
+
   C['complete.reserve'] = { 'Complete', function(now, args)
     local jid = Q.jid(args[1])
     local worker = Q.worker(args[2])
     local queue = Q.queue(args[3])
-    local data = Q.data(args[4])
+    local own = Q.read_own(jid)  -- (a read: nothing is written before the checks below)
+    local data = Q.data_arg(args[4], own)
     local token = Q.token(args[5])
     local count = Q.count(args[6], 0, 1000)
     local queues = {}
     if count > 0 then queues = queue_list(args, 7) end
-    local h, recorded = Q.check_running(jid, worker, queue, token)
+    local h, recorded = Q.check_running(jid, worker, queue, token, nil, own)
     if recorded then
       -- Replayed after a lost reply: the jobs that call reserved are held by `worker` now.
       local reply = { state = recorded, jobs = held_jobs(now, worker) }
@@ -196,13 +229,18 @@ Q.mod.worker = function()
     Q.pop_config(queues, queue)
     local state = Q.complete(now, h,
       { jid = jid, worker = worker, queue = queue, data = data, token = token })
-    rcall('HINCRBY', KP .. 'w:' .. worker .. ':info', 'done', 1) -- the dashboard's count (workerinfo.lua)
+    -- (the dashboard's count, workerinfo.lua; '1' as text: redis.call formats a number with printf)
+    local done = rcall('HINCRBY', KP .. 'w:' .. worker .. ':info', 'done', '1')
+    local skip = registry_fresh(now, worker, done)
+    if skip then ctx.worker_seen = true end
     local reply = { state = state }
     if count == 0 then
       reply.jobs = {}
       reply.wake = -1
-      return encode_reply(reply)
+    else
+      reserve(now, worker, count, queues, reply)
     end
-    return encode_reply(reserve(now, worker, count, queues, reply))
+    registry_note(now, worker, done, skip)
+    return encode_reply(reply)
   end }
 end

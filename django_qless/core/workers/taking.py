@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import redis
 
 from django_qless.core.exceptions import QlessConnectionError, QlessError
+from django_qless.core.hotpath import RESERVE_QUEUES_MAX
 
 if TYPE_CHECKING:
     from django_qless.core.client import Client
@@ -35,7 +36,7 @@ __all__ = ["MAX_QUEUES_PER_CALL", "JobTaker"]
 
 log = logging.getLogger("django_qless.worker")
 
-MAX_QUEUES_PER_CALL = 20
+MAX_QUEUES_PER_CALL = RESERVE_QUEUES_MAX
 _TRANSIENT = (QlessConnectionError, redis.ConnectionError, redis.TimeoutError, OSError)
 
 
