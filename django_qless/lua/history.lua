@@ -95,8 +95,9 @@ Q.legacy_entries = legacy_entries
 Q.SMALL_VALUE = 64
 
 -- The `time` field text: `now` to the millisecond (trailing zeros dropped; rounded, but
--- never into the next second), so floor(time) is floor(now), the second every history entry of the event carries. Still a
--- number to every reader (qless-core reads it with tonumber); statistics move by < 1 ms.
+-- never into the next second), so floor(time) is floor(now), the second every history
+-- entry of the event carries. Still a number to every reader (qless-core reads it with
+-- tonumber); statistics move by < 1 ms.
 local ftime_t, ftime_s
 function Q.ftime(t)
   -- (remembered: pop and complete of one call write the same `now`)
@@ -117,11 +118,12 @@ function Q.ftime(t)
 end
 
 -- First visit without a list. A new job's hash holds no history at all while it waits: its
--- put entry is implied by `time` (the put's, truncated to the millisecond) and `queue`. The
--- first pop writes the hash field `visit` = `<put back>:<queue>:<worker>` (`time` is then
--- the pop's), the completion `<put back>:<pop back>:<queue>:<worker>` (`time` the
--- completion's): whole seconds, the put's before the pop, the pop's before floor(time). Queue and worker names hold
--- no `:`. The first event that does not fit (or any other event) expands it into the list.
+-- put entry is implied by `time` (the put's, to the millisecond) and `queue`. The first pop
+-- writes the hash field `visit` = `<put back>:<queue>:<worker>` (`time` is then the pop's),
+-- the completion `<put back>:<pop back>:<queue>:<worker>` (`time` the completion's): whole
+-- seconds, the put's before the pop, the pop's before floor(time). Queue and worker names
+-- hold no `:`. The first event that does not fit (or any other event) expands it into the
+-- list.
 -- Rule for readers: with no `history` field, no `visit` field and an empty list, the
 -- history is the implied put; a `visit` field's entries come before the list's.
 
