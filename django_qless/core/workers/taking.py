@@ -76,6 +76,7 @@ class JobTaker:
         # A forked child registers with the engine only while it holds the idle-leader
         # token (leadership.py); None: always (the serial worker).
         self.leadership = leadership
+        self._listening = False  # subscribed once while waiting for the token
         self._backoff = 0.0
 
     def await_turn(self) -> bool:
@@ -86,6 +87,11 @@ class JobTaker:
         lead = self.leadership
         if lead is None or lead.try_take():
             return True
+        if not self._listening:
+            # Once, at the start: a child's first turn as leader then needs no subscribe
+            # round trip while the previous leader's job starts.
+            self._listening = True
+            self.waiter.ensure_subscribed()
         self.idling = True
         self.on_idle()
         lead.want(True)
