@@ -336,7 +336,8 @@ class ForkingWorker(ChildDisposal, ChildWatch):
         """Recover expired leases on idle queues now and then (see reaper.py).
 
         While no child holds a job, the reaper and the pubsub PING wait at least 30 s: an
-        idle worker costs Redis next to nothing (its children call the engine once a minute).
+        idle worker costs Redis next to nothing (its idle leader calls the engine once a
+        minute; see leadership.py).
         """
         idle = not any(child.jid for child in self.children.values())
         assert self.channels is not None
