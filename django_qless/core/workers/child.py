@@ -28,7 +28,7 @@ from django_qless.core.workers.base import JobLoop
 from django_qless.core.workers.budget import SharedJobPool
 from django_qless.core.workers.hooks import WorkerHooksProtocol
 from django_qless.core.workers.inhand import release_job
-from django_qless.core.workers.leadership import Leadership
+from django_qless.core.workers.leadership import TokenFile, open_leadership
 from django_qless.core.workers.runner import Outcome
 from django_qless.core.workers.shutdown import ExitCode, SignalState, reset_child_signals
 from django_qless.core.workers.worker_config import WorkerConfig, default_worker_name
@@ -90,10 +90,10 @@ class ForkChild(JobLoop):
         *,
         resume: bool,
         pool: SharedJobPool | None = None,
-        leader_token: str = "",
+        leader_token: TokenFile | None = None,
     ) -> None:
         # Idle, only the holder of the worker's leader token waits on the engine.
-        leadership = Leadership(leader_token) if leader_token else None
+        leadership = open_leadership(leader_token) if leader_token is not None else None
         super().__init__(
             config, hooks, name, SignalState(), resume=resume, max_jobs=config.jobs_per_child,
             pool=pool, leadership=leadership,
@@ -231,7 +231,7 @@ def child_main(
     signal_mask: Iterable[int] | None = None,
     paused: bool = False,
     pool: SharedJobPool | None = None,
-    leader_token: str = "",
+    leader_token: TokenFile | None = None,
 ) -> int:
     """Run in a freshly forked child; return the exit code for `os._exit`.
 

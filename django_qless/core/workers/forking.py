@@ -26,7 +26,7 @@ from django_qless.core.workers.budget import SharedJobPool
 from django_qless.core.workers.child import child_main, parse_status_line
 from django_qless.core.workers.disposal import ChildDisposal
 from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol
-from django_qless.core.workers.leadership import create_token_file
+from django_qless.core.workers.leadership import TokenFile
 from django_qless.core.workers.proctitle import set_title, supervisor_title
 from django_qless.core.workers.shards import Deployment, served_clients
 from django_qless.core.workers.shutdown import ExitCode, SignalState
@@ -76,7 +76,7 @@ class ForkingWorker(ChildDisposal, ChildWatch):
         self.pool = SharedJobPool(config.max_jobs) if config.max_jobs else None
         # The idle-leader token's file (leadership.py), in a private directory of ours.
         self._token_dir = ""
-        self._leader_token = ""
+        self._leader_token: TokenFile | None = None
 
     @property
     def queues(self) -> tuple[str, ...]:
@@ -101,7 +101,7 @@ class ForkingWorker(ChildDisposal, ChildWatch):
         signal.signal(signal.SIGCHLD, lambda *_: None)
         self.client = self.config.make_client(worker_name=self.name)
         self._token_dir = tempfile.mkdtemp(prefix="django-qless-")
-        self._leader_token = create_token_file(self._token_dir)
+        self._leader_token = TokenFile(self._token_dir)
         self.channels = ChildChannels(served_clients(self.client, self.config.queues),
                                       _BUSY_PING)
         log.info("django-qless %s supervisor %s (pid %d) starting: forking, %d children%s, "
@@ -377,5 +377,7 @@ class ForkingWorker(ChildDisposal, ChildWatch):
                 client.close()
         self.signals.uninstall()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        if self._leader_token is not None:
+            self._leader_token.close()
         if self._token_dir:
             shutil.rmtree(self._token_dir, ignore_errors=True)

@@ -4,9 +4,10 @@ Idle children of one worker would all do the same thing: register with the engin
 (`reserve.wait`), listen for hand-offs and wake-ups, and re-check every `--interval`. So
 only the holder of this token does (the leader); the other idle children wait for the
 token without touching Redis. The token is an exclusive `flock` on a file the supervisor
-creates before forking; each child opens the file itself, so each holds its own open file
-description and the locks are per child. The kernel drops the lock when its holder dies
-(even by SIGKILL), so a dead leader never keeps the others waiting.
+creates and keeps open before forking; each child opens the file again (through the
+inherited descriptor where /proc allows, so a removed path does not matter), so each holds
+its own open file description and the locks are per child. The kernel drops the lock
+when its holder dies (even by SIGKILL), so a dead leader never keeps the others waiting.
 
 A leader gives the token up as soon as it takes a job, before running it, so the next idle
 child becomes leader at once (jobs put back to back still start in parallel). A child that
@@ -23,27 +24,56 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import logging
 import os
 import signal
 import threading
 
-__all__ = ["Leadership", "create_token_file"]
+__all__ = ["Leadership", "TokenFile", "open_leadership"]
+
+log = logging.getLogger("django_qless.worker")
 
 
-def create_token_file(directory: str) -> str:
-    """Create the token file in `directory` (the supervisor's, before forking); return its path."""
-    path = os.path.join(directory, "leader")
-    fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
-    os.close(fd)
-    return path
+class TokenFile:
+    """The token's file, created and kept open by the supervisor before it forks."""
+
+    def __init__(self, directory: str) -> None:
+        self.path = os.path.join(directory, "leader")
+        # Kept open (children inherit it): a child reopens the file through this descriptor,
+        # so a temp cleaner removing the path from a long-running worker changes nothing.
+        self.fd = os.open(self.path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+
+    def close(self) -> None:
+        """Close the supervisor's descriptor (leaving)."""
+        os.close(self.fd)
+
+
+def open_leadership(token: TokenFile) -> Leadership | None:
+    """Open this child's own claim on `token` (in the child); None if it cannot be opened
+    (the child then waits on the engine as every idle child did before the token)."""
+    try:
+        try:
+            # A new open file description of the same file, even if its path is gone.
+            fd = os.open(f"/proc/self/fd/{token.fd}", os.O_RDWR | os.O_CLOEXEC)
+        except OSError:
+            fd = os.open(token.path, os.O_RDWR | os.O_CLOEXEC)  # no /proc (not Linux)
+    except OSError as exc:
+        log.warning("idle-leader token unavailable (%s): this child registers when idle", exc)
+        return None
+    finally:
+        try:
+            os.close(token.fd)  # the supervisor's description is not ours to keep
+        except OSError:
+            pass
+    return Leadership(fd)
 
 
 class Leadership:
     """This child's claim on the idle-leader token (job thread API; one helper thread)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, fd: int) -> None:
         # Our own open file description: flock locks are per description, not per process.
-        self._fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        self._fd = fd
         self._notify_r, self._notify_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         self._cond = threading.Condition()
         self._held = False
@@ -108,7 +138,8 @@ class Leadership:
                 self._locking = True
             try:
                 fcntl.flock(self._fd, fcntl.LOCK_EX)  # blocks until the leader lets go
-            except OSError:
+            except OSError as exc:
+                log.error("waiting for the idle-leader token failed: %s", exc)
                 with self._cond:
                     self._locking = False
                     self._wanted = False  # the job thread's next want() retries
