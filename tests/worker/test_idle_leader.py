@@ -117,16 +117,17 @@ def test_jobs_put_back_to_back_run_in_parallel_once_each(
     stop(worker)
 
 
-def test_children_forked_after_the_token_file_was_removed_share_the_token(
+def test_the_token_leaves_no_file_and_children_forked_later_share_it(
     qless_client: Client, start_worker: Callable[..., WorkerProcess]
 ) -> None:
-    # A temp cleaner may remove the supervisor's token file from a long-running worker.
     worker = idle_worker(start_worker, qless_client, "--interval", "1")
+    # The supervisor keeps the token open but removed its path: a worker killed by SIGKILL
+    # leaves nothing behind, and a temp cleaner has nothing to remove.
     fd_dir = f"/proc/{worker.pid}/fd"
-    paths = [os.readlink(f"{fd_dir}/{fd}") for fd in os.listdir(fd_dir)]
-    (token,) = [p for p in paths if p.endswith("/leader") and "django-qless-" in p]
-    os.unlink(token)
-    os.rmdir(os.path.dirname(token))
+    links = [os.readlink(f"{fd_dir}/{fd}") for fd in os.listdir(fd_dir)]
+    (token,) = [p for p in links if "/django-qless-" in p]
+    assert token.endswith(" (deleted)"), token
+    # Children forked now open the token through the supervisor's descriptor.
     old = set(worker.children())
     for pid in old:
         os.kill(pid, signal.SIGKILL)

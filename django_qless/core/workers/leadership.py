@@ -5,8 +5,8 @@ Idle children of one worker would all do the same thing: register with the engin
 only the holder of this token does (the leader); the other idle children wait for the
 token without touching Redis. The token is an exclusive `flock` on a file the supervisor
 creates and keeps open before forking; each child opens the file again (through the
-inherited descriptor where /proc allows, so a removed path does not matter), so each holds
-its own open file description and the locks are per child. The kernel drops the lock
+inherited descriptor where /proc allows: the supervisor then removes the path at once), so
+each holds its own open file description and the locks are per child. The kernel drops the lock
 when its holder dies (even by SIGKILL), so a dead leader never keeps the others waiting.
 
 A leader gives the token up as soon as it takes a job, before running it, so the next idle
@@ -39,9 +39,14 @@ class TokenFile:
 
     def __init__(self, directory: str) -> None:
         self.path = os.path.join(directory, "leader")
-        # Kept open (children inherit it): a child reopens the file through this descriptor,
-        # so a temp cleaner removing the path from a long-running worker changes nothing.
+        # Kept open (children inherit it): a child reopens the file through this descriptor.
         self.fd = os.open(self.path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+        if os.path.exists(f"/proc/self/fd/{self.fd}"):
+            # The descriptor is all children need: remove the path now, so a worker killed
+            # by SIGKILL leaves nothing behind and a temp cleaner has nothing to remove.
+            os.unlink(self.path)
+            os.rmdir(directory)
+            self.path = ""
 
     def close(self) -> None:
         """Close the supervisor's descriptor (leaving)."""
@@ -56,6 +61,8 @@ def open_leadership(token: TokenFile) -> Leadership | None:
             # A new open file description of the same file, even if its path is gone.
             fd = os.open(f"/proc/self/fd/{token.fd}", os.O_RDWR | os.O_CLOEXEC)
         except OSError:
+            if not token.path:
+                raise
             fd = os.open(token.path, os.O_RDWR | os.O_CLOEXEC)  # no /proc (not Linux)
     except OSError as exc:
         log.warning("idle-leader token unavailable (%s): this child registers when idle", exc)
