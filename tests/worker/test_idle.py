@@ -1,11 +1,12 @@
 """Idle workers cost Redis next to nothing, yet start timed work on time.
 
-Each child waits for the engine's messages (hand-offs, wake-ups) and calls the engine again
-only at the due time it was told, or after `--interval` (60 s here). A timer written after
-every child went idle (a delayed put, a retry with a delay, a new recurring job) makes the
-engine publish the queue's wake-up, so the work still starts near its due time, not at the
-next re-check. Bounds are generous (a shared machine) but far below the 60 s re-check, and
-the engine-call counts far below one call per child per second.
+The idle leader (the one child holding the leader token) waits for the engine's messages
+(hand-offs, wake-ups) and calls the engine again only at the due time it was told, or after
+`--interval` (60 s here); the other idle children wait for the token without Redis. A
+timer written after every child went idle (a delayed put, a retry with a delay, a new
+recurring job) makes the engine publish the queue's wake-up, so the work still starts near
+its due time, not at the next re-check. Bounds are generous (a shared machine) but far
+below the 60 s re-check, and the engine-call counts far below one call per child per second.
 """
 
 from __future__ import annotations
@@ -28,11 +29,13 @@ LATE = 8.0  # seconds a due job may start late here (shared machine); the re-che
 
 def idle_worker(start_worker: Callable[..., WorkerProcess], qless_client: Client,
                 *extra: str) -> WorkerProcess:
-    """Start a worker with CHILDREN children on "q" and wait until every child is idle."""
+    """Start a worker with CHILDREN children on "q" and wait until every child runs and
+    their leader is registered idle (the others wait for its token, see test_idle_leader)."""
     worker = start_worker("q", "-n", str(CHILDREN), "--name", "idler", "--interval", "60",
                           *extra)
+    worker.wait_children(CHILDREN)
     names = {f"idler-{i}" for i in range(CHILDREN)}
-    wait_until(lambda: names <= set(qless_client.redis.hgetall("ql:idle")), timeout=15)
+    wait_until(lambda: names & set(qless_client.redis.hgetall("ql:idle")), timeout=15)
     return worker
 
 

@@ -21,6 +21,7 @@ from django_qless.core.workers.budget import JobBudget, SharedJobPool
 from django_qless.core.workers.heartbeat import Heartbeater
 from django_qless.core.workers.hooks import WorkerHooksProtocol
 from django_qless.core.workers.inhand import JobsInHand, complete_outcome
+from django_qless.core.workers.leadership import Leadership
 from django_qless.core.workers.proctitle import child_title, set_title
 from django_qless.core.workers.reaper import LeaseReaper
 from django_qless.core.workers.refused import fail_refused, refused_for_good
@@ -67,6 +68,7 @@ class JobLoop:
         max_jobs: int = 0,
         pool: SharedJobPool | None = None,
         reaper: LeaseReaper | None = None,
+        leadership: Leadership | None = None,
     ) -> None:
         self.config = config
         self.hooks = hooks
@@ -114,6 +116,7 @@ class JobLoop:
             name, self.routes, self.reserver, self.waiter, self.in_hand,
             interval=config.interval, idle_cap=self.idle_cap, time_left=self._time_left,
             on_idle=self._idle_title, keep_waiting=self.should_continue, reaper=reaper,
+            leadership=leadership,
         )
         # The heartbeat thread sets the running title, the loop the idle one: this keeps a
         # late "running" from overwriting "idle".
@@ -213,6 +216,8 @@ class JobLoop:
                 self.between_jobs()
                 if self.budget.grant(1, self._committed()) == 0:
                     continue  # out of tickets: the check above ends the loop
+                if not self.taker.await_turn():
+                    continue  # another child is the idle leader; a signal woke us
                 jobs, wake = self.taker.reserve()
                 if not jobs:
                     self.taker.idle(wake)
@@ -233,6 +238,7 @@ class JobLoop:
         # No title here: the heartbeat thread sets "running" once it notices the job (within
         # its check interval), so a stream of short jobs costs no setproctitle per job.
         self.current = job
+        self.taker.pass_turn()  # before the job runs: the next idle child leads at once
         self.taker.idling = False
         self.taken += 1
         self.on_job_start(job)
@@ -372,6 +378,7 @@ class JobLoop:
 
     def _finish(self) -> None:
         """Release unstarted jobs, stop threads, deregister, run stop hooks."""
+        self.taker.pass_turn()
         self.waiter.stop_hand_offs()
         self._hand_back()
         self.budget.release_spare(self._committed())

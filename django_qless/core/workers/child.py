@@ -28,6 +28,7 @@ from django_qless.core.workers.base import JobLoop
 from django_qless.core.workers.budget import SharedJobPool
 from django_qless.core.workers.hooks import WorkerHooksProtocol
 from django_qless.core.workers.inhand import release_job
+from django_qless.core.workers.leadership import TokenFile, open_leadership
 from django_qless.core.workers.runner import Outcome
 from django_qless.core.workers.shutdown import ExitCode, SignalState, reset_child_signals
 from django_qless.core.workers.worker_config import WorkerConfig, default_worker_name
@@ -89,10 +90,13 @@ class ForkChild(JobLoop):
         *,
         resume: bool,
         pool: SharedJobPool | None = None,
+        leader_token: TokenFile | None = None,
     ) -> None:
+        # Idle, only the holder of the worker's leader token waits on the engine.
+        leadership = open_leadership(leader_token) if leader_token is not None else None
         super().__init__(
             config, hooks, name, SignalState(), resume=resume, max_jobs=config.jobs_per_child,
-            pool=pool,
+            pool=pool, leadership=leadership,
         )
         self.status_fd = status_fd
         self.supervisor_pid = supervisor_pid
@@ -227,6 +231,7 @@ def child_main(
     signal_mask: Iterable[int] | None = None,
     paused: bool = False,
     pool: SharedJobPool | None = None,
+    leader_token: TokenFile | None = None,
 ) -> int:
     """Run in a freshly forked child; return the exit code for `os._exit`.
 
@@ -240,7 +245,7 @@ def child_main(
         hooks.after_fork_child()
         name = f"{config.name}-{slot}" if config.name else default_worker_name()
         child = ForkChild(config, hooks, name, status_fd, supervisor_pid, resume=resume,
-                          pool=pool)
+                          pool=pool, leader_token=leader_token)
         child.install_signals()
         child.signals.paused = paused  # a child born during USR2 starts paused too
         signal.pthread_sigmask(signal.SIG_SETMASK, signal_mask or set())

@@ -13,7 +13,9 @@ from __future__ import annotations
 import logging
 import os
 import select
+import shutil
 import signal
+import tempfile
 import time
 
 import redis
@@ -24,6 +26,7 @@ from django_qless.core.workers.budget import SharedJobPool
 from django_qless.core.workers.child import child_main, parse_status_line
 from django_qless.core.workers.disposal import ChildDisposal
 from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol
+from django_qless.core.workers.leadership import TokenFile
 from django_qless.core.workers.proctitle import set_title, supervisor_title
 from django_qless.core.workers.shards import Deployment, served_clients
 from django_qless.core.workers.shutdown import ExitCode, SignalState
@@ -71,6 +74,9 @@ class ForkingWorker(ChildDisposal, ChildWatch):
         self.reaper = config.make_reaper(self.name)
         # --max-jobs for all children together: each job asked for takes a ticket from it.
         self.pool = SharedJobPool(config.max_jobs) if config.max_jobs else None
+        # The idle-leader token's file (leadership.py), in a private directory of ours.
+        self._token_dir = ""
+        self._leader_token: TokenFile | None = None
 
     @property
     def queues(self) -> tuple[str, ...]:
@@ -94,6 +100,8 @@ class ForkingWorker(ChildDisposal, ChildWatch):
         # A Python-level SIGCHLD handler makes child deaths write to the wake pipe too.
         signal.signal(signal.SIGCHLD, lambda *_: None)
         self.client = self.config.make_client(worker_name=self.name)
+        self._token_dir = tempfile.mkdtemp(prefix="django-qless-")
+        self._leader_token = TokenFile(self._token_dir)
         self.channels = ChildChannels(served_clients(self.client, self.config.queues),
                                       _BUSY_PING)
         log.info("django-qless %s supervisor %s (pid %d) starting: forking, %d children%s, "
@@ -183,7 +191,8 @@ class ForkingWorker(ChildDisposal, ChildWatch):
                 self.signals.wake_pipe.close()
                 code = child_main(self.config, self.hooks, slot, write_fd, supervisor_pid,
                                   resume=resume, signal_mask=mask,
-                                  paused=self.signals.paused, pool=self.pool)
+                                  paused=self.signals.paused, pool=self.pool,
+                                  leader_token=self._leader_token)
             finally:
                 os._exit(code)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
@@ -327,7 +336,8 @@ class ForkingWorker(ChildDisposal, ChildWatch):
         """Recover expired leases on idle queues now and then (see reaper.py).
 
         While no child holds a job, the reaper and the pubsub PING wait at least 30 s: an
-        idle worker costs Redis next to nothing (its children call the engine once a minute).
+        idle worker costs Redis next to nothing (its idle leader calls the engine once a
+        minute; see leadership.py).
         """
         idle = not any(child.jid for child in self.children.values())
         assert self.channels is not None
@@ -367,3 +377,7 @@ class ForkingWorker(ChildDisposal, ChildWatch):
                 client.close()
         self.signals.uninstall()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        if self._leader_token is not None:
+            self._leader_token.close()
+        if self._token_dir:
+            shutil.rmtree(self._token_dir, ignore_errors=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from django_qless.core.client import Client
     from django_qless.core.job import Job
     from django_qless.core.workers.inhand import JobsInHand
+    from django_qless.core.workers.leadership import Leadership
     from django_qless.core.workers.reaper import LeaseReaper
     from django_qless.core.workers.reservers import Reserver
     from django_qless.core.workers.shards import QueueRoutes
@@ -57,6 +59,7 @@ class JobTaker:
         on_idle: Callable[[], None],
         keep_waiting: Callable[[], bool],
         reaper: LeaseReaper | None = None,
+        leadership: Leadership | None = None,
     ) -> None:
         self.name = name
         self.routes = routes
@@ -71,7 +74,48 @@ class JobTaker:
         self.keep_waiting = keep_waiting
         self.idling = False  # the last reserve found nothing (no job started since)
         self.reaper = reaper  # its next run bounds an idle wait
+        # A forked child registers with the engine only while it holds the idle-leader
+        # token (leadership.py); None: always (the serial worker).
+        self.leadership = leadership
+        self._listening = False  # subscribed once while waiting for the token
         self._backoff = 0.0
+
+    def await_turn(self) -> bool:
+        """Wait, without Redis, until this loop may reserve: it holds the idle-leader token,
+        or jobs were handed to it meanwhile; False if a signal, the supervisor's death or
+        the end of the wait (--interval, --max-duration) came first (the loop re-checks).
+        """
+        lead = self.leadership
+        if lead is None or lead.try_take():
+            return True
+        if not self._listening:
+            # Once, at the start: a child's first turn as leader then needs no subscribe
+            # round trip while the previous leader's job starts.
+            self._listening = True
+            self.waiter.ensure_subscribed()
+        self.idling = True
+        self.on_idle()
+        lead.want(True)
+        try:
+            timeout = min(self.recheck_after(), max(self.time_left(), 0.005))
+            deadline = time.monotonic() + timeout
+            while not lead.held and not self.waiter.handed:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                # One-second slices: the supervisor is checked without Redis (keep_waiting).
+                if self.waiter.wait_quietly(lead.notify_fd, min(left, 1.0)):
+                    return False  # a signal: the loop acts on it
+                if not self.keep_waiting():
+                    return False
+            return True
+        finally:
+            lead.want(False)  # the token, if it comes now, goes on to the next child
+
+    def pass_turn(self) -> None:
+        """Give the idle-leader token up (a job is about to run): the next idle child leads."""
+        if self.leadership is not None:
+            self.leadership.release()
 
     def reserve(self) -> tuple[list[Job], float | None]:
         """Take jobs from the selected queues (subscribing to wake-ups first); also return

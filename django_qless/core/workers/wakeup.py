@@ -262,6 +262,34 @@ class WakeWaiter:
             if self.routes.version != version:
                 return True
 
+    def wait_quietly(self, fd: int, timeout: float) -> bool:
+        """Block until `fd` is readable, a signal, or `timeout`, without sending Redis
+        anything (an idle child waiting for the leader token); True if a signal woke us.
+
+        Messages on subscriptions already open are read meanwhile (so a busy moment's
+        wake-ups do not pile up on the server), wake-ups noted, hand-offs kept in `handed`.
+        """
+        socks = []
+        for sub in list(self._subs.values()):
+            try:
+                if sub.buffered():
+                    self.drain()
+                    return False
+                sock = sub.fileno()
+            except PUBSUB_ERRORS as exc:
+                log.warning("wake-up connection lost (%s); resubscribing later", exc)
+                self._close(sub)
+                continue
+            if sock is not None:
+                socks.append(sock)
+        ready = _poll([*socks, fd, self.pipe.read_fd], max(0.0, timeout))
+        if any(sock in ready for sock in socks):
+            self.drain()
+        if self.pipe.read_fd in ready:
+            self.pipe.drain()
+            return True
+        return False
+
     def _wait_once(self, timeout: float) -> str:
         """Block once; say what ended the wait (a message, a signal or the timeout)."""
         timeout = max(0.0, timeout)

@@ -1,0 +1,184 @@
+"""The idle-leader token: only one idle child of a forking worker waits on the engine.
+
+Idle children of one worker would all do the same thing: register with the engine
+(`reserve.wait`), listen for hand-offs and wake-ups, and re-check every `--interval`. So
+only the holder of this token does (the leader); the other idle children wait for the
+token without touching Redis. The token is an exclusive `flock` on a file the supervisor
+creates and keeps open before forking; each child opens the file again (through the
+inherited descriptor where /proc allows: the supervisor then removes the path at once), so
+each holds its own open file description and the locks are per child. The kernel drops the lock
+when its holder dies (even by SIGKILL), so a dead leader never keeps the others waiting.
+
+A leader gives the token up as soon as it takes a job, before running it, so the next idle
+child becomes leader at once (jobs put back to back still start in parallel). A child that
+finishes its job keeps the hot path (complete and reserve in one call) and queues for the
+token only when that finds nothing.
+
+The blocking `flock` runs in a helper thread (signals blocked there); the job thread waits
+for it in short slices, polling a pipe the helper writes to, so signals and the supervisor
+check work as before. If the token arrives when the job thread stopped wanting it (it took
+a handed job meanwhile, or is paused), the helper passes it straight on.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import signal
+import threading
+
+__all__ = ["Leadership", "TokenFile", "open_leadership"]
+
+log = logging.getLogger("django_qless.worker")
+
+
+class TokenFile:
+    """The token's file, created and kept open by the supervisor before it forks."""
+
+    def __init__(self, directory: str) -> None:
+        self.path = os.path.join(directory, "leader")
+        # Kept open (children inherit it): a child reopens the file through this descriptor.
+        self.fd = os.open(self.path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+        if os.path.exists(f"/proc/self/fd/{self.fd}"):
+            # The descriptor is all children need: remove the path now, so a worker killed
+            # by SIGKILL leaves nothing behind and a temp cleaner has nothing to remove.
+            os.unlink(self.path)
+            os.rmdir(directory)
+            self.path = ""
+
+    def close(self) -> None:
+        """Close the supervisor's descriptor (leaving)."""
+        os.close(self.fd)
+
+
+def open_leadership(token: TokenFile) -> Leadership | None:
+    """Open this child's own claim on `token` (in the child); None if it cannot be opened
+    (the child then waits on the engine as every idle child did before the token)."""
+    try:
+        try:
+            # A new open file description of the same file, even if its path is gone.
+            fd = os.open(f"/proc/self/fd/{token.fd}", os.O_RDWR | os.O_CLOEXEC)
+        except OSError:
+            if not token.path:
+                raise
+            fd = os.open(token.path, os.O_RDWR | os.O_CLOEXEC)  # no /proc (not Linux)
+    except OSError as exc:
+        log.warning("idle-leader token unavailable (%s): this child registers when idle", exc)
+        return None
+    finally:
+        try:
+            os.close(token.fd)  # the supervisor's description is not ours to keep
+        except OSError:
+            pass
+    return Leadership(fd)
+
+
+class Leadership:
+    """This child's claim on the idle-leader token (job thread API; one helper thread)."""
+
+    def __init__(self, fd: int) -> None:
+        # Our own open file description: flock locks are per description, not per process.
+        self._fd = fd
+        self._notify_r, self._notify_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self._cond = threading.Condition()
+        self._held = False
+        self._wanted = False
+        self._locking = False  # the helper is inside flock(): the job thread must not call it
+        self._thread: threading.Thread | None = None
+        # A job that forks (without exec) must not take our lock's description with it: a
+        # grandchild outliving us would keep the token held.
+        os.register_at_fork(after_in_child=self._forget)
+
+    @property
+    def held(self) -> bool:
+        """Tell whether this child is the leader now."""
+        with self._cond:
+            return self._held
+
+    @property
+    def notify_fd(self) -> int:
+        """Return a file descriptor that becomes readable when the token was taken."""
+        return self._notify_r
+
+    def try_take(self) -> bool:
+        """Take the token if it is free (no wait); return whether this child holds it."""
+        with self._cond:
+            if self._held or self._locking:
+                return self._held
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    raise
+                return False
+            self._held = True
+            return True
+
+    def want(self, wanted: bool) -> None:
+        """Start (True) or stop (False) queueing for the token in the helper thread."""
+        with self._cond:
+            self._wanted = wanted
+            if wanted:
+                self._drain()
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._queue, name="qless-leader",
+                                                    daemon=True)
+                    self._thread.start()
+                self._cond.notify()
+
+    def release(self) -> None:
+        """Give the token up (the next child waiting for it becomes leader)."""
+        with self._cond:
+            if self._held:
+                self._held = False
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def _queue(self) -> None:
+        """Helper thread: wait for the lock whenever the job thread wants it."""
+        signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+        while True:
+            with self._cond:
+                while not self._wanted or self._held:
+                    self._cond.wait()
+                self._locking = True
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_EX)  # blocks until the leader lets go
+            except OSError as exc:
+                log.error("waiting for the idle-leader token failed: %s", exc)
+                with self._cond:
+                    self._locking = False
+                    self._wanted = False  # the job thread's next want() retries
+                self._notify()
+                continue
+            with self._cond:
+                self._locking = False
+                if self._wanted:
+                    self._held = True
+                    self._wanted = False
+                else:
+                    fcntl.flock(self._fd, fcntl.LOCK_UN)  # no longer wanted: pass it on
+                    continue
+            self._notify()
+
+    def _notify(self) -> None:
+        try:
+            os.write(self._notify_w, b"!")
+        except BlockingIOError:
+            pass  # already readable
+
+    def _drain(self) -> None:
+        try:
+            while os.read(self._notify_r, 64):
+                pass
+        except BlockingIOError:
+            pass
+
+    def _forget(self) -> None:
+        """In a process forked by a job: drop the inherited descriptors (the lock stays ours)."""
+        for fd in (self._fd, self._notify_r, self._notify_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
