@@ -119,7 +119,7 @@ CASES: list[Any] = [
       for v in [0, 1001]],
     case("reserve.worker", "reserve", ["a:b", 1, "queue"], 'Arg "worker"'),
     case("reserve.queue", "reserve", ["worker", 1, "a:b"], 'Arg "queue"'),
-    case("reserve.21-queues", "reserve", ["worker", 1, *[f"q{n}" for n in range(21)]], "20"),
+    case("reserve.101-queues", "reserve", ["worker", 1, *[f"q{n}" for n in range(101)]], "100"),
     # queries with paging
     *numeric("jobs.offset", "jobs", lambda v: ["running", "queue", v, 5], 'Arg "offset"'),
     *numeric("jobs.count", "jobs", lambda v: ["running", "queue", 0, v], 'Arg "count"'),
