@@ -166,12 +166,7 @@ def script_text(caller_time: bool = False) -> str:
     parts = [_routes_block(sources)]
     for name in MANIFEST:
         parts.append(f"-- ==== {name} ====\n{sources[name[:-4]].rstrip()}\n")
-    text = "\n".join(parts)
-    if caller_time:
-        if text.count(_SERVER_TIME) != 1:
-            raise AssertionError("api.lua must set CALLER_TIME = false once")
-        text = text.replace(_SERVER_TIME, "local CALLER_TIME = true\n")
-    return text
+    return _with_clock("\n".join(parts), caller_time)
 
 
 @cache
@@ -265,15 +260,19 @@ def bundle_text(command: str, caller_time: bool = False) -> str | None:
                            else split_body.head + "".join(inner) + split_body.tail)
         if out:
             parts.append(f"-- ==== {name} ====\n{''.join(out).rstrip()}\n")
-    text = "\n".join(parts)
+    return _with_clock("\n".join(parts), caller_time)
+
+
+_EMPTY_Q = "\nlocal Q = {}\n"
+
+
+def _with_clock(text: str, caller_time: bool) -> str:
+    """Return `text`, made to take every caller's `now` as given for `caller_time`."""
     if caller_time:
         if text.count(_SERVER_TIME) != 1:
             raise AssertionError("api.lua must set CALLER_TIME = false once")
         text = text.replace(_SERVER_TIME, "local CALLER_TIME = true\n")
     return text
-
-
-_EMPTY_Q = "\nlocal Q = {}\n"
 
 
 def _presized(text: str, fields: list[str]) -> str:
