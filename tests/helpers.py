@@ -119,6 +119,11 @@ class WorkerProcess:
         """Send a signal to the worker process."""
         os.kill(self.pid, signum)
 
+    def quit(self) -> None:
+        """Stop the worker gracefully (QUIT) and check it exits 0."""
+        self.signal(signal.SIGQUIT)
+        assert self.wait() == 0
+
     def wait(self, timeout: float | None = None) -> int:
         """Wait for the worker to exit; return its exit code (fail with its log if it hangs)."""
         timeout = timeout or self.wait_timeout

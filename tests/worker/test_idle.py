@@ -45,11 +45,6 @@ def started_at(qless_client: Client, jid: str, timeout: float) -> float:
     return float(rows[0]["t"])
 
 
-def stop(worker: WorkerProcess) -> None:
-    worker.signal(signal.SIGQUIT)
-    assert worker.wait() == 0
-
-
 def test_a_job_put_with_a_delay_while_idle_starts_near_its_due_time(
     qless_client: Client, start_worker: Callable[..., WorkerProcess]
 ) -> None:
@@ -58,7 +53,7 @@ def test_a_job_put_with_a_delay_while_idle_starts_near_its_due_time(
     jid = qless_client.queues["q"].put("tests.worker.jobs.ok", {}, delay=2.0)
     t = started_at(qless_client, jid, timeout=2.0 + LATE)
     assert due - 0.5 <= t <= due + LATE
-    stop(worker)
+    worker.quit()
 
 
 def test_a_retry_with_a_delay_while_idle_starts_near_its_due_time(
@@ -72,7 +67,7 @@ def test_a_retry_with_a_delay_while_idle_starts_near_its_due_time(
     job.retry(delay=2.0)
     t = started_at(qless_client, jid, timeout=2.0 + LATE)
     assert due - 0.5 <= t <= due + LATE
-    stop(worker)
+    worker.quit()
 
 
 def test_a_recurring_job_added_while_idle_runs_on_time(
@@ -84,7 +79,7 @@ def test_a_recurring_job_added_while_idle_runs_on_time(
     rows = wait_until(lambda: ledger(qless_client.redis, "started"), timeout=2.0 + LATE)
     assert rows[0]["jid"].startswith(rjid)
     assert due - 0.5 <= rows[0]["t"] <= due + LATE
-    stop(worker)
+    worker.quit()
 
 
 def engine_calls(qless_client: Client) -> int:
@@ -111,7 +106,7 @@ def test_idle_engine_calls_do_not_grow_with_the_window(
     # supervisor's reap + config.get, due at most once in any 30 s while idle.
     assert long <= short + 2, (short, long)
     assert long <= 2, (short, long)
-    stop(worker)
+    worker.quit()
 
 
 def test_idle_children_leave_promptly_when_the_supervisor_is_killed(

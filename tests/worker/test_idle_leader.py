@@ -49,11 +49,6 @@ def idle_worker(start_worker: Callable[..., WorkerProcess], qless_client: Client
     return worker
 
 
-def stop(worker: WorkerProcess) -> None:
-    worker.signal(signal.SIGQUIT)
-    assert worker.wait() == 0
-
-
 def test_one_idle_child_registers_and_calls_the_engine(
     qless_client: Client, start_worker: Callable[..., WorkerProcess]
 ) -> None:
@@ -73,7 +68,7 @@ def test_one_idle_child_registers_and_calls_the_engine(
     # The leader: ~8 re-checks (ttl 2 s, one call each); all four children would make ~32.
     # Slack: the supervisor's reap + config.get (at most once in 30 s while idle).
     assert calls <= 14, calls
-    stop(worker)
+    worker.quit()
 
 
 def test_a_killed_leader_is_replaced_and_jobs_still_start(
@@ -91,7 +86,7 @@ def test_a_killed_leader_is_replaced_and_jobs_still_start(
     popped = qless_client.redis.blpop(["test:pings"], timeout=5)
     assert popped is not None, "no child started the job after the leader was killed"
     assert json.loads(popped[1])[0] == jid
-    stop(worker)
+    worker.quit()
 
 
 def test_jobs_put_back_to_back_run_in_parallel_once_each(
@@ -114,7 +109,7 @@ def test_jobs_put_back_to_back_run_in_parallel_once_each(
                       for t, _, _ in spans.values())
     assert overlapping >= 2, overlapping
     assert all(qless_client.jobs[j].state == "complete" for j in jids)
-    stop(worker)
+    worker.quit()
 
 
 def test_the_token_leaves_no_file_and_children_forked_later_share_it(
@@ -141,4 +136,4 @@ def test_the_token_leaves_no_file_and_children_forked_later_share_it(
     popped = qless_client.redis.blpop(["test:pings"], timeout=5)
     assert popped is not None and json.loads(popped[1])[0] == jid
     assert "Traceback" not in worker.stderr()
-    stop(worker)
+    worker.quit()
