@@ -26,8 +26,9 @@ import errno
 import fcntl
 import logging
 import os
-import signal
 import threading
+
+from django_qless.core.signalmask import block_async_signals
 
 __all__ = ["Leadership", "TokenFile", "open_leadership"]
 
@@ -137,7 +138,7 @@ class Leadership:
 
     def _queue(self) -> None:
         """Helper thread: wait for the lock whenever the job thread wants it."""
-        signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+        block_async_signals()
         while True:
             with self._cond:
                 while not self._wanted or self._held:
