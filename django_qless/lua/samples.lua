@@ -33,6 +33,9 @@ Q.mod.samples = function()
   -- one sample is kept as the number itself, several in a list (no table for the usual one).
   local bin_t, bin_s  -- the last day bin's text: one format per call, not per sample
   function Q.sample(kind, queue, now, value)
+    -- A span is never negative: times are stored rounded to the millisecond (Q.ftime), so a
+    -- pop within half a millisecond of its put would otherwise land in no bucket ('s-1').
+    if value < 0 then value = 0 end
     local bin = floor(now - now % 86400)  -- (Q.bin, without a call)
     if bin ~= bin_t then bin_t, bin_s = bin, tostring(bin) end
     local key = KP .. 's:' .. kind .. ':' .. bin_s .. ':' .. queue

@@ -328,6 +328,18 @@ def test_histogram_buckets(lua: Any, wait: float, bucket: int) -> None:
     assert sum(histogram) == 1
 
 
+def test_spans_shorter_than_the_stored_rounding_count_as_zero(lua: Any) -> None:
+    """A put stored rounded up to the millisecond, then popped and completed within that
+    millisecond: both samples land in the first bucket, none is negative."""
+    put(lua, now=1700000000.0006)  # stored as ...000.001
+    lua("pop", 1700000000.0007, "queue", "worker", 1)
+    lua("complete", 1700000000.0008, "jid", "worker", "queue", {})
+    stats = lua.json("stats", 0, "queue", 1700000000)
+    for kind in ("wait", "run"):
+        assert stats[kind]["count"] == 1 and stats[kind]["histogram"][0] == 1, kind
+        assert stats[kind]["mean"] == 0, kind
+
+
 def test_histogram_seventh_day_not_reported(lua: Any) -> None:
     """Count d7+ samples but leave them out of the histogram."""
     put(lua, now=0)
