@@ -236,3 +236,46 @@ def test_held_samples_save_two_commands_a_sample(lua: Lua, r: redis.Redis) -> No
     apart = stats_commands("a", 1.0)
     close = stats_commands("b", 0.01)
     assert close <= apart - 150, (close, apart)
+
+
+def test_past_8192_samples_all_are_written_out(lua: Lua, r: redis.Redis) -> None:
+    """At most 8,192 samples are held per keyspace: the 8,193rd writes them all out."""
+    held_engine(lua)
+    for start in range(0, 8193, 1000):
+        args: list[Any] = []
+        for n in range(start, min(start + 1000, 8193)):
+            args += [f"j{n}", "klass", "{}", 0, 0]
+        lua("put.many", T, "w", "q", len(args) // 5, *args)
+    for _ in range(8):
+        pop(lua, T + 0.1, count=1000)
+    pop(lua, T + 0.2, count=192)
+    assert not r.exists(WAIT)
+    assert stats(lua, T + 0.3)["wait"]["count"] == 8192
+    pop(lua, T + 0.3)
+    assert r.hget(WAIT, "total") == "8193"
+
+
+@pytest.mark.skipif(KEYSPACE is not None, reason="two databases of the default keyspace")
+def test_past_64_generations_the_least_recently_used_is_dropped(lua: Lua, r: redis.Redis) -> None:
+    """Held samples of at most 64 generations are kept: one that no call named while 64 newer
+    ones (here: flushed databases) held samples is dropped unwritten."""
+    held_engine(lua)
+    kwargs = r.connection_pool.connection_kwargs
+    other_conn = redis.Redis(unix_socket_path=kwargs["path"], db=1, decode_responses=True)
+    try:
+        other = Lua(other_conn)
+        put(other, "k", T)
+        pop(other, T + 0.1)
+        for n in range(63):
+            put(lua, f"j{n}", T)
+            pop(lua, T + 0.1)
+            r.flushdb()
+        assert stats(other, T + 0.2)["wait"]["count"] == 1  # 64 generations held
+        put(lua, "j", T)
+        pop(lua, T + 0.1)  # the 65th
+        assert stats(other, T + 0.2)["wait"]["count"] == 0
+        write_out(other, T + 0.1)
+        assert not other_conn.exists(WAIT)
+    finally:
+        other_conn.flushdb()
+        other_conn.close()
