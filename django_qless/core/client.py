@@ -324,6 +324,18 @@ class Client:
         """Send `complete_and_reserve` now; its `result()` reads the reply later, once."""
         return self._hot.send_complete_and_reserve(job, queues, count)
 
+    def complete_many_and_reserve(
+        self, jobs: Sequence[Job], queues: Sequence[str], count: int = 1
+    ) -> tuple[list[str | QlessError], list[Job], float | None]:
+        """Complete several jobs of one worker and reserve, in one round trip."""
+        return self._hot.complete_many_and_reserve(jobs, queues, count)
+
+    def send_complete_many(
+        self, jobs: Sequence[Job], queues: Sequence[str], count: int = 1
+    ) -> DeferredCall[tuple[list[str | QlessError], list[Job], float | None]]:
+        """Send `complete_many_and_reserve` now; its `result()` reads the reply later, once."""
+        return self._hot.send_complete_many(jobs, queues, count)
+
     def reap(self, queues: Sequence[str] | None = None) -> list[str]:
         """Re-offer jobs whose lease expired in `queues` (see `WorkerCalls.reap`)."""
         return self._hot.reap(queues)

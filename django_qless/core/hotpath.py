@@ -11,18 +11,24 @@ import json
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
+import redis
+
 from .deferred import DeferredCall
-from .exceptions import InvalidArgument, QlessConnectionError
+from .exceptions import InvalidArgument, QlessConnectionError, QlessError, error_from_reply
 from .job import Job
 from .serialization import as_list, check_int, check_name, check_number, check_worker, num
 
 if TYPE_CHECKING:
     from .client import Client
 
-__all__ = ["RESERVE_QUEUES_MAX", "WorkerCalls"]
+__all__ = ["EARLIER_MAX", "RESERVE_QUEUES_MAX", "WorkerCalls"]
 
 # Queues one reserve may name (the engine refuses more).
 RESERVE_QUEUES_MAX = 100
+# Completions one complete.reserve may carry before its own (the engine's Q.EARLIER_MAX).
+EARLIER_MAX = 16
+# Separates the per-job results in the state of a paired complete.reserve reply.
+_RS = "\x1e"
 
 
 class WorkerCalls:
@@ -115,6 +121,64 @@ class WorkerCalls:
         args = self._complete_reserve_args(job, queues, count)
         pending = self._client.channel.defer(("complete.reserve", repr(self._client.now()), *args))
         return DeferredCall(pending, lambda raw: self._completed(job, raw))
+
+    def complete_many_and_reserve(
+        self, jobs: Sequence[Job], queues: Sequence[str], count: int = 1
+    ) -> tuple[list[str | QlessError], list[Job], float | None]:
+        """Complete `jobs` (all held by one worker) and reserve the next in one round trip.
+
+        Returns each job's result in order: its new state, or the error that refused it
+        (an earlier job whose lock was lost meanwhile; the others are completed). A bad
+        argument, or the last job no longer being ours, refuses the whole call: raised, and
+        nothing was written.
+        """
+        args = self._complete_many_args(jobs, queues, count)
+        raw = self._client.call_replayable("complete.reserve", *args)
+        return self._completed_many(jobs, raw)
+
+    def send_complete_many(
+        self, jobs: Sequence[Job], queues: Sequence[str], count: int = 1
+    ) -> DeferredCall[tuple[list[str | QlessError], list[Job], float | None]]:
+        """Send `complete_many_and_reserve` now; its `result()` reads the reply later, once."""
+        args = self._complete_many_args(jobs, queues, count)
+        pending = self._client.channel.defer(("complete.reserve", repr(self._client.now()), *args))
+        return DeferredCall(pending, lambda raw: self._completed_many(jobs, raw))
+
+    def _complete_many_args(
+        self, jobs: Sequence[Job], queues: Sequence[str], count: int
+    ) -> list[str]:
+        """Encode complete.reserve's paired form: `+N`, the N earlier completions, the last."""
+        if not 1 <= len(jobs) <= EARLIER_MAX + 1:
+            raise InvalidArgument(f"complete 1 to {EARLIER_MAX + 1} jobs at once, got {len(jobs)}")
+        *earlier, last = jobs
+        args = self._complete_reserve_args(last, queues, count)
+        if not earlier:
+            return args
+        worker = args[1]
+        head = [f"+{len(earlier)}"]
+        for job in earlier:
+            if job._worker_arg() != worker:
+                raise InvalidArgument(f"job {job.jid} is held by another worker than {worker}")
+            head += [job.jid, job.queue_name, job._data_text(), job.attempt_token]
+        return [*head, *args]
+
+    def _completed_many(
+        self, jobs: Sequence[Job], raw: Any
+    ) -> tuple[list[str | QlessError], list[Job], float | None]:
+        """Decode a paired `complete.reserve` reply; the completed jobs are no longer ours."""
+        reply = json.loads(raw)
+        texts = str(reply.get("state", "complete")).split(_RS)
+        if len(texts) != len(jobs):
+            raise QlessError(f"complete.reserve answered {len(texts)} results for {len(jobs)} jobs")
+        results: list[str | QlessError] = []
+        for job, text in zip(jobs, texts, strict=True):
+            if text.startswith("!"):
+                results.append(error_from_reply(redis.ResponseError(text[1:])))
+            else:
+                job._released(text, job.queue_name)
+                results.append(text)
+        more, wake = self._jobs_and_wake(reply, jobs[-1]._worker_arg())
+        return results, more, wake
 
     def _complete_reserve_args(self, job: Job, queues: Sequence[str], count: int) -> list[str]:
         """Validate and encode the arguments of `complete.reserve` after the time."""

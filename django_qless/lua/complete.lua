@@ -7,6 +7,10 @@
 -- Commands (after `now`):
 --   complete  jid worker queue data [next q] [delay d] [depends JSON] [token t] -> state text
 --
+-- The earlier completions of complete.reserve's paired form (worker.lua):
+--   complete.reserve +N (jid queue data token){N} jid worker queue data token count queue...
+-- completes N jobs of the same worker before the last one (Q.earlier_args, Q.complete_earlier).
+--
 -- Keys:
 --   ql:j:<jid>                 hash  (HMGET, HSET, HDEL; `done` = "<token> <result>")
 --   ql:j:<jid>-history         list  (RPUSH via Q.history)
@@ -207,6 +211,70 @@ Q.mod.complete = function()
     release_dependents(jid, now)
     Q.expire_completed(now)
     return 'complete'
+  end
+
+  -- ------------------------------------------------- earlier completions (paired form)
+
+  -- At most this many completions ride ahead of complete.reserve's own.
+  Q.EARLIER_MAX = 16
+  -- Separates the per-job results in the reply's state text (no state or error text holds it).
+  local RS = '\30'
+
+  -- The leading `+N (jid queue data token){N}` of complete.reserve's paired form, checked
+  -- (names, data, tokens; the jobs are read, nothing is written). Returns nil when `args`
+  -- has no such prefix; else the list of completions and the arguments after the prefix.
+  function Q.earlier_args(args)
+    local mark = args[1]
+    if not (mark and mark:byte(1) == 43) then return nil end  -- '+'
+    local n = tonumber(mark:sub(2))
+    if not (n and mark:find('^%+%d+$') and n >= 1 and n <= Q.EARLIER_MAX) then
+      Q.fail('Arg "+N" must be + and an integer in [1, ' .. Q.EARLIER_MAX .. ']: '
+        .. mark:sub(1, 80))
+    end
+    if #args < 1 + 4 * n then Q.fail('Arg "+N" names ' .. n .. ' completions, fewer were sent') end
+    local list, seen = {}, {}
+    for i = 0, n - 1 do
+      local at = 2 + 4 * i
+      local jid = Q.jid(args[at])
+      if seen[jid] then Q.fail('Job ' .. jid .. ' is completed twice in one call') end
+      seen[jid] = true
+      local queue = Q.queue(args[at + 1])
+      local own = read_own(jid)
+      list[i + 1] = { jid = jid, queue = queue, data = Q.data_arg(args[at + 2], own),
+        token = Q.token(args[at + 3]), own = own }
+    end
+    return list, { unpack(args, 2 + 4 * n) }
+  end
+
+  -- Check that `jid` (the call's own completion) is not among the earlier ones.
+  function Q.earlier_distinct(list, jid)
+    for _, o in ipairs(list) do
+      if o.jid == jid then Q.fail('Job ' .. jid .. ' is completed twice in one call') end
+    end
+  end
+
+  -- Complete the earlier jobs of a paired call, in order, after every argument of the call
+  -- was checked. A job whose ownership is gone (lock lost, not running, deleted) is left
+  -- alone and reported by its error text after a '!'; a repeat of an attempt reports the
+  -- recorded state. Returns the results joined by RS, ending with RS (the call's own state
+  -- follows), and how many jobs this call completed.
+  function Q.complete_earlier(now, worker, list)
+    local out, done = {}, 0
+    for i, o in ipairs(list) do
+      local ok, h, recorded = pcall(Q.check_running, o.jid, worker, o.queue, o.token, nil, o.own)
+      if not ok then
+        -- (Q.fail's text: 'Complete(): <why>'; only the reason is kept)
+        local why = tostring(h):match('%(%): (.*)$') or tostring(h)
+        out[i] = '!' .. why
+      elseif recorded then
+        out[i] = recorded
+      else
+        o.worker = worker
+        out[i] = Q.complete(now, h, o)
+        done = done + 1
+      end
+    end
+    return table.concat(out, RS) .. RS, done
   end
 
   C['complete'] = { 'Complete', function(now, args)

@@ -15,6 +15,11 @@
 --   complete.reserve   jid worker queue data token count queue... -> JSON {"state", "jobs", "wake"}
 --                      (token: the attempt token or ''; a repeat after a lost reply returns the
 --                      recorded state and the jobs the worker holds)
+--   complete.reserve   +N (jid queue data token){N} jid worker queue data token count queue...
+--                      paired form: completes N more jobs of `worker` first (complete.lua); the
+--                      state is each job's result in order, separated by 0x1E ('!' and the
+--                      error text for an earlier job no longer the worker's). Every argument is
+--                      checked, and the last job's ownership, before anything is written.
 --
 -- Keys:
 --   ql:workers             zset  worker -> last seen (ZRANGEBYSCORE, ZREVRANGE, ZREM, ZADD)
@@ -190,9 +195,10 @@ Q.mod.worker = function()
   local fresh, nfresh = {}, 0
 
   -- True when this worker's ql:workers entry was written this second by this engine.
-  local function registry_fresh(now, worker, done)
+  -- (`n`: the jobs this call completed, the step of `done`)
+  local function registry_fresh(now, worker, done, n)
     local m = fresh[KP .. worker]
-    return m ~= nil and m[1] == floor(now) and m[2] + 1 == done
+    return m ~= nil and m[1] == floor(now) and m[2] + n == done
   end
 
   -- Remember what the call did to the registry (`skip`: it left it; else pop's ZADD, if any).
@@ -210,6 +216,9 @@ Q.mod.worker = function()
   end
 
   C['complete.reserve'] = { 'Complete', function(now, args)
+    -- (the paired form: its earlier completions, checked; nothing written yet)
+    local earlier, rest = Q.earlier_args(args)
+    if earlier then args = rest end
     local jid = Q.jid(args[1])
     local worker = Q.worker(args[2])
     local queue = Q.queue(args[3])
@@ -220,6 +229,12 @@ Q.mod.worker = function()
     local queues = {}
     if count > 0 then queues = queue_list(args, 7) end
     local h, recorded = Q.check_running(jid, worker, queue, token, nil, own)
+    local states, completed = '', 0
+    if earlier then
+      Q.earlier_distinct(earlier, jid)
+      states, completed = Q.complete_earlier(now, worker, earlier)  -- (the first write)
+      if recorded then recorded = states .. recorded end
+    end
     if recorded then
       -- Replayed after a lost reply: the jobs that call reserved are held by `worker` now.
       local reply = { state = recorded, jobs = held_jobs(now, worker) }
@@ -227,11 +242,12 @@ Q.mod.worker = function()
       return encode_reply(reply)
     end
     Q.pop_config(queues, queue)
-    local state = Q.complete(now, h,
+    local state = states .. Q.complete(now, h,
       { jid = jid, worker = worker, queue = queue, data = data, token = token })
     -- (the dashboard's count, workerinfo.lua; '1' as text: redis.call formats a number with printf)
-    local done = rcall('HINCRBY', KP .. 'w:' .. worker .. ':info', 'done', '1')
-    local skip = registry_fresh(now, worker, done)
+    local done = rcall('HINCRBY', KP .. 'w:' .. worker .. ':info', 'done',
+      completed == 0 and '1' or tostring(completed + 1))
+    local skip = registry_fresh(now, worker, done, completed + 1)
     if skip then ctx.worker_seen = true end
     local reply = { state = state }
     if count == 0 then

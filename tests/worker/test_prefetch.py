@@ -64,11 +64,13 @@ def test_short_jobs_run_once_and_the_worker_holds_at_most_one_ahead(
     assert all(qless_client.jobs[j].state == "complete" for j in jids)
     held = [n for _, n in seen]
     if prefetch:
-        assert worker.in_hand.sent_ahead > 200
-        # The running job, the one held ahead, and at most one whose completion Redis has
-        # not processed yet (it was sent on another connection just before).
-        assert max(held) <= 3
-        assert held.count(2) > len(held) // 2  # it does hold one ahead
+        # Completions sent without waiting (a paired call carries two: tests/worker/test_pairs.py).
+        assert worker.in_hand.sent_ahead + worker.in_hand.paired > 200
+        # The running job, the ones held ahead (one more while a completion is kept for the
+        # next call), and at most one whose completion Redis has not processed yet (it was
+        # sent on another connection just before).
+        assert max(held) <= 4
+        assert sum(n >= 2 for n in held) > len(held) // 2  # it does hold one ahead
     else:
         assert worker.in_hand.sent_ahead == 0
         assert max(held) == 1  # each completion was answered before the next job started

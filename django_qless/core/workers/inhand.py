@@ -1,12 +1,17 @@
-"""The jobs a worker holds but has not started, and the completions still in flight.
+"""The jobs a worker holds but has not started, and the completions still in flight or kept.
 
-While short jobs flow, a worker reserves one job ahead. When a job ends, its completion is
-sent together with a reserve for the job after next (`complete.reserve`) and not waited for:
-the worker reads the previous call's reply, which carries its next job, and runs that job
-while Redis completes the last one. So Redis and the worker work at the same time, and the
-worker never holds more than one job beyond the one it runs. If a job runs long instead, the
-heartbeat thread hands the job held ahead back (engine `release`: back to waiting, no retry
-spent) so another worker can take it.
+While short jobs flow, a worker reserves ahead. When a job ends, its completion is sent
+together with a reserve for the jobs after next (`complete.reserve`) and not waited for:
+the worker reads the previous call's reply, which carries its next jobs, and runs one while
+Redis completes the last. So Redis and the worker work at the same time. If a job runs long
+instead, the heartbeat thread hands the jobs held ahead back (engine `release`: back to
+waiting, no retry spent) so another worker can take them.
+
+Two completions per call: a short job whose next job is expected short too keeps its
+completion (`keep`) and the next job's call carries both (complete.reserve's paired form),
+so short jobs cost half an engine call each. A completion is kept for at most one job: the
+next completion takes it along, and anything else flushes it first (a job that runs long, a
+job that fails or is aborted, an empty hand, a pause, a stop).
 
 Every call about a job goes to the job's own client (`job.client`: its shard's, when the
 worker serves several shards). Both the job thread and the heartbeat thread use this object;
@@ -36,11 +41,14 @@ if TYPE_CHECKING:
     from django_qless.core.client import Client
     from django_qless.core.job import Job
 
-__all__ = ["JobsInHand", "complete_outcome", "release_job"]
+__all__ = ["JobsInHand", "Settled", "complete_alone", "complete_outcome", "complete_outcomes",
+           "release_job"]
 
 log = logging.getLogger("django_qless.worker")
 
 _Reply = tuple[str, "list[Job]", "float | None"]
+_ManyReply = tuple["list[str | QlessError]", "list[Job]", "float | None"]
+Settled = tuple["Job", Outcome]
 
 
 def release_job(client: Client, jid: str, worker: str) -> bool:
@@ -73,6 +81,42 @@ def complete_outcome(job: Job, reply: Callable[[], _Reply]) -> tuple[Outcome, li
     return Outcome.COMPLETED, jobs
 
 
+def complete_alone(job: Job) -> Outcome:
+    """Complete `job` in a call of its own, reserving nothing; return its outcome."""
+    outcome, _ = complete_outcome(
+        job, lambda: job.client.complete_and_reserve(job, [job.queue_name], 0))
+    return outcome
+
+
+def complete_outcomes(
+    jobs: Sequence[Job], reply: Callable[[], _ManyReply]
+) -> tuple[list[Settled], list[Job]]:
+    """Get each job's outcome from the reply of a paired complete+reserve (complete_outcome
+    for each: a job reported lost is LOST). A call refused as a whole wrote nothing (a bad
+    argument, or the last job no longer ours): each job is then completed alone."""
+    try:
+        results, more, _ = reply()
+    except QlessError as exc:
+        log.info("jobs %s: paired completion refused (%s); completing each alone",
+                 " ".join(j.jid for j in jobs), exc)
+        return [(job, complete_alone(job)) for job in jobs], []
+    settled: list[Settled] = []
+    for job, result in zip(jobs, results, strict=True):
+        if isinstance(result, QlessError):
+            outcome, _ = complete_outcome(job, _raiser(result))
+        else:
+            outcome = Outcome.COMPLETED
+        settled.append((job, outcome))
+    return settled, more
+
+
+def _raiser(exc: QlessError) -> Callable[[], _Reply]:
+    """A reply that raises `exc` (a job's own refusal within a paired reply)."""
+    def reply() -> _Reply:
+        raise exc
+    return reply
+
+
 class JobsInHand:
     """Jobs reserved ahead of time (FIFO) plus the complete+reserve calls in flight."""
 
@@ -83,9 +127,14 @@ class JobsInHand:
         self.worker = worker
         self._lock = threading.Lock()
         self._jobs: deque[Job] = deque()
-        # (job completed, jobs it asked for, the call), oldest first.
-        self._inflight: deque[tuple[Job, int, DeferredCall[_Reply]]] = deque()
+        # (jobs completed, jobs it asked for, the call), oldest first.
+        self._inflight: deque[
+            tuple[tuple[Job, ...], int, DeferredCall[_Reply] | DeferredCall[_ManyReply]]
+        ] = deque()
         self._coming = 0
+        # The finished job whose completion waits to ride with the next one's.
+        self._kept: Job | None = None
+        self.paired = 0  # calls that carried two completions
         self.sent_ahead = 0  # completions sent without waiting
         self.handed_back = 0  # jobs held ahead and released unstarted
 
@@ -117,37 +166,77 @@ class JobsInHand:
         with self._lock:
             return self._jobs.popleft() if self._jobs else None
 
-    def send(self, job: Job, queues: Sequence[str], count: int) -> None:
-        """Send `job`'s completion (reserving `count` more) without waiting for the reply."""
+    @property
+    def kept(self) -> Job | None:
+        """Return the job whose completion is kept for the next call, if any."""
+        return self._kept
+
+    def next_klass(self) -> str | None:
+        """Return the class name of the job that runs next, if one is held."""
+        with self._lock:
+            return self._jobs[0].klass_name if self._jobs else None
+
+    def keep(self, job: Job) -> None:
+        """Keep `job`'s completion for the next call (at most one is kept)."""
+        with self._lock:
+            if self._kept is not None:
+                raise RuntimeError("a completion is kept already")
+            self._kept = job
+
+    def take_kept(self) -> Job | None:
+        """Return the kept job, no longer kept (whoever takes it completes it)."""
+        with self._lock:
+            job, self._kept = self._kept, None
+            return job
+
+    def flush_kept(self) -> list[Settled]:
+        """Complete the kept job in a call of its own, if any; return its outcome."""
+        job = self.take_kept()
+        return [] if job is None else [(job, complete_alone(job))]
+
+    def send(self, jobs: Sequence[Job], queues: Sequence[str], count: int) -> None:
+        """Send the completion of `jobs` (one, or a pair of the same shard), reserving `count`
+        more, without waiting for the reply."""
         with self._lock:
             if len(self._inflight) >= self.max_in_flight:
                 raise RuntimeError("too many completions in flight")
-            call = job.client.send_complete_and_reserve(job, queues, count)
-            self._inflight.append((job, count, call))
+            last = jobs[-1]
+            call: DeferredCall[_Reply] | DeferredCall[_ManyReply]
+            if len(jobs) == 1:
+                call = last.client.send_complete_and_reserve(last, queues, count)
+            else:
+                call = last.client.send_complete_many(jobs, queues, count)
+                self.paired += 1
+            self._inflight.append((tuple(jobs), count, call))
             self._coming += count
             self.sent_ahead += 1
 
-    def settle(self) -> tuple[Job, Outcome] | None:
+    def settle(self) -> list[Settled] | None:
         """Read the oldest reply in flight (its jobs are held); None if none is in flight."""
         with self._lock:
             if not self._inflight:
                 return None
-            job, count, call = self._inflight.popleft()
+            jobs, count, call = self._inflight.popleft()
             self._coming -= count
-            outcome, jobs = complete_outcome(job, call.result)
-            self._jobs.extend(jobs)
-        return job, outcome
-
-    def settle_all(self) -> list[tuple[Job, Outcome]]:
-        """Read every reply in flight, oldest first."""
-        settled = []
-        while (one := self.settle()) is not None:
-            settled.append(one)
+            if len(jobs) == 1:
+                outcome, more = complete_outcome(jobs[0], call.result)  # type: ignore[arg-type]
+                settled = [(jobs[0], outcome)]
+            else:
+                settled, more = complete_outcomes(jobs, call.result)  # type: ignore[arg-type]
+            self._jobs.extend(more)
         return settled
 
-    def hand_back(self) -> list[tuple[Job, Outcome]]:
-        """Release every held job (after reading the replies in flight); return those."""
-        settled = self.settle_all()
+    def settle_all(self) -> list[Settled]:
+        """Read every reply in flight, oldest first."""
+        settled: list[Settled] = []
+        while (some := self.settle()) is not None:
+            settled.extend(some)
+        return settled
+
+    def hand_back(self) -> list[Settled]:
+        """Release every held job (after reading the replies in flight and completing the
+        kept job); return the jobs settled."""
+        settled = self.settle_all() + self.flush_kept()
         with self._lock:
             jobs = list(self._jobs)
             self._jobs.clear()

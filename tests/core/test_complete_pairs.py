@@ -1,0 +1,165 @@
+"""complete.reserve's paired form: earlier completions ride with the call's own (worker.lua,
+complete.lua). Every argument is checked before the first write; each job's result comes back
+on its own."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import redis
+
+from django_qless.core.client import Client
+from django_qless.core.exceptions import InvalidArgument, LostLockError
+
+__all__: list[str] = []
+
+RS = "\x1e"
+
+
+_PUTS = [0.0]
+
+
+def put(lua: Any, jid: str, queue: str = "queue") -> None:
+    """Put one job (each a little later than the last: popped in this order)."""
+    _PUTS[0] += 0.001
+    lua("put", _PUTS[0] % 0.5, "worker", queue, jid, "klass", {}, 0)
+
+
+def pop(lua: Any, queue: str, count: int, now: float = 1, worker: str = "worker") -> list[str]:
+    """Pop `count` jobs of `queue` as `worker`; return their jids."""
+    return [j["jid"] for j in lua.json("pop", now, queue, worker, count)]
+
+
+def states(raw: Any) -> list[str]:
+    """The per-job results of a paired reply."""
+    return str(json.loads(raw)["state"]).split(RS)
+
+
+def reserved(raw: Any) -> list[str]:
+    """The jids a complete.reserve reply reserved."""
+    jobs = json.loads(raw)["jobs"]
+    return [j["jid"] for j in jobs] if jobs else []
+
+
+def state(lua: Any, jid: str) -> str:
+    """A job's state."""
+    return str(lua.json("get", 9, jid)["state"])
+
+
+def test_two_completions_in_one_call(lua: Any) -> None:
+    """Both jobs complete; each reports its state; the call reserves the next."""
+    for jid in ("a", "b", "c"):
+        put(lua, jid)
+    assert pop(lua, "queue", 2) == ["a", "b"]
+    raw = lua("complete.reserve", 2, "+1", "a", "queue", "{}", "",
+              "b", "worker", "queue", "{}", "", 1, "queue")
+    assert states(raw) == ["complete", "complete"]
+    assert reserved(raw) == ["c"]
+    assert state(lua, "a") == state(lua, "b") == "complete"
+
+
+def test_mixed_queues(lua: Any) -> None:
+    """The earlier job may be in another queue than the last."""
+    put(lua, "a", "one")
+    put(lua, "b", "two")
+    put(lua, "c", "two")
+    pop(lua, "one", 1)
+    pop(lua, "two", 1)
+    raw = lua("complete.reserve", 2, "+1", "a", "one", '{"x": 1}', "",
+              "b", "worker", "two", "{}", "", 1, "two")
+    assert states(raw) == ["complete", "complete"]
+    assert reserved(raw) == ["c"]
+    assert lua.json("get", 9, "a")["data"] == '{"x": 1}'
+
+
+def test_worker_done_count_counts_each_job(lua: Any, r: redis.Redis) -> None:
+    """The worker's `done` count (dashboard) grows by every job the call completed."""
+    for jid in ("a", "b", "c"):
+        put(lua, jid)
+    pop(lua, "queue", 3)
+    lua("complete.reserve", 2, "+2", "a", "queue", "{}", "", "b", "queue", "{}", "",
+        "c", "worker", "queue", "{}", "", 0, "queue")
+    info = lua.json("workers", 3)
+    assert [w["name"] for w in info] == ["worker"]
+    assert str(r.hget("ql:w:worker:info", "done")) == "3"
+
+
+def test_earlier_lost_lock_is_reported_and_the_last_completes(lua: Any) -> None:
+    """An earlier job no longer the worker's is left alone and reported; the other completes."""
+    put(lua, "a")
+    put(lua, "b")
+    pop(lua, "queue", 2)
+    # `a` is handed to another worker meanwhile (its lease expired and it was popped again).
+    lua("retry", 1, "a", "queue", "worker", 0)
+    assert pop(lua, "queue", 1, now=2, worker="other") == ["a"]
+    raw = lua("complete.reserve", 3, "+1", "a", "queue", "{}", "",
+              "b", "worker", "queue", "{}", "", 0, "queue")
+    first, second = states(raw)
+    assert first.startswith("!") and "another worker" in first
+    assert second == "complete"
+    assert state(lua, "a") == "running" and lua.json("get", 9, "a")["worker"] == "other"
+    assert state(lua, "b") == "complete"
+
+
+def test_last_lost_refuses_the_whole_call(lua: Any) -> None:
+    """The last job no longer being ours refuses the call: nothing written, nothing taken."""
+    for jid in ("a", "b", "c"):
+        put(lua, jid)
+    pop(lua, "queue", 2)
+    with pytest.raises(redis.ResponseError, match="another worker"):
+        lua("complete.reserve", 2, "+1", "a", "queue", "{}", "",
+            "b", "thief", "queue", "{}", "", 1, "queue")
+    assert state(lua, "a") == state(lua, "b") == "running"
+    assert state(lua, "c") == "waiting"
+
+
+@pytest.mark.parametrize(("head", "match"), [
+    (["+0"], "must be \\+ and an integer"),
+    (["+17"], "must be \\+ and an integer"),
+    (["+x"], "must be \\+ and an integer"),
+    (["+3", "a", "queue", "{}", ""], "fewer were sent"),
+    (["+1", "a b", "queue", "{}", ""], "jid"),
+    (["+1", "a", "", "{}", ""], "queue"),
+    (["+1", "a", "queue", "{not json", ""], "data"),
+    (["+1", "a", "queue", "{}", "bad token!"], "token"),
+    (["+1", "b", "queue", "{}", ""], "completed twice"),
+    (["+2", "a", "queue", "{}", "", "a", "queue", "{}", ""], "completed twice"),
+])
+def test_a_bad_argument_refuses_everything(lua: Any, head: list[str], match: str) -> None:
+    """Any bad argument of any completion refuses the whole call before the first write."""
+    for jid in ("a", "b", "c"):
+        put(lua, jid)
+    pop(lua, "queue", 2)
+    with pytest.raises(redis.ResponseError, match=match):
+        lua("complete.reserve", 2, *head, "b", "worker", "queue", "{}", "", 1, "queue")
+    assert state(lua, "a") == state(lua, "b") == "running"
+    assert state(lua, "c") == "waiting"
+
+
+def test_a_repeat_reports_the_recorded_states(lua: Any) -> None:
+    """With attempt tokens, sending the same call again (a lost reply) changes nothing."""
+    put(lua, "a")
+    put(lua, "b")
+    pop(lua, "queue", 2)
+    args = ["+1", "a", "queue", "{}", "ta", "b", "worker", "queue", "{}", "tb", 0, "queue"]
+    assert states(lua("complete.reserve", 2, *args)) == ["complete", "complete"]
+    assert states(lua("complete.reserve", 3, *args)) == ["complete", "complete"]
+    history = lua.json("get", 9, "a")["history"]
+    assert [h["what"] for h in history].count("done") == 1
+
+
+def test_client_pair_results(client: Client) -> None:
+    """The client's complete_many_and_reserve: per-job results, the lost one as its error."""
+    queue = client.queues["q"]
+    for n in range(3):
+        queue.put("klass", {}, jid=f"j{n}")
+    first, second = client.reserve(["q"], 2, worker="w")[0]
+    client.call("retry", first.jid, "q", "w", 0)  # no longer w's
+    results, jobs, _ = client.complete_many_and_reserve([first, second], ["q"], 1)
+    assert isinstance(results[0], LostLockError)
+    assert results[1] == "complete"
+    assert [j.jid for j in jobs] in (["j0"], ["j2"])
+    with pytest.raises(InvalidArgument):
+        client.complete_many_and_reserve([], ["q"], 1)

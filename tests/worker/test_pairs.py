@@ -1,0 +1,113 @@
+"""Two completions per engine call (django_qless/core/workers/inhand.py, "Two completions per
+call"): a short job followed by one expected short keeps its completion, and the next job's
+complete.reserve carries both. Real worker subprocesses on a private server; engine calls
+are counted with the server's commandstats."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from django_qless.core.client import Client
+from tests.helpers import WorkerProcess, wait_until
+from tests.worker.jobs import ledger
+
+__all__: list[str] = []
+
+pytestmark = pytest.mark.timeout(90)
+
+
+@pytest.fixture
+def pair_worker(redis_url: str, work_dir: Path) -> Iterator[Callable[..., WorkerProcess]]:
+    """Start CLI workers that import tests.worker.pair_jobs; all killed at teardown."""
+    started: list[WorkerProcess] = []
+
+    def start(*args: str) -> WorkerProcess:
+        worker = WorkerProcess(redis_url, list(args), work_dir,
+                               jobs_module="tests.worker.pair_jobs")
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.kill_all()
+
+
+def engine_calls(conn: redis.Redis) -> int:
+    """Engine calls the server ran since the last CONFIG RESETSTAT (FCALL and EVALSHA)."""
+    stats = conn.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{name}", {}).get("calls", 0))
+               for name in ("fcall", "evalsha", "eval"))
+
+
+def completed(conn: redis.Redis) -> int:
+    """Completed jobs, read without an engine call."""
+    return int(conn.zcard("ql:completed"))
+
+
+def test_short_jobs_are_completed_in_pairs(
+    qless_client: Client, r: redis.Redis, pair_worker: Callable[..., WorkerProcess]
+) -> None:
+    """300 short jobs cost about 150 engine calls, not 300 (one per job)."""
+    total = 300
+    jids = qless_client.queues["q"].put_many(
+        [{"klass": "tests.worker.pair_jobs.quick", "data": {}} for _ in range(total)])
+    r.config_resetstat()
+    worker = pair_worker("q", "-n", "1")
+    wait_until(lambda: completed(r) == total, timeout=60)
+    calls = engine_calls(r)
+    worker.quit()
+    # Pairs from the second job on, plus the start (hello, the first reserve), the first
+    # job's own call, the flushes at the end and a few idle reserves.
+    assert calls <= total * 0.6, calls
+    histories = [[h["what"] for h in qless_client.jobs[j].history] for j in jids]
+    assert all(h == ["put", "popped", "done"] for h in histories)
+
+
+@pytest.mark.parametrize("before", [3, 4])
+def test_a_long_job_flushes_the_kept_completion_at_once(
+    qless_client: Client, r: redis.Redis, pair_worker: Callable[..., WorkerProcess], before: int
+) -> None:
+    """The completion kept for the next call does not wait for a long job to end: the
+    heartbeat thread sends it (whichever of the jobs before it was kept)."""
+    q = qless_client.queues["q"]
+    quick = [q.put("tests.worker.pair_jobs.quick", {}, jid=f"q{n}", priority=20 - n)
+             for n in range(before)]
+    q.put("tests.worker.pair_jobs.look", {"jids": quick}, jid="look", priority=5)
+    q.put("tests.worker.pair_jobs.quick", {}, jid="tail", priority=0)
+    worker = pair_worker("q", "-n", "1")
+    wait_until(lambda: ledger(r, "looked", "look"), timeout=30)
+    states = ledger(r, "looked", "look")[0]["states"]
+    assert states == {jid: "complete" for jid in quick}
+    wait_until(lambda: completed(r) == before + 2, timeout=30)
+    worker.quit()
+
+
+def test_term_mid_stream_loses_nothing(
+    qless_client: Client, r: redis.Redis, pair_worker: Callable[..., WorkerProcess]
+) -> None:
+    """TERM while pairs flow: nothing stays running, nothing waits for a lease; a second
+    worker finishes the rest, and every job ran and completed exactly once."""
+    q = qless_client.queues["q"]
+    jids = q.put_many([{"klass": "tests.worker.jobs.brief", "data": {"n": i}}
+                       for i in range(400)])
+    worker = pair_worker("q", "-n", "2")
+    wait_until(lambda: len(ledger(r, "done")) >= 50)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(timeout=20) == 0
+    assert q.counts["running"] == 0
+    assert all(w["jobs"] == 0 for w in qless_client.workers.counts)
+    assert {qless_client.jobs[j].state for j in jids} <= {"waiting", "complete"}
+    second = pair_worker("q", "-n", "1")
+    wait_until(lambda: completed(r) == len(jids), timeout=60)
+    second.quit()
+    for jid in jids:
+        whats = [h["what"] for h in qless_client.jobs[jid].history]
+        assert "timed-out" not in whats
+        assert whats.count("done") == 1
+    done = [row["jid"] for row in ledger(r, "done")]
+    assert sorted(done) == sorted(jids)  # each ran once
