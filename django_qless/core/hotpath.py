@@ -128,9 +128,8 @@ class WorkerCalls:
         """Complete `jobs` (all held by one worker) and reserve the next in one round trip.
 
         Returns each job's result in order: its new state, or the error that refused it
-        (an earlier job whose lock was lost meanwhile; the others are completed). A bad
-        argument, or the last job no longer being ours, refuses the whole call: raised, and
-        nothing was written.
+        (a job whose lock was lost meanwhile; the others are completed all the same). A bad
+        argument refuses the whole call: raised, and nothing was written.
         """
         args = self._complete_many_args(jobs, queues, count)
         raw = self._client.call_replayable("complete.reserve", *args)

@@ -253,6 +253,15 @@ Q.mod.complete = function()
     end
   end
 
+  -- Q.check_running for a job of a paired call (a read): (h, recorded), or (nil, nil, '!'
+  -- and the reason) when the job is no longer the worker's, so the others go on.
+  function Q.check_own(jid, worker, queue, token, own)
+    local ok, h, recorded = pcall(Q.check_running, jid, worker, queue, token, nil, own)
+    if ok then return h, recorded end
+    -- (Q.fail's text: '<position>: Complete(): <why>'; only the reason is kept)
+    return nil, nil, '!' .. (tostring(h):match('%(%): (.*)$') or tostring(h))
+  end
+
   -- Complete the earlier jobs of a paired call, in order, after every argument of the call
   -- was checked. A job whose ownership is gone (lock lost, not running, deleted) is left
   -- alone and reported by its error text after a '!'; a repeat of an attempt reports the
@@ -261,11 +270,9 @@ Q.mod.complete = function()
   function Q.complete_earlier(now, worker, list)
     local out, done = {}, 0
     for i, o in ipairs(list) do
-      local ok, h, recorded = pcall(Q.check_running, o.jid, worker, o.queue, o.token, nil, o.own)
-      if not ok then
-        -- (Q.fail's text: 'Complete(): <why>'; only the reason is kept)
-        local why = tostring(h):match('%(%): (.*)$') or tostring(h)
-        out[i] = '!' .. why
+      local h, recorded, lost = Q.check_own(o.jid, worker, o.queue, o.token, o.own)
+      if lost then
+        out[i] = lost
       elseif recorded then
         out[i] = recorded
       else

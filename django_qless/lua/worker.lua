@@ -18,8 +18,8 @@
 --   complete.reserve   +N (jid queue data token){N} jid worker queue data token count queue...
 --                      paired form: completes N more jobs of `worker` first (complete.lua); the
 --                      state is each job's result in order, separated by 0x1E ('!' and the
---                      error text for an earlier job no longer the worker's). Every argument is
---                      checked, and the last job's ownership, before anything is written.
+--                      error text for a job no longer the worker's, left alone). Every argument
+--                      is checked before anything is written.
 --
 -- Keys:
 --   ql:workers             zset  worker -> last seen (ZRANGEBYSCORE, ZREVRANGE, ZREM, ZADD)
@@ -228,12 +228,16 @@ Q.mod.worker = function()
     local count = Q.count(args[6], 0, 1000)
     local queues = {}
     if count > 0 then queues = queue_list(args, 7) end
-    local h, recorded = Q.check_running(jid, worker, queue, token, nil, own)
+    local h, recorded, lost
     local states, completed = '', 0
     if earlier then
+      -- (the paired form reports this job lost rather than refusing the others with it)
       Q.earlier_distinct(earlier, jid)
+      h, recorded, lost = Q.check_own(jid, worker, queue, token, own)
       states, completed = Q.complete_earlier(now, worker, earlier)  -- (the first write)
       if recorded then recorded = states .. recorded end
+    else
+      h, recorded = Q.check_running(jid, worker, queue, token, nil, own)
     end
     if recorded then
       -- Replayed after a lost reply: the jobs that call reserved are held by `worker` now.
@@ -242,12 +246,13 @@ Q.mod.worker = function()
       return encode_reply(reply)
     end
     Q.pop_config(queues, queue)
-    local state = states .. Q.complete(now, h,
-      { jid = jid, worker = worker, queue = queue, data = data, token = token })
+    local state = states .. (lost or Q.complete(now, h,
+      { jid = jid, worker = worker, queue = queue, data = data, token = token }))
+    if not lost then completed = completed + 1 end
     -- (the dashboard's count, workerinfo.lua; '1' as text: redis.call formats a number with printf)
     local done = rcall('HINCRBY', KP .. 'w:' .. worker .. ':info', 'done',
-      completed == 0 and '1' or tostring(completed + 1))
-    local skip = registry_fresh(now, worker, done, completed + 1)
+      completed == 1 and '1' or tostring(completed))
+    local skip = registry_fresh(now, worker, done, completed)
     if skip then ctx.worker_seen = true end
     local reply = { state = state }
     if count == 0 then

@@ -103,16 +103,34 @@ def test_earlier_lost_lock_is_reported_and_the_last_completes(lua: Any) -> None:
     assert state(lua, "b") == "complete"
 
 
-def test_last_lost_refuses_the_whole_call(lua: Any) -> None:
-    """The last job no longer being ours refuses the call: nothing written, nothing taken."""
-    for jid in ("a", "b", "c"):
+def test_a_lost_last_job_is_reported_and_the_earlier_completes(lua: Any) -> None:
+    """The call's own job lost meanwhile is reported too; the earlier one completes and the
+    reserve still runs."""
+    for jid in ("a", "b"):
         put(lua, jid)
     pop(lua, "queue", 2)
-    with pytest.raises(redis.ResponseError, match="another worker"):
-        lua("complete.reserve", 2, "+1", "a", "queue", "{}", "",
-            "b", "thief", "queue", "{}", "", 1, "queue")
+    lua("retry", 1, "b", "queue", "worker", 0)
+    assert pop(lua, "queue", 1, now=2, worker="other") == ["b"]
+    put(lua, "c")
+    raw = lua("complete.reserve", 3, "+1", "a", "queue", "{}", "",
+              "b", "worker", "queue", "{}", "", 1, "queue")
+    first, second = states(raw)
+    assert first == "complete"
+    assert second.startswith("!") and "another worker" in second
+    assert reserved(raw) == ["c"]
+    assert lua.json("get", 9, "b")["worker"] == "other"
+
+
+def test_every_job_lost(lua: Any, r: redis.Redis) -> None:
+    """Nothing to complete: each job reported, nothing written to them, `done` not counted."""
+    for jid in ("a", "b"):
+        put(lua, jid)
+    pop(lua, "queue", 2)
+    raw = lua("complete.reserve", 3, "+1", "a", "queue", "{}", "",
+              "b", "thief", "queue", "{}", "", 0, "queue")
+    assert [s[:1] for s in states(raw)] == ["!", "!"]
     assert state(lua, "a") == state(lua, "b") == "running"
-    assert state(lua, "c") == "waiting"
+    assert int(r.hget("ql:w:thief:info", "done") or 0) == 0
 
 
 @pytest.mark.parametrize(("head", "match"), [
@@ -163,3 +181,16 @@ def test_client_pair_results(client: Client) -> None:
     assert [j.jid for j in jobs] in (["j0"], ["j2"])
     with pytest.raises(InvalidArgument):
         client.complete_many_and_reserve([], ["q"], 1)
+
+
+def test_client_pair_last_lost(client: Client) -> None:
+    """The last job lost: reported as its error, the earlier one completed."""
+    queue = client.queues["q"]
+    for n in range(2):
+        queue.put("klass", {}, jid=f"j{n}")
+    first, second = client.reserve(["q"], 2, worker="w")[0]
+    client.call("retry", second.jid, "q", "w", 0)
+    results, _, _ = client.complete_many_and_reserve([first, second], ["q"], 0)
+    assert results[0] == "complete"
+    assert isinstance(results[1], LostLockError)
+    assert client.jobs[first.jid].state == "complete"

@@ -93,7 +93,7 @@ def complete_outcomes(
 ) -> tuple[list[Settled], list[Job]]:
     """Get each job's outcome from the reply of a paired complete+reserve (complete_outcome
     for each: a job reported lost is LOST). A call refused as a whole wrote nothing (a bad
-    argument, or the last job no longer ours): each job is then completed alone."""
+    argument): each job is then completed alone."""
     try:
         results, more, _ = reply()
     except QlessError as exc:
