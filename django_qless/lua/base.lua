@@ -258,6 +258,25 @@ function Q.cfgraw(name)
   return v
 end
 
+-- The tag of the keyspace's generation: the hidden config field `#marks` (read by the call's
+-- config HMGET, else here), written when missing. What the engine remembers across calls
+-- about a keyspace's data (pop.lua's known-empty marks, put.lua's listed queues, the idle
+-- check of Q.flush_wake) holds only under the tag it was noted under: a flush deletes the
+-- field, and each database of the server (one function library serves them all) has its own.
+function Q.generation()
+  local tag = Q.cfgraw('#marks')
+  if not tag then
+    -- unique to this engine instance (the address of a table it keeps) and generation
+    K.marks_anchor = K.marks_anchor or {}
+    K.nmarks = (K.nmarks or 0) + 1
+    tag = tostring(K.marks_anchor):gsub('^table: ', '') .. '/' .. K.nmarks .. '/'
+      .. string.format('%.17g', ctx.now)
+    rcall('HSET', K.config, '#marks', tag)
+    ctx.cfgv['#marks'] = tag
+  end
+  return tag
+end
+
 -- A lock, schedule or spawn time `at` was written: keep `#due` a lower bound, and tell idle
 -- workers if they must learn of it (Q.note_timer's `slack`; false: a lease renewed, no news).
 function Q.lower_due(queue, at, slack)
@@ -344,6 +363,8 @@ function Q.wake(queue)
   end
 end
 
+local NO_IDLE = {}
+
 -- Publish the wake-ups noted during this call. First, ready jobs go straight to the idle
 -- workers waiting on the queue (handoff.lua); a queue left with no ready job needs no wake-up.
 function Q.flush_wake(now)
@@ -355,8 +376,29 @@ function Q.flush_wake(now)
   local sent = nil
   ctx.woken = {}
   ctx.woken_list = {}
+  -- Queues known to have no idle worker registered (K.noidle[queue] = until when, under the
+  -- generation tag K.noidle_tag): a call that read the tag (every put does) skips the idle
+  -- lookup of such a queue. Q.idle_register drops the queues it registers on, so this is exact
+  -- for this engine; a registration by another writer is seen within Q.HORIZON (its worker
+  -- gets the wake-up meanwhile, as when no hand-off happens).
+  local cfgv = ctx.cfgv
+  local tag = cfgv and cfgv['#marks']
+  local none = tag and K.noidle_tag == tag and K.noidle or nil
   for _, queue in ipairs(list) do
-    local idle = rcall('ZRANGEBYSCORE', KP .. 'idle:' .. queue, now, '+inf', 'LIMIT', 0, 10)
+    local till = none and none[queue]
+    local idle
+    if till and now < till and till <= now + Q.HORIZON then
+      idle = NO_IDLE
+    else
+      idle = rcall('ZRANGEBYSCORE', KP .. 'idle:' .. queue, now, '+inf', 'LIMIT', 0, 10)
+      if tag and #idle == 0 then
+        if not none or (K.nnoidle or 0) >= 256 then
+          none = {}; K.noidle, K.noidle_tag, K.nnoidle = none, tag, 0
+        end
+        if not none[queue] then K.nnoidle = K.nnoidle + 1 end
+        none[queue] = now + Q.HORIZON
+      end
+    end
     local ready = true
     if #idle > 0 then
       Q.need(HANDOFF_MODS)
