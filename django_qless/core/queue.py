@@ -163,7 +163,7 @@ class Queue:
         args = self.put_args(klass, data, jid=jid, priority=priority, tags=tags, delay=delay,
                               retries=retries, depends=depends, throttles=throttles,
                               depends_missing=depends_missing)
-        result: str = self.client.call("put", *args)
+        result: str = self.client.call_text("put", args)  # (put_args gives text only)
         return result
 
     def check_shard(self, depends: Iterable[str], throttles: Iterable[str]) -> None:
