@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -89,6 +90,27 @@ def client_cpu(url: str, n: int) -> tuple[float, float]:
     return (t1.user - t0.user) / n, (t1.system - t0.system) / n
 
 
+def client_instructions(url: str, n: int) -> float | None:
+    """User-space instructions of the client per put (load-robust): this script under
+    callgrind putting `n` jobs, minus the same run putting none."""
+    valgrind = shutil.which("valgrind")
+    if not valgrind:
+        return None
+    totals = []
+    for count in (0, n):
+        with tempfile.TemporaryDirectory(prefix="bench-putcl-") as tmp:
+            subprocess.run(
+                [valgrind, "--tool=callgrind", f"--callgrind-out-file={tmp}/cg.out",
+                 sys.executable, __file__, "--client-run", str(count), "--url", url],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+            text = Path(tmp, "cg.out").read_text()
+        found = re.search(r"^totals:\s*(\d+)", text, re.M)
+        if not found:
+            return None
+        totals.append(int(found.group(1)))
+    return (totals[1] - totals[0]) / n
+
+
 def callgrind(binary: str, n: int) -> dict[str, Any]:
     """Run redis-server under callgrind for `n` puts; instructions per put by family."""
     valgrind, annotate = shutil.which("valgrind"), shutil.which("callgrind_annotate")
@@ -142,11 +164,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--callgrind", type=int, default=0, metavar="N",
                    help="also count redis-server instructions over N puts")
     p.add_argument("--redis-server", default=None, help="redis-server binary")
+    p.add_argument("--client-callgrind", type=int, default=0, metavar="N",
+                   help="also count the client's instructions per put over N puts")
+    p.add_argument("--client-run", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--url", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.client_run is not None:  # (the run client_instructions profiles)
+        client = Client(args.url)
+        puts(client, 50)
+        puts(client, args.client_run)
+        client.close()
+        return 0
     binary = args.redis_server or find_redis_server()
     with RedisServer(binary) as s:
         cmds = commands(s.url)
         cpu = client_cpu(s.url, args.puts)
+        client_ir = client_instructions(s.url, args.client_callgrind) \
+            if args.client_callgrind else None
     print(f"commands per put: {cmds['lua_commands']:.2f} (engine calls {cmds['engine_calls']:.2f})")
     for name, count in sorted(cmds["by_command"].items(), key=lambda x: -x[1]):
         print(f"  {name:<16} {count:.2f}")
@@ -155,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {line[:120]}")
     print(f"client CPU per put: {(cpu[0] + cpu[1]) * 1e6:.1f} us (user {cpu[0] * 1e6:.1f}, "
           f"system {cpu[1] * 1e6:.1f}; {args.puts} puts)")
+    if client_ir is not None:
+        print(f"client instructions per put: {client_ir:,.0f} ({args.client_callgrind} puts, "
+              "user space, callgrind)")
     if args.callgrind:
         cg = callgrind(binary, args.callgrind)
         if "error" in cg:

@@ -139,6 +139,8 @@ Q.mod.put = function()
     return false
   end
 
+  local NO_TAGS = {}  -- (a new job's old tags: read only)
+
   -- Write a put checked by check_put (c); returns the jid.
   local function apply_put(now, c)
     local worker, queue, jid, klass, data = c.worker, c.queue, c.jid, c.klass, c.data
@@ -151,11 +153,12 @@ Q.mod.put = function()
     end
     local key = Q.kjob(jid)
     local tracked = old and old.tracked == '1'
-    -- Tags: only real changes touch the counts.
-    local newset = {}
-    for _, t in ipairs(tags) do newset[t] = true end
-    local oldset = {}
+    -- Tags: only real changes touch the counts (a new job has no old ones: no sets to build).
+    local oldset = NO_TAGS
     if old then
+      local newset = {}
+      for _, t in ipairs(tags) do newset[t] = true end
+      oldset = {}
       for _, t in ipairs(Q.list(old.tags)) do
         oldset[t] = true
         if not newset[t] then Q.tag_remove(jid, t) end
@@ -202,7 +205,7 @@ Q.mod.put = function()
     if old then ndeps = rcall('SCARD', Q.kdeps(jid)) end
     -- ('{}' is what cjson writes for an empty table: skip the encoder for the common case)
     -- (the integers as text: Q.int_arg)
-    local retries_s = Q.int_arg(retries)
+    local retries_s = retries == 5 and '5' or Q.int_arg(retries)  -- (the default, as text)
     if ndeps > 0 then state = 'depends' end
     local fields
     if not old and Q.lean_records() then

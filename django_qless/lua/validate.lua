@@ -143,9 +143,16 @@ function Q.worker(v, missing_op)
   return v
 end
 
+-- Class names that passed Q.klass (a few names, sent on every put); bounded, as queue names.
+local valid_klass, nklass = {}, 0
+
 function Q.klass(v)
+  if valid_klass[v] then return v end
   if v == nil or v == '' then Q.fail('Arg "klass" missing') end
   if #v > 256 or not printable(v) then Q.fail('Arg "klass" invalid') end
+  if nklass >= 1024 then valid_klass, nklass = {}, 0 end
+  valid_klass[v] = true
+  nklass = nklass + 1
   return v
 end
 
