@@ -247,6 +247,27 @@ function Q.mfield(kind, queue) return '#' .. kind .. ':' .. queue end
 -- (qless-core during a rolling switch, a restore, a repair script) are seen within it.
 Q.HORIZON = 1
 
+-- The keyspace's generation tag: the hidden config field `#marks`, written when missing (the
+-- first call that needs it, or the keyspace was flushed) with a text unique to this engine
+-- instance (the address of a table it keeps) and generation. Engine state kept in memory
+-- across calls (pop.lua's known-empty marks, samples.lua's held statistics, put.lua's listed
+-- queues, Q.flush_wake's queues with no idle worker) is kept under
+-- the tag it was made with and counts only while ql:config still holds that tag, so a
+-- FLUSHALL, FLUSHDB or a deleted ql:config ends it, and one database's state never passes
+-- for another's (one Lua state serves them all).
+function Q.generation()
+  local tag = Q.cfgraw('#marks')
+  if not tag then
+    K.marks_anchor = K.marks_anchor or {}
+    K.nmarks = (K.nmarks or 0) + 1
+    tag = tostring(K.marks_anchor):gsub('^table: ', '') .. '/' .. K.nmarks .. '/'
+      .. string.format('%.17g', ctx.now)
+    rcall('HSET', K.config, '#marks', tag)
+    ctx.cfgv['#marks'] = tag
+  end
+  return tag
+end
+
 -- Raw stored config value (false if unset), without defaults.
 function Q.cfgraw(name)
   local cache = ctx.cfgv
@@ -256,25 +277,6 @@ function Q.cfgraw(name)
     v = ctx.cfgv[name]
   end
   return v
-end
-
--- The tag of the keyspace's generation: the hidden config field `#marks` (read by the call's
--- config HMGET, else here), written when missing. What the engine remembers across calls
--- about a keyspace's data (pop.lua's known-empty marks, put.lua's listed queues, the idle
--- check of Q.flush_wake) holds only under the tag it was noted under: a flush deletes the
--- field, and each database of the server (one function library serves them all) has its own.
-function Q.generation()
-  local tag = Q.cfgraw('#marks')
-  if not tag then
-    -- unique to this engine instance (the address of a table it keeps) and generation
-    K.marks_anchor = K.marks_anchor or {}
-    K.nmarks = (K.nmarks or 0) + 1
-    tag = tostring(K.marks_anchor):gsub('^table: ', '') .. '/' .. K.nmarks .. '/'
-      .. string.format('%.17g', ctx.now)
-    rcall('HSET', K.config, '#marks', tag)
-    ctx.cfgv['#marks'] = tag
-  end
-  return tag
 end
 
 -- A lock, schedule or spawn time `at` was written: keep `#due` a lower bound, and tell idle

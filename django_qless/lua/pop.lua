@@ -90,7 +90,8 @@ Q.mod.pop = function()
   local function set_mark(queue, due, at)
     local marks = K.empty
     if not marks or K.nempty >= MAX_MARKS then marks = {}; K.empty = marks; K.nempty = 0 end
-    local tag = Q.generation()  -- (written if the keyspace has none: first mark, a flush)
+    -- (written if missing: the first mark, or the keyspace was flushed)
+    local tag = Q.generation()
     -- (Q.pop_config dropped the marks of any other tag)
     K.marks_tag = tag
     local m = marks[queue]

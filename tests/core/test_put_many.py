@@ -72,15 +72,12 @@ def _setup(lua: Lua) -> None:
 
 
 def _state(r: redis.Redis, drain: Callable[[], list[tuple[str, str]]]) -> Any:
-    """Every key, and the events but wake-ups (put.many sends each queue's once per call)."""
+    """Every key, and the events but wake-ups (put.many sends each queue's once per call).
+    The engine's generation tag (`#marks` in ql:config, unique to each run) only as there."""
     events = drain()
-    keys: dict[str, Any] = dict(snapshot(r))
-    # (the engine's generation tag is unique per write of it: compared as present, not equal)
-    config = r.hgetall("ql:config")
-    keys[keyspace_mode.PREFIX + "config"] = {k: (v if k != "#marks" else "<tag>")
-                                              for k, v in config.items()}
-    return (keys, [e for e in events if not e[0].startswith("ql:wake:")],
-            sorted({e[0] for e in events if e[0].startswith("ql:wake:")}))
+    tagged = r.hdel("ql:config", "#marks")
+    return (snapshot(r), [e for e in events if not e[0].startswith("ql:wake:")],
+            sorted({e[0] for e in events if e[0].startswith("ql:wake:")}), tagged)
 
 
 def test_same_keys_and_events_as_individual_puts(
