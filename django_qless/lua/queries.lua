@@ -121,6 +121,7 @@ Q.mod.queries = function()
 
   C['queue.forget'] = { 'Forget', function(now, args)
     Q.chunked('ZREM', K.queues, queue_args(args))
+    K.listed = nil  -- (put.lua's queues known to be listed)
   end }
 
   C['unfail'] = { 'Unfail', function(now, args)
