@@ -234,6 +234,8 @@ Q.mod.worker = function()
       -- (the paired form reports this job lost rather than refusing the others with it)
       Q.earlier_distinct(earlier, jid)
       h, recorded, lost = Q.check_own(jid, worker, queue, token, own)
+      -- (the config the completions read too, in one HMGET: else each reads it lazily)
+      if not recorded then Q.pop_config(queues, queue) end
       states, completed = Q.complete_earlier(now, worker, earlier)  -- (the first write)
       if recorded then recorded = states .. recorded end
     else
@@ -245,7 +247,7 @@ Q.mod.worker = function()
       if #reply.jobs == 0 then reply.wake = 0 end
       return encode_reply(reply)
     end
-    Q.pop_config(queues, queue)
+    if not earlier then Q.pop_config(queues, queue) end
     local state = states .. (lost or Q.complete(now, h,
       { jid = jid, worker = worker, queue = queue, data = data, token = token }))
     if not lost then completed = completed + 1 end
