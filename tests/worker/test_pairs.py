@@ -110,4 +110,8 @@ def test_term_mid_stream_loses_nothing(
         assert "timed-out" not in whats
         assert whats.count("done") == 1
     done = [row["jid"] for row in ledger(r, "done")]
-    assert sorted(done) == sorted(jids)  # each ran once
+    assert set(done) == set(jids)
+    # Ran twice: at most the job each child was running when TERM aborted it (its body may
+    # have written the ledger just before the abort landed). A kept completion dropped at
+    # the stop would show here too: its job ran, and runs again.
+    assert len(done) - len(set(done)) <= 2

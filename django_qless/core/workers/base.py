@@ -362,9 +362,11 @@ class JobLoop:
         queues = plan[0][1] if along else [job.queue_name]
         want = 0
         if taking and along:
-            # Hold the next job, plus one ahead after short jobs (and one more for the call
-            # after a kept completion); never past the budget.
-            depth = (_DEPTH_PAIRED if self.config.prefetch else _DEPTH) if ahead else 1
+            # Hold the next job, plus one ahead after short jobs (and one more while pairs
+            # flow: the call after a kept completion); never past the budget.
+            depth = 1
+            if ahead:
+                depth = _DEPTH_PAIRED if kept is not None or self._next_is_short() else _DEPTH
             want = max(0, depth - held)
             if self.budget.limited:
                 want = self.budget.grant(want, self._committed())
