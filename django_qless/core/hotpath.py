@@ -165,7 +165,7 @@ class WorkerCalls:
         self, jobs: Sequence[Job], raw: Any
     ) -> tuple[list[str | QlessError], list[Job], float | None]:
         """Decode a paired `complete.reserve` reply; the completed jobs are no longer ours."""
-        reply = json.loads(raw)
+        reply = self.decode_reply(raw)
         texts = str(reply.get("state", "complete")).split(_RS)
         if len(texts) != len(jobs):
             raise QlessError(f"complete.reserve answered {len(texts)} results for {len(jobs)} jobs")
@@ -186,12 +186,18 @@ class WorkerCalls:
 
     def _completed(self, job: Job, raw: Any) -> tuple[str, list[Job], float | None]:
         """Decode a `complete.reserve` reply and mark `job` as no longer ours."""
-        reply = json.loads(raw)
+        reply = self.decode_reply(raw)
         worker = job._worker_arg()
         state = str(reply.get("state", "complete"))
         job._released(state, job.queue_name)
         jobs, wake = self._jobs_and_wake(reply, worker)
         return state, jobs, wake
+
+    @staticmethod
+    def decode_reply(raw: Any) -> dict[str, Any]:
+        """Decode a `complete.reserve` reply (both forms): state, jobs, wake."""
+        reply: dict[str, Any] = json.loads(raw)
+        return reply
 
     def reap(self, queues: Sequence[str] | None = None) -> list[str]:
         """Re-offer jobs whose lease expired in `queues` (all known queues if None).

@@ -4,7 +4,6 @@ on its own."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -12,6 +11,7 @@ import redis
 
 from django_qless.core.client import Client
 from django_qless.core.exceptions import InvalidArgument, LostLockError
+from django_qless.core.hotpath import WorkerCalls
 
 __all__: list[str] = []
 
@@ -33,13 +33,13 @@ def pop(lua: Any, queue: str, count: int, now: float = 1, worker: str = "worker"
 
 
 def states(raw: Any) -> list[str]:
-    """The per-job results of a paired reply."""
-    return str(json.loads(raw)["state"]).split(RS)
+    """The per-job results of a paired reply (decoded as the client does)."""
+    return str(WorkerCalls.decode_reply(raw)["state"]).split(RS)
 
 
 def reserved(raw: Any) -> list[str]:
     """The jids a complete.reserve reply reserved."""
-    jobs = json.loads(raw)["jobs"]
+    jobs = WorkerCalls.decode_reply(raw)["jobs"]
     return [j["jid"] for j in jobs] if jobs else []
 
 
