@@ -174,6 +174,50 @@ Q.mod.pop = function()
     if K.empty and ctx.cfgv[MARKS] ~= K.marks_tag then K.empty, K.nempty = nil, 0 end
   end
 
+  -- Queue lists held by id, across calls (a Redis 7 function keeps them; under EVALSHA they
+  -- last one call): a worker names the same up to 100 queues on every reserve, and sending,
+  -- parsing and checking them was most of what many queues cost a job (benchmarks/README.md,
+  -- "Many queues, session 7"). Names only, nothing read from Redis: a list stays right after
+  -- FLUSHALL or in another database; a reloaded library or another server holds none, and the
+  -- caller then resends. The caller derives the id from the names (the core client: a hash),
+  -- so two callers naming the same id mean the same list.
+  local lists, nlists = {}, 0
+  local MAX_LISTS = 256
+  local AT = string.byte('@')
+
+  -- The queues of reserve, reserve.wait and complete.reserve, from args[first..]: the names;
+  -- or `@<id>` and the names (held under id from now on); or `@<id>` alone, the list held
+  -- under id, an error if none is (raised before the call writes anything).
+  function Q.queue_list(args, first)
+    local id = args[first]
+    if id and id:byte(1) == AT then
+      if #id > 65 or not id:find('^@[%w_%-]+$') then
+        Q.fail('Arg "queue" invalid list id: ' .. id:sub(1, 80))
+      end
+      first = first + 1
+      if args[first] == nil then
+        local held = lists[id]
+        if held then return held end
+        Q.fail('queue list ' .. id .. ' is not held: send it with its queues')
+      end
+    else
+      id = nil
+    end
+    local queues = {}
+    for i = first, #args do queues[i - first + 1] = Q.queue(args[i]) end
+    if #queues == 0 then Q.fail('Arg "queue" missing') end
+    -- (empty queues cost no command once known: the marks above; so a worker names many)
+    if #queues > 100 then Q.fail('at most 100 queues') end
+    if id then
+      if not lists[id] then
+        if nlists >= MAX_LISTS then lists, nlists = {}, 0 end
+        nlists = nlists + 1
+      end
+      lists[id] = queues  -- (read only from now on: every user only iterates it)
+    end
+    return queues
+  end
+
   -- Expired locks of a queue: courtesy notice, re-dispatch or failure.
   -- Appends re-dispatched {jid, h} to `selected` and the jids it failed to `dead` (if given).
   local function invalidate(now, queue, count, selected, dead)

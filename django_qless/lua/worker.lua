@@ -10,6 +10,7 @@
 --   workers            [worker]                          -> JSON
 --   worker.deregister  worker...                         -> nil
 --   reserve            worker count queue...             -> JSON {"jobs": [...], "wake": w}
+--                      (queue...: names, `@<id>` names (held under id), or `@<id>`: pop.lua)
 --   reserve.wait       worker ttl count queue...         -> as reserve; when nothing is ready,
 --                      the worker waits for a hand-off on those queues for ttl s (handoff.lua)
 --   complete.reserve   jid worker queue data token count queue... -> JSON {"state", "jobs", "wake"}
@@ -103,14 +104,8 @@ Q.mod.worker = function()
     return math.max(0, best - now)
   end
 
-  local function queue_list(args, first)
-    local queues = {}
-    for i = first, #args do table.insert(queues, Q.queue(args[i])) end
-    if #queues == 0 then Q.fail('Arg "queue" missing') end
-    -- (empty queues cost no command once known: pop.lua's marks; so a worker names many)
-    if #queues > 100 then Q.fail('at most 100 queues') end
-    return queues
-  end
+  -- (names, or a list held by id: pop.lua)
+  local function queue_list(args, first) return Q.queue_list(args, first) end
 
   -- Pop up to `count` jobs from the queues in order; returns the reply table.
   local function reserve(now, worker, count, queues, reply)
