@@ -89,7 +89,10 @@ Q.mod.pop = function()
 
   local function set_mark(queue, due, at)
     local marks = K.empty
-    if not marks or K.nempty >= MAX_MARKS then marks = {}; K.empty = marks; K.nempty = 0 end
+    if not marks or K.nempty >= MAX_MARKS then
+      marks = {}; K.empty = marks; K.nempty = 0
+      K.mark_gen = (K.mark_gen or 0) + 1
+    end
     local tag = Q.cfgraw(MARKS)
     if not tag then
       -- No tag in ql:config (first mark, or the keyspace was flushed): write a new one, unique
@@ -106,6 +109,7 @@ Q.mod.pop = function()
     local m = marks[queue]
     if m then
       m.due, m.at = due, at
+      K.mark_gen = (K.mark_gen or 0) + 1  -- (a resume bound may rest on the old due)
     else
       marks[queue] = { due = due, at = at }
       K.nempty = K.nempty + 1
@@ -122,7 +126,34 @@ Q.mod.pop = function()
 
   local function drop_mark(queue)
     local marks = K.empty
-    if marks and marks[queue] then marks[queue] = nil end
+    if marks and marks[queue] then marks[queue] = nil; K.mark_gen = (K.mark_gen or 0) + 1 end
+  end
+
+  -- The index of the first of `queues` not known to be empty now (#queues + 1 if none).
+  -- Remembered on the list table (a held list is the same table on every call: Q.queue_list),
+  -- so the next call starts there instead of asking every mark before it again, as long as
+  -- no mark of the keyspace was dropped or changed since (K.mark_gen: every drop counts it,
+  -- here and in base.lua), the clock did not go back, and the earliest `due` of the skipped
+  -- marks is still ahead: then each of them still makes Q.known_empty true.
+  function Q.first_open(now, queues)
+    local marks = K.empty
+    if not marks then return 1 end
+    local i, untl = 1, math.huge
+    local rs = queues.rs
+    if rs and rs.k == K and rs.marks == marks and rs.gen == K.mark_gen and now >= rs.now
+        and now < rs.untl then
+      i, untl = rs.at, rs.untl
+    end
+    local n = #queues
+    while i <= n do
+      local m = Q.known_empty(now, queues[i])
+      if not m then break end
+      if m.due < untl then untl = m.due end
+      i = i + 1
+    end
+    if not rs then rs = {}; queues.rs = rs end
+    rs.k, rs.marks, rs.gen, rs.at, rs.now, rs.untl = K, marks, K.mark_gen, i, now, untl
+    return i
   end
 
   -- The field list of Q.pop_config, by completed job's queue ('' for none) and first queue to
@@ -138,11 +169,7 @@ Q.mod.pop = function()
     if queues[2] then
       -- (one queue: its fields cost no command of their own, and `pop`, the hand-off and
       -- the reaper, which never skip, name one)
-      local now = ctx.now
-      first = 0
-      for _, q in ipairs(queues) do
-        if not Q.known_empty(now, q) then first = q; break end
-      end
+      first = queues[Q.first_open(ctx.now, queues)] or 0
     end
     local by_queue = names_of[completing or '']
     local names = by_queue and by_queue[first]
@@ -171,7 +198,10 @@ Q.mod.pop = function()
       nnames = nnames + 1
     end
     Q.load_config(names)
-    if K.empty and ctx.cfgv[MARKS] ~= K.marks_tag then K.empty, K.nempty = nil, 0 end
+    if K.empty and ctx.cfgv[MARKS] ~= K.marks_tag then
+      K.empty, K.nempty = nil, 0
+      K.mark_gen = (K.mark_gen or 0) + 1
+    end
   end
 
   -- Queue lists held by id, across calls (a Redis 7 function keeps them; under EVALSHA they
@@ -213,7 +243,7 @@ Q.mod.pop = function()
         if nlists >= MAX_LISTS then lists, nlists = {}, 0 end
         nlists = nlists + 1
       end
-      lists[id] = queues  -- (read only from now on: every user only iterates it)
+      lists[id] = queues  -- (its entries read only from now on; Q.first_open adds `rs`)
     end
     return queues
   end

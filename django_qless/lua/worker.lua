@@ -111,8 +111,11 @@ Q.mod.worker = function()
   local function reserve(now, worker, count, queues, reply)
     local jobs = {}
     local left = count
-    for _, queue in ipairs(queues) do
+    -- (the queues before the first not known to be empty cost nothing, not even a look at
+    -- their marks when the last call over this held list saw them: pop.lua)
+    for i = queues[2] and Q.first_open(now, queues) or 1, #queues do
       if left <= 0 then break end
+      local queue = queues[i]
       -- (a queue known to be empty costs no Redis command: pop.lua)
       if not Q.known_empty(now, queue) then
         left = left - Q.pop_queue(now, queue, worker, left, true, jobs)

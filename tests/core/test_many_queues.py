@@ -409,3 +409,47 @@ def test_a_deferred_complete_and_reserve_resends_its_queues_after_a_reload(
     client.call("config.get", "heartbeat")  # (loads the engine again, without any list)
     state, more, _ = client.send_complete_and_reserve(job, LISTED).result()
     assert state == "complete" and [j.jid for j in more] == [second]
+
+
+def test_a_held_list_resumes_after_its_known_empty_queues_and_keeps_the_order(
+        lua: Any, r: redis.Redis) -> None:
+    """The scan of a held list starts after the queues the last call saw known empty; a job
+    made ready in one of them (put, a due scheduled job, a direct write once its bound
+    passes) is still reserved before the later queues' jobs."""
+    needs_memory(lua)
+    names = ["a", "b", "c", "d"]
+    for i in range(7):
+        put(lua, "d", f"d{i}", 99 + i / 100)
+    reserve(lua, 100, "@l", *names)  # a, b, c drained (known empty), d0 taken
+    assert jids(reserve(lua, 100.01, "@l")) == ["d1"]
+    put(lua, "b", "b-put", 100.02)
+    assert jids(reserve(lua, 100.03, "@l")) == ["b-put"]
+    assert jids(reserve(lua, 100.04, "@l")) == ["d2"]  # (b drained again)
+    assert jids(reserve(lua, 100.05, "@l")) == ["d3"]  # (resumes at d)
+    put(lua, "c", "c-later", 100.06, delay=0.1)
+    assert jids(reserve(lua, 100.07, "@l")) == ["d4"]
+    assert jids(reserve(lua, 100.16, "@l")) == ["c-later"]
+    assert jids(reserve(lua, 100.17, "@l")) == ["d5"]
+    # a stock writer's job in a: seen once a's bound (at most 1 s) passes
+    r.zadd("ql:q:a-work", {"d6": 0})
+    r.zrem("ql:q:d-work", "d6")
+    r.hset("ql:j:d6", "queue", "a")
+    put(lua, "d", "d7", 100.2)
+    assert jids(reserve(lua, 100.3, "@l")) == ["d7"]
+    assert jids(reserve(lua, 101.5, "@l")) == ["d6"]
+
+
+def test_a_held_list_rescans_when_the_clock_goes_back(lua: Any, r: redis.Redis) -> None:
+    """A caller whose clock is behind the last call's does not resume past a mark it would
+    not trust (one more than the horizon ahead of its `now`)."""
+    needs_memory(lua)
+    for i in range(3):
+        put(lua, "b", f"j{i}", 99 + i / 10)
+    put(lua, "other", "x", 99)
+    assert jids(reserve(lua, 100, "@l2", "a", "b")) == ["j0"]  # a known empty until 101
+    assert jids(reserve(lua, 100.9, "@l2")) == ["j1"]  # (resumes at b)
+    # a stock writer's job in a, then a caller 1 s behind: a's mark (101) is beyond 99.9 + 1
+    r.zrem("ql:q:other-work", "x")
+    r.zadd("ql:q:a-work", {"x": 0})
+    r.hset("ql:j:x", "queue", "a")
+    assert jids(reserve(lua, 99.9, "@l2")) == ["x"]
