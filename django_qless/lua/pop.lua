@@ -6,6 +6,9 @@
 --@ command peek
 --@ command reap throttle samples
 --
+-- Helpers for worker.lua's reserves: the known-empty marks and the queue lists held by id
+-- (Q.queue_list, Q.first_open; docs/engine.md).
+--
 -- Commands (after `now`):
 --   pop          queue worker count                 -> JSON array of job objects
 --   peek         queue count [offset]               -> JSON array of job objects
