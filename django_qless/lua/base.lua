@@ -247,6 +247,26 @@ function Q.mfield(kind, queue) return '#' .. kind .. ':' .. queue end
 -- (qless-core during a rolling switch, a restore, a repair script) are seen within it.
 Q.HORIZON = 1
 
+-- The keyspace's generation tag: the hidden config field `#marks`, written when missing (the
+-- first call that needs it, or the keyspace was flushed) with a text unique to this engine
+-- instance (the address of a table it keeps) and generation. Engine state kept in memory
+-- across calls (pop.lua's known-empty marks, samples.lua's held statistics) is kept under
+-- the tag it was made with and counts only while ql:config still holds that tag, so a
+-- FLUSHALL, FLUSHDB or a deleted ql:config ends it, and one database's state never passes
+-- for another's (one Lua state serves them all).
+function Q.generation()
+  local tag = Q.cfgraw('#marks')
+  if not tag then
+    K.marks_anchor = K.marks_anchor or {}
+    K.nmarks = (K.nmarks or 0) + 1
+    tag = tostring(K.marks_anchor):gsub('^table: ', '') .. '/' .. K.nmarks .. '/'
+      .. string.format('%.17g', ctx.now)
+    rcall('HSET', K.config, '#marks', tag)
+    ctx.cfgv['#marks'] = tag
+  end
+  return tag
+end
+
 -- Raw stored config value (false if unset), without defaults.
 function Q.cfgraw(name)
   local cache = ctx.cfgv
