@@ -145,7 +145,10 @@ Q.mod.pop = function()
       if m.due < untl then untl = m.due end
       i = i + 1
     end
-    if not rs then rs = {}; queues.rs = rs end
+    if not rs then
+      if not queues.held then return i end  -- (a list of this call only: nothing to keep)
+      rs = {}; queues.rs = rs
+    end
     rs.k, rs.marks, rs.gen, rs.at, rs.now, rs.untl = K, marks, K.mark_gen, i, now, untl
     return i
   end
@@ -237,6 +240,7 @@ Q.mod.pop = function()
         if nlists >= MAX_LISTS then lists, nlists = {}, 0 end
         nlists = nlists + 1
       end
+      queues.held = true
       lists[id] = queues  -- (its entries read only from now on; Q.first_open adds `rs`)
     end
     return queues
