@@ -7,9 +7,10 @@ channel's `defer`.
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Collection, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Collection, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 
@@ -19,6 +20,7 @@ from .job import Job
 from .serialization import as_list, check_int, check_name, check_number, check_worker, num
 
 if TYPE_CHECKING:
+    from .channel import Pending
     from .client import Client
 
 __all__ = ["EARLIER_MAX", "RESERVE_QUEUES_MAX", "WorkerCalls"]
@@ -30,18 +32,55 @@ EARLIER_MAX = 16
 # Separates the per-job results in the state of a paired complete.reserve reply.
 _RS = "\x1e"
 
+# The engine's reply when it holds no list under the id sent (pop.lua, Q.queue_list).
+_NOT_HELD = "is not held: send it with its queues"
+# Misses in a row after which a client stops naming lists by id (an engine that keeps
+# nothing across calls, e.g. a script-only proxy in front of Redis 7).
+_MISSES_MAX = 3
+
+T = TypeVar("T")
+
+
+def list_id(names: Sequence[str]) -> str:
+    """Return the id the engine holds a queue list under: a hash of the names, in order."""
+    digest = hashlib.blake2b("\n".join(names).encode(), digest_size=12).hexdigest()
+    return f"@{digest}"
+
+
+class _Resending:
+    """A deferred call's reply; on a list miss, the call again with the list's names."""
+
+    __slots__ = ("_pending", "_resend")
+
+    def __init__(self, pending: Pending, resend: Callable[[QlessError], Any]) -> None:
+        self._pending = pending
+        self._resend = resend
+
+    def reply(self) -> Any:
+        """Read the reply; after a miss, return the resent call's reply."""
+        try:
+            return self._pending.reply()
+        except QlessError as exc:
+            return self._resend(exc)
+
 
 class WorkerCalls:
     """reserve / complete_and_reserve / reap for one client."""
 
-    __slots__ = ("_client", "_checked_queues")
+    __slots__ = ("_client", "_checked_queues", "_ids", "_held", "_misses")
 
     def __init__(self, client: Client) -> None:
         self._client = client
         self._checked_queues: dict[tuple[str, ...], tuple[str, ...]] = {}
+        # checked list -> list_id(list), or None when sent once
+        self._ids: dict[tuple[str, ...], str | None] = {}
+        # Ids of the lists this client sent with their names (the engine holds them, unless
+        # it restarted, reloaded, failed over or keeps nothing across calls: then it says so).
+        self._held: dict[str, tuple[str, ...]] = {}
+        self._misses = 0  # list misses in a row
 
-    def _reserve_args(self, queues: Sequence[str], count: int) -> list[str]:
-        """Validate the queue list and count of reserve/complete.reserve."""
+    def _checked(self, queues: Sequence[str]) -> tuple[str, ...]:
+        """Validate a reserve's queue list (each distinct list once)."""
         if isinstance(queues, str):
             queues = [queues]
         key = tuple(queues)
@@ -57,7 +96,57 @@ class WorkerCalls:
                     f"queues must name 1 to {RESERVE_QUEUES_MAX} queues, got {len(names)}")
             if len(self._checked_queues) < 64:
                 self._checked_queues[key] = names  # hashable: every entry is a valid name
-        return [str(count), *names]
+        return names
+
+    def _queue_args(self, names: tuple[str, ...]) -> list[str]:
+        """Encode a queue list: by id once the engine holds it, else with its names.
+
+        Only where the engine keeps state across calls (a Redis 7 function); under EVALSHA
+        every call would miss.
+        """
+        if len(names) < 2 or self._misses >= _MISSES_MAX or self._client.channel.mode == "script":
+            return list(names)
+        ident = self._ids.get(names)
+        if ident is None:
+            # The first time as names only: a list that changes on every call (the shuffled
+            # reserver) is never hashed nor held; the second time with an id.
+            if names not in self._ids:
+                if len(self._ids) >= 64:
+                    self._ids.clear()
+                self._ids[names] = None
+                return list(names)
+            ident = self._ids[names] = list_id(names)
+        if ident in self._held:
+            return [ident]
+        if len(self._held) >= 256:
+            self._held.clear()
+        self._held[ident] = names
+        return [ident, *names]
+
+    def _missed(self, exc: QlessError, args: Sequence[str]) -> list[str]:
+        """Return `args` with the list's names after a list miss (else raise `exc`)."""
+        ident = args[-1] if args else ""
+        names = self._held.get(ident)
+        if names is None or not ident.startswith("@") or _NOT_HELD not in str(exc):
+            raise exc
+        self._misses += 1
+        return [*args, *names]
+
+    def _call_list(self, call: Callable[[list[str]], T], args: list[str]) -> T:
+        """Run `call(args)`; after a list miss, once more with the list's names."""
+        try:
+            result = call(args)
+        except QlessError as exc:
+            return call(self._missed(exc, args))
+        if self._misses and len(args[-1]) > 1 and args[-1].startswith("@"):
+            self._misses = 0  # a hit
+        return result
+
+    def _reserve_args(self, queues: Sequence[str], count: int) -> list[str]:
+        """Validate and encode the queue list and count of reserve/complete.reserve."""
+        names = self._checked(queues)
+        # (complete.reserve with count 0 reads no list)
+        return [str(count), *(self._queue_args(names) if count else names)]
 
     def _jobs_and_wake(self, reply: dict[str, Any], worker: str) -> tuple[list[Job], float | None]:
         """Build Jobs from a reserve reply; wake is None if jobs came or nothing is due."""
@@ -86,15 +175,19 @@ class WorkerCalls:
                 raise InvalidArgument(f"wait must be > 0, got {wait!r}")
             command = "reserve.wait"
             args = [num(wait), *args]
+
+        def call(argv: list[str]) -> Any:
+            return client.call_json(command, name, *argv)
+
         try:
-            reply = client.call_json(command, name, *args)
+            reply = self._call_list(call, args)
         except QlessConnectionError:
             # The lost call may have run and handed `name` jobs it never heard of: take those
             # (running for `name`, not in `holding`) instead of popping more. None held: the
             # call popped nothing, so reserving again is safe. A second error is raised.
             orphans = [j for j in client.workers[name]["jobs"] if j not in holding]
             if not orphans:
-                reply = client.call_json(command, name, *args)
+                reply = self._call_list(call, args)
                 return self._jobs_and_wake(reply, name)
             found = as_list(client.call_json("multiget", *orphans[:count]))
             return [Job(client, d, owner=name) for d in found if d.get("worker") == name], None
@@ -109,7 +202,9 @@ class WorkerCalls:
     ) -> tuple[str, list[Job], float | None]:
         """Complete `job` and reserve the next jobs in one round trip."""
         args = self._complete_reserve_args(job, queues, count)
-        return self._completed(job, self._client.call_replayable("complete.reserve", *args))
+        client = self._client
+        raw = self._call_list(lambda argv: client.call_replayable("complete.reserve", *argv), args)
+        return self._completed(job, raw)
 
     def send_complete_and_reserve(
         self, job: Job, queues: Sequence[str], count: int = 1
@@ -119,8 +214,13 @@ class WorkerCalls:
         Lets a worker run a job it already holds while Redis completes the previous one.
         """
         args = self._complete_reserve_args(job, queues, count)
-        pending = self._client.channel.defer(("complete.reserve", repr(self._client.now()), *args))
-        return DeferredCall(pending, lambda raw: self._completed(job, raw))
+        client = self._client
+        pending = client.channel.defer(("complete.reserve", repr(client.now()), *args))
+
+        def resend(exc: QlessError) -> Any:
+            return client.call_replayable("complete.reserve", *self._missed(exc, args))
+
+        return DeferredCall(_Resending(pending, resend), lambda raw: self._completed(job, raw))
 
     def complete_many_and_reserve(
         self, jobs: Sequence[Job], queues: Sequence[str], count: int = 1
@@ -132,7 +232,8 @@ class WorkerCalls:
         argument refuses the whole call: raised, and nothing was written.
         """
         args = self._complete_many_args(jobs, queues, count)
-        raw = self._client.call_replayable("complete.reserve", *args)
+        client = self._client
+        raw = self._call_list(lambda argv: client.call_replayable("complete.reserve", *argv), args)
         return self._completed_many(jobs, raw)
 
     def send_complete_many(
@@ -140,8 +241,15 @@ class WorkerCalls:
     ) -> DeferredCall[tuple[list[str | QlessError], list[Job], float | None]]:
         """Send `complete_many_and_reserve` now; its `result()` reads the reply later, once."""
         args = self._complete_many_args(jobs, queues, count)
-        pending = self._client.channel.defer(("complete.reserve", repr(self._client.now()), *args))
-        return DeferredCall(pending, lambda raw: self._completed_many(jobs, raw))
+        client = self._client
+        pending = client.channel.defer(("complete.reserve", repr(client.now()), *args))
+
+        def resend(exc: QlessError) -> Any:
+            # (a list held by id that the engine lost: refused before any write, sent again)
+            return client.call_replayable("complete.reserve", *self._missed(exc, args))
+
+        return DeferredCall(_Resending(pending, resend),
+                            lambda raw: self._completed_many(jobs, raw))
 
     def _complete_many_args(
         self, jobs: Sequence[Job], queues: Sequence[str], count: int

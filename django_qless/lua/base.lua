@@ -289,7 +289,10 @@ function Q.lower_due(queue, at, slack)
   -- A known-empty mark (pop.lua) ends with a new timer; a renewed lease only moves one later.
   local marks = K.empty
   local m = marks and marks[queue]
-  if m and (slack ~= false or at < m.due) then marks[queue] = nil end
+  if m and (slack ~= false or at < m.due) then
+    marks[queue] = nil
+    K.mark_gen = (K.mark_gen or 0) + 1  -- (pop.lua, Q.first_open)
+  end
   if slack ~= false then Q.note_timer(queue, at, slack) end
 end
 
@@ -358,7 +361,7 @@ end
 -- Note that jobs became ready in a queue; published once per call (Q.flush_wake).
 function Q.wake(queue)
   local marks = K.empty  -- (the queue is no longer known empty: pop.lua)
-  if marks and marks[queue] then marks[queue] = nil end
+  if marks and marks[queue] then marks[queue] = nil; K.mark_gen = (K.mark_gen or 0) + 1 end
   if not ctx.woken[queue] then
     ctx.woken[queue] = true
     tinsert(ctx.woken_list, queue)

@@ -10,6 +10,7 @@
 --   workers            [worker]                          -> JSON
 --   worker.deregister  worker...                         -> nil
 --   reserve            worker count queue...             -> JSON {"jobs": [...], "wake": w}
+--                      (queue...: names, `@<id>` names (held under id), or `@<id>`: pop.lua)
 --   reserve.wait       worker ttl count queue...         -> as reserve; when nothing is ready,
 --                      the worker waits for a hand-off on those queues for ttl s (handoff.lua)
 --   complete.reserve   jid worker queue data token count queue... -> JSON {"state", "jobs", "wake"}
@@ -108,21 +109,18 @@ Q.mod.worker = function()
     return math.max(0, best - now)
   end
 
-  local function queue_list(args, first)
-    local queues = {}
-    for i = first, #args do table.insert(queues, Q.queue(args[i])) end
-    if #queues == 0 then Q.fail('Arg "queue" missing') end
-    -- (empty queues cost no command once known: pop.lua's marks; so a worker names many)
-    if #queues > 100 then Q.fail('at most 100 queues') end
-    return queues
-  end
+  -- (names, or a list held by id: pop.lua)
+  local function queue_list(args, first) return Q.queue_list(args, first) end
 
   -- Pop up to `count` jobs from the queues in order; returns the reply table.
   local function reserve(now, worker, count, queues, reply)
     local jobs = {}
     local left = count
-    for _, queue in ipairs(queues) do
+    -- (the queues before the first not known to be empty cost nothing, not even a look at
+    -- their marks when the last call over this held list saw them: pop.lua)
+    for i = queues[2] and Q.first_open(now, queues) or 1, #queues do
       if left <= 0 then break end
+      local queue = queues[i]
       -- (a queue known to be empty costs no Redis command: pop.lua)
       if not Q.known_empty(now, queue) then
         left = left - Q.pop_queue(now, queue, worker, left, true, jobs)

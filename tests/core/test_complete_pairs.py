@@ -194,3 +194,28 @@ def test_client_pair_last_lost(client: Client) -> None:
     assert results[0] == "complete"
     assert isinstance(results[1], LostLockError)
     assert client.jobs[first.jid].state == "complete"
+
+
+@pytest.mark.parametrize("deferred", [False, True])
+def test_a_pair_resends_its_queues_after_the_engine_forgot_the_list(
+    client: Client, r: redis.Redis, deferred: bool
+) -> None:
+    """A queue list named by id (held by the engine) that the engine lost: the paired call is
+    refused before any write and sent again with the names."""
+    listed = ["p0", "p1", "p2"]
+    for _ in range(3):  # (names, then id and names, then the id alone)
+        assert client.reserve(listed, 1, worker="w")[0] == []
+    client.call("config.get", "heartbeat")  # (decides how the engine is called)
+    if client.channel.mode == "script":
+        pytest.skip("no lists held across calls under EVALSHA")
+    queue = client.queues["p1"]
+    jids = [queue.put("klass", {}, jid=f"j{n}", priority=3 - n) for n in range(3)]
+    first, second = client.reserve(listed, 2, worker="w")[0]
+    r.function_flush()
+    client.call("config.get", "heartbeat")  # (loads the engine again, without any list)
+    if deferred:
+        results, more, _ = client.send_complete_many([first, second], listed, 1).result()
+    else:
+        results, more, _ = client.complete_many_and_reserve([first, second], listed, 1)
+    assert results == ["complete", "complete"]
+    assert [j.jid for j in more] == [jids[2]]
