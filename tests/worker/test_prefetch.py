@@ -2,7 +2,8 @@
 
 The worker sends a short job's completion without waiting and runs the job it holds while
 Redis works. What must hold: every job runs once; the worker never holds more than one job
-beyond the one it runs (plus one whose completion is on its way); a long job hands the held
+beyond the one it runs (two while a completion is kept for the next call, test_pairs.py;
+plus one whose completion is on its way); a long job hands the held
 job back without spending its retry; max_jobs and `prefetch=False` are honoured; and a child
 that dies gives back, through its supervisor, the job it held ahead.
 """
