@@ -250,10 +250,13 @@ Q.mod.worker = function()
       { jid = jid, worker = worker, queue = queue, data = data, token = token }))
     if not lost then completed = completed + 1 end
     -- (the dashboard's count, workerinfo.lua; '1' as text: redis.call formats a number with printf)
-    local done = rcall('HINCRBY', KP .. 'w:' .. worker .. ':info', 'done',
-      completed == 1 and '1' or tostring(completed))
-    local skip = registry_fresh(now, worker, done, completed)
-    if skip then ctx.worker_seen = true end
+    local done, skip
+    if completed > 0 then  -- (none: every job of a paired call lost; no info hash made)
+      done = rcall('HINCRBY', KP .. 'w:' .. worker .. ':info', 'done',
+        completed == 1 and '1' or tostring(completed))
+      skip = registry_fresh(now, worker, done, completed)
+      if skip then ctx.worker_seen = true end
+    end
     local reply = { state = state }
     if count == 0 then
       reply.jobs = {}
@@ -261,7 +264,7 @@ Q.mod.worker = function()
     else
       reserve(now, worker, count, queues, reply)
     end
-    registry_note(now, worker, done, skip)
+    if done then registry_note(now, worker, done, skip) end
     return encode_reply(reply)
   end }
 end
