@@ -7,7 +7,6 @@ channel's `defer`.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +14,7 @@ from .deferred import DeferredCall
 from .exceptions import InvalidArgument, QlessConnectionError
 from .job import Job
 from .serialization import as_list, check_int, check_name, check_number, check_worker, num
+from .worker_reply import decode_worker_reply
 
 if TYPE_CHECKING:
     from .client import Client
@@ -54,8 +54,8 @@ class WorkerCalls:
         return [str(count), *names]
 
     def _jobs_and_wake(self, reply: dict[str, Any], worker: str) -> tuple[list[Job], float | None]:
-        """Build Jobs from a reserve reply; wake is None if jobs came or nothing is due."""
-        jobs = [Job(self._client, d, owner=worker) for d in as_list(reply.get("jobs"))]
+        """Build Jobs from a decoded reserve reply; wake is None if jobs came or nothing is due."""
+        jobs = [Job(self._client, d, owner=worker) for d in reply["jobs"]]
         wake = reply.get("wake")
         return jobs, (None if wake is None or wake < 0 else float(wake))
 
@@ -81,14 +81,14 @@ class WorkerCalls:
             command = "reserve.wait"
             args = [num(wait), *args]
         try:
-            reply = client.call_json(command, name, *args)
+            reply = decode_worker_reply(client.call(command, name, *args))
         except QlessConnectionError:
             # The lost call may have run and handed `name` jobs it never heard of: take those
             # (running for `name`, not in `holding`) instead of popping more. None held: the
             # call popped nothing, so reserving again is safe. A second error is raised.
             orphans = [j for j in client.workers[name]["jobs"] if j not in holding]
             if not orphans:
-                reply = client.call_json(command, name, *args)
+                reply = decode_worker_reply(client.call(command, name, *args))
                 return self._jobs_and_wake(reply, name)
             found = as_list(client.call_json("multiget", *orphans[:count]))
             return [Job(client, d, owner=name) for d in found if d.get("worker") == name], None
@@ -123,7 +123,7 @@ class WorkerCalls:
 
     def _completed(self, job: Job, raw: Any) -> tuple[str, list[Job], float | None]:
         """Decode a `complete.reserve` reply and mark `job` as no longer ours."""
-        reply = json.loads(raw)
+        reply = decode_worker_reply(raw)
         worker = job._worker_arg()
         state = str(reply.get("state", "complete"))
         job._released(state, job.queue_name)

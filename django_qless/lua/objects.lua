@@ -93,6 +93,43 @@ Q.mod.objects = function()
     return obj
   end
 
+  -- The worker's calls (reserve, reserve.wait, complete.reserve) reply with a flat array
+  -- instead of JSON: a header, then Q.JOB_FIELDS strings per job, the stored texts as they
+  -- are (docs/engine.md, "The worker's replies"). The client derives what `job_object`
+  -- would (defaults, numbers as cjson prints them with %.14g, the list forms of tags and
+  -- throttles), so building the Lua table and its cjson encode are saved. The header's first
+  -- entry names the shape: a client that does not know it refuses the reply.
+  Q.REPLY_SHAPE = 'qless-flat-1'
+  Q.JOB_FIELDS = 13
+
+  -- A reply's header: shape, state of the completed job ('' for none), wake ('' while jobs
+  -- follow; set by the caller), the worker every job in the reply is running for.
+  function Q.flat_reply(state, worker)
+    return { Q.REPLY_SHAPE, state or '', '', worker }
+  end
+
+  -- Append a running job's Q.JOB_FIELDS entries to a flat reply (state 'running' and the
+  -- worker are the header's). `expires`: the lock expiry as text.
+  function Q.job_fields(out, jid, h, tracked, expires)
+    local n = #out
+    local remaining = h.remaining
+    -- (a pop that spent a retry holds it as a number: %.14g, as cjson would print it)
+    if type(remaining) == 'number' then remaining = tostring(remaining) end
+    out[n + 1] = jid
+    out[n + 2] = h.klass or ''
+    out[n + 3] = h.queue or ''
+    out[n + 4] = expires or ''
+    out[n + 5] = h.data or '{}'
+    out[n + 6] = h.priority or ''
+    out[n + 7] = h.tags or ''
+    out[n + 8] = h.retries or ''
+    out[n + 9] = remaining or ''
+    out[n + 10] = h.failure or ''
+    out[n + 11] = tracked and '1' or ''
+    out[n + 12] = h.throttles or ''
+    out[n + 13] = h.spawned_from_jid or ''
+  end
+
   -- Full job object for a jid, or nil.
   function Q.get(jid)
     local h = Q.read(jid, Q.ALL)
