@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 from .exceptions import QlessError
@@ -24,6 +25,7 @@ _FIELDS = 13  # per job, in objects.lua's Q.job_fields order
 
 # C's isspace, which Lua's tonumber skips around a number (Python's float() skips more).
 _C_SPACE = " \t\n\v\f\r"
+_PLAIN = re.compile(r"-?[0-9]+(?:\.[0-9]+)?\Z").match
 
 # (cjson takes control characters inside strings as they are; json's strict mode refuses them)
 _DECODE = json.JSONDecoder(strict=False).decode
@@ -31,8 +33,10 @@ _DECODE = json.JSONDecoder(strict=False).decode
 
 def lua_number(text: str) -> float | None:
     """Return what Lua's `tonumber` makes of a stored text, or None where it gives nil."""
-    if text.isdigit() and text.isascii():
-        return float(text)
+    if _PLAIN(text):
+        return float(text)  # the usual texts: what the engine writes
+    if not text:
+        return None
     s = text.strip(_C_SPACE)
     # (Python's float() also takes '_' separators and non-ASCII digits; Lua does not)
     if not s or not s.isascii() or "_" in s or s.strip() != s:
@@ -110,28 +114,29 @@ def _table(text: str) -> Any:
 
 def _job(worker: str, f: list[str]) -> dict[str, Any]:
     """Build the lean job object of one job's fields."""
-    remaining = lua_number(f[8])
-    if remaining is None:
-        remaining = lua_number(f[7]) or 0.0
-    if math.isfinite(remaining):
-        remaining = float(math.floor(remaining))  # (job_object floors it)
-    tags, throttles = _table(f[6]), _table(f[11])
+    (jid, klass, queue, expires, data, priority, tags, retries, remaining, failure, tracked,
+     throttles, spawned) = f
+    left = lua_number(remaining) if remaining else None
+    if left is None:
+        left = lua_number(retries) or 0.0
+    if math.isfinite(left):
+        left = float(math.floor(left))  # (job_object floors it)
     return {
-        "jid": f[0],
-        "klass": f[1],
+        "jid": jid,
+        "klass": klass,
         "state": "running",
-        "queue": f[2],
+        "queue": queue,
         "worker": worker,
-        "tracked": f[10] == "1",
-        "priority": _stored_number(f[5]),
-        "expires": _printed(lua_number(f[3]) or 0.0),
-        "retries": _stored_number(f[7]),
-        "remaining": _printed(remaining),
-        "data": f[4],
-        "tags": tags or [],
-        "failure": _table(f[9]) or {},
-        "spawned_from_jid": f[12] or False,
-        "throttles": throttles or [],
+        "tracked": tracked == "1",
+        "priority": _stored_number(priority) if priority else 0,
+        "expires": _printed(lua_number(expires) or 0.0),
+        "retries": _stored_number(retries),
+        "remaining": _printed(left),
+        "data": data,
+        "tags": (_table(tags) or []) if tags else [],
+        "failure": (_table(failure) or {}) if failure else {},
+        "spawned_from_jid": spawned or False,
+        "throttles": (_table(throttles) or []) if throttles else [],
     }
 
 
