@@ -1,7 +1,8 @@
 """Decode the flat replies of the worker's engine calls (reserve, reserve.wait, complete.reserve).
 
 The engine sends these as a Redis array instead of JSON (objects.lua, `Q.flat_reply`): a
-header, then 13 stored texts per job. This module turns one into the job objects `get`
+header, then per job its 13 stored texts joined by U+001F (an array of them when one holds
+that character). This module turns one into the job objects `get`
 would report for the same jobs without their history and dependency lists (a Job loads those
 on first use): the same defaults, numbers as the engine's cjson prints them (14 significant
 digits), tags and throttles as lists (docs/engine.md, "The worker's replies").
@@ -19,9 +20,10 @@ from .exceptions import QlessError
 __all__ = ["REPLY_SHAPE", "decode_worker_reply"]
 
 # The header's first entry (objects.lua's Q.REPLY_SHAPE): the layout below.
-REPLY_SHAPE = "qless-flat-1"
+REPLY_SHAPE = "qless-flat-2"
 _HEADER = 4  # shape, state of the completed job, wake, worker
 _FIELDS = 13  # per job, in objects.lua's Q.job_fields order
+_SEP = "\x1f"  # joins a job's fields (an array instead when a field holds it)
 
 # C's isspace, which Lua's tonumber skips around a number (Python's float() skips more).
 _C_SPACE = " \t\n\v\f\r"
@@ -152,14 +154,17 @@ def decode_worker_reply(reply: Any) -> dict[str, Any]:
         raise QlessError(
             f"the engine replied in a shape this client does not know ({shown}): "
             f"expected a {REPLY_SHAPE!r} array (engine and client must be the same version)")
-    body = len(reply) - _HEADER
-    if body % _FIELDS:
-        raise QlessError(f"malformed {REPLY_SHAPE!r} reply: {body} job fields")
     state, wake, worker = reply[1], reply[2], reply[3]
     out: dict[str, Any] = {}
     if state:
         out["state"] = state
-    out["jobs"] = [_job(worker, reply[i:i + _FIELDS]) for i in range(_HEADER, len(reply), _FIELDS)]
+    jobs: list[dict[str, Any]] = []
+    out["jobs"] = jobs
+    for entry in reply[_HEADER:]:
+        fields = entry.split(_SEP) if isinstance(entry, str) else entry
+        if not isinstance(fields, list) or len(fields) != _FIELDS:
+            raise QlessError(f"malformed {REPLY_SHAPE!r} reply: a job entry {entry!r:.80}")
+        jobs.append(_job(worker, fields))
     if wake != "":
         out["wake"] = _printed(lua_number(wake) or 0.0)
     return out

@@ -94,13 +94,14 @@ Q.mod.objects = function()
   end
 
   -- The worker's calls (reserve, reserve.wait, complete.reserve) reply with a flat array
-  -- instead of JSON: a header, then Q.JOB_FIELDS strings per job, the stored texts as they
-  -- are (docs/engine.md, "The worker's replies"). The client derives what `job_object`
-  -- would (defaults, numbers as cjson prints them with %.14g, the list forms of tags and
-  -- throttles), so building the Lua table and its cjson encode are saved. The header's first
-  -- entry names the shape: a client that does not know it refuses the reply.
-  Q.REPLY_SHAPE = 'qless-flat-1'
-  Q.JOB_FIELDS = 13
+  -- instead of JSON: a header, then one entry per job holding its Q.JOB_FIELDS stored texts
+  -- as they are (docs/engine.md, "The worker's replies"). The client derives what
+  -- `job_object` would (defaults, numbers as cjson prints them with %.14g, the list forms of
+  -- tags and throttles), so building the Lua table and its cjson encode are saved. The
+  -- header's first entry names the shape: a client that does not know it refuses the reply.
+  Q.REPLY_SHAPE = 'qless-flat-2'
+  local SEP = '\31'  -- (unit separator: JSON text and validated names hold none)
+  local find = string.find
 
   -- A reply's header: shape, state of the completed job ('' for none), wake ('' while jobs
   -- follow; set by the caller), the worker every job in the reply is running for.
@@ -108,26 +109,29 @@ Q.mod.objects = function()
     return { Q.REPLY_SHAPE, state or '', '', worker }
   end
 
-  -- Append a running job's Q.JOB_FIELDS entries to a flat reply (state 'running' and the
-  -- worker are the header's). `expires`: the lock expiry as text.
+  -- Append a running job's entry to a flat reply (state 'running' and the worker are the
+  -- header's). `expires`: the lock expiry as text. The entry is one string, the fields
+  -- joined by SEP (one concatenation; a Redis reply element per field costs ~1.3k
+  -- instructions), or, when a field holds SEP itself, an array of the fields.
   function Q.job_fields(out, jid, h, tracked, expires)
-    local n = #out
     local remaining = h.remaining
     -- (a pop that spent a retry holds it as a number: %.14g, as cjson would print it)
     if type(remaining) == 'number' then remaining = tostring(remaining) end
-    out[n + 1] = jid
-    out[n + 2] = h.klass or ''
-    out[n + 3] = h.queue or ''
-    out[n + 4] = expires or ''
-    out[n + 5] = h.data or '{}'
-    out[n + 6] = h.priority or ''
-    out[n + 7] = h.tags or ''
-    out[n + 8] = h.retries or ''
-    out[n + 9] = remaining or ''
-    out[n + 10] = h.failure or ''
-    out[n + 11] = tracked and '1' or ''
-    out[n + 12] = h.throttles or ''
-    out[n + 13] = h.spawned_from_jid or ''
+    local klass, queue, data, priority = h.klass or '', h.queue or '', h.data or '{}',
+      h.priority or ''
+    local tags, retries, failure, throttles = h.tags or '', h.retries or '', h.failure or '',
+      h.throttles or ''
+    local spawned, mark = h.spawned_from_jid or '', tracked and '1' or ''
+    remaining, expires = remaining or '', expires or ''
+    if find(jid .. klass .. queue .. expires .. data .. priority .. tags .. retries
+        .. remaining .. failure .. throttles .. spawned, SEP, 1, true) then
+      out[#out + 1] = { jid, klass, queue, expires, data, priority, tags, retries, remaining,
+        failure, mark, throttles, spawned }
+    else
+      out[#out + 1] = jid .. SEP .. klass .. SEP .. queue .. SEP .. expires .. SEP .. data
+        .. SEP .. priority .. SEP .. tags .. SEP .. retries .. SEP .. remaining .. SEP
+        .. failure .. SEP .. mark .. SEP .. throttles .. SEP .. spawned
+    end
   end
 
   -- Full job object for a jid, or nil.

@@ -40,11 +40,19 @@ def clock() -> FakeClock:
     return FakeClock(1_790_000_000.123456)
 
 
+def decoded(job: Job) -> Any:
+    """The job's data, or the error decoding it raises (the same for both Jobs)."""
+    try:
+        return job.data
+    except ValueError as exc:
+        return repr(exc)
+
+
 def attributes(job: Job) -> dict[str, Any]:
     """Every attribute a Job exposes (history and dependency lists load on first use)."""
     return {
         "jid": job.jid, "klass": job.klass_name, "queue": job.queue_name,
-        "raw_data": job.raw_data, "data": job.data, "priority": job.priority,
+        "raw_data": job.raw_data, "data": decoded(job), "priority": job.priority,
         "tags": job.tags, "state": job.state, "worker": job.worker_name,
         "expires": job.expires_at, "retries": job.retries,
         "original_retries": job.original_retries, "failure": job.failure,
@@ -170,6 +178,8 @@ ODD_FIELDS = [
     ("failure", "[1, 2]"), ("failure", "[]"), ("failure", "{}"), ("failure", "bad"),
     ("spawned_from_jid", ""), ("klass", "K\u00e9\u2603"),
     ("data", '{"a": "\u00e9", "b": 1e400}'),
+    # (a field holding the separator of a job's fields: that job comes as an array)
+    ("data", '{"a": "x\x1fy"}'), ("klass", "K\x1fK"), ("tags", '["a\x1fb"]'),
 ]
 
 
@@ -201,7 +211,7 @@ def test_unprintable_number_fails_clearly(client: Client, r: redis.Redis) -> Non
 def test_reply_of_another_shape_is_refused() -> None:
     """A reply this client does not know the shape of is refused, never guessed at."""
     for reply in ('{"jobs": [], "wake": -1}', ["qless-flat-0", "", "-1", "w"],
-                  [REPLY_SHAPE, "", "", "w", "a"], None):
+                  [REPLY_SHAPE, "", "", "w", "a\x1fb"], [REPLY_SHAPE, "", "", "w", ["a"]], None):
         with pytest.raises(QlessError, match="shape|malformed"):
             decode_worker_reply(reply)
 
