@@ -2,10 +2,10 @@
 
 The engine sends these as a Redis array instead of JSON (objects.lua, `Q.flat_reply`): a
 header, then per job its 13 stored texts joined by U+001F (an array of them when one holds
-that character). This module turns one into the job objects `get`
-would report for the same jobs without their history and dependency lists (a Job loads those
-on first use): the same defaults, numbers as the engine's cjson prints them (14 significant
-digits), tags and throttles as lists (docs/engine.md, "The worker's replies").
+that character). This module turns one into the job objects `get` would report for the same
+jobs without their history and dependency lists (a Job loads those on first use): the same
+defaults, numbers as the engine's cjson prints them (14 significant digits), tags and
+throttles as lists (docs/engine.md, "The worker's replies").
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ def lua_number(text: str) -> float | None:
         return float(text)  # the usual texts: what the engine writes
     if not text:
         return None
-    s = text.strip(_C_SPACE)
+    # (Lua reads the text as a C string: it ends at a NUL byte)
+    s = text.split("\x00", 1)[0].strip(_C_SPACE)
     # (Python's float() also takes '_' separators and non-ASCII digits; Lua does not)
     if not s or not s.isascii() or "_" in s or s.strip() != s:
         return None

@@ -168,7 +168,7 @@ def test_replayed_complete_reserve_equals_get(client: Client, clock: FakeClock) 
 ODD_FIELDS = [
     ("priority", "1e3"), ("priority", " 12 "), ("priority", "0x10"), ("priority", "-0"),
     ("priority", "12345678901234567"), ("priority", "garbage"), ("priority", "1_0"),
-    ("priority", "3.75"), ("priority", ""),
+    ("priority", "3.75"), ("priority", ""), ("priority", "7\x00x"),
     ("retries", "12345678901234567"), ("retries", "2.5"), ("retries", "x"),
     ("remaining", "4.9"), ("remaining", ""), ("remaining", "nope"), ("remaining", "-3"),
     ("tags", '["x", 1.5, 123456789012345678, [], {}]'), ("tags", '{"k": "v"}'),
