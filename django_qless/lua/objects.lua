@@ -94,8 +94,8 @@ Q.mod.objects = function()
   end
 
   -- The worker's calls (reserve, reserve.wait, complete.reserve) reply with a flat array
-  -- instead of JSON: a header, then one entry per job holding its Q.JOB_FIELDS stored texts
-  -- as they are (docs/engine.md, "The worker's replies"). The client derives what
+  -- instead of JSON: a header, then one entry per job holding its 13 stored texts as they
+  -- are (docs/engine.md, "The worker's replies"). The client derives what
   -- `job_object` would (defaults, numbers as cjson prints them with %.14g, the list forms of
   -- tags and throttles), so building the Lua table and its cjson encode are saved. The
   -- header's first entry names the shape: a client that does not know it refuses the reply.
@@ -111,8 +111,8 @@ Q.mod.objects = function()
 
   -- Append a running job's entry to a flat reply (state 'running' and the worker are the
   -- header's). `expires`: the lock expiry as text. The entry is one string, the fields
-  -- joined by SEP (one concatenation; a Redis reply element per field costs ~1.3k
-  -- instructions), or, when a field holds SEP itself, an array of the fields.
+  -- joined by SEP (one concatenation: ~3k instructions a job fewer than a reply element per
+  -- field), or, when a field holds SEP itself, an array of the fields.
   function Q.job_fields(out, jid, h, tracked, expires)
     local remaining = h.remaining
     -- (a pop that spent a retry holds it as a number: %.14g, as cjson would print it)
