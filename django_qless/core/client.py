@@ -241,6 +241,11 @@ class Client:
             return self._invoke_twice(argv)
         return self._invoke(argv)
 
+    def call_text(self, command: str, args: Sequence[str]) -> Any:
+        """Run a writing engine command whose arguments are all text already (a validated
+        put's): `call` without encoding each argument again."""
+        return self._invoke((command, repr(self.now()), *args))
+
     def call_at(self, now: float, command: str, *args: Any) -> Any:
         """Run an engine command at `now` (epoch seconds; the engine uses its own clock if
         that is more than a second away); return the raw reply."""

@@ -125,6 +125,14 @@ class Queue:
         depends: Iterable[str] = (), throttles: Iterable[str] = (), depends_missing: str = "error",
     ) -> list[str]:
         """Validate one put and return its arguments after `now`."""
+        if (jid is None and type(priority) is int and priority == 0 and type(retries) is int
+                and retries == 5 and type(tags) is tuple and not tags
+                and type(depends) is tuple and not depends
+                and type(throttles) is tuple and not throttles and depends_missing == "error"):
+            # A fresh jid names a new job, for which put's default options are the engine's
+            # own defaults: send none (less to pack here and to parse in Redis; the same job).
+            return [self.client.worker_name, self.name, new_jid(), check_klass(klass),
+                    dumps_data(data), check_delay(delay)]
         jid = new_jid() if jid is None else check_jid(jid)
         # The default () needs no check; None tells put_options to send no throttles.
         no_throttles = type(throttles) is tuple and not throttles
@@ -155,7 +163,7 @@ class Queue:
         args = self.put_args(klass, data, jid=jid, priority=priority, tags=tags, delay=delay,
                               retries=retries, depends=depends, throttles=throttles,
                               depends_missing=depends_missing)
-        result: str = self.client.call("put", *args)
+        result: str = self.client.call_text("put", args)  # (put_args gives text only)
         return result
 
     def check_shard(self, depends: Iterable[str], throttles: Iterable[str]) -> None:

@@ -82,13 +82,15 @@ def _check_tree(obj: Any, path: str, depth: int) -> None:
         for key, value in obj.items():
             if not isinstance(key, str):
                 raise InvalidArgument(f"{path} has a non-string key {_show(key)}")
-            if leaf_ok and (value is None or isinstance(value, _SCALARS)):
+            if leaf_ok and (value is None or isinstance(value, _SCALARS)
+                            or (type(value) is float and math.isfinite(value))):
                 continue
             _check_tree(value, f"{path}[{key!r}]", depth + 1)
         return
     if isinstance(obj, (list, tuple)):
         for index, value in enumerate(obj):
-            if leaf_ok and (value is None or isinstance(value, _SCALARS)):
+            if leaf_ok and (value is None or isinstance(value, _SCALARS)
+                            or (type(value) is float and math.isfinite(value))):
                 continue
             _check_tree(value, f"{path}[{index}]", depth + 1)
         return

@@ -247,6 +247,27 @@ function Q.mfield(kind, queue) return '#' .. kind .. ':' .. queue end
 -- (qless-core during a rolling switch, a restore, a repair script) are seen within it.
 Q.HORIZON = 1
 
+-- The keyspace's generation tag: the hidden config field `#marks`, written when missing (the
+-- first call that needs it, or the keyspace was flushed) with a text unique to this engine
+-- instance (the address of a table it keeps) and generation. Engine state kept in memory
+-- across calls (pop.lua's known-empty marks, samples.lua's held statistics, put.lua's listed
+-- queues, Q.flush_wake's queues with no idle worker) is kept under
+-- the tag it was made with and counts only while ql:config still holds that tag, so a
+-- FLUSHALL, FLUSHDB or a deleted ql:config ends it, and one database's state never passes
+-- for another's (one Lua state serves them all).
+function Q.generation()
+  local tag = Q.cfgraw('#marks')
+  if not tag then
+    K.marks_anchor = K.marks_anchor or {}
+    K.nmarks = (K.nmarks or 0) + 1
+    tag = tostring(K.marks_anchor):gsub('^table: ', '') .. '/' .. K.nmarks .. '/'
+      .. string.format('%.17g', ctx.now)
+    rcall('HSET', K.config, '#marks', tag)
+    ctx.cfgv['#marks'] = tag
+  end
+  return tag
+end
+
 -- Raw stored config value (false if unset), without defaults.
 function Q.cfgraw(name)
   local cache = ctx.cfgv
@@ -344,6 +365,8 @@ function Q.wake(queue)
   end
 end
 
+local NO_IDLE = {}
+
 -- Publish the wake-ups noted during this call. First, ready jobs go straight to the idle
 -- workers waiting on the queue (handoff.lua); a queue left with no ready job needs no wake-up.
 function Q.flush_wake(now)
@@ -355,8 +378,29 @@ function Q.flush_wake(now)
   local sent = nil
   ctx.woken = {}
   ctx.woken_list = {}
+  -- Queues known to have no idle worker registered (K.noidle[queue] = until when, under the
+  -- generation tag K.noidle_tag): a call that read the tag (every put does) skips the idle
+  -- lookup of such a queue. Q.idle_register drops the queues it registers on, so this is exact
+  -- for this engine; a registration by another writer is seen within Q.HORIZON (its worker
+  -- gets the wake-up meanwhile, as when no hand-off happens).
+  local cfgv = ctx.cfgv
+  local tag = cfgv and cfgv['#marks']
+  local none = tag and K.noidle_tag == tag and K.noidle or nil
   for _, queue in ipairs(list) do
-    local idle = rcall('ZRANGEBYSCORE', KP .. 'idle:' .. queue, now, '+inf', 'LIMIT', 0, 10)
+    local till = none and none[queue]
+    local idle
+    if till and now < till and till <= now + Q.HORIZON then
+      idle = NO_IDLE
+    else
+      idle = rcall('ZRANGEBYSCORE', KP .. 'idle:' .. queue, now, '+inf', 'LIMIT', 0, 10)
+      if tag and #idle == 0 then
+        if not none or (K.nnoidle or 0) >= 256 then
+          none = {}; K.noidle, K.noidle_tag, K.nnoidle = none, tag, 0
+        end
+        if not none[queue] then K.nnoidle = K.nnoidle + 1 end
+        none[queue] = now + Q.HORIZON
+      end
+    end
     local ready = true
     if #idle > 0 then
       Q.need(HANDOFF_MODS)

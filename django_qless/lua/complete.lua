@@ -226,8 +226,9 @@ Q.mod.complete = function()
     local h, recorded = Q.check_running(jid, worker, queue, token, nextq, own)
     if recorded then return recorded end
     if depends then Q.check_cycle(jid, depends) end
+    -- (`#marks`: the generation tag under which its run sample is held, samples.lua)
     Q.load_config({ 'jobs-history', 'jobs-history-count', 'max-job-history', '#completed-due',
-      '#completed-count', queue .. '-max-concurrency' })
+      '#completed-count', queue .. '-max-concurrency', '#marks' })
     return Q.complete(now, h, { jid = jid, worker = worker, queue = queue, data = data,
       token = token, next = nextq, delay = delay, depends = depends })
   end }

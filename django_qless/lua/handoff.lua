@@ -45,7 +45,9 @@ Q.mod.handoff = function()
       ctx.cfgv['#idle-ttl'] = nil
     end
     Q.idle_forget(worker)
+    local none = K.noidle  -- (Q.flush_wake's queues known to have no idle worker)
     for _, queue in ipairs(queues) do
+      if none and none[queue] then none[queue] = nil end
       local key = KP .. 'idle:' .. queue
       rcall('ZREMRANGEBYSCORE', key, '-inf', '(' .. now)
       rcall('ZADD', key, now + ttl, worker)

@@ -111,7 +111,12 @@ function Q.ftime(t)
     local ms = floor((t - s) * 1000 + 0.5)
     if ms > 999 then ms = 999 end
     text = Q.floor_text(s)
-    if ms > 0 then text = (text .. string.format('.%03d', ms)):gsub('0+$', '') end
+    -- (trailing zeros dropped by the format chosen: no pattern substitution)
+    if ms > 0 then
+      if ms % 100 == 0 then text = text .. '.' .. (ms / 100)
+      elseif ms % 10 == 0 then text = text .. string.format('.%02d', ms / 10)
+      else text = text .. string.format('.%03d', ms) end
+    end
   end
   ftime_t, ftime_s = t, text
   return text

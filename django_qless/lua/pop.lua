@@ -90,17 +90,8 @@ Q.mod.pop = function()
   local function set_mark(queue, due, at)
     local marks = K.empty
     if not marks or K.nempty >= MAX_MARKS then marks = {}; K.empty = marks; K.nempty = 0 end
-    local tag = Q.cfgraw(MARKS)
-    if not tag then
-      -- No tag in ql:config (first mark, or the keyspace was flushed): write a new one, unique
-      -- to this engine instance (the address of a table it keeps) and to this generation.
-      K.marks_anchor = K.marks_anchor or {}
-      K.nmarks = (K.nmarks or 0) + 1
-      tag = tostring(K.marks_anchor):gsub('^table: ', '') .. '/' .. K.nmarks .. '/'
-        .. string.format('%.17g', ctx.now)
-      rcall('HSET', K.config, MARKS, tag)
-      ctx.cfgv[MARKS] = tag
-    end
+    -- (written if missing: the first mark, or the keyspace was flushed)
+    local tag = Q.generation()
     -- (Q.pop_config dropped the marks of any other tag)
     K.marks_tag = tag
     local m = marks[queue]

@@ -28,7 +28,8 @@
 --   ql:completed               zset  (ZREM of a re-put complete job)
 --   ql:t:<tag>, ql:tags        zset  (ZADD, ZREM, ZINCRBY)
 --   ql:r:<jid>                 hash  (EXISTS, recurring-collision check)
---   ql:config                  hash  (HGET/HSET of #due:<queue>; HGET lean-job-records)
+--   ql:config                  hash  (HMGET of #marks and lean-job-records; HSET of #marks
+--                                    when missing; HGET/HSET of #due:<queue>)
 --   channels: ql:log, ql:w:<worker>, ql:put, ql:wake:<queue>
 
 
@@ -52,7 +53,7 @@ Q.mod.put = function()
     end
     local klass = Q.klass(args[4])
     local data = Q.data(args[5])
-    local delay = Q.delay(args[6])
+    local delay = args[6] == '0' and 0 or Q.delay(args[6])  -- (the usual delay, parsed)
     local opts = Q.pairs_args(args, 7)
     -- (most puts are of new jobs: an EXISTS costs a fifth of a 13-field HMGET of nothing)
     local old = rcall('EXISTS', Q.kjob(jid)) == 1 and Q.read(jid, PUT_FIELDS) or nil
@@ -112,19 +113,52 @@ Q.mod.put = function()
       depends = depends, throttles = throttles }
   end
 
+  -- The config fields a put reads, with one HMGET: the generation tag (Q.generation) and, in
+  -- the default keyspace, whether new records are lean.
+  local PUT_CONFIG = { '#marks', 'lean-job-records' }
+  local SHARD_CONFIG = { '#marks' }
+
+  -- Queues known to be listed in ql:queues: K.listed[queue] = the time until which a put
+  -- skips its `ZADD ql:queues NX` (at most Q.HORIZON after the put that added it), noted
+  -- under the generation tag K.listed_tag (a flush, or another database, drops them all).
+  -- Exact for this engine (queue.forget drops them); a queue removed by another writer is
+  -- listed again by the first put a second later. In engine memory only (as pop's marks).
+  local LISTED_MAX = 256
+
+  local function listed(now, queue)
+    local tag = Q.generation()
+    local memo = K.listed
+    if not memo or K.listed_tag ~= tag then
+      memo = {}; K.listed, K.listed_tag, K.nlisted = memo, tag, 0
+    end
+    local till = memo[queue]
+    if till and now < till and till <= now + Q.HORIZON then return true end
+    if K.nlisted >= LISTED_MAX then memo = {}; K.listed, K.nlisted = memo, 0 end
+    if not till then K.nlisted = K.nlisted + 1 end
+    memo[queue] = now + Q.HORIZON  -- (the caller adds it now)
+    return false
+  end
+
+  local NO_TAGS = {}  -- (a new job's old tags: read only)
+
   -- Write a put checked by check_put (c); returns the jid.
   local function apply_put(now, c)
     local worker, queue, jid, klass, data = c.worker, c.queue, c.jid, c.klass, c.data
     local delay, opts, old, retries, tags = c.delay, c.opts, c.old, c.retries, c.tags
     local priority, depends, throttles = c.priority, c.depends, c.throttles
     -- All arguments are valid: write from here on.
+    local cfgv = ctx.cfgv
+    if not (cfgv and cfgv['#marks'] ~= nil) then
+      Q.load_config(KP == 'ql:' and PUT_CONFIG or SHARD_CONFIG)
+    end
     local key = Q.kjob(jid)
     local tracked = old and old.tracked == '1'
-    -- Tags: only real changes touch the counts.
-    local newset = {}
-    for _, t in ipairs(tags) do newset[t] = true end
-    local oldset = {}
+    -- Tags: only real changes touch the counts (a new job has no old ones: no sets to build).
+    local oldset = NO_TAGS
     if old then
+      local newset = {}
+      for _, t in ipairs(tags) do newset[t] = true end
+      oldset = {}
       for _, t in ipairs(Q.list(old.tags)) do
         oldset[t] = true
         if not newset[t] then Q.tag_remove(jid, t) end
@@ -141,7 +175,9 @@ Q.mod.put = function()
         end
       end
     end
-    Q.publish(K.log, Q.ev_put(jid, queue))
+    -- (Q.ev_put's text without cjson: the jid and queue passed Q.jid / Q.queue, whose
+    -- characters JSON never escapes)
+    rcall(K.pub, K.log, '{"jid":"' .. jid .. '","event":"put","queue":"' .. queue .. '"}')
     -- A new job's put entry is implied by `time` + `queue` (history.lua): no history is
     -- written; a moved job's entry goes to the list (after its first visit's, if any).
     if old then Q.history(jid, now, 'put', { q = queue }, old.history) end
@@ -169,7 +205,7 @@ Q.mod.put = function()
     if old then ndeps = rcall('SCARD', Q.kdeps(jid)) end
     -- ('{}' is what cjson writes for an empty table: skip the encoder for the common case)
     -- (the integers as text: Q.int_arg)
-    local retries_s = Q.int_arg(retries)
+    local retries_s = retries == 5 and '5' or Q.int_arg(retries)  -- (the default, as text)
     if ndeps > 0 then state = 'depends' end
     local fields
     if not old and Q.lean_records() then
@@ -212,7 +248,9 @@ Q.mod.put = function()
       Q.wake(queue)
     end
     rcall('HSET', key, unpack(fields))
-    if not c.listed then rcall('ZADD', K.queues, 'NX', Q.time_arg(now), queue) end
+    if not (c.listed or listed(now, queue)) then
+      rcall('ZADD', K.queues, 'NX', Q.time_arg(now), queue)
+    end
     if tracked then Q.publish(K.put, jid) end
     return jid
   end

@@ -28,7 +28,9 @@
 --   ql:completed               zset  (ZREVRANGE)
 --   ql:failures                set   (SMEMBERS, SREM)
 --   ql:f:<group>               list  (LRANGE, LLEN, LTRIM)
---   ql:s:stats|wait|run:<day>:<queue>  hash (HMGET, HINCRBY)
+--   ql:s:stats|wait|run:<day>:<queue>  hash (HMGET, HINCRBY; `stats` adds the samples held
+--                              in memory, samples.lua)
+--   ql:config                  hash  (HGET `#marks`: the generation of held samples)
 --   channels: ql:wake:<queue>
 
 Q.mod.queries = function()
@@ -119,6 +121,7 @@ Q.mod.queries = function()
 
   C['queue.forget'] = { 'Forget', function(now, args)
     Q.chunked('ZREM', K.queues, queue_args(args))
+    K.listed = nil  -- (put.lua's queues known to be listed)
   end }
 
   C['unfail'] = { 'Unfail', function(now, args)
@@ -182,18 +185,31 @@ Q.mod.queries = function()
     return names
   end
 
-  local function timing(key)
+  -- The statistics of one wait/run hash; `held`: its samples not yet written out
+  -- (samples.lua), folded in exactly as their write-out will fold them into the hash.
+  local function timing(key, held)
     local names = histogram_fields()
     local fields = { 'total', 'mean', 'vk' }
     for _, n in ipairs(names) do table.insert(fields, n) end
     local v = rcall('HMGET', key, unpack(fields))
     local count = tonumber(v[1]) or 0
+    local mean = tonumber(v[2]) or 0
     local vk = tonumber(v[3]) or 0
     local hist = {}
     for i = 4, #fields do table.insert(hist, tonumber(v[i]) or 0) end
+    if held then
+      count, mean, vk = Q.welford(count, mean, vk, held)
+      local index = {}
+      for i, n in ipairs(names) do index[n] = i end
+      local counts = Q.histogram(held)
+      for b, n in pairs(counts) do
+        local i = index[b]  -- (a span of 7 days or more has a bucket `stats` does not list)
+        if i then hist[i] = hist[i] + n end
+      end
+    end
     local std = 0
     if count > 1 then std = math.sqrt(vk / (count - 1)) end
-    return { count = count, mean = tonumber(v[2]) or 0, std = std, histogram = hist }
+    return { count = count, mean = mean, std = std, histogram = hist }
   end
 
   C['stats'] = { 'Stats', function(now, args)
@@ -201,12 +217,16 @@ Q.mod.queries = function()
     local date = Q.number('date', args[2], 'missing or not a number')
     local bin = Q.bin(date)
     local c = rcall('HMGET', KP .. 's:stats:' .. bin .. ':' .. queue, 'retries', 'failed', 'failures')
+    -- Samples held in the engine's memory are merged, not written out first: `stats` runs
+    -- read-only (FCALL_RO), and a read that wrote could not be served at maxmemory.
+    local held = Q.held_stats and Q.held_stats() or {}
+    local wait, run = KP .. 's:wait:' .. bin .. ':' .. queue, KP .. 's:run:' .. bin .. ':' .. queue
     return cjson.encode({
       retries = tonumber(c[1]) or 0,
       failed = tonumber(c[2]) or 0,
       failures = tonumber(c[3]) or 0,
-      wait = timing(KP .. 's:wait:' .. bin .. ':' .. queue),
-      run = timing(KP .. 's:run:' .. bin .. ':' .. queue),
+      wait = timing(wait, held[wait]),
+      run = timing(run, held[run]),
     })
   end }
 end

@@ -3,7 +3,10 @@
 --
 -- Commands: none (helpers only).
 -- Keys:
---   ql:s:wait|run:<day>:<queue>    hash  wait/run statistics (HMGET + HSET once per call)
+--   ql:s:wait|run:<day>:<queue>    hash  wait/run statistics (HMGET + HSET once per call under
+--                                        EVALSHA; held and written out about once a second
+--                                        per hash as a Redis 7 function, below)
+--   ql:config                      hash  `#marks`: the keyspace's generation tag (HMGET/HGET)
 
 Q.mod.samples = function()
 
@@ -50,6 +53,35 @@ Q.mod.samples = function()
     end
   end
 
+  -- The histogram counts of `samples`: bucket name -> count, and the names in first-seen order.
+  local function histogram(samples)
+    local hist, seen = {}, {}
+    for _, v in ipairs(samples) do
+      local b = bucket(v)
+      local n = hist[b]
+      if n then hist[b] = n + 1 else hist[b] = 1; seen[#seen + 1] = b end
+    end
+    return hist, seen
+  end
+
+  -- Fold `samples` into a stored count, mean and vk (Welford's update, one sample at a time
+  -- in the order taken): the very arithmetic a write of each call's samples would have done,
+  -- so holding samples and writing them later (or `stats` merging them) gives the same doubles.
+  local function welford(count, mean, vk, samples)
+    for _, v in ipairs(samples) do
+      count = count + 1
+      if count == 1 then
+        mean = v; vk = 0
+      else
+        local old = mean
+        mean = mean + (v - mean) / count
+        vk = vk + (v - mean) * (v - old)
+      end
+    end
+    return count, mean, vk
+  end
+  Q.welford, Q.histogram = welford, histogram
+
   -- One sample (the worker's pop and complete): one HMGET and one HSET of four fields.
   local function flush_one(key, v)
     local b = bucket(v)
@@ -70,49 +102,155 @@ Q.mod.samples = function()
       b, n >= 1 and n < 1e15 and n == floor(n) and sformat('%d', n) or Q.int_arg(n))
   end
 
-  -- Several samples for one hash (a pop of many jobs): still one HMGET and one HSET.
+  -- Several samples for one hash (a pop of many jobs, or held samples): still one HMGET and
+  -- one HSET.
   local function flush_many(key, samples)
-    local fields = { 'total', 'mean', 'vk' }
-    local index = {}
-    for _, v in ipairs(samples) do
-      local b = bucket(v)
-      if not index[b] then tinsert(fields, b); index[b] = #fields end
-    end
-    local cur = rcall('HMGET', key, unpack(fields))
-    local count = tonumber(cur[1]) or 0
-    local mean = tonumber(cur[2]) or 0
-    local vk = tonumber(cur[3]) or 0
-    local hist = {}
-    for _, v in ipairs(samples) do
-      count = count + 1
-      if count == 1 then
-        mean = v; vk = 0
-      else
-        local old = mean
-        mean = mean + (v - mean) / count
-        vk = vk + (v - mean) * (v - old)
-      end
-      local b = bucket(v)
-      hist[b] = (hist[b] or 0) + 1
-    end
+    local hist, seen = histogram(samples)
+    local cur = rcall('HMGET', key, 'total', 'mean', 'vk', unpack(seen))
+    local count, mean, vk = welford(tonumber(cur[1]) or 0, tonumber(cur[2]) or 0,
+      tonumber(cur[3]) or 0, samples)
     local args = { 'total', count, 'mean', mean, 'vk', vk }
-    for b, i in pairs(index) do
-      tinsert(args, b)
-      tinsert(args, (tonumber(cur[i]) or 0) + hist[b])
+    for i, b in ipairs(seen) do
+      args[#args + 1] = b
+      args[#args + 1] = (tonumber(cur[i + 3]) or 0) + hist[b]
     end
     rcall('HSET', key, unpack(args))
   end
 
-  -- (the batch is emptied in place: the tables live across calls as a Redis 7 function)
+  local function write(key, samples)
+    if type(samples) == 'number' then flush_one(key, samples)
+    elseif samples[2] then flush_many(key, samples)
+    else flush_one(key, samples[1]) end
+  end
+
+  -- Held samples. As a Redis 7 function (or Valkey's) the engine keeps its Lua state across
+  -- calls, so a call's samples are held in memory and each held hash is written out at most
+  -- about once a second: thousands of jobs cost one HMGET + HSET per hash per second instead
+  -- of one per job. Under EVALSHA nothing survives a call: every call writes its own samples.
+  --
+  -- One Lua state serves every database of the server and, in a cluster node, every shard
+  -- keyspace, so samples are held per generation: the keyspace prefix KP and the tag of the
+  -- keyspace's `#marks` config field (Q.generation; pop.lua's known-empty marks use it too).
+  -- Only a call of that generation (its KP, and a ql:config holding that tag) writes them
+  -- out, so a FLUSHALL, FLUSHDB or a deleted ql:config (a new tag, or none) leaves them
+  -- behind for good: a flushed database never gets stats keys back. Only calls that read the
+  -- tag check for due write-outs (pop, reserve, reserve.wait, complete, complete.reserve,
+  -- reap, hand-offs): `stats` runs read-only and merges the held samples instead (queries.lua).
+  --   held[KP][tag] = g: { kp, tag, acc = { key -> list of samples }, order = { keys },
+  --                        oldest = `now` of its first sample, used = tick of its last call }
+  -- Bounds per generation (so one database's load never changes another's): a generation
+  -- past them is written out at once; at most MAX_GENS generations (at most ~8 MB of Lua
+  -- memory for all, in the worst case).
+  local GEN = '#marks'
+  local MAX_HASHES, MAX_SAMPLES, MAX_GENS = 256, 8192, 64
+  local held, ngens, tick = {}, 0, 0
+  -- False until the first call of this Lua state ends: that call writes through (under
+  -- EVALSHA every call is the first, since the script body, and this, runs anew each call).
+  local holding = false
+
+  local function drop(g)
+    local by_tag = held[g.kp]
+    by_tag[g.tag] = nil
+    if next(by_tag) == nil then held[g.kp] = nil end
+    ngens = ngens - 1
+  end
+
+  -- Write out a generation of the call's keyspace (one HMGET + HSET per hash) and forget it.
+  local function write_out(g)
+    drop(g)
+    local acc = g.acc
+    for _, key in ipairs(g.order) do write(key, acc[key]) end
+  end
+
+  -- A generation is due when its oldest sample is >= 1 s from the call's `now` (either way:
+  -- a caller's clock may move back).
+  local function due(g)
+    local age = ctx.now - g.oldest
+    return age >= 1 or age <= -1
+  end
+
+  -- The held generation of this call's keyspace and `tag`, made if need be. Past MAX_GENS the
+  -- least recently used one is dropped unwritten: a generation that no call has named while
+  -- 64 others held samples is almost surely a flushed database's.
+  local function generation(tag)
+    local by_tag = held[KP]
+    local g = by_tag and by_tag[tag]
+    if g then return g end
+    if ngens >= MAX_GENS then
+      local lru
+      for _, tags in pairs(held) do
+        for _, other in pairs(tags) do
+          if not lru or other.used < lru.used then lru = other end
+        end
+      end
+      drop(lru)
+      by_tag = held[KP]
+    end
+    if not by_tag then by_tag = {}; held[KP] = by_tag end
+    g = { kp = KP, tag = tag, acc = {}, order = {}, oldest = ctx.now, used = 0, n = 0 }
+    by_tag[tag] = g
+    ngens = ngens + 1
+    return g
+  end
+
+  -- The held samples of this call's keyspace (key -> list), or nil: for `stats`, which runs
+  -- read-only (FCALL_RO), so it reads the tag itself; with it in ctx.cfgv, Q.flush_stats
+  -- would check for a write-out.
+  function Q.held_stats()
+    local by_tag = held[KP]
+    if not by_tag then return nil end
+    local tag = rcall('HGET', K.config, GEN)
+    local g = tag and by_tag[tag]
+    return g and g.acc
+  end
+
+  -- End of a call: hold its samples (or write them, on the first call of this Lua state) and
+  -- write out the keyspace's held samples when due or past the bounds. The batch is emptied
+  -- in place (the tables live across calls as a Redis 7 function).
   function Q.flush_stats()
-    local order = ctx.stats_order
-    if not order[1] then return end
-    local acc = ctx.stats_acc
+    local order, acc = ctx.stats_order, ctx.stats_acc
+    if not holding then
+      holding = true
+      for i, key in ipairs(order) do
+        write(key, acc[key])
+        acc[key] = nil
+        order[i] = nil
+      end
+      return
+    end
+    local cfg = ctx.cfgv
+    local tag = cfg and cfg[GEN]
+    if not order[1] then
+      local by_tag = tag and held[KP]
+      local g = by_tag and by_tag[tag]
+      if g and due(g) then write_out(g) end
+      return
+    end
+    if tag == nil then tag = Q.cfgraw(GEN) end
+    if not tag then tag = Q.generation() end
+    local g = generation(tag)
+    tick = tick + 1
+    g.used = tick
+    local gacc, gorder, n = g.acc, g.order, 0
     for i, key in ipairs(order) do
       local samples = acc[key]
-      if type(samples) == 'number' then flush_one(key, samples) else flush_many(key, samples) end
+      local list = gacc[key]
+      if not list then
+        list = {}
+        gacc[key] = list
+        gorder[#gorder + 1] = key
+      end
+      if type(samples) == 'number' then
+        list[#list + 1] = samples
+        n = n + 1
+      else
+        for _, v in ipairs(samples) do list[#list + 1] = v end
+        n = n + #samples
+      end
       acc[key] = nil
       order[i] = nil
     end
+    g.n = g.n + n
+    if due(g) or #gorder > MAX_HASHES or g.n > MAX_SAMPLES then write_out(g) end
   end
 end

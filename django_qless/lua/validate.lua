@@ -92,6 +92,8 @@ Q.printable = printable
 function Q.jid(v, name, maxlen)
   name = name or 'jid'
   if v == nil or v == '' then Q.fail('Arg "' .. name .. '" missing') end
+  -- (a uuid4 jid, what most puts send, passes with one cheap class scan: hex has no '-')
+  if #v == 32 and v:find('^%x+$') then return v end
   local reason
   if #v > (maxlen or 64) then
     reason = 'longer than ' .. (maxlen or 64) .. ' characters'
@@ -122,7 +124,12 @@ function Q.queue(v, name)
   return v
 end
 
+-- Worker names that passed Q.worker (a client sends its own on every call); kept across
+-- calls as a Redis 7 function, bounded.
+local valid_worker, nworker = {}, 0
+
 function Q.worker(v, missing_op)
+  if valid_worker[v] then return v end
   if v == nil or v == '' then
     if missing_op then error(missing_op .. '(): Arg "worker" missing') end
     Q.fail('Arg "worker" missing')
@@ -130,12 +137,22 @@ function Q.worker(v, missing_op)
   if #v > 128 or not v:match('^[\33-\57\59-\126]+$') then
     Q.fail('Arg "worker" invalid: ' .. v)
   end
+  if nworker >= 1024 then valid_worker, nworker = {}, 0 end
+  valid_worker[v] = true
+  nworker = nworker + 1
   return v
 end
 
+-- Class names that passed Q.klass (a few names, sent on every put); bounded, as queue names.
+local valid_klass, nklass = {}, 0
+
 function Q.klass(v)
+  if valid_klass[v] then return v end
   if v == nil or v == '' then Q.fail('Arg "klass" missing') end
   if #v > 256 or not printable(v) then Q.fail('Arg "klass" invalid') end
+  if nklass >= 1024 then valid_klass, nklass = {}, 0 end
+  valid_klass[v] = true
+  nklass = nklass + 1
   return v
 end
 

@@ -55,6 +55,24 @@ def test_a_command_that_wakes_no_queue_leaves_the_hand_off_out() -> None:
     assert "Q.mod.handoff = " in put  # put wakes its queue: idle workers get the job
 
 
+def test_a_bundle_sizes_q_for_its_fields_with_about_half_of_them() -> None:
+    for command in HOT:
+        text = bundle_text(command)
+        assert text is not None
+        constructor = re.search(r"\nlocal Q = \{\n(.*?)\n\}\n", text, re.DOTALL)
+        assert constructor is not None, command
+        listed = re.findall(r"(\w+) = false,", constructor.group(1))
+        made = set(re.findall(r"^(?:  )?function Q\.(\w+)\(|^(?:  )?Q\.(\w+) = ", text,
+                              re.MULTILINE))  # at the top level or a loader's
+        fields = {a or b for a, b in made}
+        assert set(listed) <= fields, command
+        # Lua gives a constructor of n fields a hash part of the power of two at or above n:
+        # room for every field made, from just over half of that power of two.
+        room = 1 << (len(listed) - 1).bit_length()
+        assert len(fields) <= room, command
+        assert len(listed) == min(len(fields), room // 2 + 1), command
+
+
 def test_the_analysis_gives_up_on_what_it_cannot_follow() -> None:
     with pytest.raises(Unsure):
         split("local Q = {}\nlocal name = 'x'\nQ[name] = 1\n")

@@ -72,10 +72,12 @@ def _setup(lua: Lua) -> None:
 
 
 def _state(r: redis.Redis, drain: Callable[[], list[tuple[str, str]]]) -> Any:
-    """Every key, and the events but wake-ups (put.many sends each queue's once per call)."""
+    """Every key, and the events but wake-ups (put.many sends each queue's once per call).
+    The engine's generation tag (`#marks` in ql:config, unique to each run) only as there."""
     events = drain()
+    tagged = r.hdel("ql:config", "#marks")
     return (snapshot(r), [e for e in events if not e[0].startswith("ql:wake:")],
-            sorted({e[0] for e in events if e[0].startswith("ql:wake:")}))
+            sorted({e[0] for e in events if e[0].startswith("ql:wake:")}), tagged)
 
 
 def test_same_keys_and_events_as_individual_puts(

@@ -109,10 +109,12 @@ def fail_job(qc: Any, queue: str = "q", *, group: str = "boom.Error",
 
 
 def pop_job(qc: Any, queue: str = "q", worker: str = "w1") -> Any:
-    """Pop one job as a named worker (so it is running)."""
+    """Pop one job as a named worker (so it is running), through the engine the dashboard
+    calls (the shipped one, not the caller-clock variant: the statistics samples one engine
+    library holds are another library's to read only once written out)."""
     from django_qless.core.client import Client as CoreClient
 
-    return CoreClient(qc.redis, worker_name=worker, _clock=qc.now).queues[queue].pop()
+    return CoreClient(qc.redis, worker_name=worker).queues[queue].pop()
 
 
 # -- headless Chromium (Debian's; never a downloaded browser) ---------------------------------

@@ -87,3 +87,50 @@ def test_a_stopped_worker_is_not_handed_jobs(redis_url: str, qless_client: Clien
     jid = qless_client.queues["q"].put("k", {})
     assert qless_client.jobs[jid].state == "waiting"
     assert qless_client.redis.hget("ql:idle", "idle") is None  # dropped: nobody listens
+
+
+def test_a_job_handed_while_a_reserve_takes_another_is_held_and_given_back(
+    redis_url: str, qless_client: Client
+) -> None:
+    """The idle worker's re-check reserve takes one job while a put hands it another (it is
+    still registered as idle): both are held, so while the first runs long the other goes
+    back to waiting (it used to stay running, unheld and unheartbeated, behind it)."""
+    registry = Registry()
+    release = threading.Event()
+    ran: list[str] = []
+
+    def body(job: Any) -> None:
+        ran.append(job.jid)
+        if len(ran) == 1:
+            release.wait(20)
+
+    registry.register("k", body)
+    config = WorkerConfig(url=redis_url, queues=("q",), processes=0, registry=registry,
+                          name="idle", interval=0.3)
+    worker = SerialWorker(config, install_signals=False)
+    real = worker.client.reserve
+    calls = [0]
+
+    def racing(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        if calls[0] == 2:  # the re-check, still registered from the first reserve
+            assert registered(qless_client)
+            qless_client.queues["q"].put("k", {}, jid="handed")  # handed to "idle"
+            qless_client.queues["q"].put("k", {}, jid="taken", priority=-1)
+            assert qless_client.jobs["handed"].worker_name == "idle"
+        return real(*args, **kwargs)
+
+    worker.client.reserve = racing  # type: ignore[method-assign]
+    thread = threading.Thread(target=worker.run_forever, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: len(ran) == 1)
+        other = ({"taken", "handed"} - set(ran)).pop()
+        wait_until(lambda: qless_client.jobs[other].state == "waiting", timeout=5)
+        assert len(ran) == 1
+    finally:
+        release.set()
+    wait_until(lambda: qless_client.jobs[other].state == "complete")
+    assert sorted(ran) == ["handed", "taken"]
+    worker.request_stop()
+    thread.join(10)

@@ -135,7 +135,14 @@ class JobTaker:
         if jobs:
             self._backoff = 0.0
             return jobs, None
-        return self._reserve_once()
+        jobs, wake = self._reserve_once()
+        if jobs and self.waiter.subscribed:
+            # Still registered as idle while this reserve ran, the worker may have been
+            # handed a job too: hold it now, so it goes back to waiting if the job taken runs
+            # long (instead of waiting, unheld, behind it).
+            self.waiter.drain()
+            self.adopt_handed()
+        return jobs, wake
 
     def handed(self) -> list[Job]:
         """Return the jobs handed to this worker so far (read by the last drain)."""

@@ -1,0 +1,208 @@
+"""What one single put costs: Redis commands and instructions, and client CPU.
+
+Usage: `.venv/bin/python benchmarks/put_cost.py [--puts 20000] [--callgrind 300]
+[--redis-server PATH]`. See benchmarks/README.md, "Single put (session 7)".
+
+1. Commands per put: INFO commandstats deltas over 1,000 `Queue.put` calls of new jobs into
+   one queue (after a warm-up), by command, and a MONITOR trace of one put.
+2. Client CPU per put: time.process_time over `--puts` puts (the benchmark's put: a class
+   name and a two-field dict, a fresh jid each).
+3. With --callgrind N: redis-server under callgrind for N puts; instructions per put by
+   function family (the same families as benchmarks/attribution.py).
+
+Load-robust: the command counts and callgrind instruction counts; client CPU moves a little
+with the machine's load (process time, not wall time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent)]
+
+import redis  # noqa: E402
+from attribution import families, lua_range  # noqa: E402
+
+from django_qless.core import Client  # noqa: E402
+from django_qless.core.server import RedisServer, find_redis_server  # noqa: E402
+
+KLASS = "bench.noop"
+
+
+def puts(client: Client, n: int, queue: str = "bench") -> None:
+    """Put `n` new jobs into `queue`, one engine call each (the benchmark's enqueue)."""
+    q = client.queues[queue]
+    for i in range(n):
+        q.put(KLASS, {"i": i, "t0": 0.0})
+
+
+def commands(url: str, n: int = 1000) -> dict[str, Any]:
+    """Count the commands per put (commandstats) and trace one put (MONITOR)."""
+    r = redis.Redis.from_url(url, decode_responses=True)
+    r.flushall()
+    client = Client(url)
+    puts(client, 50)
+    r.config_resetstat()
+    puts(client, n)
+    stats = r.info("commandstats")
+    per: dict[str, float] = {}
+    for name, row in stats.items():
+        cmd = name.removeprefix("cmdstat_")
+        if cmd.startswith(("config", "info")):
+            continue
+        per[cmd] = row["calls"] / n
+    calls = per.pop("fcall", 0) + per.pop("evalsha", 0)
+    trace: list[str] = []
+    with r.monitor() as m:
+        puts(client, 1)
+        for event in m.listen():
+            command = str(event["command"])
+            if command.startswith(("FCALL", "EVALSHA")):
+                continue
+            trace.append(command)
+            if command.startswith("PUBLISH") and "wake:" in command:
+                break
+    client.close()
+    return {"engine_calls": calls, "lua_commands": sum(per.values()), "by_command": per,
+            "trace": trace}
+
+
+def client_cpu(url: str, n: int) -> tuple[float, float]:
+    """Client CPU seconds per put over `n` puts (after a warm-up): user, system (the
+    socket's send and receive)."""
+    redis.Redis.from_url(url).flushall()
+    client = Client(url)
+    puts(client, 200)
+    t0 = os.times()
+    puts(client, n)
+    t1 = os.times()
+    client.close()
+    return (t1.user - t0.user) / n, (t1.system - t0.system) / n
+
+
+def client_instructions(url: str, n: int) -> float | None:
+    """User-space instructions of the client per put (load-robust): this script under
+    callgrind putting `n` jobs, minus the same run putting none."""
+    valgrind = shutil.which("valgrind")
+    if not valgrind:
+        return None
+    totals = []
+    for count in (0, n):
+        with tempfile.TemporaryDirectory(prefix="bench-putcl-") as tmp:
+            subprocess.run(
+                [valgrind, "--tool=callgrind", f"--callgrind-out-file={tmp}/cg.out",
+                 sys.executable, __file__, "--client-run", str(count), "--url", url],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+            text = Path(tmp, "cg.out").read_text()
+        found = re.search(r"^totals:\s*(\d+)", text, re.M)
+        if not found:
+            return None
+        totals.append(int(found.group(1)))
+    return (totals[1] - totals[0]) / n
+
+
+def callgrind(binary: str, n: int) -> dict[str, Any]:
+    """Run redis-server under callgrind for `n` puts; instructions per put by family."""
+    valgrind, annotate = shutil.which("valgrind"), shutil.which("callgrind_annotate")
+    if not valgrind or not annotate:
+        return {"error": "valgrind/callgrind_annotate not found"}
+    tmp = tempfile.mkdtemp(prefix="bench-putcg-")
+    sock = os.path.join(tmp, "redis.sock")
+    proc = subprocess.Popen(
+        [valgrind, "--tool=callgrind", f"--callgrind-out-file={tmp}/callgrind.out",
+         "--instr-atstart=no", binary, "--port", "0", "--unixsocket", sock,
+         "--unixsocketperm", "700", "--save", "", "--appendonly", "no", "--dir", tmp],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    url = f"unix://{sock}?db=0"
+    try:
+        deadline = time.monotonic() + 120
+        while not os.path.exists(sock):
+            if time.monotonic() > deadline or proc.poll() is not None:
+                return {"error": "redis-server under valgrind did not start"}
+            time.sleep(0.2)
+        time.sleep(0.5)
+        client = Client(url)
+        puts(client, 50)  # warm-up: engine loaded, code paths touched (not counted)
+        subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)],
+                       capture_output=True, check=False, timeout=60)
+        puts(client, n)
+        subprocess.run(["callgrind_control", "-i", "off", str(proc.pid)],
+                       capture_output=True, check=False, timeout=60)
+        client.close()
+        redis.Redis.from_url(url).shutdown(nosave=True)
+    except redis.ConnectionError:
+        pass
+    finally:
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    files = sorted(Path(tmp).glob("callgrind.out*"))
+    if not files:
+        return {"error": "no callgrind output"}
+    text = subprocess.run([annotate, "--threshold=100", "--inclusive=no", str(files[-1])],
+                          capture_output=True, text=True, check=False).stdout
+    shutil.rmtree(tmp, ignore_errors=True)
+    return {"puts": n, **families(text, n, lua_range(binary))}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure and print the cost of one put."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--puts", type=int, default=20000, help="puts timed for client CPU")
+    p.add_argument("--callgrind", type=int, default=0, metavar="N",
+                   help="also count redis-server instructions over N puts")
+    p.add_argument("--redis-server", default=None, help="redis-server binary")
+    p.add_argument("--client-callgrind", type=int, default=0, metavar="N",
+                   help="also count the client's instructions per put over N puts")
+    p.add_argument("--client-run", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--url", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.client_run is not None:  # (the run client_instructions profiles)
+        client = Client(args.url)
+        puts(client, 50)
+        puts(client, args.client_run)
+        client.close()
+        return 0
+    binary = args.redis_server or find_redis_server()
+    with RedisServer(binary) as s:
+        cmds = commands(s.url)
+        cpu = client_cpu(s.url, args.puts)
+        client_ir = client_instructions(s.url, args.client_callgrind) \
+            if args.client_callgrind else None
+    print(f"commands per put: {cmds['lua_commands']:.2f} (engine calls {cmds['engine_calls']:.2f})")
+    for name, count in sorted(cmds["by_command"].items(), key=lambda x: -x[1]):
+        print(f"  {name:<16} {count:.2f}")
+    print("one put, as MONITOR shows it:")
+    for line in cmds["trace"]:
+        print(f"  {line[:120]}")
+    print(f"client CPU per put: {(cpu[0] + cpu[1]) * 1e6:.1f} us (user {cpu[0] * 1e6:.1f}, "
+          f"system {cpu[1] * 1e6:.1f}; {args.puts} puts)")
+    if client_ir is not None:
+        print(f"client instructions per put: {client_ir:,.0f} ({args.client_callgrind} puts, "
+              "user space, callgrind)")
+    if args.callgrind:
+        cg = callgrind(binary, args.callgrind)
+        if "error" in cg:
+            print(f"callgrind: {cg['error']}")
+        else:
+            print(f"redis-server instructions per put: {cg['total_ir_per_job']:,.0f} "
+                  f"({cg['puts']} puts)")
+            for name, ir in cg["families_ir_per_job"].items():
+                print(f"  {name:<62} {ir:>10,.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

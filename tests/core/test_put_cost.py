@@ -1,0 +1,199 @@
+"""What one put costs Redis: the commands it runs, and what it remembers across calls.
+
+A put of a new job into a queue it already listed, with no idle worker, runs six commands
+(seven with the server's `TIME`, which the caller-time engine of these tests skips); replies,
+stored fields and events are those of a put that runs them all (docs/engine.md, "Put cost").
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from django_qless.core.queue import Queue
+from tests.core.keyspace_mode import KEYSPACE, subscribe
+
+__all__: list[str] = []
+
+Q = "q"
+
+
+def put(lua: Any, jid: str, now: float, queue: str = Q) -> Any:
+    return lua("put", now, "w", queue, jid, "klass", '{"a": 1}', 0)
+
+
+def commands(r: redis.Redis) -> dict[str, int]:
+    """Redis commands run since the last reset, by name (the engine call itself left out)."""
+    out = {}
+    for name, row in r.info("commandstats").items():
+        cmd = name.removeprefix("cmdstat_")
+        if cmd not in ("fcall", "evalsha", "config|resetstat", "info") and row["calls"]:
+            out[cmd] = row["calls"]
+    return out
+
+
+def needs_memory(lua: Any) -> None:
+    """Skip unless the engine is a Redis 7 function: under EVALSHA a memo lasts one call."""
+    if lua.function is None:
+        pytest.skip("under EVALSHA the engine remembers nothing across calls")
+
+
+def published(cmds: dict[str, int]) -> int:
+    return cmds.get("publish", 0) + cmds.get("spublish", 0)
+
+
+def test_a_put_into_a_listed_queue_runs_six_commands(lua: Any, r: redis.Redis) -> None:
+    """The first put of a generation lists the queue and looks for idle workers; the next
+    ones, within a second, do neither: EXISTS, one config HMGET, ZADD, HSET, two PUBLISHes."""
+    needs_memory(lua)
+    put(lua, "a", 100)
+    assert r.zscore("ql:queues", Q) == 100
+    r.config_resetstat()
+    put(lua, "b", 100.5)
+    cmds = commands(r)
+    assert (cmds.pop("exists"), cmds.pop("hmget"), cmds.pop("zadd"), cmds.pop("hset")) \
+        == (1, 1, 1, 1)
+    assert published(cmds) == 2 and set(cmds) <= {"publish", "spublish"}
+    assert lua.json("peek", 101, Q, 5)[1]["jid"] == "b"
+
+
+def test_a_put_a_second_later_lists_the_queue_again(lua: Any, r: redis.Redis) -> None:
+    """The memo of listed queues lasts a second: a queue another writer unlisted comes back."""
+    needs_memory(lua)
+    put(lua, "a", 100)
+    r.zrem("ql:queues", Q)
+    put(lua, "b", 100.5)
+    assert r.zscore("ql:queues", Q) is None  # (within the second: not asked again)
+    put(lua, "c", 101.1)
+    assert r.zscore("ql:queues", Q) == 101.1
+
+
+def test_a_forgotten_queue_is_listed_by_the_next_put(lua: Any, r: redis.Redis) -> None:
+    put(lua, "a", 100)
+    lua("queue.forget", 100.1, Q)
+    assert r.zscore("ql:queues", Q) is None
+    put(lua, "b", 100.2)
+    assert r.zscore("ql:queues", Q) == 100.2
+
+
+def test_a_flushed_keyspace_is_listed_again_at_once(lua: Any, r: redis.Redis) -> None:
+    """The memo is tied to the generation tag `#marks`: a flush deletes it, and the next put
+    lists its queue and writes a new tag."""
+    put(lua, "a", 100)
+    tag = r.hget("ql:config", "#marks")
+    assert tag
+    r.flushdb()
+    put(lua, "b", 100.2)
+    assert r.zscore("ql:queues", Q) == 100.2
+    assert r.hget("ql:config", "#marks") not in (None, tag)
+    assert json.loads(lua("config.get", 100.3)).get("#marks") is None  # (still hidden)
+
+
+def test_a_moved_job_and_a_new_one_store_what_they_did(lua: Any, r: redis.Redis) -> None:
+    """The memo changes no stored field: a new job's hash, a moved job's queue listing."""
+    put(lua, "a", 100)
+    put(lua, "b", 100.5)
+    full = {"jid": "b", "priority": "0", "tags": "{}", "remaining": "5"}
+    assert r.hgetall("ql:j:b") == {
+        "klass": "klass", "data": '{"a": 1}', "state": "waiting", "queue": Q, "retries": "5",
+        "time": "100.5", **(full if KEYSPACE is None else {}),  # (lean records in a shard)
+    }
+    put(lua, "b", 100.6, queue="other")
+    assert r.zscore("ql:queues", "other") == 100.6
+    assert r.hget("ql:j:b", "queue") == "other"
+
+
+class Listener:
+    """A worker listening on its hand-off channel."""
+
+    def __init__(self, r: redis.Redis, worker: str) -> None:
+        self.pubsub = r.pubsub()
+        subscribe(self.pubsub, r, f"ql:hand:{worker}")
+        assert self.pubsub.get_message(timeout=1.0)["type"] in ("subscribe", "ssubscribe")
+
+    def jids(self) -> list[str]:
+        got = []
+        while (msg := self.pubsub.get_message(timeout=0.05)) is not None:
+            if msg["type"] in ("message", "smessage"):
+                got.append(json.loads(msg["data"])["jid"])
+        return got
+
+
+@pytest.fixture
+def listener(r: redis.Redis) -> Iterator[Callable[[str], Listener]]:
+    made: list[Listener] = []
+
+    def make(worker: str) -> Listener:
+        made.append(Listener(r, worker))
+        return made[-1]
+
+    yield make
+    for one in made:
+        one.pubsub.close()
+
+
+def test_a_worker_registered_since_the_last_put_is_handed_the_next(
+    lua: Any, r: redis.Redis, listener: Callable[[str], Listener]
+) -> None:
+    """A put remembers that a queue had no idle worker; a registration ends that at once."""
+    worker = listener("w2")
+    put(lua, "a", 100)  # no idle worker: remembered for a second
+    lua("pop", 100.1, Q, "w1", 1)
+    assert lua.json("reserve.wait", 100.2, "w2", 10, 1, Q)["jobs"] == []
+    r.config_resetstat()
+    put(lua, "b", 100.3)
+    assert commands(r).get("zrangebyscore") == 1  # (the registration dropped the memo)
+    assert worker.jids() == ["b"]
+    assert r.hget("ql:j:b", "worker") == "w2"
+
+
+def test_a_put_with_no_idle_worker_skips_the_lookup_within_a_second(
+    lua: Any, r: redis.Redis
+) -> None:
+    needs_memory(lua)
+    put(lua, "a", 100)
+    r.config_resetstat()
+    put(lua, "b", 100.9)
+    assert "zrangebyscore" not in commands(r)
+    put(lua, "c", 101.0)  # a second later: looked up again
+    assert commands(r).get("zrangebyscore") == 1
+
+
+def test_a_default_put_sends_no_options_and_stores_the_same_job(
+    q: Queue, r: redis.Redis
+) -> None:
+    """Queue.put with a fresh jid and default options sends none (the engine's defaults are
+    the same): the record equals that of a put sending every default."""
+    with r.monitor() as m:
+        fresh = q.put("k", {"x": 1})
+        for event in m.listen():
+            if event["command"].startswith(("FCALL", "EVALSHA")):
+                sent = event["command"]
+                break
+    argv = sent.split()
+    assert argv[argv.index("put") + 2:] == [q.client.worker_name, q.name, fresh, "k", '{"x":1}',
+                                            "0"]
+    assert "priority" not in sent and "retries" not in sent
+    given = q.put("k", {"x": 1}, jid="given")
+    stored = {j: {k: v for k, v in r.hgetall(f"ql:j:{j}").items() if k not in ("jid", "time")}
+              for j in (fresh, given)}
+    assert stored[fresh] == stored[given] and stored[fresh]["retries"] == "5"
+    a, b = q.client.jobs[fresh], q.client.jobs[given]
+    assert a is not None and b is not None
+    assert (a.priority, list(a.tags), a.retries, list(a.dependencies)) == (0, [], 5, [])
+    assert (a.priority, a.tags, a.retries, a.dependencies) \
+        == (b.priority, b.tags, b.retries, b.dependencies)
+
+
+def test_the_time_field_drops_trailing_zeros(lua: Any, r: redis.Redis) -> None:
+    """`time` is `now` to the millisecond, trailing zeros dropped (formatted without gsub)."""
+    for now, text in ((1700000000.3, "1700000000.3"), (1700000001.03, "1700000001.03"),
+                      (1700000002.003, "1700000002.003"), (1700000003.12, "1700000003.12"),
+                      (1700000004.0004, "1700000004"), (1700000005.9996, "1700000005.999")):
+        jid = f"t{int(now) % 10}"
+        put(lua, jid, now)
+        assert r.hget(f"ql:j:{jid}", "time") == text
