@@ -8,7 +8,6 @@ channel's `defer`.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -16,6 +15,7 @@ from .deferred import DeferredCall
 from .exceptions import InvalidArgument, QlessConnectionError, QlessError
 from .job import Job
 from .serialization import as_list, check_int, check_name, check_number, check_worker, num
+from .worker_reply import decode_worker_reply
 
 if TYPE_CHECKING:
     from .channel import Pending
@@ -143,8 +143,8 @@ class WorkerCalls:
         return [str(count), *(self._queue_args(names) if count else names)]
 
     def _jobs_and_wake(self, reply: dict[str, Any], worker: str) -> tuple[list[Job], float | None]:
-        """Build Jobs from a reserve reply; wake is None if jobs came or nothing is due."""
-        jobs = [Job(self._client, d, owner=worker) for d in as_list(reply.get("jobs"))]
+        """Build Jobs from a decoded reserve reply; wake is None if jobs came or nothing is due."""
+        jobs = [Job(self._client, d, owner=worker) for d in reply["jobs"]]
         wake = reply.get("wake")
         return jobs, (None if wake is None or wake < 0 else float(wake))
 
@@ -171,7 +171,7 @@ class WorkerCalls:
             args = [num(wait), *args]
 
         def call(argv: list[str]) -> Any:
-            return client.call_json(command, name, *argv)
+            return decode_worker_reply(client.call(command, name, *argv))
 
         try:
             reply = self._call_list(call, args)
@@ -223,7 +223,7 @@ class WorkerCalls:
 
     def _completed(self, job: Job, raw: Any) -> tuple[str, list[Job], float | None]:
         """Decode a `complete.reserve` reply and mark `job` as no longer ours."""
-        reply = json.loads(raw)
+        reply = decode_worker_reply(raw)
         worker = job._worker_arg()
         state = str(reply.get("state", "complete"))
         job._released(state, job.queue_name)
