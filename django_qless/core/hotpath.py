@@ -8,7 +8,6 @@ channel's `defer`.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -18,6 +17,7 @@ from .deferred import DeferredCall
 from .exceptions import InvalidArgument, QlessConnectionError, QlessError, error_from_reply
 from .job import Job
 from .serialization import as_list, check_int, check_name, check_number, check_worker, num
+from .worker_reply import decode_worker_reply
 
 if TYPE_CHECKING:
     from .channel import Pending
@@ -149,8 +149,8 @@ class WorkerCalls:
         return [str(count), *(self._queue_args(names) if count else names)]
 
     def _jobs_and_wake(self, reply: dict[str, Any], worker: str) -> tuple[list[Job], float | None]:
-        """Build Jobs from a reserve reply; wake is None if jobs came or nothing is due."""
-        jobs = [Job(self._client, d, owner=worker) for d in as_list(reply.get("jobs"))]
+        """Build Jobs from a decoded reserve reply; wake is None if jobs came or nothing is due."""
+        jobs = [Job(self._client, d, owner=worker) for d in reply["jobs"]]
         wake = reply.get("wake")
         return jobs, (None if wake is None or wake < 0 else float(wake))
 
@@ -177,7 +177,7 @@ class WorkerCalls:
             args = [num(wait), *args]
 
         def call(argv: list[str]) -> Any:
-            return client.call_json(command, name, *argv)
+            return decode_worker_reply(client.call(command, name, *argv))
 
         try:
             reply = self._call_list(call, args)
@@ -304,8 +304,7 @@ class WorkerCalls:
     @staticmethod
     def decode_reply(raw: Any) -> dict[str, Any]:
         """Decode a `complete.reserve` reply (both forms): state, jobs, wake."""
-        reply: dict[str, Any] = json.loads(raw)
-        return reply
+        return decode_worker_reply(raw)
 
     def reap(self, queues: Sequence[str] | None = None) -> list[str]:
         """Re-offer jobs whose lease expired in `queues` (all known queues if None).

@@ -315,7 +315,8 @@ Q.mod.pop = function()
   local NO_TIDS = {}  -- (read only)
 
   -- Take up to `count` jobs from one queue for `worker`; appends job objects to `out`.
-  -- Returns the number taken. `lean` job objects omit history and dependency sets.
+  -- Returns the number taken. `lean` job objects omit history and dependency sets; with
+  -- `lean` 'flat', `out` is a flat reply (objects.lua) and each job's fields are appended.
   function Q.pop_queue(now, queue, worker, count, lean, out)
     local qn = Q.qn(queue)
     local mkey = qn.due
@@ -433,7 +434,11 @@ Q.mod.pop = function()
       h.worker = worker
       h.expires = expires
       h.state = 'running'
-      table.insert(out, Q.job_object(jid, h, tracked, lean))
+      if lean == 'flat' then
+        Q.job_fields(out, jid, h, tracked, expires_s)
+      else
+        table.insert(out, Q.job_object(jid, h, tracked, lean))
+      end
       taken = taken + 1
     end
     local newdue = due

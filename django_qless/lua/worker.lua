@@ -9,11 +9,11 @@
 -- Commands (after `now`):
 --   workers            [worker]                          -> JSON
 --   worker.deregister  worker...                         -> nil
---   reserve            worker count queue...             -> JSON {"jobs": [...], "wake": w}
+--   reserve            worker count queue...             -> flat reply (objects.lua): jobs, wake
 --                      (queue...: names, `@<id>` names (held under id), or `@<id>`: pop.lua)
 --   reserve.wait       worker ttl count queue...         -> as reserve; when nothing is ready,
 --                      the worker waits for a hand-off on those queues for ttl s (handoff.lua)
---   complete.reserve   jid worker queue data token count queue... -> JSON {"state", "jobs", "wake"}
+--   complete.reserve   jid worker queue data token count queue... -> flat reply: state, jobs, wake
 --                      (token: the attempt token or ''; a repeat after a lost reply returns the
 --                      recorded state and the jobs the worker holds)
 --   complete.reserve   +N (jid queue data token){N} jid worker queue data token count queue...
@@ -112,9 +112,9 @@ Q.mod.worker = function()
   -- (names, or a list held by id: pop.lua)
   local function queue_list(args, first) return Q.queue_list(args, first) end
 
-  -- Pop up to `count` jobs from the queues in order; returns the reply table.
+  -- Pop up to `count` jobs from the queues in order into `reply`, a flat reply
+  -- (objects.lua); returns it, with the wake hint when no job came.
   local function reserve(now, worker, count, queues, reply)
-    local jobs = {}
     local left = count
     -- (the queues before the first not known to be empty cost nothing, not even a look at
     -- their marks when the last call over this held list saw them: pop.lua)
@@ -123,25 +123,12 @@ Q.mod.worker = function()
       local queue = queues[i]
       -- (a queue known to be empty costs no Redis command: pop.lua)
       if not Q.known_empty(now, queue) then
-        left = left - Q.pop_queue(now, queue, worker, left, true, jobs)
+        left = left - Q.pop_queue(now, queue, worker, left, 'flat', reply)
       end
     end
-    reply.jobs = jobs
-    if #jobs == 0 then
-      reply.wake = wake_hint(now, queues)
-      -- cjson would encode an empty list as {}; the extension promises a list
-    end
+    -- (tostring prints %.14g, as cjson does)
+    if left == count then reply[3] = tostring(wake_hint(now, queues)) end
     return reply
-  end
-
-  -- cjson encodes an empty table as {}; the reserve replies promise "jobs": [].
-  local function encode_reply(reply)
-    if #reply.jobs == 0 then
-      reply.jobs = nil
-      local text = cjson.encode(reply)
-      return '{"jobs":[],' .. text:sub(2)
-    end
-    return cjson.encode(reply)
   end
 
   C['reserve'] = { 'Reserve', function(now, args)
@@ -149,7 +136,7 @@ Q.mod.worker = function()
     local count = Q.count(args[2], 1, 1000)
     local queues = queue_list(args, 3)
     Q.pop_config(queues)
-    return encode_reply(reserve(now, worker, count, queues, {}))
+    return reserve(now, worker, count, queues, Q.flat_reply(nil, worker))
   end }
 
   C['reserve.wait'] = { 'Reserve', function(now, args)
@@ -159,27 +146,27 @@ Q.mod.worker = function()
     local count = Q.count(args[3], 1, 1000)
     local queues = queue_list(args, 4)
     Q.pop_config(queues)
-    local reply = reserve(now, worker, count, queues, {})
-    if #reply.jobs > 0 then
+    local reply = reserve(now, worker, count, queues, Q.flat_reply(nil, worker))
+    if reply[3] == '' then
       Q.idle_forget(worker)
     else
       Q.idle_register(now, worker, ttl, queues)
     end
-    return encode_reply(reply)
+    return reply
   end }
 
-  -- Lean job objects of the running jobs `worker` holds (the replay of a lost reply).
-  local function held_jobs(now, worker)
-    local jobs = {}
+  -- Append the running jobs `worker` holds to a flat reply (the replay of a lost reply);
+  -- returns how many.
+  local function held_jobs(now, worker, reply)
+    local n = 0
     for _, jid in ipairs(rcall('ZRANGEBYSCORE', Q.kwjobs(worker), now, '+inf', 'LIMIT', 0, 1000)) do
       local h = Q.read_pop(jid)
       if h and h.state == 'running' and h.worker == worker then
-        h.tracked = h.tracked == '1'
-        h.history = nil
-        table.insert(jobs, Q.job_object(jid, h, h.tracked, true))
+        Q.job_fields(reply, jid, h, h.tracked == '1', h.expires)
+        n = n + 1
       end
     end
-    return jobs
+    return n
   end
 
   -- ql:workers is re-scored at most once a second per worker by complete.reserve (a ZADD on a
@@ -241,9 +228,9 @@ Q.mod.worker = function()
     end
     if recorded then
       -- Replayed after a lost reply: the jobs that call reserved are held by `worker` now.
-      local reply = { state = recorded, jobs = held_jobs(now, worker) }
-      if #reply.jobs == 0 then reply.wake = 0 end
-      return encode_reply(reply)
+      local reply = Q.flat_reply(recorded, worker)
+      if held_jobs(now, worker, reply) == 0 then reply[3] = '0' end
+      return reply
     end
     if not earlier then Q.pop_config(queues, queue) end
     local state = states .. (lost or Q.complete(now, h,
@@ -257,14 +244,13 @@ Q.mod.worker = function()
       skip = registry_fresh(now, worker, done, completed)
       if skip then ctx.worker_seen = true end
     end
-    local reply = { state = state }
+    local reply = Q.flat_reply(state, worker)
     if count == 0 then
-      reply.jobs = {}
-      reply.wake = -1
+      reply[3] = '-1'
     else
       reserve(now, worker, count, queues, reply)
     end
     if done then registry_note(now, worker, done, skip) end
-    return encode_reply(reply)
+    return reply
   end }
 end

@@ -13,6 +13,7 @@ import redis
 from django_qless.core.client import Client
 from django_qless.core.lua import bundle_text, function_name, library_text, script_text
 from django_qless.core.queue import Queue
+from django_qless.core.worker_reply import decode_worker_reply
 from tests.core import keyspace_mode
 from tests.core.keyspace_mode import KEYSPACE, ShardRedis, monitor_events, to_default
 
@@ -55,8 +56,11 @@ class Lua:
         return script(keys=keys, args=argv)
 
     def json(self, command: str, now: float | str, *args: Any) -> Any:
-        """Run one command whose reply is a JSON document and decode it."""
+        """Run one command whose reply is a JSON document and decode it (the worker's calls'
+        flat replies as the client decodes them, into the same dict)."""
         reply = self(command, now, *args)
+        if isinstance(reply, list):
+            return decode_worker_reply(reply)
         return None if reply is None else json.loads(reply)
 
 
