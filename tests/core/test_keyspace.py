@@ -75,9 +75,12 @@ def test_interleaved_keyspaces_never_touch_each_other(
             workload(client, round_)
             for t, before in others.items():
                 assert dumps(conn, prefixes[t]) == before, (tag, t)
-    # Same names everywhere: each keyspace holds exactly the other's layout.
+    # Same names everywhere: each keyspace holds exactly the other's layout (but for the
+    # statistics hashes: held samples are written out when due, so whether one exists yet
+    # depends on timing and on which call was the engine's first).
     names = {
-        tag: {k.decode()[len(p):] for k in dumps(conn, p)} for tag, p in prefixes.items()
+        tag: {k.decode()[len(p):] for k in dumps(conn, p) if not k[len(p):].startswith(b"s:")}
+        for tag, p in prefixes.items()
     }
     assert names["a"] and names["a"] == names["b"] == names[None]
     assert all(k.startswith((b"ql:{a}:", b"ql:{b}:", b"ql:")) for k in conn.scan_iter())
