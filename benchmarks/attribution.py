@@ -45,6 +45,7 @@ os.environ.setdefault("BENCH_BODY", "incr")
 
 import _common  # noqa: E402
 import redis  # noqa: E402
+from callgrind_redis import CallgrindError, callgrind_redis  # noqa: E402
 from django_qless_ import DjangoQless  # noqa: E402
 
 from django_qless.core.server import RedisServer, find_redis_server  # noqa: E402
@@ -258,56 +259,25 @@ def memory(url: str, jobs: int = 1000) -> dict[str, Any]:
 
 def callgrind(binary: str, jobs: int) -> dict[str, Any]:
     """Run redis-server under callgrind while the worker runs `jobs` jobs; group the counts."""
-    valgrind = shutil.which("valgrind")
-    annotate = shutil.which("callgrind_annotate")
-    if not valgrind or not annotate:
-        return {"error": "valgrind/callgrind_annotate not found"}
-    tmp = tempfile.mkdtemp(prefix="bench-cg-")
-    sock = os.path.join(tmp, "redis.sock")
-    out_file = os.path.join(tmp, "callgrind.out")
-    proc = subprocess.Popen(
-        [valgrind, "--tool=callgrind", f"--callgrind-out-file={out_file}",
-         "--instr-atstart=no", binary, "--port", "0", "--unixsocket", sock,
-         "--unixsocketperm", "700", "--save", "", "--appendonly", "no", "--dir", tmp],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    url = f"unix://{sock}?db=0"
-    try:
-        deadline = time.monotonic() + 120
-        while not os.path.exists(sock):
-            if time.monotonic() > deadline or proc.poll() is not None:
-                return {"error": "redis-server under valgrind did not start"}
-            time.sleep(0.2)
-        r = redis.Redis.from_url(url)
-        a = DjangoQless(url)
-        r.flushall()
-        a.fill(50, ["bench"])  # warm-up (engine loaded, code paths touched): not counted
-        with _common._running_worker(a, 1) as (ts, wproc):
-            ts.wait(50, 300, wproc)
-        a.fill(jobs, ["bench"])
-        subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)],
-                       capture_output=True, check=False, timeout=60)
-        with _common._running_worker(a, 1) as (ts, wproc):  # counted: start-up + N jobs
-            ts.wait(jobs, 600, wproc)
-            time.sleep(0.2)
-            subprocess.run(["callgrind_control", "-i", "off", str(proc.pid)],
-                           capture_output=True, check=False, timeout=60)
-        r.shutdown(nosave=True)
-    except redis.ConnectionError:
-        pass
-    finally:
-        try:
-            proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    files = sorted(Path(tmp).glob("callgrind.out*"))
-    if not files:
-        return {"error": "no callgrind output"}
-    text = subprocess.run([annotate, "--threshold=100", "--inclusive=no", str(files[-1])],
-                          capture_output=True, text=True, check=False).stdout
     kept = Path(tempfile.gettempdir()) / "bench-callgrind.out"
-    shutil.copy(files[-1], kept)
-    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        with callgrind_redis(binary, "bench-cg-") as cg:
+            r = redis.Redis.from_url(cg.url)
+            a = DjangoQless(cg.url)
+            r.flushall()
+            a.fill(50, ["bench"])  # warm-up (engine loaded, code paths touched): not counted
+            with _common._running_worker(a, 1) as (ts, wproc):
+                ts.wait(50, 300, wproc)
+            a.fill(jobs, ["bench"])
+            cg.counting(True)
+            with _common._running_worker(a, 1) as (ts, wproc):  # counted: start-up + N jobs
+                ts.wait(jobs, 600, wproc)
+                time.sleep(0.2)
+                cg.counting(False)
+            cg.stop()
+            text = cg.annotate(keep_as=kept.name)
+    except CallgrindError as exc:
+        return {"error": str(exc)}
     return {"jobs": jobs, "file": str(kept), **families(text, jobs, lua_range(binary))}
 
 

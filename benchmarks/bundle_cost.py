@@ -22,16 +22,15 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import redis
+from callgrind_redis import CallgrindError, callgrind_redis
 
 from django_qless.core.lua import bundle_text, function_name, library_text, script_text
+from django_qless.core.worker_reply import decode_worker_reply
 
 COMMANDS = ("config.get", "put", "pop", "complete", "complete.reserve")
 _ENTRY = "return main(KEYS, ARGV)\n"
@@ -48,55 +47,33 @@ def variants(command: str, mode: str = "bundle") -> dict[str, str]:
     return {"build": top + "return 1\n", "loaders": top + route + "return 1\n", "call": text}
 
 
-def _control(pid: int, *args: str) -> None:
-    subprocess.run(["callgrind_control", *args, str(pid)], capture_output=True, check=False,
-                   timeout=60)
-
-
 def measure(binary: str, calls: int, mode: str) -> list[tuple[str, float]]:
     """Return (phase, instructions per call) for every phase, in order."""
-    tmp = tempfile.mkdtemp(prefix="bundle-cost-")
-    sock, out = os.path.join(tmp, "redis.sock"), os.path.join(tmp, "callgrind.out")
-    proc = subprocess.Popen(
-        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--instr-atstart=no",
-         binary, "--port", "0", "--unixsocket", sock, "--save", "", "--appendonly", "no",
-         "--dir", tmp], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     phases: list[tuple[str, int]] = []
-    try:
-        deadline = time.monotonic() + 120
-        while not os.path.exists(sock):
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise SystemExit("redis-server under valgrind did not start")
-            time.sleep(0.2)
-        r = redis.Redis(unix_socket_path=sock, decode_responses=True)
-
-        def phase(label: str, fn: Callable[[], Any], count: int) -> None:
-            fn()  # not counted: the first call of a script compiles it
-            _control(proc.pid, "-i", "on")
-            for _ in range(count):
-                fn()
-            _control(proc.pid, "-i", "off")
-            _control(proc.pid, "-d", label)  # dump, then zero
-            phases.append((label, count))
-
-        _run_phases(r, phase, calls, mode)
-        r.shutdown(nosave=True)
-    except redis.ConnectionError:
-        pass
-    finally:
-        try:
-            proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
     totals: dict[str, int] = {}
-    for path in Path(tmp).glob("callgrind.out.*"):
-        text = path.read_text(errors="replace")
-        label = re.search(r"^desc: Trigger: dump (.*)$", text, re.MULTILINE)
-        total = re.search(r"^totals: (\d+)", text, re.MULTILINE)
-        if label and total:
-            totals[label.group(1)] = int(total.group(1))
-    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        with callgrind_redis(binary, "bundle-cost-") as cg:
+            r = redis.Redis(unix_socket_path=cg.sock, decode_responses=True)
+
+            def phase(label: str, fn: Callable[[], Any], count: int) -> None:
+                fn()  # not counted: the first call of a script compiles it
+                cg.counting(True)
+                for _ in range(count):
+                    fn()
+                cg.counting(False)
+                cg.control("-d", label)  # dump, then zero
+                phases.append((label, count))
+
+            _run_phases(r, phase, calls, mode)
+            cg.stop()
+            for path in cg.outputs():
+                text = path.read_text(errors="replace")
+                label = re.search(r"^desc: Trigger: dump (.*)$", text, re.MULTILINE)
+                total = re.search(r"^totals: (\d+)", text, re.MULTILINE)
+                if label and total:
+                    totals[label.group(1)] = int(total.group(1))
+    except CallgrindError as exc:
+        raise SystemExit(str(exc)) from exc
     return [(label, totals.get(label, 0) / count) for label, count in phases]
 
 
@@ -142,7 +119,8 @@ def _run_phases(r: redis.Redis, phase: Callable[[str, Callable[[], Any], int], N
 
     def complete_reserve() -> None:
         jid, token = held.pop()
-        reply = json.loads(call("complete.reserve", jid, "w1", "q", "{}", token, "1", "q"))
+        reply = decode_worker_reply(
+            call("complete.reserve", jid, "w1", "q", "{}", token, "1", "q"))
         held.append((reply["jobs"][0]["jid"], os.urandom(8).hex()))
 
     phase("complete.reserve", complete_reserve, calls)

@@ -22,9 +22,6 @@ server's real clock.
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,6 +34,7 @@ sys.path[:0] = [str(HERE / "adapters"), str(HERE.parent), str(HERE)]
 import _common  # noqa: E402
 import redis  # noqa: E402
 from attribution import families, lua_range  # noqa: E402
+from callgrind_redis import CallgrindError, callgrind_redis  # noqa: E402
 from django_qless_ import DjangoQless  # noqa: E402
 
 from django_qless.core import Client  # noqa: E402
@@ -75,60 +73,32 @@ def simulated(a: DjangoQless, url: str, rate: float) -> None:
 def measure(binary: str, nqueues: int, waiting: int, probe: int,
             rate: float = 0.0) -> dict[str, Any]:
     """Run the probe for one queue count under callgrind; return per-job counts."""
-    valgrind, annotate = shutil.which("valgrind"), shutil.which("callgrind_annotate")
-    if not valgrind or not annotate:
-        raise SystemExit("valgrind/callgrind_annotate not found")
-    tmp = tempfile.mkdtemp(prefix="bench-mq-")
-    sock = os.path.join(tmp, "redis.sock")
-    out_file = os.path.join(tmp, "callgrind.out")
-    proc = subprocess.Popen(
-        [valgrind, "--tool=callgrind", f"--callgrind-out-file={out_file}",
-         "--instr-atstart=no", binary, "--port", "0", "--unixsocket", sock,
-         "--unixsocketperm", "700", "--save", "", "--appendonly", "no", "--dir", tmp],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    url = f"unix://{sock}?db=0"
     names = ["bench"] if nqueues == 1 else [f"bench{i:02d}" for i in range(nqueues)]
     try:
-        deadline = time.monotonic() + 120
-        while not os.path.exists(sock):
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise SystemExit("redis-server under valgrind did not start")
-            time.sleep(0.2)
-        r = redis.Redis.from_url(url)
-        a = DjangoQless(url)
-        if rate > 0:
-            simulated(a, url, rate)
-        r.flushall()
-        a.fill(waiting, names)
-        for i in range(probe):  # the probe's puts, spread the same way
-            a.put(i, 0.0, names[i % len(names)])
-        warm = 20  # engine loaded, marks made, code paths touched: not counted
-        done, _ = _common._drain(a, names, warm)
-        r.config_resetstat()
-        subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)],
-                       capture_output=True, check=False, timeout=60)
-        done, _ = _common._drain(a, names, probe)
-        subprocess.run(["callgrind_control", "-i", "off", str(proc.pid)],
-                       capture_output=True, check=False, timeout=60)
-        if done != probe:
-            raise SystemExit(f"drained {done} of {probe}")
-        stats = r.info("commandstats")
-        calls = {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items()}
-        r.shutdown(nosave=True)
-    except redis.ConnectionError:
-        pass
-    finally:
-        try:
-            proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    files = sorted(Path(tmp).glob("callgrind.out*"))
-    text = subprocess.run([annotate, "--threshold=100", "--inclusive=no", str(files[-1])],
-                          capture_output=True, text=True, check=False).stdout
-    kept = Path(tempfile.gettempdir()) / f"bench-mq-{nqueues}.out"
-    shutil.copy(files[-1], kept)
-    shutil.rmtree(tmp, ignore_errors=True)
+        with callgrind_redis(binary, "bench-mq-") as cg:
+            r = redis.Redis.from_url(cg.url)
+            a = DjangoQless(cg.url)
+            if rate > 0:
+                simulated(a, cg.url, rate)
+            r.flushall()
+            a.fill(waiting, names)
+            for i in range(probe):  # the probe's puts, spread the same way
+                a.put(i, 0.0, names[i % len(names)])
+            warm = 20  # engine loaded, marks made, code paths touched: not counted
+            done, _ = _common._drain(a, names, warm)
+            r.config_resetstat()
+            cg.counting(True)
+            done, _ = _common._drain(a, names, probe)
+            cg.counting(False)
+            if done != probe:
+                raise SystemExit(f"drained {done} of {probe}")
+            stats = r.info("commandstats")
+            calls = {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items()}
+            cg.stop()
+            kept = Path(tempfile.gettempdir()) / f"bench-mq-{nqueues}.out"
+            text = cg.annotate(keep_as=kept.name)
+    except CallgrindError as exc:
+        raise SystemExit(str(exc)) from exc
     counted = {k: v for k, v in calls.items() if k not in ("config|resetstat", "info")}
     return {"queues": nqueues, "jobs": probe, "file": str(kept),
             "engine_calls_per_job": sum(v for k, v in counted.items() if k in ("fcall", "evalsha"))

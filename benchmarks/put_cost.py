@@ -32,6 +32,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 import redis  # noqa: E402
 from attribution import families, lua_range  # noqa: E402
+from callgrind_redis import CallgrindError, callgrind_redis  # noqa: E402
 
 from django_qless.core import Client  # noqa: E402
 from django_qless.core.server import RedisServer, find_redis_server  # noqa: E402
@@ -113,47 +114,19 @@ def client_instructions(url: str, n: int) -> float | None:
 
 def callgrind(binary: str, n: int) -> dict[str, Any]:
     """Run redis-server under callgrind for `n` puts; instructions per put by family."""
-    valgrind, annotate = shutil.which("valgrind"), shutil.which("callgrind_annotate")
-    if not valgrind or not annotate:
-        return {"error": "valgrind/callgrind_annotate not found"}
-    tmp = tempfile.mkdtemp(prefix="bench-putcg-")
-    sock = os.path.join(tmp, "redis.sock")
-    proc = subprocess.Popen(
-        [valgrind, "--tool=callgrind", f"--callgrind-out-file={tmp}/callgrind.out",
-         "--instr-atstart=no", binary, "--port", "0", "--unixsocket", sock,
-         "--unixsocketperm", "700", "--save", "", "--appendonly", "no", "--dir", tmp],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    url = f"unix://{sock}?db=0"
     try:
-        deadline = time.monotonic() + 120
-        while not os.path.exists(sock):
-            if time.monotonic() > deadline or proc.poll() is not None:
-                return {"error": "redis-server under valgrind did not start"}
-            time.sleep(0.2)
-        time.sleep(0.5)
-        client = Client(url)
-        puts(client, 50)  # warm-up: engine loaded, code paths touched (not counted)
-        subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)],
-                       capture_output=True, check=False, timeout=60)
-        puts(client, n)
-        subprocess.run(["callgrind_control", "-i", "off", str(proc.pid)],
-                       capture_output=True, check=False, timeout=60)
-        client.close()
-        redis.Redis.from_url(url).shutdown(nosave=True)
-    except redis.ConnectionError:
-        pass
-    finally:
-        try:
-            proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    files = sorted(Path(tmp).glob("callgrind.out*"))
-    if not files:
-        return {"error": "no callgrind output"}
-    text = subprocess.run([annotate, "--threshold=100", "--inclusive=no", str(files[-1])],
-                          capture_output=True, text=True, check=False).stdout
-    shutil.rmtree(tmp, ignore_errors=True)
+        with callgrind_redis(binary, "bench-putcg-") as cg:
+            time.sleep(0.5)
+            client = Client(cg.url)
+            puts(client, 50)  # warm-up: engine loaded, code paths touched (not counted)
+            cg.counting(True)
+            puts(client, n)
+            cg.counting(False)
+            client.close()
+            cg.stop()
+            text = cg.annotate()
+    except CallgrindError as exc:
+        return {"error": str(exc)}
     return {"puts": n, **families(text, n, lua_range(binary))}
 
 
