@@ -15,6 +15,7 @@ from django_qless.core.lua import bundle_text, function_name, library_text, scri
 from django_qless.core.queue import Queue
 from django_qless.core.worker_reply import decode_worker_reply
 from tests.core import keyspace_mode
+from tests.core.handoff_listener import listen  # noqa: F401 (the hand-off channel fixture)
 from tests.core.keyspace_mode import KEYSPACE, ShardRedis, monitor_events, to_default
 
 

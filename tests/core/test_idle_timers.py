@@ -8,31 +8,17 @@ or one due after every registration lapses, publishes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-import pytest
 import redis
 
-from tests.core.test_handoff import Listener
+from tests.core.handoff_listener import Listener
 from tests.core.test_put_many import many_args
 
 __all__: list[str] = []
 
 Events = Callable[[], list[tuple[str, str]]]
-
-
-@pytest.fixture
-def listen(r: redis.Redis) -> Iterator[Callable[[str], Listener]]:
-    made: list[Listener] = []
-
-    def make(worker: str) -> Listener:
-        made.append(Listener(r, worker))
-        return made[-1]
-
-    yield make
-    for listener in made:
-        listener.pubsub.close()
 
 
 def wakes(events: Events, queue: str = "a") -> int:

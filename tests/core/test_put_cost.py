@@ -8,14 +8,15 @@ stored fields and events are those of a put that runs them all (docs/engine.md, 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import redis
 
 from django_qless.core.queue import Queue
-from tests.core.keyspace_mode import KEYSPACE, subscribe
+from tests.core.handoff_listener import Listener
+from tests.core.keyspace_mode import KEYSPACE
 
 __all__: list[str] = []
 
@@ -107,47 +108,18 @@ def test_a_moved_job_and_a_new_one_store_what_they_did(lua: Any, r: redis.Redis)
     assert r.hget("ql:j:b", "queue") == "other"
 
 
-class Listener:
-    """A worker listening on its hand-off channel."""
-
-    def __init__(self, r: redis.Redis, worker: str) -> None:
-        self.pubsub = r.pubsub()
-        subscribe(self.pubsub, r, f"ql:hand:{worker}")
-        assert self.pubsub.get_message(timeout=1.0)["type"] in ("subscribe", "ssubscribe")
-
-    def jids(self) -> list[str]:
-        got = []
-        while (msg := self.pubsub.get_message(timeout=0.05)) is not None:
-            if msg["type"] in ("message", "smessage"):
-                got.append(json.loads(msg["data"])["jid"])
-        return got
-
-
-@pytest.fixture
-def listener(r: redis.Redis) -> Iterator[Callable[[str], Listener]]:
-    made: list[Listener] = []
-
-    def make(worker: str) -> Listener:
-        made.append(Listener(r, worker))
-        return made[-1]
-
-    yield make
-    for one in made:
-        one.pubsub.close()
-
-
 def test_a_worker_registered_since_the_last_put_is_handed_the_next(
-    lua: Any, r: redis.Redis, listener: Callable[[str], Listener]
+    lua: Any, r: redis.Redis, listen: Callable[[str], Listener]
 ) -> None:
     """A put remembers that a queue had no idle worker; a registration ends that at once."""
-    worker = listener("w2")
+    worker = listen("w2")
     put(lua, "a", 100)  # no idle worker: remembered for a second
     lua("pop", 100.1, Q, "w1", 1)
     assert lua.json("reserve.wait", 100.2, "w2", 10, 1, Q)["jobs"] == []
     r.config_resetstat()
     put(lua, "b", 100.3)
     assert commands(r).get("zrangebyscore") == 1  # (the registration dropped the memo)
-    assert worker.jids() == ["b"]
+    assert [job["jid"] for job in worker.jobs()] == ["b"]
     assert r.hget("ql:j:b", "worker") == "w2"
 
 
