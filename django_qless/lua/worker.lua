@@ -109,9 +109,6 @@ Q.mod.worker = function()
     return math.max(0, best - now)
   end
 
-  -- (names, or a list held by id: pop.lua)
-  local function queue_list(args, first) return Q.queue_list(args, first) end
-
   -- Pop up to `count` jobs from the queues in order into `reply`, a flat reply
   -- (objects.lua); returns it, with the wake hint when no job came.
   local function reserve(now, worker, count, queues, reply)
@@ -134,7 +131,7 @@ Q.mod.worker = function()
   C['reserve'] = { 'Reserve', function(now, args)
     local worker = Q.worker(args[1])
     local count = Q.count(args[2], 1, 1000)
-    local queues = queue_list(args, 3)
+    local queues = Q.queue_list(args, 3)
     Q.pop_config(queues)
     return reserve(now, worker, count, queues, Q.flat_reply(nil, worker))
   end }
@@ -144,7 +141,7 @@ Q.mod.worker = function()
     local ttl = Q.number('ttl', args[2], 'missing or not a number')
     if ttl <= 0 or ttl > 3600 then Q.fail('Arg "ttl" must be > 0 and <= 3600: ' .. args[2]) end
     local count = Q.count(args[3], 1, 1000)
-    local queues = queue_list(args, 4)
+    local queues = Q.queue_list(args, 4)
     Q.pop_config(queues)
     local reply = reserve(now, worker, count, queues, Q.flat_reply(nil, worker))
     if reply[3] == '' then
@@ -212,7 +209,7 @@ Q.mod.worker = function()
     local token = Q.token(args[5])
     local count = Q.count(args[6], 0, 1000)
     local queues = {}
-    if count > 0 then queues = queue_list(args, 7) end
+    if count > 0 then queues = Q.queue_list(args, 7) end
     local h, recorded, lost
     local states, completed = '', 0
     if earlier then
