@@ -70,6 +70,16 @@ def sleepy(job: Job) -> None:
 
 
 @register()
+def spin(job: Job) -> None:
+    """Compute for data['seconds'] without a blocking call, then record start and end."""
+    start = time.time()
+    end = time.monotonic() + float(job.data.get("seconds", 1))
+    while time.monotonic() < end:
+        pass
+    note(job, "spun", start=start, end=time.time())
+
+
+@register()
 def sleep_long(job: Job) -> None:
     """One long blocking sleep (an abort must interrupt it, not wait for it)."""
     note(job, "started")

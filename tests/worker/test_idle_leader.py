@@ -112,6 +112,29 @@ def test_jobs_put_back_to_back_run_in_parallel_once_each(
     worker.quit()
 
 
+def test_a_job_that_never_blocks_still_passes_the_token_on(
+    qless_client: Client, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    # The leader lets its helper thread unlock the token once the job lets go of the
+    # interpreter; a job that computes without a blocking call lets go at Python's switch
+    # interval, so the next child still leads (and is handed the next job) while it runs.
+    worker = idle_worker(start_worker, qless_client, "--interval", "60")
+    queue = qless_client.queues["q"]
+    spinning = queue.put("tests.worker.jobs.spin", {"seconds": 3.0})
+    wait_until(lambda: qless_client.jobs[spinning].state == "running", timeout=10)
+    time.sleep(0.5)
+    jid = queue.put("tests.worker.jobs.ping", {})
+    popped = qless_client.redis.blpop(["test:pings"], timeout=10)
+    assert popped is not None, "the next job did not start"
+    pinged, at = json.loads(popped[1])
+    assert pinged == jid
+    wait_until(lambda: ledger(qless_client.redis, "spun"), timeout=15)
+    (spun,) = ledger(qless_client.redis, "spun")
+    assert spun["start"] < at < spun["end"], (spun, at)  # it started while the job computed
+    assert qless_client.jobs[jid].worker_name != qless_client.jobs[spinning].worker_name
+    worker.quit()
+
+
 def test_the_token_leaves_no_file_and_children_forked_later_share_it(
     qless_client: Client, start_worker: Callable[..., WorkerProcess]
 ) -> None:

@@ -253,12 +253,12 @@ class JobLoop:
         # No title here: the heartbeat thread sets "running" once it notices the job (within
         # its check interval), so a stream of short jobs costs no setproctitle per job.
         self.current = job
-        self.taker.pass_turn()  # before the job runs: the next idle child leads at once
         self.taker.idling = False
         self.taken += 1
         self.on_job_start(job)
         started = time.monotonic()
         self.heartbeater.watch(job)
+        self.taker.pass_turn(soon=True)  # as the job starts: the next idle child leads
         try:
             outcome = self.runner.run(job, self._pre_abort)
         finally:

@@ -149,8 +149,14 @@ class ForkingWorker(ChildDisposal, ChildWatch):
         ready = {fd for fd, _ in poller.poll(timeout * 1000)}
         if self.signals.wake_pipe.read_fd in ready:
             self.signals.wake_pipe.drain()
-        if status_wait <= 0 and any(c.status_fd in ready for c in self.children.values()):
-            self._read_all_status()
+        if status_wait <= 0:
+            # Only the pipes polled readable: a job starting wakes us, and reading all
+            # 100 children's pipes for it would compete with that job for the CPU.
+            readable = [c for c in self.children.values() if c.status_fd in ready]
+            if readable:
+                self._status_at = time.monotonic()
+                for child in readable:
+                    self._read_status(child)
 
     def _read_all_status(self) -> None:
         self._status_at = time.monotonic()

@@ -9,10 +9,14 @@ inherited descriptor where /proc allows: the supervisor then removes the path at
 each holds its own open file description and the locks are per child. The kernel drops the lock
 when its holder dies (even by SIGKILL), so a dead leader never keeps the others waiting.
 
-A leader gives the token up as soon as it takes a job, before running it, so the next idle
-child becomes leader at once (jobs put back to back still start in parallel). A child that
-finishes its job keeps the hot path (complete and reserve in one call) and queues for the
-token only when that finds nothing.
+A leader gives the token up as soon as it takes a job, so the next idle child becomes leader
+at once (jobs put back to back still start in parallel). The unlock itself is left to the
+helper thread (`release(soon=True)`): unlocking wakes the next child, whose registration
+would otherwise compete with the job's start for the CPU; the helper runs once the job
+thread lets go of the interpreter (its first blocking call, or Python's 5 ms switch
+interval). A child that finishes its job keeps the hot path (complete and reserve in one
+call) and queues for the token only when that finds nothing; if its helper has not let go by
+then, it simply keeps the token.
 
 The blocking `flock` runs in a helper thread (signals blocked there); the job thread waits
 for it in short slices, polling a pipe the helper writes to, so signals and the supervisor
@@ -87,6 +91,7 @@ class Leadership:
         self._held = False
         self._wanted = False
         self._locking = False  # the helper is inside flock(): the job thread must not call it
+        self._letting_go = False  # released by the job thread, still to unlock in the helper
         self._thread: threading.Thread | None = None
         # A job that forks (without exec) must not take our lock's description with it: a
         # grandchild outliving us would keep the token held.
@@ -106,6 +111,10 @@ class Leadership:
     def try_take(self) -> bool:
         """Take the token if it is free (no wait); return whether this child holds it."""
         with self._cond:
+            if self._letting_go:
+                # Given up, but the helper has not unlocked yet: the lock is still ours.
+                self._letting_go = False
+                self._held = True
             if self._held or self._locking:
                 return self._held
             try:
@@ -115,6 +124,7 @@ class Leadership:
                     raise
                 return False
             self._held = True
+            self._start_helper()  # now, while idle: a later release(soon=True) needs it
             return True
 
     def want(self, wanted: bool) -> None:
@@ -123,26 +133,40 @@ class Leadership:
             self._wanted = wanted
             if wanted:
                 self._drain()
-                if self._thread is None:
-                    self._thread = threading.Thread(target=self._queue, name="qless-leader",
-                                                    daemon=True)
-                    self._thread.start()
+                self._start_helper()
                 self._cond.notify()
 
-    def release(self) -> None:
-        """Give the token up (the next child waiting for it becomes leader)."""
+    def release(self, *, soon: bool = False) -> None:
+        """Give the token up (the next child waiting for it becomes leader); with `soon`,
+        the helper thread unlocks it once this thread lets it run (a job starts now)."""
         with self._cond:
-            if self._held:
-                self._held = False
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
+            if not self._held:
+                return
+            self._held = False
+            if soon and self._thread is not None:
+                self._letting_go = True
+                self._cond.notify()
+                return
+            self._letting_go = False
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def _start_helper(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._queue, name="qless-leader",
+                                            daemon=True)
+            self._thread.start()
 
     def _queue(self) -> None:
         """Helper thread: wait for the lock whenever the job thread wants it."""
         block_async_signals()
         while True:
             with self._cond:
-                while not self._wanted or self._held:
+                while not self._letting_go and (not self._wanted or self._held):
                     self._cond.wait()
+                if self._letting_go:
+                    self._letting_go = False
+                    fcntl.flock(self._fd, fcntl.LOCK_UN)
+                    continue
                 self._locking = True
             try:
                 fcntl.flock(self._fd, fcntl.LOCK_EX)  # blocks until the leader lets go

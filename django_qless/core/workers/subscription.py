@@ -65,7 +65,9 @@ class Subscription:
         if self.sharded is None:
             version = str(node.info("server").get("redis_version", "0"))
             self.sharded = self.keyspace.uses_sharded_pubsub(int(version.split(".")[0]))
-        self._pubsub = node.pubsub()  # type: ignore[no-untyped-call, unused-ignore]
+        # Messages as they come: redis-py's default RESP3 push handler formats each one (a
+        # whole handed job) for a debug log line, even with debug logging off.
+        self._pubsub = node.pubsub(push_handler_func=_as_is)  # type: ignore[no-untyped-call, unused-ignore]
 
     def subscribe(self, channels: Iterable[str], patterns: Iterable[str] = ()) -> int:
         """Subscribe (connecting first if needed); return the confirmations to expect."""
@@ -101,9 +103,21 @@ class Subscription:
     def get(self, timeout: float = 0.0) -> dict[str, Any] | None:
         """Return the next message (confirmations included), or None; raise ConnectionError
         when the server dropped a channel we still want (its slot moved away)."""
-        if self._pubsub is None:
+        pubsub = self._pubsub
+        if pubsub is None:
             return None
-        msg: dict[str, Any] | None = self._pubsub.get_message(timeout=timeout)
+        conn = pubsub.connection
+        if timeout or conn is None:
+            msg: dict[str, Any] | None = pubsub.get_message(timeout=timeout)
+        else:
+            # Without waiting (the socket polled readable, or a drain): read the reply
+            # directly, without get_message's retry wrapper, which would reconnect and
+            # resubscribe unseen: a broken connection must reach the owner (hand-offs may
+            # have been lost meanwhile).
+            if not conn.can_read(timeout=0):
+                return None
+            msg = pubsub.handle_message(
+                conn.read_response(disconnect_on_error=False, push_request=True))
         if msg is not None and msg.get("type") == "sunsubscribe":
             if str(msg.get("channel")) in self.channels:
                 raise redis.ConnectionError("the shard's slot moved: its channels were dropped")
@@ -148,3 +162,8 @@ class Subscription:
 def _role(node: Any) -> str:
     """Return the node's replication role ("master" for a primary)."""
     return str(node.execute_command("ROLE")[0])
+
+
+def _as_is(response: Any) -> Any:
+    """Return a pushed pub/sub message unchanged (redis-py's push handler hook)."""
+    return response

@@ -112,10 +112,15 @@ class JobTaker:
         finally:
             lead.want(False)  # the token, if it comes now, goes on to the next child
 
-    def pass_turn(self) -> None:
-        """Give the idle-leader token up (a job is about to run): the next idle child leads."""
+    def pass_turn(self, *, soon: bool = False) -> None:
+        """Give the idle-leader token up: the next idle child leads.
+
+        `soon` (a job starts now): the unlock is left to the token's helper thread, which
+        runs once the job lets go of the interpreter, so the next leader's wake-up and
+        registration do not delay the job's start (leadership.py).
+        """
         if self.leadership is not None:
-            self.leadership.release()
+            self.leadership.release(soon=soon)
 
     def reserve(self) -> tuple[list[Job], float | None]:
         """Take jobs from the selected queues (subscribing to wake-ups first); also return

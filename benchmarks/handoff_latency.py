@@ -1,0 +1,147 @@
+"""Where put -> job start goes with idle children: the hand-off path, stage by stage.
+
+    python benchmarks/handoff_latency.py [--children 1,100] [--samples 200] [--redis-server P]
+
+Per child count: a private redis-server (unix socket), `python -m django_qless.core.workers
+-n N --import handoff_probe_jobs probe`, settled and warmed up, then `samples` puts 50-150 ms
+apart (seeded), each job carrying its put time. handoff_probe_jobs.py stamps, in the child,
+when its poll() returned, when the hand-off message was decoded, when the job loop's
+`_perform` and the runner's `run` began, and when the body ran; the driver stamps each put's
+call and return. All stamps are `time.monotonic()` (system-wide on Linux). Printed: the
+median and p90 of each step, in ms, and how many children took the jobs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import redis
+
+from django_qless.core import Client
+from django_qless.core.server import RedisServer, find_redis_server
+
+HERE = Path(__file__).resolve().parent
+
+
+def _settle(r: redis.Redis, proc: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
+    start = time.monotonic()
+    last, since = -1, start
+    while time.monotonic() - start < timeout:
+        if proc.poll() is not None:
+            raise RuntimeError(f"worker exited early ({proc.returncode})")
+        n = int(r.info("clients")["connected_clients"])
+        now = time.monotonic()
+        if n != last:
+            last, since = n, now
+        elif now - since >= 2.0 and now - start >= 3.0:
+            return
+        time.sleep(0.25)
+
+
+def _lines(directory: str) -> dict[str, list[tuple[str, float]]]:
+    """Return {jid: [(stamp, time), ...]} in the order the child stamped them."""
+    out: dict[str, list[tuple[str, float]]] = {}
+    for name in os.listdir(directory):
+        for line in Path(directory, name).read_text().splitlines():
+            jid, *fields = line.split()
+            marks = [(k, float(v)) for k, v in (f.split("=", 1) for f in fields)]
+            out[jid] = [("pid", float(name)), *marks]
+    return out
+
+
+def _wait(directory: str, n: int, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError("worker exited")
+        if len(_lines(directory)) >= n:
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"only {len(_lines(directory))} of {n} jobs ran")
+
+
+def measure(url: str, children: int, samples: int, idle: float) -> None:
+    """Run one worker with `children` idle children and print the per-step breakdown."""
+    tsdir = tempfile.mkdtemp(prefix="handoff-ts-")
+    env = dict(os.environ, HANDOFF_TS_DIR=tsdir,
+               PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
+    r = redis.Redis.from_url(url)
+    r.flushall()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "django_qless.core.workers", "--url", url, "-n", str(children),
+         "--import", "handoff_probe_jobs", "probe"],
+        env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True)
+    try:
+        _settle(r, proc)
+        q = Client(url).queues["probe"]
+        for i in range(3):
+            q.put("probe.noop", {"i": i})
+        _wait(tsdir, 3, proc)
+        time.sleep(idle)
+        put: dict[str, tuple[float, float]] = {}
+        rng = random.Random(42)
+        for i in range(samples):
+            time.sleep(rng.uniform(0.05, 0.15))
+            t0 = time.monotonic()
+            jid = q.put("probe.noop", {"i": i, "t0": t0})
+            put[jid] = (t0, time.monotonic())
+        _wait(tsdir, samples + 3, proc)
+        rows = []
+        for jid, marks in _lines(tsdir).items():
+            if jid in put:
+                rows.append((jid, marks))
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        shutil.rmtree(tsdir, ignore_errors=True)
+    steps: dict[str, list[float]] = {}
+    pids, waiting = set(), 0
+    for jid, marks in rows:
+        d = dict(marks)
+        pids.add(d["pid"])
+        waiting += 0 < d["poll_in"] < d["t0"]
+        seq = [("put call", put[jid][0]), ("put reply", put[jid][1])]
+        seq += [(k, t) for k, t in marks if k not in ("pid", "t0", "poll_in")]
+        for (a, ta), (b, tb) in zip(seq, seq[1:], strict=False):
+            steps.setdefault(f"{a} -> {b}", []).append((tb - ta) * 1000)
+        steps.setdefault("total: put call -> body", []).append((d["body"] - put[jid][0]) * 1000)
+    print(f"children {children}: {len(rows)} jobs, {len(pids)} children took them, "
+          f"{waiting} with the taker already in poll() at the put; load {os.getloadavg()[0]:.2f}")
+    for label, deltas in steps.items():
+        deltas.sort()
+        p90 = deltas[min(len(deltas) - 1, round(0.9 * (len(deltas) - 1)))]
+        print(f"  {label:34} p50 {statistics.median(deltas):6.3f}  p90 {p90:6.3f} ms"
+              f"  (n={len(deltas)})")
+
+def main() -> None:
+    """Parse the arguments and measure each child count on a private Redis."""
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--children", default="1,100")
+    p.add_argument("--samples", type=int, default=200)
+    p.add_argument("--idle", type=float, default=1.0, help="seconds idle before the samples")
+    p.add_argument("--redis-server", default=None)
+    args = p.parse_args()
+    with RedisServer(args.redis_server or find_redis_server()) as server:
+        for n in (int(c) for c in args.children.split(",")):
+            measure(server.url, n, args.samples, args.idle)
+
+
+if __name__ == "__main__":
+    main()
