@@ -130,8 +130,8 @@ def test_a_job_that_never_blocks_still_passes_the_token_on(
     assert pinged == jid
     wait_until(lambda: ledger(qless_client.redis, "spun"), timeout=15)
     (spun,) = ledger(qless_client.redis, "spun")
-    assert spun["start"] < at < spun["end"], (spun, at)  # it started while the job computed
-    assert qless_client.jobs[jid].worker_name != qless_client.jobs[spinning].worker_name
+    # It started while the first job computed: in another child, which led by then.
+    assert spun["start"] < at < spun["end"], (spun, at)
     worker.quit()
 
 

@@ -103,21 +103,9 @@ class Subscription:
     def get(self, timeout: float = 0.0) -> dict[str, Any] | None:
         """Return the next message (confirmations included), or None; raise ConnectionError
         when the server dropped a channel we still want (its slot moved away)."""
-        pubsub = self._pubsub
-        if pubsub is None:
+        if self._pubsub is None:
             return None
-        conn = pubsub.connection
-        if timeout or conn is None:
-            msg: dict[str, Any] | None = pubsub.get_message(timeout=timeout)
-        else:
-            # Without waiting (the socket polled readable, or a drain): read the reply
-            # directly, without get_message's retry wrapper, which would reconnect and
-            # resubscribe unseen: a broken connection must reach the owner (hand-offs may
-            # have been lost meanwhile).
-            if not conn.can_read(timeout=0):
-                return None
-            msg = pubsub.handle_message(
-                conn.read_response(disconnect_on_error=False, push_request=True))
+        msg: dict[str, Any] | None = self._pubsub.get_message(timeout=timeout)
         if msg is not None and msg.get("type") == "sunsubscribe":
             if str(msg.get("channel")) in self.channels:
                 raise redis.ConnectionError("the shard's slot moved: its channels were dropped")
