@@ -8,7 +8,8 @@ apart (seeded), each job carrying its put time. handoff_probe_jobs.py stamps, in
 when its poll() returned, when the hand-off message was decoded, when the job loop's
 `_perform` and the runner's `run` began, and when the body ran; the driver stamps each put's
 call and return. All stamps are `time.monotonic()` (system-wide on Linux). Printed: the
-median and p90 of each step, in ms, and how many children took the jobs.
+median and p90 of each step, in ms, how many children took the jobs, and the CPU the whole
+idle worker (supervisor and children) used per second before the samples.
 """
 
 from __future__ import annotations
@@ -46,6 +47,21 @@ def _settle(r: redis.Redis, proc: subprocess.Popen[bytes], timeout: float = 60.0
         elif now - since >= 2.0 and now - start >= 3.0:
             return
         time.sleep(0.25)
+
+
+def _group_cpu(pgid: int) -> float:
+    """Return the CPU seconds (user + system) used so far by the processes of group `pgid`."""
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path("/proc", entry, "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:  # (fields after the name: state, ppid, pgrp, ...)
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def _lines(directory: str) -> dict[str, list[tuple[str, float]]]:
@@ -88,7 +104,9 @@ def measure(url: str, children: int, samples: int, idle: float) -> None:
         for i in range(3):
             q.put("probe.noop", {"i": i})
         _wait(tsdir, 3, proc)
+        cpu0 = _group_cpu(proc.pid)
         time.sleep(idle)
+        idle_cpu = (_group_cpu(proc.pid) - cpu0) / idle
         put: dict[str, tuple[float, float]] = {}
         rng = random.Random(42)
         for i in range(samples):
@@ -122,7 +140,8 @@ def measure(url: str, children: int, samples: int, idle: float) -> None:
             steps.setdefault(f"{a} -> {b}", []).append((tb - ta) * 1000)
         steps.setdefault("total: put call -> body", []).append((d["body"] - put[jid][0]) * 1000)
     print(f"children {children}: {len(rows)} jobs, {len(pids)} children took them, "
-          f"{waiting} with the taker already in poll() at the put; load {os.getloadavg()[0]:.2f}")
+          f"{waiting} with the taker already in poll() at the put; load {os.getloadavg()[0]:.2f}; "
+          f"idle worker CPU {idle_cpu * 1000:.1f} ms/s over {idle:g} s")
     for label, deltas in steps.items():
         deltas.sort()
         p90 = deltas[min(len(deltas) - 1, round(0.9 * (len(deltas) - 1)))]
@@ -135,7 +154,8 @@ def main() -> None:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--children", default="1,100")
     p.add_argument("--samples", type=int, default=200)
-    p.add_argument("--idle", type=float, default=1.0, help="seconds idle before the samples")
+    p.add_argument("--idle", type=float, default=5.0,
+                   help="seconds idle before the samples (the worker's CPU is measured)")
     p.add_argument("--redis-server", default=None)
     args = p.parse_args()
     with RedisServer(args.redis_server or find_redis_server()) as server:

@@ -71,6 +71,10 @@ class ForkingWorker(ChildDisposal, ChildWatch):
         self._shutdown_deadline = 0.0
         self._title_at = 0.0
         self._status_at = 0.0
+        # A child may have exited (SIGCHLD seen); else the children are polled once a second:
+        # waitpid for each of 100 children on every wake-up (a job starting) cost the CPU.
+        self._child_exited = True
+        self._reap_at = 0.0
         self.reaper = config.make_reaper(self.name)
         # --max-jobs for all children together: each job asked for takes a ticket from it.
         self.pool = SharedJobPool(config.max_jobs) if config.max_jobs else None
@@ -98,7 +102,7 @@ class ForkingWorker(ChildDisposal, ChildWatch):
         """Supervise until stopped; return the exit code."""
         self.signals.install()
         # A Python-level SIGCHLD handler makes child deaths write to the wake pipe too.
-        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.signal(signal.SIGCHLD, self._on_sigchld)
         self.client = self.config.make_client(worker_name=self.name)
         self._token_dir = tempfile.mkdtemp(prefix="django-qless-")
         self._leader_token = TokenFile(self._token_dir)
@@ -265,7 +269,15 @@ class ForkingWorker(ChildDisposal, ChildWatch):
             except ProcessLookupError:
                 pass
 
-    def _reap(self) -> None:
+    def _on_sigchld(self, signum: int, frame: object) -> None:
+        self._child_exited = True
+
+    def _reap(self, *, always: bool = False) -> None:
+        now = time.monotonic()
+        if not (always or self._child_exited or now >= self._reap_at):
+            return
+        self._child_exited = False  # (before the scan: a death during it is seen next time)
+        self._reap_at = now + 1.0
         # Only our own children: the embedding program may have others (an event bridge).
         for pid in list(self.children):
             try:
@@ -364,7 +376,7 @@ class ForkingWorker(ChildDisposal, ChildWatch):
             self._kill(child, "forced", signal.SIGKILL)
         deadline = time.monotonic() + 5.0
         while self.children and time.monotonic() < deadline:
-            self._reap()
+            self._reap(always=True)
             time.sleep(0.01)
         if self.channels is not None:
             self.channels.close()
