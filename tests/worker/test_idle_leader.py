@@ -135,6 +135,28 @@ def test_a_job_that_never_blocks_still_passes_the_token_on(
     worker.quit()
 
 
+def test_a_single_child_has_no_token_and_is_handed_jobs(
+    qless_client: Client, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    worker = start_worker("q", "-n", "1", "--name", "solo", "--interval", "60")
+    (child,) = worker.wait_children(1)
+    wait_until(lambda: registered(qless_client), timeout=15)
+    # One child is always the leader: neither it nor the supervisor holds a token file.
+    for pid in (worker.pid, child):
+        fd_dir = f"/proc/{pid}/fd"
+        links = []
+        for fd in os.listdir(fd_dir):
+            try:
+                links.append(os.readlink(f"{fd_dir}/{fd}"))
+            except OSError:
+                continue  # closed meanwhile
+        assert not [p for p in links if "/django-qless-" in p], links
+    jid = qless_client.queues["q"].put("tests.worker.jobs.ping", {})
+    popped = qless_client.redis.blpop(["test:pings"], timeout=5)
+    assert popped is not None and json.loads(popped[1])[0] == jid
+    worker.quit()
+
+
 def test_the_token_leaves_no_file_and_children_forked_later_share_it(
     qless_client: Client, start_worker: Callable[..., WorkerProcess]
 ) -> None:

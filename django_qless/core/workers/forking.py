@@ -104,8 +104,10 @@ class ForkingWorker(ChildDisposal, ChildWatch):
         # A Python-level SIGCHLD handler makes child deaths write to the wake pipe too.
         signal.signal(signal.SIGCHLD, self._on_sigchld)
         self.client = self.config.make_client(worker_name=self.name)
-        self._token_dir = tempfile.mkdtemp(prefix="django-qless-")
-        self._leader_token = TokenFile(self._token_dir)
+        if self.wanted > 1:
+            # (one child is always its own leader: no token, no unlock as each job starts)
+            self._token_dir = tempfile.mkdtemp(prefix="django-qless-")
+            self._leader_token = TokenFile(self._token_dir)
         self.channels = ChildChannels(served_clients(self.client, self.config.queues),
                                       _BUSY_PING)
         log.info("django-qless %s supervisor %s (pid %d) starting: forking, %d children%s, "
