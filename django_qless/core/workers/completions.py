@@ -40,7 +40,7 @@ log = logging.getLogger("django_qless.worker")
 # A job that ran this briefly lets the loop hold the next job ahead and keep its completion.
 PREFETCH_BELOW = 0.005
 # Completions one engine call carries at most: the call's own and BATCH - 1 kept ones.
-BATCH = 4
+BATCH = 8
 # Jobs held or coming after a short job: the next and one ahead; while completions are kept,
 # enough for the call that carries BATCH of them to run on while it is in flight (steady
 # state: every call asks for BATCH jobs).
