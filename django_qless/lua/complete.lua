@@ -145,8 +145,9 @@ Q.mod.complete = function()
 
   -- Completions of one call that share their set writes (complete.reserve's paired form):
   -- the jids to take out of each queue's lock set and the worker's set and to add to
-  -- ql:completed, written by Q.finish_batch with one command per set for them all, then one
-  -- retention check, instead of three commands and a check per job.
+  -- ql:completed, written by Q.finish_batch with one command per set for them all, then the
+  -- release of their dependents and one retention check, instead of four commands and a
+  -- check per job.
   function Q.complete_batch()
     return { jids = {}, locks = {}, queues = {} }
   end
@@ -161,6 +162,12 @@ Q.mod.complete = function()
     local at, scored = Q.time_arg(now), {}
     for i, jid in ipairs(jids) do scored[2 * i - 1] = at; scored[2 * i] = jid end
     rcall('ZADD', K.completed, unpack(scored))
+    -- (most jobs have no dependents: one EXISTS for them all instead of a SMEMBERS each)
+    local dents = {}
+    for i, jid in ipairs(jids) do dents[i] = Q.kdents(jid) end
+    if rcall('EXISTS', unpack(dents)) > 0 then
+      for _, jid in ipairs(jids) do release_dependents(jid, now) end
+    end
     Q.expire_completed(now)
   end
 
@@ -243,8 +250,10 @@ Q.mod.complete = function()
     if not b then rcall('ZADD', K.completed, Q.time_arg(now), jid) end
     Q.release(jid, h.held, now)
     Q.slot_freed(queue)
-    release_dependents(jid, now)
-    if not b then Q.expire_completed(now) end
+    if not b then
+      release_dependents(jid, now)
+      Q.expire_completed(now)
+    end
     return 'complete'
   end
 

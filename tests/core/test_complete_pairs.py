@@ -336,3 +336,27 @@ def test_new_earlier_completions_with_a_recorded_last(lua: Any, r: redis.Redis) 
     assert r.zcard("ql:q:queue-locks") == r.zcard("ql:w:worker:jobs") == 0
     assert r.zcard("ql:completed") == 4
     assert all(state(lua, jid) == "complete" for jid, _ in jobs)
+
+
+def test_dependents_of_many_completions(lua: Any, r: redis.Redis) -> None:
+    """Dependents of jobs completed in one paired call: a job waiting on two of them and a
+    job waiting on one are released (once: one `put` entry each); a job waiting on a job
+    not completed stays."""
+    jobs = [(f"j{n}", "queue") for n in range(4)]
+    for jid, _ in jobs:
+        put(lua, jid)
+    pop(lua, "queue", 4)
+    put(lua, "late")
+    lua("put", 1, "worker", "queue", "both", "klass", {}, 0, "depends", ["j0", "j3"])
+    lua("put", 1, "worker", "queue", "one", "klass", {}, 0, "depends", ["j1"])
+    lua("put", 1, "worker", "queue", "other", "klass", {}, 0, "depends", ["late"])
+    assert state(lua, "both") == state(lua, "one") == state(lua, "other") == "depends"
+    raw = lua("complete.reserve", 2, *earlier_head(jobs[:3]),
+              "j3", "worker", "queue", "{}", "", 0, "queue")
+    assert states(raw) == ["complete"] * 4
+    assert state(lua, "both") == state(lua, "one") == "waiting"
+    assert state(lua, "other") == "depends"
+    for jid in ("both", "one"):
+        whats = [h["what"] for h in lua.json("get", 9, jid)["history"]]
+        assert whats.count("put") == 1, whats
+    assert not r.exists("ql:j:j0-dependents", "ql:j:j1-dependents", "ql:j:j3-dependents")
