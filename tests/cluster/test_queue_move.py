@@ -146,7 +146,10 @@ def test_move_under_load_loses_nothing(cluster: LocalCluster, sharded: ShardedCl
     threads += [threading.Thread(target=consumer, args=(n,)) for n in range(2)]
     for thread in threads:
         thread.start()
-    time.sleep(0.5)  # jobs put and running on the source
+    # Jobs put and running on the source. (Not a multiple of the 0.5 s placement cache: the
+    # producers, started together, refresh it together; a switch right before they do
+    # would leave no put from a stale cache to copy after a crash.)
+    time.sleep(0.75)
     steps: list[MoveProgress] = []
     move = QueueMove(sharded, Q, target, settle=1.0, poll=0.05, drain_timeout=60,
                      report=lambda p: steps.append(MoveProgress(**vars(p))))
@@ -165,6 +168,7 @@ def test_move_under_load_loses_nothing(cluster: LocalCluster, sharded: ShardedCl
             sharded.placement.switch(Q, source, target)
         time.sleep(0.3)  # the crashed mover is restarted a little later
         steps.clear()
+    before_run = len(put)
     [progress] = move.run()
     moved.set()
     for thread in threads[:2]:
@@ -183,7 +187,8 @@ def test_move_under_load_loses_nothing(cluster: LocalCluster, sharded: ShardedCl
     names = [step.step for step in steps]
     assert names[0] == ("fenced" if crash == "after-switch" else "marked")
     assert ("switched" in names) == (crash != "after-switch") and names[-1] == "done"
-    assert progress.source == source and progress.copied + len(allowed) > 0
+    assert progress.source == source and progress.copied + len(allowed) > 0, (
+        f"{before_run} put before the restart, {len(put)} after; {progress.rounds} rounds")
     # Nothing of the queue is left on the source but completed jobs.
     for key in job_keys(rc, source):
         assert rc.hget(key, "state") == "complete"
