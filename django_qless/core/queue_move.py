@@ -114,13 +114,15 @@ class QueueMove:
 
     def _finish(self, source: str, *, seen_by: float | None,
                 progress: MoveProgress | None = None) -> MoveProgress:
-        """Fence `source`, copy, switch (`seen_by` None; else the switch is done and every
-        client has seen it by monotonic time `seen_by`), wait for the clients, drain and
-        forget."""
+        """Fence `source`, copy its backlog, switch (`seen_by` None; else the switch is done
+        and every client has seen it by monotonic time `seen_by`), wait for the clients,
+        drain and forget."""
         progress = progress or MoveProgress(self.queue, source, self.target)
         self.fence(source)
         self._step(progress, "fenced")
-        self.copy_until_empty(source, progress)
+        # Until the switch, clients still put to the source: a busy queue may never give a
+        # round that finds nothing. The backlog goes in full pages; the drain copies the rest.
+        self.copy_rounds(source, progress, below=_PAGE)
         self.copy_recurring(source, progress)
         if seen_by is None:
             self.sharded.placement.switch(self.queue, source, self.target)
@@ -193,15 +195,16 @@ class QueueMove:
                                   f"{source}: {reply}")
         return len(jobs)
 
-    def copy_until_empty(self, source: str, progress: MoveProgress) -> None:
-        """Run copy rounds until one finds nothing to copy."""
+    def copy_rounds(self, source: str, progress: MoveProgress, *, below: int = 1) -> None:
+        """Run copy rounds until one copies fewer than `below` jobs (1: finds nothing)."""
         while True:
             moved = self.copy_round(source)
             progress.copied += moved
             progress.rounds += 1
-            if not moved:
+            if moved:
+                self._step(progress, "copying")
+            if moved < below:
                 return
-            self._step(progress, "copying")
 
     def copy_recurring(self, source: str, progress: MoveProgress) -> None:
         """Move the queue's recurring jobs: same jid, schedule, next run and spawn count."""
@@ -243,7 +246,7 @@ class QueueMove:
         what they put back in the queue is copied); MoveBlocked after `drain_timeout`."""
         deadline = time.monotonic() + self.drain_timeout
         while True:
-            self.copy_until_empty(source, progress)
+            self.copy_rounds(source, progress)
             self.copy_recurring(source, progress)
             progress.left = self._left(source)
             if not any(progress.left.values()):
