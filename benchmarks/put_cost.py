@@ -9,6 +9,12 @@ Usage: `.venv/bin/python benchmarks/put_cost.py [--puts 20000] [--callgrind 300]
    name and a two-field dict, a fresh jid each).
 3. With --callgrind N: redis-server under callgrind for N puts; instructions per put by
    function family (the same families as benchmarks/attribution.py).
+4. With --floor ROUNDS (Redis 7+): the enqueue floor. Our client's `Queue.put` timed as
+   run.py times the enqueue (adapters/_common.measure_enqueue, 20,000 puts, a fresh process
+   each), its FCALL sent to a function library this script loads (never shipped) in place of
+   the engine: `noop` replies the jid at once, `write` runs only the job's HSET and the work
+   set's ZADD; then the real put and huey's enqueue (its venv, benchmarks/.venvs/huey), the
+   four interleaved in each round. Shows how much of a put is the round trip and the client.
 
 Load-robust: the command counts and callgrind instruction counts; client CPU moves a little
 with the machine's load (process time, not wall time).
@@ -17,6 +23,7 @@ with the machine's load (process time, not wall time).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -38,6 +45,21 @@ from django_qless.core import Client  # noqa: E402
 from django_qless.core.server import RedisServer, find_redis_server  # noqa: E402
 
 KLASS = "bench.noop"
+
+# The floor's stand-ins for the engine (argv: command, now, worker, queue, jid, klass, data,
+# delay, as Queue.put sends them). `write` stores the record the real put stores (non-lean).
+FLOOR_LIBRARY = """#!lua name=djqless_floor
+redis.register_function('djqless_floor_noop', function(keys, argv) return argv[5] end)
+redis.register_function('djqless_floor_write', function(keys, argv)
+  local queue, jid = argv[4], argv[5]
+  redis.call('HSET', 'ql:j:' .. jid, 'jid', jid, 'klass', argv[6], 'data', argv[7],
+    'priority', '0', 'tags', '{}', 'state', 'waiting', 'queue', queue, 'retries', '5',
+    'remaining', '5', 'time', argv[2])
+  redis.call('ZADD', 'ql:q:' .. queue .. '-work', 0 - argv[2] / 10000000000, jid)
+  return jid
+end)
+"""
+FLOOR_VARIANTS = ("huey", "noop", "write", "put")
 
 
 def puts(client: Client, n: int, queue: str = "bench") -> None:
@@ -66,13 +88,14 @@ def commands(url: str, n: int = 1000) -> dict[str, Any]:
     trace: list[str] = []
     with r.monitor() as m:
         puts(client, 1)
+        r.echo("put_cost: end of the put")  # (the put's last command, whichever it is)
         for event in m.listen():
             command = str(event["command"])
             if command.startswith(("FCALL", "EVALSHA")):
                 continue
-            trace.append(command)
-            if command.startswith("PUBLISH") and "wake:" in command:
+            if command.startswith("ECHO"):
                 break
+            trace.append(command)
     client.close()
     return {"engine_calls": calls, "lua_commands": sum(per.values()), "by_command": per,
             "trace": trace}
@@ -112,12 +135,19 @@ def client_instructions(url: str, n: int) -> float | None:
     return (totals[1] - totals[0]) / n
 
 
-def callgrind(binary: str, n: int) -> dict[str, Any]:
-    """Run redis-server under callgrind for `n` puts; instructions per put by family."""
+def callgrind(binary: str, n: int, variant: str = "put") -> dict[str, Any]:
+    """Run redis-server under callgrind for `n` puts; instructions per put by family.
+    `variant` noop or write: the puts go to the floor's function of that name instead."""
     try:
         with callgrind_redis(binary, "bench-putcg-") as cg:
             time.sleep(0.5)
+            # (serverCron's share follows the wall time, which valgrind and the machine's
+            # load stretch: at hz 1 it is ~10x smaller than at the default 10)
+            redis.Redis.from_url(cg.url).config_set("hz", 1)
             client = Client(cg.url)
+            if variant != "put":
+                redis.Redis.from_url(cg.url).function_load(FLOOR_LIBRARY, replace=True)
+                client.channel.invoker._fn = f"djqless_floor_{variant}"
             puts(client, 50)  # warm-up: engine loaded, code paths touched (not counted)
             cg.counting(True)
             puts(client, n)
@@ -130,6 +160,54 @@ def callgrind(binary: str, n: int) -> dict[str, Any]:
     return {"puts": n, **families(text, n, lua_range(binary))}
 
 
+def floor_run(url: str, variant: str, n: int) -> dict[str, float]:
+    """Time `n` puts of our client as run.py does, the FCALL going to `variant`'s function
+    (noop, write) or to the engine (put); runs in a process of its own."""
+    sys.path.insert(0, str(HERE / "adapters"))
+    from _common import measure_enqueue
+    from django_qless_ import DjangoQless
+
+    a = DjangoQless(url)
+    if variant != "put":
+        a.client.channel.invoker._fn = f"djqless_floor_{variant}"
+    result: dict[str, float] = measure_enqueue(a, n)
+    a.client.close()
+    return result
+
+
+def floor(url: str, rounds: int, n: int) -> dict[str, list[dict[str, float]]]:
+    """Run the four enqueue variants interleaved, `rounds` times; each a fresh process."""
+    from peers import SYSTEMS, ensure_venv
+
+    huey = SYSTEMS["huey"]
+    ensure_venv(huey)
+    redis.Redis.from_url(url).function_load(FLOOR_LIBRARY, replace=True)
+    out: dict[str, list[dict[str, float]]] = {v: [] for v in FLOOR_VARIANTS}
+    for _ in range(rounds):
+        for variant in FLOOR_VARIANTS:
+            if variant == "huey":
+                argv = [huey.python, str(HERE / "adapters" / "huey_.py"), "--url", url,
+                        "--metrics", "enqueue", "--enqueue-n", str(n)]
+            else:
+                argv = [sys.executable, __file__, "--floor-run", variant, "--url", url,
+                        "--puts", str(n)]
+            done = subprocess.run(argv, capture_output=True, text=True, check=True)
+            out[variant].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    return out
+
+
+def print_floor(out: dict[str, list[dict[str, float]]]) -> None:
+    """Print the floor's jobs/s and client CPU per variant, each round's ratio to huey's."""
+    huey = [r["enqueue_jobs_per_s"] for r in out["huey"]]
+    for variant, runs in out.items():
+        rates = [r["enqueue_jobs_per_s"] for r in runs]
+        cpu = [r["enqueue_client_cpu_us_per_job"] for r in runs]
+        ratios = " ".join(f"{a / b:.2f}x" for a, b in zip(rates, huey, strict=True))
+        print(f"  {variant:<6} jobs/s " + " ".join(f"{x:>7,.0f}" for x in rates)
+              + f"   vs huey {ratios}   client CPU us/put "
+              + " ".join(f"{x:.1f}" for x in cpu))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Measure and print the cost of one put."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -139,6 +217,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--redis-server", default=None, help="redis-server binary")
     p.add_argument("--client-callgrind", type=int, default=0, metavar="N",
                    help="also count the client's instructions per put over N puts")
+    p.add_argument("--callgrind-variant", default="put", choices=("put", "noop", "write"),
+                   help="with --callgrind: count the floor's noop or write function instead")
+    p.add_argument("--floor", type=int, default=0, metavar="ROUNDS",
+                   help="time the enqueue floor (noop, write, put, huey), ROUNDS interleaved")
+    p.add_argument("--floor-run", default=None, help=argparse.SUPPRESS)
     p.add_argument("--client-run", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--url", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -148,7 +231,15 @@ def main(argv: list[str] | None = None) -> int:
         puts(client, args.client_run)
         client.close()
         return 0
+    if args.floor_run is not None:  # (one variant of floor, in a process of its own)
+        print(json.dumps(floor_run(args.url, args.floor_run, args.puts)))
+        return 0
     binary = args.redis_server or find_redis_server()
+    if args.floor:
+        with RedisServer(binary) as s:
+            print(f"enqueue floor, {args.puts} puts each (jobs/s per round):")
+            print_floor(floor(s.url, args.floor, args.puts))
+        return 0
     with RedisServer(binary) as s:
         cmds = commands(s.url)
         cpu = client_cpu(s.url, args.puts)
@@ -166,12 +257,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"client instructions per put: {client_ir:,.0f} ({args.client_callgrind} puts, "
               "user space, callgrind)")
     if args.callgrind:
-        cg = callgrind(binary, args.callgrind)
+        cg = callgrind(binary, args.callgrind, args.callgrind_variant)
         if "error" in cg:
             print(f"callgrind: {cg['error']}")
         else:
             print(f"redis-server instructions per put: {cg['total_ir_per_job']:,.0f} "
-                  f"({cg['puts']} puts)")
+                  f"({cg['puts']} puts, {args.callgrind_variant})")
             for name, ir in cg["families_ir_per_job"].items():
                 print(f"  {name:<62} {ir:>10,.0f}")
     return 0

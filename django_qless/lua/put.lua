@@ -39,6 +39,8 @@ Q.mod.put = function()
 
   -- ---------------------------------------------------------------- put / requeue
 
+  local NO_OPTS = {}  -- (a put without options: read only)
+
   local PUT_FIELDS = { 'state', 'queue', 'worker', 'tags', 'priority', 'retries', 'failure',
     'throttles', 'held', 'grace', 'scheduled', 'history', 'tracked' }
 
@@ -54,9 +56,10 @@ Q.mod.put = function()
     local klass = Q.klass(args[4])
     local data = Q.data(args[5])
     local delay = args[6] == '0' and 0 or Q.delay(args[6])  -- (the usual delay, parsed)
-    local opts = Q.pairs_args(args, 7)
+    local opts = args[7] == nil and NO_OPTS or Q.pairs_args(args, 7)
     -- (most puts are of new jobs: an EXISTS costs a fifth of a 13-field HMGET of nothing)
-    local old = rcall('EXISTS', Q.kjob(jid)) == 1 and Q.read(jid, PUT_FIELDS) or nil
+    local key = Q.kjob(jid)
+    local old = rcall('EXISTS', key) == 1 and Q.read(jid, PUT_FIELDS) or nil
     if must_exist and not old then Q.fail('Job ' .. jid .. ' does not exist') end
     local absent = opts['if-absent']
     if absent ~= nil then
@@ -108,15 +111,11 @@ Q.mod.put = function()
       if batch then batch.cycle(jid, depends) else Q.check_cycle(jid, depends) end
     end
     if batch then batch.note(jid, depends) end
-    return { worker = worker, queue = queue, jid = jid, klass = klass, data = data, delay = delay,
+    return { worker = worker, queue = queue, jid = jid, key = key, klass = klass, data = data,
+      delay = delay,
       opts = opts, old = old, retries = retries, tags = tags, priority = priority,
       depends = depends, throttles = throttles }
   end
-
-  -- The config fields a put reads, with one HMGET: the generation tag (Q.generation) and, in
-  -- the default keyspace, whether new records are lean.
-  local PUT_CONFIG = { '#marks', 'lean-job-records' }
-  local SHARD_CONFIG = { '#marks' }
 
   -- Queues known to be listed in ql:queues: K.listed[queue] = the time until which a put
   -- skips its `ZADD ql:queues NX` (at most Q.HORIZON after the put that added it), noted
@@ -149,9 +148,19 @@ Q.mod.put = function()
     -- All arguments are valid: write from here on.
     local cfgv = ctx.cfgv
     if not (cfgv and cfgv['#marks'] ~= nil) then
-      Q.load_config(KP == 'ql:' and PUT_CONFIG or SHARD_CONFIG)
+      -- The config fields a put reads, with one HMGET: the generation tag (Q.generation)
+      -- and, in the default keyspace, whether new records are lean. (Q.load_config's loop
+      -- written out: ~4k instructions a put less.)
+      cfgv = cfgv or {}
+      if KP == 'ql:' then
+        local v = rcall('HMGET', K.config, '#marks', 'lean-job-records')
+        cfgv['#marks'], cfgv['lean-job-records'] = v[1] or false, v[2] or false
+      else
+        cfgv['#marks'] = rcall('HMGET', K.config, '#marks')[1] or false
+      end
+      ctx.cfgv = cfgv
     end
-    local key = Q.kjob(jid)
+    local key = c.key
     local tracked = old and old.tracked == '1'
     -- Tags: only real changes touch the counts (a new job has no old ones: no sets to build).
     local oldset = NO_TAGS
@@ -244,7 +253,7 @@ Q.mod.put = function()
       w[#w + 1] = Q.score(priority, now); w[#w + 1] = jid
       Q.wake(queue)
     else
-      rcall('ZADD', Q.kq(queue, 'work'), Q.score(priority, now), jid)
+      rcall('ZADD', Q.qn(queue).work, Q.score(priority, now), jid)
       Q.wake(queue)
     end
     rcall('HSET', key, unpack(fields))
@@ -267,7 +276,7 @@ Q.mod.put = function()
   -- put is the current form and gets its errors. Returns the arguments in the current form.
   local function older_put(args)
     local sixth, fifth = args[5], args[4]
-    if sixth and sixth:find('^%s*{') then return args end
+    if sixth and (sixth:byte(1) == 123 or sixth:find('^%s*{')) then return args end  -- ('{')
     if not (fifth and fifth:find('^%s*{')) then return args end
     table.insert(args, 1, '')
     return args
