@@ -40,6 +40,7 @@ Q.mod.put = function()
   -- ---------------------------------------------------------------- put / requeue
 
   local NO_OPTS = {}  -- (a put without options: read only)
+  local NO_TAGS = {}  -- (no tags, or a new job's old ones: read only)
 
   local PUT_FIELDS = { 'state', 'queue', 'worker', 'tags', 'priority', 'retries', 'failure',
     'throttles', 'held', 'grace', 'scheduled', 'history', 'tracked' }
@@ -71,11 +72,12 @@ Q.mod.put = function()
           .. '): if-absent refuses to replace it')
       end
     end
-    local retries = tonumber(old and old.retries) or 5
+    -- (a new job's defaults without a call each: most puts are of new jobs)
+    local retries = old and tonumber(old.retries) or 5
     if opts.retries then retries = Q.integer('retries', opts.retries, 0, 1000) end
-    local tags = Q.list(old and old.tags)
-    if opts.tags then tags = Q.tags(opts.tags) end
-    local priority = tonumber(old and old.priority) or 0
+    local tags = NO_TAGS
+    if opts.tags then tags = Q.tags(opts.tags) elseif old then tags = Q.list(old.tags) end
+    local priority = old and tonumber(old.priority) or 0
     if opts.priority then priority = Q.priority(opts.priority) end
     local depends = opts.depends and Q.depends(opts.depends, jid) or nil
     -- depends-missing: 'ignore' (qless-core's behaviour, the default on the wire) drops a
@@ -124,8 +126,7 @@ Q.mod.put = function()
   -- listed again by the first put a second later. In engine memory only (as pop's marks).
   local LISTED_MAX = 256
 
-  local function listed(now, queue)
-    local tag = Q.generation()
+  local function listed(now, queue, tag)
     local memo = K.listed
     if not memo or K.listed_tag ~= tag then
       memo = {}; K.listed, K.listed_tag, K.nlisted = memo, tag, 0
@@ -137,8 +138,6 @@ Q.mod.put = function()
     memo[queue] = now + Q.HORIZON  -- (the caller adds it now)
     return false
   end
-
-  local NO_TAGS = {}  -- (a new job's old tags: read only)
 
   -- Write a put checked by check_put (c); returns the jid.
   local function apply_put(now, c)
@@ -257,7 +256,8 @@ Q.mod.put = function()
       Q.wake(queue)
     end
     rcall('HSET', key, unpack(fields))
-    if not (c.listed or listed(now, queue)) then
+    -- (the tag read above; Q.generation writes one when there is none)
+    if not (c.listed or listed(now, queue, cfgv['#marks'] or Q.generation())) then
       rcall('ZADD', K.queues, 'NX', Q.time_arg(now), queue)
     end
     if tracked then Q.publish(K.put, jid) end
