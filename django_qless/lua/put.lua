@@ -216,7 +216,8 @@ Q.mod.put = function()
     local retries_s = retries == 5 and '5' or Q.int_arg(retries)  -- (the default, as text)
     if ndeps > 0 then state = 'depends' end
     local fields
-    if not old and Q.lean_records() then
+    -- (Q.lean_records from the config read above: ~2k instructions a put less)
+    if not old and (KP ~= 'ql:' or cfgv['lean-job-records'] == '1') then
       -- A lean record leaves out what readers derive: jid (the key), priority 0, no tags,
       -- remaining = retries.
       fields = { 'klass', klass, 'data', data, 'state', state, 'queue', queue,
