@@ -10,11 +10,12 @@ Usage: `.venv/bin/python benchmarks/put_cost.py [--puts 20000] [--callgrind 300]
 3. With --callgrind N: redis-server under callgrind for N puts; instructions per put by
    function family (the same families as benchmarks/attribution.py).
 4. With --floor ROUNDS (Redis 7+): the enqueue floor. Our client's `Queue.put` timed as
-   run.py times the enqueue (adapters/_common.measure_enqueue, 20,000 puts, a fresh process
-   each), its FCALL sent to a function library this script loads (never shipped) in place of
-   the engine: `noop` replies the jid at once, `write` runs only the job's HSET and the work
-   set's ZADD; then the real put and huey's enqueue (its venv, benchmarks/.venvs/huey), the
-   four interleaved in each round. Shows how much of a put is the round trip and the client.
+   run.py times the enqueue (adapters/_common.measure_enqueue, `--puts` puts a round), its
+   FCALL sent to a function library this script loads (never shipped) in place of the
+   engine: `noop` replies the jid at once, `write` runs only the job's HSET and the work
+   set's ZADD; then the real put and huey's enqueue (its venv, benchmarks/.venvs/huey). One
+   process per variant, the four taking turns in each round (order rotated); medians over
+   the rounds. Shows how much of a put is the round trip and the client.
 
 Load-robust: the command counts and callgrind instruction counts; client CPU moves a little
 with the machine's load (process time, not wall time).
@@ -27,6 +28,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -160,52 +162,82 @@ def callgrind(binary: str, n: int, variant: str = "put") -> dict[str, Any]:
     return {"puts": n, **families(text, n, lua_range(binary))}
 
 
-def floor_run(url: str, variant: str, n: int) -> dict[str, float]:
-    """Time `n` puts of our client as run.py does, the FCALL going to `variant`'s function
-    (noop, write) or to the engine (put); runs in a process of its own."""
-    sys.path.insert(0, str(HERE / "adapters"))
-    from _common import measure_enqueue
+# One process per floor variant, under its system's Python: times `n` puts per line read
+# (adapters/_common.measure_enqueue, as run.py times the enqueue) and prints the result.
+FLOOR_WORKER = """
+import json, sys
+sys.path.insert(0, sys.argv[3])
+from _common import measure_enqueue
+variant, url = sys.argv[1], sys.argv[2]
+if variant == "huey":
+    from huey_ import Huey
+    a = Huey(url)
+else:
     from django_qless_ import DjangoQless
-
     a = DjangoQless(url)
-    if variant != "put":
-        a.client.channel.invoker._fn = f"djqless_floor_{variant}"
-    result: dict[str, float] = measure_enqueue(a, n)
-    a.client.close()
-    return result
+    if variant != "put":  # (the floor's function instead of the engine)
+        a.client.channel.invoker._fn = "djqless_floor_" + variant
+for line in sys.stdin:
+    print(json.dumps(measure_enqueue(a, int(line))), flush=True)
+"""
 
 
 def floor(url: str, rounds: int, n: int) -> dict[str, list[dict[str, float]]]:
-    """Run the four enqueue variants interleaved, `rounds` times; each a fresh process."""
+    """Time the four enqueue variants in `rounds` rounds of `n` puts each; one process per
+    variant for the whole run, the variants' order rotated from round to round, so that a
+    change of the machine's load falls on all of them alike."""
     from peers import SYSTEMS, ensure_venv
 
     huey = SYSTEMS["huey"]
     ensure_venv(huey)
     redis.Redis.from_url(url).function_load(FLOOR_LIBRARY, replace=True)
+    procs = {
+        v: subprocess.Popen(
+            [huey.python if v == "huey" else sys.executable, "-c", FLOOR_WORKER, v, url,
+             str(HERE / "adapters")],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        for v in FLOOR_VARIANTS
+    }
+
+    def run(variant: str, count: int) -> dict[str, float]:
+        proc = procs[variant]
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(f"{count}\n")
+        proc.stdin.flush()
+        line = proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"floor: the {variant} process ended")
+        result: dict[str, float] = json.loads(line)
+        return result
+
     out: dict[str, list[dict[str, float]]] = {v: [] for v in FLOOR_VARIANTS}
-    for _ in range(rounds):
-        for variant in FLOOR_VARIANTS:
-            if variant == "huey":
-                argv = [huey.python, str(HERE / "adapters" / "huey_.py"), "--url", url,
-                        "--metrics", "enqueue", "--enqueue-n", str(n)]
-            else:
-                argv = [sys.executable, __file__, "--floor-run", variant, "--url", url,
-                        "--puts", str(n)]
-            done = subprocess.run(argv, capture_output=True, text=True, check=True)
-            out[variant].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    try:
+        for v in FLOOR_VARIANTS:
+            run(v, 200)  # warm-up: imports done, engine loaded, connection made
+        for i in range(rounds):
+            k = i % len(FLOOR_VARIANTS)
+            for v in FLOOR_VARIANTS[k:] + FLOOR_VARIANTS[:k]:
+                out[v].append(run(v, n))
+    finally:
+        for proc in procs.values():
+            if proc.stdin is not None:
+                proc.stdin.close()
+            proc.wait(timeout=30)
     return out
 
 
 def print_floor(out: dict[str, list[dict[str, float]]]) -> None:
-    """Print the floor's jobs/s and client CPU per variant, each round's ratio to huey's."""
+    """Print each variant's median jobs/s and client CPU, and the median of its per-round
+    ratios to huey's."""
     huey = [r["enqueue_jobs_per_s"] for r in out["huey"]]
     for variant, runs in out.items():
         rates = [r["enqueue_jobs_per_s"] for r in runs]
         cpu = [r["enqueue_client_cpu_us_per_job"] for r in runs]
-        ratios = " ".join(f"{a / b:.2f}x" for a, b in zip(rates, huey, strict=True))
-        print(f"  {variant:<6} jobs/s " + " ".join(f"{x:>7,.0f}" for x in rates)
-              + f"   vs huey {ratios}   client CPU us/put "
-              + " ".join(f"{x:.1f}" for x in cpu))
+        ratios = [a / b for a, b in zip(rates, huey, strict=True)]
+        print(f"  {variant:<6} {statistics.median(rates):>8,.0f} jobs/s (median; "
+              f"{min(rates):,.0f}-{max(rates):,.0f})   vs huey {statistics.median(ratios):.2f}x "
+              f"(median of rounds; {min(ratios):.2f}-{max(ratios):.2f})   client CPU "
+              f"{statistics.median(cpu):.1f} us/put")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -221,7 +253,6 @@ def main(argv: list[str] | None = None) -> int:
                    help="with --callgrind: count the floor's noop or write function instead")
     p.add_argument("--floor", type=int, default=0, metavar="ROUNDS",
                    help="time the enqueue floor (noop, write, put, huey), ROUNDS interleaved")
-    p.add_argument("--floor-run", default=None, help=argparse.SUPPRESS)
     p.add_argument("--client-run", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--url", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -231,13 +262,10 @@ def main(argv: list[str] | None = None) -> int:
         puts(client, args.client_run)
         client.close()
         return 0
-    if args.floor_run is not None:  # (one variant of floor, in a process of its own)
-        print(json.dumps(floor_run(args.url, args.floor_run, args.puts)))
-        return 0
     binary = args.redis_server or find_redis_server()
     if args.floor:
         with RedisServer(binary) as s:
-            print(f"enqueue floor, {args.puts} puts each (jobs/s per round):")
+            print(f"enqueue floor, {args.floor} rounds of {args.puts} puts each:")
             print_floor(floor(s.url, args.floor, args.puts))
         return 0
     with RedisServer(binary) as s:
