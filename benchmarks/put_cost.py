@@ -97,7 +97,8 @@ def commands(url: str, n: int = 1000) -> dict[str, Any]:
                 continue
             if command.startswith("ECHO"):
                 break
-            trace.append(command)
+            if not command.startswith(("HELLO", "CLIENT")):  # (the ECHO's connection)
+                trace.append(command)
     client.close()
     return {"engine_calls": calls, "lua_commands": sum(per.values()), "by_command": per,
             "trace": trace}
