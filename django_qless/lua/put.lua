@@ -146,7 +146,8 @@ Q.mod.put = function()
     local priority, depends, throttles = c.priority, c.depends, c.throttles
     -- All arguments are valid: write from here on.
     local cfgv = ctx.cfgv
-    if not (cfgv and cfgv['#marks'] ~= nil) then
+    if not (cfgv and cfgv['#marks'] ~= nil
+        and (KP ~= 'ql:' or cfgv['lean-job-records'] ~= nil)) then
       -- The config fields a put reads, with one HMGET: the generation tag (Q.generation)
       -- and, in the default keyspace, whether new records are lean. (Q.load_config's loop
       -- written out: ~4k instructions a put less.)
