@@ -151,14 +151,17 @@ Q.mod.put = function()
       -- The config fields a put reads, with one HMGET: the generation tag (Q.generation)
       -- and, in the default keyspace, whether new records are lean. (Q.load_config's loop
       -- written out: ~4k instructions a put less.)
-      cfgv = cfgv or {}
-      if KP == 'ql:' then
-        local v = rcall('HMGET', K.config, '#marks', 'lean-job-records')
-        cfgv['#marks'], cfgv['lean-job-records'] = v[1] or false, v[2] or false
-      else
-        cfgv['#marks'] = rcall('HMGET', K.config, '#marks')[1] or false
+      local shard = KP ~= 'ql:'
+      local v = shard and rcall('HMGET', K.config, '#marks')
+        or rcall('HMGET', K.config, '#marks', 'lean-job-records')
+      local lean = nil  -- (not read in a shard: its records are lean)
+      if not shard then lean = v[2] or false end
+      if cfgv then
+        cfgv['#marks'], cfgv['lean-job-records'] = v[1] or false, lean
+      else  -- (the usual case: one constructor, the table sized at once)
+        cfgv = { ['#marks'] = v[1] or false, ['lean-job-records'] = lean }
+        ctx.cfgv = cfgv
       end
-      ctx.cfgv = cfgv
     end
     local key = c.key
     local tracked = old and old.tracked == '1'
