@@ -178,8 +178,18 @@ else:
     a = DjangoQless(url)
     if variant != "put":  # (the floor's function instead of the engine)
         a.client.channel.invoker._fn = "djqless_floor_" + variant
+import redis
+r = redis.Redis.from_url(url)
+def cpu():
+    info = r.info("cpu")
+    return info["used_cpu_user"] + info["used_cpu_sys"]
 for line in sys.stdin:
-    print(json.dumps(measure_enqueue(a, int(line))), flush=True)
+    n = int(line)
+    r.flushall()  # (the last round's jobs: not in this round's Redis CPU)
+    cpu0 = cpu()
+    result = measure_enqueue(a, n)
+    result["redis_cpu_us_per_job"] = (cpu() - cpu0) * 1e6 / n
+    print(json.dumps(result), flush=True)
 """
 
 
@@ -228,17 +238,25 @@ def floor(url: str, rounds: int, n: int) -> dict[str, list[dict[str, float]]]:
 
 
 def print_floor(out: dict[str, list[dict[str, float]]]) -> None:
-    """Print each variant's median jobs/s and client CPU, and the median of its per-round
-    ratios to huey's."""
+    """Print each variant's median jobs/s and the median of its per-round ratios to huey's;
+    then its CPU per put, client and Redis (INFO cpu, with the round's other calls), and the
+    rate those allow when client and server take turns on an idle machine (1 / their sum:
+    less moved by other processes than the jobs/s, though it leaves out the wake-ups)."""
     huey = [r["enqueue_jobs_per_s"] for r in out["huey"]]
+    huey_cpu = statistics.median(
+        r["enqueue_client_cpu_us_per_job"] + r["redis_cpu_us_per_job"] for r in out["huey"])
     for variant, runs in out.items():
         rates = [r["enqueue_jobs_per_s"] for r in runs]
-        cpu = [r["enqueue_client_cpu_us_per_job"] for r in runs]
+        client = statistics.median(r["enqueue_client_cpu_us_per_job"] for r in runs)
+        server = statistics.median(r["redis_cpu_us_per_job"] for r in runs)
+        both = statistics.median(
+            r["enqueue_client_cpu_us_per_job"] + r["redis_cpu_us_per_job"] for r in runs)
         ratios = [a / b for a, b in zip(rates, huey, strict=True)]
         print(f"  {variant:<6} {statistics.median(rates):>8,.0f} jobs/s (median; "
               f"{min(rates):,.0f}-{max(rates):,.0f})   vs huey {statistics.median(ratios):.2f}x "
-              f"(median of rounds; {min(ratios):.2f}-{max(ratios):.2f})   client CPU "
-              f"{statistics.median(cpu):.1f} us/put")
+              f"(median of rounds; {min(ratios):.2f}-{max(ratios):.2f})")
+        print(f"         CPU us/put: client {client:.1f} + Redis {server:.1f} = {both:.1f} "
+              f"-> {1e6 / both:,.0f} jobs/s taking turns ({huey_cpu / both:.2f}x huey's)")
 
 
 def main(argv: list[str] | None = None) -> int:
