@@ -1,14 +1,15 @@
 """What one single put costs: Redis commands and instructions, and client CPU.
 
-Usage: `.venv/bin/python benchmarks/put_cost.py [--puts 20000] [--callgrind 300]
-[--redis-server PATH]`. See benchmarks/README.md, "Single put (session 7)".
+Usage: `.venv/bin/python benchmarks/put_cost.py [--puts 20000] [--callgrind 1000
+[--callgrind-variant put|noop|write]] [--floor ROUNDS] [--redis-server PATH]`. See
+benchmarks/README.md, "Single put (session 7)" and "Enqueue floor (session 8)".
 
 1. Commands per put: INFO commandstats deltas over 1,000 `Queue.put` calls of new jobs into
    one queue (after a warm-up), by command, and a MONITOR trace of one put.
 2. Client CPU per put: time.process_time over `--puts` puts (the benchmark's put: a class
    name and a two-field dict, a fresh jid each).
-3. With --callgrind N: redis-server under callgrind for N puts; instructions per put by
-   function family (the same families as benchmarks/attribution.py).
+3. With --callgrind N: redis-server under callgrind (at `hz 1`) for N puts; instructions per
+   put by function family (the same families as benchmarks/attribution.py).
 4. With --floor ROUNDS (Redis 7+): the enqueue floor. Our client's `Queue.put` timed as
    run.py times the enqueue (adapters/_common.measure_enqueue, `--puts` puts a round), its
    FCALL sent to a function library this script loads (never shipped) in place of the
