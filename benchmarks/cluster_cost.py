@@ -69,7 +69,7 @@ GROUPS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("cluster", re.compile(r"cluster|getNodeBy|keyHashSlot|crc16|[Ss]lot|Redirect|clusterNode")),
     ("pubsub", re.compile(r"pubsub|[Pp]ublish|Shard[Cc]hannel")),
     ("lua", re.compile(r"^lua|^luaV|^luaH|^luaS|^luaD|^luaC|^luaF|^luaG|^luaK|^luaL|^luaM|"
-                       r"^luaO|^luaT|^luaX|^luaY|^luaZ|^lua_|^index2adr|^str_|^tbl_|^math_|"
+                       r"^luaO|^luaT|^luaX|^luaY|^luaZ|^lua_|^index2adr|^str_(?!to_mpn)|^tbl_|^math_|"
                        r"^cjson|^json_|^strbuf|^fpconv|^luaRedis|^luaReply|^luaCall|"
                        r"^redisProtocolToLuaType|^luaPush|^auxgetstr|^lua|Lua")),
     ("unnamed", re.compile(r"^0x[0-9a-f]+$")),
