@@ -14,10 +14,11 @@ redis-server under callgrind in five setups:
 - `cluster-alternate`: that node, `--shards` keyspaces alternating.
 
 Reported per job and phase: the instructions in total, and split by where they run (the
-cluster code, pub/sub, the Lua interpreter, the rest of redis-server), plus the commands the
-server ran per job (INFO commandstats) and the functions whose count differs most between
-two setups. Instruction counts do not depend on the machine's load; context switches and
-cache misses are not instructions, so what they cost is not in these numbers.
+cluster code, pub/sub, Lua, the unnamed functions of a stripped binary, the allocator, the
+rest of redis-server), plus the commands the server ran per job (INFO commandstats) and the
+functions whose count differs most between two setups. Instruction counts do not depend on
+the machine's load; context switches and cache misses are not instructions, so what they
+cost is not in these numbers.
 
 By default each client sends its own time (the engine's caller-time variant), a clock that
 advances 0.2 ms per call: the engine's once-a-second work (held statistics written out,
@@ -28,10 +29,10 @@ memos renewed) then happens as often per job in every setup, however slowly valg
 benchmarks/cluster.py's processes and phases: per job, each node's user and system CPU
 (`INFO cpu`) and its context switches (/proc/<pid>/status; a voluntary one is the server
 going to sleep in its event loop with nothing to do, so it counts wake-ups), and the
-commands it ran per wake-up, for a single server with 6 and with 2 client processes, three
-plain servers with 2 each (one shard keyspace per queue), a one-node cluster with 6, and 3
-primaries with 6 (2 per primary, as in cluster.py). CPU
-seconds depend on the machine's load; the wake-up counts much less.
+commands it ran per wake-up, and the clients' CPU, for a single server with 6 and with 2
+client processes, three plain servers with 2 each (one shard keyspace per queue), a one-node
+cluster with 6, and 3 primaries with 6 (2 per primary, as in cluster.py). CPU seconds
+depend on the machine's load; the wake-up counts much less.
 See benchmarks/README.md, "Where a cluster primary's extra cost goes (session 8)".
 """
 
