@@ -154,28 +154,39 @@ function Q.visit_entries(visit, time, queue)
   return { put, popped, '[' .. tostring(at) .. ',"done"]' }
 end
 
+-- Texts of whole seconds from 0 to 99 (how long a job waited or ran: usually a few), each
+-- made once (tostring formats with printf every time; kept across calls as a Redis 7
+-- function).
+local second_texts = {}
+local function seconds_text(n)
+  local text = second_texts[n]
+  if text then return text end
+  text = tostring(n)
+  if n >= 0 and n < 100 then second_texts[n] = text end
+  return text
+end
+
 -- The `visit` text of a first pop at `now` of a job waiting in its implied first visit, and
--- {put time, queue, pop time, worker} for the reply; nil when it would not fit.
-function Q.visit_popped(time, queue, now, worker)
-  local t = tonumber(time)
+-- {put time, queue, pop time, worker} for the reply; nil when it would not fit. `t`: the
+-- job's `time` as a number (nil if it holds none).
+function Q.visit_popped(t, queue, now, worker)
   if not t or t >= 1e14 or now >= 1e14 or not queue or queue == '' then return nil end
   local put, at = floor(t), floor(now)
   if put > at then return nil end
-  local text = tostring(at - put) .. ':' .. queue .. ':' .. worker
+  local text = seconds_text(at - put) .. ':' .. queue .. ':' .. worker
   if #text > Q.SMALL_VALUE then return nil end
   return text, { put, queue, at, worker }
 end
 
--- The `visit` text with the completion at `now` added (the job's `time` is still the pop's),
--- or nil unless `visit` is a first pop by `worker` and the result fits.
-function Q.visit_done(visit, time, now, worker)
-  local t = tonumber(time)
+-- The `visit` text with the completion at `now` added (the job's `time`, `t` as a number,
+-- is still the pop's), or nil unless `visit` is a first pop by `worker` and the result fits.
+function Q.visit_done(visit, t, now, worker)
   if not t or now >= 1e14 then return nil end
   local a, q, w = visit:match('^(%d+):([^:]*):(.*)$')
   if not a or w ~= worker then return nil end
   local at, popat = floor(now), floor(t)
   if popat > at then return nil end
-  local text = a .. ':' .. tostring(at - popat) .. ':' .. q .. ':' .. w
+  local text = a .. ':' .. seconds_text(at - popat) .. ':' .. q .. ':' .. w
   if #text > Q.SMALL_VALUE then return nil end
   return text
 end

@@ -401,6 +401,7 @@ Q.mod.pop = function()
       -- with the same '%.17g').
       expires_s = string.format('%.17g', expires)
     end
+    local scored = {}  -- (expiry, jid) of each job taken: one ZADD per set for them all
     for _, item in ipairs(selected) do
       local jid, h = item[1], item[2]
       -- The first pop of a job in its implied first visit (no history field, no `visit`,
@@ -408,7 +409,8 @@ Q.mod.pop = function()
       local visit, parts
       local first = not h.history and not h.visit
         and rcall('EXISTS', Q.khist(jid)) == 0
-      if first then visit, parts = Q.visit_popped(h.time, h.queue, now, worker) end
+      local t = tonumber(h.time)  -- (parsed once for the visit and the wait sample)
+      if first then visit, parts = Q.visit_popped(t, h.queue, now, worker) end
       local cleared = false
       if not visit then
         local prior = nil
@@ -419,7 +421,7 @@ Q.mod.pop = function()
       end
       h.history, h.visit = nil, nil
       h.compact = parts
-      Q.sample('wait', queue, now, now - (tonumber(h.time) or now))
+      Q.sample('wait', queue, now, now - (t or now))
       local fields = { 'worker', worker, 'expires', expires_s, 'state', 'running',
         'time', Q.ftime(now) }
       if h.remaining then table.insert(fields, 'remaining'); table.insert(fields, h.remaining) end
@@ -428,8 +430,8 @@ Q.mod.pop = function()
       if h.held then table.insert(fields, 'held'); table.insert(fields, h.held) end
       rcall('HSET', Q.kjob(jid), unpack(fields))
       if h.grace then rcall('HDEL', Q.kjob(jid), 'grace'); h.grace = nil end
-      rcall('ZADD', Q.kwjobs(worker), expires_s, jid)
-      rcall('ZADD', qn.locks, expires_s, jid)
+      scored[#scored + 1] = expires_s
+      scored[#scored + 1] = jid
       local tracked = h.tracked == true or h.tracked == '1'
       if tracked then Q.publish(K.popped, jid) end
       h.worker = worker
@@ -441,6 +443,10 @@ Q.mod.pop = function()
         table.insert(out, Q.job_object(jid, h, tracked, lean))
       end
       taken = taken + 1
+    end
+    if taken > 0 then
+      rcall('ZADD', Q.kwjobs(worker), unpack(scored))
+      rcall('ZADD', qn.locks, unpack(scored))
     end
     local newdue = due
     if heads then

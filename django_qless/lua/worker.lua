@@ -210,20 +210,22 @@ Q.mod.worker = function()
     local count = Q.count(args[6], 0, 1000)
     local queues = {}
     if count > 0 then queues = Q.queue_list(args, 7) end
-    local h, recorded, lost
+    local h, recorded, lost, batch
     local states, completed = '', 0
     if earlier then
+      batch = Q.complete_batch()
       -- (the paired form reports this job lost rather than refusing the others with it)
       Q.earlier_distinct(earlier, jid)
       h, recorded, lost = Q.check_own(jid, worker, queue, token, own)
       -- (the config the completions read too, in one HMGET: else each reads it lazily)
       if not recorded then Q.pop_config(queues, queue) end
-      states, completed = Q.complete_earlier(now, worker, earlier)  -- (the first write)
+      states, completed = Q.complete_earlier(now, worker, earlier, batch)  -- (the first write)
       if recorded then recorded = states .. recorded end
     else
       h, recorded = Q.check_running(jid, worker, queue, token, nil, own)
     end
     if recorded then
+      if batch then Q.finish_batch(now, worker, batch) end  -- (the earlier ones just done)
       -- Replayed after a lost reply: the jobs that call reserved are held by `worker` now.
       local reply = Q.flat_reply(recorded, worker)
       if held_jobs(now, worker, reply) == 0 then reply[3] = '0' end
@@ -231,7 +233,8 @@ Q.mod.worker = function()
     end
     if not earlier then Q.pop_config(queues, queue) end
     local state = states .. (lost or Q.complete(now, h,
-      { jid = jid, worker = worker, queue = queue, data = data, token = token }))
+      { jid = jid, worker = worker, queue = queue, data = data, token = token, batch = batch }))
+    if batch then Q.finish_batch(now, worker, batch) end
     if not lost then completed = completed + 1 end
     -- (the dashboard's count, workerinfo.lua; '1' as text: redis.call formats a number with printf)
     local done, skip

@@ -219,3 +219,144 @@ def test_a_pair_resends_its_queues_after_the_engine_forgot_the_list(
         results, more, _ = client.complete_many_and_reserve([first, second], listed, 1)
     assert results == ["complete", "complete"]
     assert [j.jid for j in more] == [jids[2]]
+
+
+def earlier_head(jobs: list[tuple[str, str]], token: str = "") -> list[Any]:
+    """The `+N (jid queue data token){N}` head of a paired call for (jid, queue) pairs."""
+    head: list[Any] = [f"+{len(jobs)}"]
+    for jid, queue in jobs:
+        head += [jid, queue, "{}", token and f"{token}{jid}"]
+    return head
+
+
+def test_many_completions_in_one_call(lua: Any, r: redis.Redis) -> None:
+    """Eight earlier completions in two queues and the call's own: each job is out of its
+    queue's lock set and the worker's set, in ql:completed at the call's time, with its
+    whole history; the worker's count grows by nine; the call reserves the next."""
+    jobs = [(f"j{n}", "one" if n % 3 else "two") for n in range(9)]
+    for jid, queue in jobs:
+        put(lua, jid, queue)
+    put(lua, "next", "one")
+    pop(lua, "one", 6)
+    pop(lua, "two", 3)
+    raw = lua("complete.reserve", 5, *earlier_head(jobs[:8]),
+              "j8", "worker", "one", "{}", "", 1, "one")
+    assert states(raw) == ["complete"] * 9
+    assert reserved(raw) == ["next"]
+    assert r.zrange("ql:q:one-locks", 0, -1) == ["next"]
+    assert r.zcard("ql:q:two-locks") == 0
+    assert r.zrange("ql:w:worker:jobs", 0, -1) == ["next"]
+    assert r.zscore("ql:completed", "j0") == r.zscore("ql:completed", "j8") == 5
+    assert r.zcard("ql:completed") == 9
+    for jid, _ in jobs:
+        got = lua.json("get", 9, jid)
+        assert got["state"] == "complete" and got["worker"] == ""
+        assert [h["what"] for h in got["history"]] == ["put", "popped", "done"]
+    assert str(r.hget("ql:w:worker:info", "done")) == "9"
+
+
+@pytest.mark.parametrize("lost", [0, 3, 7])
+def test_a_lost_lock_among_many_is_left_alone(lua: Any, r: redis.Redis, lost: int) -> None:
+    """One of eight earlier jobs handed to another worker meanwhile: reported at its place,
+    its lock and the other worker's set keep it; every other job completes."""
+    jobs = [(f"j{n}", "queue") for n in range(9)]
+    for jid, _ in jobs:
+        put(lua, jid)
+    pop(lua, "queue", 9)
+    victim = f"j{lost}"
+    lua("retry", 1, victim, "queue", "worker", 0)
+    assert pop(lua, "queue", 1, now=2, worker="other") == [victim]
+    raw = lua("complete.reserve", 3, *earlier_head(jobs[:8]),
+              "j8", "worker", "queue", "{}", "", 0, "queue")
+    results = states(raw)
+    assert results[lost].startswith("!") and "another worker" in results[lost]
+    assert [s for i, s in enumerate(results) if i != lost] == ["complete"] * 8
+    assert r.zrange("ql:q:queue-locks", 0, -1) == [victim]
+    assert r.zrange("ql:w:other:jobs", 0, -1) == [victim]
+    assert r.zcard("ql:w:worker:jobs") == 0
+    assert state(lua, victim) == "running"
+    assert not r.zscore("ql:completed", victim)
+    assert str(r.hget("ql:w:worker:info", "done")) == "8"
+
+
+@pytest.mark.parametrize("bad", [
+    ["j7", "queue", "{not json", ""],
+    ["j7", "queue", "{}", "bad token!"],
+    ["j7", "bad queue", "{}", ""],
+    ["j0", "queue", "{}", ""],
+])
+def test_a_bad_last_earlier_argument_refuses_all_of_many(
+    lua: Any, r: redis.Redis, bad: list[str]
+) -> None:
+    """A bad argument of the eighth earlier completion (or a repeat of the first) refuses the
+    whole call: none of the nine jobs is written, no set changes."""
+    jobs = [(f"j{n}", "queue") for n in range(9)]
+    for jid, _ in jobs:
+        put(lua, jid)
+    pop(lua, "queue", 9)
+    locks = r.zrange("ql:q:queue-locks", 0, -1, withscores=True)
+    head = earlier_head(jobs[:7]) + bad
+    head[0] = "+8"
+    with pytest.raises(redis.ResponseError):
+        lua("complete.reserve", 2, *head, "j8", "worker", "queue", "{}", "", 1, "queue")
+    assert all(state(lua, jid) == "running" for jid, _ in jobs)
+    assert r.zrange("ql:q:queue-locks", 0, -1, withscores=True) == locks
+    assert r.zcard("ql:w:worker:jobs") == 9
+    assert not r.exists("ql:completed")
+
+
+def test_retention_after_many_completions(lua: Any, r: redis.Redis) -> None:
+    """jobs-history-count holds after a call that completes several jobs: the set is trimmed
+    once the call's completions are in it, and the trimmed jobs are deleted."""
+    lua("config.set", 1, "jobs-history-count", 2)
+    jobs = [(f"j{n}", "queue") for n in range(5)]
+    for jid, _ in jobs:
+        put(lua, jid)
+    pop(lua, "queue", 5)
+    raw = lua("complete.reserve", 2, *earlier_head(jobs[:4]),
+              "j4", "worker", "queue", "{}", "", 0, "queue")
+    assert states(raw) == ["complete"] * 5
+    kept = r.zrange("ql:completed", 0, -1)
+    assert len(kept) == 2
+    for jid, _ in jobs:
+        assert bool(r.exists(f"ql:j:{jid}")) == (jid in kept)
+
+
+def test_new_earlier_completions_with_a_recorded_last(lua: Any, r: redis.Redis) -> None:
+    """The call's own job completed already under its token (a lost reply), the earlier ones
+    not: they complete now and leave the sets; the own job keeps its recorded state."""
+    jobs = [(f"j{n}", "queue") for n in range(4)]
+    for jid, _ in jobs:
+        put(lua, jid)
+    pop(lua, "queue", 4)
+    lua("complete.reserve", 2, "j3", "worker", "queue", "{}", "t3", 0, "queue")
+    raw = lua("complete.reserve", 3, *earlier_head(jobs[:3]),
+              "j3", "worker", "queue", "{}", "t3", 1, "queue")
+    assert states(raw) == ["complete"] * 4
+    assert r.zcard("ql:q:queue-locks") == r.zcard("ql:w:worker:jobs") == 0
+    assert r.zcard("ql:completed") == 4
+    assert all(state(lua, jid) == "complete" for jid, _ in jobs)
+
+
+def test_dependents_of_many_completions(lua: Any, r: redis.Redis) -> None:
+    """Dependents of jobs completed in one paired call: a job waiting on two of them and a
+    job waiting on one are released (once: one `put` entry each); a job waiting on a job
+    not completed stays."""
+    jobs = [(f"j{n}", "queue") for n in range(4)]
+    for jid, _ in jobs:
+        put(lua, jid)
+    pop(lua, "queue", 4)
+    put(lua, "late")
+    lua("put", 1, "worker", "queue", "both", "klass", {}, 0, "depends", ["j0", "j3"])
+    lua("put", 1, "worker", "queue", "one", "klass", {}, 0, "depends", ["j1"])
+    lua("put", 1, "worker", "queue", "other", "klass", {}, 0, "depends", ["late"])
+    assert state(lua, "both") == state(lua, "one") == state(lua, "other") == "depends"
+    raw = lua("complete.reserve", 2, *earlier_head(jobs[:3]),
+              "j3", "worker", "queue", "{}", "", 0, "queue")
+    assert states(raw) == ["complete"] * 4
+    assert state(lua, "both") == state(lua, "one") == "waiting"
+    assert state(lua, "other") == "depends"
+    for jid in ("both", "one"):
+        whats = [h["what"] for h in lua.json("get", 9, jid)["history"]]
+        assert whats.count("put") == 1, whats
+    assert not r.exists("ql:j:j0-dependents", "ql:j:j1-dependents", "ql:j:j3-dependents")

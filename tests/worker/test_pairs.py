@@ -1,7 +1,7 @@
-"""Two completions per engine call (django_qless/core/workers/inhand.py, "Two completions per
-call"): a short job followed by one expected short keeps its completion, and the next job's
-complete.reserve carries both. Real worker subprocesses on a private server; engine calls
-are counted with the server's commandstats."""
+"""Several completions per engine call (django_qless/core/workers/completions.py): a short job
+followed by one expected short keeps its completion, and a later job's complete.reserve
+carries up to BATCH of them. Real worker subprocesses on a private server; engine calls are
+counted with the server's commandstats."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 import redis
 
 from django_qless.core.client import Client
+from django_qless.core.workers.completions import BATCH
 from tests.helpers import WorkerProcess, wait_until
 from tests.worker.jobs import ledger
 
@@ -49,10 +50,10 @@ def completed(conn: redis.Redis) -> int:
     return int(conn.zcard("ql:completed"))
 
 
-def test_short_jobs_are_completed_in_pairs(
+def test_short_jobs_are_completed_in_batches(
     qless_client: Client, r: redis.Redis, pair_worker: Callable[..., WorkerProcess]
 ) -> None:
-    """300 short jobs cost about 150 engine calls, not 300 (one per job)."""
+    """300 short jobs cost about 300 / BATCH engine calls, not 300 (one per job)."""
     total = 300
     jids = qless_client.queues["q"].put_many(
         [{"klass": "tests.worker.pair_jobs.quick", "data": {}} for _ in range(total)])
@@ -61,19 +62,20 @@ def test_short_jobs_are_completed_in_pairs(
     wait_until(lambda: completed(r) == total, timeout=60)
     calls = engine_calls(r)
     worker.quit()
-    # Pairs from the second job on, plus the start (hello, the first reserve), the first
+    # Batches from the second job on, plus the start (hello, the first reserve), the first
     # job's own call, the flushes at the end and a few idle reserves.
-    assert calls <= total * 0.6, calls
+    assert BATCH >= 4
+    assert calls <= total / BATCH + 15, calls
     histories = [[h["what"] for h in qless_client.jobs[j].history] for j in jids]
     assert all(h == ["put", "popped", "done"] for h in histories)
 
 
-@pytest.mark.parametrize("before", [3, 4])
-def test_a_long_job_flushes_the_kept_completion_at_once(
+@pytest.mark.parametrize("before", [2, 4, 6, 8])
+def test_a_long_job_flushes_the_kept_completions_at_once(
     qless_client: Client, r: redis.Redis, pair_worker: Callable[..., WorkerProcess], before: int
 ) -> None:
-    """The completion kept for the next call does not wait for a long job to end: the
-    heartbeat thread sends it (whichever of the jobs before it was kept)."""
+    """The completions kept for a later call do not wait for a long job to end: the
+    heartbeat thread sends them (however many of the jobs before it were kept)."""
     q = qless_client.queues["q"]
     quick = [q.put("tests.worker.pair_jobs.quick", {}, jid=f"q{n}", priority=20 - n)
              for n in range(before)]
@@ -85,6 +87,43 @@ def test_a_long_job_flushes_the_kept_completion_at_once(
     assert states == {jid: "complete" for jid in quick}
     wait_until(lambda: completed(r) == before + 2, timeout=30)
     worker.quit()
+
+
+@pytest.mark.parametrize("before", [2, 3])
+def test_a_failed_job_flushes_the_kept_completions_first(
+    qless_client: Client, r: redis.Redis, pair_worker: Callable[..., WorkerProcess], before: int
+) -> None:
+    """A job that fails sends the kept completions before the next job starts: the short
+    job after it sees every job before the failure complete."""
+    q = qless_client.queues["q"]
+    quick = [q.put("tests.worker.pair_jobs.quick", {}, jid=f"q{n}", priority=20 - n)
+             for n in range(before)]
+    q.put("tests.worker.jobs.boom", {}, jid="boom", priority=10)
+    q.put("tests.worker.pair_jobs.peek", {"jids": quick}, jid="peek", priority=5)
+    worker = pair_worker("q", "-n", "1")
+    wait_until(lambda: ledger(r, "peeked", "peek"), timeout=30)
+    assert ledger(r, "peeked", "peek")[0]["states"] == {jid: "complete" for jid in quick}
+    wait_until(lambda: completed(r) == before + 1, timeout=30)
+    worker.quit()
+    assert qless_client.jobs["boom"].state == "failed"
+
+
+def test_every_job_completes_once_with_several_children(
+    qless_client: Client, r: redis.Redis, pair_worker: Callable[..., WorkerProcess]
+) -> None:
+    """Batches in three children at once: each job ran and completed exactly once, with
+    one history per job, and nothing is left running."""
+    q = qless_client.queues["q"]
+    jids = q.put_many([{"klass": "tests.worker.jobs.brief", "data": {"n": i}}
+                       for i in range(500)])
+    worker = pair_worker("q", "-n", "3")
+    wait_until(lambda: completed(r) == len(jids), timeout=60)
+    worker.quit()
+    done = [row["jid"] for row in ledger(r, "done")]
+    assert sorted(done) == sorted(jids)
+    for jid in jids:
+        assert [h["what"] for h in qless_client.jobs[jid].history] == ["put", "popped", "done"]
+    assert q.counts["running"] == 0
 
 
 def test_term_mid_stream_loses_nothing(

@@ -2,8 +2,8 @@
 
 The worker sends a short job's completion without waiting and runs the job it holds while
 Redis works. What must hold: every job runs once; the worker never holds more than one job
-beyond the one it runs (two while a completion is kept for the next call, test_pairs.py;
-plus one whose completion is on its way); a long job hands the held
+beyond the one it runs (more while completions are kept for a later call, test_pairs.py;
+plus the ones whose completions are on their way); a long job hands the held
 job back without spending its retry; max_jobs and `prefetch=False` are honoured; and a child
 that dies gives back, through its supervisor, the job it held ahead.
 """
@@ -22,6 +22,7 @@ import pytest
 from django_qless.core.client import Client
 from django_qless.core.registry import Registry
 from django_qless.core.workers import SerialWorker, WorkerConfig
+from django_qless.core.workers.completions import _DEPTH_KEPT, BATCH
 from tests.worker.conftest import wait_until
 from tests.worker.jobs import ledger
 
@@ -65,12 +66,12 @@ def test_short_jobs_run_once_and_the_worker_holds_at_most_one_ahead(
     assert all(qless_client.jobs[j].state == "complete" for j in jids)
     held = [n for _, n in seen]
     if prefetch:
-        # Completions sent without waiting (a paired call carries two: tests/worker/test_pairs.py).
-        assert worker.in_hand.sent_ahead + worker.in_hand.paired > 200
-        # The running job, the ones held ahead (one more while a completion is kept for the
-        # next call), and at most one whose completion Redis has not processed yet (it was
-        # sent on another connection just before).
-        assert max(held) <= 4
+        # Completions sent without waiting (a call carries up to BATCH: test_pairs.py).
+        assert worker.in_hand.sent_ahead > 200
+        # The running job, the kept ones and the ones held ahead (at most _DEPTH_KEPT
+        # together), and at most one call's completions that Redis has not processed yet
+        # (sent on another connection just before).
+        assert max(held) <= _DEPTH_KEPT + BATCH
         assert sum(n >= 2 for n in held) > len(held) // 2  # it does hold one ahead
     else:
         assert worker.in_hand.sent_ahead == 0
@@ -111,14 +112,16 @@ def test_a_long_job_hands_the_held_job_back_without_spending_a_retry(
 def test_max_jobs_is_never_overshot_by_jobs_held_ahead(redis_url: str,
                                                       qless_client: Client) -> None:
     seen: list[tuple[str, int]] = []
-    jids = [qless_client.queues["q"].put("probe", {"n": i}) for i in range(20)]
-    worker = serial(redis_url, counting_registry(redis_url, seen), max_jobs=5)
+    # (more tickets than a batch holds ahead: with fewer the worker may hold none ahead)
+    cap = _DEPTH_KEPT + BATCH
+    jids = [qless_client.queues["q"].put("probe", {"n": i}) for i in range(cap + 10)]
+    worker = serial(redis_url, counting_registry(redis_url, seen), max_jobs=cap)
     thread, codes = run(worker)
     thread.join(20)
     assert codes == [0]
-    assert len(seen) == 5 and worker.in_hand.sent_ahead > 0
+    assert len(seen) == cap and worker.in_hand.sent_ahead + worker.in_hand.carried > 0
     states = [qless_client.jobs[j].state for j in jids]
-    assert states.count("complete") == 5 and states.count("waiting") == 15
+    assert states.count("complete") == cap and states.count("waiting") == 10
     assert qless_client.workers["ahead"]["jobs"] == []
 
 

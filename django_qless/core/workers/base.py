@@ -1,11 +1,11 @@
 """The reserve → run → complete loop shared by the serial worker and each forked child.
 
-Hot path: one round trip per job, or per two short jobs. `complete.reserve` completes the
-finished job and takes the next one in the same script call; after a short job it is only
-sent, and the job held ahead runs while Redis works (inhand.py); a short job followed by one
-expected short keeps its completion for that job's call, which completes both. How an idle
-loop gets its next job (hand-off, wake-up, reserve) is in taking.py; the shards its queues
-are in, in shards.py.
+Hot path: one round trip per job, or per several short jobs. `complete.reserve` completes
+the finished job and takes the next ones in the same script call; after a short job it is
+only sent, and the job held ahead runs while Redis works (inhand.py); a short job followed
+by one expected short keeps its completion for a later job's call, which completes them all
+(completions.py). How an idle loop gets its next job (hand-off, wake-up, reserve) is in
+taking.py; the shards its queues are in, in shards.py.
 """
 
 from __future__ import annotations
@@ -20,18 +20,13 @@ from typing import TYPE_CHECKING
 
 from django_qless.core.exceptions import QlessError
 from django_qless.core.workers.budget import JobBudget, SharedJobPool
+from django_qless.core.workers.completions import Completions
 from django_qless.core.workers.heartbeat import Heartbeater
 from django_qless.core.workers.hooks import WorkerHooksProtocol
-from django_qless.core.workers.inhand import (
-    JobsInHand,
-    complete_alone,
-    complete_outcome,
-    complete_outcomes,
-)
+from django_qless.core.workers.inhand import JobsInHand
 from django_qless.core.workers.leadership import Leadership
 from django_qless.core.workers.proctitle import child_title, set_title
 from django_qless.core.workers.reaper import LeaseReaper
-from django_qless.core.workers.refused import fail_refused, refused_for_good
 from django_qless.core.workers.reservers import QueueSelection, make_reserver
 from django_qless.core.workers.runner import AbortGuard, JobRunner, Outcome
 from django_qless.core.workers.sandbox import Sandbox
@@ -48,17 +43,8 @@ __all__ = ["JobLoop"]
 
 log = logging.getLogger("django_qless.worker")
 
-# While jobs flow, buffered wake-ups are consumed at most this often (the wake socket must
-# not fill up); the reserve that follows an empty complete+reserve drains anyway.
-_DRAIN_EVERY = 0.05
-# A job that ran this briefly lets the loop hold the next job ahead (see inhand.py); one that
-# runs this long hands the held job back.
-PREFETCH_BELOW = 0.005
+# A job that runs this long hands the jobs held ahead back and sends the kept completions.
 HAND_BACK_AFTER = 0.1
-# Jobs held or coming after a short job: the next, one ahead, and with a completion kept for
-# the next call one more (that call is sent while the job after it runs).
-_DEPTH = 2
-_DEPTH_PAIRED = 3
 _DONE = {Outcome.COMPLETED: "done", Outcome.SETTLED: "settled by the job itself"}
 
 
@@ -110,9 +96,6 @@ class JobLoop:
         self.started = time.monotonic()
         # Run time of each job until its outcome is known (a completion may be read later).
         self._ran: dict[str, float] = {}
-        # Job classes whose last run was not short: the next job of such a class is not
-        # expected short, so no completion is kept for its call.
-        self._slow: set[str] = set()
         # Completions are news at -v, noise otherwise.
         self._done_level = logging.INFO if config.verbosity >= 1 else logging.DEBUG
         self.done = 0
@@ -123,7 +106,6 @@ class JobLoop:
         # Outcomes are counted by the job thread and, for a completion read by the heartbeat
         # thread (a long job hands the held jobs back), by that thread.
         self._count_lock = threading.Lock()
-        self._drain_at = 0.0
         # Only where no supervisor does it (the serial worker); see reaper.py.
         self.reaper = reaper
         self.taker = JobTaker(
@@ -131,6 +113,11 @@ class JobLoop:
             interval=config.interval, idle_cap=self.idle_cap, time_left=self._time_left,
             on_idle=self._idle_title, keep_waiting=self.should_continue, reaper=reaper,
             leadership=leadership,
+        )
+        self.completions = Completions(
+            self.in_hand, self.taker, self.waiter, self.budget, prefetch=config.prefetch,
+            settled=self._settled, will_take_after=self._will_take_after,
+            committed=self._committed,
         )
         # The heartbeat thread sets the running title, the loop the idle one: this keeps a
         # late "running" from overwriting "idle".
@@ -224,10 +211,10 @@ class JobLoop:
                 continue
             job = self.in_hand.take()
             while job is None and self.in_hand.in_flight:
-                self._settle_inflight()  # the oldest reply may carry the next job
+                self.completions.settle_inflight()  # the oldest reply may carry the next job
                 job = self.in_hand.take()
             if job is None:
-                self._flush_kept()  # no next job to take it along
+                self.completions.flush_kept()  # no next job to take them along
                 self.between_jobs()
                 if self.budget.grant(1, self._committed()) == 0:
                     continue  # out of tickets: the check above ends the loop
@@ -266,12 +253,9 @@ class JobLoop:
         stop = False
         elapsed = time.monotonic() - started
         self._ran[job.jid] = elapsed
-        if elapsed < PREFETCH_BELOW:
-            self._slow.discard(job.klass_name)
-        elif len(self._slow) < 1024:
-            self._slow.add(job.klass_name)
+        self.completions.ran(job, elapsed)
         if outcome is not Outcome.COMPLETED:
-            self._flush_kept()  # a kept completion waits for no more than one job
+            self.completions.flush_kept()  # kept completions wait for short jobs only
         if outcome is Outcome.ABORTED:
             reason = self.guard.reason or "aborted"
             if reason == "timeout":
@@ -281,7 +265,7 @@ class JobLoop:
                 log.warning("job %s aborted: %s", job.jid, reason)
             stop = self.on_aborted(job, reason)
         elif outcome is Outcome.COMPLETED:
-            completed = self._complete(job, elapsed)
+            completed = self.completions.complete(job, elapsed)
             if completed is None:
                 self.current = None  # sent ahead: counted when its reply is read
                 return stop
@@ -305,16 +289,6 @@ class JobLoop:
                     elapsed * 1000)
         self.on_job_end(job, outcome)
 
-    def _settle_inflight(self) -> None:
-        """Read the oldest reply of a completion sent ahead, if any (its jobs are held)."""
-        for settled in self.in_hand.settle() or ():
-            self._settled(*settled)
-
-    def _flush_kept(self) -> None:
-        """Complete the job whose completion was kept for the next call, if any, now."""
-        for settled in self.in_hand.flush_kept():
-            self._settled(*settled)
-
     def _hand_back(self) -> None:
         """Release the jobs held ahead or handed over (none is running), after reading the
         calls in flight (job thread)."""
@@ -328,91 +302,9 @@ class JobLoop:
     def _on_long(self, job: Job) -> None:
         """Heartbeat thread: `job` runs long, so the jobs held ahead go back to waiting."""
         in_hand = self.in_hand
-        if len(in_hand) or in_hand.in_flight or in_hand.kept is not None:
+        if len(in_hand) or in_hand.in_flight or in_hand.kept:
             log.debug("job %s runs long: handing back the jobs held ahead", job.jid)
             self._release_in_hand()
-
-    def _complete(self, job: Job, elapsed: float) -> Outcome | None:
-        """Complete `job` and, if we may, take the next one in the same round trip.
-
-        After a short job, while another job is held or coming, the completion is only sent
-        (None is returned; the reply is read later): the next job runs while Redis works.
-        If that next job is expected short too, the completion is kept instead (None) and
-        rides with the next job's call, which completes both.
-        """
-        in_hand = self.in_hand
-        ahead = self.config.prefetch and elapsed < PREFETCH_BELOW
-        kept = in_hand.take_kept()
-        if kept is not None and kept.client is not job.client:
-            self._settled(kept, complete_alone(kept))  # another shard: a call of its own
-            kept = None
-        if not ahead:
-            self._settle_all()  # a completion waited for comes after the ones in flight
-        elif in_hand.in_flight >= in_hand.max_in_flight:
-            self._settle_inflight()
-        held = len(in_hand) + in_hand.coming
-        taking = self._will_take_after()
-        if ahead and held and taking and kept is None and self._next_is_short():
-            in_hand.keep(job)  # counted when the call that takes it along is read
-            return None
-        # The next job comes along only from the job's own shard, and only when the
-        # reserver's order starts there (else: complete now, reserve in the next attempt).
-        plan = self.taker.plan()
-        along = bool(plan) and plan[0][0] is job.client
-        queues = plan[0][1] if along else [job.queue_name]
-        want = 0
-        if taking and along:
-            # Hold the next job, plus one ahead after short jobs (and one more while pairs
-            # flow: the call after a kept completion); never past the budget.
-            depth = 1
-            if ahead:
-                depth = _DEPTH_PAIRED if kept is not None or self._next_is_short() else _DEPTH
-            want = max(0, depth - held)
-            if self.budget.limited:
-                want = self.budget.grant(want, self._committed())
-        if want:
-            self.waiter.ensure_subscribed()
-            now = time.monotonic()
-            if now >= self._drain_at:
-                self._drain_at = now + _DRAIN_EVERY
-                self.waiter.drain()
-                self.taker.adopt_handed()
-        batch = [job] if kept is None else [kept, job]
-        if ahead and held and taking:
-            try:
-                in_hand.send(batch, queues, want)
-                return None
-            except QlessError as exc:  # refused before sending (bad arguments)
-                if kept is not None:  # each alone: each refusal is its own job's
-                    self._settled(kept, complete_alone(kept))
-                    return complete_alone(job)
-                if refused_for_good(exc):
-                    return fail_refused(job, exc)
-                log.error("job %s: complete failed: %s", job.jid, exc)
-                return Outcome.LOST
-        self._settle_all()
-        if kept is None:
-            outcome, jobs = complete_outcome(
-                job, lambda: job.client.complete_and_reserve(job, queues, want)
-            )
-            in_hand.add(jobs)
-            return outcome
-        settled, jobs = complete_outcomes(
-            batch, lambda: job.client.complete_many_and_reserve(batch, queues, want)
-        )
-        in_hand.add(jobs)
-        self._settled(*settled[0])
-        return settled[1][1]
-
-    def _next_is_short(self) -> bool:
-        """Tell whether the job that runs next is expected short (its class ran short last
-        time, or is not known yet); the next job may still be on its way."""
-        klass = self.in_hand.next_klass()
-        return klass is None or klass not in self._slow
-
-    def _settle_all(self) -> None:
-        for settled in self.in_hand.settle_all():
-            self._settled(*settled)
 
     def _will_take_after(self) -> bool:
         """Tell whether the loop will want another job once the running one is done."""

@@ -7,11 +7,11 @@ Redis completes the last. So Redis and the worker work at the same time. If a jo
 instead, the heartbeat thread hands the jobs held ahead back (engine `release`: back to
 waiting, no retry spent) so another worker can take them.
 
-Two completions per call: a short job whose next job is expected short too keeps its
-completion (`keep`) and the next job's call carries both (complete.reserve's paired form),
-so short jobs cost half an engine call each. A completion is kept for at most one job: the
-next completion takes it along, and anything else flushes it first (a job that runs long, a
-job that fails or is aborted, an empty hand, a pause, a stop).
+Several completions per call: a short job whose next job is expected short too keeps its
+completion (`keep`), and a later job's call carries the kept ones with its own
+(complete.reserve's paired form; how many and when: completions.py). Anything else flushes
+the kept ones first (a job that runs long, a job that fails or is aborted, an empty hand, a
+pause, a stop).
 
 Every call about a job goes to the job's own client (`job.client`: its shard's, when the
 worker serves several shards). Both the job thread and the heartbeat thread use this object;
@@ -132,10 +132,11 @@ class JobsInHand:
             tuple[tuple[Job, ...], int, DeferredCall[_Reply] | DeferredCall[_ManyReply]]
         ] = deque()
         self._coming = 0
-        # The finished job whose completion waits to ride with the next one's.
-        self._kept: Job | None = None
-        self.paired = 0  # calls that carried two completions
-        self.sent_ahead = 0  # completions sent without waiting
+        # Finished jobs (of one client) whose completions wait to ride with a later one's.
+        self._kept: list[Job] = []
+        self.paired = 0  # calls sent ahead that carried more than one completion
+        self.carried = 0  # completions kept to ride with a later job's call
+        self.sent_ahead = 0  # completions sent without waiting (a call may carry several)
         self.handed_back = 0  # jobs held ahead and released unstarted
 
     def __len__(self) -> int:
@@ -167,36 +168,50 @@ class JobsInHand:
             return self._jobs.popleft() if self._jobs else None
 
     @property
-    def kept(self) -> Job | None:
-        """Return the job whose completion is kept for the next call, if any."""
-        return self._kept
+    def kept(self) -> list[Job]:
+        """Return the jobs whose completions are kept for a later call (a copy)."""
+        return list(self._kept)
 
     def next_klass(self) -> str | None:
         """Return the class name of the job that runs next, if one is held."""
         with self._lock:
             return self._jobs[0].klass_name if self._jobs else None
 
-    def keep(self, job: Job) -> None:
-        """Keep `job`'s completion for the next call (at most one is kept)."""
+    def keep(self, jobs: Sequence[Job]) -> None:
+        """Keep the completions of `jobs` for a later call (none may be kept already): the
+        ones taken with take_kept, then one more."""
         with self._lock:
-            if self._kept is not None:
-                raise RuntimeError("a completion is kept already")
-            self._kept = job
+            if self._kept:
+                raise RuntimeError("completions are kept already")
+            self._kept = list(jobs)
+            self.carried += 1
 
-    def take_kept(self) -> Job | None:
-        """Return the kept job, no longer kept (whoever takes it completes it)."""
+    def take_kept(self) -> list[Job]:
+        """Return the kept jobs, no longer kept (whoever takes them completes them)."""
         with self._lock:
-            job, self._kept = self._kept, None
-            return job
+            jobs, self._kept = self._kept, []
+            return jobs
+
+    @staticmethod
+    def complete_kept(jobs: Sequence[Job]) -> list[Settled]:
+        """Complete `jobs` (kept, of one client) in one call reserving nothing; return
+        their outcomes."""
+        if not jobs:
+            return []
+        if len(jobs) == 1:
+            return [(jobs[0], complete_alone(jobs[0]))]
+        last = jobs[-1]
+        settled, _ = complete_outcomes(
+            jobs, lambda: last.client.complete_many_and_reserve(jobs, [last.queue_name], 0))
+        return settled
 
     def flush_kept(self) -> list[Settled]:
-        """Complete the kept job in a call of its own, if any; return its outcome."""
-        job = self.take_kept()
-        return [] if job is None else [(job, complete_alone(job))]
+        """Complete the kept jobs in a call of their own, if any; return their outcomes."""
+        return self.complete_kept(self.take_kept())
 
     def send(self, jobs: Sequence[Job], queues: Sequence[str], count: int) -> None:
-        """Send the completion of `jobs` (one, or a pair of the same shard), reserving `count`
-        more, without waiting for the reply."""
+        """Send the completion of `jobs` (one, or several of the same shard), reserving
+        `count` more, without waiting for the reply."""
         with self._lock:
             if len(self._inflight) >= self.max_in_flight:
                 raise RuntimeError("too many completions in flight")
@@ -209,7 +224,7 @@ class JobsInHand:
                 self.paired += 1
             self._inflight.append((tuple(jobs), count, call))
             self._coming += count
-            self.sent_ahead += 1
+            self.sent_ahead += len(jobs)
 
     def settle(self) -> list[Settled] | None:
         """Read the oldest reply in flight (its jobs are held); None if none is in flight."""
