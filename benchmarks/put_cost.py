@@ -1,14 +1,22 @@
 """What one single put costs: Redis commands and instructions, and client CPU.
 
-Usage: `.venv/bin/python benchmarks/put_cost.py [--puts 20000] [--callgrind 300]
-[--redis-server PATH]`. See benchmarks/README.md, "Single put (session 7)".
+Usage: `.venv/bin/python benchmarks/put_cost.py [--puts 20000] [--callgrind 1000
+[--callgrind-variant put|noop|write]] [--floor ROUNDS] [--redis-server PATH]`. See
+benchmarks/README.md, "Single put (session 7)" and "Enqueue floor (session 8)".
 
 1. Commands per put: INFO commandstats deltas over 1,000 `Queue.put` calls of new jobs into
    one queue (after a warm-up), by command, and a MONITOR trace of one put.
 2. Client CPU per put: time.process_time over `--puts` puts (the benchmark's put: a class
    name and a two-field dict, a fresh jid each).
-3. With --callgrind N: redis-server under callgrind for N puts; instructions per put by
-   function family (the same families as benchmarks/attribution.py).
+3. With --callgrind N: redis-server under callgrind (at `hz 1`) for N puts; instructions per
+   put by function family (the same families as benchmarks/attribution.py).
+4. With --floor ROUNDS (Redis 7+): the enqueue floor. Our client's `Queue.put` timed as
+   run.py times the enqueue (adapters/_common.measure_enqueue, `--puts` puts a round), its
+   FCALL sent to a function library this script loads (never shipped) in place of the
+   engine: `noop` replies the jid at once, `write` runs only the job's HSET and the work
+   set's ZADD; then the real put and huey's enqueue (its venv, benchmarks/.venvs/huey). One
+   process per variant, the four taking turns in each round (order rotated); medians over
+   the rounds. Shows how much of a put is the round trip and the client.
 
 Load-robust: the command counts and callgrind instruction counts; client CPU moves a little
 with the machine's load (process time, not wall time).
@@ -17,9 +25,11 @@ with the machine's load (process time, not wall time).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -38,6 +48,21 @@ from django_qless.core import Client  # noqa: E402
 from django_qless.core.server import RedisServer, find_redis_server  # noqa: E402
 
 KLASS = "bench.noop"
+
+# The floor's stand-ins for the engine (argv: command, now, worker, queue, jid, klass, data,
+# delay, as Queue.put sends them). `write` stores the record the real put stores (non-lean).
+FLOOR_LIBRARY = """#!lua name=djqless_floor
+redis.register_function('djqless_floor_noop', function(keys, argv) return argv[5] end)
+redis.register_function('djqless_floor_write', function(keys, argv)
+  local queue, jid = argv[4], argv[5]
+  redis.call('HSET', 'ql:j:' .. jid, 'jid', jid, 'klass', argv[6], 'data', argv[7],
+    'priority', '0', 'tags', '{}', 'state', 'waiting', 'queue', queue, 'retries', '5',
+    'remaining', '5', 'time', argv[2])
+  redis.call('ZADD', 'ql:q:' .. queue .. '-work', 0 - argv[2] / 10000000000, jid)
+  return jid
+end)
+"""
+FLOOR_VARIANTS = ("huey", "noop", "write", "put")
 
 
 def puts(client: Client, n: int, queue: str = "bench") -> None:
@@ -66,13 +91,15 @@ def commands(url: str, n: int = 1000) -> dict[str, Any]:
     trace: list[str] = []
     with r.monitor() as m:
         puts(client, 1)
+        r.echo("put_cost: end of the put")  # (the put's last command, whichever it is)
         for event in m.listen():
             command = str(event["command"])
             if command.startswith(("FCALL", "EVALSHA")):
                 continue
-            trace.append(command)
-            if command.startswith("PUBLISH") and "wake:" in command:
+            if command.startswith("ECHO"):
                 break
+            if not command.startswith(("HELLO", "CLIENT")):  # (the ECHO's connection)
+                trace.append(command)
     client.close()
     return {"engine_calls": calls, "lua_commands": sum(per.values()), "by_command": per,
             "trace": trace}
@@ -112,12 +139,19 @@ def client_instructions(url: str, n: int) -> float | None:
     return (totals[1] - totals[0]) / n
 
 
-def callgrind(binary: str, n: int) -> dict[str, Any]:
-    """Run redis-server under callgrind for `n` puts; instructions per put by family."""
+def callgrind(binary: str, n: int, variant: str = "put") -> dict[str, Any]:
+    """Run redis-server under callgrind for `n` puts; instructions per put by family.
+    `variant` noop or write: the puts go to the floor's function of that name instead."""
     try:
         with callgrind_redis(binary, "bench-putcg-") as cg:
             time.sleep(0.5)
+            # (serverCron's share follows the wall time, which valgrind and the machine's
+            # load stretch: at hz 1 it is ~10x smaller than at the default 10)
+            redis.Redis.from_url(cg.url).config_set("hz", 1)
             client = Client(cg.url)
+            if variant != "put":
+                redis.Redis.from_url(cg.url).function_load(FLOOR_LIBRARY, replace=True)
+                client.channel.invoker._fn = f"djqless_floor_{variant}"
             puts(client, 50)  # warm-up: engine loaded, code paths touched (not counted)
             cg.counting(True)
             puts(client, n)
@@ -130,6 +164,102 @@ def callgrind(binary: str, n: int) -> dict[str, Any]:
     return {"puts": n, **families(text, n, lua_range(binary))}
 
 
+# One process per floor variant, under its system's Python: times `n` puts per line read
+# (adapters/_common.measure_enqueue, as run.py times the enqueue) and prints the result.
+FLOOR_WORKER = """
+import json, sys
+sys.path.insert(0, sys.argv[3])
+from _common import measure_enqueue
+variant, url = sys.argv[1], sys.argv[2]
+if variant == "huey":
+    from huey_ import Huey
+    a = Huey(url)
+else:
+    from django_qless_ import DjangoQless
+    a = DjangoQless(url)
+    if variant != "put":  # (the floor's function instead of the engine)
+        a.client.channel.invoker._fn = "djqless_floor_" + variant
+import redis
+r = redis.Redis.from_url(url)
+def cpu():
+    info = r.info("cpu")
+    return info["used_cpu_user"] + info["used_cpu_sys"]
+for line in sys.stdin:
+    n = int(line)
+    r.flushall()  # (the last round's jobs: not in this round's Redis CPU)
+    cpu0 = cpu()
+    result = measure_enqueue(a, n)
+    result["redis_cpu_us_per_job"] = (cpu() - cpu0) * 1e6 / n
+    print(json.dumps(result), flush=True)
+"""
+
+
+def floor(url: str, rounds: int, n: int) -> dict[str, list[dict[str, float]]]:
+    """Time the four enqueue variants in `rounds` rounds of `n` puts each; one process per
+    variant for the whole run, the variants' order rotated from round to round, so that a
+    change of the machine's load falls on all of them alike."""
+    from peers import SYSTEMS, ensure_venv
+
+    huey = SYSTEMS["huey"]
+    ensure_venv(huey)
+    redis.Redis.from_url(url).function_load(FLOOR_LIBRARY, replace=True)
+    procs = {
+        v: subprocess.Popen(
+            [huey.python if v == "huey" else sys.executable, "-c", FLOOR_WORKER, v, url,
+             str(HERE / "adapters")],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        for v in FLOOR_VARIANTS
+    }
+
+    def run(variant: str, count: int) -> dict[str, float]:
+        proc = procs[variant]
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(f"{count}\n")
+        proc.stdin.flush()
+        line = proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"floor: the {variant} process ended")
+        result: dict[str, float] = json.loads(line)
+        return result
+
+    out: dict[str, list[dict[str, float]]] = {v: [] for v in FLOOR_VARIANTS}
+    try:
+        for v in FLOOR_VARIANTS:
+            run(v, 200)  # warm-up: imports done, engine loaded, connection made
+        for i in range(rounds):
+            k = i % len(FLOOR_VARIANTS)
+            for v in FLOOR_VARIANTS[k:] + FLOOR_VARIANTS[:k]:
+                out[v].append(run(v, n))
+    finally:
+        for proc in procs.values():
+            if proc.stdin is not None:
+                proc.stdin.close()
+            proc.wait(timeout=30)
+    return out
+
+
+def print_floor(out: dict[str, list[dict[str, float]]]) -> None:
+    """Print each variant's median jobs/s and the median of its per-round ratios to huey's;
+    then its CPU per put, client and Redis (INFO cpu, with the round's other calls), and the
+    rate those allow when client and server take turns on an idle machine (1 / their sum:
+    less moved by other processes than the jobs/s, though it leaves out the wake-ups)."""
+    huey = [r["enqueue_jobs_per_s"] for r in out["huey"]]
+    huey_cpu = statistics.median(
+        r["enqueue_client_cpu_us_per_job"] + r["redis_cpu_us_per_job"] for r in out["huey"])
+    for variant, runs in out.items():
+        rates = [r["enqueue_jobs_per_s"] for r in runs]
+        client = statistics.median(r["enqueue_client_cpu_us_per_job"] for r in runs)
+        server = statistics.median(r["redis_cpu_us_per_job"] for r in runs)
+        both = statistics.median(
+            r["enqueue_client_cpu_us_per_job"] + r["redis_cpu_us_per_job"] for r in runs)
+        ratios = [a / b for a, b in zip(rates, huey, strict=True)]
+        print(f"  {variant:<6} {statistics.median(rates):>8,.0f} jobs/s (median; "
+              f"{min(rates):,.0f}-{max(rates):,.0f})   vs huey {statistics.median(ratios):.2f}x "
+              f"(median of rounds; {min(ratios):.2f}-{max(ratios):.2f})")
+        print(f"         CPU us/put: client {client:.1f} + Redis {server:.1f} = {both:.1f} "
+              f"-> {1e6 / both:,.0f} jobs/s taking turns ({huey_cpu / both:.2f}x huey's)")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Measure and print the cost of one put."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -139,6 +269,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--redis-server", default=None, help="redis-server binary")
     p.add_argument("--client-callgrind", type=int, default=0, metavar="N",
                    help="also count the client's instructions per put over N puts")
+    p.add_argument("--callgrind-variant", default="put", choices=("put", "noop", "write"),
+                   help="with --callgrind: count the floor's noop or write function instead")
+    p.add_argument("--floor", type=int, default=0, metavar="ROUNDS",
+                   help="time the enqueue floor (noop, write, put, huey), ROUNDS interleaved")
     p.add_argument("--client-run", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--url", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -149,6 +283,11 @@ def main(argv: list[str] | None = None) -> int:
         client.close()
         return 0
     binary = args.redis_server or find_redis_server()
+    if args.floor:
+        with RedisServer(binary) as s:
+            print(f"enqueue floor, {args.floor} rounds of {args.puts} puts each:")
+            print_floor(floor(s.url, args.floor, args.puts))
+        return 0
     with RedisServer(binary) as s:
         cmds = commands(s.url)
         cpu = client_cpu(s.url, args.puts)
@@ -166,12 +305,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"client instructions per put: {client_ir:,.0f} ({args.client_callgrind} puts, "
               "user space, callgrind)")
     if args.callgrind:
-        cg = callgrind(binary, args.callgrind)
+        cg = callgrind(binary, args.callgrind, args.callgrind_variant)
         if "error" in cg:
             print(f"callgrind: {cg['error']}")
         else:
             print(f"redis-server instructions per put: {cg['total_ir_per_job']:,.0f} "
-                  f"({cg['puts']} puts)")
+                  f"({cg['puts']} puts, {args.callgrind_variant})")
             for name, ir in cg["families_ir_per_job"].items():
                 print(f"  {name:<62} {ir:>10,.0f}")
     return 0

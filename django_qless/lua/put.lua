@@ -39,6 +39,9 @@ Q.mod.put = function()
 
   -- ---------------------------------------------------------------- put / requeue
 
+  local NO_OPTS = {}  -- (a put without options: read only)
+  local NO_TAGS = {}  -- (no tags, or a new job's old ones: read only)
+
   local PUT_FIELDS = { 'state', 'queue', 'worker', 'tags', 'priority', 'retries', 'failure',
     'throttles', 'held', 'grace', 'scheduled', 'history', 'tracked' }
 
@@ -54,9 +57,10 @@ Q.mod.put = function()
     local klass = Q.klass(args[4])
     local data = Q.data(args[5])
     local delay = args[6] == '0' and 0 or Q.delay(args[6])  -- (the usual delay, parsed)
-    local opts = Q.pairs_args(args, 7)
+    local opts = args[7] == nil and NO_OPTS or Q.pairs_args(args, 7)
     -- (most puts are of new jobs: an EXISTS costs a fifth of a 13-field HMGET of nothing)
-    local old = rcall('EXISTS', Q.kjob(jid)) == 1 and Q.read(jid, PUT_FIELDS) or nil
+    local key = Q.kjob(jid)
+    local old = rcall('EXISTS', key) == 1 and Q.read(jid, PUT_FIELDS) or nil
     if must_exist and not old then Q.fail('Job ' .. jid .. ' does not exist') end
     local absent = opts['if-absent']
     if absent ~= nil then
@@ -68,11 +72,12 @@ Q.mod.put = function()
           .. '): if-absent refuses to replace it')
       end
     end
-    local retries = tonumber(old and old.retries) or 5
+    -- (a new job's defaults without a call each: most puts are of new jobs)
+    local retries = old and tonumber(old.retries) or 5
     if opts.retries then retries = Q.integer('retries', opts.retries, 0, 1000) end
-    local tags = Q.list(old and old.tags)
-    if opts.tags then tags = Q.tags(opts.tags) end
-    local priority = tonumber(old and old.priority) or 0
+    local tags = NO_TAGS
+    if opts.tags then tags = Q.tags(opts.tags) elseif old then tags = Q.list(old.tags) end
+    local priority = old and tonumber(old.priority) or 0
     if opts.priority then priority = Q.priority(opts.priority) end
     local depends = opts.depends and Q.depends(opts.depends, jid) or nil
     -- depends-missing: 'ignore' (qless-core's behaviour, the default on the wire) drops a
@@ -108,15 +113,11 @@ Q.mod.put = function()
       if batch then batch.cycle(jid, depends) else Q.check_cycle(jid, depends) end
     end
     if batch then batch.note(jid, depends) end
-    return { worker = worker, queue = queue, jid = jid, klass = klass, data = data, delay = delay,
+    return { worker = worker, queue = queue, jid = jid, key = key, klass = klass, data = data,
+      delay = delay,
       opts = opts, old = old, retries = retries, tags = tags, priority = priority,
       depends = depends, throttles = throttles }
   end
-
-  -- The config fields a put reads, with one HMGET: the generation tag (Q.generation) and, in
-  -- the default keyspace, whether new records are lean.
-  local PUT_CONFIG = { '#marks', 'lean-job-records' }
-  local SHARD_CONFIG = { '#marks' }
 
   -- Queues known to be listed in ql:queues: K.listed[queue] = the time until which a put
   -- skips its `ZADD ql:queues NX` (at most Q.HORIZON after the put that added it), noted
@@ -125,8 +126,7 @@ Q.mod.put = function()
   -- listed again by the first put a second later. In engine memory only (as pop's marks).
   local LISTED_MAX = 256
 
-  local function listed(now, queue)
-    local tag = Q.generation()
+  local function listed(now, queue, tag)
     local memo = K.listed
     if not memo or K.listed_tag ~= tag then
       memo = {}; K.listed, K.listed_tag, K.nlisted = memo, tag, 0
@@ -139,8 +139,6 @@ Q.mod.put = function()
     return false
   end
 
-  local NO_TAGS = {}  -- (a new job's old tags: read only)
-
   -- Write a put checked by check_put (c); returns the jid.
   local function apply_put(now, c)
     local worker, queue, jid, klass, data = c.worker, c.queue, c.jid, c.klass, c.data
@@ -148,10 +146,24 @@ Q.mod.put = function()
     local priority, depends, throttles = c.priority, c.depends, c.throttles
     -- All arguments are valid: write from here on.
     local cfgv = ctx.cfgv
-    if not (cfgv and cfgv['#marks'] ~= nil) then
-      Q.load_config(KP == 'ql:' and PUT_CONFIG or SHARD_CONFIG)
+    if not (cfgv and cfgv['#marks'] ~= nil
+        and (KP ~= 'ql:' or cfgv['lean-job-records'] ~= nil)) then
+      -- The config fields a put reads, with one HMGET: the generation tag (Q.generation)
+      -- and, in the default keyspace, whether new records are lean. (Q.load_config's loop
+      -- written out: ~4k instructions a put less.)
+      local shard = KP ~= 'ql:'
+      local v = shard and rcall('HMGET', K.config, '#marks')
+        or rcall('HMGET', K.config, '#marks', 'lean-job-records')
+      local lean = nil  -- (not read in a shard: its records are lean)
+      if not shard then lean = v[2] or false end
+      if cfgv then
+        cfgv['#marks'], cfgv['lean-job-records'] = v[1] or false, lean
+      else  -- (the usual case: one constructor, the table sized at once)
+        cfgv = { ['#marks'] = v[1] or false, ['lean-job-records'] = lean }
+        ctx.cfgv = cfgv
+      end
     end
-    local key = Q.kjob(jid)
+    local key = c.key
     local tracked = old and old.tracked == '1'
     -- Tags: only real changes touch the counts (a new job has no old ones: no sets to build).
     local oldset = NO_TAGS
@@ -208,7 +220,8 @@ Q.mod.put = function()
     local retries_s = retries == 5 and '5' or Q.int_arg(retries)  -- (the default, as text)
     if ndeps > 0 then state = 'depends' end
     local fields
-    if not old and Q.lean_records() then
+    -- (Q.lean_records from the config read above: ~2k instructions a put less)
+    if not old and (KP ~= 'ql:' or cfgv['lean-job-records'] == '1') then
       -- A lean record leaves out what readers derive: jid (the key), priority 0, no tags,
       -- remaining = retries.
       fields = { 'klass', klass, 'data', data, 'state', state, 'queue', queue,
@@ -244,11 +257,12 @@ Q.mod.put = function()
       w[#w + 1] = Q.score(priority, now); w[#w + 1] = jid
       Q.wake(queue)
     else
-      rcall('ZADD', Q.kq(queue, 'work'), Q.score(priority, now), jid)
+      rcall('ZADD', Q.qn(queue).work, Q.score(priority, now), jid)
       Q.wake(queue)
     end
     rcall('HSET', key, unpack(fields))
-    if not (c.listed or listed(now, queue)) then
+    -- (the tag read above; Q.generation writes one when there is none)
+    if not (c.listed or listed(now, queue, cfgv['#marks'] or Q.generation())) then
       rcall('ZADD', K.queues, 'NX', Q.time_arg(now), queue)
     end
     if tracked then Q.publish(K.put, jid) end
@@ -267,7 +281,7 @@ Q.mod.put = function()
   -- put is the current form and gets its errors. Returns the arguments in the current form.
   local function older_put(args)
     local sixth, fifth = args[5], args[4]
-    if sixth and sixth:find('^%s*{') then return args end
+    if sixth and (sixth:byte(1) == 123 or sixth:find('^%s*{')) then return args end  -- ('{')
     if not (fifth and fifth:find('^%s*{')) then return args end
     table.insert(args, 1, '')
     return args

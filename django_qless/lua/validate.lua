@@ -182,7 +182,8 @@ function Q.data(v, name)
   if v == nil then Q.fail('Arg "' .. name .. '" missing') end
   if #v > Q.MAX_DATA then Q.fail('Arg "' .. name .. '" too large') end
   local value = Q.json(name, v)
-  if type(value) ~= 'table' or not v:match('^%s*{') then
+  -- (an object's text starts with `{`: a client's without the blanks JSON allows before it)
+  if type(value) ~= 'table' or not (v:byte(1) == 123 or v:find('^%s*{')) then
     Q.fail('Arg "' .. name .. '" must be a JSON object')
   end
   return v

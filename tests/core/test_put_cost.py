@@ -169,3 +169,21 @@ def test_the_time_field_drops_trailing_zeros(lua: Any, r: redis.Redis) -> None:
         jid = f"t{int(now) % 10}"
         put(lua, jid, now)
         assert r.hget(f"ql:j:{jid}", "time") == text
+
+
+def test_puts_without_options_share_nothing_with_puts_that_have_them(
+    lua: Any, r: redis.Redis
+) -> None:
+    """A put without options reads shared empty option and tag tables (no table a put): a
+    put with tags, and a moved job's tags, never leak into the next put without any."""
+    put(lua, "a", 100)
+    lua("put", 100.1, "w", Q, "b", "klass", "{}", 0, "tags", '["x"]', "priority", 3)
+    put(lua, "c", 100.2)
+    lua("put", 100.3, "w", "other", "b", "klass", "{}", 0)  # moved: keeps its tags
+    put(lua, "d", 100.4)
+    for jid in ("a", "c", "d"):
+        job = lua.json("get", 101, jid)
+        assert (job["tags"], job["priority"]) == ({}, 0), jid
+    moved = lua.json("get", 101, "b")
+    assert (moved["tags"], moved["priority"], moved["queue"]) == (["x"], 3, "other")
+    assert r.zrange("ql:t:x", 0, -1) == ["b"]
