@@ -99,27 +99,38 @@ class QueueMove:
             raise MoveBlocked(f"{q!r} is marked moving to {marker['to']}, not {self.target}: "
                               f"finish that move, or clear its marker")
         if marker is None and recorded == self.target:
-            # Past the switch (or never elsewhere): drain whatever other shards still hold.
+            # Past the switch (or never elsewhere): finish every other shard that still
+            # holds jobs of q or still fences it (a crash right after the switch leaves q
+            # paused there with nothing left). When the switch happened is unknown, so a
+            # client may have cached the old placement until `settle` from now.
+            seen_by = time.monotonic() + self.settle
             sources = [tag for tag in self.sharded.tags
-                       if tag != self.target and any(self._left(tag).values())]
-            return [self._finish(tag, switched=True) for tag in sources]
+                       if tag != self.target and self._unfinished(tag)]
+            return [self._finish(tag, seen_by=seen_by) for tag in sources]
         source = placement.mark_moving(q, self.target)
         progress = MoveProgress(q, source, self.target)
         self._step(progress, "marked")
-        return [self._finish(source, switched=False, progress=progress)]
+        return [self._finish(source, seen_by=None, progress=progress)]
 
-    def _finish(self, source: str, *, switched: bool,
+    def _finish(self, source: str, *, seen_by: float | None,
                 progress: MoveProgress | None = None) -> MoveProgress:
-        """Fence `source`, copy, switch (unless done), drain and forget."""
+        """Fence `source`, copy its backlog, switch (`seen_by` None; else the switch is done
+        and every client has seen it by monotonic time `seen_by`), wait for the clients,
+        drain and forget."""
         progress = progress or MoveProgress(self.queue, source, self.target)
         self.fence(source)
         self._step(progress, "fenced")
-        self.copy_until_empty(source, progress)
+        # Until the switch, clients still put to the source: a busy queue may never give a
+        # round that finds nothing. The backlog goes in full pages; the drain copies the rest.
+        self.copy_rounds(source, progress, below=_PAGE)
         self.copy_recurring(source, progress)
-        if not switched:
+        if seen_by is None:
             self.sharded.placement.switch(self.queue, source, self.target)
             self._step(progress, "switched")
-            time.sleep(self.settle)  # every client now puts to the target
+            seen_by = time.monotonic() + self.settle
+        # Until every client puts to the target, late puts land in the source's paused
+        # queue, where the drain finds them; after the forget they would be stranded there.
+        time.sleep(max(0.0, seen_by - time.monotonic()))
         self.drain(source, progress)
         self.forget(source)
         self._step(progress, "done")
@@ -184,15 +195,16 @@ class QueueMove:
                                   f"{source}: {reply}")
         return len(jobs)
 
-    def copy_until_empty(self, source: str, progress: MoveProgress) -> None:
-        """Run copy rounds until one finds nothing to copy."""
+    def copy_rounds(self, source: str, progress: MoveProgress, *, below: int = 1) -> None:
+        """Run copy rounds until one copies fewer than `below` jobs (1: finds nothing)."""
         while True:
             moved = self.copy_round(source)
             progress.copied += moved
             progress.rounds += 1
-            if not moved:
+            if moved:
+                self._step(progress, "copying")
+            if moved < below:
                 return
-            self._step(progress, "copying")
 
     def copy_recurring(self, source: str, progress: MoveProgress) -> None:
         """Move the queue's recurring jobs: same jid, schedule, next run and spawn count."""
@@ -234,7 +246,7 @@ class QueueMove:
         what they put back in the queue is copied); MoveBlocked after `drain_timeout`."""
         deadline = time.monotonic() + self.drain_timeout
         while True:
-            self.copy_until_empty(source, progress)
+            self.copy_rounds(source, progress)
             self.copy_recurring(source, progress)
             progress.left = self._left(source)
             if not any(progress.left.values()):
@@ -288,6 +300,10 @@ class QueueMove:
         key = client.keyspace.key(name)
         score = client.read(lambda r: r.zscore(key, member))
         return None if score is None else float(score)
+
+    def _unfinished(self, tag: str) -> bool:
+        """Return whether shard `tag` holds jobs of the queue or still fences it."""
+        return any(self._left(tag).values()) or self.sharded.shard(tag).queues[self.queue].paused
 
     def _left(self, source: str) -> dict[str, int]:
         """Return the source's counts of the queue (the states a move must empty)."""

@@ -39,6 +39,31 @@ def left_on(sharded: ShardedClient, tag: str) -> dict[str, int]:
     return {k: int(counts[k]) for k in states if counts.get(k)}
 
 
+def ledger(rc: RedisCluster, sharded: ShardedClient, tags: tuple[str, ...]) -> str:
+    """Return what each shard holds of mv: counts, every unfinished job with its state and
+    its scores in the queue's sets, the engine's hidden `#` config fields, the placement."""
+    lines = [f"placement: {sharded.placement.recorded().get(Q)}, moving: "
+             f"{sharded.placement.moving()}, serving: "
+             f"{[c.shard for c in sharded.serving(Q)]}"]
+    for tag in tags:
+        ks = f"ql:{{{tag}}}:"
+        paused = rc.sismember(f"{ks}paused_queues", Q)
+        marks = {k: v for k, v in (rc.hgetall(f"{ks}config") or {}).items()
+                 if k.startswith("#")}
+        lines.append(f"{tag}: left {left_on(sharded, tag)}, paused {paused}, "
+                     f"listed {rc.zscore(f'{ks}queues', Q)}, config {marks}")
+        for key in job_keys(rc, tag):
+            jid = key.rsplit(":", 1)[1]
+            state = rc.hget(key, "state")
+            if state == "complete":
+                continue
+            scores = {kind: rc.zscore(f"{ks}q:{Q}-{kind}", jid)
+                      for kind in ("work", "scheduled", "locks", "throttled", "depends")}
+            lines.append(f"  {jid}: {state} {rc.hmget(key, 'worker', 'expires', 'priority')}"
+                         f" {scores}")
+    return "\n".join(lines)
+
+
 def job_keys(rc: RedisCluster, tag: str) -> list[str]:
     """Return the job hashes of shard `tag` whose queue is mv."""
     node_keys = []
@@ -85,6 +110,7 @@ def test_move_under_load_loses_nothing(cluster: LocalCluster, sharded: ShardedCl
         client = cluster.client()
         mine = ShardedClient(client, shards=6, worker_name=f"c{n}")
         mine.placement.cache_seconds = 0.5
+        idle_since: float | None = None
         try:
             while True:
                 got = 0
@@ -96,10 +122,19 @@ def test_move_under_load_loses_nothing(cluster: LocalCluster, sharded: ShardedCl
                         with lock:
                             done[job.jid] += 1
                     got += len(jobs)
-                if not got:
-                    if not producing.is_set() and moved.is_set() and not any(
-                            left_on(mine, tag) for tag in (source, target)):
-                        return
+                if got:
+                    idle_since = None
+                else:
+                    if not producing.is_set() and moved.is_set():
+                        if not any(left_on(mine, tag) for tag in (source, target)):
+                            return
+                        # Nothing handed out for 10 s, yet jobs are counted: fail with
+                        # what the shards hold instead of waiting for the test timeout.
+                        idle_since = idle_since or time.monotonic()
+                        if time.monotonic() - idle_since > 10:
+                            raise AssertionError(
+                                f"consumer c{n}: no job reserved in 10 s, but jobs are "
+                                f"left:\n{ledger(rc, mine, (source, target))}")
                     time.sleep(0.02)
         except BaseException as exc:  # noqa: BLE001 - reported by the test
             errors.append(exc)
@@ -126,8 +161,13 @@ def test_move_under_load_loses_nothing(cluster: LocalCluster, sharded: ShardedCl
                          "priority", job.priority, "if-absent", "live")
                 allowed.add(job.jid)
         else:
-            move.copy_until_empty(source, MoveProgress(Q, source, target))
+            move.copy_rounds(source, MoveProgress(Q, source, target), below=250)
             sharded.placement.switch(Q, source, target)
+            # A client that missed the switch puts on the source (under load the producers
+            # may all refresh their placement right at the switch and put none there).
+            late = sharded.shard(source).queues[Q].put("K", {}, jid="late-after-switch")
+            with lock:
+                put.append(late)
         time.sleep(0.3)  # the crashed mover is restarted a little later
         steps.clear()
     [progress] = move.run()
@@ -137,10 +177,10 @@ def test_move_under_load_loses_nothing(cluster: LocalCluster, sharded: ShardedCl
     producing.clear()
     for thread in threads[2:]:
         thread.join(60)
-    assert not errors, errors
+    assert not errors, "\n".join(map(str, errors))
     assert not any(thread.is_alive() for thread in threads)
     # The ledger: every job put ran at least once; without a crash or a lost lease, once.
-    assert len(put) == 800
+    assert len(put) == 800 + (crash == "after-switch")
     assert set(put) - set(done) == set()
     assert {jid for jid, n in done.items() if n > 1} <= allowed
     assert sharded.shard_of(Q) == target and Q not in sharded.placement.moving()
@@ -268,3 +308,92 @@ def test_a_throttle_homed_elsewhere_blocks_the_move(sharded: ShardedClient) -> N
                                           f"shard {sharded.tags[0]}"):
         QueueMove(sharded, Q, 1, settle=0.1, drain_timeout=1).run()
     assert source.jobs.get(jid) is not None and sharded.shard(1).jobs.get(jid) is None
+
+
+def test_a_resume_after_the_switch_finishes_a_fenced_source_with_nothing_left(
+        sharded: ShardedClient) -> None:
+    """A mover that crashed right after the switch, with every job already copied, left q
+    paused and listed on the source: the resumed move unpauses and forgets it there."""
+    source, target = sharded.shard(0), sharded.shard(2)
+    for n in range(3):
+        source.queues[Q].put("K", {"n": n})
+    move = QueueMove(sharded, Q, 2, settle=0.1, poll=0.05, drain_timeout=5)
+    sharded.placement.mark_moving(Q, 2)
+    move.fence(sharded.tags[0])
+    move.copy_rounds(sharded.tags[0], MoveProgress(Q, sharded.tags[0], sharded.tags[2]))
+    sharded.placement.switch(Q, 0, 2)  # the crash: nothing left on the source, still fenced
+    assert left_on(sharded, sharded.tags[0]) == {} and source.queues[Q].paused
+    [progress] = QueueMove(sharded, Q, 2, settle=0.1, poll=0.05, drain_timeout=5).run()
+    assert progress.step == "done" and progress.copied == 0
+    assert not source.queues[Q].paused
+    assert Q not in source.queues.names()
+    assert len(target.queues[Q].jobs.waiting(0, 10)) == 3
+    assert QueueMove(sharded, Q, 2).run() == []  # finished: nothing left to resume
+
+
+def test_a_resume_after_the_switch_waits_for_clients_that_missed_it(
+        cluster: LocalCluster, sharded: ShardedClient) -> None:
+    """A client whose cached placement predates the switch puts on the source until its
+    cache runs out; a move resumed after the switch waits `settle` before its final drain,
+    as the uninterrupted move does after switching, so those jobs are copied, not stranded
+    on a source nobody reserves from."""
+    source, target = sharded.shard(0), sharded.shard(2)
+    client = cluster.client()
+    late = ShardedClient(client, shards=6, worker_name="late")
+    late.placement.cache_seconds = 0.6
+    try:
+        assert late.shard_of(Q) == sharded.tags[0]  # cached: s0 for the next 0.6 s
+        early = [source.queues[Q].put("K", {}) for _ in range(3)]
+        move = QueueMove(sharded, Q, 2, settle=1.0, poll=0.05, drain_timeout=5)
+        sharded.placement.mark_moving(Q, 2)
+        move.fence(sharded.tags[0])
+        sharded.placement.switch(Q, 0, 2)  # the crash, right after the switch
+        put: list[str] = []
+        errors: list[BaseException] = []
+
+        def producer() -> None:
+            try:
+                while True:  # until its cache runs out and it sees the switch
+                    shard = late.for_queue(Q)
+                    put.append(shard.queues[Q].put("K", {}))
+                    if shard.shard == sharded.tags[2]:
+                        return
+                    time.sleep(0.02)
+            except BaseException as exc:  # noqa: BLE001 - reported by the test
+                errors.append(exc)
+
+        thread = threading.Thread(target=producer)
+        thread.start()
+        [progress] = QueueMove(sharded, Q, 2, settle=1.0, poll=0.05, drain_timeout=5).run()
+        thread.join(10)
+        assert not errors, errors
+        assert len(put) > 5  # (puts went on for the 0.6 s of its cache)
+        assert left_on(sharded, sharded.tags[0]) == {}
+        assert progress.step == "done" and progress.copied == len(early) + len(put) - 1
+        assert sorted(target.queues[Q].jobs.waiting(0, 500)) == sorted(early + put)
+    finally:
+        late.close()
+        client.close()
+
+
+def test_a_queue_put_to_during_every_copy_round_still_switches(sharded: ShardedClient) -> None:
+    """A busy queue: a client puts to the source during every copy round (while the
+    placement still names the source). The copying before the switch ends once a round
+    copies less than a full page; what was put meanwhile is copied by the drain."""
+    source, target = sharded.shard(0), sharded.shard(2)
+    jids = [source.queues[Q].put("K", {"n": n}) for n in range(300)]  # over one page
+    late: list[str] = []
+
+    def producer(progress: MoveProgress) -> None:
+        if progress.step == "copying" and sharded.shard_of(Q) == sharded.tags[0]:
+            if len(late) >= 20:
+                raise AssertionError("still copying before the switch after 20 rounds")
+            late.append(source.queues[Q].put("K", {}))
+
+    sharded.placement.cache_seconds = 0  # (the producer sees the switch at once)
+    [progress] = QueueMove(sharded, Q, 2, settle=0.1, poll=0.05, drain_timeout=5,
+                           report=producer).run()
+    assert 0 < len(late) < 20 and progress.step == "done"
+    assert progress.copied == len(jids) + len(late)
+    assert sorted(target.queues[Q].jobs.waiting(0, 500)) == sorted(jids + late)
+    assert left_on(sharded, sharded.tags[0]) == {}
