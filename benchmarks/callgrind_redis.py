@@ -12,7 +12,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -28,7 +28,7 @@ class CallgrindError(RuntimeError):
 class CallgrindRedis:
     """A redis-server under callgrind on a unix socket in its own temporary directory."""
 
-    def __init__(self, binary: str, prefix: str) -> None:
+    def __init__(self, binary: str, prefix: str, extra: Sequence[str] = ()) -> None:
         if not shutil.which("valgrind") or not shutil.which("callgrind_annotate"):
             raise CallgrindError("valgrind/callgrind_annotate not found")
         self.dir = tempfile.mkdtemp(prefix=prefix)
@@ -38,7 +38,8 @@ class CallgrindRedis:
             ["valgrind", "--tool=callgrind",
              f"--callgrind-out-file={os.path.join(self.dir, 'callgrind.out')}",
              "--instr-atstart=no", binary, "--port", "0", "--unixsocket", self.sock,
-             "--unixsocketperm", "700", "--save", "", "--appendonly", "no", "--dir", self.dir],
+             "--unixsocketperm", "700", "--save", "", "--appendonly", "no", "--dir", self.dir,
+             *extra],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + 120
         while not os.path.exists(self.sock):
@@ -93,9 +94,11 @@ class CallgrindRedis:
 
 
 @contextmanager
-def callgrind_redis(binary: str, prefix: str = "bench-cg-") -> Iterator[CallgrindRedis]:
-    """Start redis-server `binary` under callgrind; stop it and remove its files at the end."""
-    server = CallgrindRedis(binary, prefix)
+def callgrind_redis(binary: str, prefix: str = "bench-cg-", extra: Sequence[str] = ()
+                    ) -> Iterator[CallgrindRedis]:
+    """Start redis-server `binary` under callgrind (`extra`: more server options, which
+    override the ones above); stop it and remove its files at the end."""
+    server = CallgrindRedis(binary, prefix, extra)
     try:
         yield server
     finally:

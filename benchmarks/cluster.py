@@ -119,6 +119,8 @@ def _child_phases(target: dict[str, Any], proc: int, jobs: int, ready: Any, gos:
     name = QUEUES[proc % len(QUEUES)]
     if "url" in target:
         client = Client(target["url"])
+    elif "url_of" in target:  # each queue on its own plain server, a shard keyspace each
+        client = Client(target["url_of"][name], keyspace=target["keyspace_of"][name])
     else:
         client = ShardedClient(target["nodes"], shards=SHARDS,
                                placement=target["placement"]).for_queue(name)

@@ -151,16 +151,18 @@ function Q.time_arg(t)
 end
 
 -- tonumber of a bookkeeping value read on every call (`#due:<queue>`, `#completed-due`): the
--- texts change about once a second, so the parsed numbers are remembered (a few at a time).
-local parsed, nparsed = {}, 0
+-- texts change about once a second, so the parsed numbers are remembered (a few at a time,
+-- per keyspace: calls alternating over many shards of one server never evict each other's).
 function Q.tonum(text)
   if not text then return nil end
-  local n = parsed[text]
+  local k = K
+  local parsed = k.parsed
+  local n = parsed and parsed[text]
   if n == nil then
-    if nparsed >= 16 then parsed, nparsed = {}, 0 end
+    if not parsed or k.nparsed >= 16 then parsed = {}; k.parsed, k.nparsed = parsed, 0 end
     n = tonumber(text) or false
     parsed[text] = n
-    nparsed = nparsed + 1
+    k.nparsed = k.nparsed + 1
   end
   return n or nil
 end

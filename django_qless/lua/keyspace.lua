@@ -26,14 +26,19 @@ local K = { config = 'ql:config', queues = 'ql:queues', completed = 'ql:complete
   qn = {}, nq = 0, ww = nil, wk = nil }
 local DEFAULT_K = K
 -- The shards' tables (made on the first shard call: nothing to allocate for the default).
+-- At most MAX_KEYSPACES, then all are dropped and made again as calls come: as many as the
+-- shard tags a deployment can have (core/placement.py), since one cluster primary may hold
+-- every shard, and calls alternating over more keyspaces than the bound would drop every
+-- table (its name caches and memos) again and again.
 local keyspaces, nkeyspaces = nil, 0
+local MAX_KEYSPACES = 1024
 
 -- The K table of `prefix` (a valid shard prefix, checked by main()).
 local function keyspace(prefix)
   if prefix == 'ql:' then return DEFAULT_K end
   local k = keyspaces and keyspaces[prefix]
   if k then return k end
-  if not keyspaces or nkeyspaces >= 64 then keyspaces, nkeyspaces = {}, 0 end
+  if not keyspaces or nkeyspaces >= MAX_KEYSPACES then keyspaces, nkeyspaces = {}, 0 end
   k = { qn = {}, nq = 0, pub = SHARDED_PUBSUB and 'SPUBLISH' or 'PUBLISH',
     numsub = SHARDED_PUBSUB and 'SHARDNUMSUB' or 'NUMSUB' }
   -- (the fixed names of the default table, built here: under EVALSHA a list at the top level

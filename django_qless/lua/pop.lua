@@ -154,7 +154,8 @@ Q.mod.pop = function()
   end
 
   -- The field list of Q.pop_config, by completed job's queue ('' for none) and first queue to
-  -- pop (0 for none); kept across calls as a Redis 7 function (bounded).
+  -- pop (0 for none); kept across calls as a Redis 7 function (bounded: a server holding many
+  -- queues, or many shards of a cluster with a queue each, would otherwise build them anew).
   local names_of, nnames = {}, 0
 
   -- Read, with one HMGET, the config fields a pop from these queues needs first: the global
@@ -188,7 +189,7 @@ Q.mod.pop = function()
         table.insert(names, qn.throttle)
         table.insert(names, qn.due)
       end
-      if nnames >= 64 then names_of, nnames = {}, 0 end
+      if nnames >= 1024 then names_of, nnames = {}, 0 end
       by_queue = names_of[completing or '']
       if not by_queue then by_queue = {}; names_of[completing or ''] = by_queue end
       by_queue[first] = names

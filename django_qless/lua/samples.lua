@@ -139,11 +139,16 @@ Q.mod.samples = function()
   --   held[KP][tag] = g: { kp, tag, acc = { key -> list of samples }, order = { keys },
   --                        oldest = `now` of its first sample, used = tick of its last call }
   -- Bounds per generation (so one database's load never changes another's): a generation
-  -- past them is written out at once; at most MAX_GENS generations (at most ~8 MB of Lua
-  -- memory for all, in the worst case).
+  -- past them is written out at once; so is a call's generation when all of them together
+  -- hold more than MAX_HELD samples or MAX_HELD_HASHES hashes (a few MB of Lua memory at
+  -- most). At most MAX_GENS generations: as many as the shard tags a deployment can have
+  -- (core/placement.py), since one cluster primary may hold every shard and each live shard
+  -- must keep its samples until its next call.
   local GEN = '#marks'
-  local MAX_HASHES, MAX_SAMPLES, MAX_GENS = 256, 8192, 64
+  local MAX_HASHES, MAX_SAMPLES, MAX_GENS = 256, 8192, 1024
+  local MAX_HELD, MAX_HELD_HASHES = 65536, 16384
   local held, ngens, tick = {}, 0, 0
+  local nsamples, nhashes = 0, 0  -- (held by all generations)
   -- False until the first call of this Lua state ends: that call writes through (under
   -- EVALSHA every call is the first, since the script body, and this, runs anew each call).
   local holding = false
@@ -153,6 +158,7 @@ Q.mod.samples = function()
     by_tag[g.tag] = nil
     if next(by_tag) == nil then held[g.kp] = nil end
     ngens = ngens - 1
+    nsamples, nhashes = nsamples - g.n, nhashes - #g.order
   end
 
   -- Write out a generation of the call's keyspace (one HMGET + HSET per hash) and forget it.
@@ -171,7 +177,7 @@ Q.mod.samples = function()
 
   -- The held generation of this call's keyspace and `tag`, made if need be. Past MAX_GENS the
   -- least recently used one is dropped unwritten: a generation that no call has named while
-  -- 64 others held samples is almost surely a flushed database's.
+  -- 1024 others held samples is almost surely a flushed database's.
   local function generation(tag)
     local by_tag = held[KP]
     local g = by_tag and by_tag[tag]
@@ -232,6 +238,7 @@ Q.mod.samples = function()
     tick = tick + 1
     g.used = tick
     local gacc, gorder, n = g.acc, g.order, 0
+    local hashes = #gorder
     for i, key in ipairs(order) do
       local samples = acc[key]
       local list = gacc[key]
@@ -251,6 +258,10 @@ Q.mod.samples = function()
       order[i] = nil
     end
     g.n = g.n + n
-    if due(g) or #gorder > MAX_HASHES or g.n > MAX_SAMPLES then write_out(g) end
+    nsamples, nhashes = nsamples + n, nhashes + #gorder - hashes
+    if due(g) or #gorder > MAX_HASHES or g.n > MAX_SAMPLES or nsamples > MAX_HELD
+      or nhashes > MAX_HELD_HASHES then
+      write_out(g)
+    end
   end
 end

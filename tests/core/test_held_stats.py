@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import redis
 
+from django_qless.core.lua import library_text
 from tests.core import keyspace_mode
 from tests.core.conftest import Lua
 from tests.core.keyspace_mode import CLUSTER, KEYSPACE
@@ -28,6 +29,15 @@ def held_engine(lua: Lua) -> Lua:
     call so this Lua state's first call (which writes through) is behind us."""
     if lua.function is None:
         pytest.skip("samples are held only by the engine as a Redis 7 function")
+    lua("pop", 0, "warm-up", "w", 1)
+    return lua
+
+
+def fresh_engine(lua: Lua) -> Lua:
+    """`held_engine` with the library loaded again: its new Lua state holds no samples of
+    earlier tests' flushed databases (for tests of bounds over all generations)."""
+    held_engine(lua)
+    lua.conn.function_load(library_text(lua.caller_time), replace=True)
     lua("pop", 0, "warm-up", "w", 1)
     return lua
 
@@ -201,6 +211,26 @@ def test_a_call_writes_out_only_its_keyspace(lua: Lua, r: redis.Redis) -> None:
     assert r.hget(WAIT, "total") == "1"
 
 
+@pytest.mark.skipif(KEYSPACE is not None, reason="calls many keyspaces by their own keys")
+def test_eighty_shard_keyspaces_each_keep_their_samples(lua: Lua, r: redis.Redis) -> None:
+    """One server (a cluster primary) may hold far more than 64 shards: every shard's held
+    samples wait for its own next call, however many others hold samples meanwhile."""
+    held_engine(lua)
+    name = lua.function
+    tags = [f"k{n}" for n in range(80)]
+
+    def call(tag: str, *argv: Any) -> Any:
+        return r.fcall(name, 1, f"ql:{{{tag}}}:", *argv)
+
+    for tag in tags:
+        call(tag, "put", T, "w", "q", "j", "klass", "{}", 0)
+        call(tag, "pop", T + 0.1, "q", "w", 1)
+    assert not any(r.exists(f"ql:{{{tag}}}:s:wait:{DAY}:q") for tag in tags)
+    for tag in tags:
+        call(tag, "pop", T + 1.1, "empty", "w", 1)
+    assert [r.hget(f"ql:{{{tag}}}:s:wait:{DAY}:q", "total") for tag in tags] == ["1"] * 80
+
+
 def test_past_256_hashes_all_are_written_out(lua: Lua, r: redis.Redis) -> None:
     """At most 256 hashes are held per keyspace: the sample of a 257th writes out every held
     one (within a second: only the bound does)."""
@@ -255,24 +285,51 @@ def test_past_8192_samples_all_are_written_out(lua: Lua, r: redis.Redis) -> None
     assert r.hget(WAIT, "total") == "8193"
 
 
+@pytest.mark.skipif(KEYSPACE is not None, reason="calls many keyspaces by their own keys")
+def test_past_65536_samples_held_in_all_a_call_writes_its_own_out(
+        lua: Lua, r: redis.Redis) -> None:
+    """All generations together hold at most 65,536 samples: 8 shards holding 8,192 each
+    keep them, and a 9th shard's sample is written out by its own call."""
+    fresh_engine(lua)
+    name = lua.function
+
+    def call(tag: str, *argv: Any) -> Any:
+        return r.fcall(name, 1, f"ql:{{{tag}}}:", *argv)
+
+    def held(tag: str, jobs: int) -> None:
+        for start in range(0, jobs, 1000):
+            args: list[Any] = []
+            for n in range(start, min(start + 1000, jobs)):
+                args += [f"j{n}", "klass", "{}", 0, 0]
+            call(tag, "put.many", T, "w", "q", len(args) // 5, *args)
+            call(tag, "pop", T + 0.1, "q", "w", min(1000, jobs - start))
+
+    for n in range(8):
+        held(f"k{n}", 8192)
+    held("k8", 1)
+    assert r.hget(f"ql:{{k8}}:s:wait:{DAY}:q", "total") == "1"
+    assert not any(r.exists(f"ql:{{k{n}}}:s:wait:{DAY}:q") for n in range(8))
+
+
 @pytest.mark.skipif(KEYSPACE is not None, reason="two databases of the default keyspace")
-def test_past_64_generations_the_least_recently_used_is_dropped(lua: Lua, r: redis.Redis) -> None:
-    """Held samples of at most 64 generations are kept: one that no call named while 64 newer
-    ones (here: flushed databases) held samples is dropped unwritten."""
-    held_engine(lua)
+def test_past_1024_generations_the_least_recently_used_is_dropped(
+        lua: Lua, r: redis.Redis) -> None:
+    """Held samples of at most 1024 generations are kept: one that no call named while 1024
+    newer ones (here: flushed databases) held samples is dropped unwritten."""
+    fresh_engine(lua)
     kwargs = r.connection_pool.connection_kwargs
     other_conn = redis.Redis(unix_socket_path=kwargs["path"], db=1, decode_responses=True)
     try:
         other = Lua(other_conn)
         put(other, "k", T)
         pop(other, T + 0.1)
-        for n in range(63):
+        for n in range(1023):
             put(lua, f"j{n}", T)
             pop(lua, T + 0.1)
             r.flushdb()
-        assert stats(other, T + 0.2)["wait"]["count"] == 1  # 64 generations held
+        assert stats(other, T + 0.2)["wait"]["count"] == 1  # 1024 generations held
         put(lua, "j", T)
-        pop(lua, T + 0.1)  # the 65th
+        pop(lua, T + 0.1)  # the 1025th
         assert stats(other, T + 0.2)["wait"]["count"] == 0
         write_out(other, T + 0.1)
         assert not other_conn.exists(WAIT)

@@ -13,6 +13,8 @@ import redis
 from django_qless.core.client import Client
 from django_qless.core.exceptions import InvalidArgument
 from django_qless.core.keyspace import DEFAULT, Keyspace
+from tests.core.conftest import Lua
+from tests.core.keyspace_mode import KEYSPACE
 
 __all__: list[str] = []
 
@@ -149,3 +151,24 @@ def test_shard_call_passes_the_prefix(redis_url: str) -> None:
         assert c.redis.exists(f"ql:{{s9}}:j:j{mode}")
         assert not c.redis.exists(f"ql:j:j{mode}")
         c.close()
+
+
+@pytest.mark.skipif(KEYSPACE is not None, reason="calls many keyspaces by their own keys")
+def test_eighty_keyspaces_alternating_keep_their_memos(r: redis.Redis) -> None:
+    """One server (a cluster primary) may hold far more than 64 shards: calls alternating over
+    80 keyspaces keep each keyspace's memos, so a second put into a queue listed a moment ago
+    skips its `ZADD ql:queues` in every keyspace (one ZADD a put: its work set)."""
+    engine = Lua(r)
+    if engine.function is None:
+        pytest.skip("memos live across calls only in the engine as a Redis 7 function")
+    tags = [f"k{n}" for n in range(80)]
+
+    def put(tag: str, jid: str, now: float) -> None:
+        r.fcall(engine.function, 1, f"ql:{{{tag}}}:", "put", now, "w", "q", jid, "K", "{}", 0)
+
+    for tag in tags:
+        put(tag, "a", 1700000000.0)
+    r.config_resetstat()
+    for tag in tags:
+        put(tag, "b", 1700000000.1)
+    assert int(r.info("commandstats")["cmdstat_zadd"]["calls"]) == 80
