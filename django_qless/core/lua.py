@@ -25,6 +25,7 @@ __all__ = [
 MANIFEST: tuple[str, ...] = (
     "keyspace.lua",
     "base.lua",
+    "events.lua",
     "validate.lua",
     "history.lua",
     "objects.lua",
@@ -47,7 +48,7 @@ MANIFEST: tuple[str, ...] = (
     "api.lua",
 )
 
-# The module a hand-off (Q.flush_wake in base.lua) loads, with what it needs.
+# The module a hand-off (Q.flush_wake in events.lua) loads, with what it needs.
 _HANDOFF = "handoff"
 
 
