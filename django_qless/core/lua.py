@@ -39,6 +39,7 @@ MANIFEST: tuple[str, ...] = (
     "spawn.lua",
     "recur.lua",
     "timers.lua",
+    "queuescan.lua",
     "pop.lua",
     "queries.lua",
     "worker.lua",

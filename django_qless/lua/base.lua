@@ -250,7 +250,7 @@ Q.HORIZON = 1
 -- The keyspace's generation tag: the hidden config field `#marks`, written when missing (the
 -- first call that needs it, or the keyspace was flushed) with a text unique to this engine
 -- instance (the address of a table it keeps) and generation. Engine state kept in memory
--- across calls (pop.lua's known-empty marks, samples.lua's held statistics, put.lua's listed
+-- across calls (queuescan.lua's known-empty marks, samples.lua's held statistics, put.lua's listed
 -- queues, Q.flush_wake's queues with no idle worker) is kept under
 -- the tag it was made with and counts only while ql:config still holds that tag, so a
 -- FLUSHALL, FLUSHDB or a deleted ql:config ends it, and one database's state never passes
@@ -286,12 +286,12 @@ function Q.lower_due(queue, at, slack)
   local cur = tonumber(rcall('HGET', K.config, field))
   if cur and at < cur then rcall('HSET', K.config, field, at) end
   if ctx.cfgv then ctx.cfgv[field] = nil end
-  -- A known-empty mark (pop.lua) ends with a new timer; a renewed lease only moves one later.
+  -- A known-empty mark (queuescan.lua) ends with a new timer; a renewed lease only moves one later.
   local marks = K.empty
   local m = marks and marks[queue]
   if m and (slack ~= false or at < m.due) then
     marks[queue] = nil
-    K.mark_gen = (K.mark_gen or 0) + 1  -- (pop.lua, Q.first_open)
+    K.mark_gen = (K.mark_gen or 0) + 1  -- (queuescan.lua, Q.first_open)
   end
   if slack ~= false then Q.note_timer(queue, at, slack) end
 end

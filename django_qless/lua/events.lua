@@ -45,7 +45,7 @@ end
 
 -- Note that jobs became ready in a queue; published once per call (Q.flush_wake).
 function Q.wake(queue)
-  local marks = K.empty  -- (the queue is no longer known empty: pop.lua)
+  local marks = K.empty  -- (the queue is no longer known empty: queuescan.lua)
   if marks and marks[queue] then marks[queue] = nil; K.mark_gen = (K.mark_gen or 0) + 1 end
   if not ctx.woken[queue] then
     ctx.woken[queue] = true

@@ -130,7 +130,7 @@ Q.mod.samples = function()
   --
   -- One Lua state serves every database of the server and, in a cluster node, every shard
   -- keyspace, so samples are held per generation: the keyspace prefix KP and the tag of the
-  -- keyspace's `#marks` config field (Q.generation; pop.lua's known-empty marks use it too).
+  -- keyspace's `#marks` config field (Q.generation; queuescan.lua's known-empty marks use it too).
   -- Only a call of that generation (its KP, and a ql:config holding that tag) writes them
   -- out, so a FLUSHALL, FLUSHDB or a deleted ql:config (a new tag, or none) leaves them
   -- behind for good: a flushed database never gets stats keys back. Only calls that read the

@@ -10,7 +10,7 @@
 --   workers            [worker]                          -> JSON
 --   worker.deregister  worker...                         -> nil
 --   reserve            worker count queue...             -> flat reply (objects.lua): jobs, wake
---                      (queue...: names, `@<id>` names (held under id), or `@<id>`: pop.lua)
+--                      (queue...: names, `@<id>` names (held under id), or `@<id>`: queuescan.lua)
 --   reserve.wait       worker ttl count queue...         -> as reserve; when nothing is ready,
 --                      the worker waits for a hand-off on those queues for ttl s (handoff.lua)
 --   complete.reserve   jid worker queue data token count queue... -> flat reply: state, jobs, wake
@@ -114,7 +114,7 @@ Q.mod.worker = function()
   local function reserve(now, worker, count, queues, reply)
     local left = count
     -- (the queues before the first not known to be empty cost nothing, not even a look at
-    -- their marks when the last call over this held list saw them: pop.lua)
+    -- their marks when the last call over this held list saw them: queuescan.lua)
     for i = queues[2] and Q.first_open(now, queues) or 1, #queues do
       if left <= 0 then break end
       local queue = queues[i]

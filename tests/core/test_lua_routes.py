@@ -32,7 +32,8 @@ def test_routes_cover_every_command_the_engine_defines() -> None:
         assert table[name][-1] == mod or mod in table[name], name
     # the hot path loads the same modules as before the routes were generated
     assert set(table["complete.reserve"]) == {
-        "throttle", "samples", "objects", "job", "complete", "spawn", "timers", "pop", "worker"
+        "throttle", "samples", "objects", "job", "complete", "spawn", "timers", "queuescan", "pop",
+        "worker",
     }
 
 
