@@ -201,23 +201,36 @@ class Hub:
 
     def attach(self, view: Subscription) -> _Node:
         """Return the open connection to the node holding `view`'s keyspace now."""
-        client = view.client
+        try:
+            node = self._find(view.client)
+        except PUBSUB_ERRORS:
+            self._stale.add(view.client.shard)  # look the map up again next time
+            raise
+        node.views.add(view)
+        return node
+
+    def _find(self, client: Client) -> _Node:
+        """Return the connection to `client`'s server now, opening it if needed."""
         channel: Any = client.channel
         transport = getattr(channel, "transport", None)
-        if transport is not None and client.shard in self._stale:
+        stale = client.shard in self._stale
+        if transport is not None and stale:
             transport.refresh()  # no node answering: the lookup below fails, we retry
-        self._stale.discard(client.shard)
         node_redis = client.node_redis()
         address = channel.node() if transport is not None else f"pool:{id(node_redis)}"
         node = self._nodes.get(address)
+        if transport is not None and (stale or node is None) and _role(node_redis) != "master":
+            # Our map predates a failover (a replica also takes SSUBSCRIBE, and would hear
+            # its primary's messages only while it stays its replica): read it again.
+            transport.refresh()
+            node_redis = client.node_redis()
+            address = channel.node()
+            node = self._nodes.get(address)
+            if _role(node_redis) != "master":  # the cluster has not agreed yet: try later
+                raise redis.ConnectionError("the shard has no primary in the map yet")
+        self._stale.discard(client.shard)
         if node is None or node.broken:
-            try:
-                node = self._open(address, node_redis)
-            except PUBSUB_ERRORS:
-                self._stale.add(client.shard)
-                raise
-            self._nodes[address] = node
-        node.views.add(view)
+            node = self._nodes[address] = self._open(address, node_redis)
         return node
 
     def _open(self, address: str, node_redis: Any) -> _Node:
@@ -398,6 +411,11 @@ class Subscription:
                 node.send(None, "PUNSUBSCRIBE", patterns)
         except PUBSUB_ERRORS:
             pass  # the node is marked broken: its other views reopen
+
+
+def _role(node_redis: Any) -> str:
+    """Return the node's replication role ("master" for a primary)."""
+    return str(node_redis.execute_command("ROLE")[0])
 
 
 def poll_readable(fds: list[int], timeout: float) -> set[int]:
