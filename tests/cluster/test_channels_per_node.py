@@ -25,7 +25,7 @@ from tests.worker.jobs import ledger
 
 pytestmark = pytest.mark.timeout(240)
 
-SHARDS = 6  # two per primary
+SHARDS = 6  # several per primary
 
 
 @pytest.fixture
@@ -161,6 +161,43 @@ def test_a_moved_slot_resubscribes_that_shard_alone_on_its_new_node(
         assert jid in str(next_message(sub)["data"])
         jid = put(neighbour, "other-q")
         assert jid in str(next_message(subs[neighbour.shard])["data"])
+    finally:
+        hub.close()
+
+
+def test_a_killed_primary_s_shards_resubscribe_on_the_promoted_replica(
+    cluster: LocalCluster, sharded: ShardedClient,
+) -> None:
+    hub = Hub()
+    clients = sharded.clients()
+    subs = {c.shard: hub.subscription(c) for c in clients}
+    victim = cluster.primary_for_key(clients[0].keyspace.prefix)
+    on_victim = [c for c in clients if primary_port(cluster, c) == victim.port]
+    assert len(on_victim) >= 2  # a connection shared by shards
+    try:
+        for sub in subs.values():
+            subscribe(sub, [sub.keyspace.channel("log")])
+        heir = cluster.kill_primary(victim)
+        for client in on_victim:  # the broken connection tells both of its shards
+            sub = subs[client.shard]
+            with pytest.raises(redis.ConnectionError):
+                until(lambda s=sub: s.get(timeout=0.1) is not None and False, 10, "the loss")
+            sub.close()
+
+            def back(s: Subscription = sub) -> bool:
+                try:
+                    subscribe(s, [s.keyspace.channel("log")])
+                except (redis.ConnectionError, AssertionError):
+                    s.close()  # the map may still name the dead node: try again
+                    return False
+                return True
+
+            until(back, 30, "a subscription on the promoted replica")
+        assert sharded_subscribers(cluster)[heir.port] == 1  # both shards, one connection
+        assert hub.connections() == 3
+        for client in on_victim:
+            jid = put(client, "after-kill")
+            assert jid in str(next_message(subs[client.shard])["data"])
     finally:
         hub.close()
 
