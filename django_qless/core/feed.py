@@ -37,6 +37,7 @@ class LogFeed:
         """Subscribe; wait up to `timeout` s for every confirmation and return whether all
         came."""
         pending = {id(sub): sub.subscribe([sub.keyspace.channel("log")]) for sub in self._subs}
+        early: dict[int, list[dict[str, Any]]] = {id(sub): [] for sub in self._subs}
         deadline = time.monotonic() + timeout
         # Wait for the confirmations so no event published after open() returns is missed.
         while any(pending.values()) and time.monotonic() < deadline:
@@ -45,10 +46,11 @@ class LogFeed:
                     if Subscription.confirms(msg):
                         pending[id(sub)] -= 1
                     else:
-                        sub.inbox.appendleft(msg)  # an event: kept for next()
-                        break
+                        early[id(sub)].append(msg)  # an event: kept for next()
             if any(pending.values()):
                 self._wait(min(0.5, max(0.0, deadline - time.monotonic())))
+        for sub in self._subs:
+            sub.inbox.extendleft(reversed(early[id(sub)]))
         return not any(pending.values())
 
     def next(self, timeout: float = 1.0) -> dict[str, Any] | None:

@@ -46,11 +46,12 @@ _TIMEOUT = 10.0  # bound on every blocking read or connect of a node connection
 class _Sent:
     """One command sent on a node connection and not fully answered yet."""
 
-    __slots__ = ("sub", "left")
+    __slots__ = ("sub", "left", "undo")
 
-    def __init__(self, sub: Subscription | None, names: Iterable[str]) -> None:
+    def __init__(self, sub: Subscription | None, names: Iterable[str], undo: bool) -> None:
         self.sub = sub
         self.left = set(names)  # the channel names still to be confirmed ("" for a PING)
+        self.undo = undo  # an unsubscribe (answered by `*unsubscribe` replies)
 
 
 class _Node:
@@ -73,7 +74,7 @@ class _Node:
         except PUBSUB_ERRORS as exc:
             self.fail(exc)
             raise
-        self.sent.append(_Sent(sub, names or [""]))
+        self.sent.append(_Sent(sub, names or [""], "UNSUB" in command))
 
     def pump(self, timeout: float, until: Subscription) -> None:
         """Read and route replies: wait up to `timeout` for the first, then take what is
@@ -109,7 +110,7 @@ class _Node:
     def _route(self, reply: Any) -> None:
         kind = str(reply[0]) if isinstance(reply, list) else "pong"  # PONG, unsubscribed
         if kind == "pong":
-            self._answered("")
+            self._answered("", undo=False)
             return
         if kind == "pmessage":
             msg = {"type": kind, "pattern": reply[1], "channel": reply[2], "data": reply[3]}
@@ -119,7 +120,7 @@ class _Node:
             view = self.routes.get(str(reply[1]))
         name = str(msg["channel"] if kind != "pmessage" else reply[2])
         if kind in _CONFIRMS or kind in _UNSUBSCRIBES:
-            sent = self._answered(str(reply[1]))
+            sent = self._answered(str(reply[1]), undo=kind in _UNSUBSCRIBES)
             if sent is not None:
                 asker = sent.sub
                 if asker is not None and asker._node is self:
@@ -138,10 +139,10 @@ class _Node:
         if view is not None and kind in MESSAGE_TYPES and name:
             view.inbox.append(msg)
 
-    def _answered(self, name: str) -> _Sent | None:
-        """Match a reply naming `name` with the oldest command expecting it."""
+    def _answered(self, name: str, undo: bool) -> _Sent | None:
+        """Match a reply naming `name` with the oldest command of its kind expecting it."""
         for sent in self.sent:
-            if name in sent.left:
+            if sent.undo == undo and name in sent.left:
                 sent.left.discard(name)
                 while self.sent and not self.sent[0].left:
                     self.sent.popleft()
