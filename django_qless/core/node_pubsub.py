@@ -22,6 +22,7 @@ A hub is used by one thread (the worker loop, the supervisor, one listener threa
 from __future__ import annotations
 
 import select
+import time
 from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -66,6 +67,8 @@ class _Node:
         self.routes: dict[str, Subscription] = {}  # channel or pattern -> its view
         self.sent: deque[_Sent] = deque()
         self.broken = False
+        self.heard = time.monotonic()  # when a reply last came
+        self.ping_at = 0.0  # when an unanswered PING of `probe` was sent (0: none)
 
     def send(self, sub: Subscription | None, command: str, names: list[str]) -> None:
         """Send one (un)subscribe command (or PING) and expect a reply per name."""
@@ -85,6 +88,7 @@ class _Node:
         try:
             while self.conn.can_read(timeout=wait):
                 wait = 0.0
+                self.heard = time.monotonic()
                 try:
                     reply = self.conn.read_response()
                 except redis.ResponseError as exc:
@@ -111,6 +115,7 @@ class _Node:
         kind = str(reply[0]) if isinstance(reply, list) else "pong"  # PONG, unsubscribed
         if kind == "pong":
             self._answered("", undo=False)
+            self.ping_at = 0.0
             return
         if kind == "pmessage":
             msg = {"type": kind, "pattern": reply[1], "channel": reply[2], "data": reply[3]}
@@ -256,6 +261,20 @@ class Hub:
         version = next((line.split(":", 1)[1] for line in info.splitlines()
                         if line.startswith("redis_version:")), "0")
         return _Node(self, address, conn, int(version.split(".")[0] or 0))
+
+    def probe(self, interval: float) -> None:
+        """PING every connection quiet for `interval` s; one whose PING went unanswered for
+        `interval` s is broken (a half-open socket delivers nothing and raises nothing)."""
+        now = time.monotonic()
+        for node in list(self._nodes.values()):
+            if node.ping_at and now - node.ping_at > interval:
+                node.fail(redis.TimeoutError(f"no PONG within {interval}s (half-open socket?)"))
+            elif not node.ping_at and now - node.heard >= interval:
+                try:
+                    node.send(None, "PING", [])
+                except PUBSUB_ERRORS:
+                    continue  # marked broken: its views reopen
+                node.ping_at = now
 
     def close(self) -> None:
         """Close every connection."""
