@@ -31,158 +31,21 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from .node_conn import CONFIRMS, MESSAGE_TYPES, PUBSUB_ERRORS, NodeConnection
+
 if TYPE_CHECKING:
     from django_qless.core.client import Client
 
 __all__ = ["Hub", "MESSAGE_TYPES", "PUBSUB_ERRORS", "Subscription"]
 
-MESSAGE_TYPES = frozenset({"message", "pmessage", "smessage"})
-_CONFIRMS = frozenset({"subscribe", "psubscribe", "ssubscribe"})
-_UNSUBSCRIBES = frozenset({"unsubscribe", "punsubscribe", "sunsubscribe"})
-# hiredis raises TypeError/AttributeError on a socket closed under it.
-PUBSUB_ERRORS = (redis.RedisError, OSError, ValueError, TypeError, AttributeError)
 _TIMEOUT = 10.0  # bound on every blocking read or connect of a node connection
-
-
-class _Sent:
-    """One command sent on a node connection and not fully answered yet."""
-
-    __slots__ = ("sub", "left", "undo")
-
-    def __init__(self, sub: Subscription | None, names: Iterable[str], undo: bool) -> None:
-        self.sub = sub
-        self.left = set(names)  # the channel names still to be confirmed ("" for a PING)
-        self.undo = undo  # an unsubscribe (answered by `*unsubscribe` replies)
-
-
-class _Node:
-    """One pub/sub connection to a server (RESP2, no silent retries) and its views."""
-
-    def __init__(self, hub: Hub, address: str, conn: Any, major: int) -> None:
-        self.hub = hub
-        self.address = address
-        self.conn = conn
-        self.major = major
-        self.views: set[Subscription] = set()
-        self.routes: dict[str, Subscription] = {}  # channel or pattern -> its view
-        self.sent: deque[_Sent] = deque()
-        self.broken = False
-        self.heard = time.monotonic()  # when a reply last came
-        self.ping_at = 0.0  # when an unanswered PING of `probe` was sent (0: none)
-
-    def send(self, sub: Subscription | None, command: str, names: list[str]) -> None:
-        """Send one (un)subscribe command (or PING) and expect a reply per name."""
-        try:
-            self.conn.send_command(command, *names)
-        except PUBSUB_ERRORS as exc:
-            self.fail(exc)
-            raise
-        self.sent.append(_Sent(sub, names or [""], "UNSUB" in command))
-
-    def pump(self, timeout: float, until: Subscription) -> None:
-        """Read and route replies: wait up to `timeout` for the first, then take what is
-        already there; stop early once `until` has something to hand out."""
-        if self.broken:
-            return
-        wait = timeout
-        try:
-            while self.conn.can_read(timeout=wait):
-                wait = 0.0
-                self.heard = time.monotonic()
-                try:
-                    reply = self.conn.read_response()
-                except redis.ResponseError as exc:
-                    self._error_reply(exc)
-                    continue
-                self._route(reply)
-                if until.has_news():
-                    return
-        except PUBSUB_ERRORS as exc:
-            self.fail(exc)
-
-    def _error_reply(self, exc: redis.ResponseError) -> None:
-        """An error answers the oldest command waiting (MOVED: the slot is elsewhere now)."""
-        if not self.sent:
-            self.fail(exc)  # cannot tell whose: start this node afresh
-            return
-        sent = self.sent.popleft()
-        if sent.sub is None:
-            self.fail(exc)
-            return
-        sent.sub.lose(redis.ConnectionError(f"subscribing failed ({exc}): the shard moved?"))
-
-    def _route(self, reply: Any) -> None:
-        kind = str(reply[0]) if isinstance(reply, list) else "pong"  # PONG, unsubscribed
-        if kind == "pong":
-            self._answered("", undo=False)
-            self.ping_at = 0.0
-            return
-        if kind == "pmessage":
-            msg = {"type": kind, "pattern": reply[1], "channel": reply[2], "data": reply[3]}
-            view = self.routes.get(str(reply[1]))
-        else:
-            msg = {"type": kind, "pattern": None, "channel": reply[1], "data": reply[2]}
-            view = self.routes.get(str(reply[1]))
-        name = str(msg["channel"] if kind != "pmessage" else reply[2])
-        if kind in _CONFIRMS or kind in _UNSUBSCRIBES:
-            sent = self._answered(str(reply[1]), undo=kind in _UNSUBSCRIBES)
-            if sent is not None:
-                asker = sent.sub
-                if asker is not None and asker._node is self:
-                    asker.inbox.append(msg)  # the view that asked sees the answer
-                    name = str(reply[1])
-                    if kind in _UNSUBSCRIBES and name not in asker.channels | asker.patterns:
-                        # Routed until now: messages sent before the unsubscribe still count.
-                        if self.routes.get(name) is asker:
-                            del self.routes[name]
-                return
-            if kind == "sunsubscribe" and view is not None:
-                # Not asked for: the slot left this node; that shard alone resubscribes.
-                view.lose(redis.ConnectionError("the shard's slot moved: its channels were "
-                                                "dropped"), dropped=True)
-            return
-        if view is not None and kind in MESSAGE_TYPES and name:
-            view.inbox.append(msg)
-
-    def _answered(self, name: str, undo: bool) -> _Sent | None:
-        """Match a reply naming `name` with the oldest command of its kind expecting it."""
-        for sent in self.sent:
-            if sent.undo == undo and name in sent.left:
-                sent.left.discard(name)
-                while self.sent and not self.sent[0].left:
-                    self.sent.popleft()
-                return sent
-        return None
-
-    def fail(self, exc: BaseException) -> None:
-        """Mark the connection dead: every view on it is told, and reopens."""
-        if self.broken:
-            return
-        self.broken = True
-        for view in list(self.views):
-            view.lose(redis.ConnectionError(f"pub/sub connection to {self.address} lost "
-                                            f"({type(exc).__name__}: {exc})"))
-        self.hub.forget(self)
-        try:
-            self.conn.disconnect()
-        except Exception:  # noqa: S110 - closing a broken socket may fail; nothing to do
-            pass
-
-    def close(self) -> None:
-        """Close the connection (its last view left)."""
-        self.broken = True
-        self.hub.forget(self)
-        try:
-            self.conn.disconnect()
-        except Exception:  # noqa: S110 - closing a broken socket may fail; nothing to do
-            pass
 
 
 class Hub:
     """The pub/sub connections of one consumer: one per server node, shared by views."""
 
     def __init__(self) -> None:
-        self._nodes: dict[str, _Node] = {}
+        self._nodes: dict[str, NodeConnection] = {}
         self._stale: set[str | None] = set()  # shards whose slot map must be read again
 
     def __repr__(self) -> str:
@@ -196,7 +59,7 @@ class Hub:
         """Return how many node connections are open."""
         return len(self._nodes)
 
-    def forget(self, node: _Node) -> None:
+    def forget(self, node: NodeConnection) -> None:
         """Drop `node` from the open connections (it broke or was closed)."""
         if self._nodes.get(node.address) is node:
             del self._nodes[node.address]
@@ -205,7 +68,7 @@ class Hub:
         """Read the slot map again before `client`'s shard is next looked up."""
         self._stale.add(client.shard)
 
-    def attach(self, view: Subscription) -> _Node:
+    def attach(self, view: Subscription) -> NodeConnection:
         """Return the open connection to the node holding `view`'s keyspace now."""
         try:
             node = self._find(view.client)
@@ -215,7 +78,7 @@ class Hub:
         node.views.add(view)
         return node
 
-    def _find(self, client: Client) -> _Node:
+    def _find(self, client: Client) -> NodeConnection:
         """Return the connection to `client`'s server now, opening it if needed."""
         channel: Any = client.channel
         transport = getattr(channel, "transport", None)
@@ -239,7 +102,7 @@ class Hub:
             node = self._nodes[address] = self._open(address, node_redis)
         return node
 
-    def _open(self, address: str, node_redis: Any) -> _Node:
+    def _open(self, address: str, node_redis: Any) -> NodeConnection:
         pool = node_redis.connection_pool
         # redis-py 8 adds maintenance-notification settings to TCP pools; they need RESP3,
         # and this connection speaks RESP2, so leave them out.
@@ -260,7 +123,7 @@ class Hub:
             raise
         version = next((line.split(":", 1)[1] for line in info.splitlines()
                         if line.startswith("redis_version:")), "0")
-        return _Node(self, address, conn, int(version.split(".")[0] or 0))
+        return NodeConnection(self, address, conn, int(version.split(".")[0] or 0))
 
     def probe(self, interval: float) -> None:
         """PING every connection quiet for `interval` s; one whose PING went unanswered for
@@ -300,7 +163,7 @@ class Subscription:
         self.channels: set[str] = set()
         self.patterns: set[str] = set()
         self.inbox: deque[dict[str, Any]] = deque()
-        self._node: _Node | None = None
+        self._node: NodeConnection | None = None
         self._lost: BaseException | None = None
         self._dropped = False  # the server dropped our channels (the slot moved)
 
@@ -351,6 +214,10 @@ class Subscription:
             return
         node.send(self, "SUNSUBSCRIBE" if self.sharded else "UNSUBSCRIBE", channels)
 
+    def attached_to(self, node: NodeConnection) -> bool:
+        """Tell whether this view listens on `node` now."""
+        return self._node is node
+
     def has_news(self) -> bool:
         """Tell whether `get` has something to return without reading (or a loss to raise)."""
         return bool(self.inbox) or self._lost is not None
@@ -379,7 +246,7 @@ class Subscription:
     @staticmethod
     def confirms(msg: dict[str, Any]) -> bool:
         """Tell whether `msg` confirms a subscription."""
-        return msg.get("type") in _CONFIRMS
+        return msg.get("type") in CONFIRMS
 
     def fileno(self) -> int | None:
         """Return the socket to poll, if connected."""
