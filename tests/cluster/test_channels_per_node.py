@@ -118,8 +118,9 @@ def test_one_connection_per_node_carries_every_shard_it_holds(
     try:
         for sub in subs.values():
             subscribe(sub, [sub.keyspace.channel("log")])
-        assert hub.connections() == 3
-        assert sharded_subscribers(cluster) == {n.port: 1 for n in cluster.primaries()}
+        assert hub.connections() == 3, hub
+        counts = sharded_subscribers(cluster)
+        assert counts == {n.port: 1 for n in cluster.primaries()}, counts
         # Every shard's events arrive, each on its own view.
         for client in sharded.clients():
             jid = put(client, f"q-{client.shard}")
@@ -127,7 +128,8 @@ def test_one_connection_per_node_carries_every_shard_it_holds(
             assert msg["channel"] == client.keyspace.channel("log")
             assert jid in str(msg["data"])
         for sub in subs.values():
-            assert sub.get(timeout=0.1) is None  # nothing was delivered twice
+            extra = sub.get(timeout=0.1)
+            assert extra is None, extra  # nothing was delivered twice
     finally:
         hub.close()
     assert hub.connections() == 0
