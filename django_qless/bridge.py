@@ -9,8 +9,9 @@ Each event is bridged once: put/completed/failed/canceled/lock_lost come from th
 channel (every job, richer payload); popped/stalled/track/untrack exist only on the jid-only
 channels, which qless publishes for tracked jobs.
 
-A sharded alias is listened to on every shard: one listener per shard client (SSUBSCRIBE on
-the shard's primary), each signal carrying the client of the shard the event came from.
+A sharded alias is listened to on every shard, in one thread on one connection per primary
+(`core/shard_events.py`: SSUBSCRIBE per shard on its primary), each signal carrying the
+client of the shard the event came from.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 
 from django_qless.clients import get_client
 from django_qless.core.client import Client
-from django_qless.core.events import Events
+from django_qless.core.shard_events import ShardEvents
 from django_qless.settings import DEFAULT_ALIAS
 from django_qless.signals import BRIDGED_SIGNALS
 
@@ -44,26 +45,12 @@ class Bridge:
         self.alias = alias
         self.client = get_client(alias)
         self.events_wanted = frozenset(events) if events is not None else None
-        self.listeners: list[Events] = []
-        for shard in self.client.clients():
-            listener = Events(shard, health_check_interval=health_check_interval)
-            listener.on("*", self._handler(shard))
-            self.listeners.append(listener)
+        self.listener = ShardEvents(self.client.clients(),
+                                    health_check_interval=health_check_interval)
+        self.listener.on(self.handle)
         self.sent = 0
         self._lock = threading.Lock()  # listeners are threads: count sends one at a time
         self._stopped = threading.Event()
-
-    def _handler(self, shard: Client) -> Callable[[dict[str, Any]], None]:
-        """Return the callback handling the events of `shard`."""
-        def handle(event: dict[str, Any]) -> None:
-            self.handle(event, shard)
-
-        return handle
-
-    @property
-    def listener(self) -> Events:
-        """Return the first shard's listener (the only one on a single server)."""
-        return self.listeners[0]
 
     def wanted(self, event: dict[str, Any], shard: Client | None = None) -> bool:
         """Return whether this event should become a signal (and only once)."""
@@ -96,23 +83,14 @@ class Bridge:
                           event.get("event"), event.get("jid"), exc_info=response)
 
     def start(self, timeout: float = 10.0) -> Bridge:
-        """Start listening, a thread per shard; return once every one is subscribed."""
-        started: list[Events] = []
-        try:
-            for listener in self.listeners:
-                listener.start(timeout)
-                started.append(listener)
-        except BaseException:
-            for listener in started:
-                listener.stop()
-            raise
+        """Start listening; return once every shard is subscribed."""
+        self.listener.start(timeout)
         return self
 
     def stop(self) -> None:
         """Stop listening."""
         self._stopped.set()
-        for listener in self.listeners:
-            listener.stop()
+        self.listener.stop()
 
     def run_forever(self) -> None:
         """Start, then block until ``stop()`` is called (from a signal handler)."""
@@ -121,8 +99,7 @@ class Bridge:
             while not self._stopped.wait(1.0):
                 pass
         finally:
-            for listener in self.listeners:
-                listener.stop()
+            self.listener.stop()
 
     def __enter__(self) -> Bridge:
         return self.start()

@@ -1,11 +1,13 @@
 """A per-process buffer of recent engine events, so a reconnecting event stream resumes by id.
 
 The engine publishes events without keeping them. One subscriber thread per web process
-reads the log channel into a bounded buffer, numbering each event; every event-stream
-response reads from that buffer, and the id it sends (``<buffer token>-<number>``) comes
-back as ``Last-Event-ID`` when the browser reconnects, so the events published in between
-are replayed. The subscription outlives a response by ``EVENTS_LINGER_SECONDS``, which covers
-the browser's reconnect delay, and stops once no stream has been attached for that long.
+reads the log channel of every shard of the alias (one connection per node; each event
+labelled with its shard) into a bounded buffer, numbering each event in arrival order;
+every event-stream response reads from that buffer, and the id it sends
+(``<buffer token>-<number>``) comes back as ``Last-Event-ID`` when the browser reconnects, so
+the events published in between are replayed. The subscription outlives a response by
+``EVENTS_LINGER_SECONDS``, which covers the browser's reconnect delay, and stops once no
+stream has been attached for that long.
 """
 
 from __future__ import annotations
@@ -30,11 +32,12 @@ _current: EventBuffer | None = None
 
 
 class EventBuffer:
-    """Recent events of one client's log channel, numbered from 1, in publication order."""
+    """Recent events of an alias's log channels (every shard's), numbered from 1, in the
+    order they arrived."""
 
     def __init__(self, client: Any, size: int, linger: float) -> None:
         self.token = secrets.token_hex(4)  # tells this buffer's ids from another process's
-        self.client = client
+        self.client = client  # the alias's Client or ShardedClient
         self._events: deque[tuple[int, dict[str, Any]]] = deque(maxlen=size)
         self._seq = 0
         self._readers = 0
@@ -42,7 +45,7 @@ class EventBuffer:
         self._linger = linger
         self._cond = threading.Condition()
         self.alive = True
-        self._feed = LogFeed(client)
+        self._feed = LogFeed(client.clients())
         if not self._feed.open():
             self._feed.close()
             raise ConnectionError("the event channel subscription was not confirmed")
@@ -102,7 +105,8 @@ class EventBuffer:
 
 
 def acquire(client: Any, size: int, linger: float) -> EventBuffer:
-    """Return this process's running buffer for ``client`` (starting one), attached."""
+    """Return this process's running buffer for ``client`` (the alias's Client or
+    ShardedClient; starting one), attached."""
     global _current
     with _lock:
         buffer = _current

@@ -1,4 +1,5 @@
-"""A live event stream (Server-Sent Events from the engine's log channel) and its page."""
+"""A live event stream (Server-Sent Events from the engine's log channels: every shard of the
+alias, merged, each event labelled with its shard) and its page."""
 
 from __future__ import annotations
 
@@ -17,15 +18,17 @@ from django_qless.views.base import (
     render_page,
     ui_settings,
 )
-from django_qless.views.shards import page_clients
+from django_qless.views.shards import deployment, shard_filter
 
 __all__ = ["events", "events_stream"]
 
 KEEPALIVE_SECONDS = 15.0
 
 
-def _stream(client: Any, seconds: float, last_id: str) -> Iterator[str]:
-    """Relay buffered engine events for a bounded time, from ``Last-Event-ID`` on.
+def _stream(client: Any, seconds: float, last_id: str,
+            shard: str | None = None) -> Iterator[str]:
+    """Relay buffered engine events for a bounded time, from ``Last-Event-ID`` on (only
+    shard ``shard``'s when given).
 
     The browser's EventSource reconnects after each response and sends the id of the last
     event it got, so the events published in between are replayed from the buffer.
@@ -50,6 +53,8 @@ def _stream(client: Any, seconds: float, last_id: str) -> Iterator[str]:
                     yield ": keepalive\n\n"
                 continue
             for cursor, payload in items:
+                if shard is not None and payload.get("shard") != shard:
+                    continue
                 # Re-encoded on one line: a raw newline would end the SSE field early.
                 yield (f"id: {buffer.token}-{cursor}\nevent: qless\n"
                        f"data: {json.dumps(payload, ensure_ascii=True)}\n\n")
@@ -63,9 +68,10 @@ def events_stream(request: HttpRequest) -> HttpResponse:
     """Stream engine events as ``text/event-stream`` (staff session or bearer token)."""
     seconds = float(ui_settings().get("EVENTS_STREAM_SECONDS", 25))
     last_id = request.headers.get("Last-Event-ID", "")[:64]
-    # One shard's log (the ``?shard=`` one, else the first): a buffer listens to one keyspace.
-    response = StreamingHttpResponse(_stream(page_clients(request)[0], seconds, last_id),
-                                     content_type="text/event-stream; charset=utf-8")
+    # Every shard's log is buffered; ``?shard=`` narrows what this response relays.
+    response = StreamingHttpResponse(
+        _stream(deployment(request), seconds, last_id, shard_filter(request)),
+        content_type="text/event-stream; charset=utf-8")
     response["X-Accel-Buffering"] = "no"  # let proxies pass events through at once
     return response  # type: ignore[return-value]
 

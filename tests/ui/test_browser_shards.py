@@ -5,6 +5,7 @@ pages show no shard at all."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ from django.test import override_settings
 from django_qless.clients import clients, get_client
 from django_qless.core.cluster_server import LocalCluster
 from django_qless.core.sharded import ShardedClient
+from django_qless.views import event_buffer
+from tests.helpers import wait_until
 from tests.ui.browser import save_screens
 
 SHARDS = 4
@@ -98,3 +101,41 @@ def test_a_single_server_shows_no_shard(mc: DjangoClient, qc: Any) -> None:
     html = mc.get("/qless/").content.decode()
     assert "qless-shard" not in html and "<th>Shard</th>" not in html
     assert "shard=" not in mc.get("/qless/metrics").content.decode()
+
+
+def live(page: Any, path: str) -> None:
+    page.goto(f"{page.base}{path}")
+    page.wait_for_function(
+        "() => document.querySelector('[data-live-status]').textContent === 'live events'")
+
+
+def event_row(page: Any, jid: str) -> Any:
+    return page.locator("tr[data-event=put]", has=page.locator(f"a[href='/qless/jobs/{jid}/']"))
+
+
+def test_the_live_events_page_follows_every_shard(sharded: ShardedClient, page: Any) -> None:
+    t = sharded.tags
+    live(page, "/qless/events/")
+    assert page.locator("table.qless-events th", has_text="Shard").count() == 1
+    # emails and billing are on shards of two different primaries.
+    for queue, jid in (("emails", "live-e"), ("billing", "live-b")):
+        sharded.for_queue(queue).queues[queue].put(f"app.jobs.{queue}", {}, jid=jid)
+    event_row(page, "live-e").wait_for()
+    event_row(page, "live-b").wait_for()
+    assert event_row(page, "live-e").locator("td.qless-shard").inner_text() == t[0]
+    assert event_row(page, "live-b").locator("td.qless-shard").inner_text() == t[3]
+    # The shard filter narrows the stream to that shard's events.
+    live(page, f"/qless/events/?shard={t[3]}")
+    for queue, jid in (("emails", "live-e2"), ("billing", "live-b2"), ("emails", "live-e3"),
+                       ("billing", "live-b3")):
+        sharded.for_queue(queue).queues[queue].put(f"app.jobs.{queue}", {}, jid=jid)
+    event_row(page, "live-b3").wait_for()
+    assert event_row(page, "live-b2").count() == 1
+    assert event_row(page, "live-e2").count() == 0 and event_row(page, "live-e3").count() == 0
+    assert page.dialogs == []
+    # Leave the page and let its stream end (3 s at most in the tests) while the test's
+    # database is still there: the server closes its connections when a response ends.
+    page.goto(f"{page.base}/qless/")
+    buffer = event_buffer._current
+    wait_until(lambda: buffer is None or buffer._readers == 0, 10)
+    time.sleep(0.2)  # the response's own end (request_finished) follows the detach

@@ -21,6 +21,7 @@ import time
 import redis
 
 from django_qless import __version__
+from django_qless.core.client import Client
 from django_qless.core.exceptions import QlessError
 from django_qless.core.workers.budget import SharedJobPool
 from django_qless.core.workers.child import child_main, parse_status_line
@@ -28,7 +29,7 @@ from django_qless.core.workers.disposal import ChildDisposal
 from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol
 from django_qless.core.workers.leadership import TokenFile
 from django_qless.core.workers.proctitle import set_title, supervisor_title
-from django_qless.core.workers.shards import Deployment, served_clients
+from django_qless.core.workers.shards import Deployment, ShardFollower, served_clients
 from django_qless.core.workers.shutdown import ExitCode, SignalState
 from django_qless.core.workers.supervision import ChildChannels, ChildProc
 from django_qless.core.workers.watch import ChildWatch
@@ -56,6 +57,7 @@ class ForkingWorker(ChildDisposal, ChildWatch):
         self._releaser: Deployment | None = None
         self._redis_down = False
         self.channels: ChildChannels | None = None
+        self._follower: ShardFollower | None = None
         self.children: dict[int, ChildProc] = {}
         self.free_slots = list(range(self.wanted))
         self.slot_failures = [0] * self.wanted
@@ -110,6 +112,9 @@ class ForkingWorker(ChildDisposal, ChildWatch):
             self._leader_token = TokenFile(self._token_dir)
         self.channels = ChildChannels(served_clients(self.client, self.config.queues),
                                       _BUSY_PING)
+        if not isinstance(self.client, Client):  # queues may move between shards
+            self._follower = ShardFollower(self.client, self.config.queues,
+                                           self.config.queue_refresh)
         log.info("django-qless %s supervisor %s (pid %d) starting: forking, %d children%s, "
                  "queues %s", __version__, self.name, os.getpid(), self.wanted,
                  ", fork per job" if self.config.fork_per_job else "", ",".join(self.queues))
@@ -121,6 +126,7 @@ class ForkingWorker(ChildDisposal, ChildWatch):
                 self._wait()
                 self._reap()
                 self._handle_events()
+                self._follow()
                 self._act_on_signals()
                 self._enforce_limits()
                 self._reap_leases()
@@ -163,6 +169,16 @@ class ForkingWorker(ChildDisposal, ChildWatch):
                 self._status_at = time.monotonic()
                 for child in readable:
                     self._read_status(child)
+
+    def _follow(self) -> None:
+        """Hear `w:<child>` in the shards the served queues moved to (looked at once a
+        second at most): a job the children take there is canceled or lost there."""
+        if self._follower is None or self.channels is None:
+            return
+        try:
+            self.channels.follow(self._follower.clients())
+        except (QlessError, redis.RedisError, OSError) as exc:
+            log.warning("could not look up the queues' shards (%s)", exc)
 
     def _read_all_status(self) -> None:
         self._status_at = time.monotonic()

@@ -1,25 +1,27 @@
 """Listen on `w:<worker>` for events that take a running job away from its worker.
 
-One listener per keyspace the worker serves (a shard's channel is heard on its primary:
-subscription.py; after a failover the listener reconnects to the new one). The engine
-publishes `lock_lost` (the lease expired and the job was offered elsewhere, or it
-was timed out, or re-put by someone else), `canceled` and `put` there. Each is a reason to stop
-the job at once: its result would be refused anyway. `add()` returns only once Redis has
-confirmed the subscription (no event lost between "job started" and "listening").
+One thread for every keyspace the worker serves, on one connection per node (node_pubsub.py:
+a shard's channel is heard on its primary; after a failover or a slot move that shard
+resubscribes on its new primary). The shards listened to are asked for again every second
+(`shards`), so a queue moved to another shard is heard there too. The engine publishes
+`lock_lost` (the lease expired and the job was offered elsewhere, or it was timed out, or
+re-put by someone else), `canceled` and `put` there. Each is a reason to stop the job at
+once: its result would be refused anyway. `add()` returns only once Redis has confirmed the
+subscription in every shard (no event lost between "job started" and "listening").
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from django_qless.core.node_pubsub import poll_readable
 from django_qless.core.signalmask import block_async_signals
-from django_qless.core.workers.subscription import PUBSUB_ERRORS, Subscription
+from django_qless.core.workers.subscription import PUBSUB_ERRORS, Hub, Subscription
 
 if TYPE_CHECKING:
     from django_qless.core.client import Client
@@ -29,37 +31,41 @@ __all__ = ["ABORT_EVENTS", "WorkerChannelListener"]
 log = logging.getLogger("django_qless.worker")
 
 ABORT_EVENTS = frozenset({"lock_lost", "canceled", "put"})
+_RETRY = 1.0  # a shard whose subscription failed is tried again after this long
 
 
 class WorkerChannelListener(threading.Thread):
-    """A daemon thread subscribed to the channels of one or more worker names in one
-    keyspace."""
+    """A daemon thread subscribed to the channels of one or more worker names in every
+    keyspace `shards()` names (called in this thread only)."""
 
     def __init__(
         self,
-        client: Client,
+        shards: Callable[[], Sequence[Client]],
         on_event: Callable[[str, dict[str, Any]], None],
         *,
         health_check_interval: float = 10.0,
         on_reconnect: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(name="qless-worker-listener", daemon=True)
-        self.client = client
-        self._prefix = client.keyspace.channel("w:")
+        self.shards = shards
         self.on_event = on_event
         self.health_check_interval = health_check_interval
         # Called once re-subscribed after a dropped connection: events may have been missed.
         self.on_reconnect = on_reconnect
-        self._sessions = 0
         self._lock = threading.Lock()
         self._wanted: set[str] = set()
         self._confirmed: dict[str, threading.Event] = {}
         self._stop_event = threading.Event()
         self._changed = threading.Event()
+        self._hub = Hub()
+        self._subs: dict[str | None, Subscription] = {}
+        self._pending: dict[str | None, set[str]] = {}  # per shard: names not confirmed yet
+        self._retry_at: dict[str | None, float] = {}
+        self._lost_once = False  # a subscription broke: re-check the job once back
 
     # -- public API -----------------------------------------------------------------------
     def add(self, worker: str, wait: float = 5.0) -> bool:
-        """Listen for `worker`; wait until subscribed (True) or `wait` seconds passed."""
+        """Listen for `worker`; wait until subscribed everywhere (True) or `wait` passed."""
         with self._lock:
             self._wanted.add(worker)
             event = self._confirmed.setdefault(worker, threading.Event())
@@ -82,72 +88,112 @@ class WorkerChannelListener(threading.Thread):
     # -- thread ---------------------------------------------------------------------------
     def run(self) -> None:
         block_async_signals()
-        backoff = 0.1
-        while not self._stop_event.is_set():
-            pubsub = Subscription(self.client)
-            try:
-                self._serve(pubsub)
-                backoff = 0.1
-            except PUBSUB_ERRORS as exc:
-                if self._stop_event.is_set():
-                    break
-                log.warning("worker-channel listener lost its connection (%s); reconnecting", exc)
-                with self._lock:
-                    for event in self._confirmed.values():
-                        event.clear()
-                self._stop_event.wait(backoff * (1 + random.random()))  # noqa: S311
-                backoff = min(backoff * 2, 5.0)
-            finally:
-                pubsub.close()
-
-    def _serve(self, pubsub: Subscription) -> None:
-        self._sessions += 1
-        recheck = self._sessions > 1 and self.on_reconnect is not None
-        subscribed: set[str] = set()
         last_ping = time.monotonic()
-        self._changed.set()
-        while not self._stop_event.is_set():
-            if self._changed.is_set():
+        try:
+            while not self._stop_event.is_set():
+                self._sync()
+                fds = [fd for sub in self._subs.values() if (fd := sub.fileno()) is not None]
+                if any(sub.buffered() for sub in self._subs.values()):
+                    fds = []
+                elif fds:
+                    poll_readable(fds, 0.2)
+                else:
+                    self._changed.wait(0.2)
                 self._changed.clear()
-                with self._lock:
-                    wanted = set(self._wanted)
-                add = wanted - subscribed
-                drop = subscribed - wanted
-                if add:
-                    pubsub.subscribe([self._prefix + w for w in add])
-                if drop:
-                    pubsub.unsubscribe([self._prefix + w for w in drop])
-                subscribed = wanted
-            if not subscribed:
-                self._changed.wait(0.5)
-                continue
-            msg = pubsub.get(timeout=0.2)
-            now = time.monotonic()
-            if msg is None:
-                if now - last_ping >= self.health_check_interval:
+                for tag, sub in list(self._subs.items()):
+                    self._read(tag, sub)
+                if time.monotonic() - last_ping >= self.health_check_interval:
                     # Half-open sockets deliver nothing and raise nothing: probe them.
-                    pubsub.ping()
-                    last_ping = now
+                    last_ping = time.monotonic()
+                    for tag, sub in list(self._subs.items()):
+                        try:
+                            sub.ping()
+                        except PUBSUB_ERRORS as exc:
+                            self._broken(tag, exc)
+        finally:
+            for sub in self._subs.values():
+                sub.close()
+            self._hub.close()
+
+    def _sync(self) -> None:
+        """Subscribe the wanted names in every shard followed (new shards, re-made ones)."""
+        try:
+            clients = list(self.shards())
+        except Exception as exc:  # noqa: BLE001 - placements are read from Redis
+            log.warning("could not look up the queues' shards (%s)", exc)
+            clients = [sub.client for sub in self._subs.values()]
+        with self._lock:
+            wanted = set(self._wanted)
+        now = time.monotonic()
+        for client in clients:
+            tag = client.shard
+            sub = self._subs.get(tag)
+            if sub is None:
+                sub = self._subs[tag] = Subscription(client, self._hub)
+            if self._retry_at.get(tag, 0.0) > now:
                 continue
-            last_ping = now
-            self._handle(msg)
-            if recheck and Subscription.confirms(msg) and self.on_reconnect is not None:
-                recheck = False
+            prefix = client.keyspace.channel("w:")
+            channels = {prefix + w for w in wanted}
+            try:
+                if not sub.connected and channels:
+                    sub.connect()
+                add = channels - sub.channels
+                if add:
+                    self._pending.setdefault(tag, set()).update(add)
+                    sub.subscribe(add)
+                if sub.channels - channels:
+                    sub.unsubscribe(sub.channels - channels)
+            except PUBSUB_ERRORS as exc:
+                self._broken(tag, exc)
+        self._settle()
+
+    def _read(self, tag: str | None, sub: Subscription) -> None:
+        try:
+            while (msg := sub.get(timeout=0.0)) is not None:
+                self._handle(tag, sub, msg)
+        except PUBSUB_ERRORS as exc:
+            self._broken(tag, exc)
+
+    def _broken(self, tag: str | None, exc: BaseException) -> None:
+        if self._stop_event.is_set():
+            return
+        log.warning("worker-channel listener lost its subscription (%s); reconnecting", exc)
+        sub = self._subs.get(tag)
+        if sub is not None:
+            sub.close()
+        self._pending.pop(tag, None)
+        self._retry_at[tag] = time.monotonic() + _RETRY
+        self._lost_once = True
+        with self._lock:
+            for event in self._confirmed.values():
+                event.clear()
+
+    def _settle(self) -> None:
+        """Set the confirmation of every name confirmed in every shard; after a loss, once
+        all are back, re-check the running job (events may have been missed)."""
+        waiting = set().union(*self._pending.values()) if self._pending else set()
+        down = any(not sub.connected for sub in self._subs.values())
+        with self._lock:
+            for worker, event in self._confirmed.items():
+                if not down and not any(c.endswith(":w:" + worker) for c in waiting):
+                    event.set()
+            wanted = bool(self._wanted)
+        if self._lost_once and wanted and not down and not waiting:
+            self._lost_once = False
+            if self.on_reconnect is not None:
                 try:
                     self.on_reconnect()
                 except Exception:
                     log.exception("re-check after reconnect failed")
 
-    def _handle(self, msg: dict[str, Any]) -> None:
+    def _handle(self, tag: str | None, sub: Subscription, msg: dict[str, Any]) -> None:
         kind = msg.get("type")
         channel = str(msg.get("channel", ""))
-        prefix = self._prefix
+        prefix = sub.keyspace.channel("w:")
         worker = channel[len(prefix):] if channel.startswith(prefix) else channel
         if Subscription.confirms(msg):
-            with self._lock:
-                event = self._confirmed.get(worker)
-            if event is not None:
-                event.set()
+            self._pending.get(tag, set()).discard(channel)
+            self._settle()
             return
         if kind not in ("message", "smessage"):
             return

@@ -11,15 +11,18 @@ from __future__ import annotations
 import logging
 import os
 import signal
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from django_qless import __version__
+from django_qless.core.client import Client
 from django_qless.core.exceptions import QlessError
 from django_qless.core.workers.base import JobLoop
 from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol
 from django_qless.core.workers.inhand import release_job
 from django_qless.core.workers.listener import ABORT_EVENTS, WorkerChannelListener
 from django_qless.core.workers.runner import KILLED_GROUP, TIMEOUT_GROUP, Outcome
+from django_qless.core.workers.shards import ShardFollower
 from django_qless.core.workers.shutdown import ExitCode, SignalState
 from django_qless.core.workers.supervision import attempts_still_owned
 from django_qless.core.workers.worker_config import WorkerConfig, default_worker_name
@@ -48,15 +51,22 @@ class SerialWorker(JobLoop):
             resume=config.resume, max_jobs=config.max_jobs, reaper=config.make_reaper(name),
         )
         self.install_signals = install_signals
-        # One listener per shard served: a job's events come on its own shard's channel.
-        self.listeners = [
-            WorkerChannelListener(client, self._on_channel_event,
-                                  on_reconnect=self._recheck_current)
-            for client in self.routes.served()
-        ]
+        # One listener thread for every shard served (a job's events come on its own
+        # shard's channel), following the queues to the shards they move to.
+        follow = self._shards_followed()
+        self.listeners = [WorkerChannelListener(follow, self._on_channel_event,
+                                                on_reconnect=self._recheck_current)]
         self.released = 0
         self.unreleased = 0
         self._old_urg: Any = signal.SIG_DFL
+
+    def _shards_followed(self) -> Callable[[], Sequence[Client]]:
+        """Return what names the shards to hear `w:<worker>` in (see ShardFollower)."""
+        deployment = self.client
+        if isinstance(deployment, Client):
+            return lambda: [deployment]
+        # Its own selection and routes: the listener thread asks, not the job thread.
+        return ShardFollower(deployment, self.config.queues, self.config.queue_refresh).clients
 
     # -- control ----------------------------------------------------------------------------
     def request_stop(self, graceful: bool = True) -> None:

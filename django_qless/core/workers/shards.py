@@ -16,7 +16,7 @@ from django_qless.core.client import Client
 from django_qless.core.sharded import ShardedClient
 from django_qless.core.workers.reservers import QueueSelection, is_pattern
 
-__all__ = ["Deployment", "QueueRoutes", "known_queues", "served_clients"]
+__all__ = ["Deployment", "QueueRoutes", "ShardFollower", "known_queues", "served_clients"]
 
 #: What a worker is given: one keyspace, or queues placed over a cluster's shards.
 Deployment = Client | ShardedClient
@@ -129,3 +129,31 @@ class QueueRoutes:
             self._seen = seen
             self.version += 1
         return groups
+
+
+class ShardFollower:
+    """The shards whose worker channels a worker must hear: those its queue specs named at
+    start, plus every shard a served queue has been in since (a queue moved: the jobs it
+    takes there are canceled or lost there). Uses the placements the job loop reserves by
+    (`QueueRoutes`), looked at again at most once a second."""
+
+    def __init__(self, deployment: Deployment, specs: Sequence[str], refresh: float = 10.0,
+                 every: float = 1.0) -> None:
+        self.selection = QueueSelection(specs, known_queues(deployment), refresh=refresh)
+        self.routes = QueueRoutes(deployment, self.selection, refresh=refresh)
+        self._every = every
+        self._at = 0.0
+        self._version = -1
+        self._clients = {c.shard: c for c in self.routes.served()}
+
+    def clients(self) -> list[Client]:
+        """Return every shard followed so far (looking again when a second has passed)."""
+        now = time.monotonic()
+        if now >= self._at:
+            self._at = now + self._every
+            groups = self.routes.by_shard()
+            if self.routes.version != self._version:
+                self._version = self.routes.version
+                for client, _ in groups:
+                    self._clients.setdefault(client.shard, client)
+        return list(self._clients.values())

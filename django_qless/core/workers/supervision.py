@@ -1,10 +1,11 @@
 """What the supervisor tracks per child, and its `w:<child>` channels (no thread).
 
 No thread: the supervisor forks, and forking a multi-threaded process invites deadlocks in
-the child. The pubsub sockets (one per shard the worker serves, on the shard's primary:
-subscription.py) are polled with the other descriptors instead; a connection is re-created
-(and every channel re-subscribed, on the primary of now) when it breaks, and pinged when
-quiet so a half-open socket is noticed.
+the child. The pubsub sockets (one per primary holding a shard the worker serves, shared by
+that primary's shards: node_pubsub.py) are polled with the other descriptors instead; a
+shard's subscription is re-made (on the primary of now) when its connection breaks or its
+slot moves, and pinged when quiet so a half-open socket is noticed. The shards followed
+grow as the served queues move (`follow`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from django_qless.core.workers.subscription import MESSAGE_TYPES, PUBSUB_ERRORS, Subscription
+from django_qless.core.workers.subscription import (
+    MESSAGE_TYPES,
+    PUBSUB_ERRORS,
+    Hub,
+    Subscription,
+)
 
 if TYPE_CHECKING:
     from django_qless.core.client import Client
@@ -77,8 +83,22 @@ class ChildChannels:
     """Subscribe to the worker channels of the live children in every shard served; poll."""
 
     def __init__(self, clients: Sequence[Client], health_check_interval: float = 10.0) -> None:
-        self.shards = [_ShardChannels(c, health_check_interval) for c in clients]
+        self.hub = Hub()  # one connection per node, shared by the shards it holds
+        self.shards = [_ShardChannels(c, health_check_interval, self.hub) for c in clients]
         self.names: set[str] = set()
+
+    def follow(self, clients: Sequence[Client]) -> None:
+        """Listen in the shards of `clients` too (a served queue moved there); the shards
+        already followed stay (jobs taken there may still run)."""
+        known = {shard.client.shard for shard in self.shards}
+        for client in clients:
+            if client.shard in known:
+                continue
+            known.add(client.shard)
+            shard = _ShardChannels(client, self.health_check_interval, self.hub)
+            self.shards.append(shard)
+            for name in self.names:
+                shard.add(name)
 
     @property
     def health_check_interval(self) -> float:
@@ -131,8 +151,9 @@ class ChildChannels:
 class _ShardChannels:
     """The children's channels in one keyspace: one connection, re-made when it breaks."""
 
-    def __init__(self, client: Client, health_check_interval: float) -> None:
+    def __init__(self, client: Client, health_check_interval: float, hub: Hub) -> None:
         self.client = client
+        self.hub = hub
         self.prefix = client.keyspace.channel("w:")
         self.health_check_interval = health_check_interval
         self.names: set[str] = set()
@@ -146,7 +167,7 @@ class _ShardChannels:
     def _ensure(self) -> Subscription | None:
         if self._sub is not None or time.monotonic() < self._retry_at:
             return self._sub
-        sub = Subscription(self.client)
+        sub = Subscription(self.client, self.hub)
         try:
             # No name yet: a placeholder keeps the connection in pubsub mode.
             sub.subscribe([self.prefix + n for n in self.names] or [self.prefix + "-"])

@@ -2,7 +2,8 @@
 
 The engine publishes the queue name on `wake:<queue>` of the queue's keyspace whenever jobs
 become ready there. The waiter subscribes to those channels, one connection per shard the
-worker's queues are in (subscription.py: SSUBSCRIBE on the shard's primary on Redis 7+),
+worker's queues are in, all the shards of one primary sharing one connection
+(node_pubsub.py: SSUBSCRIBE on the shard's primary on Redis 7+),
 and waits for the confirmations *before* the worker's first reserve, so a put that lands
 between "reserve found nothing" and "start waiting" is never missed: its wake-up is already
 buffered on the subscribed socket. Glob patterns are subscribed as patterns where the server
@@ -27,7 +28,12 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from django_qless.core.workers.subscription import MESSAGE_TYPES, PUBSUB_ERRORS, Subscription
+from django_qless.core.workers.subscription import (
+    MESSAGE_TYPES,
+    PUBSUB_ERRORS,
+    Hub,
+    Subscription,
+)
 
 if TYPE_CHECKING:
     from django_qless.core.client import Client
@@ -60,6 +66,7 @@ class WakeWaiter:
                              if self.hand_client is not None else "")
         self.handed: list[dict[str, Any]] = []
         self.lost = False  # the hand-off subscription broke: hand-offs may have been missed
+        self._hub = Hub()  # one connection per node, whatever the shards it holds
         self._subs: dict[str | None, Subscription] = {}
         self._wanted: dict[str | None, _Wanted] = {}
         self._version = -1
@@ -90,7 +97,7 @@ class WakeWaiter:
         for tag, client in clients.items():
             sub = self._subs.get(tag)
             if sub is None:
-                sub = self._subs[tag] = Subscription(client)
+                sub = self._subs[tag] = Subscription(client, self._hub)
             wanted[tag] = self._channels(sub, queues.get(tag, []))
         for tag in set(self._subs) - set(wanted):
             self._subs.pop(tag).close()

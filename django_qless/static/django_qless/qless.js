@@ -220,6 +220,12 @@
       var row = document.createElement("tr");
       row.setAttribute("data-event", show(item.event));
       cell(row, utcTime(new Date((item.when || 0) * 1000)));
+      if (stream.hasAttribute("data-shard-column")) {
+        var shardCell = document.createElement("td");
+        shardCell.className = "qless-shard";
+        shardCell.textContent = show(item.shard);
+        row.appendChild(shardCell);
+      }
       cell(row, show(item.event));
       cell(row, show(item.jid), stream.getAttribute("data-job-url"));
       cell(row, show(item.queue || item.to), stream.getAttribute("data-queue-url"));
