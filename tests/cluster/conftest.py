@@ -12,6 +12,7 @@ from redis.cluster import RedisCluster
 from redis.retry import Retry
 
 from django_qless.core.cluster_server import LocalCluster
+from tests.cluster.shard_workers import sharded, start  # noqa: F401 (worker fixtures)
 
 
 @pytest.fixture(params=["redis", "valkey"])

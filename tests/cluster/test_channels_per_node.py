@@ -4,11 +4,8 @@ channels following its queue to a new shard. Real local clusters, real worker pr
 
 from __future__ import annotations
 
-import shutil
 import signal
-import tempfile
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -20,38 +17,11 @@ from django_qless.core.cluster_server import LocalCluster
 from django_qless.core.node_pubsub import Hub, Subscription
 from django_qless.core.queue_move import QueueMove
 from django_qless.core.sharded import ShardedClient
+from tests.cluster.shard_workers import SHARDS
 from tests.helpers import WorkerProcess, alive, wait_until
 from tests.worker.jobs import ledger
 
 pytestmark = pytest.mark.timeout(240)
-
-SHARDS = 6  # several per primary
-
-
-@pytest.fixture
-def sharded(cluster: LocalCluster, rc: RedisCluster) -> Iterator[ShardedClient]:
-    client = ShardedClient(rc, shards=SHARDS)
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def start(cluster: LocalCluster) -> Iterator[Callable[..., WorkerProcess]]:
-    """Start `qless-worker --cluster ... --shards 6` processes; all killed at teardown."""
-    started: list[WorkerProcess] = []
-    work_dir = Path(tempfile.mkdtemp(prefix="qless-chan-worker-"))
-
-    def run(*args: str) -> WorkerProcess:
-        urls = ",".join(f"redis://{n.address}" for n in cluster.primaries())
-        worker = WorkerProcess(f"redis://{cluster.primaries()[0].address}",
-                               ["--cluster", urls, "--shards", str(SHARDS), *args], work_dir)
-        started.append(worker)
-        return worker
-
-    yield run
-    for worker in started:
-        worker.kill_all()
-    shutil.rmtree(work_dir, ignore_errors=True)
 
 
 def until(cond: Callable[[], object], timeout: float, what: str | Callable[[], str]) -> Any:

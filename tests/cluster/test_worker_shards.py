@@ -3,10 +3,8 @@ started with `--cluster`, jobs from tests/worker/jobs.py, state read from the sh
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,39 +14,11 @@ from django_qless.core.cluster_server import ClusterNode, LocalCluster
 from django_qless.core.registry import Registry
 from django_qless.core.sharded import ShardedClient
 from django_qless.core.workers import SerialWorker, WorkerConfig
+from tests.cluster.shard_workers import SHARDS
 from tests.helpers import WorkerProcess, alive, cmdline, wait_until
 from tests.worker.jobs import ledger
 
 pytestmark = pytest.mark.timeout(240)
-
-SHARDS = 6
-
-
-@pytest.fixture
-def sharded(cluster: LocalCluster, rc: RedisCluster) -> Iterator[ShardedClient]:
-    """A ShardedClient of 6 shards over the cluster (two per primary)."""
-    client = ShardedClient(rc, shards=SHARDS)
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def start(cluster: LocalCluster) -> Iterator[Callable[..., WorkerProcess]]:
-    """Start `qless-worker --cluster ...` processes; all killed at teardown."""
-    started: list[WorkerProcess] = []
-    work_dir = Path(tempfile.mkdtemp(prefix="qless-shard-worker-"))
-
-    def run(*args: str) -> WorkerProcess:
-        urls = ",".join(f"redis://{n.address}" for n in cluster.primaries())
-        worker = WorkerProcess(f"redis://{cluster.primaries()[0].address}",
-                               ["--cluster", urls, "--shards", str(SHARDS), *args], work_dir)
-        started.append(worker)
-        return worker
-
-    yield run
-    for worker in started:
-        worker.kill_all()
-    shutil.rmtree(work_dir, ignore_errors=True)
 
 
 def place_on_three_primaries(sharded: ShardedClient, cluster: LocalCluster,

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import json
 import logging
-import select
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import redis
 
+from django_qless.core.node_pubsub import poll_readable
 from django_qless.core.workers.subscription import (
     MESSAGE_TYPES,
     PUBSUB_ERRORS,
@@ -289,7 +289,7 @@ class WakeWaiter:
                 continue
             if sock is not None:
                 socks.append(sock)
-        ready = _poll([*socks, fd, self.pipe.read_fd], max(0.0, timeout))
+        ready = poll_readable([*socks, fd, self.pipe.read_fd], max(0.0, timeout))
         if any(sock in ready for sock in socks):
             self.drain()
         if self.pipe.read_fd in ready:
@@ -319,21 +319,10 @@ class WakeWaiter:
                 return _SIGNAL  # back to the loop at once: it resubscribes and reserves
             if fd is not None:
                 socks[fd] = sub
-        ready = _poll([*socks, self.pipe.read_fd], timeout)
+        ready = poll_readable([*socks, self.pipe.read_fd], timeout)
         if self.pipe.read_fd in ready:
             self.pipe.drain()
         if any(fd in ready for fd in socks):
             return _MESSAGE
         return _SIGNAL if self.pipe.read_fd in ready else _TIMEOUT
 
-
-def _poll(fds: list[int], timeout: float) -> set[int]:
-    """Wait until one of `fds` is readable; return the readable ones."""
-    poller = select.poll()
-    for fd in fds:
-        poller.register(fd, select.POLLIN | select.POLLERR | select.POLLHUP)
-    try:
-        events = poller.poll(timeout * 1000.0)
-    except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for safety
-        return set()
-    return {fd for fd, _ in events}
