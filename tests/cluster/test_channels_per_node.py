@@ -37,15 +37,29 @@ def primary_port(cluster: LocalCluster, client: Client) -> int:
     return cluster.primary_for_key(client.keyspace.prefix).port
 
 
-def sharded_subscribers(cluster: LocalCluster) -> dict[int, int]:
-    """Return, per primary port, how many connections hold sharded subscriptions."""
-    counts = {}
+def subscriber_ids(cluster: LocalCluster) -> dict[int, set[str]]:
+    """Return, per primary port, the ids of the connections holding sharded subscriptions."""
+    ids = {}
     for node in cluster.primaries():
         clients = node.conn().execute_command("CLIENT", "LIST")
         lines = clients.splitlines() if isinstance(clients, str) else clients
-        counts[node.port] = sum(1 for line in lines
-                                if int(str(line).split(" ssub=")[1].split()[0]) > 0)
-    return counts
+        ids[node.port] = {str(line).split("id=")[1].split()[0] for line in lines
+                          if int(str(line).split(" ssub=")[1].split()[0]) > 0}
+    return ids
+
+
+@pytest.fixture
+def sharded_subscribers(cluster: LocalCluster) -> Callable[[], dict[int, int]]:
+    """Count, per primary port, the connections holding sharded subscriptions opened since
+    the test began (the session's cluster may still hold those of earlier tests' processes
+    while they exit)."""
+    before = subscriber_ids(cluster)
+
+    def count() -> dict[int, int]:
+        return {port: len(ids - before.get(port, set()))
+                for port, ids in subscriber_ids(cluster).items()}
+
+    return count
 
 
 def put(client: Client, queue: str) -> str:
@@ -82,6 +96,7 @@ def subscribe(sub: Subscription, channels: list[str]) -> None:
 
 def test_one_connection_per_node_carries_every_shard_it_holds(
     cluster: LocalCluster, sharded: ShardedClient,
+    sharded_subscribers: Callable[[], dict[int, int]],
 ) -> None:
     hub = Hub()
     subs = {c.shard: hub.subscription(c) for c in sharded.clients()}
@@ -89,7 +104,7 @@ def test_one_connection_per_node_carries_every_shard_it_holds(
         for sub in subs.values():
             subscribe(sub, [sub.keyspace.channel("log")])
         assert hub.connections() == 3, hub
-        counts = sharded_subscribers(cluster)
+        counts = sharded_subscribers()
         assert counts == {n.port: 1 for n in cluster.primaries()}, counts
         # Every shard's events arrive, each on its own view.
         for client in sharded.clients():
@@ -107,6 +122,7 @@ def test_one_connection_per_node_carries_every_shard_it_holds(
 
 def test_a_moved_slot_resubscribes_that_shard_alone_on_its_new_node(
     cluster: LocalCluster, sharded: ShardedClient,
+    sharded_subscribers: Callable[[], dict[int, int]],
 ) -> None:
     hub = Hub()
     clients = sharded.clients()
@@ -128,7 +144,7 @@ def test_a_moved_slot_resubscribes_that_shard_alone_on_its_new_node(
         sub.close()
         subscribe(sub, [sub.keyspace.channel("log")])  # on the slot's new primary
         assert hub.connections() == 3  # the target's connection is shared, not a new one
-        assert sharded_subscribers(cluster)[target.port] == 1
+        assert sharded_subscribers()[target.port] == 1
         jid = put(moved, "moved-q")
         assert jid in str(next_message(sub)["data"])
         jid = put(neighbour, "other-q")
@@ -139,6 +155,7 @@ def test_a_moved_slot_resubscribes_that_shard_alone_on_its_new_node(
 
 def test_a_killed_primary_s_shards_resubscribe_on_the_promoted_replica(
     cluster: LocalCluster, sharded: ShardedClient,
+    sharded_subscribers: Callable[[], dict[int, int]],
 ) -> None:
     hub = Hub()
     clients = sharded.clients()
@@ -165,7 +182,7 @@ def test_a_killed_primary_s_shards_resubscribe_on_the_promoted_replica(
                 return True
 
             until(back, 30, "a subscription on the promoted replica")
-        assert sharded_subscribers(cluster)[heir.port] == 1  # both shards, one connection
+        assert sharded_subscribers()[heir.port] == 1  # both shards, one connection
         assert hub.connections() == 3
         for client in on_victim:
             jid = put(client, "after-kill")
@@ -177,6 +194,7 @@ def test_a_killed_primary_s_shards_resubscribe_on_the_promoted_replica(
 def test_a_worker_holds_one_subscriber_connection_per_node_and_process(
     cluster: LocalCluster, sharded: ShardedClient, rc: RedisCluster,
     start: Callable[..., WorkerProcess],
+    sharded_subscribers: Callable[[], dict[int, int]],
 ) -> None:
     queues = []
     for index in range(SHARDS):
@@ -186,9 +204,9 @@ def test_a_worker_holds_one_subscriber_connection_per_node_and_process(
     worker.wait_children(2)
     # The supervisor (w:<child> in 6 shards) and each child (wake:<queue> in 6 shards): one
     # connection per primary each, 3 per primary; one per shard would be 6.
-    until(lambda: sharded_subscribers(cluster) == {n.port: 3 for n in
+    until(lambda: sharded_subscribers() == {n.port: 3 for n in
                                                          cluster.primaries()},
-               30, lambda: f"3 subscriber connections per primary: {sharded_subscribers(cluster)}")
+               30, lambda: f"3 subscriber connections per primary: {sharded_subscribers()}")
     jids = [put(sharded.for_queue(q), q) for q in queues]
     until(lambda: {r["jid"] for r in ledger(rc, "done")} >= set(jids), 60,
                "every shard's job to run")
