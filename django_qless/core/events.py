@@ -21,7 +21,7 @@ from .signalmask import block_async_signals
 if TYPE_CHECKING:
     from .client import Client
 
-__all__ = ["Events", "EVENT_CHANNELS", "LOG_CHANNEL", "Callback"]
+__all__ = ["Events", "EVENT_CHANNELS", "LOG_CHANNEL", "Callback", "ListenerThread"]
 
 logger = logging.getLogger("django_qless")
 
@@ -58,6 +58,39 @@ def decode_event(channel: str, payload: str, prefix: str = DEFAULT.prefix) -> di
     return {"event": name, "jid": payload, "channel": channel}
 
 
+class ListenerThread:
+    """A listener's background thread and its two flags: `stop` (asked to end) and
+    `listening` (every subscription confirmed), shared by Events and ShardEvents."""
+
+    def __init__(self, run: Callable[[], None]) -> None:
+        self._run = run
+        self.stop_flag = threading.Event()
+        self.listening = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, timeout: float) -> bool:
+        """Start the thread unless it runs; return whether it subscribed within `timeout`
+        (if not, it is stopped)."""
+        if self._thread is not None and self._thread.is_alive():
+            return True
+        self.stop_flag.clear()
+        self.listening.clear()
+        self._thread = threading.Thread(target=self._run, name="qless-events", daemon=True)
+        self._thread.start()
+        if not self.listening.wait(timeout):
+            self.stop()
+            return False
+        return True
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Ask the thread to end and wait for it up to `timeout` (not from the thread itself)."""
+        self.stop_flag.set()
+        thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+        self.listening.clear()
+
+
 class Events:
     """Listen to the engine's channels in a thread and call callbacks per event name.
 
@@ -89,9 +122,8 @@ class Events:
         self.max_backoff = max_backoff
         self._callbacks: dict[str, list[Callback]] = {}
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._listening = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._life = ListenerThread(self._run)
+        self._stop, self._listening = self._life.stop_flag, self._life.listening
         self._conn: Any = None
         self.connects = 0
 
@@ -130,14 +162,7 @@ class Events:
 
     def start(self, timeout: float = 10.0) -> Events:
         """Start the thread; return once subscribed (QlessConnectionError after `timeout`)."""
-        if self._thread is not None and self._thread.is_alive():
-            return self
-        self._stop.clear()
-        self._listening.clear()
-        self._thread = threading.Thread(target=self._run, name="qless-events", daemon=True)
-        self._thread.start()
-        if not self._listening.wait(timeout):
-            self.stop()
+        if not self._life.start(timeout):
             raise QlessConnectionError(f"could not subscribe to {self.channels} in {timeout}s")
         return self
 
@@ -147,11 +172,7 @@ class Events:
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the thread and close its connection."""
-        self._stop.set()
-        thread, self._thread = self._thread, None
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
-        self._listening.clear()
+        self._life.stop(timeout)
 
     def __enter__(self) -> Events:
         return self.start()

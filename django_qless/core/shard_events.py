@@ -4,12 +4,11 @@ node (node_pubsub.py)."""
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .events import EVENT_NAMES, decode_event
+from .events import EVENT_NAMES, ListenerThread, decode_event
 from .exceptions import QlessConnectionError
 from .node_pubsub import MESSAGE_TYPES, PUBSUB_ERRORS, Hub, Subscription, poll_readable
 from .signalmask import block_async_signals
@@ -42,9 +41,8 @@ class ShardEvents:
         self.health_check_interval = health_check_interval
         self.max_backoff = max_backoff
         self._callbacks: list[ShardCallback] = []
-        self._stop = threading.Event()
-        self._listening = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._life = ListenerThread(self._run)
+        self._stop, self._listening = self._life.stop_flag, self._life.listening
         self.connects = 0  # shard subscriptions confirmed, first ones included
 
     def on(self, callback: ShardCallback) -> ShardCallback:
@@ -59,24 +57,13 @@ class ShardEvents:
 
     def start(self, timeout: float = 10.0) -> ShardEvents:
         """Start the thread; return once subscribed (QlessConnectionError after `timeout`)."""
-        if self._thread is not None and self._thread.is_alive():
-            return self
-        self._stop.clear()
-        self._listening.clear()
-        self._thread = threading.Thread(target=self._run, name="qless-events", daemon=True)
-        self._thread.start()
-        if not self._listening.wait(timeout):
-            self.stop()
+        if not self._life.start(timeout):
             raise QlessConnectionError(f"could not subscribe to every shard in {timeout}s")
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the thread and close its connections."""
-        self._stop.set()
-        thread, self._thread = self._thread, None
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
-        self._listening.clear()
+        self._life.stop(timeout)
 
     def _dispatch(self, event: dict[str, Any], client: Client) -> None:
         for callback in list(self._callbacks):
