@@ -32,21 +32,9 @@ from django_qless.core import Client
 from django_qless.core.server import RedisServer, find_redis_server
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE / "adapters"))
 
-
-def _settle(r: redis.Redis, proc: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
-    start = time.monotonic()
-    last, since = -1, start
-    while time.monotonic() - start < timeout:
-        if proc.poll() is not None:
-            raise RuntimeError(f"worker exited early ({proc.returncode})")
-        n = int(r.info("clients")["connected_clients"])
-        now = time.monotonic()
-        if n != last:
-            last, since = n, now
-        elif now - since >= 2.0 and now - start >= 3.0:
-            return
-        time.sleep(0.25)
+from _common import settle_connections  # noqa: E402
 
 
 def _group_cpu(pgid: int) -> float:
@@ -99,7 +87,7 @@ def measure(url: str, children: int, samples: int, idle: float) -> None:
         env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True)
     try:
-        _settle(r, proc)
+        settle_connections(r, proc, 60.0)
         q = Client(url).queues["probe"]
         for i in range(3):
             q.put("probe.noop", {"i": i})

@@ -62,7 +62,7 @@ def _before(owner: Any, attr: str, name: str) -> None:
 
 
 def _patch() -> None:
-    poll = wakeup._poll
+    poll = wakeup.poll_readable
 
     def timed_poll(fds: list[int], timeout: float) -> set[int]:
         _state["poll_in"] = _mono()
@@ -72,7 +72,7 @@ def _patch() -> None:
             _mark("poll_out")
         return ready
 
-    wakeup._poll = timed_poll
+    wakeup.poll_readable = timed_poll
     _after(taking.JobTaker, "idle", "idle_ret")
     _after(taking.JobTaker, "await_turn", "turn")
     _before(wakeup.WakeWaiter, "drain", "drain_in")

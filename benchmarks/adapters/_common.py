@@ -421,14 +421,15 @@ def measure_latency(a: Any, samples: int, timeout: float) -> dict[str, float]:
     }
 
 
-def _settle(r: redis.Redis, proc: subprocess.Popen[bytes], ts: _Timestamps,
-            timeout: float) -> float:
-    """Wait until the worker's connection count has not changed for 2 s (at least 3 s)."""
+def settle_connections(r: redis.Redis, proc: subprocess.Popen[bytes], timeout: float,
+                       log_tail: Callable[[], str] = lambda: "") -> float:
+    """Wait until the worker's connection count has not changed for 2 s (at least 3 s);
+    return the seconds waited. `log_tail` says why if the worker exits meanwhile."""
     start = time.monotonic()
     last, since = -1, start
     while time.monotonic() - start < timeout:
         if proc.poll() is not None:
-            raise RuntimeError(f"worker exited early with {proc.returncode}:\n{ts.log_tail()}")
+            raise RuntimeError(f"worker exited early with {proc.returncode}:\n{log_tail()}")
         n = int(r.info("clients")["connected_clients"])
         now = time.monotonic()
         if n != last:
@@ -460,7 +461,7 @@ def measure_idle(a: Any, children: list[int], seconds: float, monitor_seconds: f
         _flush(a.url)
         r = _redis(a.url)
         with _running_worker(a, n) as (ts, proc):
-            settled = _settle(r, proc, ts, timeout)
+            settled = settle_connections(r, proc, timeout, ts.log_tail)
             for i in range(3):
                 a.put(i)
             ts.wait(3, timeout, proc)
