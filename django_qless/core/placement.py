@@ -36,15 +36,29 @@ SLOTS = 16384
 MAX_SHARDS = 1024
 _BITS = 10
 _BAND = SLOTS // MAX_SHARDS  # 16 slots
-# Compare-and-set of a queue's placement: switch from ARGV[2] to ARGV[3] and clear the
-# moving marker (KEYS[1] the placement hash, KEYS[2] the markers; one shard, one slot).
+# Compare-and-set of a queue's placement: switch from ARGV[2] to ARGV[3], clear the
+# moving marker and note when, by this server's clock (KEYS[1] the placement hash, KEYS[2]
+# the markers, KEYS[3] the switch times; one shard, one slot). A repeat keeps the time.
 _SWITCH = """
 local current = redis.call('HGET', KEYS[1], ARGV[1])
 if current == ARGV[3] then redis.call('HDEL', KEYS[2], ARGV[1]) return 1 end
 if current ~= ARGV[2] then return 0 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
 redis.call('HDEL', KEYS[2], ARGV[1])
+local t = redis.call('TIME')
+redis.call('HSET', KEYS[3], ARGV[1], cjson.encode({['from'] = ARGV[2], ['to'] = ARGV[3],
+  ['at'] = tonumber(t[1]) + tonumber(t[2]) / 1000000}))
 return 1
+"""
+# Seconds since queue ARGV[1] was switched to ARGV[2] (KEYS[1] the switch times), by the
+# clock that noted the switch; nil when no such switch is noted.
+_SINCE = """
+local noted = redis.call('HGET', KEYS[1], ARGV[1])
+if not noted then return false end
+local m = cjson.decode(noted)
+if m['to'] ~= ARGV[2] then return false end
+local t = redis.call('TIME')
+return tostring(tonumber(t[1]) + tonumber(t[2]) / 1000000 - m['at'])
 """
 # Mark a queue moving from its recorded shard to ARGV[2]; refused (returns the marker) when
 # another move is marked; repeat-safe for the same move.
@@ -121,6 +135,7 @@ class Placement:
         self.home = keyspace(self.tags[0])
         self._key = f"{self.home}placement"
         self._moving_key = f"{self.home}placement-moving"
+        self._switched_key = f"{self.home}placement-switched"
         self._explicit = {check_queue(q): self.tag_of(v) for q, v in (explicit or {}).items()}
         self.cache_seconds = cache_seconds
         self._cache: dict[str, tuple[str, float]] = {}
@@ -216,15 +231,29 @@ class Placement:
 
     def switch(self, queue: str, expected: int | str, to: int | str) -> bool:
         """Point `queue` at shard `to` if it is still recorded on `expected` (compare and
-        set) and clear its moving marker; True once it points at `to` (repeat-safe)."""
+        set), clear its moving marker and note the time; True once it points at `to`
+        (repeat-safe: a repeat keeps the first time)."""
         queue = check_queue(queue)
         done = self._t.execute(
-            ("EVAL", _SWITCH, 2, self._key, self._moving_key, queue, self.tag_of(expected),
-             self.tag_of(to)),
+            ("EVAL", _SWITCH, 3, self._key, self._moving_key, self._switched_key, queue,
+             self.tag_of(expected), self.tag_of(to)),
             key=self._key, follow_ask=True)
         with self._lock:
             self._cache.pop(queue, None)
         return bool(int(done))
+
+    def switched_since(self, queue: str, to: int | str) -> float | None:
+        """Return how many seconds ago `queue` was switched to shard `to` (by the clock of
+        the server holding the placement), or None when no such switch is noted."""
+        since = self._t.execute(
+            ("EVAL", _SINCE, 1, self._switched_key, check_queue(queue), self.tag_of(to)),
+            key=self._switched_key, follow_ask=True)
+        return None if since is None else float(since)
+
+    def forget_switch(self, queue: str) -> None:
+        """Drop the noted time of `queue`'s last switch (its move is over)."""
+        self._t.execute(("HDEL", self._switched_key, check_queue(queue)),
+                        key=self._switched_key)
 
     def clear_moving(self, queue: str) -> None:
         """Drop `queue`'s moving marker (an abandoned move; the placement is unchanged)."""

@@ -55,13 +55,14 @@ class MoveProgress:
     recurring: int = 0  # recurring jobs moved
     rounds: int = 0
     left: dict[str, int] = field(default_factory=dict)  # the source's counts of the queue
+    waited: float = 0.0  # seconds waited after the switch for every client to see it
 
     def line(self) -> str:
         """Return a one-line summary."""
         left = ", ".join(f"{k} {v}" for k, v in self.left.items() if v) or "nothing"
         return (f"{self.queue} {self.source} -> {self.target}: {self.step}; copied "
                 f"{self.copied}, recurring {self.recurring}, rounds {self.rounds}; "
-                f"left on source: {left}")
+                f"waited {self.waited:.2f}s; left on source: {left}")
 
 
 class QueueMove:
@@ -101,16 +102,24 @@ class QueueMove:
         if marker is None and recorded == self.target:
             # Past the switch (or never elsewhere): finish every other shard that still
             # holds jobs of q or still fences it (a crash right after the switch leaves q
-            # paused there with nothing left). When the switch happened is unknown, so a
-            # client may have cached the old placement until `settle` from now.
-            seen_by = time.monotonic() + self.settle
+            # paused there with nothing left). A client may have cached the old placement
+            # until `settle` after the switch: wait what is left of that (all of it when
+            # the switch time is not noted).
+            since = placement.switched_since(q, self.target)
+            left = self.settle if since is None else min(self.settle,
+                                                         max(0.0, self.settle - since))
+            seen_by = time.monotonic() + left
             sources = [tag for tag in self.sharded.tags
                        if tag != self.target and self._unfinished(tag)]
-            return [self._finish(tag, seen_by=seen_by) for tag in sources]
+            done = [self._finish(tag, seen_by=seen_by) for tag in sources]
+            placement.forget_switch(q)
+            return done
         source = placement.mark_moving(q, self.target)
         progress = MoveProgress(q, source, self.target)
         self._step(progress, "marked")
-        return [self._finish(source, seen_by=None, progress=progress)]
+        done = [self._finish(source, seen_by=None, progress=progress)]
+        placement.forget_switch(q)
+        return done
 
     def _finish(self, source: str, *, seen_by: float | None,
                 progress: MoveProgress | None = None) -> MoveProgress:
@@ -130,7 +139,8 @@ class QueueMove:
             seen_by = time.monotonic() + self.settle
         # Until every client puts to the target, late puts land in the source's paused
         # queue, where the drain finds them; after the forget they would be stranded there.
-        time.sleep(max(0.0, seen_by - time.monotonic()))
+        progress.waited = max(0.0, seen_by - time.monotonic())
+        time.sleep(progress.waited)
         self.drain(source, progress)
         self.forget(source)
         self._step(progress, "done")
