@@ -114,7 +114,7 @@ class ForkingWorker(ChildDisposal, ChildWatch):
                                       _BUSY_PING)
         if not isinstance(self.client, Client):  # queues may move between shards
             self._follower = ShardFollower(self.client, self.config.queues,
-                                           self.config.queue_refresh)
+                                           self.config.queue_refresh, holders=self._names)
         log.info("django-qless %s supervisor %s (pid %d) starting: forking, %d children%s, "
                  "queues %s", __version__, self.name, os.getpid(), self.wanted,
                  ", fork per job" if self.config.fork_per_job else "", ",".join(self.queues))
@@ -170,9 +170,14 @@ class ForkingWorker(ChildDisposal, ChildWatch):
                 for child in readable:
                     self._read_status(child)
 
+    def _names(self) -> list[str]:
+        """Return the names of the live children (whose jobs keep a shard followed)."""
+        return sorted(self.channels.names) if self.channels is not None else []
+
     def _follow(self) -> None:
         """Hear `w:<child>` in the shards the served queues moved to (looked at once a
-        second at most): a job the children take there is canceled or lost there."""
+        second at most): a job the children take there is canceled or lost there. A shard
+        they all left, with no child's job there, is no longer heard."""
         if self._follower is None or self.channels is None:
             return
         try:

@@ -124,6 +124,11 @@ class WorkerChannelListener(threading.Thread):
             clients = [sub.client for sub in self._subs.values()]
         with self._lock:
             wanted = set(self._wanted)
+        followed = {client.shard for client in clients}
+        for tag in [t for t in self._subs if t not in followed]:  # no longer followed
+            self._subs.pop(tag).close()
+            self._pending.pop(tag, None)
+            self._retry_at.pop(tag, None)
         now = time.monotonic()
         for client in clients:
             tag = client.shard

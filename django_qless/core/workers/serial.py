@@ -66,7 +66,9 @@ class SerialWorker(JobLoop):
         if isinstance(deployment, Client):
             return lambda: [deployment]
         # Its own selection and routes: the listener thread asks, not the job thread.
-        return ShardFollower(deployment, self.config.queues, self.config.queue_refresh).clients
+        name = self.name
+        return ShardFollower(deployment, self.config.queues, self.config.queue_refresh,
+                             holders=lambda: (name,)).clients
 
     # -- control ----------------------------------------------------------------------------
     def request_stop(self, graceful: bool = True) -> None:

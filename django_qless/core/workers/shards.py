@@ -9,14 +9,18 @@ order (docs/worker.md, "Serving queues in several shards").
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from django_qless.core.client import Client
 from django_qless.core.sharded import ShardedClient
 from django_qless.core.workers.reservers import QueueSelection, is_pattern
 
 __all__ = ["Deployment", "QueueRoutes", "ShardFollower", "known_queues", "served_clients"]
+
+log = logging.getLogger("django_qless.worker")
 
 #: What a worker is given: one keyspace, or queues placed over a cluster's shards.
 Deployment = Client | ShardedClient
@@ -133,21 +137,28 @@ class QueueRoutes:
 
 class ShardFollower:
     """The shards whose worker channels a worker must hear: those its queue specs named at
-    start, plus every shard a served queue has been in since (a queue moved: the jobs it
-    takes there are canceled or lost there). Uses the placements the job loop reserves by
-    (`QueueRoutes`), looked at again at most once a second."""
+    start, plus every shard a served queue has moved to since (the jobs it takes there are
+    canceled or lost there). A shard no served queue lives in any more (moved away) is
+    dropped once none of `holders()` (the worker's names: a serial worker's, a
+    supervisor's children's) holds a job there. With a queue pattern every shard is
+    followed. Uses the placements the job loop reserves by (`QueueRoutes`), looked at again
+    at most once a second."""
 
     def __init__(self, deployment: Deployment, specs: Sequence[str], refresh: float = 10.0,
-                 every: float = 1.0) -> None:
+                 every: float = 1.0, holders: Callable[[], Iterable[str]] = tuple) -> None:
         self.selection = QueueSelection(specs, known_queues(deployment), refresh=refresh)
         self.routes = QueueRoutes(deployment, self.selection, refresh=refresh)
         self._every = every
         self._at = 0.0
         self._version = -1
+        self._holders = holders
+        # A pattern may match a queue of any shard, now or later: every shard stays.
+        self._every_shard = isinstance(deployment, Client) or any(map(is_pattern, specs))
         self._clients = {c.shard: c for c in self.routes.served()}
+        self._kept: set[str | None] = set()  # left by every queue, kept for our jobs there
 
     def clients(self) -> list[Client]:
-        """Return every shard followed so far (looking again when a second has passed)."""
+        """Return every shard followed now (looking again when a second has passed)."""
         now = time.monotonic()
         if now >= self._at:
             self._at = now + self._every
@@ -156,4 +167,38 @@ class ShardFollower:
                 self._version = self.routes.version
                 for client, _ in groups:
                     self._clients.setdefault(client.shard, client)
+            if not self._every_shard:
+                self._drop_left(groups)
         return list(self._clients.values())
+
+    def _drop_left(self, groups: list[tuple[Client, list[str]]]) -> None:
+        """Drop the shards no served queue lives in, unless a job of ours is there."""
+        serving = {client.shard for client, _ in groups}
+        for shard, client in list(self._clients.items()):
+            if shard in serving:
+                self._kept.discard(shard)
+            elif not self._holds_jobs(client):
+                del self._clients[shard]
+                self._kept.discard(shard)
+                log.info("no served queue in shard %s any more: no longer listening there",
+                         shard)
+            elif shard not in self._kept:
+                self._kept.add(shard)
+                log.info("no served queue in shard %s any more; listening there until our "
+                         "jobs there end", shard)
+
+    def _holds_jobs(self, client: Client) -> bool:
+        """Tell whether one of the worker's names holds a job in `client`'s shard (a job
+        taken there before its queue moved away may still run: its notices come there)."""
+        names = list(self._holders())
+        if not names:
+            return False
+        keys = [client.keyspace.key(f"w:{name}:jobs") for name in names]
+
+        def read(conn: Any) -> list[Any]:
+            pipe = conn.pipeline(transaction=False)
+            for key in keys:
+                pipe.zcard(key)
+            return list(pipe.execute())
+
+        return any(int(n) for n in client.read(read))

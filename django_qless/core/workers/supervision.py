@@ -88,8 +88,12 @@ class ChildChannels:
         self.names: set[str] = set()
 
     def follow(self, clients: Sequence[Client]) -> None:
-        """Listen in the shards of `clients` too (a served queue moved there); the shards
-        already followed stay (jobs taken there may still run)."""
+        """Listen in the shards of `clients` (a served queue moved there) and no longer in
+        the others (`ShardFollower` keeps a shard while a child's job there may run)."""
+        wanted = {client.shard for client in clients}
+        for shard in [s for s in self.shards if s.client.shard not in wanted]:
+            shard.close()  # its channels are unsubscribed on the node's shared connection
+            self.shards.remove(shard)
         known = {shard.client.shard for shard in self.shards}
         for client in clients:
             if client.shard in known:
