@@ -136,15 +136,12 @@ def test_a_job_canceled_in_its_shard_gets_its_child_killed(
     place_on_three_primaries(sharded, cluster, ("qa", "qb"))
     worker = start("-n", "1", "--name", "wk", "qa,qb")
     first = worker.wait_children(1, 30)[0]
-    # The supervisor listens on the child's channel in qb's shard (sharded pub/sub). It
-    # sends that SSUBSCRIBE right after the fork and does not wait for it: on a loaded
-    # machine the child could take and start a job before it is in effect, and a cancel
-    # sent then is heard only at the job's next heartbeat. So the job is put once the
-    # subscription is there.
-    wait_until(lambda: shard_subscribers(cluster, sharded, "qb", "w:wk-0") == 1, 30)
     jid = sharded.for_queue("qb").queues["qb"].put("tests.worker.jobs.sleep_long",
                                                    {"seconds": 120})
     wait_until(lambda: ledger(rc, "started", jid), 30)
+    # The supervisor listens on the child's channel in qb's shard (sharded pub/sub): the
+    # child took no job before Redis confirmed it (see the next test).
+    assert shard_subscribers(cluster, sharded, "qb", "w:wk-0") == 1
     job = sharded.for_queue("qb").jobs[jid]
     assert job is not None
     job.cancel()
@@ -157,6 +154,34 @@ def test_a_job_canceled_in_its_shard_gets_its_child_killed(
     replacement = worker.wait_children(1, 30)[0]
     assert replacement != first
     assert not ledger(rc, "done", jid)
+
+
+def test_a_child_takes_no_job_before_its_supervisor_listens_on_its_channel(
+    cluster: LocalCluster, sharded: ShardedClient, rc: RedisCluster, tmp_path: Path,
+) -> None:
+    """The supervisor stalls 2 s after forking (tests/cluster/slow_fork_jobs.py), before
+    it subscribes to the child's channel. The child waits for it: the job waiting in qb
+    starts only once that channel is heard, so a cancel sent as soon as it starts kills
+    the child at once (else it would be heard only at the job's heartbeat, 20 s on)."""
+    place_on_three_primaries(sharded, cluster, ("qa", "qb"))
+    jid = sharded.for_queue("qb").queues["qb"].put("tests.worker.jobs.sleep_long",
+                                                   {"seconds": 120})
+    urls = ",".join(f"redis://{n.address}" for n in cluster.primaries())
+    worker = WorkerProcess(f"redis://{cluster.primaries()[0].address}",
+                           ["--cluster", urls, "--shards", str(SHARDS), "-n", "1", "--name",
+                            "wk", "qa,qb"], tmp_path, jobs_module="tests.cluster.slow_fork_jobs")
+    try:
+        started = wait_until(lambda: ledger(rc, "started", jid), 30)[0]
+        job = sharded.for_queue("qb").jobs[jid]
+        assert job is not None
+        job.cancel()
+        try:
+            wait_until(lambda: not alive(int(started["pid"])), 15)
+        except AssertionError:
+            raise AssertionError(worker.stderr()[-4000:]) from None
+        assert f"child wk-0: canceled for job {jid}; killing it" in worker.stderr()
+    finally:
+        worker.kill_all()
 
 
 def test_after_a_failover_the_worker_resubscribes_and_keeps_running_jobs_there(

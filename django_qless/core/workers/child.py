@@ -16,6 +16,7 @@ import ctypes
 import logging
 import os
 import random
+import select
 import signal
 import sys
 import threading
@@ -232,11 +233,14 @@ def child_main(
     paused: bool = False,
     pool: SharedJobPool | None = None,
     leader_token: TokenFile | None = None,
+    go_fd: int | None = None,
 ) -> int:
     """Run in a freshly forked child; return the exit code for `os._exit`.
 
     Signals arrive blocked (see the supervisor's fork); they are unblocked once this
-    child's own handlers are installed, so none sent in between is lost.
+    child's own handlers are installed, so none sent in between is lost. With `go_fd` the
+    child takes no job before the supervisor writes to it (or closes it): the supervisor
+    listens on the child's channel by then.
     """
     try:
         reset_child_signals()
@@ -249,6 +253,8 @@ def child_main(
         child.install_signals()
         child.signals.paused = paused  # a child born during USR2 starts paused too
         signal.pthread_sigmask(signal.SIG_SETMASK, signal_mask or set())
+        if go_fd is not None:
+            _await_go(go_fd, child)
         if child.orphaned():
             return ExitCode.CHILD_ORPHANED
         child.run()
@@ -262,3 +268,15 @@ def child_main(
             sys.stderr.flush()
         except Exception:  # noqa: S110 - leaving anyway
             pass
+
+
+def _await_go(go_fd: int, child: ForkChild, bound: float = 10.0) -> None:
+    """Wait until the supervisor lets this child take jobs (a byte or end of file on
+    `go_fd`), a stop or the supervisor's death, or `bound` seconds (a stuck supervisor)."""
+    deadline = time.monotonic() + bound
+    try:
+        while time.monotonic() < deadline and not child.signals.stop_requests:
+            if select.select([go_fd], [], [], 0.25)[0] or child.orphaned():
+                return
+    finally:
+        os.close(go_fd)

@@ -42,6 +42,8 @@ log = logging.getLogger("django_qless.worker")
 _BLOCKED = {*SignalState.HANDLED, signal.SIGCHLD}
 _STATUS_EVERY = 0.05  # seconds between two reads of the children's status pipes
 _BUSY_PING, _IDLE_PING = 10.0, 30.0  # PING a quiet pubsub connection this often
+# A new child takes jobs once its channel is confirmed in every shard, or after this long.
+_GO_WITHIN = 5.0
 
 
 class ForkingWorker(ChildDisposal, ChildWatch):
@@ -126,6 +128,7 @@ class ForkingWorker(ChildDisposal, ChildWatch):
                 self._wait()
                 self._reap()
                 self._handle_events()
+                self._let_children_go()
                 self._follow()
                 self._act_on_signals()
                 self._enforce_limits()
@@ -202,7 +205,9 @@ class ForkingWorker(ChildDisposal, ChildWatch):
     def _spawn(self, slot: int, resume: bool) -> None:
         self.hooks.before_fork()
         read_fd, write_fd = os.pipe()
-        sibling_fds = [c.status_fd for c in self.children.values()]
+        go_read, go_write = os.pipe()
+        sibling_fds = [fd for c in self.children.values() for fd in (c.status_fd, c.go_fd)
+                       if fd >= 0]
         # Hold signals across the fork: one sent to a brand-new child before it has its own
         # handlers would otherwise hit the supervisor's inherited ones and be lost (a QUIT
         # lost that way leaves a child running forever). The child unblocks once ready.
@@ -219,26 +224,42 @@ class ForkingWorker(ChildDisposal, ChildWatch):
             code = int(ExitCode.CHILD_CRASHED)
             try:
                 os.close(read_fd)
+                os.close(go_write)
                 for fd in sibling_fds:
                     os.close(fd)
                 self.signals.wake_pipe.close()
                 code = child_main(self.config, self.hooks, slot, write_fd, supervisor_pid,
                                   resume=resume, signal_mask=mask,
                                   paused=self.signals.paused, pool=self.pool,
-                                  leader_token=self._leader_token)
+                                  leader_token=self._leader_token, go_fd=go_read)
             finally:
                 os._exit(code)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.close(write_fd)
+        os.close(go_read)
         os.set_blocking(read_fd, False)
         name = f"{self.config.name}-{slot}" if self.config.name else default_worker_name(pid)
-        child = ChildProc(slot=slot, pid=pid, name=name, status_fd=read_fd)
+        child = ChildProc(slot=slot, pid=pid, name=name, status_fd=read_fd, go_fd=go_write)
         self.children[pid] = child
         self.free_slots.remove(slot)
         assert self.channels is not None
         self.channels.add(name)
         self.hooks.after_fork_parent(pid)
         log.info("started child %s (pid %d, slot %d)", name, pid, slot)
+
+    def _let_children_go(self) -> None:
+        """Let each new child take jobs once Redis has confirmed its channel everywhere: a
+        job it took before could be canceled unheard (noticed only at its heartbeat)."""
+        assert self.channels is not None
+        for child in self.children.values():
+            if child.go_fd < 0:
+                continue
+            if not self.channels.listening(child.name):
+                if time.monotonic() - child.started < _GO_WITHIN:
+                    continue
+                log.warning("child %s: its channel is not confirmed after %gs; letting it "
+                            "take jobs anyway", child.name, _GO_WITHIN)
+            _close_go(child)
 
     def _read_status(self, child: ChildProc) -> None:
         try:
@@ -312,6 +333,7 @@ class ForkingWorker(ChildDisposal, ChildWatch):
             child = self.children.pop(pid)
             self._read_status(child)
             os.close(child.status_fd)
+            _close_go(child)
             self._after_death(child, os.waitstatus_to_exitcode(status))
 
     # -- signals and limits --------------------------------------------------------------------
@@ -422,3 +444,14 @@ class ForkingWorker(ChildDisposal, ChildWatch):
             self._leader_token.close()
         if self._token_dir:
             shutil.rmtree(self._token_dir, ignore_errors=True)
+
+
+def _close_go(child: ChildProc) -> None:
+    """Tell the child it may take jobs (one byte, and the pipe closed)."""
+    if child.go_fd >= 0:
+        try:
+            os.write(child.go_fd, b"g")
+        except OSError:
+            pass  # the child is gone
+        os.close(child.go_fd)
+        child.go_fd = -1

@@ -52,6 +52,7 @@ class ChildProc:
     term_sent: float = 0.0
     left: str | None = None  # why the child says it leaves on its own (status line `x`)
     buffer: bytes = b""
+    go_fd: int = -1  # the pipe that lets the child take jobs, until written (see listening)
 
 
 def attempts_still_owned(client: Client, attempts: Sequence[tuple[str, str, str]]) -> list[bool]:
@@ -134,6 +135,11 @@ class ChildChannels:
         for shard in self.shards:
             shard.remove(name)
 
+    def listening(self, name: str) -> bool:
+        """Tell whether Redis confirmed `name`'s channel in every shard connected now (a
+        shard reconnecting is re-checked once back: `take_missed`)."""
+        return all(shard.listening(name) for shard in self.shards)
+
     def filenos(self) -> list[int]:
         """Return the sockets to poll (of the connections up now)."""
         return [fd for shard in self.shards if (fd := shard.fileno()) is not None]
@@ -161,6 +167,9 @@ class _ShardChannels:
         self.prefix = client.keyspace.channel("w:")
         self.health_check_interval = health_check_interval
         self.names: set[str] = set()
+        # Per name, the SSUBSCRIBEs of its channel not confirmed yet (a child that dies
+        # at once is unsubscribed and its successor subscribed before the first reply).
+        self._unconfirmed: dict[str, int] = {}
         self._sub: Subscription | None = None
         self._last_traffic = time.monotonic()
         self._retry_at = 0.0
@@ -181,6 +190,7 @@ class _ShardChannels:
             self._retry_at = time.monotonic() + 1.0
             return None
         self._sub = sub
+        self._unconfirmed = dict.fromkeys(self.names, 1)
         self._last_traffic = time.monotonic()
         if self._connected_once:
             self.missed_events = True
@@ -199,9 +209,21 @@ class _ShardChannels:
         if sub is None:
             return
         try:
-            sub.subscribe([self.prefix + name])
+            if sub.subscribe([self.prefix + name]):
+                self._unconfirmed[name] = self._unconfirmed.get(name, 0) + 1
         except PUBSUB_ERRORS as exc:
             self._broken(exc)
+
+    def listening(self, name: str) -> bool:
+        """Tell whether `name`'s channel is confirmed here (or the shard is not connected)."""
+        return self._sub is None or name not in self._unconfirmed
+
+    def _confirmed(self, name: str) -> None:
+        left = self._unconfirmed.get(name, 0) - 1
+        if left > 0:
+            self._unconfirmed[name] = left
+        else:
+            self._unconfirmed.pop(name, None)
 
     def remove(self, name: str) -> None:
         """Stop listening for worker `name`."""
@@ -234,6 +256,8 @@ class _ShardChannels:
                 if msg is None:
                     break
                 self._last_traffic = time.monotonic()
+                if Subscription.confirms(msg):
+                    self._confirmed(str(msg.get("channel", ""))[len(self.prefix):])
                 if msg.get("type") not in MESSAGE_TYPES:
                     continue
                 channel = str(msg.get("channel", ""))
