@@ -351,11 +351,13 @@ FAMILIES = [
 # engine calls, by their command functions' inclusive instructions.
 LOADING = ("scriptCommand", "functionLoadCommand")
 ENGINE_CALLS = ("evalShaCommand", "evalCommand", "fcallCommand", "fcallroCommand")
-# Command functions that only dispatch (the client's side of a call, or the engine itself).
-NOT_DATA = {"fcallCommand", "fcallroCommand", "scriptCommand", "helloCommand", "clientCommand",
+# Command functions that are not the engine's commands: dispatch, the client's own calls, and
+# the bench job's body (the engine runs no INCR or INCRBY).
+NOT_DATA = {"incrCommand", "incrbyCommand",
+            "fcallCommand", "fcallroCommand", "scriptCommand", "helloCommand", "clientCommand",
             "subscribeCommand", "unsubscribeCommand", "pingCommand", "selectCommand",
             "infoCommand", "functionCommand", "commandCommand", "flushallCommand",
-            "configCommand", "processCommand", "lookupCommand"}
+            "configCommand", "processCommand", "lookupCommand", "multiCommand", "execCommand"}
 
 
 def split(out_file: str | Path, jobs: float) -> dict[str, float]:
@@ -385,7 +387,7 @@ def split(out_file: str | Path, jobs: float) -> dict[str, float]:
     for f, v in sorted(commands.items(), key=lambda kv: -kv[1]):
         out[f"  command {f[:-7].upper()}"] = v / jobs
     out["  Lua, redis.call glue, engine-call overhead (engine calls - commands)"] = (
-        engine - sum(commands.values())) / jobs  # (a client's own INCR counted as a command)
+        engine - sum(commands.values())) / jobs
     if "luaC_step" in incl:
         out["  of it Lua garbage collector (luaC_step)"] = incl["luaC_step"] / jobs
     return out
