@@ -15,7 +15,9 @@ Usage: `.venv/bin/python benchmarks/attribution.py [--jobs 5000] [--redis-server
 4. Memory: MEMORY USAGE, type and encoding of every key per waiting job after 1,000 puts,
    and the job hash's fields (name and value sizes).
 5. With --callgrind N: redis-server under callgrind for N jobs through the worker;
-   instructions per job by function family (Lua VM, redis.call glue, commands, networking).
+   instructions per job by function family (Lua VM, redis.call glue, commands, networking),
+   and inclusive: the engine's loading (the worker's start: on 6.2 each process's SCRIPT
+   LOADs), the engine calls, each Redis command run, and the rest of the engine calls.
 
 Load-robust numbers: the call counts, MEMORY USAGE, and callgrind's instruction counts;
 commandstats usec and INFO cpu move with the machine's load.
@@ -278,7 +280,8 @@ def callgrind(binary: str, jobs: int) -> dict[str, Any]:
             text = cg.annotate(keep_as=kept.name)
     except CallgrindError as exc:
         return {"error": str(exc)}
-    return {"jobs": jobs, "file": str(kept), **families(text, jobs, lua_range(binary))}
+    return {"jobs": jobs, "file": str(kept), "split": split(kept, jobs),
+            **families(text, jobs, lua_range(binary))}
 
 
 def lua_range(binary: str) -> tuple[int, int, int]:
@@ -342,6 +345,52 @@ FAMILIES = [
      r"__memmove|strlen|__strlen|incr|object|time|Command$|timeCommand|"
      r"updateKeyspace|keyHashSlot|serverLogObject|getLongLong|string2ll|ustime|mstime)"),
 ]
+
+
+# The engine's loading (SCRIPT LOAD / FUNCTION LOAD: each process's first contact) and the
+# engine calls, by their command functions' inclusive instructions.
+LOADING = ("scriptCommand", "functionLoadCommand")
+ENGINE_CALLS = ("evalShaCommand", "evalCommand", "fcallCommand", "fcallroCommand")
+# Command functions that are not the engine's commands: dispatch, the client's own calls, and
+# the bench job's body (the engine runs no INCR or INCRBY).
+NOT_DATA = {"incrCommand", "incrbyCommand",
+            "fcallCommand", "fcallroCommand", "scriptCommand", "helloCommand", "clientCommand",
+            "subscribeCommand", "unsubscribeCommand", "pingCommand", "selectCommand",
+            "infoCommand", "functionCommand", "commandCommand", "flushallCommand",
+            "configCommand", "processCommand", "lookupCommand", "multiCommand", "execCommand"}
+
+
+def split(out_file: str | Path, jobs: float) -> dict[str, float]:
+    """Per job, inclusive instructions of the engine's loading, its calls, each Redis command
+    run (by command function: on 6.2 and 7.x `<name>Command`), the Lua garbage collector
+    (6.2's binary names it), and the rest (I/O, event loop, the client's own commands)."""
+    text = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100",
+                           str(out_file)], capture_output=True, text=True, check=False).stdout
+    incl: dict[str, int] = {}
+    total = 0
+    for line in text.splitlines():
+        if "PROGRAM TOTALS" in line:
+            total = int(line.split()[0].replace(",", ""))
+            continue
+        m = re.match(r"^\s*([\d,]+)\s+\([\s\d.%]+\)\s+(\S+)", line)
+        if not m:
+            continue
+        func = m.group(2).rsplit(":", 1)[-1].split("'")[0]
+        incl[func] = max(incl.get(func, 0), int(m.group(1).replace(",", "")))
+    out: dict[str, float] = {"total": total / jobs}
+    out["engine loading (SCRIPT/FUNCTION LOAD)"] = sum(incl.get(f, 0) for f in LOADING) / jobs
+    engine = sum(incl.get(f, 0) for f in ENGINE_CALLS)
+    out["engine calls (EVALSHA/FCALL)"] = engine / jobs
+    commands = {f: v for f, v in incl.items()
+                if re.fullmatch(r"[a-z]+Command", f) and f not in NOT_DATA and f not in LOADING
+                and f not in ENGINE_CALLS}
+    for f, v in sorted(commands.items(), key=lambda kv: -kv[1]):
+        out[f"  command {f[:-7].upper()}"] = v / jobs
+    out["  Lua, redis.call glue, engine-call overhead (engine calls - commands)"] = (
+        engine - sum(commands.values())) / jobs
+    if "luaC_step" in incl:
+        out["  of it Lua garbage collector (luaC_step)"] = incl["luaC_step"] / jobs
+    return out
 
 
 def families(annotated: str, jobs: int,
@@ -517,6 +566,15 @@ def report(doc: dict[str, Any]) -> str:
                       f"in redis-server ({cg['jobs']} jobs); exclusive cost by family:"]
             for fam, ir in cg["families_ir_per_job"].items():
                 lines.append(f"      {fam:42} {ir:10,.0f} {ir / cg['total_ir_per_job']:6.1%}")
+            sp = cg.get("split") or {}
+            if sp:
+                load = sp["engine loading (SCRIPT/FUNCTION LOAD)"]
+                lines.append(f"   inclusive per job: {sp['total'] - load:,.0f} after taking out "
+                             f"the engine's loading at the worker's start ({load:,.0f}: "
+                             "SCRIPT LOAD hashes and compiles, once per process)")
+                for k, v in sp.items():
+                    if k != "total":
+                        lines.append(f"      {k:66} {v:10,.0f}")
             lines.append("   top functions (exclusive instructions per job):")
             for func, fam, ir in cg["top_functions"][:25]:
                 lines.append(f"      {func:42} {ir:10,.0f}  [{fam}]")

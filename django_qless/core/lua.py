@@ -58,7 +58,14 @@ class EngineBuildError(ValueError):
 
 
 def _read_sources() -> dict[str, str]:
-    """Return every manifest file's text by module name (file name without `.lua`)."""
+    """Return every manifest file's text by module name (file name without `.lua`), in a
+    dict of the caller's own."""
+    return dict(_sources())
+
+
+@cache
+def _sources() -> dict[str, str]:
+    """Read the manifest's files once per process (every bundle is built from them)."""
     package = resources.files("django_qless") / "lua"
     present = {p.name for p in package.iterdir() if p.name.endswith(".lua")}
     if present != set(MANIFEST):
@@ -134,15 +141,20 @@ def build_routes(sources: dict[str, str]) -> tuple[dict[str, tuple[str, ...]], t
 
 
 @cache
+def _built() -> tuple[dict[str, tuple[str, ...]], tuple[str, ...]]:
+    """Return build_routes of the package's sources (once per process)."""
+    return build_routes(_sources())
+
+
 def routes() -> dict[str, tuple[str, ...]]:
     """Return command -> the modules it loads, as built into the script."""
-    return build_routes(_read_sources())[0]
+    return _built()[0]
 
 
-def _routes_block(sources: dict[str, str], only: str | None = None) -> str:
+def _routes_block(only: str | None = None) -> str:
     """Return the generated Lua that api.lua and base.lua read: ROUTES and HANDOFF_MODS
     (`only`: the route of that one command, for its bundle)."""
-    table, handoff = build_routes(sources)
+    table, handoff = _built()
     if only is not None:
         table = {only: table[only]}
     # Every entry is preceded by a space: main() finds ' <command>=' with one plain find.
@@ -164,8 +176,8 @@ def script_text(caller_time: bool = False) -> str:
     `caller_time` builds the testing variant that takes every caller's `now` as given instead
     of bounding it by the server's clock, so tests can move time; it is never used otherwise.
     """
-    sources = _read_sources()
-    parts = [_routes_block(sources)]
+    sources = _sources()
+    parts = [_routes_block()]
     for name in MANIFEST:
         parts.append(f"-- ==== {name} ====\n{sources[name[:-4]].rstrip()}\n")
     return _with_clock("\n".join(parts), caller_time)
@@ -193,7 +205,7 @@ def _statements() -> tuple[dict[str, list[Statement]], dict[str, Statement],
     """Return each file's top-level statements, the module loaders and their split bodies
     (None: kept whole), or None if the sources cannot be analysed (then every command uses
     the full script)."""
-    sources = _read_sources()
+    sources = _sources()
     try:
         files = {mod: split(text) for mod, text in sources.items()}
     except Unsure:
@@ -204,7 +216,18 @@ def _statements() -> tuple[dict[str, list[Statement]], dict[str, Statement],
             for name in st.defines:
                 if name.startswith("mod:"):
                     loaders[name[4:]] = st
-    return files, loaders, {mod: split_loader(st, mod) for mod, st in loaders.items()}
+    bodies = {mod: split_loader(st, mod) for mod, st in loaders.items()}
+    for st in (*(st for stmts in files.values() for st in stmts),
+               *(b for lo in bodies.values() if lo is not None for b in lo.body)):
+        st.tokens = []  # (only split_loader needed them: not kept for the process's life)
+    return files, loaders, bodies
+
+
+@cache
+def _entry_modules() -> list[str]:
+    """Return the modules that declare `--@ entry` (the roots of every bundle)."""
+    return [mod for mod, text in _sources().items()
+            if [m.group(1) for m in _DECL.finditer(text)] == ["entry"]]
 
 
 @cache
@@ -220,10 +243,8 @@ def bundle_text(command: str, caller_time: bool = False) -> str | None:
     if analysed is None or command not in table:
         return None
     files, loaders, split_loaders = analysed
-    sources = _read_sources()
-    handoff = build_routes(sources)[1]
-    entry = [mod for mod, text in sources.items()
-             if [m.group(1) for m in _DECL.finditer(text)] == ["entry"]]
+    handoff = _built()[1]
+    entry = _entry_modules()
     loader_ids = {id(st) for st in loaders.values()}
     helpers = [st for mod, stmts in files.items() if mod not in entry for st in stmts
                if id(st) not in loader_ids]
@@ -246,7 +267,7 @@ def bundle_text(command: str, caller_time: bool = False) -> str | None:
     always = [*helpers, *(st for mod in included for st in modules.get(mod, []))]
     fields = sorted({n[2:] for st in always if id(st) in kept for n in st.defines
                      if n.startswith("Q.")})
-    parts = [_routes_block(sources, command)]
+    parts = [_routes_block(command)]
     for name in MANIFEST:
         out = []
         for st in files[name[:-4]]:

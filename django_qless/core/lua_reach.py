@@ -17,14 +17,15 @@ from dataclasses import dataclass, field
 
 __all__ = ["Loader", "Statement", "reachable", "split", "split_loader"]
 
-# One Lua token: long comment, line comment, long string, quoted string, name, number, symbol.
+# One Lua token: name (first: the most common, and no other kind starts with a letter or _),
+# long comment, line comment, long string, quoted string, number, symbol.
 _TOKEN = re.compile(
-    r"""--\[(?P<lc>=*)\[.*?\](?P=lc)\]
+    r"""(?P<name>[A-Za-z_][A-Za-z0-9_]*)
+      | --\[(?P<lc>=*)\[.*?\](?P=lc)\]
       | --[^\n]*
       | \[(?P<ls>=*)\[.*?\](?P=ls)\]
       | "(?:[^"\\\n]|\\.)*"
       | '(?:[^'\\\n]|\\.)*'
-      | (?P<name>[A-Za-z_][A-Za-z0-9_]*)
       | 0[xX][0-9a-fA-F]+ | \d+\.?\d*(?:[eE][+-]?\d+)? | \.\d+
       | \.\.\.? | [=~<>]= | \S
     """,
@@ -57,6 +58,8 @@ class Statement:
     defines: set[str] = field(default_factory=set)  # 'Q.x', a local name, or 'mod:<name>'
     mentions: set[str] = field(default_factory=set)  # 'Q.x' or a bare name
     root: bool = False  # kept whatever the command (defines nothing we can follow)
+    # (offset in `text`, token) of its tokens, so a loader's body is not tokenized again
+    tokens: list[tuple[int, str]] = field(default_factory=list, repr=False)
 
 
 def _tokens(text: str) -> list[tuple[int, str]]:
@@ -69,12 +72,14 @@ def _tokens(text: str) -> list[tuple[int, str]]:
     return out
 
 
-def split(text: str, indent: str = "") -> list[Statement]:
+def split(text: str, indent: str = "", toks: list[tuple[int, str]] | None = None
+          ) -> list[Statement]:
     """Split one file's text (or a loader's body indented by `indent`) into its top-level
     statements, each with what follows it up to the next one, comments included. A
     statement starts at the line's indent, outside any block or bracket; raises Unsure if
-    the text does not split cleanly."""
-    toks = _tokens(text)
+    the text does not split cleanly. `toks`: the text's tokens, if known."""
+    if toks is None:
+        toks = _tokens(text)
     starts: list[int] = []
     depth = 0
     lead = "\n" + indent
@@ -100,7 +105,10 @@ def split(text: str, indent: str = "") -> list[Statement]:
         last = starts[n + 1] if n + 1 < len(starts) else len(toks)
         begin = 0 if n == 0 else toks[first][0]
         end = toks[last][0] if last < len(toks) else len(text)
-        stmts.append(_describe(text[begin:end], [t for _, t in toks[first:last]]))
+        st = _describe(text[begin:end], [t for _, t in toks[first:last]])
+        if any(name.startswith("mod:") for name in st.defines):  # a loader: split_loader
+            st.tokens = [(pos - begin, tok) for pos, tok in toks[first:last]]
+        stmts.append(st)
     return stmts
 
 
@@ -123,8 +131,10 @@ def split_loader(st: Statement, module: str) -> Loader | None:
     end = st.text.rstrip().rfind("\nend")
     if head is None or end < head.end():
         return None
+    start, stop = head.end(), end + 1
+    toks = [(pos - start, tok) for pos, tok in st.tokens if start <= pos < stop]
     try:
-        body = split(st.text[head.end():end + 1], "  ")
+        body = split(st.text[start:stop], "  ", toks if st.tokens else None)
     except Unsure:
         return None
     if not body:
@@ -152,7 +162,8 @@ def _describe(text: str, toks: list[str]) -> Statement:
                 st.mentions.add("cmd:" + name)
     # The mentions: Q.<name> pairs and bare names (not fields, not keywords).
     for i, tok in enumerate(toks):
-        if not _is_name(tok) or tok in _KEYWORDS:
+        c = tok[0]
+        if not (c.isalpha() or c == "_") or tok in _KEYWORDS:  # (_is_name, inlined: hot)
             continue
         if i > 0 and toks[i - 1] in (".", ":"):
             continue

@@ -12,8 +12,9 @@ import redis
 from django_qless.core.channel import NodeChannel
 from django_qless.core.client import Client
 from django_qless.core.console import engine_slowlog
+from django_qless.core.lua import _read_sources as engine_sources
 from django_qless.core.lua import bundle_sha, bundle_text, routes, script_sha, script_text
-from django_qless.core.lua_reach import Unsure, split
+from django_qless.core.lua_reach import Unsure, split, split_loader
 from django_qless.core.server import RedisServer
 from tests.core.conftest import FakeClock
 
@@ -83,6 +84,26 @@ def test_the_analysis_gives_up_on_what_it_cannot_follow() -> None:
     st = split("local Q = {}\nfunction Q.f(a) return Q.g(a) end\nQ.g = function() end\n")
     assert [sorted(s.defines) for s in st] == [["Q"], ["Q.f"], ["Q.g"]]
     assert {"Q.g", "Q"} <= st[1].mentions
+
+
+def test_a_loader_body_split_from_its_file_s_tokens_is_the_body_split_anew() -> None:
+    """split_loader reuses the tokens of the file's split: the statements must be the ones
+    a fresh split of the body text gives (text, definitions, mentions)."""
+    sources = engine_sources()
+    loaders = 0
+    for mod, text in sources.items():
+        for st in split(text):
+            if not any(n.startswith("mod:") for n in st.defines):
+                continue
+            assert st.tokens, mod  # kept for split_loader
+            reused = split_loader(st, mod)
+            st.tokens = []
+            anew = split_loader(st, mod)
+            assert reused is not None and anew is not None, mod
+            assert [(b.text, b.defines, b.mentions, b.root) for b in reused.body] == [
+                (b.text, b.defines, b.mentions, b.root) for b in anew.body], mod
+            loaders += 1
+    assert loaders >= 10
 
 
 # ----------------------------------------------------------------- same replies, same data
