@@ -41,6 +41,10 @@ Q.mod.put = function()
 
   local NO_OPTS = {}  -- (a put without options: read only)
   local NO_TAGS = {}  -- (no tags, or a new job's old ones: read only)
+  -- A single put's context (check_put), refilled by every put: never holds `work` or `listed`.
+  local ONE = { worker = false, queue = false, jid = false, key = false, klass = false,
+    data = false, delay = false, opts = false, old = false, retries = false, tags = false,
+    priority = false, depends = false, throttles = false }
 
   local PUT_FIELDS = { 'state', 'queue', 'worker', 'tags', 'priority', 'retries', 'failure',
     'throttles', 'held', 'grace', 'scheduled', 'history', 'tracked' }
@@ -112,11 +116,19 @@ Q.mod.put = function()
       -- a new job has no dependents, so no cycle
       if batch then batch.cycle(jid, depends) else Q.check_cycle(jid, depends) end
     end
-    if batch then batch.note(jid, depends) end
-    return { worker = worker, queue = queue, jid = jid, key = key, klass = klass, data = data,
-      delay = delay,
-      opts = opts, old = old, retries = retries, tags = tags, priority = priority,
-      depends = depends, throttles = throttles }
+    if batch then
+      batch.note(jid, depends)
+      return { worker = worker, queue = queue, jid = jid, key = key, klass = klass, data = data,
+        delay = delay, opts = opts, old = old, retries = retries, tags = tags,
+        priority = priority, depends = depends, throttles = throttles }
+    end
+    -- (a single put's context is the one table ONE, refilled: no allocation, less to collect)
+    local c = ONE
+    c.worker, c.queue, c.jid, c.key, c.klass, c.data, c.delay = worker, queue, jid, key, klass,
+      data, delay
+    c.opts, c.old, c.retries, c.tags, c.priority, c.depends, c.throttles = opts, old, retries,
+      tags, priority, depends, throttles
+    return c
   end
 
   -- Queues known to be listed in ql:queues: K.listed[queue] = the time until which a put
@@ -209,7 +221,8 @@ Q.mod.put = function()
       if opts.throttles and not throttles and old.throttles then table.insert(stale, 'throttles') end
       if #stale > 0 then rcall('HDEL', key, unpack(stale)) end
     end
-    for _, t in ipairs(tags) do
+    for i = 1, #tags do
+      local t = tags[i]
       if oldset[t] then rcall('ZADD', KP .. 't:' .. t, now, jid) else Q.tag_add(jid, t, now) end
     end
     local state = delay > 0 and 'scheduled' or 'waiting'
@@ -281,7 +294,7 @@ Q.mod.put = function()
   -- put is the current form and gets its errors. Returns the arguments in the current form.
   local function older_put(args)
     local sixth, fifth = args[5], args[4]
-    if sixth and (sixth:byte(1) == 123 or sixth:find('^%s*{')) then return args end  -- ('{')
+    if sixth and (sbyte(sixth, 1) == 123 or sixth:find('^%s*{')) then return args end  -- ('{')
     if not (fifth and fifth:find('^%s*{')) then return args end
     table.insert(args, 1, '')
     return args
