@@ -1,8 +1,9 @@
 """What one single put costs: Redis commands and instructions, and client CPU.
 
 Usage: `.venv/bin/python benchmarks/put_cost.py [--puts 20000] [--callgrind 1000
-[--callgrind-variant put|noop|write]] [--floor ROUNDS] [--redis-server PATH]`. See
-benchmarks/README.md, "Single put (session 7)" and "Enqueue floor (session 8)".
+[--callgrind-variant put|noop|write]] [--floor ROUNDS [--variants huey,put,...]
+[--baseline DIR]] [--redis-server PATH]`. See benchmarks/README.md, "Single put (session 7)",
+"Enqueue floor (session 8)" and "Enqueue (session 9)".
 
 1. Commands per put: INFO commandstats deltas over 1,000 `Queue.put` calls of new jobs into
    one queue (after a warm-up), by command, and a MONITOR trace of one put.
@@ -16,7 +17,9 @@ benchmarks/README.md, "Single put (session 7)" and "Enqueue floor (session 8)".
    engine: `noop` replies the jid at once, `write` runs only the job's HSET and the work
    set's ZADD; then the real put and huey's enqueue (its venv, benchmarks/.venvs/huey). One
    process per variant, the four taking turns in each round (order rotated); medians over
-   the rounds. Shows how much of a put is the round trip and the client.
+   the rounds. Shows how much of a put is the round trip and the client. `--variants`
+   picks some of them (huey first) and `base`: the real put of another checkout
+   (`--baseline DIR`, e.g. `git archive main | tar -x -C DIR`), an A/B of two versions.
 
 Load-robust: the command counts and callgrind instruction counts; client CPU moves a little
 with the machine's load (process time, not wall time).
