@@ -1,8 +1,9 @@
 """What one single put costs: Redis commands and instructions, and client CPU.
 
 Usage: `.venv/bin/python benchmarks/put_cost.py [--puts 20000] [--callgrind 1000
-[--callgrind-variant put|noop|write]] [--floor ROUNDS] [--redis-server PATH]`. See
-benchmarks/README.md, "Single put (session 7)" and "Enqueue floor (session 8)".
+[--callgrind-variant put|noop|write]] [--floor ROUNDS [--variants huey,put,...]
+[--baseline DIR]] [--redis-server PATH]`. See benchmarks/README.md, "Single put (session 7)",
+"Enqueue floor (session 8)" and "Enqueue (session 9)".
 
 1. Commands per put: INFO commandstats deltas over 1,000 `Queue.put` calls of new jobs into
    one queue (after a warm-up), by command, and a MONITOR trace of one put.
@@ -16,7 +17,9 @@ benchmarks/README.md, "Single put (session 7)" and "Enqueue floor (session 8)".
    engine: `noop` replies the jid at once, `write` runs only the job's HSET and the work
    set's ZADD; then the real put and huey's enqueue (its venv, benchmarks/.venvs/huey). One
    process per variant, the four taking turns in each round (order rotated); medians over
-   the rounds. Shows how much of a put is the round trip and the client.
+   the rounds. Shows how much of a put is the round trip and the client. `--variants`
+   picks some of them (huey first) and `base`: the real put of another checkout
+   (`--baseline DIR`, e.g. `git archive main | tar -x -C DIR`), an A/B of two versions.
 
 Load-robust: the command counts and callgrind instruction counts; client CPU moves a little
 with the machine's load (process time, not wall time).
@@ -63,6 +66,7 @@ redis.register_function('djqless_floor_write', function(keys, argv)
 end)
 """
 FLOOR_VARIANTS = ("huey", "noop", "write", "put")
+ALL_VARIANTS = (*FLOOR_VARIANTS, "base")
 
 
 def puts(client: Client, n: int, queue: str = "bench") -> None:
@@ -171,13 +175,16 @@ import json, sys
 sys.path.insert(0, sys.argv[3])
 from _common import measure_enqueue
 variant, url = sys.argv[1], sys.argv[2]
+if variant == "base":  # (another checkout's code, ahead of the installed one)
+    sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f)]
+    sys.path.insert(0, sys.argv[4])
 if variant == "huey":
     from huey_ import Huey
     a = Huey(url)
 else:
     from django_qless_ import DjangoQless
     a = DjangoQless(url)
-    if variant != "put":  # (the floor's function instead of the engine)
+    if variant not in ("put", "base"):  # (the floor's function instead of the engine)
         a.client.channel.invoker._fn = "djqless_floor_" + variant
 import redis
 r = redis.Redis.from_url(url)
@@ -194,10 +201,12 @@ for line in sys.stdin:
 """
 
 
-def floor(url: str, rounds: int, n: int) -> dict[str, list[dict[str, float]]]:
-    """Time the four enqueue variants in `rounds` rounds of `n` puts each; one process per
+def floor(url: str, rounds: int, n: int, variants: tuple[str, ...] = FLOOR_VARIANTS,
+          baseline: str = "") -> dict[str, list[dict[str, float]]]:
+    """Time the enqueue variants in `rounds` rounds of `n` puts each; one process per
     variant for the whole run, the variants' order rotated from round to round, so that a
-    change of the machine's load falls on all of them alike."""
+    change of the machine's load falls on all of them alike. `base` is the real put of the
+    checkout at `baseline` (its own engine version: both load side by side)."""
     from peers import SYSTEMS, ensure_venv
 
     huey = SYSTEMS["huey"]
@@ -206,9 +215,9 @@ def floor(url: str, rounds: int, n: int) -> dict[str, list[dict[str, float]]]:
     procs = {
         v: subprocess.Popen(
             [huey.python if v == "huey" else sys.executable, "-c", FLOOR_WORKER, v, url,
-             str(HERE / "adapters")],
+             str(HERE / "adapters"), baseline],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        for v in FLOOR_VARIANTS
+        for v in variants
     }
 
     def run(variant: str, count: int) -> dict[str, float]:
@@ -222,13 +231,13 @@ def floor(url: str, rounds: int, n: int) -> dict[str, list[dict[str, float]]]:
         result: dict[str, float] = json.loads(line)
         return result
 
-    out: dict[str, list[dict[str, float]]] = {v: [] for v in FLOOR_VARIANTS}
+    out: dict[str, list[dict[str, float]]] = {v: [] for v in variants}
     try:
-        for v in FLOOR_VARIANTS:
+        for v in variants:
             run(v, 200)  # warm-up: imports done, engine loaded, connection made
         for i in range(rounds):
-            k = i % len(FLOOR_VARIANTS)
-            for v in FLOOR_VARIANTS[k:] + FLOOR_VARIANTS[:k]:
+            k = i % len(variants)
+            for v in variants[k:] + variants[:k]:
                 out[v].append(run(v, n))
     finally:
         for proc in procs.values():
@@ -273,6 +282,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="with --callgrind: count the floor's noop or write function instead")
     p.add_argument("--floor", type=int, default=0, metavar="ROUNDS",
                    help="time the enqueue floor (noop, write, put, huey), ROUNDS interleaved")
+    p.add_argument("--variants", default=",".join(FLOOR_VARIANTS),
+                   help="with --floor: the variants to time, of " + ",".join(ALL_VARIANTS)
+                   + " (huey first: the ratios are to it)")
+    p.add_argument("--baseline", default="", metavar="DIR",
+                   help="with --floor: the checkout whose put the variant `base` times "
+                   "(e.g. `git archive main | tar -x -C DIR`)")
     p.add_argument("--client-run", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--url", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -285,8 +300,13 @@ def main(argv: list[str] | None = None) -> int:
     binary = args.redis_server or find_redis_server()
     if args.floor:
         with RedisServer(binary) as s:
+            variants = tuple(args.variants.split(","))
+            if variants[0] != "huey" or not set(variants) <= set(ALL_VARIANTS):
+                p.error(f"--variants: huey first, then some of {','.join(ALL_VARIANTS)}")
+            if "base" in variants and not args.baseline:
+                p.error("--variants base needs --baseline DIR")
             print(f"enqueue floor, {args.floor} rounds of {args.puts} puts each:")
-            print_floor(floor(s.url, args.floor, args.puts))
+            print_floor(floor(s.url, args.floor, args.puts, variants, args.baseline))
         return 0
     with RedisServer(binary) as s:
         cmds = commands(s.url)

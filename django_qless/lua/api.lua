@@ -26,6 +26,8 @@ local SKEW = 1
 -- command -> its modules, filled as commands are first seen (as a Redis 7 function this table
 -- lives across calls, so a known command costs one lookup; only routes found are stored).
 local route_of = {}
+-- Effects replication asked for (once per script run; as a Redis 7 function, once).
+local replicating = false
 
 local function main(keys, argv)
   -- The keyspace: no key is the default ('ql:'), one key is a shard prefix 'ql:{<tag>}:'
@@ -56,7 +58,7 @@ local function main(keys, argv)
   local raw_now = argv[2]
   local now, now_text
   -- The caller's text of `now` when it is plain decimal (Q.time_arg)
-  if type(raw_now) == 'string' and raw_now:find('^%d+%.?%d*$') then
+  if type(raw_now) == 'string' and sfind(raw_now, '^%d+%.?%d*$') then
     now = raw_now + 0  -- (tonumber parses its argument twice)
     now_text = raw_now
   else
@@ -68,11 +70,20 @@ local function main(keys, argv)
   if not CALLER_TIME then
     -- Writes after TIME need effects replication: the default since Redis 5, asked for anyway
     -- (a 6.2 server may run with lua-replicate-commands off; later versions ignore this).
-    if redis.replicate_commands then redis.replicate_commands() end
+    -- Once per script run: as a Redis 7 function (effects replication always) once at all.
+    if not replicating then
+      if redis.replicate_commands then redis.replicate_commands() end
+      replicating = true
+    end
     local t = redis.call('TIME')
-    local server = t[1] + t[2] / 1000000
-    if now > server + SKEW or now < server - SKEW then
-      now, now_text = server, nil
+    -- A `now` within the server's whole second `s` (or at s + 1) is within SKEW of the
+    -- server's time whatever its microseconds: those are read only when it is not.
+    local s = t[1] + 0
+    if now < s or now > s + SKEW then  -- (SKEW >= 1)
+      local server = s + t[2] / 1000000
+      if now > server + SKEW or now < server - SKEW then
+        now, now_text = server, nil
+      end
     end
   end
   Q.need(mods)

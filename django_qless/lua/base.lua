@@ -47,7 +47,7 @@ function Q.begin(op, now, now_text, prefix)
     ctx.woken = {}
     ctx.woken_list = {}
   end
-  if next(ctx.stats_order) then  -- (left over only by a call that raised)
+  if ctx.stats_order[1] then  -- (left over only by a call that raised; a list)
     ctx.stats_acc = {}
     ctx.stats_order = {}
   end
@@ -61,6 +61,8 @@ local cjson_decode = cjson.decode
 local floor = math.floor
 local tinsert = table.insert
 local tconcat = table.concat
+-- (called as locals on the hot paths: `s:find(...)` looks the method up on every call)
+local sfind, sbyte = string.find, string.byte
 Q.rcall = rcall
 Q.encode = cjson_encode
 Q.decode = cjson_decode

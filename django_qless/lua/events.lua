@@ -47,13 +47,18 @@ end
 function Q.wake(queue)
   local marks = K.empty  -- (the queue is no longer known empty: queuescan.lua)
   if marks and marks[queue] then marks[queue] = nil; K.mark_gen = (K.mark_gen or 0) + 1 end
-  if not ctx.woken[queue] then
-    ctx.woken[queue] = true
-    tinsert(ctx.woken_list, queue)
+  local woken = ctx.woken
+  if not woken[queue] then
+    woken[queue] = true
+    local list = ctx.woken_list
+    list[#list + 1] = queue
   end
 end
 
 local NO_IDLE = {}
+-- The queues Q.flush_wake published this call, for Q.flush_timers: one table emptied after
+-- each use (`dirty` until then, so a call that raised meanwhile leaves none behind).
+local sent, dirty = {}, false
 
 -- Publish the wake-ups noted during this call. First, ready jobs go straight to the idle
 -- workers waiting on the queue (handoff.lua); a queue left with no ready job needs no wake-up.
@@ -63,9 +68,8 @@ function Q.flush_wake(now)
     if ctx.timer_list[1] then Q.flush_timers(now, nil) end
     return
   end
-  local sent = nil
-  ctx.woken = {}
-  ctx.woken_list = {}
+  local woken = ctx.woken
+  if dirty then sent, dirty = {}, false end
   -- Queues known to have no idle worker registered (K.noidle[queue] = until when, under the
   -- generation tag K.noidle_tag): a call that read the tag (every put does) skips the idle
   -- lookup of such a queue. Q.idle_register drops the queues it registers on, so this is exact
@@ -74,7 +78,10 @@ function Q.flush_wake(now)
   local cfgv = ctx.cfgv
   local tag = cfgv and cfgv['#marks']
   local none = tag and K.noidle_tag == tag and K.noidle or nil
-  for _, queue in ipairs(list) do
+  local pub, wake_prefix = K.pub, KP .. 'wake:'
+  local n = #list
+  for i = 1, n do
+    local queue = list[i]
     local till = none and none[queue]
     local idle
     if till and now < till and till <= now + Q.HORIZON then
@@ -91,28 +98,38 @@ function Q.flush_wake(now)
     end
     local ready = true
     if #idle > 0 then
+      -- The hand-off's pops may wake queues (an expired lock put back): they go to a fresh
+      -- batch, published below without a second hand-off round.
+      if ctx.woken_list == list then ctx.woken, ctx.woken_list = {}, {} end
       Q.need(HANDOFF_MODS)
       Q.hand_off(now, queue, idle)
       ready = rcall('ZCARD', Q.kq(queue, 'work')) > 0
     end
     if ready then
-      rcall(K.pub, KP .. 'wake:' .. queue, queue)
-      sent = sent or {}
+      dirty = true
       sent[queue] = true
+      rcall(pub, wake_prefix .. queue, queue)
     end
   end
+  for i = n, 1, -1 do woken[list[i]] = nil; list[i] = nil end  -- (emptied in place)
   -- Queues woken by those pops (an expired lock put back), without a second hand-off round.
-  if ctx.woken_list[1] then
-    for _, queue in ipairs(ctx.woken_list) do
-      rcall(K.pub, KP .. 'wake:' .. queue, queue)
-      sent = sent or {}
+  local more = ctx.woken_list
+  if more ~= list then
+    woken = ctx.woken
+    for i = 1, #more do
+      local queue = more[i]
+      dirty = true
       sent[queue] = true
+      rcall(pub, wake_prefix .. queue, queue)
     end
-    ctx.woken = {}
-    ctx.woken_list = {}
+    for i = #more, 1, -1 do woken[more[i]] = nil; more[i] = nil end
   end
   -- (after the hand-offs: their pops take locks)
-  if ctx.timer_list[1] then Q.flush_timers(now, sent) end
+  if ctx.timer_list[1] then Q.flush_timers(now, dirty and sent or nil) end
+  if dirty then
+    for queue in next, sent do sent[queue] = nil end
+    dirty = false
+  end
 end
 
 -- A timer due at `at` was written on `queue`: note it for Q.flush_timers. `slack` nil: a

@@ -45,8 +45,9 @@ Q.mod.put = function()
   local PUT_FIELDS = { 'state', 'queue', 'worker', 'tags', 'priority', 'retries', 'failure',
     'throttles', 'held', 'grace', 'scheduled', 'history', 'tracked' }
 
-  -- Validate a put and do the reads it needs, writing nothing; returns the context apply_put
-  -- writes from. `batch` (put.many only) knows the call's other jobs.
+  -- Validate a put and do the reads it needs, writing nothing; returns what apply_put writes
+  -- from (as values, not a table: a single put allocates none). `batch` (put.many only)
+  -- knows the call's other jobs.
   local function check_put(now, args, must_exist, batch)
     local worker = args[1] == '' and '' or Q.worker(args[1])
     local queue = Q.queue(args[2])
@@ -62,42 +63,49 @@ Q.mod.put = function()
     local key = Q.kjob(jid)
     local old = rcall('EXISTS', key) == 1 and Q.read(jid, PUT_FIELDS) or nil
     if must_exist and not old then Q.fail('Job ' .. jid .. ' does not exist') end
-    local absent = opts['if-absent']
-    if absent ~= nil then
-      if absent ~= 'any' and absent ~= 'live' then
-        Q.fail('Arg "if-absent" must be any or live: ' .. absent:sub(1, 80))
-      end
-      if old and (absent == 'any' or (old.state ~= 'complete' and old.state ~= 'failed')) then
-        Q.fail('Job ' .. jid .. ' already exists (' .. tostring(old.state)
-          .. '): if-absent refuses to replace it')
-      end
-    end
     -- (a new job's defaults without a call each: most puts are of new jobs)
-    local retries = old and tonumber(old.retries) or 5
-    if opts.retries then retries = Q.integer('retries', opts.retries, 0, 1000) end
-    local tags = NO_TAGS
-    if opts.tags then tags = Q.tags(opts.tags) elseif old then tags = Q.list(old.tags) end
-    local priority = old and tonumber(old.priority) or 0
-    if opts.priority then priority = Q.priority(opts.priority) end
-    local depends = opts.depends and Q.depends(opts.depends, jid) or nil
-    -- depends-missing: 'ignore' (qless-core's behaviour, the default on the wire) drops a
-    -- dependency on a jid that does not exist; 'error' refuses the put (our client's default).
-    local missing = opts['depends-missing']
-    if missing ~= nil and missing ~= 'ignore' and missing ~= 'error' then
-      Q.fail('Arg "depends-missing" must be error or ignore: ' .. missing:sub(1, 80))
+    local retries, tags, priority, throttles = 5, NO_TAGS, 0, nil
+    if old then
+      retries, priority = tonumber(old.retries) or 5, tonumber(old.priority) or 0
+      throttles = old.throttles
     end
-    if missing == 'error' and depends then
-      for _, d in ipairs(depends) do
-        local earlier = batch and batch.pos[d] and batch.pos[d] < batch.i
-        if not earlier and rcall('EXISTS', Q.kjob(d)) == 0 then
-          Q.fail('Arg "depends" names no such dependency: ' .. d)
+    local absent, depends = nil, nil
+    if opts ~= NO_OPTS then  -- (a put without options skips all of them)
+      absent = opts['if-absent']
+      if absent ~= nil then
+        if absent ~= 'any' and absent ~= 'live' then
+          Q.fail('Arg "if-absent" must be any or live: ' .. absent:sub(1, 80))
+        end
+        if old and (absent == 'any' or (old.state ~= 'complete' and old.state ~= 'failed')) then
+          Q.fail('Job ' .. jid .. ' already exists (' .. tostring(old.state)
+            .. '): if-absent refuses to replace it')
         end
       end
-    end
-    local throttles = old and old.throttles or nil
-    if opts.throttles then
-      local list = Q.throttles(opts.throttles)
-      throttles = #list > 0 and cjson.encode(list) or nil
+      if opts.retries then retries = Q.integer('retries', opts.retries, 0, 1000) end
+      if opts.tags then tags = Q.tags(opts.tags) elseif old then tags = Q.list(old.tags) end
+      if opts.priority then priority = Q.priority(opts.priority) end
+      depends = opts.depends and Q.depends(opts.depends, jid) or nil
+      -- depends-missing: 'ignore' (qless-core's behaviour, the default on the wire) drops a
+      -- dependency on a jid that does not exist; 'error' refuses the put (our client's
+      -- default).
+      local missing = opts['depends-missing']
+      if missing ~= nil and missing ~= 'ignore' and missing ~= 'error' then
+        Q.fail('Arg "depends-missing" must be error or ignore: ' .. missing:sub(1, 80))
+      end
+      if missing == 'error' and depends then
+        for _, d in ipairs(depends) do
+          local earlier = batch and batch.pos[d] and batch.pos[d] < batch.i
+          if not earlier and rcall('EXISTS', Q.kjob(d)) == 0 then
+            Q.fail('Arg "depends" names no such dependency: ' .. d)
+          end
+        end
+      end
+      if opts.throttles then
+        local list = Q.throttles(opts.throttles)
+        throttles = #list > 0 and cjson.encode(list) or nil
+      end
+    elseif old then
+      tags = Q.list(old.tags)
     end
     if not old then
       local parent, n = nil, nil
@@ -113,11 +121,10 @@ Q.mod.put = function()
       if batch then batch.cycle(jid, depends) else Q.check_cycle(jid, depends) end
     end
     if batch then batch.note(jid, depends) end
-    return { worker = worker, queue = queue, jid = jid, key = key, klass = klass, data = data,
-      delay = delay,
-      opts = opts, old = old, retries = retries, tags = tags, priority = priority,
-      depends = depends, throttles = throttles }
+    return worker, queue, jid, key, klass, data, delay, opts, old, retries, tags, priority,
+      depends, throttles
   end
+  local OLD = 9  -- (the place of `old` among check_put's values)
 
   -- Queues known to be listed in ql:queues: K.listed[queue] = the time until which a put
   -- skips its `ZADD ql:queues NX` (at most Q.HORIZON after the put that added it), noted
@@ -139,11 +146,11 @@ Q.mod.put = function()
     return false
   end
 
-  -- Write a put checked by check_put (c); returns the jid.
-  local function apply_put(now, c)
-    local worker, queue, jid, klass, data = c.worker, c.queue, c.jid, c.klass, c.data
-    local delay, opts, old, retries, tags = c.delay, c.opts, c.old, c.retries, c.tags
-    local priority, depends, throttles = c.priority, c.depends, c.throttles
+  -- Write a put checked by check_put (its values after `now`, `work` and `known`); returns
+  -- the jid. put.many passes `work`, the work-set entries it adds with one ZADD, and `known`,
+  -- true when an earlier job of the call listed the queue.
+  local function apply_put(now, work, known, worker, queue, jid, key, klass, data, delay, opts,
+      old, retries, tags, priority, depends, throttles)
     -- All arguments are valid: write from here on.
     local cfgv = ctx.cfgv
     if not (cfgv and cfgv['#marks'] ~= nil
@@ -163,7 +170,6 @@ Q.mod.put = function()
         ctx.cfgv = cfgv
       end
     end
-    local key = c.key
     local tracked = old and old.tracked == '1'
     -- Tags: only real changes touch the counts (a new job has no old ones: no sets to build).
     local oldset = NO_TAGS
@@ -209,7 +215,8 @@ Q.mod.put = function()
       if opts.throttles and not throttles and old.throttles then table.insert(stale, 'throttles') end
       if #stale > 0 then rcall('HDEL', key, unpack(stale)) end
     end
-    for _, t in ipairs(tags) do
+    for i = 1, #tags do
+      local t = tags[i]
       if oldset[t] then rcall('ZADD', KP .. 't:' .. t, now, jid) else Q.tag_add(jid, t, now) end
     end
     local state = delay > 0 and 'scheduled' or 'waiting'
@@ -252,9 +259,8 @@ Q.mod.put = function()
     elseif delay > 0 then
       rcall('ZADD', Q.kq(queue, 'scheduled'), now + delay, jid)
       Q.lower_due(queue, now + delay)
-    elseif c.work then
-      local w = c.work  -- put.many: one ZADD for the call (nothing reads -work before it)
-      w[#w + 1] = Q.score(priority, now); w[#w + 1] = jid
+    elseif work then  -- put.many: one ZADD for the call (nothing reads -work before it)
+      work[#work + 1] = Q.score(priority, now); work[#work + 1] = jid
       Q.wake(queue)
     else
       rcall('ZADD', Q.qn(queue).work, Q.score(priority, now), jid)
@@ -262,7 +268,7 @@ Q.mod.put = function()
     end
     rcall('HSET', key, unpack(fields))
     -- (the tag read above; Q.generation writes one when there is none)
-    if not (c.listed or listed(now, queue, cfgv['#marks'] or Q.generation())) then
+    if not (known or listed(now, queue, cfgv['#marks'] or Q.generation())) then
       rcall('ZADD', K.queues, 'NX', Q.time_arg(now), queue)
     end
     if tracked then Q.publish(K.put, jid) end
@@ -270,7 +276,7 @@ Q.mod.put = function()
   end
 
   local function put(now, args, must_exist)
-    return apply_put(now, check_put(now, args, must_exist))
+    return apply_put(now, nil, false, check_put(now, args, must_exist))
   end
 
   -- Clients older than the worker argument (qless-py 0.11.4) send
@@ -281,7 +287,7 @@ Q.mod.put = function()
   -- put is the current form and gets its errors. Returns the arguments in the current form.
   local function older_put(args)
     local sixth, fifth = args[5], args[4]
-    if sixth and (sixth:byte(1) == 123 or sixth:find('^%s*{')) then return args end  -- ('{')
+    if sixth and (sbyte(sixth, 1) == 123 or sixth:find('^%s*{')) then return args end  -- ('{')
     if not (fifth and fifth:find('^%s*{')) then return args end
     table.insert(args, 1, '')
     return args
@@ -378,22 +384,22 @@ Q.mod.put = function()
         .. ' left over after job ' .. n)
     end
     local batch = new_batch(pos)
+    local function checked_values(...) return { check_put(...) } end
     local checked = {}
     for i = 1, n do
       local s = starts[i]
       local a = { worker, queue, args[s], args[s + 1], args[s + 2], args[s + 3] }
       for k = s + 5, (starts[i + 1] or at) - 1 do a[#a + 1] = args[k] end
       batch.i = i
-      checked[i] = for_job(i, check_put, now + (i - 1) * MANY_STEP, a, false, batch)
+      checked[i] = for_job(i, checked_values, now + (i - 1) * MANY_STEP, a, false, batch)
     end
     local jids, work = {}, {}
     for i = 1, n do
-      local c = checked[i]
-      c.work = work
+      local v = checked[i]
       -- an earlier job's write may have changed this one (a throttle it released admitted it)
-      if c.old then c.old = Q.read(c.jid, PUT_FIELDS) or c.old end
-      c.listed = i > 1  -- the first job added the queue to ql:queues (ZADD NX)
-      jids[i] = apply_put(now + (i - 1) * MANY_STEP, c)
+      if v[OLD] then v[OLD] = Q.read(v[3], PUT_FIELDS) or v[OLD] end
+      -- (i > 1: the first job added the queue to ql:queues, ZADD NX)
+      jids[i] = apply_put(now + (i - 1) * MANY_STEP, work, i > 1, unpack(v, 1, 14))
     end
     if #work > 0 then rcall('ZADD', Q.kq(queue, 'work'), unpack(work)) end
     return cjson.encode(jids)

@@ -93,7 +93,7 @@ function Q.jid(v, name, maxlen)
   name = name or 'jid'
   if v == nil or v == '' then Q.fail('Arg "' .. name .. '" missing') end
   -- (a uuid4 jid, what most puts send, passes with one cheap class scan: hex has no '-')
-  if #v == 32 and v:find('^%x+$') then return v end
+  if #v == 32 and sfind(v, '^%x+$') then return v end
   local reason
   if #v > (maxlen or 64) then
     reason = 'longer than ' .. (maxlen or 64) .. ' characters'
@@ -183,7 +183,7 @@ function Q.data(v, name)
   if #v > Q.MAX_DATA then Q.fail('Arg "' .. name .. '" too large') end
   local value = Q.json(name, v)
   -- (an object's text starts with `{`: a client's without the blanks JSON allows before it)
-  if type(value) ~= 'table' or not (v:byte(1) == 123 or v:find('^%s*{')) then
+  if type(value) ~= 'table' or not (sbyte(v, 1) == 123 or v:find('^%s*{')) then
     Q.fail('Arg "' .. name .. '" must be a JSON object')
   end
   return v

@@ -15,6 +15,7 @@ import pytest
 import redis
 
 from django_qless.core.queue import Queue
+from tests.core.conftest import Lua
 from tests.core.handoff_listener import Listener
 from tests.core.keyspace_mode import KEYSPACE
 
@@ -165,7 +166,9 @@ def test_the_time_field_drops_trailing_zeros(lua: Any, r: redis.Redis) -> None:
     """`time` is `now` to the millisecond, trailing zeros dropped (formatted without gsub)."""
     for now, text in ((1700000000.3, "1700000000.3"), (1700000001.03, "1700000001.03"),
                       (1700000002.003, "1700000002.003"), (1700000003.12, "1700000003.12"),
-                      (1700000004.0004, "1700000004"), (1700000005.9996, "1700000005.999")):
+                      (1700000004.0004, "1700000004"), (1700000005.9996, "1700000005.999"),
+                      (1700000006.1006, "1700000006.101"), (1700000007.0996, "1700000007.1"),
+                      (1700000008.0096, "1700000008.01"), (1700000009.999, "1700000009.999")):
         jid = f"t{int(now) % 10}"
         put(lua, jid, now)
         assert r.hget(f"ql:j:{jid}", "time") == text
@@ -187,3 +190,44 @@ def test_puts_without_options_share_nothing_with_puts_that_have_them(
     moved = lua.json("get", 101, "b")
     assert (moved["tags"], moved["priority"], moved["queue"]) == (["x"], 3, "other")
     assert r.zrange("ql:t:x", 0, -1) == ["b"]
+
+
+def test_a_put_after_a_moved_job_with_throttles_and_dependencies_gets_none(
+    lua: Any, r: redis.Redis
+) -> None:
+    """A single put's checked arguments live in one table every put refills: what a move
+    with throttles and dependencies left there never reaches the next new job."""
+    put(lua, "a", 100)
+    put(lua, "b", 100.1)
+    lua("put", 100.2, "w", "other", "b", "klass", "{}", 0, "throttles", '["t1"]',
+        "depends", '["a"]')
+    put(lua, "c", 100.3)
+    moved, new = lua.json("get", 101, "b"), lua.json("get", 101, "c")
+    assert (moved["state"], moved["throttles"], moved["dependencies"]) \
+        == ("depends", ["t1"], ["a"])
+    assert (new["state"], new["queue"], new["throttles"], new["dependencies"]) \
+        == ("waiting", Q, {}, {})  # (cjson writes an empty list as {})
+    assert sorted(r.zrange(f"ql:q:{Q}-work", 0, -1)) == ["a", "c"]
+
+
+def test_a_put_keeps_a_now_within_a_second_of_the_server_and_replaces_one_further(
+    r: redis.Redis,
+) -> None:
+    """The shipped engine reads TIME's microseconds only for a `now` outside the server's
+    current second: a `now` within a second of the server's time is kept either way, and
+    one further away is replaced by the server's."""
+    shipped = Lua(r, caller_time=False)
+
+    def server_now() -> float:
+        seconds, micros = r.time()
+        return int(seconds) + int(micros) / 1e6
+
+    for i, offset in enumerate((-0.9, -0.4, 0.4, 0.9, -1.5, 1.5, -30.0, 30.0)):
+        sent = server_now() + offset
+        shipped("put", sent, "w", Q, f"c{i}", "klass", "{}", 0)
+        after = server_now()
+        stored = float(r.hget(f"ql:j:c{i}", "time") or 0)
+        if abs(offset) < 1:
+            assert stored == pytest.approx(sent, abs=5e-4), offset
+        else:
+            assert after - 0.5 <= stored <= after + 5e-4, offset
