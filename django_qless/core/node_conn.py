@@ -1,13 +1,21 @@
 """One pub/sub connection to a server node, shared by the views of the keyspaces it holds
-(node_pubsub.py): commands sent and waiting for their replies, replies routed to views."""
+(node_pubsub.py): commands sent and waiting for their replies, replies routed to views.
+
+Commands go out through redis-py's connection; replies are read here, straight from the
+socket into a hiredis reader of our own: a pushed message (a handed job on an idle worker's
+path to its job) costs one `poll` and one `recv`, not redis-py's per-reply checks and the
+socket-timeout changes around each read.
+"""
 
 from __future__ import annotations
 
+import select
 import time
 from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+import hiredis
 import redis
 
 if TYPE_CHECKING:
@@ -19,7 +27,10 @@ MESSAGE_TYPES = frozenset({"message", "pmessage", "smessage"})
 CONFIRMS = frozenset({"subscribe", "psubscribe", "ssubscribe"})
 _UNSUBSCRIBES = frozenset({"unsubscribe", "punsubscribe", "sunsubscribe"})
 # hiredis raises TypeError/AttributeError on a socket closed under it.
-PUBSUB_ERRORS = (redis.RedisError, OSError, ValueError, TypeError, AttributeError)
+PUBSUB_ERRORS = (redis.RedisError, OSError, ValueError, TypeError, AttributeError,
+                 hiredis.HiredisError)
+_CHUNK = 65536  # bytes read per recv (a handed job is one message, usually < 2 kB)
+_READABLE = select.POLLIN | select.POLLERR | select.POLLHUP
 
 
 class Sent:
@@ -47,6 +58,15 @@ class NodeConnection:
         self.broken = False
         self.heard = time.monotonic()  # when a reply last came
         self.ping_at = 0.0  # when an unanswered PING of `probe` was sent (0: none)
+        # Replies are read here (see the module docstring); redis-py's parser has read
+        # nothing past the INFO reply `Hub._open` waited for, so its buffer is empty.
+        self.sock = conn._sock
+        self._fd = self.sock.fileno()
+        encoder = conn.encoder
+        self._reader = (hiredis.Reader(encoding=encoder.encoding, errors=encoder.encoding_errors)
+                        if encoder.decode_responses else hiredis.Reader())
+        self._poller = select.poll()
+        self._poller.register(self._fd, _READABLE)
 
     def send(self, sub: Subscription | None, command: str, names: list[str]) -> None:
         """Send one (un)subscribe command (or PING) and expect a reply per name."""
@@ -58,25 +78,43 @@ class NodeConnection:
         self.sent.append(Sent(sub, names or [""], "UNSUB" in command))
 
     def pump(self, timeout: float, until: Subscription) -> None:
-        """Read and route replies: wait up to `timeout` for the first, then take what is
-        already there; stop early once `until` has something to hand out."""
+        """Read and route replies: wait up to `timeout` for the first, then route every
+        reply read; read on (without waiting) until `until` has something to hand out."""
         if self.broken:
             return
-        wait = timeout
         try:
-            while self.conn.can_read(timeout=wait):
-                wait = 0.0
-                self.heard = time.monotonic()
-                try:
-                    reply = self.conn.read_response()
-                except redis.ResponseError as exc:
-                    self._error_reply(exc)
-                    continue
-                self._route(reply)
-                if until.has_news():
+            if not self._fill(timeout):
+                return
+            self.heard = time.monotonic()
+            reader = self._reader
+            while True:
+                while (reply := reader.gets()) is not False:
+                    if isinstance(reply, hiredis.ReplyError):
+                        self._error_reply(redis.ResponseError(str(reply)))
+                    else:
+                        self._route(reply)
+                if until.has_news() or self.broken or not self._fill(0.0):
                     return
         except PUBSUB_ERRORS as exc:
             self.fail(exc)
+
+    def pending(self) -> bool:
+        """Tell whether bytes were received that `poll()` on the socket will not report
+        (decrypted TLS data waiting in the socket object)."""
+        pending = getattr(self.sock, "pending", None)
+        return bool(pending is not None and pending())
+
+    def _fill(self, timeout: float) -> bool:
+        """Feed the reader what the socket has, waiting up to `timeout` for it; False if
+        nothing came. The socket holds a timeout, so a TLS record arriving in parts cannot
+        block the read for longer than that."""
+        if not self.pending() and not self._poller.poll(timeout * 1000.0):
+            return False
+        data = self.sock.recv(_CHUNK)
+        if not data:
+            raise redis.ConnectionError("connection closed by the server")
+        self._reader.feed(data)
+        return True
 
     def _error_reply(self, exc: redis.ResponseError) -> None:
         """An error answers the oldest command waiting (MOVED: the slot is elsewhere now)."""

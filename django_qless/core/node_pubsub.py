@@ -251,8 +251,7 @@ class Subscription:
     def fileno(self) -> int | None:
         """Return the socket to poll, if connected."""
         node = self._node
-        sock = None if node is None or node.broken else getattr(node.conn, "_sock", None)
-        return None if sock is None else int(sock.fileno())
+        return None if node is None or node.broken else int(node.sock.fileno())
 
     def buffered(self) -> bool:
         """Tell whether there is something to `get` the socket will not report again."""
@@ -261,10 +260,9 @@ class Subscription:
         node = self._node
         if node is None or node.broken:
             return False
-        try:
-            return bool(node.conn.can_read(timeout=0))
-        except PUBSUB_ERRORS:
-            return True
+        # Every reply read is routed at once (NodeConnection.pump): what is left is on the
+        # socket, which poll() reports, or decrypted TLS data the socket object holds.
+        return node.pending()
 
     def ping(self) -> None:
         """Probe the connection (a half-open socket delivers nothing and raises nothing)."""

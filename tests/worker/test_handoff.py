@@ -134,3 +134,32 @@ def test_a_job_handed_while_a_reserve_takes_another_is_held_and_given_back(
     assert sorted(ran) == ["handed", "taken"]
     worker.request_stop()
     thread.join(10)
+
+
+def test_a_handed_job_larger_than_one_socket_read_arrives_whole(
+    redis_url: str, qless_client: Client
+) -> None:
+    # The hand-off subscription reads its socket 64 kB at a time: a 300 kB job, with
+    # two-byte characters straddling the read boundaries, must come through intact, and
+    # without a reserve (it was handed over, not popped by the worker).
+    blob = "é" * 150_000 + "end"
+    seen: list[tuple[str, bool, int]] = []
+    registry = Registry()
+    registry.register("k", lambda job: seen.append((job.jid, job.data["blob"] == blob,
+                                                    reserves[0])))
+    reserves = [0]
+    worker, thread = idle_worker(redis_url, registry)
+    real = worker.client.reserve
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        reserves[0] += 1
+        return real(*args, **kwargs)
+
+    worker.client.reserve = counting  # type: ignore[method-assign]
+    wait_until(lambda: registered(qless_client))
+    before = reserves[0]
+    jid = qless_client.queues["q"].put("k", {"blob": blob})
+    wait_until(lambda: qless_client.jobs[jid].state == "complete")
+    assert seen == [(jid, True, before)]
+    worker.request_stop()
+    thread.join(10)
