@@ -23,9 +23,9 @@ priced at a native PING's CPU time (kernel included). The instruction counts are
 the µs carry the calibration's spread (reported). Each window's instructions are split by
 where they go (serverCron, clientsCron and its per-client parts, commands).
 
-Usage: `.venv/bin/python benchmarks/idle_cost.py [--children 1,10,100] [--seconds 15]
+Usage: `.venv/bin/python benchmarks/idle_cost.py [--children 1,10,100] [--seconds 30]
 [--repeats 2]`; `run.py` runs it at the end of its idle section (`--skip-idle-callgrind`
-skips it; ~3 min, ~1.5 min with `--quick`).
+skips it; ~4 min, ~1.5 min with `--quick`).
 """
 
 from __future__ import annotations
@@ -396,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--children", default="1,10,100")
-    p.add_argument("--seconds", type=float, default=15.0, help="each window (default 15)")
+    p.add_argument("--seconds", type=float, default=30.0, help="each window (default 30)")
     p.add_argument("--repeats", type=int, default=2,
                    help="native calibration windows with and without (default 2)")
     p.add_argument("--redis-server", default=None)

@@ -52,7 +52,7 @@ def sizes(args: argparse.Namespace) -> dict[str, Any]:
         s = {"enqueue": 20_000, "drain": 20_000, "worker": 5000, "latency": 200,
              "scale": "10000,1000000" if args.full else "10000,200000", "probe": 2000, "rounds": 3,
              "idle_seconds": 20.0, "idle_monitor": 5.0, "idle_samples": 100,
-             "idle_callgrind_seconds": 15.0, "idle_callgrind_repeats": 2}
+             "idle_callgrind_seconds": 30.0, "idle_callgrind_repeats": 2}
     if args.rounds:
         s["rounds"] = args.rounds
     if getattr(args, "idle_seconds", 0):
@@ -132,7 +132,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "an idle child's 60 s re-checks")
     p.add_argument("--skip-idle-callgrind", action="store_true",
                    help="skip the idle cost counted under callgrind (benchmarks/idle_cost.py, "
-                        "~3 min; ~1.5 with --quick), which the idle CPU target judges")
+                        "~4 min; ~1.5 with --quick), which the idle CPU target judges")
     p.add_argument("--skip-62", action="store_true", help="skip the Redis 6.2 leg")
     p.add_argument("--body", choices=("incr", "noop"), default="incr",
                    help="worker job body: one INCR (default, the capacity table's) or none")
