@@ -155,6 +155,7 @@ def test_idle_measures_each_child_count_against_a_baseline(redis_url: str) -> No
 def test_capacity_checks_cover_every_target() -> None:
     agg = report.aggregate({
         "django-qless": [{"worker_1": {"redis_cpu_us_per_job": 80.0}, "memory_bytes_per_job": 500,
+                          "memory_lean_bytes_per_job": 390.0,
                           "enqueue_jobs_per_s": 130.0, "drain_plain_jobs_per_s": 100.0,
                           "bulk_jobs_per_s": 1000.0}],
         "huey": [{"enqueue_jobs_per_s": 100.0, "drain_jobs_per_s": 100.0}],
@@ -174,6 +175,8 @@ def test_capacity_checks_cover_every_target() -> None:
     assert got["Redis CPU/job through the worker <= 90 us"] == "met"
     assert got["memory/waiting job <= 400 bytes"] == "MISSED"
     assert got["memory/waiting job <= 0.5x qless-py"] == "MISSED"  # 500 / 800
+    assert got["memory/waiting job, lean records <= 400 bytes"] == "met"
+    assert got["memory/waiting job, lean records <= 0.5x qless-py"] == "met"  # 390 / 800
     assert got["enqueue >= 1.2x huey"] == "met"
     assert got["plain pop()+complete() drain >= 1.2x huey"] == "MISSED"
     assert got["bulk put_many >= 10x qless-py single put"] == "met"
