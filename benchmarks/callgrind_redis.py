@@ -18,7 +18,7 @@ from pathlib import Path
 
 import redis
 
-__all__ = ["CallgrindError", "CallgrindRedis", "callgrind_redis"]
+__all__ = ["CallgrindError", "CallgrindRedis", "callgrind_redis", "total_instructions"]
 
 
 class CallgrindError(RuntimeError):
@@ -103,3 +103,12 @@ def callgrind_redis(binary: str, prefix: str = "bench-cg-", extra: Sequence[str]
         yield server
     finally:
         server.close()
+
+
+def total_instructions(path: Path) -> int:
+    """Return the instructions counted in one callgrind output file (its totals line; the
+    summary line of a dump after `callgrind_control -z` reads 0)."""
+    for line in path.read_text(errors="replace").splitlines():
+        if line.startswith("totals:"):
+            return int(line.split()[1])
+    raise CallgrindError(f"no summary in {path}")

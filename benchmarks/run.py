@@ -2,8 +2,8 @@
 
 Usage: `make bench ARGS="--quick"` or `.venv/bin/python benchmarks/run.py [--quick|--full]
 [--rounds N] [--systems a,b] [--skip-scale] [--skip-idle] [--idle-only] [--idle-seconds S]
-[--skip-62] [--body noop|incr] [--no-install]`. `--cluster` runs only the one-node against
-three-shard comparison (benchmarks/cluster.py). See benchmarks/README.md.
+[--skip-idle-callgrind] [--skip-62] [--body noop|incr] [--no-install]`. `--cluster` runs
+only the one-node against three-shard comparison (benchmarks/cluster.py). See benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -46,11 +46,13 @@ def sizes(args: argparse.Namespace) -> dict[str, Any]:
     if args.quick:
         s = {"enqueue": 5000, "drain": 5000, "worker": 2000, "latency": 50,
              "scale": "10000,50000", "probe": 1000, "rounds": 1,
-             "idle_seconds": 10.0, "idle_monitor": 3.0, "idle_samples": 30}
+             "idle_seconds": 10.0, "idle_monitor": 3.0, "idle_samples": 30,
+             "idle_callgrind_seconds": 8.0, "idle_callgrind_repeats": 1}
     else:
         s = {"enqueue": 20_000, "drain": 20_000, "worker": 5000, "latency": 200,
              "scale": "10000,1000000" if args.full else "10000,200000", "probe": 2000, "rounds": 3,
-             "idle_seconds": 20.0, "idle_monitor": 5.0, "idle_samples": 100}
+             "idle_seconds": 20.0, "idle_monitor": 5.0, "idle_samples": 100,
+             "idle_callgrind_seconds": 30.0, "idle_callgrind_repeats": 2}
     if args.rounds:
         s["rounds"] = args.rounds
     if getattr(args, "idle_seconds", 0):
@@ -128,6 +130,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--idle-seconds", type=float, default=0, metavar="S",
                    help="the idle window (default 20 s; 10 s quick); >= 120 s spans two of "
                         "an idle child's 60 s re-checks")
+    p.add_argument("--skip-idle-callgrind", action="store_true",
+                   help="skip the idle cost counted under callgrind (benchmarks/idle_cost.py, "
+                        "~4 min; ~1.5 with --quick), which the idle CPU target judges")
     p.add_argument("--skip-62", action="store_true", help="skip the Redis 6.2 leg")
     p.add_argument("--body", choices=("incr", "noop"), default="incr",
                    help="worker job body: one INCR (default, the capacity table's) or none")
@@ -233,11 +238,15 @@ def main(argv: list[str] | None = None) -> int:
                 if system.name in IDLE_CHILDREN:
                     idle[system.name] = run_adapter(system, server.url, "idle", s)["idle"]
                     print(f"idle  {system.name:13} done", flush=True)
+        idle_cg = None if args.skip_idle or args.skip_idle_callgrind or \
+            "django-qless" not in names else idle_instructions(binary, s)
     info["loadavg_end"] = list(os.getloadavg())
     info["total_seconds"] = round(time.monotonic() - started, 1)
     agg = aggregate(rounds)
     doc = {"machine": info, "sizes": s, "systems": names, "notes": notes, "rounds": rounds,
            "aggregate": agg, "targets": check_targets(agg), "scale": scale, "idle": idle}
+    if idle_cg is not None:
+        doc["idle_callgrind"] = idle_cg
     if leg62 is not None:
         doc["leg62"] = {"redis_version": leg62["redis_version"], "binary": leg62["binary"],
                         "rounds": leg62["rounds"],
@@ -253,6 +262,22 @@ def main(argv: list[str] | None = None) -> int:
         (RESULTS / f"{name}.txt").write_text(text + "\n")
         print(f"saved {RESULTS / (stamp + '.json')}, {name}.json and {name}.txt")
     return 0
+
+
+def idle_instructions(binary: str, s: dict[str, Any]) -> dict[str, Any] | None:
+    """Count what 1, 10 and 100 idle children cost Redis under callgrind (idle_cost.py);
+    None, with a note, where valgrind is missing."""
+    import idle_cost
+    from callgrind_redis import CallgrindError
+
+    try:
+        doc = idle_cost.measure(binary, [int(c) for c in IDLE_CHILDREN["django-qless"].split(",")],
+                                s["idle_callgrind_seconds"], repeats=s["idle_callgrind_repeats"])
+    except CallgrindError as exc:
+        print(f"idle under callgrind skipped: {exc}")
+        return None
+    print("idle  callgrind      done", flush=True)
+    return doc
 
 
 def render(doc: dict[str, Any]) -> str:
@@ -278,6 +303,10 @@ def render(doc: dict[str, Any]) -> str:
                   format_scale(doc["scale"]),
                   "Redis CPU (INFO cpu) per put / per pop+complete, us:",
                   format_scale(doc["scale"], ("put_redis_us", "pop_redis_us"))]
+    if doc.get("idle_callgrind"):
+        from idle_cost import format_idle_cost
+
+        lines += ["", format_idle_cost(doc["idle_callgrind"])]
     lines += ["", format_capacity(doc)]
     return "\n".join(lines)
 

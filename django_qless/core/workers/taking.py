@@ -79,6 +79,9 @@ class JobTaker:
         self.leadership = leadership
         self._listening = False  # subscribed once while waiting for the token
         self._backoff = 0.0
+        # Seconds between two keep_waiting checks while waiting for the token (a child whose
+        # supervisor's death is signalled by the kernel checks less often).
+        self.check_every = 1.0
 
     def await_turn(self) -> bool:
         """Wait, without Redis, until this loop may reserve: it holds the idle-leader token,
@@ -103,8 +106,8 @@ class JobTaker:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
-                # One-second slices: the supervisor is checked without Redis (keep_waiting).
-                if self.waiter.wait_quietly(lead.notify_fd, min(left, 1.0)):
+                # Slices of check_every: the supervisor is checked without Redis (keep_waiting).
+                if self.waiter.wait_quietly(lead.notify_fd, min(left, self.check_every)):
                     return False  # a signal: the loop acts on it
                 if not self.keep_waiting():
                     return False

@@ -1,0 +1,88 @@
+"""idle_cost.py: the parse of callgrind's table, the arithmetic judged, and its probes."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import redis
+from idle_cost import LOOP, MEMSTATS, _idle_connections, _socket_path, _window, split_functions
+from idle_cost import summarize as summarize_idle
+from report import capacity_checks
+
+ANNOTATE = """\
+--------------------------------------------------------------------------------
+12,730,992 (100.0%)  PROGRAM TOTALS
+
+--------------------------------------------------------------------------------
+Ir                   file:function
+--------------------------------------------------------------------------------
+12,645,512 (99.33%)  ???:aeMain'2 [/usr/bin/redis-server]
+12,000,000 (94.00%)  ???:aeMain [/usr/bin/redis-server]
+ 5,677,675 (44.60%)  ./string/memset-erms.S:__memset_avx2 [/lib/libc.so.6]
+   968,129 ( 7.60%)  ???:clientsCron [/usr/bin/redis-server]
+   186,728 ( 1.47%)  ./nptl/trylock.c:pthread_mutex_trylock@@GLIBC_2.34 [/lib/libc.so.6]
+"""
+
+
+def test_split_functions_keeps_the_deepest_recursion_level_and_skips_totals() -> None:
+    got = split_functions(ANNOTATE)
+    assert got["aeMain"] == 12_645_512  # aeMain'2 and aeMain: the max, not the sum
+    assert got["clientsCron"] == 968_129
+    assert got["__memset_avx2"] == 5_677_675
+    assert got["pthread_mutex_trylock@@GLIBC_2.34"] == 186_728
+    assert "PROGRAM" not in got and "TOTALS" not in got
+
+
+def _w(loop: int, memstats: int, commands: int, seconds: float = 10.0) -> dict[str, object]:
+    return {"seconds": seconds, "instructions": loop + 1000, "commands": commands,
+            "parts": {LOOP: loop, MEMSTATS: memstats}, "connections": 4}
+
+
+def test_summarize_judges_the_loop_less_memory_stats_plus_commands() -> None:
+    doc = {"seconds": 10.0,
+           "calibration": {"us_per_instruction": 0.001, "ping_us": 5.0},
+           "baseline": _w(1_000_000, 900_000, 0), "baseline_end": _w(1_010_000, 900_000, 0),
+           "children": {"1": _w(1_300_000, 1_000_000, 2)}}
+    w = summarize_idle(doc)["children"]["1"]
+    # (1.3M - 1.0M) - (1.0M - 0.9M) = 200k Ir over 10 s: the memory statistics do not count.
+    assert w["judged_instructions_per_s"] == pytest.approx(20_000)
+    assert w["commands_per_s"] == pytest.approx(0.2)
+    assert w["us_per_s"] == pytest.approx(20_000 * 0.001 + 0.2 * 5.0)
+    assert doc["resolution_us_per_s"] == pytest.approx(1_000 * 0.001)
+
+
+def test_capacity_checks_judge_idle_cpu_on_the_counted_instructions() -> None:
+    info_cpu = {"100": {"cpu_over_baseline_us_per_s": 400.0}}
+    doc = {"aggregate": {}, "idle": {"django-qless": info_cpu},
+           "idle_callgrind": {"children": {"100": {"us_per_s": 12.0}}}}
+    rows = {r["target"]: r for r in capacity_checks(doc)}
+    row = rows["idle, 100 children: redis_us_per_s (callgrind) <= 20"]
+    assert (row["value"], row["status"]) == (12.0, "met")
+    doc.pop("idle_callgrind")
+    rows = {r["target"]: r for r in capacity_checks(doc)}
+    assert rows["idle, 100 children: cpu_over_baseline_us_per_s <= 20"]["value"] == 400.0
+
+
+def test_idle_connections_are_held_then_all_closed(redis_url: str) -> None:
+    r = redis.Redis.from_url(redis_url)
+    base = int(r.info("clients")["connected_clients"])
+    with _idle_connections(r, _socket_path(redis_url), 6):
+        assert int(r.info("clients")["connected_clients"]) == base + 6
+        assert len(r.pubsub_channels("idle-cost:*")) == 3  # every other one subscribed
+    assert int(r.info("clients")["connected_clients"]) == base
+    r.close()
+
+
+@pytest.mark.skipif(not shutil.which("valgrind"), reason="valgrind is not installed")
+def test_a_window_counts_the_event_loop_and_the_commands() -> None:
+    from callgrind_redis import callgrind_redis
+
+    from django_qless.core.server import find_redis_server
+
+    with callgrind_redis(find_redis_server(), "idle-cost-test-") as cg:
+        r = redis.Redis(unix_socket_path=cg.sock)
+        w = _window(cg, r, 1.0, "test")
+        assert w["instructions"] >= w["parts"][LOOP] > 0  # the cron ran ~10 times
+        assert w["commands"] == 0  # our INFO and CONFIG are not counted
+        r.close()
