@@ -30,6 +30,9 @@ _UNSUBSCRIBES = frozenset({"unsubscribe", "punsubscribe", "sunsubscribe"})
 PUBSUB_ERRORS = (redis.RedisError, OSError, ValueError, TypeError, AttributeError,
                  hiredis.HiredisError)
 _CHUNK = 65536  # bytes read per recv (a handed job is one message, usually < 2 kB)
+# How long the rest of a reply read in part may take to arrive before the read gives up
+# for now (the next read resumes it).
+_REST_WITHIN = 1.0
 _READABLE = select.POLLIN | select.POLLERR | select.POLLHUP
 
 
@@ -79,7 +82,8 @@ class NodeConnection:
 
     def pump(self, timeout: float, until: Subscription) -> None:
         """Read and route replies: wait up to `timeout` for the first, then route every
-        reply read; read on (without waiting) until `until` has something to hand out."""
+        reply read; read on (waiting only for the rest of a reply read in part) until
+        `until` has something to hand out."""
         if self.broken:
             return
         try:
@@ -93,7 +97,11 @@ class NodeConnection:
                         self._error_reply(redis.ResponseError(str(reply)))
                     else:
                         self._route(reply)
-                if until.has_news() or self.broken or not self._fill(0.0):
+                if until.has_news() or self.broken:
+                    return
+                # A reply read in part is on its way: wait for the rest (a large handed job
+                # spans several reads), else nothing more is waiting to be read.
+                if not self._fill(_REST_WITHIN if reader.has_data() else 0.0):
                     return
         except PUBSUB_ERRORS as exc:
             self.fail(exc)

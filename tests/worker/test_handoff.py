@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,13 +16,32 @@ from tests.worker.conftest import wait_until
 pytestmark = pytest.mark.timeout(60)
 
 
+_running: list[tuple[SerialWorker, threading.Thread]] = []
+
+
+@pytest.fixture(autouse=True)
+def _stop_workers() -> Iterator[None]:
+    """Stop every worker thread a test started, even one that failed: a worker left running
+    would take the jobs of the tests that come after it in this process."""
+    yield
+    while _running:
+        worker, thread = _running.pop()
+        worker.request_stop()
+        thread.join(10)
+
+
+def start(worker: SerialWorker) -> threading.Thread:
+    thread = threading.Thread(target=worker.run_forever, daemon=True)
+    _running.append((worker, thread))
+    thread.start()
+    return thread
+
+
 def idle_worker(redis_url: str, registry: Registry) -> tuple[SerialWorker, threading.Thread]:
     config = WorkerConfig(url=redis_url, queues=("q",), processes=0, registry=registry,
                           name="idle", interval=30)
     worker = SerialWorker(config, install_signals=False)
-    thread = threading.Thread(target=worker.run_forever, daemon=True)
-    thread.start()
-    return worker, thread
+    return worker, start(worker)
 
 
 def registered(qless_client: Client) -> bool:
@@ -121,8 +141,7 @@ def test_a_job_handed_while_a_reserve_takes_another_is_held_and_given_back(
         return real(*args, **kwargs)
 
     worker.client.reserve = racing  # type: ignore[method-assign]
-    thread = threading.Thread(target=worker.run_forever, daemon=True)
-    thread.start()
+    thread = start(worker)
     try:
         wait_until(lambda: len(ran) == 1)
         other = ({"taken", "handed"} - set(ran)).pop()
