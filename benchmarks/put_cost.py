@@ -1,7 +1,7 @@
 """What one single put costs: Redis commands and instructions, and client CPU.
 
 Usage: `.venv/bin/python benchmarks/put_cost.py [--puts 20000] [--callgrind 1000
-[--callgrind-variant put|noop|write]] [--floor ROUNDS [--variants huey,put,...]
+[--callgrind-variant put|noop|write] [--handoff IDLE]] [--floor ROUNDS [--variants huey,put,...]
 [--baseline DIR]] [--redis-server PATH]`. See benchmarks/README.md, "Single put (session 7)",
 "Enqueue floor (session 8)" and "Enqueue (session 9)".
 
@@ -10,7 +10,9 @@ Usage: `.venv/bin/python benchmarks/put_cost.py [--puts 20000] [--callgrind 1000
 2. Client CPU per put: time.process_time over `--puts` puts (the benchmark's put: a class
    name and a two-field dict, a fresh jid each).
 3. With --callgrind N: redis-server under callgrind (at `hz 1`) for N puts; instructions per
-   put by function family (the same families as benchmarks/attribution.py).
+   put by function family (the same families as benchmarks/attribution.py). With
+   --handoff IDLE, every put hands its job to one of IDLE idle workers (handoff_cycle) and
+   only the puts' FCALLs are counted ("Put → start latency (session 9)", "Hand-off put").
 4. With --floor ROUNDS (Redis 7+): the enqueue floor. Our client's `Queue.put` timed as
    run.py times the enqueue (adapters/_common.measure_enqueue, `--puts` puts a round), its
    FCALL sent to a function library this script loads (never shipped) in place of the
@@ -160,7 +162,7 @@ def handoff_cycle(url: str, client: Client, n: int, idle: int, queue: str = "ben
     def call(*argv: str) -> None:
         engine(args=[argv[0], repr(time.time()), *argv[1:]])
 
-    for name in names:  # (a ttl as the worker's: shorter than a lease, so no timers)
+    for name in names:  # (a ttl shorter than a lease plus grace, as the worker's: no timers)
         call("reserve.wait", name, "6", "1", queue)
     q = client.queues[queue]
     handed = 0
