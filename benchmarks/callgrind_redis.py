@@ -28,7 +28,8 @@ class CallgrindError(RuntimeError):
 class CallgrindRedis:
     """A redis-server under callgrind on a unix socket in its own temporary directory."""
 
-    def __init__(self, binary: str, prefix: str, extra: Sequence[str] = ()) -> None:
+    def __init__(self, binary: str, prefix: str, extra: Sequence[str] = (),
+                 tool: Sequence[str] = ()) -> None:
         if not shutil.which("valgrind") or not shutil.which("callgrind_annotate"):
             raise CallgrindError("valgrind/callgrind_annotate not found")
         self.dir = tempfile.mkdtemp(prefix=prefix)
@@ -37,7 +38,7 @@ class CallgrindRedis:
         self.proc = subprocess.Popen(
             ["valgrind", "--tool=callgrind",
              f"--callgrind-out-file={os.path.join(self.dir, 'callgrind.out')}",
-             "--instr-atstart=no", binary, "--port", "0", "--unixsocket", self.sock,
+             "--instr-atstart=no", *tool, binary, "--port", "0", "--unixsocket", self.sock,
              "--unixsocketperm", "700", "--save", "", "--appendonly", "no", "--dir", self.dir,
              *extra],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -94,11 +95,12 @@ class CallgrindRedis:
 
 
 @contextmanager
-def callgrind_redis(binary: str, prefix: str = "bench-cg-", extra: Sequence[str] = ()
-                    ) -> Iterator[CallgrindRedis]:
+def callgrind_redis(binary: str, prefix: str = "bench-cg-", extra: Sequence[str] = (),
+                    tool: Sequence[str] = ()) -> Iterator[CallgrindRedis]:
     """Start redis-server `binary` under callgrind (`extra`: more server options, which
-    override the ones above); stop it and remove its files at the end."""
-    server = CallgrindRedis(binary, prefix, extra)
+    override the ones above; `tool`: more callgrind options); stop it and remove its files
+    at the end."""
+    server = CallgrindRedis(binary, prefix, extra, tool)
     try:
         yield server
     finally:

@@ -1,7 +1,7 @@
 """What one single put costs: Redis commands and instructions, and client CPU.
 
 Usage: `.venv/bin/python benchmarks/put_cost.py [--puts 20000] [--callgrind 1000
-[--callgrind-variant put|noop|write]] [--floor ROUNDS [--variants huey,put,...]
+[--callgrind-variant put|noop|write] [--handoff IDLE]] [--floor ROUNDS [--variants huey,put,...]
 [--baseline DIR]] [--redis-server PATH]`. See benchmarks/README.md, "Single put (session 7)",
 "Enqueue floor (session 8)" and "Enqueue (session 9)".
 
@@ -10,7 +10,9 @@ Usage: `.venv/bin/python benchmarks/put_cost.py [--puts 20000] [--callgrind 1000
 2. Client CPU per put: time.process_time over `--puts` puts (the benchmark's put: a class
    name and a two-field dict, a fresh jid each).
 3. With --callgrind N: redis-server under callgrind (at `hz 1`) for N puts; instructions per
-   put by function family (the same families as benchmarks/attribution.py).
+   put by function family (the same families as benchmarks/attribution.py). With
+   --handoff IDLE, every put hands its job to one of IDLE idle workers (handoff_cycle) and
+   only the puts' FCALLs are counted ("Put → start latency (session 9)", "Hand-off put").
 4. With --floor ROUNDS (Redis 7+): the enqueue floor. Our client's `Queue.put` timed as
    run.py times the enqueue (adapters/_common.measure_enqueue, `--puts` puts a round), its
    FCALL sent to a function library this script loads (never shipped) in place of the
@@ -48,6 +50,7 @@ from attribution import families, lua_range  # noqa: E402
 from callgrind_redis import CallgrindError, callgrind_redis  # noqa: E402
 
 from django_qless.core import Client  # noqa: E402
+from django_qless.core.lua import script_text  # noqa: E402
 from django_qless.core.server import RedisServer, find_redis_server  # noqa: E402
 
 KLASS = "bench.noop"
@@ -143,11 +146,47 @@ def client_instructions(url: str, n: int) -> float | None:
     return (totals[1] - totals[0]) / n
 
 
-def callgrind(binary: str, n: int, variant: str = "put") -> dict[str, Any]:
+def handoff_cycle(url: str, client: Client, n: int, idle: int, queue: str = "bench") -> int:
+    """Put `n` jobs one at a time (FCALL), each handed to one of `idle` idle workers
+    (registered by `reserve.wait`, as a waiting worker does, each listening on its hand-off
+    channel); between puts the worker completes its job and registers again, so the keys
+    stay as a worker pool keeps them. Those calls go by EVALSHA of the engine's script, so
+    a callgrind collecting only inside FCALL counts the puts alone. Returns the puts handed
+    off."""
+    r = redis.Redis.from_url(url, decode_responses=True)
+    engine = r.register_script(script_text())
+    sub = r.pubsub()
+    names = [f"hand-{i}" for i in range(idle)]
+    sub.subscribe(*[f"ql:hand:{name}" for name in names])
+
+    def call(*argv: str) -> None:
+        engine(args=[argv[0], repr(time.time()), *argv[1:]])
+
+    for name in names:  # (a ttl shorter than a lease plus grace, as the worker's: no timers)
+        call("reserve.wait", name, "6", "1", queue)
+    q = client.queues[queue]
+    handed = 0
+    for i in range(n):
+        jid = q.put(KLASS, {"i": i, "t0": 0.0})
+        worker = r.hget(f"ql:j:{jid}", "worker")
+        if worker:
+            handed += 1
+            call("complete", jid, worker, queue, "{}")
+            call("reserve.wait", worker, "6", "1", queue)
+    sub.close()
+    return handed
+
+
+def callgrind(binary: str, n: int, variant: str = "put", handoff: int = 0
+              ) -> dict[str, Any]:
     """Run redis-server under callgrind for `n` puts; instructions per put by family.
-    `variant` noop or write: the puts go to the floor's function of that name instead."""
+    `variant` noop or write: the puts go to the floor's function of that name instead.
+    `handoff` > 0: that many idle workers, and each put hands its job to one of them
+    (handoff_cycle; callgrind then collects inside FCALL only: the puts)."""
     try:
-        with callgrind_redis(binary, "bench-putcg-") as cg:
+        # (hand-offs: only FCALLs counted, the puts; the harness's other calls are EVALSHAs)
+        tool = ("--toggle-collect=fcallCommand",) if handoff else ()
+        with callgrind_redis(binary, "bench-putcg-", tool=tool) as cg:
             time.sleep(0.5)
             # (serverCron's share follows the wall time, which valgrind and the machine's
             # load stretch: at hz 1 it is ~10x smaller than at the default 10)
@@ -156,10 +195,18 @@ def callgrind(binary: str, n: int, variant: str = "put") -> dict[str, Any]:
             if variant != "put":
                 redis.Redis.from_url(cg.url).function_load(FLOOR_LIBRARY, replace=True)
                 client.channel.invoker._fn = f"djqless_floor_{variant}"
-            puts(client, 50)  # warm-up: engine loaded, code paths touched (not counted)
-            cg.counting(True)
-            puts(client, n)
-            cg.counting(False)
+            if handoff:
+                handoff_cycle(cg.url, client, 20, handoff)  # warm-up (not counted)
+                cg.counting(True)
+                handed = handoff_cycle(cg.url, client, n, handoff)
+                cg.counting(False)
+                if handed != n:
+                    return {"error": f"{handed} of {n} puts handed off"}
+            else:
+                puts(client, 50)  # warm-up: engine loaded, code paths touched (not counted)
+                cg.counting(True)
+                puts(client, n)
+                cg.counting(False)
             client.close()
             cg.stop()
             text = cg.annotate()
@@ -280,6 +327,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="also count the client's instructions per put over N puts")
     p.add_argument("--callgrind-variant", default="put", choices=("put", "noop", "write"),
                    help="with --callgrind: count the floor's noop or write function instead")
+    p.add_argument("--handoff", type=int, default=0, metavar="IDLE",
+                   help="with --callgrind: IDLE idle workers registered, every put hands "
+                   "its job to one of them")
     p.add_argument("--floor", type=int, default=0, metavar="ROUNDS",
                    help="time the enqueue floor (noop, write, put, huey), ROUNDS interleaved")
     p.add_argument("--variants", default=",".join(FLOOR_VARIANTS),
@@ -325,12 +375,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"client instructions per put: {client_ir:,.0f} ({args.client_callgrind} puts, "
               "user space, callgrind)")
     if args.callgrind:
-        cg = callgrind(binary, args.callgrind, args.callgrind_variant)
+        cg = callgrind(binary, args.callgrind, args.callgrind_variant, args.handoff)
         if "error" in cg:
             print(f"callgrind: {cg['error']}")
         else:
             print(f"redis-server instructions per put: {cg['total_ir_per_job']:,.0f} "
-                  f"({cg['puts']} puts, {args.callgrind_variant})")
+                  f"({cg['puts']} puts, {args.callgrind_variant}"
+                  f"{f', handed off, {args.handoff} idle' if args.handoff else ''})")
             for name, ir in cg["families_ir_per_job"].items():
                 print(f"  {name:<62} {ir:>10,.0f}")
     return 0
