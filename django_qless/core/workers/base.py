@@ -224,7 +224,7 @@ class JobLoop:
                 while not jobs and self.taker.idle(wake) and self._woken_as_left():
                     # A message woke the idle loop (a hand-off, mostly): take it now, not
                     # after the checks above, which find what they found before the wait.
-                    jobs, wake = self.taker.reserve()
+                    jobs, wake = self.taker.reserve(woken=True)
                 if not jobs:
                     continue
                 if len(jobs) == 1 and not len(self.in_hand):
@@ -246,14 +246,17 @@ class JobLoop:
         round the loop: nothing it checks there can have changed during the wait.
 
         Idle, the loop holds no job, keeps no completion, has written its status and keeps
-        the ticket it was granted; a signal, --max-duration, the reaper (serial worker)
-        and the supervisor's death are looked at here instead, the token in `await_turn`.
+        the ticket it was granted; a signal, --max-duration and the supervisor's death are
+        looked at here instead, the reaper (serial worker) runs here if due, the token is
+        taken in `await_turn`.
         """
         signals = self.signals
         if signals.graceful or signals.stop_requests or signals.paused:
             return False
-        if self.reaper is not None or not self.should_continue():
+        if not self.should_continue():
             return False
+        if self.reaper is not None:
+            self.reaper.maybe_reap(idle=self.taker.idling)
         if self.config.max_duration and self._time_left() <= 0:
             return False
         return self.taker.await_turn()

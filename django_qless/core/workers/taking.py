@@ -39,6 +39,8 @@ __all__ = ["MAX_QUEUES_PER_CALL", "JobTaker"]
 log = logging.getLogger("django_qless.worker")
 
 MAX_QUEUES_PER_CALL = RESERVE_QUEUES_MAX
+# How long a loop woken by a message waits for the rest of it before reserving anyway.
+_REST_OF_MESSAGE = 0.05
 _TRANSIENT = (QlessConnectionError, redis.ConnectionError, redis.TimeoutError, OSError)
 
 
@@ -125,7 +127,7 @@ class JobTaker:
         if self.leadership is not None:
             self.leadership.release(soon=soon)
 
-    def reserve(self) -> tuple[list[Job], float | None]:
+    def reserve(self, *, woken: bool = False) -> tuple[list[Job], float | None]:
         """Take jobs from the selected queues (subscribing to wake-ups first); also return
         the seconds until due work when there is none.
 
@@ -136,6 +138,9 @@ class JobTaker:
         """
         self.waiter.ensure_subscribed()
         self.waiter.drain()
+        if woken and not self.waiter.heard and self.waiter.subscribed:
+            # `woken`: poll() saw a message, yet none was read whole (a large hand-off).
+            self.waiter.finish_hand_off(_REST_OF_MESSAGE)
         jobs = self.handed()
         if not jobs and self.waiter.lost and self.waiter.subscribed:
             self.waiter.lost = False

@@ -73,6 +73,7 @@ class WakeWaiter:
         self._broken_until = 0.0
         self._ready = False  # every wanted subscription confirmed (until one breaks)
         self._recheck_at = 0.0
+        self.heard = 0  # messages (confirmations included) the last drain read
 
     @property
     def subscribed(self) -> bool:
@@ -183,9 +184,11 @@ class WakeWaiter:
     def drain(self) -> list[str]:
         """Consume buffered wake-ups without blocking; return the queue names they named."""
         names: list[str] = []
+        self.heard = 0
         for sub in list(self._subs.values()):
             try:
                 while (msg := sub.get(timeout=0.0)) is not None:
+                    self.heard += 1
                     if msg["type"] in MESSAGE_TYPES:
                         name = self._take(msg)
                         if name is not None:
@@ -214,6 +217,26 @@ class WakeWaiter:
             return
         if isinstance(job, dict) and job.get("jid"):
             self.handed.append(job)
+
+    def finish_hand_off(self, timeout: float) -> None:
+        """Wait up to `timeout` for the rest of a hand-off the last drain read in part.
+
+        Called when poll() said a message was there yet the drain read none whole: a large
+        job arrives in several reads, and reserving meanwhile would cost a round trip.
+        """
+        hand = self.hand_client
+        sub = None if hand is None else self._subs.get(hand.shard)
+        if sub is None or not sub.connected or not self.hand_channel:
+            return
+        try:
+            msg = sub.get(timeout=timeout)
+        except PUBSUB_ERRORS as exc:
+            log.warning("wake-up connection lost (%s); resubscribing", exc)
+            self._close(sub)
+            return
+        if msg is not None and msg["type"] in MESSAGE_TYPES:
+            self._take(msg)
+        self.drain()  # anything read along with it
 
     def stop_hand_offs(self) -> None:
         """Unsubscribe from the hand-off channel, keeping what arrived before (leaving).
