@@ -136,11 +136,13 @@ class JobTaker:
         while we wait, new work. After a broken subscription, hand-offs may have been lost:
         the jobs the engine says this worker holds are taken back first.
         """
-        self.waiter.ensure_subscribed()
-        self.waiter.drain()
-        if woken and not self.waiter.heard and self.waiter.subscribed:
-            # `woken`: poll() saw a message, yet none was read whole (a large hand-off).
-            self.waiter.finish_hand_off(_REST_OF_MESSAGE)
+        waiter = self.waiter
+        waiter.ensure_subscribed()
+        waiter.drain()
+        if woken and waiter.readable and not waiter.heard and waiter.subscribed:
+            # poll() saw a message, yet none was read whole (a large hand-off); not after
+            # a resubscription, which also ends the wait as if a message had come.
+            waiter.finish_hand_off(_REST_OF_MESSAGE)
         jobs = self.handed()
         if not jobs and self.waiter.lost and self.waiter.subscribed:
             self.waiter.lost = False

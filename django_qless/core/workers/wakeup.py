@@ -74,6 +74,7 @@ class WakeWaiter:
         self._ready = False  # every wanted subscription confirmed (until one breaks)
         self._recheck_at = 0.0
         self.heard = 0  # messages (confirmations included) the last drain read
+        self.readable = False  # the last wait ended on a readable (or buffered) socket
 
     @property
     def subscribed(self) -> bool:
@@ -323,6 +324,7 @@ class WakeWaiter:
     def _wait_once(self, timeout: float) -> str:
         """Block once; say what ended the wait (a message, a signal or the timeout)."""
         timeout = max(0.0, timeout)
+        self.readable = False
         if not self.subscribed:
             # Lost a subscription (connection dropped, failover): get it back first. Once
             # back, a put may have slipped by while we were deaf, so reserve again at once.
@@ -334,6 +336,7 @@ class WakeWaiter:
         for sub in self._subs.values():
             try:
                 if sub.buffered():
+                    self.readable = True
                     return _MESSAGE  # data already read by redis-py is invisible to poll()
                 fd = sub.fileno()
             except PUBSUB_ERRORS as exc:
@@ -346,6 +349,7 @@ class WakeWaiter:
         if self.pipe.read_fd in ready:
             self.pipe.drain()
         if not ready.isdisjoint(socks):
+            self.readable = True
             return _MESSAGE
         return _SIGNAL if self.pipe.read_fd in ready else _TIMEOUT
 
