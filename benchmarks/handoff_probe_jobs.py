@@ -19,7 +19,9 @@ from django_qless.core.registry import register
 from django_qless.core.workers import (
     base,
     child,
+    completions,
     heartbeat,
+    inhand,
     leadership,
     runner,
     taking,
@@ -74,7 +76,14 @@ def _patch() -> None:
 
     wakeup.poll_readable = timed_poll
     _after(taking.JobTaker, "idle", "idle_ret")
+    # The loop's checks between `idle` returning and the token (each stamp costs ~1 us).
+    _after(base.JobLoop, "_limit_reached", "limit")
+    _after(child.ForkChild, "should_continue", "alive")
+    _after(inhand.JobsInHand, "take", "took")
+    _after(completions.Completions, "flush_kept", "kept")
+    _after(child.ForkChild, "between_jobs", "between")
     _after(taking.JobTaker, "await_turn", "turn")
+    _after(wakeup.WakeWaiter, "ensure_subscribed", "subscribed")
     _before(wakeup.WakeWaiter, "drain", "drain_in")
     _after(wakeup.WakeWaiter, "_keep_handed", "decoded")
     _after(taking.JobTaker, "reserve", "reserved")

@@ -221,19 +221,45 @@ class JobLoop:
                 if not self.taker.await_turn():
                     continue  # another child is the idle leader; a signal woke us
                 jobs, wake = self.taker.reserve()
+                while not jobs and self.taker.idle(wake) and self._woken_as_left():
+                    # A message woke the idle loop (a hand-off, mostly): take it now, not
+                    # after the checks above, which find what they found before the wait.
+                    jobs, wake = self.taker.reserve()
                 if not jobs:
-                    self.taker.idle(wake)
                     continue
-                self.in_hand.add(jobs)
-                job = self.in_hand.take()
-                if job is None:
-                    continue
+                if len(jobs) == 1 and not len(self.in_hand):
+                    job = jobs[0]  # what add() then take() would give, without their locks
+                else:
+                    self.in_hand.add(jobs)
+                    job = self.in_hand.take()
+                    if job is None:
+                        continue
             # A stop that landed during the reserve: do not start the job (released later).
             if self.signals.stop_requests or not self.should_continue():
                 self.in_hand.put_back(job)
                 return
             if self._perform(job):
                 return
+
+    def _woken_as_left(self) -> bool:
+        """Tell whether an idle loop woken by a message may reserve again without going
+        round the loop: nothing it checks there can have changed during the wait.
+
+        Idle, the loop holds no job, keeps no completion, has written its status and keeps
+        the ticket it was granted; a signal, --max-duration and the supervisor's death are
+        looked at here instead, the reaper (serial worker) runs here if due, the token is
+        taken in `await_turn`.
+        """
+        signals = self.signals
+        if signals.graceful or signals.stop_requests or signals.paused:
+            return False
+        if not self.should_continue():
+            return False
+        if self.reaper is not None:
+            self.reaper.maybe_reap(idle=self.taker.idling)
+        if self.config.max_duration and self._time_left() <= 0:
+            return False
+        return self.taker.await_turn()
 
     def _perform(self, job: Job) -> bool:
         """Run one job and settle it; return True to stop the loop."""

@@ -135,7 +135,7 @@ class JobTaker:
         the jobs the engine says this worker holds are taken back first.
         """
         self.waiter.ensure_subscribed()
-        self.waiter.drain()
+        self.waiter.drain()  # (a reply read in part is read whole: NodeConnection.pump)
         jobs = self.handed()
         if not jobs and self.waiter.lost and self.waiter.subscribed:
             self.waiter.lost = False
@@ -202,8 +202,8 @@ class JobTaker:
         """Return how long an idle wait lasts at most (the safety re-check: --interval)."""
         return min(self.interval, self.idle_cap)
 
-    def idle(self, wake: float | None) -> None:
-        """Block until a wake-up, a signal, or the next due time."""
+    def idle(self, wake: float | None) -> bool:
+        """Block until a wake-up, a signal, or the next due time; True if a message came."""
         self.idling = True
         self.on_idle()
         timeout = min(self.recheck_after(), max(self.time_left(), 0.005))
@@ -213,7 +213,7 @@ class JobTaker:
         if self.reaper is not None:
             timeout = min(timeout, max(self.reaper.seconds_left(idle=True), 0.005))
         # The supervisor is checked every second meanwhile, without Redis (keep_waiting).
-        self.waiter.wait(timeout, self.keep_waiting)
+        return self.waiter.wait(timeout, self.keep_waiting)
 
     def held_jobs(self) -> list[Job]:
         """Return the jobs this worker name still holds in its shards (`resume`, or

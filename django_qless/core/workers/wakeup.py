@@ -322,7 +322,7 @@ class WakeWaiter:
         ready = poll_readable([*socks, self.pipe.read_fd], timeout)
         if self.pipe.read_fd in ready:
             self.pipe.drain()
-        if any(fd in ready for fd in socks):
+        if not ready.isdisjoint(socks):
             return _MESSAGE
         return _SIGNAL if self.pipe.read_fd in ready else _TIMEOUT
 
