@@ -43,7 +43,6 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE / "adapters"), str(HERE.parent)]
-os.environ.setdefault("BENCH_BODY", "incr")
 
 import _common  # noqa: E402
 import redis  # noqa: E402
@@ -583,6 +582,9 @@ def report(doc: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run every part on one private Redis and print the report."""
+    # The capacity table's job body (inherited by the workers); set here, not on import:
+    # put_cost.py and manyqueues.py import this module's helpers.
+    os.environ.setdefault("BENCH_BODY", "incr")
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--jobs", type=int, default=5000)
