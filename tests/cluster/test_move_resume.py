@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -13,7 +11,7 @@ from redis.cluster import RedisCluster
 from django_qless.core.cluster_server import LocalCluster
 from django_qless.core.queue_move import MoveProgress, QueueMove
 from django_qless.core.sharded import ShardedClient
-from tests.cluster.test_queue_move import Q, left_on
+from tests.cluster.test_queue_move import LateProducer, Q, left_on
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.timeout(120)
@@ -75,28 +73,15 @@ def test_a_move_resumed_right_after_the_switch_waits_what_is_left_of_settle(
         assert late.shard_of(Q) == sharded.tags[0]  # cached: s0 for the next 1.2 s
         early = [source.queues[Q].put("K", {}) for _ in range(3)]
         crash_after_the_switch(sharded, 2, settle=settle)
-        put: list[str] = []
-        errors: list[BaseException] = []
-
-        def producer() -> None:
-            try:
-                while True:  # until its cache runs out and it sees the switch
-                    shard = late.for_queue(Q)
-                    put.append(shard.queues[Q].put("K", {}))
-                    if shard.shard == sharded.tags[2]:
-                        return
-                    time.sleep(0.02)
-            except BaseException as exc:  # noqa: BLE001 - reported by the test
-                errors.append(exc)
-
-        thread = threading.Thread(target=producer)
-        thread.start()
+        producer = LateProducer(late, sharded.tags[2])
+        producer.start()
         # Resumed half a second after the switch (the producer still puts on the source).
         wait_until(lambda: (sharded.placement.switched_since(Q, 2) or 0) > 0.5, 10)
         [progress] = QueueMove(sharded, Q, 2, settle=settle, poll=0.05,
                                drain_timeout=5).run()
-        thread.join(10)
-        assert not errors, errors
+        producer.join(10)
+        assert not producer.errors, producer.errors
+        put = producer.put
         # It waited, but not `settle` again: what was left of it after the noted switch.
         assert 0.0 < progress.waited < settle - 0.5
         assert len(put) > 5  # (puts went on for the 1.2 s of its cache)

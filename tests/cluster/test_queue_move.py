@@ -39,6 +39,28 @@ def left_on(sharded: ShardedClient, tag: str) -> dict[str, int]:
     return {k: int(counts[k]) for k in states if counts.get(k)}
 
 
+class LateProducer(threading.Thread):
+    """Put to mv every 20 ms as `late` places it (a client whose cached placement predates
+    the switch) until a put lands on `target` (its cache ran out)."""
+
+    def __init__(self, late: ShardedClient, target: str) -> None:
+        super().__init__()
+        self.late, self.target = late, target
+        self.put: list[str] = []
+        self.errors: list[BaseException] = []
+
+    def run(self) -> None:
+        try:
+            while True:
+                shard = self.late.for_queue(Q)
+                self.put.append(shard.queues[Q].put("K", {}))
+                if shard.shard == self.target:
+                    return
+                time.sleep(0.02)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            self.errors.append(exc)
+
+
 def ledger(rc: RedisCluster, sharded: ShardedClient, tags: tuple[str, ...]) -> str:
     """Return what each shard holds of mv: counts, every unfinished job with its state and
     its scores in the queue's sets, the engine's hidden `#` config fields, the placement."""
@@ -348,25 +370,12 @@ def test_a_resume_after_the_switch_waits_for_clients_that_missed_it(
         sharded.placement.mark_moving(Q, 2)
         move.fence(sharded.tags[0])
         sharded.placement.switch(Q, 0, 2)  # the crash, right after the switch
-        put: list[str] = []
-        errors: list[BaseException] = []
-
-        def producer() -> None:
-            try:
-                while True:  # until its cache runs out and it sees the switch
-                    shard = late.for_queue(Q)
-                    put.append(shard.queues[Q].put("K", {}))
-                    if shard.shard == sharded.tags[2]:
-                        return
-                    time.sleep(0.02)
-            except BaseException as exc:  # noqa: BLE001 - reported by the test
-                errors.append(exc)
-
-        thread = threading.Thread(target=producer)
-        thread.start()
+        producer = LateProducer(late, sharded.tags[2])
+        producer.start()
         [progress] = QueueMove(sharded, Q, 2, settle=1.0, poll=0.05, drain_timeout=5).run()
-        thread.join(10)
-        assert not errors, errors
+        producer.join(10)
+        assert not producer.errors, producer.errors
+        put = producer.put
         assert len(put) > 5  # (puts went on for the 0.6 s of its cache)
         assert left_on(sharded, sharded.tags[0]) == {}
         assert progress.step == "done" and progress.copied == len(early) + len(put) - 1

@@ -44,6 +44,17 @@ def idle_worker(redis_url: str, registry: Registry) -> tuple[SerialWorker, threa
     return worker, start(worker)
 
 
+def count_reserves(worker: SerialWorker, reserves: list[int]) -> None:
+    """Count the worker's reserve calls in `reserves[0]`."""
+    real = worker.client.reserve
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        reserves[0] += 1
+        return real(*args, **kwargs)
+
+    worker.client.reserve = counting  # type: ignore[method-assign]
+
+
 def registered(qless_client: Client) -> bool:
     return qless_client.redis.hget("ql:idle", "idle") == "q"
 
@@ -57,13 +68,7 @@ def test_a_job_put_for_an_idle_worker_starts_without_a_reserve(
     registry.register("k", lambda job: started.append((job.jid, reserves[0])))
     reserves = [0]
     worker, thread = idle_worker(redis_url, registry)
-    real = worker.client.reserve
-
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        reserves[0] += 1
-        return real(*args, **kwargs)
-
-    worker.client.reserve = counting  # type: ignore[method-assign]
+    count_reserves(worker, reserves)
     wait_until(lambda: registered(qless_client))
     before = reserves[0]
     jid = qless_client.queues["q"].put("k", {})
@@ -168,13 +173,7 @@ def test_a_handed_job_larger_than_one_socket_read_arrives_whole(
                                                     reserves[0])))
     reserves = [0]
     worker, thread = idle_worker(redis_url, registry)
-    real = worker.client.reserve
-
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        reserves[0] += 1
-        return real(*args, **kwargs)
-
-    worker.client.reserve = counting  # type: ignore[method-assign]
+    count_reserves(worker, reserves)
     wait_until(lambda: registered(qless_client))
     before = reserves[0]
     jid = qless_client.queues["q"].put("k", {"blob": blob})
