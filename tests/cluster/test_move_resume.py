@@ -3,28 +3,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-from redis.cluster import RedisCluster
 
 from django_qless.core.cluster_server import LocalCluster
 from django_qless.core.queue_move import MoveProgress, QueueMove
 from django_qless.core.sharded import ShardedClient
+from tests.cluster import test_queue_move
 from tests.cluster.test_queue_move import LateProducer, Q, left_on
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
-
-@pytest.fixture
-def sharded(cluster: LocalCluster, rc: RedisCluster) -> Iterator[ShardedClient]:
-    """Six shards; queue mv on s0 and cached placements for half a second."""
-    client = ShardedClient(rc, shards=6, worker_name="w1")
-    client.placement.cache_seconds = 0.5
-    client.placement.record(Q, 0)
-    yield client
-    client.close()
+sharded = test_queue_move.sharded  # the same fixture: six shards, mv on s0
 
 
 def crash_after_the_switch(sharded: ShardedClient, to: int, settle: float) -> None:
