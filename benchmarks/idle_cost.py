@@ -18,10 +18,13 @@ The price of those instructions is measured on this machine just before: 4,000 i
 connections (half subscribed, as an idle child's pair) held to a native redis-server
 (`INFO cpu` with them minus without, in alternating windows) and to the one under
 callgrind (instructions with them minus without). Their quotient prices the work idle
-connections cause, cold caches included, which is what an idle worker causes; commands are
-priced at a native PING's CPU time (kernel included). The instruction counts are exact;
-the µs carry the calibration's spread (reported). Each window's instructions are split by
-where they go (serverCron, clientsCron and its per-client parts, commands).
+connections cause, cold caches included, which is what an idle worker causes. Each command
+a client sent (FCALL, PING, SUBSCRIBE...: not those its scripts ran, whose instructions are
+counted already) adds a native PING's CPU time: the round trip, kernel included, which
+callgrind does not see (its user-space part it does: a bound from above). The instruction
+counts are exact; the µs carry the calibration's spread (reported). The cost is shown in all
+and per idle child (all / children). Each window's instructions are split by where they go
+(serverCron, clientsCron and its per-client parts, commands).
 
 Usage: `.venv/bin/python benchmarks/idle_cost.py [--children 1,10,100] [--seconds 30]
 [--repeats 2]`; `run.py` runs it at the end of its idle section (`--skip-idle-callgrind`
@@ -54,7 +57,8 @@ from callgrind_redis import CallgrindRedis, callgrind_redis, total_instructions 
 from django_qless.core.registry import register  # noqa: E402
 from django_qless.core.server import RedisServer, find_redis_server  # noqa: E402
 
-__all__ = ["PARTS", "calibrate", "measure", "split_functions"]
+__all__ = ["PARTS", "calibrate", "client_only_commands", "count_commands", "measure",
+           "split_functions"]
 
 QUEUE = "idle-cost"
 KLASS = "bench.idle_noop"
@@ -77,6 +81,11 @@ PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("event loop thread (aeMain)", ("aeMain",)),
     ("other threads", ()),
 )
+# Sent by clients only, though a script may call them: the engine never does (a test checks).
+SENT_BY_CLIENTS = ("ping", "function", "script")
+# Every engine call runs TIME once (api.lua; a test checks): TIME calls beyond the engine
+# calls are the clients' clocks (core/clock.py) asking.
+ENGINE_CALLS = ("fcall", "fcall_ro", "evalsha", "evalsha_ro")
 LOOP = "event loop thread (aeMain)"
 MEMSTATS = "  memory stats (jemalloc)"
 
@@ -124,16 +133,55 @@ def _window(cg: CallgrindRedis, r: redis.Redis, seconds: float, label: str) -> d
     dump = _newest_dump(cg, before)
     text = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100",
                            str(dump)], capture_output=True, text=True, check=False).stdout
-    stats = r.info("commandstats")
-    calls = sum(int(v["calls"]) for k, v in stats.items()
-                if k.removeprefix("cmdstat_").split("|")[0] not in ("info", "config"))
+    calls, sent = count_commands(r.info("commandstats"), client_only_commands(r))
     ir = total_instructions(dump)
     keep = os.environ.get("IDLE_COST_KEEP")  # a directory: keep each window's annotation
     if keep:
         Path(keep, f"{label}.txt").write_text(text)
     dump.unlink()
-    return {"seconds": wall, "instructions": ir, "commands": calls,
+    return {"seconds": wall, "instructions": ir, "commands": calls, "client_commands": sent,
             "parts": parts_of(split_functions(text), ir)}
+
+
+def client_only_commands(r: redis.Redis) -> frozenset[str]:
+    """Return the commands (and `container|sub` commands) this server refuses to scripts,
+    plus PING: what only a client can have sent."""
+    names = set(SENT_BY_CLIENTS)
+    for name, info in r.command().items():
+        if "noscript" in info["flags"]:
+            names.add(name)
+        for sub in info.get("subcommands") or ():
+            flags = {_text(f) for f in sub[2]}
+            if "noscript" in flags:
+                names.add(_text(sub[0]))
+    return frozenset(names)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def count_commands(stats: dict[str, Any], client_only: frozenset[str]) -> tuple[int, int]:
+    """Return (all commands, commands clients sent) from `INFO commandstats`, leaving out
+    the bench's own INFO and CONFIG.
+
+    commandstats counts a command a script runs like one a client sends. Sent: what the
+    server refuses to scripts (FCALL, EVALSHA, (S)SUBSCRIBE, HELLO...), PING, and the TIME
+    calls beyond one per engine call; an idle worker sends nothing else (the bench's test
+    checks the count against MONITOR).
+    """
+    calls = sent = engine = times = 0
+    for key, value in stats.items():
+        name = key.removeprefix("cmdstat_")
+        n = int(value["calls"])
+        if name.split("|")[0] in ("info", "config"):
+            continue
+        calls += n
+        if name in client_only or name.split("|")[0] in client_only:
+            sent += n
+        engine += n if name in ENGINE_CALLS else 0
+        times += n if name == "time" else 0
+    return calls, sent + max(0, times - engine)
 
 
 def _newest_dump(cg: CallgrindRedis, before: int) -> Path:
@@ -335,7 +383,9 @@ def summarize(doc: dict[str, Any]) -> dict[str, Any]:
     Judged: the event loop's instructions above the no-worker window, less jemalloc's
     memory statistics (serverCron's fixed work; its count moves by ±20k Ir/s with the
     allocator's state, whatever the clients), at the instruction's price, plus each
-    command above the no-worker window at a PING's price (its kernel time included).
+    command a client sent above the no-worker window at a PING's price (its kernel time:
+    the round trip the instructions leave out). Commands run by scripts are in the
+    instructions already and are not priced again. Also per child (total / children).
     """
     cal = doc["calibration"]
     price = cal["us_per_instruction"]
@@ -345,18 +395,20 @@ def summarize(doc: dict[str, Any]) -> dict[str, Any]:
         return float(w["parts"][LOOP] - w["parts"][MEMSTATS]) / float(w["seconds"])
 
     base_ir = judged_ir(b0)
-    base_cmds = b0["commands"] / b0["seconds"]
+    base_sent = b0.get("client_commands", b0["commands"]) / b0["seconds"]
     doc["baseline_instructions_per_s"] = b0["instructions"] / b0["seconds"]
     doc["baseline_judged_instructions_per_s"] = base_ir
     doc["resolution_us_per_s"] = abs(judged_ir(b1) - base_ir) * price
-    for w in doc["children"].values():
+    for n, w in doc["children"].items():
         ir = judged_ir(w) - base_ir
-        cmds = w["commands"] / w["seconds"] - base_cmds
+        sent = w.get("client_commands", w["commands"]) / w["seconds"]
         w["judged_instructions_per_s"] = ir
         w["instructions_per_s"] = w["instructions"] / w["seconds"] - \
             doc["baseline_instructions_per_s"]
         w["commands_per_s"] = w["commands"] / w["seconds"]
-        w["us_per_s"] = ir * price + max(0.0, cmds) * cal["ping_us"]
+        w["client_commands_per_s"] = sent
+        w["us_per_s"] = ir * price + max(0.0, sent - base_sent) * cal["ping_us"]
+        w["us_per_child_per_s"] = w["us_per_s"] / max(1, int(n))
         w["parts_per_s"] = {k: v / w["seconds"] - b0["parts"].get(k, 0) / b0["seconds"]
                             for k, v in w["parts"].items()}
     return doc
@@ -373,15 +425,19 @@ def format_idle_cost(doc: dict[str, Any]) -> str:
         f"(idle connections here: {cal['instructions_per_connection_second']:,.0f} Ir/s and "
         f"{statistics.median(cal['us_per_connection_second']):.3f} us/s each, spread "
         f"{cal['us_per_instruction_spread'] * 1000:.3f} ns), "
-        f"+ commands at a PING's {cal['ping_us']:.1f} us; resolution: two no-worker windows "
-        f"differ by {doc['resolution_us_per_s']:.2f} us/s)",
+        f"+ commands clients sent at a PING's {cal['ping_us']:.1f} us (cmds/s: all "
+        f"commandstats counts, scripts' included; sent/s: those clients sent); resolution: "
+        f"two no-worker windows differ by {doc['resolution_us_per_s']:.2f} us/s)",
     ]
-    head = (f"{'children':>8} {'conns':>6} {'cmds/s':>7} {'Ir/s':>9} {'us/s':>7} "
-            f"{'all Ir/s':>9}")
+    head = (f"{'children':>8} {'conns':>6} {'cmds/s':>7} {'sent/s':>7} {'Ir/s':>9} "
+            f"{'us/s':>7} {'us/s/child':>10} {'all Ir/s':>9}")
     lines += [head, "-" * len(head)]
     for n, w in doc["children"].items():
+        sent = w.get("client_commands_per_s", w["commands_per_s"])
+        per_child = w.get("us_per_child_per_s", w["us_per_s"] / max(1, int(n)))
         lines.append(f"{n:>8} {w['connections']:>6} {w['commands_per_s']:>7.2f} "
-                     f"{w['judged_instructions_per_s']:>9,.0f} {w['us_per_s']:>7.2f} "
+                     f"{sent:>7.2f} {w['judged_instructions_per_s']:>9,.0f} "
+                     f"{w['us_per_s']:>7.2f} {per_child:>10.2f} "
                      f"{w['instructions_per_s']:>9,.0f}")
     lines.append("where the instructions go (Ir/s above the no-worker window, inclusive):")
     lines.append(f"  {'':32}" + "".join(f" {n + ' ch':>9}" for n in doc["children"]))

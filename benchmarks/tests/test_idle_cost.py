@@ -2,11 +2,25 @@
 
 from __future__ import annotations
 
+import re
 import shutil
+import threading
+import time
+from pathlib import Path
 
 import pytest
 import redis
-from idle_cost import LOOP, MEMSTATS, _idle_connections, _socket_path, _window, split_functions
+from idle_cost import (
+    LOOP,
+    MEMSTATS,
+    SENT_BY_CLIENTS,
+    _idle_connections,
+    _socket_path,
+    _window,
+    client_only_commands,
+    count_commands,
+    split_functions,
+)
 from idle_cost import summarize as summarize_idle
 from report import capacity_checks
 
@@ -34,22 +48,96 @@ def test_split_functions_keeps_the_deepest_recursion_level_and_skips_totals() ->
     assert "PROGRAM" not in got and "TOTALS" not in got
 
 
-def _w(loop: int, memstats: int, commands: int, seconds: float = 10.0) -> dict[str, object]:
+def _w(loop: int, memstats: int, commands: int, sent: int = 0,
+       seconds: float = 10.0) -> dict[str, object]:
     return {"seconds": seconds, "instructions": loop + 1000, "commands": commands,
-            "parts": {LOOP: loop, MEMSTATS: memstats}, "connections": 4}
+            "client_commands": sent, "parts": {LOOP: loop, MEMSTATS: memstats},
+            "connections": 4}
 
 
-def test_summarize_judges_the_loop_less_memory_stats_plus_commands() -> None:
+def test_summarize_judges_the_loop_less_memory_stats_plus_commands_clients_sent() -> None:
     doc = {"seconds": 10.0,
            "calibration": {"us_per_instruction": 0.001, "ping_us": 5.0},
            "baseline": _w(1_000_000, 900_000, 0), "baseline_end": _w(1_010_000, 900_000, 0),
-           "children": {"1": _w(1_300_000, 1_000_000, 2)}}
+           "children": {"1": _w(1_300_000, 1_000_000, 12, 2),
+                        "10": _w(1_300_000, 1_000_000, 12, 2)}}
     w = summarize_idle(doc)["children"]["1"]
     # (1.3M - 1.0M) - (1.0M - 0.9M) = 200k Ir over 10 s: the memory statistics do not count.
     assert w["judged_instructions_per_s"] == pytest.approx(20_000)
-    assert w["commands_per_s"] == pytest.approx(0.2)
+    assert w["commands_per_s"] == pytest.approx(1.2)
+    assert w["client_commands_per_s"] == pytest.approx(0.2)
+    # The 10 commands the scripts ran are in the instructions: only the 2 sent are priced.
     assert w["us_per_s"] == pytest.approx(20_000 * 0.001 + 0.2 * 5.0)
+    assert w["us_per_child_per_s"] == w["us_per_s"]
+    ten = doc["children"]["10"]
+    assert ten["us_per_child_per_s"] == pytest.approx(ten["us_per_s"] / 10)
     assert doc["resolution_us_per_s"] == pytest.approx(1_000 * 0.001)
+
+
+def test_count_commands_leaves_out_the_bench_and_tells_sent_from_script_run() -> None:
+    stats = {"cmdstat_fcall": {"calls": 2}, "cmdstat_time": {"calls": 3},
+             "cmdstat_hgetall": {"calls": 1}, "cmdstat_ping": {"calls": 1},
+             "cmdstat_client|kill": {"calls": 1}, "cmdstat_info": {"calls": 3},
+             "cmdstat_config|resetstat": {"calls": 1}}
+    only = frozenset({"fcall", "ping", "client|kill"})
+    # Sent: 2 FCALL, PING, CLIENT KILL and the TIME beyond the 2 the engine calls ran.
+    assert count_commands(stats, only) == (8, 5)
+
+
+def test_the_engine_never_calls_what_is_counted_as_sent_by_clients() -> None:
+    lua = Path(__file__).resolve().parents[2] / "django_qless" / "lua"
+    text = "\n".join(p.read_text() for p in lua.glob("*.lua"))
+    for name in SENT_BY_CLIENTS:
+        assert not re.search(rf"""['"]{name}['"]""", text, re.IGNORECASE)
+    # One TIME per engine call, at its entry: the rest are clients' clocks.
+    assert len(re.findall(r"""['"]TIME['"]""", text)) == 1
+    assert "local t = redis.call('TIME')" in (lua / "api.lua").read_text()
+
+
+def test_commands_counted_as_sent_are_what_monitor_shows_clients_sent(redis_url: str) -> None:
+    from django_qless.core.client import Client
+
+    r = redis.Redis.from_url(redis_url)
+    only = client_only_commands(r)
+    assert {"fcall", "evalsha", "subscribe", "hello", "ping"} <= only
+    assert "time" not in only and "hgetall" not in only
+    with Client(redis_url) as loader:
+        loader.reap()  # the engine loaded before the window (FUNCTION LOAD is sent too)
+    mon = redis.Redis.from_url(redis_url).monitor()
+    seen: list[str] = []
+
+    def read() -> None:
+        try:
+            while True:
+                line = mon.next_command()
+                if line["command"].startswith("INFO"):
+                    return
+                seen.append((line["client_type"], line["command"]))
+        except (redis.ConnectionError, OSError, ValueError):
+            pass
+
+    with mon:
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        r.config_resetstat()
+        # What an idle worker sends: HELLO, its clock's TIME, engine calls, SUBSCRIBE, PING.
+        client = Client(redis_url)
+        client.reap()
+        client.config.all  # noqa: B018 - the read is the point
+        sub = redis.Redis.from_url(redis_url).pubsub()
+        sub.subscribe("idle-cost:test")
+        sub.ping()
+        time.sleep(0.2)
+        calls, sent = count_commands(r.info("commandstats"), only)
+        reader.join(timeout=5)
+        sub.close()
+        client.close()
+    ours = [(kind, c) for kind, c in seen if not c.startswith("CONFIG RESETSTAT")]
+    # MONITOR marks what scripts ran ("lua"): the rest crossed a socket.
+    assert calls == len(ours)
+    assert sent == sum(1 for kind, _ in ours if kind != "lua") < calls
+    assert ("unix", "TIME") in ours and ("lua", "TIME") in ours
+    r.close()
 
 
 def test_capacity_checks_judge_idle_cpu_on_the_counted_instructions() -> None:
@@ -59,6 +147,13 @@ def test_capacity_checks_judge_idle_cpu_on_the_counted_instructions() -> None:
     rows = {r["target"]: r for r in capacity_checks(doc)}
     row = rows["idle, 100 children: redis_us_per_s (callgrind) <= 20"]
     assert (row["value"], row["status"]) == (12.0, "met")
+    # Per idle child: the total over the children (older documents hold the total only).
+    row = rows["idle, 100 children: redis_us_per_s per child (callgrind) <= 20"]
+    assert (row["value"], row["status"]) == (pytest.approx(0.12), "met")
+    doc["idle_callgrind"]["children"]["100"] = {"us_per_s": 2100.0, "us_per_child_per_s": 21.0}
+    rows = {r["target"]: r for r in capacity_checks(doc)}
+    assert rows["idle, 100 children: redis_us_per_s per child (callgrind) <= 20"]["status"] \
+        == "MISSED"
     doc.pop("idle_callgrind")
     rows = {r["target"]: r for r in capacity_checks(doc)}
     assert rows["idle, 100 children: cpu_over_baseline_us_per_s <= 20"]["value"] == 400.0
