@@ -42,6 +42,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -284,10 +285,86 @@ def calibrate(binary: str, cg: CallgrindRedis, conns: int = 4000, seconds: float
             "ping_us": statistics.median(ping_us)}
 
 
+def _reconnect(path: str) -> None:
+    """Open a connection, send what a new client sends before its first engine call (HELLO
+    3 on connect, its clock's TIME), close it."""
+    conn = redis.Redis(unix_socket_path=path, protocol=3)
+    conn.time()
+    conn.close()
+
+
+def reconnect_cost(binary: str, cg: CallgrindRedis, seconds: float = 10.0,
+                   every: float = 0.25, native_count: int = 2000) -> dict[str, Any]:
+    """Return what a reconnect costs Redis against one idle connection held a second.
+
+    The trade the lease reaper makes while idle (closing its connection after a call,
+    reconnecting at the next). Under callgrind, with Redis holding few clients (each then
+    visited ten times a second, as beside a 1-child worker): a window with nothing, one
+    holding one more idle connection, one reconnecting every `every` s. Natively: the CPU
+    time (`INFO cpu`, kernel included) of `native_count` reconnects in a row.
+    """
+    with RedisServer(binary) as native:
+        r = redis.Redis.from_url(native.url)
+        path = _socket_path(native.url)
+        for _ in range(200):
+            _reconnect(path)
+        c0 = _cpu_us(r)
+        for _ in range(native_count):
+            _reconnect(path)
+        native_us = (_cpu_us(r) - c0) / native_count
+        r.close()
+    r = redis.Redis(unix_socket_path=cg.sock)
+    quiet = _window(cg, r, seconds, "reconnect-none")
+    with _idle_connections(r, cg.sock, 1):
+        held = _window(cg, r, seconds, "reconnect-held")
+    stop = time.monotonic() + seconds + 5.0
+    count = [0]
+
+    def loop() -> None:
+        while time.monotonic() < stop:
+            _reconnect(cg.sock)
+            count[0] += 1
+            time.sleep(every)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    r.config_resetstat()
+    thread.start()
+    time.sleep(1.0)
+    before = count[0]
+    churn = _window(cg, r, seconds, "reconnect-churn")
+    made = count[0] - before
+    thread.join()
+    r.close()
+
+    def per_s(w: dict[str, Any]) -> float:
+        return float(w["parts"][LOOP] - w["parts"][MEMSTATS]) / float(w["seconds"])
+
+    return {"seconds": seconds, "reconnects": made,
+            "idle_connection_instructions_per_s": per_s(held) - per_s(quiet),
+            "reconnect_instructions": (per_s(churn) - per_s(quiet)) * churn["seconds"]
+            / max(1, made),
+            "native_reconnect_us": native_us}
+
+
+def format_reconnect(doc: dict[str, Any], price_us: float | None) -> str:
+    """Return the reconnect trade in one paragraph (µs where an instruction price is known)."""
+    conn, once = doc["idle_connection_instructions_per_s"], doc["reconnect_instructions"]
+    line = (f"RECONNECT vs IDLE CONNECTION (Redis with few clients): one idle connection "
+            f"{conn:,.0f} Ir/s; one reconnect (connect, HELLO 3, TIME, close) {once:,.0f} Ir "
+            f"({doc['reconnects']} counted), natively {doc['native_reconnect_us']:.1f} us of "
+            f"CPU (kernel included); break-even after {once / max(conn, 1.0):.1f} s idle by "
+            f"instructions")
+    if price_us:
+        line += (f", {doc['native_reconnect_us'] / max(conn * price_us, 1e-9):.1f} s by the "
+                 f"native reconnect against the connection's {conn * price_us:.2f} us/s")
+    return line
+
+
 @contextmanager
 def _worker(url: str, children: int, log_path: str) -> Iterator[subprocess.Popen[bytes]]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env["PYTHONPATH"] = str(HERE)
+    # The library next to this file (a `git archive` of another revision measures that one).
+    env["PYTHONPATH"] = os.pathsep.join((str(HERE), str(HERE.parent)))
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "django_qless.core.workers", "--url", url,
@@ -457,8 +534,19 @@ def main(argv: list[str] | None = None) -> int:
                    help="native calibration windows with and without (default 2)")
     p.add_argument("--redis-server", default=None)
     p.add_argument("--json", default=None, help="write the document here")
+    p.add_argument("--reconnect", action="store_true",
+                   help="instead: what a reconnect costs against an idle connection")
     args = p.parse_args(argv)
     binary = args.redis_server or find_redis_server()
+    if args.reconnect:
+        with callgrind_redis(binary, "idle-cost-") as cg:
+            cal = calibrate(binary, cg, seconds=8.0, repeats=args.repeats)
+            doc = reconnect_cost(binary, cg, seconds=min(args.seconds, 15.0))
+        doc["calibration"] = cal
+        print(format_reconnect(doc, cal["us_per_instruction"]))
+        if args.json:
+            Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
+        return 0
     doc = measure(binary, [int(c) for c in args.children.split(",")], args.seconds,
                   repeats=args.repeats)
     print(format_idle_cost(doc))

@@ -8,6 +8,13 @@ most 100 leases per queue per call. A lease is handled in two steps a grace peri
 timing: half of min(heartbeat, grace-period), clamped to [1 s, 30 s], jittered by ±20% so
 many supervisors do not call in step; while the worker is idle, calls are at least 30 s apart
 (unless --reap-interval fixes the period). Errors are logged and retried later, never raised.
+
+An idle worker's reaper costs Redis one engine call per period and no connection between:
+the config is re-read at every call while jobs run, but while idle only every CONFIG_MAX_AGE
+seconds (an idle call waits 30 s whatever the period); and after an idle call whose next
+call is at least CLOSE_AFTER_IDLE_CALL_IF seconds away the connection is closed (Redis
+visits every connection ten times a second while it has few, which costs it more than a
+reconnect every 30 s), then opened again by the next call.
 """
 
 from __future__ import annotations
@@ -21,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from django_qless.core.workers.shards import Deployment
 
-__all__ = ["IDLE_PERIOD", "LeaseReaper", "reap_period"]
+__all__ = ["CLOSE_AFTER_IDLE_CALL_IF", "CONFIG_MAX_AGE", "IDLE_PERIOD", "LeaseReaper",
+           "reap_period"]
 
 log = logging.getLogger("django_qless.worker")
 
@@ -30,6 +38,9 @@ _MAX_PERIOD = 30.0
 IDLE_PERIOD = 30.0  # at least this long between calls while the worker is idle
 _JITTER = 0.2
 _ENGINE_LIMIT = 100  # leases per queue per call: a full batch means "call again soon"
+CONFIG_MAX_AGE = 300.0  # while idle, the engine config is re-read at most this often
+CLOSE_AFTER_IDLE_CALL_IF = 10.0  # close the connection after an idle call when the next is
+# at least this far (the default periods and --reap-interval of 10 s or more)
 
 
 def reap_period(settings: dict[str, Any]) -> float:
@@ -59,8 +70,10 @@ class LeaseReaper:
     ) -> None:
         self._make_client = make_client
         self._client: Deployment | None = None
-        # None: follow the engine's config (re-read at every call); > 0: fixed.
+        # None: follow the engine's config (re-read at every busy call, and after
+        # CONFIG_MAX_AGE while idle); > 0: fixed.
         self.fixed_period = period
+        self._config_at: float | None = None  # when the config was last read (clock)
         self.queues = None if queues is None else list(queues)
         self._clock = clock
         self.period = period or _MAX_PERIOD
@@ -71,6 +84,8 @@ class LeaseReaper:
         self.calls = 0
         self.failures = 0
         self.reaped = 0
+        self.config_reads = 0
+        self.connects = 0
 
     def seconds_left(self, *, idle: bool = False) -> float:
         """Return how long until the next call is due (0 if due now); `idle`: see maybe_reap."""
@@ -85,7 +100,7 @@ class LeaseReaper:
         """
         if self._clock() < self._due(idle):
             return []
-        return self.reap()
+        return self.reap(idle=idle)
 
     def _due(self, idle: bool) -> float:
         # (the first call is never put off, nor a period fixed by --reap-interval)
@@ -93,15 +108,22 @@ class LeaseReaper:
             return self.next_at + (IDLE_PERIOD - self._spacing) * self._jitter
         return self.next_at
 
-    def reap(self) -> list[str]:
-        """Call the engine now and plan the next call; log errors, never raise them."""
+    def reap(self, *, idle: bool = False) -> list[str]:
+        """Call the engine now and plan the next call; log errors, never raise them.
+
+        `idle` (see maybe_reap): the config read at most every CONFIG_MAX_AGE seconds, and
+        the connection closed after the call when the next one is CLOSE_AFTER_IDLE_CALL_IF
+        seconds away or more.
+        """
         jids: list[str] = []
         delay = self.period
         try:
             # Every shard of a cluster: a dead worker's leases may be in any of them.
             clients = self._connection().clients()
-            if self.fixed_period is None:
+            if self.fixed_period is None and self._config_due(idle):
                 self.period = reap_period(clients[0].config.all)
+                self._config_at = self._clock()
+                self.config_reads += 1
                 delay = self.period
             for client in clients:
                 jids += client.reap(self.queues)
@@ -119,7 +141,13 @@ class LeaseReaper:
         self._jitter = _jittered(1.0)
         self._spacing = delay
         self.next_at = self._clock() + delay * self._jitter
+        if idle and self.seconds_left(idle=True) >= CLOSE_AFTER_IDLE_CALL_IF:
+            self._drop_connection()
         return jids
+
+    def _config_due(self, idle: bool) -> bool:
+        at = self._config_at
+        return at is None or not idle or self._clock() - at >= CONFIG_MAX_AGE
 
     def close(self) -> None:
         """Close the reaper's connection."""
@@ -128,6 +156,7 @@ class LeaseReaper:
     def _connection(self) -> Deployment:
         if self._client is None:
             self._client = self._make_client()
+            self.connects += 1
         return self._client
 
     def _drop_connection(self) -> None:
