@@ -9,12 +9,11 @@ timing: half of min(heartbeat, grace-period), clamped to [1 s, 30 s], jittered b
 many supervisors do not call in step; while the worker is idle, calls are at least 30 s apart
 (unless --reap-interval fixes the period). Errors are logged and retried later, never raised.
 
-An idle worker's reaper costs Redis one engine call per period and no connection between:
-the config is re-read at every call while jobs run, but while idle only every CONFIG_MAX_AGE
-seconds (an idle call waits 30 s whatever the period); and after an idle call whose next
-call is at least CLOSE_AFTER_IDLE_CALL_IF seconds away the connection is closed (Redis
-visits every connection ten times a second while it has few, which costs it more than a
-reconnect every 30 s), then opened again by the next call.
+An idle worker's reaper costs Redis one engine call per period: the config is re-read at
+every call while jobs run, but while idle only every CONFIG_MAX_AGE seconds (an idle call
+waits 30 s whatever the period). Its connection stays open between calls: a reconnect costs
+Redis more than an idle connection held 30 s, unless Redis has fewer than five clients in
+all (benchmarks/README.md, "Idle cost, session 10").
 """
 
 from __future__ import annotations
@@ -28,8 +27,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from django_qless.core.workers.shards import Deployment
 
-__all__ = ["CLOSE_AFTER_IDLE_CALL_IF", "CONFIG_MAX_AGE", "IDLE_PERIOD", "LeaseReaper",
-           "reap_period"]
+__all__ = ["CONFIG_MAX_AGE", "IDLE_PERIOD", "LeaseReaper", "reap_period"]
 
 log = logging.getLogger("django_qless.worker")
 
@@ -39,8 +37,6 @@ IDLE_PERIOD = 30.0  # at least this long between calls while the worker is idle
 _JITTER = 0.2
 _ENGINE_LIMIT = 100  # leases per queue per call: a full batch means "call again soon"
 CONFIG_MAX_AGE = 300.0  # while idle, the engine config is re-read at most this often
-CLOSE_AFTER_IDLE_CALL_IF = 10.0  # close the connection after an idle call when the next is
-# at least this far (the default periods and --reap-interval of 10 s or more)
 
 
 def reap_period(settings: dict[str, Any]) -> float:
@@ -85,7 +81,6 @@ class LeaseReaper:
         self.failures = 0
         self.reaped = 0
         self.config_reads = 0
-        self.connects = 0
 
     def seconds_left(self, *, idle: bool = False) -> float:
         """Return how long until the next call is due (0 if due now); `idle`: see maybe_reap."""
@@ -111,9 +106,7 @@ class LeaseReaper:
     def reap(self, *, idle: bool = False) -> list[str]:
         """Call the engine now and plan the next call; log errors, never raise them.
 
-        `idle` (see maybe_reap): the config read at most every CONFIG_MAX_AGE seconds, and
-        the connection closed after the call when the next one is CLOSE_AFTER_IDLE_CALL_IF
-        seconds away or more.
+        `idle` (see maybe_reap): the config is read at most every CONFIG_MAX_AGE seconds.
         """
         jids: list[str] = []
         delay = self.period
@@ -141,8 +134,6 @@ class LeaseReaper:
         self._jitter = _jittered(1.0)
         self._spacing = delay
         self.next_at = self._clock() + delay * self._jitter
-        if idle and self.seconds_left(idle=True) >= CLOSE_AFTER_IDLE_CALL_IF:
-            self._drop_connection()
         return jids
 
     def _config_due(self, idle: bool) -> bool:
@@ -156,7 +147,6 @@ class LeaseReaper:
     def _connection(self) -> Deployment:
         if self._client is None:
             self._client = self._make_client()
-            self.connects += 1
         return self._client
 
     def _drop_connection(self) -> None:
