@@ -28,7 +28,9 @@ and per idle child (all / children). Each window's instructions are split by whe
 
 Usage: `.venv/bin/python benchmarks/idle_cost.py [--children 1,10,100] [--seconds 30]
 [--repeats 2]`; `run.py` runs it at the end of its idle section (`--skip-idle-callgrind`
-skips it; ~4 min, ~1.5 min with `--quick`).
+skips it; ~4 min, ~1.5 min with `--quick`). The worker runs the library next to this file:
+run it from a `git archive` of another revision to measure that one. `--reconnect` measures
+instead what a reconnect costs Redis against an idle connection (~2.5 min).
 """
 
 from __future__ import annotations
