@@ -452,9 +452,14 @@ def _warm_up(url: str, timeout: float) -> None:
 
 
 def measure(binary: str, children: list[int], seconds: float, *, repeats: int = 2,
-            calibration_seconds: float = 8.0, timeout: float = 180.0) -> dict[str, Any]:
-    """Run the whole measurement (see the module docstring); return its document."""
-    out: dict[str, Any] = {"seconds": seconds, "children": {}}
+            calibration_seconds: float = 8.0, timeout: float = 180.0,
+            wait: float = 1.0) -> dict[str, Any]:
+    """Run the whole measurement (see the module docstring); return its document.
+
+    `wait`: seconds between the warm-up jobs and the window (past 60 s, the clients' clocks
+    have asked for TIME once more).
+    """
+    out: dict[str, Any] = {"seconds": seconds, "children": {}, "wait": wait}
     with callgrind_redis(binary, "idle-cost-") as cg:
         out["calibration"] = calibrate(binary, cg, seconds=calibration_seconds,
                                        repeats=repeats)
@@ -467,7 +472,7 @@ def measure(binary: str, children: list[int], seconds: float, *, repeats: int = 
             with _worker(cg.url, n, log_path) as proc:
                 _settle(r, proc, base, timeout, log_path)
                 _warm_up(cg.url, timeout)
-                time.sleep(1.0)
+                time.sleep(wait)
                 connections = int(r.info("clients")["connected_clients"]) - base
                 w = _window(cg, r, seconds, f"children-{n}")
                 w["connections"] = connections
@@ -563,6 +568,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="native calibration windows with and without (default 2)")
     p.add_argument("--redis-server", default=None)
     p.add_argument("--json", default=None, help="write the document here")
+    p.add_argument("--wait", type=float, default=1.0,
+                   help="seconds idle after the warm-up jobs before each window (default 1)")
     p.add_argument("--reconnect", action="store_true",
                    help="instead: what a reconnect costs against an idle connection")
     args = p.parse_args(argv)
@@ -577,7 +584,7 @@ def main(argv: list[str] | None = None) -> int:
             Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
         return 0
     doc = measure(binary, [int(c) for c in args.children.split(",")], args.seconds,
-                  repeats=args.repeats)
+                  repeats=args.repeats, wait=args.wait)
     print(format_idle_cost(doc))
     if args.json:
         Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
