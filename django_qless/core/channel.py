@@ -62,6 +62,9 @@ class Channel(Protocol):
     def load(self) -> None:
         """Load the engine where this channel calls it."""
 
+    def server_time(self) -> tuple[Any, Any]:
+        """Return the server's `TIME` reply (seconds, microseconds)."""
+
     def invoke(self, argv: Sequence[str]) -> Any:
         """Call the engine once with `argv` (command, now, args); never resend a write."""
 
@@ -110,6 +113,12 @@ class NodeChannel:
     def close(self) -> None:
         """Give the pinned connection back (the pool is the client's to close)."""
         self.unpin()
+
+    def server_time(self) -> tuple[Any, Any]:
+        """Return `TIME`, asked on the connection engine calls use: read through the pool
+        instead, the clock's refresh once a minute kept a second connection open for good."""
+        seconds, micros = self.execute(("TIME",))
+        return seconds, micros
 
     # -- sending ---------------------------------------------------------------------
 

@@ -212,7 +212,7 @@ class Client:
 
     def server_time(self) -> float:
         """Return Redis `TIME` in epoch seconds."""
-        seconds, micros = self.read(lambda r: r.time())
+        seconds, micros = self.read(lambda _: self.channel.server_time())
         return int(seconds) + int(micros) / 1e6
 
     # -- engine calls (never retried: a re-sent pop hands out jobs nobody works) -----------

@@ -57,6 +57,11 @@ class ShardChannel:
     def close(self) -> None:
         """Nothing to drop: the transport (shared by every shard) keeps the connections."""
 
+    def server_time(self) -> tuple[Any, Any]:
+        """Return `TIME` of a primary of the cluster."""
+        seconds, micros = self.transport.redis_cluster.time()
+        return seconds, micros
+
     def node(self) -> str:
         """Return `host:port` of the primary serving this shard now."""
         return self.transport.primary_for(self.prefix)
