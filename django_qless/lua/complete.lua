@@ -338,6 +338,7 @@ Q.mod.complete = function()
     local nextq = opts['next'] and Q.queue(opts['next'], 'next') or nil
     local delay = 0
     if opts.delay then delay = Q.delay(opts.delay) end
+    if opts.depends then Q.need('lists') end  -- (a module: most completions give none)
     local depends = opts.depends and Q.depends(opts.depends, jid) or nil
     if opts.delay and not nextq then Q.fail('"delay" cannot be used without a "next".') end
     if opts.depends and not nextq then Q.fail('"depends" cannot be used without a "next".') end

@@ -58,7 +58,8 @@ def edited(module: str, old: str, new: str) -> dict[str, str]:
 
 
 @pytest.mark.parametrize(("module", "old", "new", "message"), [
-    ("put", "--@ needs throttle job", "--@ needs throttle jobs", "unknown module 'jobs'"),
+    ("complete", "--@ needs throttle samples job", "--@ needs throttle samples jobs",
+     "unknown module 'jobs'"),
     ("jobmeta", "--@ command log\n", "--@ command log\n--@ command put\n", "declared twice"),
     ("config", "--@ command config.get", "--@ command config.get\n--@ command config.nope",
      "does not define it"),
