@@ -1,7 +1,7 @@
 -- complete.lua: completing a job (also the first half of the worker's complete.reserve),
 -- releasing its dependents, and the retention of completed jobs.
 --
---@ needs throttle samples job
+--@ needs samples
 --@ command complete
 --
 -- Commands (after `now`):
@@ -37,6 +37,7 @@ Q.mod.complete = function()
     local excess = card - keep
     if excess > 0 and budget > 0 then
       local jids = rcall('ZRANGE', K.completed, 0, math.min(excess, budget) - 1)
+      if jids[1] then Q.need('job') end  -- (Q.delete_job: job.lua, loaded when it runs)
       for _, jid in ipairs(jids) do Q.delete_job(jid) end
       Q.chunked('ZREM', K.completed, jids)
       card = card - #jids
@@ -64,6 +65,7 @@ Q.mod.complete = function()
     end
     local age = Q.cfgnum('jobs-history', 604800)
     local jids = rcall('ZRANGEBYSCORE', K.completed, '-inf', now - age, 'LIMIT', 0, budget)
+    if jids[1] then Q.need('job') end  -- (as in trim_completed)
     for _, jid in ipairs(jids) do Q.delete_job(jid) end
     if #jids > 0 then Q.chunked('ZREM', K.completed, jids) end
     local next_due = now
@@ -133,6 +135,7 @@ Q.mod.complete = function()
   -- Release every dependent of a completed job whose last dependency this was.
   local function release_dependents(jid, now)
     local dents = rcall('SMEMBERS', Q.kdents(jid))
+    if dents[1] then Q.need('job') end  -- (Q.undepend: most jobs have no dependents)
     for _, d in ipairs(dents) do
       rcall('SREM', Q.kdeps(d), jid)
       if rcall('SCARD', Q.kdeps(d)) == 0 then
@@ -220,7 +223,10 @@ Q.mod.complete = function()
       table.insert(fields, 'queue'); table.insert(fields, nextq)
       local result
       local ndeps = 0
-      if depends and #depends > 0 then ndeps = Q.add_deps(jid, depends) end
+      if depends and #depends > 0 then
+        Q.need('job')  -- (Q.add_deps)
+        ndeps = Q.add_deps(jid, depends)
+      end
       if delay > 0 and ndeps == 0 and not (depends and #depends > 0) then
         rcall('ZADD', Q.kq(nextq, 'scheduled'), now + delay, jid)
         Q.lower_due(nextq, now + delay)
@@ -237,7 +243,7 @@ Q.mod.complete = function()
       table.insert(fields, 'state'); table.insert(fields, result)
       if token then table.insert(fields, 'done'); table.insert(fields, token .. ' ' .. result) end
       rcall('HSET', key, unpack(fields))
-      Q.release(jid, h.held, now)
+      if h.held and h.held ~= '' then Q.need('throttle'); Q.release(jid, h.held, now) end
       Q.slot_freed(queue)
       return result
     end
@@ -248,7 +254,8 @@ Q.mod.complete = function()
     if token then table.insert(fields, 'done'); table.insert(fields, token .. ' complete') end
     rcall('HSET', key, unpack(fields))
     if not b then rcall('ZADD', K.completed, Q.time_arg(now), jid) end
-    Q.release(jid, h.held, now)
+    -- (the throttle module loads only for a job holding throttles: most hold none)
+    if h.held and h.held ~= '' then Q.need('throttle'); Q.release(jid, h.held, now) end
     Q.slot_freed(queue)
     if not b then
       release_dependents(jid, now)

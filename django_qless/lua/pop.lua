@@ -2,7 +2,7 @@
 -- Scheduled promotion is in timers.lua; listing and managing queues in queries.lua.
 --
 --@ needs objects spawn timers queuescan
---@ command pop throttle samples
+--@ command pop samples
 --@ command peek
 --@ command reap throttle samples
 --
@@ -164,7 +164,7 @@ Q.mod.pop = function()
             Q.exhausted(jid, queue, now, group, message, '', fields, h.history)
             if h.tracked then Q.publish(K.failed, jid) end
             Q.publish(K.log, Q.ev_failed(jid, owner, group, message))
-            Q.release(jid, h.held, now)
+            if h.held and h.held ~= '' then Q.need('throttle'); Q.release(jid, h.held, now) end
             if dead then table.insert(dead, jid) end
           end
         end
@@ -255,7 +255,10 @@ Q.mod.pop = function()
           if h then
             -- (no throttles of its own and no queue throttle: nothing to ask, no call)
             local tids = NO_TIDS
-            if h.throttles or ctx.qth[queue] then tids = Q.job_tids(queue, h.throttles) end
+            if h.throttles or ctx.qth[queue] then
+              Q.need('throttle')  -- (a module: most jobs and queues have no throttle)
+              tids = Q.job_tids(queue, h.throttles)
+            end
             local full = nil
             if #tids > 0 then full = Q.acquire(jid, tids, now) end
             if full then

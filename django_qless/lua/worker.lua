@@ -2,9 +2,9 @@
 --
 --@ command workers
 --@ command worker.deregister
---@ command reserve throttle samples pop
---@ command reserve.wait throttle samples pop handoff
---@ command complete.reserve throttle samples complete pop
+--@ command reserve samples pop
+--@ command reserve.wait samples pop handoff
+--@ command complete.reserve samples complete pop
 --
 -- Commands (after `now`):
 --   workers            [worker]                          -> JSON

@@ -13,7 +13,14 @@ from django_qless.core.channel import NodeChannel
 from django_qless.core.client import Client
 from django_qless.core.console import engine_slowlog
 from django_qless.core.lua import _read_sources as engine_sources
-from django_qless.core.lua import bundle_sha, bundle_text, routes, script_sha, script_text
+from django_qless.core.lua import (
+    bundle_sha,
+    bundle_text,
+    routes,
+    script_sha,
+    script_text,
+    unresolved,
+)
 from django_qless.core.lua_reach import Unsure, split, split_loader
 from django_qless.core.server import RedisServer
 from tests.core.conftest import FakeClock
@@ -54,6 +61,36 @@ def test_a_command_that_wakes_no_queue_leaves_the_hand_off_out() -> None:
     assert heartbeat is not None and put is not None
     assert "Q.mod.handoff = " not in heartbeat
     assert "Q.mod.handoff = " in put  # put wakes its queue: idle workers get the job
+
+
+# Fields the engine tests for truth before calling them (made by modules a call may not load).
+OPTIONAL = {"Q.flush_stats", "Q.hand_off", "Q.held_stats", "Q.histogram", "Q.welford"}
+
+
+def test_every_bundle_defines_what_it_calls() -> None:
+    """A helper moved into a module that neither the route nor a Q.need loads is caught here,
+    not by the call that reaches it."""
+    for command in routes():
+        assert unresolved(command) <= OPTIONAL, command
+
+
+def test_a_plain_put_builds_no_moved_job_helpers() -> None:
+    """put's moved-job code, list checks, throttles and the history helpers load only at the
+    branch that needs them: in put's bundle they sit in loaders, none at the top level."""
+    text = bundle_text("put")
+    assert text is not None
+    assert "Q.mod.putmove = " in text and "Q.mod.lists = " in text
+    cold = re.search(r"^Q\.mod\._cold = function\(\)$(.*?)^end -- _cold$", text, re.M | re.S)
+    assert cold is not None
+    top = text.replace(cold.group(0), "")
+    for helper in ("function Q.history(", "function Q.lock_lost(", "function Q.tag_remove(",
+                   "function Q.integer("):
+        assert helper in cold.group(1), helper
+        assert not re.search(rf"^{re.escape(helper)}", top, re.M), helper
+    # every loader its route does not load runs the deferred helpers first
+    for name in ("putmove", "lists", "throttle", "job", "handoff"):
+        head = re.search(rf"^Q\.mod\.{name} = function\(\)\n(.*)\n", text, re.M)
+        assert head is not None and head.group(1) == "  Q.need('_cold')", name
 
 
 def test_a_bundle_sizes_q_for_its_fields_with_about_half_of_them() -> None:
