@@ -1,7 +1,7 @@
 -- pop.lua: taking jobs from a queue: pop, peek, the lease reaper, lock invalidation.
 -- Scheduled promotion is in timers.lua; listing and managing queues in queries.lua.
 --
---@ needs objects spawn timers queuescan
+--@ needs objects queuescan
 --@ command pop samples
 --@ command peek
 --@ command reap throttle samples
@@ -209,7 +209,10 @@ Q.mod.pop = function()
     -- client whose clock runs ahead): do not trust it.
     local due = Q.tonum(Q.cfgraw(mkey)) or 0
     local heads = nil
-    if now >= due or due > now + Q.HORIZON then heads = Q.timer_heads(queue) end
+    if now >= due or due > now + Q.HORIZON then
+      Q.need('timers')  -- (a module: at most once a HORIZON per busy queue)
+      heads = Q.timer_heads(queue)
+    end
     -- '#throttle' ('1'/'0') is re-checked whenever the timers are (at least once per HORIZON
     -- while the queue is busy), so a queue throttle written by another writer is seen too.
     local throttled = Q.cfgraw(qn.throttle)
@@ -236,7 +239,7 @@ Q.mod.pop = function()
     local want = count - #selected
     local drained = false  -- ZPOPMAX emptied the work set
     if want > 0 then
-      if heads and heads[2] <= now then Q.spawn(now, queue, want, false) end
+      if heads and heads[2] <= now then Q.need('spawn'); Q.spawn(now, queue, want, false) end
       if heads and heads[3] <= now then Q.promote(now, queue, want, false) end
       -- ZPOPMAX takes the highest scores first, ties in reverse member order: exactly
       -- ZREVRANGE + ZREM of what we examine (ghosts and throttled jobs leave work too).
@@ -417,6 +420,7 @@ Q.mod.pop = function()
     end
     local want = count - #jids
     if want > 0 then
+      Q.need('spawn,timers')
       Q.spawn(now, queue, want, true)
       Q.promote(now, queue, want, true)
       for _, jid in ipairs(rcall('ZREVRANGE', Q.kq(queue, 'work'), offset, offset + want - 1)) do

@@ -41,9 +41,6 @@ Q.mod.put = function()
   local NO_OPTS = {}  -- (a put without options: read only)
   local NO_TAGS = {}  -- (no tags, or a new job's old ones: read only)
 
-  local PUT_FIELDS = { 'state', 'queue', 'worker', 'tags', 'priority', 'retries', 'failure',
-    'throttles', 'held', 'grace', 'scheduled', 'history', 'tracked' }
-
   -- Validate a put and do the reads it needs, writing nothing; returns what apply_put writes
   -- from (as values, not a table: a single put allocates none). `batch` (put.many only)
   -- knows the call's other jobs.
@@ -60,7 +57,11 @@ Q.mod.put = function()
     local opts = args[7] == nil and NO_OPTS or Q.pairs_args(args, 7)
     -- (most puts are of new jobs: an EXISTS costs a fifth of a 13-field HMGET of nothing)
     local key = Q.kjob(jid)
-    local old = rcall('EXISTS', key) == 1 and Q.read(jid, PUT_FIELDS) or nil
+    local old = nil
+    if rcall('EXISTS', key) == 1 then
+      Q.need('lists,putmove')  -- (a moved job: putmove.lua reads and unlinks it)
+      old = Q.read_put(jid)
+    end
     if must_exist and not old then Q.fail('Job ' .. jid .. ' does not exist') end
     -- A new job without dependencies needs neither module: most puts build neither (under
     -- EVALSHA every loader a call runs builds its closures again).
@@ -323,7 +324,7 @@ Q.mod.put = function()
     for i = 1, n do
       local v = checked[i]
       -- an earlier job's write may have changed this one (a throttle it released admitted it)
-      if v[OLD] then v[OLD] = Q.read(v[3], PUT_FIELDS) or v[OLD] end
+      if v[OLD] then v[OLD] = Q.read_put(v[3]) or v[OLD] end
       -- (i > 1: the first job added the queue to ql:queues, ZADD NX)
       jids[i] = apply_put(now + (i - 1) * MANY_STEP, work, i > 1, unpack(v, 1, 14))
     end

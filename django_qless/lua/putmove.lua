@@ -6,7 +6,8 @@
 --
 -- Commands: none (put, requeue and put.many are in put.lua, which calls these).
 -- Keys:
---   ql:j:<jid>                 hash  (EXISTS of a dependency; HDEL of a moved job's stale fields)
+--   ql:j:<jid>                 hash  (HMGET of a moved job; EXISTS of a dependency; HDEL of a
+--                                    moved job's stale fields)
 --   ql:j:<jid>-history         list  (RPUSH via Q.history: a moved job only)
 --   ql:j:<jid>-dependencies    set   (SMEMBERS, SREM, SCARD)
 --   ql:j:<jid>-dependents      set   (SREM)
@@ -17,6 +18,12 @@
 
 Q.mod.putmove = function()
   local rcall = Q.rcall
+
+  local PUT_FIELDS = { 'state', 'queue', 'worker', 'tags', 'priority', 'retries', 'failure',
+    'throttles', 'held', 'grace', 'scheduled', 'history', 'tracked' }
+
+  -- The fields of an existing job a put reads (nil: the job has none of them).
+  function Q.read_put(jid) return Q.read(jid, PUT_FIELDS) end
 
   -- A put's values from its options and the job it moves (`opts`: nil when none were given;
   -- `old`: the moved job's fields, or nil): retries, tags (nil: none), priority, throttles

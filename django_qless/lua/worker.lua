@@ -86,12 +86,14 @@ Q.mod.worker = function()
       local m = marks and marks[queue]
       if m then
         if not m.at then
+          Q.need('timers')
           local heads = Q.timer_heads(queue)
           m.at = math.min(heads[1], heads[2], heads[3])
         end
         if m.at < best then best = m.at end
       -- (a queue with a `#due` noted by this call's pop passed its pause check already)
       elseif (ctx.due and ctx.due[queue]) or rcall('SISMEMBER', K.paused_queues, queue) == 0 then
+        Q.need('timers')  -- (a module, as in Q.pop_queue)
         local heads = Q.timer_heads(queue)
         local exact = math.min(heads[1], heads[2], heads[3])
         local bound = math.min(exact, now + Q.HORIZON)

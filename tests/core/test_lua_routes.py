@@ -30,9 +30,10 @@ def test_routes_cover_every_command_the_engine_defines() -> None:
     assert set(table) == set(defined)
     for name, mod in defined.items():
         assert table[name][-1] == mod or mod in table[name], name
-    # the hot path's modules (throttle and job load at the branches that use them: Q.need)
+    # the hot path's modules (throttle, job, spawn and timers load at the branches that use
+    # them: Q.need)
     assert set(table["complete.reserve"]) == {
-        "samples", "objects", "complete", "spawn", "timers", "queuescan", "pop", "worker",
+        "samples", "objects", "complete", "queuescan", "pop", "worker",
     }
 
 
@@ -66,7 +67,7 @@ def edited(module: str, old: str, new: str) -> dict[str, str]:
     ("config", "--@ command config.get", "--@ command config.get\n--@ command config.nope",
      "does not define it"),
     ("config", "--@ command config.unset\n", "", "undeclared commands"),
-    ("timers", "-- Commands: none", "--@ needs pop\n-- Commands: none", "need each other"),
+    ("queuescan", "-- Commands: none", "--@ needs pop\n-- Commands: none", "need each other"),
     ("recur", "--@ command recur\n", "--@ comand recur\n", "bad declaration"),
     ("handoff", "--@ needs samples pop", "--@ needs samples pops",
      "unknown module 'pops'"),
