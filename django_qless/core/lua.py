@@ -42,6 +42,7 @@ MANIFEST: tuple[str, ...] = (
     "recur.lua",
     "timers.lua",
     "queuescan.lua",
+    "lapse.lua",
     "pop.lua",
     "queries.lua",
     "worker.lua",

@@ -124,52 +124,11 @@ Q.mod.pop = function()
     end
   end
 
-  -- Expired locks of a queue: courtesy notice, re-dispatch or failure.
-  -- Appends re-dispatched {jid, h} to `selected` and the jids it failed to `dead` (if given).
+  -- Expired locks of a queue (lapse.lua: a module loaded when some are due, which most
+  -- calls never see).
   local function invalidate(now, queue, count, selected, dead)
-    local jids = rcall('ZRANGEBYSCORE', Q.kq(queue, 'locks'), '-inf', now, 'LIMIT', 0, count)
-    if #jids == 0 then return end
-    local grace = Q.cfgnum('grace-period', 10)
-    for _, jid in ipairs(jids) do
-      local h = Q.read_pop(jid)
-      if not h then
-        rcall('ZREM', Q.kq(queue, 'locks'), jid)
-      else
-        local owner = h.worker or ''
-        if owner ~= '' then rcall('ZREM', Q.kwjobs(owner), jid) end
-        local courtesy = h.grace ~= '1' or grace <= 0
-        h.tracked = h.tracked == '1'
-        if courtesy then
-          if h.tracked then Q.publish(K.stalled, jid) end
-          Q.history(jid, now, 'timed-out', nil, h.history)
-          h.history, h.visit = nil, nil  -- (both now in the list)
-          rcall('HSET', Q.kjob(jid), 'grace', 1)
-          Q.lock_lost(jid, owner)
-          rcall('ZADD', Q.kq(queue, 'locks'), now + grace, jid)
-          Q.counter(queue, now, 'retries', 1)
-        end
-        if not courtesy or grace <= 0 then
-          local remaining = (tonumber(h.remaining) or tonumber(h.retries) or 0) - 1
-          rcall('HDEL', Q.kjob(jid), 'grace')
-          h.grace = nil
-          h.remaining = remaining
-          if remaining >= 0 then
-            table.insert(selected, { jid, h })
-          else
-            rcall('ZREM', Q.kq(queue, 'locks'), jid)
-            local group = 'failed-retries-' .. queue
-            local message = 'Job exhausted retries in queue "' .. queue .. '"'
-            local fields = { 'remaining', remaining }
-            if h.held then table.insert(fields, 'held'); table.insert(fields, '') end
-            Q.exhausted(jid, queue, now, group, message, '', fields, h.history)
-            if h.tracked then Q.publish(K.failed, jid) end
-            Q.publish(K.log, Q.ev_failed(jid, owner, group, message))
-            if h.held and h.held ~= '' then Q.need('throttle'); Q.release(jid, h.held, now) end
-            if dead then table.insert(dead, jid) end
-          end
-        end
-      end
-    end
+    Q.need('lapse')
+    return Q.invalidate(now, queue, count, selected, dead)
   end
 
   -- Work-set scores that put recovered jobs (`selected`, in recovery order) ahead of every
