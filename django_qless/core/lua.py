@@ -214,9 +214,12 @@ _WAKE_GATE = "Q.wake"
 _WAKE_NOTE = re.compile(r"insert\(\s*ctx\.woken_list|woken_list\[[^\]]*\]\s*=")
 
 
+# Each file's top-level statements, the module loaders, their split bodies (_statements).
+_Analysed = tuple[dict[str, list[Statement]], dict[str, Statement], dict[str, Loader | None]]
+
+
 @cache
-def _statements() -> tuple[dict[str, list[Statement]], dict[str, Statement],
-                           dict[str, Loader | None]] | None:
+def _statements() -> _Analysed | None:
     """Return each file's top-level statements, the module loaders and their split bodies
     (None: kept whole), or None if the sources cannot be analysed (then every command uses
     the full script)."""
@@ -253,10 +256,11 @@ _COLD_NEED = f"  Q.need('{_COLD}')\n"
 
 @cache
 def _reach(command: str) -> tuple[set[int], list[str], dict[str, list[Statement]],
-                                  set[int], set[str]] | None:
+                                  set[int], set[str], _Analysed] | None:
     """Return what `command`'s bundle keeps: the ids of its statements, the `Q` fields made on
-    every call, the loaders' statements by module, the ids of the helpers it defers and the
-    modules loaded only at a branch (None: no bundle, bundle_text)."""
+    every call, the loaders' statements by module, the ids of the helpers it defers, the
+    modules loaded only at a branch, and the analysis these ids refer to (threads building
+    their first bundles at once may each get their own: use this one) (None: no bundle)."""
     analysed = _statements()
     table = routes()
     if analysed is None or command not in table:
@@ -292,7 +296,7 @@ def _reach(command: str) -> tuple[set[int], list[str], dict[str, list[Statement]
     always = [*helpers, *(st for mod in included for st in modules.get(mod, []))]
     fields = sorted({n[2:] for st in always if id(st) in kept and id(st) not in cold
                      for n in st.defines if n.startswith("Q.")})
-    return kept, fields, modules, cold, lazy
+    return kept, fields, modules, cold, lazy, analysed
 
 
 def _deferred(files: dict[str, list[Statement]], helpers: list[Statement],
@@ -338,11 +342,10 @@ def _deferred(files: dict[str, list[Statement]], helpers: list[Statement],
 def unresolved(command: str) -> set[str]:
     """Return the `Q.<name>` fields that `command`'s bundle mentions but never defines (a
     helper moved into a module that neither its route nor a `Q.need` at a branch loads)."""
-    reach, analysed = _reach(command), _statements()
-    if reach is None or analysed is None:
+    reach = _reach(command)
+    if reach is None:
         return set()
-    kept, _, modules, _, _ = reach
-    files = analysed[0]
+    kept, _, modules, _, _, (files, _, _) = reach
     stmts = [*(st for f in files.values() for st in f), *(b for m in modules.values() for b in m)]
     used = [st for st in stmts if id(st) in kept]
     mentioned = {n for st in used for n in st.mentions if n.startswith("Q.")}
@@ -357,11 +360,10 @@ def bundle_text(command: str, caller_time: bool = False) -> str | None:
     use the full script. Its replies are the full script's for this command; any other
     command is unknown to it.
     """
-    reach, analysed = _reach(command), _statements()
-    if reach is None or analysed is None:
+    reach = _reach(command)
+    if reach is None:
         return None
-    kept, fields, modules, cold, lazy = reach
-    files, loaders, split_loaders = analysed
+    kept, fields, modules, cold, lazy, (files, loaders, split_loaders) = reach
     entry = _entry_modules()
     last_helpers = max(i for i, name in enumerate(MANIFEST)
                        if name[:-4] not in loaders and name[:-4] not in entry)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -91,6 +93,29 @@ def test_a_plain_put_builds_no_moved_job_helpers() -> None:
     for name in ("putmove", "lists", "throttle", "job", "handoff"):
         head = re.search(rf"^Q\.mod\.{name} = function\(\)\n(.*)\n", text, re.M)
         assert head is not None and head.group(1) == "  Q.need('_cold')", name
+
+
+_RACE = """
+import sys, threading
+from django_qless.core import lua
+texts = []
+def build():
+    for command in ("reserve", "complete", "pop", "put"):
+        texts.append((command, lua.bundle_text.__wrapped__(command)))
+threads = [threading.Thread(target=build) for _ in range(6)]
+for t in threads: t.start()
+for t in threads: t.join()
+sys.stdout.write(str(len(set(texts))))
+"""
+
+
+def test_threads_building_their_first_bundles_at_once_get_the_same_text() -> None:
+    """A worker's threads build bundles together on their first calls: each bundle must be
+    made from one analysis of the sources (ids of another thread's statements pruned the
+    whole base, `Q` included, and the server refused the script)."""
+    out = subprocess.run([sys.executable, "-c", _RACE], capture_output=True, text=True,
+                         check=True, timeout=120)
+    assert out.stdout == "4"
 
 
 def test_a_bundle_sizes_q_for_its_fields_with_about_half_of_them() -> None:
