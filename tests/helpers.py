@@ -82,6 +82,10 @@ def cmdline(pid: int) -> str:
         return fh.read().replace(b"\0", b" ").decode(errors="replace").strip()
 
 
+# What /proc/<pid>/task/<tid>/status says about a thread's signals (pending, blocked, ...).
+_STATUS_LINES = ("Name", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")
+
+
 class WorkerProcess:
     """A worker started with the CLI in its own session (so teardown can kill everything)."""
 
@@ -135,10 +139,28 @@ class WorkerProcess:
             return code
         except subprocess.TimeoutExpired:
             titles = [cmdline(p) for p in [self.pid, *self.children()] if alive(p)]
+            self._dump_stacks()
             raise AssertionError(
                 f"worker did not exit within {timeout}s; processes: {titles}\n"
                 f"--- worker stderr ---\n{self.stderr()[-6000:]}"
             ) from None
+
+    def _dump_stacks(self) -> None:
+        """Show why a worker hangs: each thread's signal masks (printed) and its Python
+        stacks (USR2 makes faulthandler write them to the worker's log)."""
+        for pid in [self.pid, *self.children()]:
+            for task in sorted(Path(f"/proc/{pid}/task").glob("*")):
+                try:
+                    lines = (task / "status").read_text().splitlines()
+                except OSError:
+                    continue
+                masks = [ln.replace("\t", "") for ln in lines if ln.startswith(_STATUS_LINES)]
+                sys.stderr.write(f"pid {pid} thread {task.name}: {' '.join(masks)}\n")
+            try:
+                os.kill(pid, signal.SIGUSR2)
+            except ProcessLookupError:
+                pass
+        time.sleep(1.0)
 
     def stderr(self) -> str:
         """Return what the worker wrote to stderr so far."""

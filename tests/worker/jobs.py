@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 from typing import Any
 
@@ -84,6 +85,24 @@ def sleep_long(job: Job) -> None:
     """One long blocking sleep (an abort must interrupt it, not wait for it)."""
     note(job, "started")
     time.sleep(float(job.data.get("seconds", 30)))
+    note(job, "done")
+
+
+@register()
+def quit_while_abort_comes(job: Job) -> None:
+    """Be canceled, then take a QUIT while the abort that causes is still on its way.
+
+    The job thread blocks URG (how an abort reaches it) and sleeps two seconds; other threads
+    cancel the job after half a second and send QUIT after one, while the abort is pending.
+    """
+    note(job, "started")
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGURG})
+    threading.Timer(0.5, job.cancel).start()
+    threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGQUIT)).start()
+    try:
+        time.sleep(2.0)
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGURG})
     note(job, "done")
 
 

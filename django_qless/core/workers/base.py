@@ -15,7 +15,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from django_qless.core.exceptions import QlessError
@@ -128,6 +128,21 @@ class JobLoop:
     def queues(self) -> Sequence[str]:
         """Return the queue specs this loop serves."""
         return self.config.queues
+
+    # -- signals ---------------------------------------------------------------------------
+    def arm_signals(self, on_signal: Callable[[int], None]) -> None:
+        """Install the handlers (main thread): `on_signal` acts on each signal, and aborts
+        asked for by other threads come to the job as URG."""
+        self.signals.callback = on_signal
+        self.signals.on_kick = self.guard.deliver
+        self.signals.install()
+        self.guard.kick_by_signal()
+
+    def disarm_signals(self) -> None:
+        """Restore the handlers `arm_signals` replaced."""
+        self.guard.kick = None
+        self.signals.on_kick = None
+        self.signals.uninstall()
 
     # -- overridables -----------------------------------------------------------------------
     def _thread_timeout(self) -> float:

@@ -155,8 +155,7 @@ class ForkChild(JobLoop):
     # -- signals ------------------------------------------------------------------------------
     def install_signals(self) -> None:
         """TERM aborts the job; QUIT finishes it; USR2/CONT pause/resume; INT is ignored."""
-        self.signals.callback = self._on_signal
-        self.signals.install()
+        self.arm_signals(self._on_signal)
         # Ctrl-C reaches the whole process group: the supervisor decides, not the children.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         # USR1 is the supervisor's business (it kills the child running the job).

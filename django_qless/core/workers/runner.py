@@ -12,6 +12,7 @@ import ctypes
 import enum
 import logging
 import os
+import signal
 import threading
 import traceback
 from collections.abc import Callable
@@ -115,9 +116,11 @@ class AbortGuard:
         self._pending = False
         self.reason: str | None = None
         self.thread_id = threading.main_thread().ident or 0
-        # Called (under the lock) after scheduling an abort from another thread, to break
-        # the job out of a blocking call (the serial worker sends itself a signal).
+        # With signals installed (`kick_by_signal`), an abort asked for by another thread is
+        # raised by the job thread's URG handler (`deliver`); without, it is scheduled as an
+        # asynchronous exception, which lands at the job's next Python instruction.
         self.kick: Callable[[int], None] | None = None
+        self._kicked = False
 
     def enter(self) -> None:
         """Mark the start of job code (call from the job-running thread)."""
@@ -125,6 +128,7 @@ class AbortGuard:
             self.thread_id = threading.get_ident()
             self.reason = None
             self._pending = False
+            self._kicked = False
             self._in_job = True
 
     def leave(self) -> None:
@@ -133,6 +137,7 @@ class AbortGuard:
             try:
                 with self._lock:
                     self._in_job = False
+                    self._kicked = False
                     if self._pending:
                         _set_async_exc(self.thread_id, None)
                         self._pending = False
@@ -144,20 +149,41 @@ class AbortGuard:
         """Stop the running job for `reason`; return False if no job is running.
 
         From a signal handler (`same_thread`) the exception is raised directly; from another
-        thread it is scheduled with PyThreadState_SetAsyncExc and lands at the job's next
-        Python instruction.
+        thread the job thread is sent URG (see `kick`), or without signals the exception is
+        scheduled with PyThreadState_SetAsyncExc.
         """
         with self._lock:
             if not self._in_job or self.reason is not None:
                 return False
             self.reason = reason
-            if not same_thread:
+            if same_thread:
+                raise JobAborted(reason)
+            if self.kick is not None:
+                self._kicked = True
+                self.kick(self.thread_id)
+            else:
                 self._pending = _set_async_exc(self.thread_id, JobAborted)
-                if self._pending and self.kick is not None:
-                    self.kick(self.thread_id)
-        if same_thread:
-            raise JobAborted(reason)
         return True
+
+    def kick_by_signal(self) -> None:
+        """Deliver aborts from other threads by URG (call where the handlers are installed)."""
+        self.kick = _send_urg
+
+    def deliver(self) -> None:
+        """Raise the abort another thread asked for (the job thread's URG handler)."""
+        with self._lock:
+            if not (self._in_job and self._kicked):
+                return  # the job ended first, or a stray URG
+            self._kicked = False
+        raise JobAborted(self.reason or "aborted")
+
+
+def _send_urg(thread_id: int) -> None:
+    """Interrupt the job thread: a blocking call returns and its URG handler runs."""
+    try:
+        signal.pthread_kill(thread_id, signal.SIGURG)
+    except (ProcessLookupError, OSError):
+        pass
 
 
 def _set_async_exc(thread_id: int, exc: type[BaseException] | None) -> bool:

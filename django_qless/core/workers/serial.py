@@ -58,7 +58,6 @@ class SerialWorker(JobLoop):
                                                 on_reconnect=self._recheck_current)]
         self.released = 0
         self.unreleased = 0
-        self._old_urg: Any = signal.SIG_DFL
 
     def _shards_followed(self) -> Callable[[], Sequence[Client]]:
         """Return what names the shards to hear `w:<worker>` in (see ShardFollower)."""
@@ -90,12 +89,7 @@ class SerialWorker(JobLoop):
     def run_forever(self) -> int:
         """Serve jobs until stopped; return the exit code."""
         if self.install_signals:
-            self.signals.callback = self._on_signal
-            self.signals.install()
-            # A no-op handler: a SIGURG sent to the job thread interrupts a blocking call
-            # (sleep, socket read) so the pending JobAborted is raised at once.
-            self._old_urg = signal.signal(signal.SIGURG, lambda *_: None)
-            self.guard.kick = _kick
+            self.arm_signals(self._on_signal)
         log.info("django-qless %s worker %s (pid %d) starting: serial, queues %s",
                  __version__, self.name, os.getpid(), ",".join(self.queues))
         for listener in self.listeners:
@@ -108,9 +102,7 @@ class SerialWorker(JobLoop):
             for listener in self.listeners:
                 listener.stop()
             if self.install_signals:
-                self.guard.kick = None
-                signal.signal(signal.SIGURG, self._old_urg)
-                self.signals.uninstall()
+                self.disarm_signals()
             self.signals.wake_pipe.close()
             if self.reaper is not None:
                 self.reaper.close()
@@ -173,10 +165,3 @@ class SerialWorker(JobLoop):
                 self.failed += 1
         return False
 
-
-def _kick(thread_id: int) -> None:
-    """Interrupt a blocking call in the job thread (see SerialWorker.run_forever)."""
-    try:
-        signal.pthread_kill(thread_id, signal.SIGURG)
-    except (ProcessLookupError, OSError):
-        pass

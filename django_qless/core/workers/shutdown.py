@@ -12,6 +12,11 @@ Signals (supervisor, and the serial worker):
 | CONT      | resume taking jobs                                                         |
 
 Never an interactive console. Exit codes are `ExitCode`.
+
+URG is ours, not the user's: another thread sends it to the job thread to abort the running
+job (`AbortGuard`). The job is interrupted from this handler rather than by an exception
+scheduled from that thread, which would land in whatever Python code runs next: inside
+another signal's handler, before it recorded anything, losing that signal.
 """
 
 from __future__ import annotations
@@ -84,6 +89,7 @@ class SignalState:
         signal.SIGUSR1,
         signal.SIGUSR2,
         signal.SIGCONT,
+        signal.SIGURG,
     )
 
     def __init__(self, wake: WakePipe | None = None) -> None:
@@ -95,6 +101,9 @@ class SignalState:
         self.dump_stacks = False  # USR2 (cleared by the loop)
         self.last_signal: int | None = None
         self.callback: Callable[[int], None] | None = None
+        # Run on URG (in the main thread): delivers an abort another thread asked for.
+        self.on_kick: Callable[[], None] | None = None
+        self._deferred: list[int] = []  # signals that arrived during our own handler
         self._previous: dict[int, object] = {}
         self._installed = False
         self._old_wakeup_fd = -1
@@ -142,7 +151,8 @@ class SignalState:
         self._installed = False
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        """Record the request; never do I/O beyond the wake byte (set_wakeup_fd writes it)."""
+        """Record the request, then act on it; never do I/O beyond the wake byte
+        (set_wakeup_fd writes it)."""
         self.last_signal = signum
         if signum in (signal.SIGTERM, signal.SIGINT):
             self.stop_requests += 1
@@ -155,8 +165,35 @@ class SignalState:
             self.dump_stacks = True
         elif signum == signal.SIGCONT:
             self.paused = False
+        if _inside_handler(frame):
+            # Python runs a signal's handler inside another's: what ours act on may raise
+            # into the job (an abort), which must not cut the outer handler short.
+            self._deferred.append(signum)
+            return
+        try:
+            self._act(signum)
+            while self._deferred:
+                self._act(self._deferred.pop(0))
+        finally:
+            self._deferred.clear()  # an act raised: the job is being aborted already
+
+    def _act(self, signum: int) -> None:
+        if signum == signal.SIGURG and self.on_kick is not None:
+            self.on_kick()
         if self.callback is not None:
             self.callback(signum)
+
+
+def _inside_handler(frame: FrameType | None) -> bool:
+    """Tell whether `frame` (the code a signal interrupted) is inside `SignalState._handle`."""
+    while frame is not None:
+        if frame.f_code is _HANDLE_CODE:
+            return True
+        frame = frame.f_back
+    return False
+
+
+_HANDLE_CODE = SignalState._handle.__code__
 
 
 def reset_child_signals() -> None:
