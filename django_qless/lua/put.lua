@@ -54,7 +54,11 @@ Q.mod.put = function()
     local klass = Q.klass(args[4])
     local data = Q.data(args[5])
     local delay = args[6] == '0' and 0 or Q.delay(args[6])  -- (the usual delay, parsed)
-    local opts = args[7] == nil and NO_OPTS or Q.pairs_args(args, 7)
+    local opts = NO_OPTS
+    if args[7] ~= nil then
+      Q.need('lists,putmove')  -- (options: read in putmove.lua)
+      opts = Q.put_pairs(args)
+    end
     -- (most puts are of new jobs: an EXISTS costs a fifth of a 13-field HMGET of nothing)
     local key = Q.kjob(jid)
     local old = nil
@@ -194,9 +198,11 @@ Q.mod.put = function()
       Q.wake(queue)
     end
     rcall('HSET', key, unpack(fields))
-    -- (the tag read above; Q.generation writes one when there is none)
-    if not (known or listed(now, queue, cfgv['#marks'] or Q.generation())) then
-      rcall('ZADD', K.queues, 'NX', Q.time_arg(now), queue)
+    -- (the tag read above; Q.generation writes one when there is none: putmove.lua)
+    if not known then
+      local tag = cfgv['#marks']
+      if not tag then Q.need('lists,putmove'); tag = Q.put_generation() end
+      if not listed(now, queue, tag) then rcall('ZADD', K.queues, 'NX', Q.time_arg(now), queue) end
     end
     if tracked then Q.publish(K.put, jid) end
     return jid

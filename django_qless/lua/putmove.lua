@@ -1,5 +1,6 @@
 -- putmove.lua: the parts of a put that only a put with options or of an existing job runs:
--- reading the options, and unlinking a moved job from its old tags, edges, queue and owner.
+-- reading the options, and unlinking a moved job from its old tags, edges, queue and owner;
+-- also the generation tag's first write (a put after a flush).
 -- A module put.lua loads at that branch (Q.need): under EVALSHA every top-level helper and
 -- every loader a call runs is built again by each call, and most puts are of new jobs
 -- without options, which build none of this.
@@ -24,6 +25,14 @@ Q.mod.putmove = function()
 
   -- The fields of an existing job a put reads (nil: the job has none of them).
   function Q.read_put(jid) return Q.read(jid, PUT_FIELDS) end
+
+  -- A put's options (after its six arguments), as name -> value.
+  function Q.put_pairs(args) return Q.pairs_args(args, 7) end
+
+  -- The keyspace's generation tag when ql:config holds none yet (the first put after a
+  -- flush): written here (Q.generation), so a put that finds it builds none of the config
+  -- readers.
+  function Q.put_generation() return Q.generation() end
 
   -- A put's values from its options and the job it moves (`opts`: nil when none were given;
   -- `old`: the moved job's fields, or nil): retries, tags (nil: none), priority, throttles
