@@ -34,6 +34,7 @@ MANIFEST: tuple[str, ...] = (
     "throttle.lua",
     "throttle_cmds.lua",
     "job.lua",
+    "advance.lua",
     "complete.lua",
     "jobmeta.lua",
     "putmove.lua",

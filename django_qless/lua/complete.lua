@@ -108,10 +108,6 @@ Q.mod.complete = function()
     return Q.data(v)
   end
 
-  -- JSON text of a name that passed Q.jid or Q.queue ([A-Za-z0-9_.-]: nothing to escape), as
-  -- cjson writes it without the cost of a cjson call.
-  local function name_json(v) return '"' .. v .. '"' end
-
   -- Ownership checks shared by complete and complete.reserve. With an attempt token that
   -- already completed this job, returns (h, recorded result) and the caller acts no further.
   -- `h`: the job as read_own read it (nil: read here).
@@ -187,9 +183,8 @@ Q.mod.complete = function()
     -- The first visit's completion extends `visit` (history.lua); else the list gets it.
     local visit = not nextq and h.visit and Q.visit_done(h.visit, t, now, worker)
     if not visit then
-      local prior = h.visit and Q.visit_entries(h.visit, h.time, h.queue) or nil
-      Q.history_text(jid, '[' .. Q.floor_text(now) .. ',"done"]', h.history, true, prior)
-      if h.visit then rcall('HDEL', key, 'visit') end
+      Q.need('advance')  -- (the history list: advance.lua)
+      Q.done_entry(jid, key, h, now)
     end
     if b then
       b.jids[#b.jids + 1] = jid
@@ -216,38 +211,11 @@ Q.mod.complete = function()
     end
     if h.held then table.insert(fields, 'held'); table.insert(fields, '') end
     if nextq then
-      Q.publish(K.log, '{"jid":' .. name_json(jid) .. ',"to":' .. name_json(nextq)
-        .. ',"event":"advanced","queue":' .. name_json(queue) .. '}')
-      Q.history(jid, now, 'put', { q = nextq })
-      rcall('ZADD', K.queues, 'NX', now, nextq)
-      table.insert(fields, 'queue'); table.insert(fields, nextq)
-      local result
-      local ndeps = 0
-      if depends and #depends > 0 then
-        Q.need('job')  -- (Q.add_deps)
-        ndeps = Q.add_deps(jid, depends)
-      end
-      if delay > 0 and ndeps == 0 and not (depends and #depends > 0) then
-        rcall('ZADD', Q.kq(nextq, 'scheduled'), now + delay, jid)
-        Q.lower_due(nextq, now + delay)
-        result = 'scheduled'
-      elseif ndeps > 0 then
-        rcall('ZADD', Q.kq(nextq, 'depends'), now, jid)
-        if delay > 0 then table.insert(fields, 'scheduled'); table.insert(fields, now + delay) end
-        result = 'depends'
-      else
-        rcall('ZADD', Q.kq(nextq, 'work'), Q.score(tonumber(h.priority) or 0, now), jid)
-        Q.wake(nextq)
-        result = 'waiting'
-      end
-      table.insert(fields, 'state'); table.insert(fields, result)
-      if token then table.insert(fields, 'done'); table.insert(fields, token .. ' ' .. result) end
-      rcall('HSET', key, unpack(fields))
-      if h.held and h.held ~= '' then Q.need('throttle'); Q.release(jid, h.held, now) end
-      Q.slot_freed(queue)
-      return result
+      Q.need('advance')
+      return Q.advance(now, h, jid, key, queue, nextq, delay, depends, token, fields)
     end
-    -- (jid and queue quoted as name_json does, in one concatenation; no Q.publish call)
+    -- (jid and queue quoted as cjson would, in one concatenation: names that passed Q.jid
+    -- and Q.queue hold nothing to escape; no Q.publish call)
     rcall(K.pub, K.log, '{"jid":"' .. jid .. '","event":"completed","queue":"' .. queue .. '"}')
     table.insert(fields, 'state'); table.insert(fields, 'complete')
     table.insert(fields, 'queue'); table.insert(fields, '')
