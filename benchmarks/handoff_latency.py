@@ -1,6 +1,7 @@
 """Where put -> job start goes with idle children: the hand-off path, stage by stage.
 
     python benchmarks/handoff_latency.py [--children 1,100] [--samples 200] [--redis-server P]
+        [--worker-arg=--leader-hold=0 ...]
 
 Per child count: a private redis-server (unix socket), `python -m django_qless.core.workers
 -n N --import handoff_probe_jobs probe`, settled and warmed up, then `samples` puts 50-150 ms
@@ -74,7 +75,8 @@ def _wait(directory: str, n: int, proc: subprocess.Popen[bytes], timeout: float 
     raise TimeoutError(f"only {len(_lines(directory))} of {n} jobs ran")
 
 
-def measure(url: str, children: int, samples: int, idle: float) -> None:
+def measure(url: str, children: int, samples: int, idle: float,
+            worker_args: tuple[str, ...] = ()) -> None:
     """Run one worker with `children` idle children and print the per-step breakdown."""
     tsdir = tempfile.mkdtemp(prefix="handoff-ts-")
     env = dict(os.environ, HANDOFF_TS_DIR=tsdir,
@@ -83,7 +85,7 @@ def measure(url: str, children: int, samples: int, idle: float) -> None:
     r.flushall()
     proc = subprocess.Popen(
         [sys.executable, "-m", "django_qless.core.workers", "--url", url, "-n", str(children),
-         "--import", "handoff_probe_jobs", "probe"],
+         "--import", "handoff_probe_jobs", *worker_args, "probe"],
         env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True)
     try:
@@ -145,10 +147,12 @@ def main() -> None:
     p.add_argument("--idle", type=float, default=5.0,
                    help="seconds idle before the samples (the worker's CPU is measured)")
     p.add_argument("--redis-server", default=None)
+    p.add_argument("--worker-arg", action="append", default=[],
+                   help="pass this option to the worker, e.g. --worker-arg=--leader-hold=0")
     args = p.parse_args()
     with RedisServer(args.redis_server or find_redis_server()) as server:
         for n in (int(c) for c in args.children.split(",")):
-            measure(server.url, n, args.samples, args.idle)
+            measure(server.url, n, args.samples, args.idle, tuple(args.worker_arg))
 
 
 if __name__ == "__main__":

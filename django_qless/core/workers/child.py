@@ -99,7 +99,8 @@ class ForkChild(JobLoop):
         death_signal: bool = False,
     ) -> None:
         # Idle, only the holder of the worker's leader token waits on the engine.
-        leadership = open_leadership(leader_token) if leader_token is not None else None
+        leadership = (open_leadership(leader_token, config.leader_hold)
+                      if leader_token is not None else None)
         super().__init__(
             config, hooks, name, SignalState(), resume=resume, max_jobs=config.jobs_per_child,
             pool=pool, leadership=leadership,

@@ -9,14 +9,18 @@ inherited descriptor where /proc allows: the supervisor then removes the path at
 each holds its own open file description and the locks are per child. The kernel drops the lock
 when its holder dies (even by SIGKILL), so a dead leader never keeps the others waiting.
 
-A leader gives the token up as soon as it takes a job, so the next idle child becomes leader
-at once (jobs put back to back still start in parallel). The unlock itself is left to the
-helper thread (`release(soon=True)`): unlocking wakes the next child, whose registration
-would otherwise compete with the job's start for the CPU; the helper runs once the job
-thread lets go of the interpreter (its first blocking call, or Python's 5 ms switch
-interval). A child that finishes its job keeps the hot path (complete and reserve in one
-call) and queues for the token only when that finds nothing; if its helper has not let go by
-then, it simply keeps the token.
+A leader gives the token up when it takes a job, so the next idle child becomes leader
+(jobs put back to back still start in parallel). The unlock itself is left to the helper
+thread (`release(soon=True)`): unlocking wakes the next child, whose registration would
+otherwise compete with the job's start for the CPU; the helper runs once the job thread
+lets go of the interpreter (its first blocking call, or Python's 5 ms switch interval).
+The helper then holds on for `hold` seconds (`--leader-hold`, 2 ms by default) unless a
+message arrives on the wake-up subscriptions meanwhile (new work a registered idle worker
+would have been handed): a child that finishes its job by then and finds nothing more (one
+complete-and-reserve call) simply keeps the token. Short jobs put one at a time then all run
+on the one child whose caches are warm, instead of passing the token round every idle child
+in turn (the kernel queues `flock` waiters first come, first served): with 100 idle children,
+put -> start went from ~1.2 to ~0.85 ms, as with one child.
 
 The blocking `flock` runs in a helper thread (signals blocked there); the job thread waits
 for it in short slices, polling a pipe the helper writes to, so signals and the supervisor
@@ -31,7 +35,9 @@ import fcntl
 import logging
 import os
 import threading
+from collections.abc import Sequence
 
+from django_qless.core.node_pubsub import poll_readable
 from django_qless.core.signalmask import block_async_signals
 
 __all__ = ["Leadership", "TokenFile", "open_leadership"]
@@ -58,7 +64,7 @@ class TokenFile:
         os.close(self.fd)
 
 
-def open_leadership(token: TokenFile) -> Leadership | None:
+def open_leadership(token: TokenFile, hold: float = 0.0) -> Leadership | None:
     """Open this child's own claim on `token` (in the child); None if it cannot be opened
     (the child then waits on the engine as every idle child did before the token)."""
     try:
@@ -77,15 +83,17 @@ def open_leadership(token: TokenFile) -> Leadership | None:
             os.close(token.fd)  # the supervisor's description is not ours to keep
         except OSError:
             pass
-    return Leadership(fd)
+    return Leadership(fd, hold)
 
 
 class Leadership:
     """This child's claim on the idle-leader token (job thread API; one helper thread)."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, hold: float = 0.0) -> None:
         # Our own open file description: flock locks are per description, not per process.
         self._fd = fd
+        self._hold = hold  # seconds a token given up at a job's start is kept (see above)
+        self._watch: tuple[int, ...] = ()  # sockets whose messages end that hold
         self._notify_r, self._notify_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         self._cond = threading.Condition()
         self._held = False
@@ -136,15 +144,18 @@ class Leadership:
                 self._start_helper()
                 self._cond.notify()
 
-    def release(self, *, soon: bool = False) -> None:
+    def release(self, *, soon: bool = False, watch: Sequence[int] = ()) -> None:
         """Give the token up (the next child waiting for it becomes leader); with `soon`,
-        the helper thread unlocks it once this thread lets it run (a job starts now)."""
+        the helper thread unlocks it once this thread lets it run (a job starts now), after
+        the hold, or at once when one of the `watch` sockets becomes readable (never read
+        here: only polled)."""
         with self._cond:
             if not self._held:
                 return
             self._held = False
             if soon and self._thread is not None:
                 self._letting_go = True
+                self._watch = tuple(watch)
                 self._cond.notify()
                 return
             self._letting_go = False
@@ -163,11 +174,11 @@ class Leadership:
             with self._cond:
                 while not self._letting_go and (not self._wanted or self._held):
                     self._cond.wait()
-                if self._letting_go:
-                    self._letting_go = False
-                    fcntl.flock(self._fd, fcntl.LOCK_UN)
-                    continue
-                self._locking = True
+                letting_go = self._letting_go
+                self._locking = not letting_go
+            if letting_go:
+                self._let_go()
+                continue
             try:
                 fcntl.flock(self._fd, fcntl.LOCK_EX)  # blocks until the leader lets go
             except OSError as exc:
@@ -186,6 +197,16 @@ class Leadership:
                     fcntl.flock(self._fd, fcntl.LOCK_UN)  # no longer wanted: pass it on
                     continue
             self._notify()
+
+    def _let_go(self) -> None:
+        """Unlock the token given up at a job's start, after the hold (unless the job thread
+        took it back meanwhile); a message on a watched socket ends the hold at once."""
+        if self._hold > 0:
+            poll_readable(list(self._watch), self._hold)
+        with self._cond:
+            if self._letting_go:
+                self._letting_go = False
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def _notify(self) -> None:
         try:

@@ -127,6 +127,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("prefetch", True, "never hold a job ahead while short jobs run (see "
                "docs/worker.md)", ("--no-prefetch",), "no_flag", setting="PREFETCH",
                env="QLESS_WORKER_PREFETCH"),
+    OptionSpec("leader_hold", 0.002, "seconds a child that takes a job as idle leader keeps "
+               "leading if the job ends by then and no new work arrives (0: pass the lead "
+               "at once)", ("--leader-hold",), "number", 0),
     OptionSpec("child_max_jobs", 0, "replace a child after this many jobs (0: never)",
                ("--child-max-jobs",), "int", 0),
     OptionSpec("import_modules", (), "import MODULE before forking (it registers jobs); "

@@ -269,6 +269,18 @@ class WakeWaiter:
             if self.routes.version != version:
                 return True
 
+    def sockets(self) -> list[int]:
+        """Return the subscriptions' sockets, for another thread to poll (never to read)."""
+        fds: list[int] = []
+        for sub in self._subs.values():
+            try:
+                fd = sub.fileno()
+            except PUBSUB_ERRORS:
+                continue
+            if fd is not None:
+                fds.append(fd)
+        return fds
+
     def wait_quietly(self, fd: int, timeout: float) -> bool:
         """Block until `fd` is readable, a signal, or `timeout`, without sending Redis
         anything (an idle child waiting for the leader token); True if a signal woke us.
