@@ -18,7 +18,7 @@ from .lua_reach import Loader, Statement, Unsure, reachable, split, split_loader
 
 __all__ = [
     "MANIFEST", "EngineBuildError", "bundle_sha", "bundle_text", "function_name",
-    "library_text", "routes", "script_sha", "script_text",
+    "library_text", "routes", "script_sha", "script_text", "unresolved",
 ]
 
 # Concatenation order: helpers first, the loader modules, the entry point last.
@@ -27,19 +27,23 @@ MANIFEST: tuple[str, ...] = (
     "base.lua",
     "events.lua",
     "validate.lua",
+    "lists.lua",
     "history.lua",
     "objects.lua",
     "samples.lua",
     "throttle.lua",
     "throttle_cmds.lua",
     "job.lua",
+    "advance.lua",
     "complete.lua",
     "jobmeta.lua",
+    "putmove.lua",
     "put.lua",
     "spawn.lua",
     "recur.lua",
     "timers.lua",
     "queuescan.lua",
+    "lapse.lua",
     "pop.lua",
     "queries.lua",
     "worker.lua",
@@ -76,6 +80,7 @@ def _sources() -> dict[str, str]:
 
 
 _DECL = re.compile(r"^--@ (\S+)(.*)$", re.MULTILINE)
+_NEED = re.compile(r"Q\.need\('([^']*)'\)")
 _COMMAND = re.compile(r"^[a-z][a-z.\-]*$")
 
 
@@ -137,6 +142,17 @@ def build_routes(sources: dict[str, str]) -> tuple[dict[str, tuple[str, ...]], t
         c: tuple(order([*extra, mod], [], (f"command {c}",)))
         for c, (mod, extra) in commands.items()
     }
+    # A module loaded at a branch (`Q.need('a,b')`) is known, and follows what it needs.
+    for mod, text in sources.items():
+        for literal in _NEED.findall(text):
+            names = literal.split(",")
+            for i, m in enumerate(names):
+                if m not in needs:
+                    raise EngineBuildError(f"{mod}.lua: Q.need of unknown module {m!r}")
+                early = [n for n in order([m], []) if n != m and n not in names[:i]]
+                if early:
+                    raise EngineBuildError(
+                        f"{mod}.lua: Q.need('{literal}') loads {m} before {', '.join(early)}")
     return table, tuple(order([_HANDOFF], [], ("hand-off",)))
 
 
@@ -199,9 +215,12 @@ _WAKE_GATE = "Q.wake"
 _WAKE_NOTE = re.compile(r"insert\(\s*ctx\.woken_list|woken_list\[[^\]]*\]\s*=")
 
 
+# Each file's top-level statements, the module loaders, their split bodies (_statements).
+_Analysed = tuple[dict[str, list[Statement]], dict[str, Statement], dict[str, Loader | None]]
+
+
 @cache
-def _statements() -> tuple[dict[str, list[Statement]], dict[str, Statement],
-                           dict[str, Loader | None]] | None:
+def _statements() -> _Analysed | None:
     """Return each file's top-level statements, the module loaders and their split bodies
     (None: kept whole), or None if the sources cannot be analysed (then every command uses
     the full script)."""
@@ -230,14 +249,19 @@ def _entry_modules() -> list[str]:
             if [m.group(1) for m in _DECL.finditer(text)] == ["entry"]]
 
 
+# The loader a bundle makes of its deferred helpers (bundle_text), and the call that runs it
+# first in every loader its route does not load.
+_COLD = "_cold"
+_COLD_NEED = f"  Q.need('{_COLD}')\n"
+
+
 @cache
-def bundle_text(command: str, caller_time: bool = False) -> str | None:
-    """Return the script for `command` alone: the entry point, and of the helpers and of its
-    modules' loaders only the statements its code can reach (for EVALSHA, which re-runs the
-    whole body on every call). None when the command is unknown or the analysis is unsure:
-    use the full script. Its replies are the full script's for this command; any other
-    command is unknown to it.
-    """
+def _reach(command: str) -> tuple[set[int], list[str], dict[str, list[Statement]],
+                                  set[int], set[str], _Analysed] | None:
+    """Return what `command`'s bundle keeps: the ids of its statements, the `Q` fields made on
+    every call, the loaders' statements by module, the ids of the helpers it defers, the
+    modules loaded only at a branch, and the analysis these ids refer to (threads building
+    their first bundles at once may each get their own: use this one) (None: no bundle)."""
     analysed = _statements()
     table = routes()
     if analysed is None or command not in table:
@@ -261,29 +285,123 @@ def bundle_text(command: str, caller_time: bool = False) -> str | None:
         included = table[command]
     else:  # something else notes wake-ups: the hand-off may always run
         gated, included = (), (*table[command], *handoff)
+    # (a module a reached `Q.need('<module>')` loads at its branch)
+    gated += tuple(("need:" + m, m) for m in loaders)
     kept = reachable(helpers, roots, modules, included, gated)
+    cold = _deferred(files, helpers, roots, modules, kept,
+                     reachable(helpers, roots, modules, included))
+    lazy = {mod for mod in modules if mod not in included
+            and any(id(b) in kept for b in modules[mod])}
     # Q's fields made on every call size its constructor (false until defined: the engine
     # tests fields for truth only): no rehash as they are added one by one (_presized).
     always = [*helpers, *(st for mod in included for st in modules.get(mod, []))]
-    fields = sorted({n[2:] for st in always if id(st) in kept for n in st.defines
-                     if n.startswith("Q.")})
+    fields = sorted({n[2:] for st in always if id(st) in kept and id(st) not in cold
+                     for n in st.defines if n.startswith("Q.")})
+    return kept, fields, modules, cold, lazy, analysed
+
+
+def _deferred(files: dict[str, list[Statement]], helpers: list[Statement],
+              roots: list[Statement], modules: dict[str, list[Statement]], kept: set[int],
+              hot: set[int]) -> set[int]:
+    """Return the ids of the kept helpers that only modules loaded at a branch (the hand-off,
+    a `Q.need` of a module the route does not load) reach: bundle_text moves them into a
+    loader those modules run first, so a call that takes no such branch does not build them.
+
+    A statement moves when it defines `Q` fields or locals (nothing else), no other kept
+    statement defines one of its fields, every kept statement naming one of its locals moves
+    too (a loader's body never sees them), and every other name it mentions is defined by one
+    top-level statement at most (moved later in the script it still sees that one)."""
+    defined: dict[str, int] = {}
+    for stmts in files.values():
+        for st in stmts:
+            for n in st.defines:
+                defined[n] = defined.get(n, 0) + 1
+    by_field: dict[str, int] = {}
+    for st in helpers:
+        if id(st) in kept:
+            for n in st.defines:
+                by_field[n] = by_field.get(n, 0) + 1
+    moving = {id(st): st for st in helpers
+              if id(st) in kept and id(st) not in hot and st.defines and not st.root
+              and all(by_field[n] == 1 and (n.startswith("Q.") or n.isidentifier())
+                      for n in st.defines)
+              and all(defined.get(n, 0) <= 1 for n in st.mentions if not n.startswith("Q."))}
+    users = [*roots, *(st for st in helpers if id(st) in kept)]
+    users += [b for body in modules.values() for b in body if id(b) in kept]
+    changed = True
+    while changed:  # (a local stays if anything staying names it)
+        changed = False
+        staying = {n for st in users if id(st) not in moving for n in st.mentions}
+        for key, st in list(moving.items()):
+            if any(not n.startswith("Q.") and n in staying for n in st.defines):
+                del moving[key]
+                changed = True
+    return set(moving)
+
+
+
+def unresolved(command: str) -> set[str]:
+    """Return the `Q.<name>` fields that `command`'s bundle mentions but never defines (a
+    helper moved into a module that neither its route nor a `Q.need` at a branch loads)."""
+    reach = _reach(command)
+    if reach is None:
+        return set()
+    kept, _, modules, _, _, (files, _, _) = reach
+    stmts = [*(st for f in files.values() for st in f), *(b for m in modules.values() for b in m)]
+    used = [st for st in stmts if id(st) in kept]
+    mentioned = {n for st in used for n in st.mentions if n.startswith("Q.")}
+    return mentioned - {n for st in used for n in st.defines}
+
+
+@cache
+def bundle_text(command: str, caller_time: bool = False) -> str | None:
+    """Return the script for `command` alone: the entry point, and of the helpers and of its
+    modules' loaders only the statements its code can reach (for EVALSHA, which re-runs the
+    whole body on every call). None when the command is unknown or the analysis is unsure:
+    use the full script. Its replies are the full script's for this command; any other
+    command is unknown to it.
+    """
+    reach = _reach(command)
+    if reach is None:
+        return None
+    kept, fields, modules, cold, lazy, (files, loaders, split_loaders) = reach
+    entry = _entry_modules()
+    last_helpers = max(i for i, name in enumerate(MANIFEST)
+                       if name[:-4] not in loaders and name[:-4] not in entry)
     parts = [_routes_block(command)]
-    for name in MANIFEST:
+    deferred: list[str] = []
+    for i, name in enumerate(MANIFEST):
         out = []
         for st in files[name[:-4]]:
             owner = next((m for m, lo in loaders.items() if lo is st), None)
             if owner is None:
-                if id(st) in kept or name[:-4] in entry:
+                if id(st) in cold:
+                    deferred.append(st.text)
+                elif id(st) in kept or name[:-4] in entry:
                     out.append(_presized(st.text, fields) if "Q" in st.defines else st.text)
                 continue
             inner = [b.text for b in modules[owner] if id(b) in kept]
             split_body = split_loaders[owner]
             if inner:
-                out.append(st.text if split_body is None
-                           else split_body.head + "".join(inner) + split_body.tail)
+                text = (st.text if split_body is None
+                        else split_body.head + "".join(inner) + split_body.tail)
+                if cold and owner in lazy:  # (its helpers first)
+                    head = _LOADER_HEAD.search(text)
+                    if head is None:
+                        raise AssertionError(f"no loader head in {name}")
+                    text = text[:head.end()] + _COLD_NEED + text[head.end():]
+                out.append(text)
+        if i == last_helpers and deferred:
+            # (after every helper file: each local the deferred statements name is in scope)
+            out.append("-- (helpers only loaders run at a branch reach: built when one runs)\n"
+                       f"Q.mod.{_COLD} = function()\n{''.join(deferred).rstrip()}\n"
+                       f"end -- {_COLD}\n")
         if out:
             parts.append(f"-- ==== {name} ====\n{''.join(out).rstrip()}\n")
     return _with_clock("\n".join(parts), caller_time)
+
+
+_LOADER_HEAD = re.compile(r"Q\.mod\.\w+ = function\(\)[ \t]*\n")
 
 
 _EMPTY_Q = "\nlocal Q = {}\n"

@@ -152,14 +152,22 @@ def split_loader(st: Statement, module: str) -> Loader | None:
 def _describe(text: str, toks: list[str]) -> Statement:
     """Note what one statement defines and mentions."""
     st = Statement(text)
-    # A command's entry (`C['name'] = ...`) defines 'cmd:name'; any `x['name']` mentions it.
+    # A command's entry (`C['name'] = ...`) defines 'cmd:name'; any `x['name']` mentions it
+    # (a constructor's key, `{ ['name'] = v }`, is no mention: Q.DEFAULTS names 'heartbeat').
     for i in range(len(toks) - 2):
         if toks[i] == "[" and toks[i + 1][:1] in "'\"" and toks[i + 2] == "]":
             name = toks[i + 1][1:-1]
             if i == 1 and len(toks) > 4 and toks[4] == "=":
                 st.defines.add("cmd:" + name)
-            else:
+            elif not (i > 0 and toks[i - 1] in ("{", ",", ";") and i + 3 < len(toks)
+                      and toks[i + 3] == "="):
                 st.mentions.add("cmd:" + name)
+    # `Q.need('a,b')` at a branch loads modules a and b there: 'need:a', 'need:b' (a bundle
+    # holds their loaders once the call is reached; they run only when it runs).
+    for i in range(len(toks) - 5):
+        if (toks[i] == "Q" and toks[i + 2] == "need" and toks[i + 1] == "."
+                and toks[i + 3] == "(" and toks[i + 4][:1] in "'\"" and toks[i + 5] == ")"):
+            st.mentions.update("need:" + m for m in toks[i + 4][1:-1].split(","))
     # The mentions: Q.<name> pairs and bare names (not fields, not keywords).
     for i, tok in enumerate(toks):
         c = tok[0]

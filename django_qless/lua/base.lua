@@ -210,6 +210,11 @@ function Q.heartbeat(queue)
   return v
 end
 
+-- A running job left `queue`: with a concurrency cap, idle workers may now take another.
+function Q.slot_freed(queue)
+  if (tonumber(Q.cfg(Q.qn(queue).maxc)) or 0) > 0 then Q.wake(queue) end
+end
+
 -- ---------------------------------------------------------------- job hash
 
 -- HMGET the named fields of a job; returns nil when the job has no hash.

@@ -1,7 +1,7 @@
 -- complete.lua: completing a job (also the first half of the worker's complete.reserve),
 -- releasing its dependents, and the retention of completed jobs.
 --
---@ needs throttle samples job
+--@ needs samples
 --@ command complete
 --
 -- Commands (after `now`):
@@ -37,6 +37,7 @@ Q.mod.complete = function()
     local excess = card - keep
     if excess > 0 and budget > 0 then
       local jids = rcall('ZRANGE', K.completed, 0, math.min(excess, budget) - 1)
+      if jids[1] then Q.need('job') end  -- (Q.delete_job: job.lua, loaded when it runs)
       for _, jid in ipairs(jids) do Q.delete_job(jid) end
       Q.chunked('ZREM', K.completed, jids)
       card = card - #jids
@@ -64,6 +65,7 @@ Q.mod.complete = function()
     end
     local age = Q.cfgnum('jobs-history', 604800)
     local jids = rcall('ZRANGEBYSCORE', K.completed, '-inf', now - age, 'LIMIT', 0, budget)
+    if jids[1] then Q.need('job') end  -- (as in trim_completed)
     for _, jid in ipairs(jids) do Q.delete_job(jid) end
     if #jids > 0 then Q.chunked('ZREM', K.completed, jids) end
     local next_due = now
@@ -106,10 +108,6 @@ Q.mod.complete = function()
     return Q.data(v)
   end
 
-  -- JSON text of a name that passed Q.jid or Q.queue ([A-Za-z0-9_.-]: nothing to escape), as
-  -- cjson writes it without the cost of a cjson call.
-  local function name_json(v) return '"' .. v .. '"' end
-
   -- Ownership checks shared by complete and complete.reserve. With an attempt token that
   -- already completed this job, returns (h, recorded result) and the caller acts no further.
   -- `h`: the job as read_own read it (nil: read here).
@@ -133,6 +131,7 @@ Q.mod.complete = function()
   -- Release every dependent of a completed job whose last dependency this was.
   local function release_dependents(jid, now)
     local dents = rcall('SMEMBERS', Q.kdents(jid))
+    if dents[1] then Q.need('job') end  -- (Q.undepend: most jobs have no dependents)
     for _, d in ipairs(dents) do
       rcall('SREM', Q.kdeps(d), jid)
       if rcall('SCARD', Q.kdeps(d)) == 0 then
@@ -184,9 +183,8 @@ Q.mod.complete = function()
     -- The first visit's completion extends `visit` (history.lua); else the list gets it.
     local visit = not nextq and h.visit and Q.visit_done(h.visit, t, now, worker)
     if not visit then
-      local prior = h.visit and Q.visit_entries(h.visit, h.time, h.queue) or nil
-      Q.history_text(jid, '[' .. Q.floor_text(now) .. ',"done"]', h.history, true, prior)
-      if h.visit then rcall('HDEL', key, 'visit') end
+      Q.need('advance')  -- (the history list: advance.lua)
+      Q.done_entry(jid, key, h, now)
     end
     if b then
       b.jids[#b.jids + 1] = jid
@@ -213,42 +211,19 @@ Q.mod.complete = function()
     end
     if h.held then table.insert(fields, 'held'); table.insert(fields, '') end
     if nextq then
-      Q.publish(K.log, '{"jid":' .. name_json(jid) .. ',"to":' .. name_json(nextq)
-        .. ',"event":"advanced","queue":' .. name_json(queue) .. '}')
-      Q.history(jid, now, 'put', { q = nextq })
-      rcall('ZADD', K.queues, 'NX', now, nextq)
-      table.insert(fields, 'queue'); table.insert(fields, nextq)
-      local result
-      local ndeps = 0
-      if depends and #depends > 0 then ndeps = Q.add_deps(jid, depends) end
-      if delay > 0 and ndeps == 0 and not (depends and #depends > 0) then
-        rcall('ZADD', Q.kq(nextq, 'scheduled'), now + delay, jid)
-        Q.lower_due(nextq, now + delay)
-        result = 'scheduled'
-      elseif ndeps > 0 then
-        rcall('ZADD', Q.kq(nextq, 'depends'), now, jid)
-        if delay > 0 then table.insert(fields, 'scheduled'); table.insert(fields, now + delay) end
-        result = 'depends'
-      else
-        rcall('ZADD', Q.kq(nextq, 'work'), Q.score(tonumber(h.priority) or 0, now), jid)
-        Q.wake(nextq)
-        result = 'waiting'
-      end
-      table.insert(fields, 'state'); table.insert(fields, result)
-      if token then table.insert(fields, 'done'); table.insert(fields, token .. ' ' .. result) end
-      rcall('HSET', key, unpack(fields))
-      Q.release(jid, h.held, now)
-      Q.slot_freed(queue)
-      return result
+      Q.need('advance')
+      return Q.advance(now, h, jid, key, queue, nextq, delay, depends, token, fields)
     end
-    -- (jid and queue quoted as name_json does, in one concatenation; no Q.publish call)
+    -- (jid and queue quoted as cjson would, in one concatenation: names that passed Q.jid
+    -- and Q.queue hold nothing to escape; no Q.publish call)
     rcall(K.pub, K.log, '{"jid":"' .. jid .. '","event":"completed","queue":"' .. queue .. '"}')
     table.insert(fields, 'state'); table.insert(fields, 'complete')
     table.insert(fields, 'queue'); table.insert(fields, '')
     if token then table.insert(fields, 'done'); table.insert(fields, token .. ' complete') end
     rcall('HSET', key, unpack(fields))
     if not b then rcall('ZADD', K.completed, Q.time_arg(now), jid) end
-    Q.release(jid, h.held, now)
+    -- (the throttle module loads only for a job holding throttles: most hold none)
+    if h.held and h.held ~= '' then Q.need('throttle'); Q.release(jid, h.held, now) end
     Q.slot_freed(queue)
     if not b then
       release_dependents(jid, now)
@@ -338,6 +313,7 @@ Q.mod.complete = function()
     local nextq = opts['next'] and Q.queue(opts['next'], 'next') or nil
     local delay = 0
     if opts.delay then delay = Q.delay(opts.delay) end
+    if opts.depends then Q.need('lists') end  -- (a module: most completions give none)
     local depends = opts.depends and Q.depends(opts.depends, jid) or nil
     if opts.delay and not nextq then Q.fail('"delay" cannot be used without a "next".') end
     if opts.depends and not nextq then Q.fail('"depends" cannot be used without a "next".') end

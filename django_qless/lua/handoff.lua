@@ -1,6 +1,6 @@
 -- handoff.lua: hand a ready job straight to an idle worker (extension).
 --
---@ needs throttle samples pop
+--@ needs samples pop
 --
 -- A worker with nothing to do calls `reserve.wait`: it reserves as `reserve` does and, when
 -- nothing is ready, registers as idle on those queues until now + ttl. When jobs then become

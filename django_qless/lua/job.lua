@@ -45,11 +45,6 @@ Q.mod.job = function()
   local C = Q.commands
 
 
-  -- A running job left `queue`: with a concurrency cap, idle workers may now take another.
-  function Q.slot_freed(queue)
-    if (tonumber(Q.cfg(Q.qn(queue).maxc)) or 0) > 0 then Q.wake(queue) end
-  end
-
   -- Remove a job from the queue sets its state says it is in (all of them if unsure).
   function Q.unqueue(jid, queue, state, throttles)
     if not queue or queue == '' then return end

@@ -1,9 +1,9 @@
 -- jobmeta.lua: reading a job and changing what it carries besides its state.
 --
---@ command depends job
+--@ command depends job lists
 --@ command priority
 --@ command log
---@ command tag
+--@ command tag lists
 --@ command track objects
 --@ command get objects
 --@ command multiget objects

@@ -1,8 +1,8 @@
 -- pop.lua: taking jobs from a queue: pop, peek, the lease reaper, lock invalidation.
 -- Scheduled promotion is in timers.lua; listing and managing queues in queries.lua.
 --
---@ needs objects spawn timers queuescan
---@ command pop throttle samples
+--@ needs objects queuescan
+--@ command pop samples
 --@ command peek
 --@ command reap throttle samples
 --
@@ -124,52 +124,11 @@ Q.mod.pop = function()
     end
   end
 
-  -- Expired locks of a queue: courtesy notice, re-dispatch or failure.
-  -- Appends re-dispatched {jid, h} to `selected` and the jids it failed to `dead` (if given).
+  -- Expired locks of a queue (lapse.lua: a module loaded when some are due, which most
+  -- calls never see).
   local function invalidate(now, queue, count, selected, dead)
-    local jids = rcall('ZRANGEBYSCORE', Q.kq(queue, 'locks'), '-inf', now, 'LIMIT', 0, count)
-    if #jids == 0 then return end
-    local grace = Q.cfgnum('grace-period', 10)
-    for _, jid in ipairs(jids) do
-      local h = Q.read_pop(jid)
-      if not h then
-        rcall('ZREM', Q.kq(queue, 'locks'), jid)
-      else
-        local owner = h.worker or ''
-        if owner ~= '' then rcall('ZREM', Q.kwjobs(owner), jid) end
-        local courtesy = h.grace ~= '1' or grace <= 0
-        h.tracked = h.tracked == '1'
-        if courtesy then
-          if h.tracked then Q.publish(K.stalled, jid) end
-          Q.history(jid, now, 'timed-out', nil, h.history)
-          h.history, h.visit = nil, nil  -- (both now in the list)
-          rcall('HSET', Q.kjob(jid), 'grace', 1)
-          Q.lock_lost(jid, owner)
-          rcall('ZADD', Q.kq(queue, 'locks'), now + grace, jid)
-          Q.counter(queue, now, 'retries', 1)
-        end
-        if not courtesy or grace <= 0 then
-          local remaining = (tonumber(h.remaining) or tonumber(h.retries) or 0) - 1
-          rcall('HDEL', Q.kjob(jid), 'grace')
-          h.grace = nil
-          h.remaining = remaining
-          if remaining >= 0 then
-            table.insert(selected, { jid, h })
-          else
-            rcall('ZREM', Q.kq(queue, 'locks'), jid)
-            local group = 'failed-retries-' .. queue
-            local message = 'Job exhausted retries in queue "' .. queue .. '"'
-            local fields = { 'remaining', remaining }
-            if h.held then table.insert(fields, 'held'); table.insert(fields, '') end
-            Q.exhausted(jid, queue, now, group, message, '', fields, h.history)
-            if h.tracked then Q.publish(K.failed, jid) end
-            Q.publish(K.log, Q.ev_failed(jid, owner, group, message))
-            Q.release(jid, h.held, now)
-            if dead then table.insert(dead, jid) end
-          end
-        end
-      end
-    end
+    Q.need('lapse')
+    return Q.invalidate(now, queue, count, selected, dead)
   end
 
   -- Work-set scores that put recovered jobs (`selected`, in recovery order) ahead of every
@@ -209,7 +168,10 @@ Q.mod.pop = function()
     -- client whose clock runs ahead): do not trust it.
     local due = Q.tonum(Q.cfgraw(mkey)) or 0
     local heads = nil
-    if now >= due or due > now + Q.HORIZON then heads = Q.timer_heads(queue) end
+    if now >= due or due > now + Q.HORIZON then
+      Q.need('timers')  -- (a module: at most once a HORIZON per busy queue)
+      heads = Q.timer_heads(queue)
+    end
     -- '#throttle' ('1'/'0') is re-checked whenever the timers are (at least once per HORIZON
     -- while the queue is busy), so a queue throttle written by another writer is seen too.
     local throttled = Q.cfgraw(qn.throttle)
@@ -236,7 +198,7 @@ Q.mod.pop = function()
     local want = count - #selected
     local drained = false  -- ZPOPMAX emptied the work set
     if want > 0 then
-      if heads and heads[2] <= now then Q.spawn(now, queue, want, false) end
+      if heads and heads[2] <= now then Q.need('spawn'); Q.spawn(now, queue, want, false) end
       if heads and heads[3] <= now then Q.promote(now, queue, want, false) end
       -- ZPOPMAX takes the highest scores first, ties in reverse member order: exactly
       -- ZREVRANGE + ZREM of what we examine (ghosts and throttled jobs leave work too).
@@ -255,7 +217,10 @@ Q.mod.pop = function()
           if h then
             -- (no throttles of its own and no queue throttle: nothing to ask, no call)
             local tids = NO_TIDS
-            if h.throttles or ctx.qth[queue] then tids = Q.job_tids(queue, h.throttles) end
+            if h.throttles or ctx.qth[queue] then
+              Q.need('throttle')  -- (a module: most jobs and queues have no throttle)
+              tids = Q.job_tids(queue, h.throttles)
+            end
             local full = nil
             if #tids > 0 then full = Q.acquire(jid, tids, now) end
             if full then
@@ -414,6 +379,7 @@ Q.mod.pop = function()
     end
     local want = count - #jids
     if want > 0 then
+      Q.need('spawn,timers')
       Q.spawn(now, queue, want, true)
       Q.promote(now, queue, want, true)
       for _, jid in ipairs(rcall('ZREVRANGE', Q.kq(queue, 'work'), offset, offset + want - 1)) do

@@ -1,9 +1,8 @@
 -- put.lua: creating and moving jobs.
 --
---@ needs throttle job
 --@ command put
---@ command requeue
---@ command put.many
+--@ command requeue throttle job
+--@ command put.many throttle job
 --
 -- Commands (after `now`):
 --   put       worker queue jid klass data delay [priority p] [tags JSON] [retries n]
@@ -42,9 +41,6 @@ Q.mod.put = function()
   local NO_OPTS = {}  -- (a put without options: read only)
   local NO_TAGS = {}  -- (no tags, or a new job's old ones: read only)
 
-  local PUT_FIELDS = { 'state', 'queue', 'worker', 'tags', 'priority', 'retries', 'failure',
-    'throttles', 'held', 'grace', 'scheduled', 'history', 'tracked' }
-
   -- Validate a put and do the reads it needs, writing nothing; returns what apply_put writes
   -- from (as values, not a table: a single put allocates none). `batch` (put.many only)
   -- knows the call's other jobs.
@@ -58,54 +54,32 @@ Q.mod.put = function()
     local klass = Q.klass(args[4])
     local data = Q.data(args[5])
     local delay = args[6] == '0' and 0 or Q.delay(args[6])  -- (the usual delay, parsed)
-    local opts = args[7] == nil and NO_OPTS or Q.pairs_args(args, 7)
+    local opts = NO_OPTS
+    if args[7] ~= nil then
+      Q.need('lists,putmove')  -- (options: read in putmove.lua)
+      opts = Q.put_pairs(args)
+    end
     -- (most puts are of new jobs: an EXISTS costs a fifth of a 13-field HMGET of nothing)
     local key = Q.kjob(jid)
-    local old = rcall('EXISTS', key) == 1 and Q.read(jid, PUT_FIELDS) or nil
-    if must_exist and not old then Q.fail('Job ' .. jid .. ' does not exist') end
-    -- (a new job's defaults without a call each: most puts are of new jobs)
-    local retries, tags, priority, throttles = 5, NO_TAGS, 0, nil
-    if old then
-      retries, priority = tonumber(old.retries) or 5, tonumber(old.priority) or 0
-      throttles = old.throttles
+    local old = nil
+    if rcall('EXISTS', key) == 1 then
+      Q.need('lists,putmove')  -- (a moved job: putmove.lua reads and unlinks it)
+      old = Q.read_put(jid)
     end
+    if must_exist and not old then Q.fail('Job ' .. jid .. ' does not exist') end
+    -- A new job without dependencies needs neither module: most puts build neither (under
+    -- EVALSHA every loader a call runs builds its closures again).
+    if old or (opts ~= NO_OPTS and opts.depends) then Q.need('throttle,job') end
+    -- (a new job's defaults without a call each: most puts are of new jobs; options and a
+    -- moved job's values are read in putmove.lua, a module only such a put builds)
+    local retries, tags, priority, throttles = 5, NO_TAGS, 0, nil
     local absent, depends = nil, nil
-    if opts ~= NO_OPTS then  -- (a put without options skips all of them)
-      absent = opts['if-absent']
-      if absent ~= nil then
-        if absent ~= 'any' and absent ~= 'live' then
-          Q.fail('Arg "if-absent" must be any or live: ' .. absent:sub(1, 80))
-        end
-        if old and (absent == 'any' or (old.state ~= 'complete' and old.state ~= 'failed')) then
-          Q.fail('Job ' .. jid .. ' already exists (' .. tostring(old.state)
-            .. '): if-absent refuses to replace it')
-        end
-      end
-      if opts.retries then retries = Q.integer('retries', opts.retries, 0, 1000) end
-      if opts.tags then tags = Q.tags(opts.tags) elseif old then tags = Q.list(old.tags) end
-      if opts.priority then priority = Q.priority(opts.priority) end
-      depends = opts.depends and Q.depends(opts.depends, jid) or nil
-      -- depends-missing: 'ignore' (qless-core's behaviour, the default on the wire) drops a
-      -- dependency on a jid that does not exist; 'error' refuses the put (our client's
-      -- default).
-      local missing = opts['depends-missing']
-      if missing ~= nil and missing ~= 'ignore' and missing ~= 'error' then
-        Q.fail('Arg "depends-missing" must be error or ignore: ' .. missing:sub(1, 80))
-      end
-      if missing == 'error' and depends then
-        for _, d in ipairs(depends) do
-          local earlier = batch and batch.pos[d] and batch.pos[d] < batch.i
-          if not earlier and rcall('EXISTS', Q.kjob(d)) == 0 then
-            Q.fail('Arg "depends" names no such dependency: ' .. d)
-          end
-        end
-      end
-      if opts.throttles then
-        local list = Q.throttles(opts.throttles)
-        throttles = #list > 0 and cjson.encode(list) or nil
-      end
-    elseif old then
-      tags = Q.list(old.tags)
+    if old or opts ~= NO_OPTS then
+      Q.need('lists,putmove')
+      local listed_tags
+      retries, listed_tags, priority, throttles, absent, depends =
+        Q.put_options(jid, opts ~= NO_OPTS and opts or nil, old, batch)
+      tags = listed_tags or NO_TAGS
     end
     if not old then
       local parent, n = nil, nil
@@ -116,9 +90,6 @@ Q.mod.put = function()
       if parent and not spawned and rcall('EXISTS', KP .. 'r:' .. parent) == 1 then
         Q.fail('Job ' .. jid .. ' collides with recurring job ' .. parent)
       end
-    elseif depends then
-      -- a new job has no dependents, so no cycle
-      if batch then batch.cycle(jid, depends) else Q.check_cycle(jid, depends) end
     end
     if batch then batch.note(jid, depends) end
     return worker, queue, jid, key, klass, data, delay, opts, old, retries, tags, priority,
@@ -171,57 +142,17 @@ Q.mod.put = function()
       end
     end
     local tracked = old and old.tracked == '1'
-    -- Tags: only real changes touch the counts (a new job has no old ones: no sets to build).
+    -- A moved job's old tags, edges, queue and owner (putmove.lua, loaded by check_put).
     local oldset = NO_TAGS
-    if old then
-      local newset = {}
-      for _, t in ipairs(tags) do newset[t] = true end
-      oldset = {}
-      for _, t in ipairs(Q.list(old.tags)) do
-        oldset[t] = true
-        if not newset[t] then Q.tag_remove(jid, t) end
-      end
-    end
-    -- Dependencies: a non-empty new list replaces the old edges.
-    if old and depends and #depends > 0 then
-      local want = {}
-      for _, d in ipairs(depends) do want[d] = true end
-      for _, d in ipairs(rcall('SMEMBERS', Q.kdeps(jid))) do
-        if not want[d] then
-          rcall('SREM', Q.kdents(d), jid)
-          rcall('SREM', Q.kdeps(jid), d)
-        end
-      end
-    end
+    if old then oldset = Q.put_unlink(jid, tags, depends, old) end
     -- (Q.ev_put's text without cjson: the jid and queue passed Q.jid / Q.queue, whose
     -- characters JSON never escapes)
     rcall(K.pub, K.log, '{"jid":"' .. jid .. '","event":"put","queue":"' .. queue .. '"}')
-    -- A new job's put entry is implied by `time` + `queue` (history.lua): no history is
-    -- written; a moved job's entry goes to the list (after its first visit's, if any).
-    if old then Q.history(jid, now, 'put', { q = queue }, old.history) end
-    if old then
-      Q.unqueue(jid, old.queue, old.state, old.throttles)
-      Q.release(jid, old.held, now)
-      if old.worker and old.worker ~= '' then
-        rcall('ZREM', Q.kwjobs(old.worker), jid)
-        if old.worker ~= worker then Q.lock_lost(jid, old.worker) end
-      end
-      if old.state == 'complete' then rcall('ZREM', K.completed, jid) end
-      if old.state == 'failed' then Q.unfailed(jid, old.failure, old.queue) end
-      local stale = {}
-      for _, f in ipairs({ 'grace', 'scheduled', 'held' }) do
-        if old[f] then table.insert(stale, f) end
-      end
-      if opts.throttles and not throttles and old.throttles then table.insert(stale, 'throttles') end
-      if #stale > 0 then rcall('HDEL', key, unpack(stale)) end
-    end
-    for i = 1, #tags do
-      local t = tags[i]
-      if oldset[t] then rcall('ZADD', KP .. 't:' .. t, now, jid) else Q.tag_add(jid, t, now) end
-    end
+    if old then Q.put_moved(now, jid, key, queue, worker, opts, old, throttles) end
+    if #tags > 0 then Q.put_tags(jid, tags, oldset, now) end
     local state = delay > 0 and 'scheduled' or 'waiting'
-    local ndeps = depends and Q.add_deps(jid, depends) or 0
-    if old then ndeps = rcall('SCARD', Q.kdeps(jid)) end
+    local ndeps = 0
+    if depends or old then ndeps = Q.put_ndeps(jid, depends, old) end
     -- ('{}' is what cjson writes for an empty table: skip the encoder for the common case)
     -- (the integers as text: Q.int_arg)
     local retries_s = retries == 5 and '5' or Q.int_arg(retries)  -- (the default, as text)
@@ -267,9 +198,11 @@ Q.mod.put = function()
       Q.wake(queue)
     end
     rcall('HSET', key, unpack(fields))
-    -- (the tag read above; Q.generation writes one when there is none)
-    if not (known or listed(now, queue, cfgv['#marks'] or Q.generation())) then
-      rcall('ZADD', K.queues, 'NX', Q.time_arg(now), queue)
+    -- (the tag read above; Q.generation writes one when there is none: putmove.lua)
+    if not known then
+      local tag = cfgv['#marks']
+      if not tag then Q.need('lists,putmove'); tag = Q.put_generation() end
+      if not listed(now, queue, tag) then rcall('ZADD', K.queues, 'NX', Q.time_arg(now), queue) end
     end
     if tracked then Q.publish(K.put, jid) end
     return jid
@@ -397,7 +330,7 @@ Q.mod.put = function()
     for i = 1, n do
       local v = checked[i]
       -- an earlier job's write may have changed this one (a throttle it released admitted it)
-      if v[OLD] then v[OLD] = Q.read(v[3], PUT_FIELDS) or v[OLD] end
+      if v[OLD] then v[OLD] = Q.read_put(v[3]) or v[OLD] end
       -- (i > 1: the first job added the queue to ql:queues, ZADD NX)
       jids[i] = apply_put(now + (i - 1) * MANY_STEP, work, i > 1, unpack(v, 1, 14))
     end

@@ -1,5 +1,6 @@
 -- recur.lua: recurring job templates (the spawning of their children is in spawn.lua).
 --
+--@ needs lists
 --@ command recur
 --@ command recur.get
 --@ command recur.update

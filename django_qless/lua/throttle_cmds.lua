@@ -1,6 +1,6 @@
 -- throttle_cmds.lua: the throttle commands (reqless names); acquire/release is in throttle.lua.
 --
---@ needs throttle
+--@ needs throttle lists
 --@ command throttle.set
 --@ command throttle.get
 --@ command throttle.delete

@@ -2,9 +2,9 @@
 --
 --@ command workers
 --@ command worker.deregister
---@ command reserve throttle samples pop
---@ command reserve.wait throttle samples pop handoff
---@ command complete.reserve throttle samples complete pop
+--@ command reserve samples pop
+--@ command reserve.wait samples pop handoff
+--@ command complete.reserve samples complete pop
 --
 -- Commands (after `now`):
 --   workers            [worker]                          -> JSON
@@ -86,12 +86,14 @@ Q.mod.worker = function()
       local m = marks and marks[queue]
       if m then
         if not m.at then
+          Q.need('timers')
           local heads = Q.timer_heads(queue)
           m.at = math.min(heads[1], heads[2], heads[3])
         end
         if m.at < best then best = m.at end
       -- (a queue with a `#due` noted by this call's pop passed its pause check already)
       elseif (ctx.due and ctx.due[queue]) or rcall('SISMEMBER', K.paused_queues, queue) == 0 then
+        Q.need('timers')  -- (a module, as in Q.pop_queue)
         local heads = Q.timer_heads(queue)
         local exact = math.min(heads[1], heads[2], heads[3])
         local bound = math.min(exact, now + Q.HORIZON)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,7 +15,14 @@ from django_qless.core.channel import NodeChannel
 from django_qless.core.client import Client
 from django_qless.core.console import engine_slowlog
 from django_qless.core.lua import _read_sources as engine_sources
-from django_qless.core.lua import bundle_sha, bundle_text, routes, script_sha, script_text
+from django_qless.core.lua import (
+    bundle_sha,
+    bundle_text,
+    routes,
+    script_sha,
+    script_text,
+    unresolved,
+)
 from django_qless.core.lua_reach import Unsure, split, split_loader
 from django_qless.core.server import RedisServer
 from tests.core.conftest import FakeClock
@@ -56,6 +65,59 @@ def test_a_command_that_wakes_no_queue_leaves_the_hand_off_out() -> None:
     assert "Q.mod.handoff = " in put  # put wakes its queue: idle workers get the job
 
 
+# Fields the engine tests for truth before calling them (made by modules a call may not load).
+OPTIONAL = {"Q.flush_stats", "Q.hand_off", "Q.held_stats", "Q.histogram", "Q.welford"}
+
+
+def test_every_bundle_defines_what_it_calls() -> None:
+    """A helper moved into a module that neither the route nor a Q.need loads is caught here,
+    not by the call that reaches it."""
+    for command in routes():
+        assert unresolved(command) <= OPTIONAL, command
+
+
+def test_a_plain_put_builds_no_moved_job_helpers() -> None:
+    """put's moved-job code, list checks, throttles and the history helpers load only at the
+    branch that needs them: in put's bundle they sit in loaders, none at the top level."""
+    text = bundle_text("put")
+    assert text is not None
+    assert "Q.mod.putmove = " in text and "Q.mod.lists = " in text
+    cold = re.search(r"^Q\.mod\._cold = function\(\)$(.*?)^end -- _cold$", text, re.M | re.S)
+    assert cold is not None
+    top = text.replace(cold.group(0), "")
+    for helper in ("function Q.history(", "function Q.lock_lost(", "function Q.tag_remove(",
+                   "function Q.integer("):
+        assert helper in cold.group(1), helper
+        assert not re.search(rf"^{re.escape(helper)}", top, re.M), helper
+    # every loader its route does not load runs the deferred helpers first
+    for name in ("putmove", "lists", "throttle", "job", "handoff"):
+        head = re.search(rf"^Q\.mod\.{name} = function\(\)\n(.*)\n", text, re.M)
+        assert head is not None and head.group(1) == "  Q.need('_cold')", name
+
+
+_RACE = """
+import sys, threading
+from django_qless.core import lua
+texts = []
+def build():
+    for command in ("reserve", "complete", "pop", "put"):
+        texts.append((command, lua.bundle_text.__wrapped__(command)))
+threads = [threading.Thread(target=build) for _ in range(6)]
+for t in threads: t.start()
+for t in threads: t.join()
+sys.stdout.write(str(len(set(texts))))
+"""
+
+
+def test_threads_building_their_first_bundles_at_once_get_the_same_text() -> None:
+    """A worker's threads build bundles together on their first calls: each bundle must be
+    made from one analysis of the sources (ids of another thread's statements pruned the
+    whole base, `Q` included, and the server refused the script)."""
+    out = subprocess.run([sys.executable, "-c", _RACE], capture_output=True, text=True,
+                         check=True, timeout=120)
+    assert out.stdout == "4"
+
+
 def test_a_bundle_sizes_q_for_its_fields_with_about_half_of_them() -> None:
     for command in HOT:
         text = bundle_text(command)
@@ -63,8 +125,16 @@ def test_a_bundle_sizes_q_for_its_fields_with_about_half_of_them() -> None:
         constructor = re.search(r"\nlocal Q = \{\n(.*?)\n\}\n", text, re.DOTALL)
         assert constructor is not None, command
         listed = re.findall(r"(\w+) = false,", constructor.group(1))
-        made = set(re.findall(r"^(?:  )?function Q\.(\w+)\(|^(?:  )?Q\.(\w+) = ", text,
-                              re.MULTILINE))  # at the top level or a loader's
+        # (at the top level or by a loader of its route: not by one loaded only at a branch,
+        # nor the helpers deferred with those)
+        sections = re.split(r"^-- ==== (\w+)\.lua ====$", text, flags=re.M)
+        always = "".join(
+            body for name, body in zip(sections[1::2], sections[2::2], strict=True)
+            if f"Q.mod.{name} = " not in body or name in routes()[command])
+        always = re.sub(r"^Q\.mod\._cold = function\(\)$.*?^end -- _cold$", "", always,
+                        flags=re.M | re.S)
+        made = set(re.findall(r"^(?:  )?function Q\.(\w+)\(|^(?:  )?Q\.(\w+) = ", always,
+                              re.MULTILINE))
         fields = {a or b for a, b in made}
         assert set(listed) <= fields, command
         # Lua gives a constructor of n fields a hash part of the power of two at or above n:
