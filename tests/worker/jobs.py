@@ -92,7 +92,7 @@ def sleep_long(job: Job) -> None:
 def quit_while_abort_comes(job: Job) -> None:
     """Be canceled, then take a QUIT while the abort that causes is still on its way.
 
-    The job thread blocks URG (how an abort reaches it) and sleeps two seconds; other threads
+    The job thread blocks URG (how an abort reaches it) and sleeps four seconds; other threads
     cancel the job after half a second and send QUIT after one, while the abort is pending.
     """
     note(job, "started")
@@ -100,7 +100,7 @@ def quit_while_abort_comes(job: Job) -> None:
     threading.Timer(0.5, job.cancel).start()
     threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGQUIT)).start()
     try:
-        time.sleep(2.0)
+        time.sleep(4.0)
     finally:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGURG})
     note(job, "done")
