@@ -339,7 +339,6 @@ def _deferred(files: dict[str, list[Statement]], helpers: list[Statement],
     return set(moving)
 
 
-
 def unresolved(command: str) -> set[str]:
     """Return the `Q.<name>` fields that `command`'s bundle mentions but never defines (a
     helper moved into a module that neither its route nor a `Q.need` at a branch loads)."""

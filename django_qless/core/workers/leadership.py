@@ -35,7 +35,7 @@ import fcntl
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from django_qless.core.node_pubsub import poll_readable
 from django_qless.core.signalmask import block_async_signals
@@ -144,18 +144,20 @@ class Leadership:
                 self._start_helper()
                 self._cond.notify()
 
-    def release(self, *, soon: bool = False, watch: Sequence[int] = ()) -> None:
+    def release(
+        self, *, soon: bool = False, watch: Callable[[], Sequence[int]] | None = None
+    ) -> None:
         """Give the token up (the next child waiting for it becomes leader); with `soon`,
         the helper thread unlocks it once this thread lets it run (a job starts now), after
-        the hold, or at once when one of the `watch` sockets becomes readable (never read
-        here: only polled)."""
+        the hold, or at once when one of the sockets `watch()` names becomes readable
+        (asked only if the token is held; never read there: only polled)."""
         with self._cond:
             if not self._held:
                 return
             self._held = False
             if soon and self._thread is not None:
                 self._letting_go = True
-                self._watch = tuple(watch)
+                self._watch = tuple(watch()) if watch is not None else ()
                 self._cond.notify()
                 return
             self._letting_go = False

@@ -123,7 +123,7 @@ class JobTaker:
         registration do not delay the job's start (leadership.py).
         """
         if self.leadership is not None:
-            self.leadership.release(soon=soon, watch=self.waiter.sockets() if soon else ())
+            self.leadership.release(soon=soon, watch=self.waiter.sockets)
 
     def reserve(self) -> tuple[list[Job], float | None]:
         """Take jobs from the selected queues (subscribing to wake-ups first); also return
