@@ -6,7 +6,8 @@ which counts the instructions it executes (the machine's load does not change th
 
 1. a no-worker window of S seconds (the server's own cron, our one idle connection);
 2. per child count N: start the library's worker with N children, wait until its
-   connections settle, run 3 jobs, wait 1 s, then count an S-second window;
+   connections settle, run 3 jobs, wait 12 s (its steady state: `_common.IDLE_SETTLE`),
+   then count an S-second window;
 3. a second no-worker window at the end (its difference from the first is the resolution).
 
 The worker's cost is the event loop's instructions (aeMain, inclusive) above the no-worker
@@ -53,8 +54,10 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE / "adapters"))
 
 import redis  # noqa: E402
+from _common import IDLE_SETTLE  # noqa: E402
 from callgrind_redis import CallgrindRedis, callgrind_redis, total_instructions  # noqa: E402
 
 from django_qless.core.registry import register  # noqa: E402
@@ -453,7 +456,7 @@ def _warm_up(url: str, timeout: float) -> None:
 
 def measure(binary: str, children: list[int], seconds: float, *, repeats: int = 2,
             calibration_seconds: float = 8.0, timeout: float = 180.0,
-            wait: float = 1.0) -> dict[str, Any]:
+            wait: float = IDLE_SETTLE) -> dict[str, Any]:
     """Run the whole measurement (see the module docstring); return its document.
 
     `wait`: seconds between the warm-up jobs and the window (past 60 s, the clients' clocks
@@ -568,8 +571,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="native calibration windows with and without (default 2)")
     p.add_argument("--redis-server", default=None)
     p.add_argument("--json", default=None, help="write the document here")
-    p.add_argument("--wait", type=float, default=1.0,
-                   help="seconds idle after the warm-up jobs before each window (default 1)")
+    p.add_argument("--wait", type=float, default=IDLE_SETTLE,
+                   help=f"seconds idle after the warm-up jobs before each window (default "
+                        f"{IDLE_SETTLE:g})")
     p.add_argument("--reconnect", action="store_true",
                    help="instead: what a reconnect costs against an idle connection")
     args = p.parse_args(argv)

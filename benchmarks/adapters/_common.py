@@ -440,14 +440,20 @@ def settle_connections(r: redis.Redis, proc: subprocess.Popen[bytes], timeout: f
     return time.monotonic() - start
 
 
+#: Seconds between the idle section's warm-up jobs and its windows: an idle worker's steady
+#: state. django-qless's children waiting for the idle-leader token close their connections
+#: once the lead has not changed for 10 s (`--idle-disconnect`); the peers settle at once.
+IDLE_SETTLE = 12.0
+
+
 def measure_idle(a: Any, children: list[int], seconds: float, monitor_seconds: float,
                  samples: int, timeout: float) -> dict[str, Any]:
     """What idle worker processes cost Redis, and put -> start latency with them waiting.
 
     Per child count: start the worker, wait for its connections to settle, run 3 warm-up jobs,
-    then over `seconds`: INFO commandstats and INFO cpu deltas (per command name). Then a
-    MONITOR window of `monitor_seconds` names what the commands are (FCALL by engine
-    command), then `samples` latency probes with every child idle.
+    wait IDLE_SETTLE seconds, then over `seconds`: INFO commandstats and INFO cpu deltas (per
+    command name). Then a MONITOR window of `monitor_seconds` names what the commands are
+    (FCALL by engine command), then `samples` latency probes with every child idle.
     """
     out: dict[str, Any] = {}
     # The floor: the same window on this Redis with no worker (its own cron, our INFO calls).
@@ -465,7 +471,7 @@ def measure_idle(a: Any, children: list[int], seconds: float, monitor_seconds: f
             for i in range(3):
                 a.put(i)
             ts.wait(3, timeout, proc)
-            time.sleep(1.0)
+            time.sleep(IDLE_SETTLE)
             r.config_resetstat()
             cpu0, before = server_stats(r)
             time.sleep(seconds)

@@ -77,6 +77,9 @@ class Channel(Protocol):
     def close(self) -> None:
         """Drop the connections this channel keeps."""
 
+    def disconnect(self) -> None:
+        """Close every connection open for this channel; the next call opens one again."""
+
 
 class NodeChannel:
     """The engine on one Redis server, over a redis-py connection pool."""
@@ -113,6 +116,15 @@ class NodeChannel:
     def close(self) -> None:
         """Give the pinned connection back (the pool is the client's to close)."""
         self.unpin()
+
+    def disconnect(self) -> None:
+        """Close the connections this channel keeps and the pool's idle ones; each is opened
+        again when next used (the kept ones stay kept: safe while another thread owns one)."""
+        pinned = self._pinned
+        if pinned is not None and pinned[1] == os.getpid():
+            pinned[2].disconnect()
+        self._side.disconnect()
+        self._redis.connection_pool.disconnect(inuse_connections=False)
 
     def server_time(self) -> tuple[Any, Any]:
         """Return `TIME`, asked on the connection engine calls use: read through the pool
@@ -366,6 +378,14 @@ class SideConnections:
         """Disconnect `conn` after a transport error and return it to the pool."""
         conn.disconnect()
         self._pool.release(conn)
+
+    def disconnect(self) -> None:
+        """Close the kept connections (still kept: each reconnects when next taken)."""
+        pid = os.getpid()
+        with self._lock:
+            kept = [conn for owner, conn in self._idle if owner == pid]
+        for conn in kept:
+            conn.disconnect()
 
 
 class NodePending:

@@ -168,6 +168,12 @@ class Client:
                 channel.transport.close()
                 channel.transport.redis_cluster.close()
 
+    def disconnect(self) -> None:
+        """Close the connections this client keeps open while it sits unused; it stays
+        usable (the next call reconnects). On a cluster shard: every shard's, they share
+        them."""
+        self.channel.disconnect()
+
     def __enter__(self) -> Client:
         return self
 

@@ -119,6 +119,15 @@ class ClusterTransport:
         if self._owns:
             self._rc.close()
 
+    def disconnect(self) -> None:
+        """Close every idle connection to the cluster's nodes; the next call reconnects
+        (the slot map is kept)."""
+        self._nodes.disconnect()
+        for node in self._rc.get_nodes():  # type: ignore[no-untyped-call]
+            conn = node.redis_connection
+            if conn is not None:
+                conn.connection_pool.disconnect(inuse_connections=False)
+
     # -- topology ----------------------------------------------------------------------
 
     def nodes(self) -> list[str]:

@@ -42,6 +42,15 @@ class NodeConnections:
                 pool.release(conn)
         self._local.conns = {}
 
+    def disconnect(self) -> None:
+        """Close every thread's connections, each kept by its thread and opened again when
+        that thread next uses it (safe while other threads hold theirs)."""
+        pid = os.getpid()
+        with self._lock:
+            kept = [k[2] for k in self._kept if k[0] == pid]
+        for conn in kept:
+            conn.disconnect()
+
     def _conns(self) -> dict[str, list[Any]]:
         """Return this thread's connections by node name: [pid, pool, conn, last used]."""
         try:

@@ -57,10 +57,16 @@ class ShardChannel:
     def close(self) -> None:
         """Nothing to drop: the transport (shared by every shard) keeps the connections."""
 
+    def disconnect(self) -> None:
+        """Close the transport's idle connections (every shard's: they share them)."""
+        self.transport.disconnect()
+
     def server_time(self) -> tuple[Any, Any]:
-        """Return `TIME` of a primary of the cluster."""
-        seconds, micros = self.transport.redis_cluster.time()
-        return seconds, micros
+        """Return `TIME` of the primary serving this shard, the clock its engine calls read,
+        asked on the connection they use (redis-py's `time()` asks a node of its choosing,
+        on a connection of its own)."""
+        seconds, micros = self.transport.execute(("TIME",), node=self.node(), read_only=True)
+        return int(seconds), int(micros)
 
     def node(self) -> str:
         """Return `host:port` of the primary serving this shard now."""

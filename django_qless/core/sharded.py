@@ -208,6 +208,11 @@ class ShardedClient:
             client.close()
         self.transport.close()
 
+    def disconnect(self) -> None:
+        """Close the connections the shards keep open while unused (they share them); the
+        client stays usable (the next call reconnects)."""
+        self.transport.disconnect()
+
     def __enter__(self) -> ShardedClient:
         return self
 

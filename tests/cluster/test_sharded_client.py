@@ -122,3 +122,51 @@ def test_events_of_a_shard_arrive_from_its_primary(sharded: ShardedClient,
         while not seen and time.monotonic() < deadline:
             time.sleep(0.02)
     assert seen and set(seen) == {jid}  # the jid channel and the log channel
+
+
+def test_disconnect_closes_every_connection_and_the_client_stays_usable(
+        cluster: LocalCluster, rc: RedisCluster) -> None:
+    observers = {node.port: node.conn() for node in cluster.primaries()}
+
+    def ids() -> dict[int, set[str]]:
+        # (a replica's replication link is no client connection of ours)
+        return {port: {str(c["id"]) for c in conn.client_list() if "S" not in c["flags"]}
+                for port, conn in observers.items()}
+
+    before = ids()
+    client = ShardedClient(rc, shards=6, worker_name="w1")
+    queues = queue_on_each_primary(client, cluster)
+    for name in queues.values():
+        client.for_queue(name).queues[name].put("K", {})
+    opened = {port: now - before[port] for port, now in ids().items()}
+    assert all(opened.values()), opened  # a connection to every primary
+    client.disconnect()
+    still = {port: opened[port] & now for port, now in ids().items()}
+    assert not any(still.values()), still
+    for name in queues.values():  # each call opens what it needs again
+        job = client.for_queue(name).queues[name].pop()
+        assert job is not None and job.complete() == "complete"
+    client.close()
+
+
+def test_a_shard_clock_reads_time_on_its_own_primary(cluster: LocalCluster,
+                                                     rc: RedisCluster) -> None:
+    # A shard whose primary is not the node redis-py sends keyless commands to.
+    default = rc.get_default_node().port
+    tag = next(t for t in (f"s{i}" for i in range(32))
+               if cluster.primary_for_key(f"ql:{{{t}}}:").port != default)
+    owner = cluster.primary_for_key(f"ql:{{{tag}}}:")
+    client = Client(rc, keyspace=tag, worker_name="w1")
+    client.queues["q"].put("K", {})
+    observers = {node.port: node.conn() for node in cluster.nodes()}
+    for conn in observers.values():
+        conn.config_resetstat()
+    client.server_clock.reset()  # as after a minute: the next call reads TIME again
+    client.queues["q"].put("K", {})
+    assert client.server_clock.measurements == 2
+    calls = {port: int(conn.info("commandstats").get("cmdstat_time", {}).get("calls", 0))
+             for port, conn in observers.items()}
+    # Once by the clock, once by the engine's call: both on the shard's primary.
+    assert calls.pop(owner.port) == 2, calls
+    assert not any(calls.values()), calls
+    client.close()

@@ -112,7 +112,7 @@ class JobLoop:
             name, self.routes, self.reserver, self.waiter, self.in_hand,
             interval=config.interval, idle_cap=self.idle_cap, time_left=self._time_left,
             on_idle=self._idle_title, keep_waiting=self.should_continue, reaper=reaper,
-            leadership=leadership,
+            leadership=leadership, idle_disconnect=config.idle_disconnect,
         )
         self.completions = Completions(
             self.in_hand, self.taker, self.waiter, self.budget, prefetch=config.prefetch,

@@ -34,7 +34,9 @@ import errno
 import fcntl
 import logging
 import os
+import struct
 import threading
+import time
 from collections.abc import Callable, Sequence
 
 from django_qless.core.node_pubsub import poll_readable
@@ -43,6 +45,10 @@ from django_qless.core.signalmask import block_async_signals
 __all__ = ["Leadership", "TokenFile", "open_leadership"]
 
 log = logging.getLogger("django_qless.worker")
+
+# The token file holds when the token last changed hands (CLOCK_MONOTONIC, the same in every
+# process of the machine), written by each new leader while it holds the lock.
+_STAMP = struct.Struct("d")
 
 
 class TokenFile:
@@ -132,6 +138,7 @@ class Leadership:
                     raise
                 return False
             self._held = True
+            self._stamp()
             self._start_helper()  # now, while idle: a later release(soon=True) needs it
             return True
 
@@ -195,6 +202,7 @@ class Leadership:
                 if self._wanted:
                     self._held = True
                     self._wanted = False
+                    self._stamp()
                 else:
                     fcntl.flock(self._fd, fcntl.LOCK_UN)  # no longer wanted: pass it on
                     continue
@@ -209,6 +217,24 @@ class Leadership:
             if self._letting_go:
                 self._letting_go = False
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def steady_for(self) -> float:
+        """Return how long the token has been with its leader (0 if it never changed hands)."""
+        try:
+            data = os.pread(self._fd, _STAMP.size, 0)
+        except OSError:
+            return 0.0
+        if len(data) < _STAMP.size:
+            return 0.0
+        (changed,) = _STAMP.unpack(data)
+        return max(0.0, time.monotonic() - float(changed))
+
+    def _stamp(self) -> None:
+        """Note that the token changed hands now (the lock is ours: nobody else writes)."""
+        try:
+            os.pwrite(self._fd, _STAMP.pack(time.monotonic()), 0)
+        except OSError as exc:
+            log.debug("could not note the token's change of hands: %s", exc)
 
     def _notify(self) -> None:
         try:

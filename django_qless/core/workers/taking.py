@@ -60,6 +60,7 @@ class JobTaker:
         keep_waiting: Callable[[], bool],
         reaper: LeaseReaper | None = None,
         leadership: Leadership | None = None,
+        idle_disconnect: float = 0.0,
     ) -> None:
         self.name = name
         self.routes = routes
@@ -78,6 +79,10 @@ class JobTaker:
         # token (leadership.py); None: always (the serial worker).
         self.leadership = leadership
         self._listening = False  # subscribed once while waiting for the token
+        # A child waiting for the token closes its connections once the token has stayed
+        # with one leader this long (0: never).
+        self.idle_disconnect = idle_disconnect
+        self._disconnected = False
         self._backoff = 0.0
         # Seconds between two keep_waiting checks while waiting for the token (a child whose
         # supervisor's death is signalled by the kernel checks less often).
@@ -90,8 +95,9 @@ class JobTaker:
         """
         lead = self.leadership
         if lead is None or lead.try_take():
+            self._disconnected = False
             return True
-        if not self._listening:
+        if not self._listening and not self._disconnected:
             # Once, at the start: a child's first turn as leader then needs no subscribe
             # round trip while the previous leader's job starts.
             self._listening = True
@@ -103,17 +109,43 @@ class JobTaker:
             timeout = min(self.recheck_after(), max(self.time_left(), 0.005))
             deadline = time.monotonic() + timeout
             while not lead.held and not self.waiter.handed:
-                left = deadline - time.monotonic()
+                now = time.monotonic()
+                left = deadline - now
                 if left <= 0:
                     return False
                 # Slices of check_every: the supervisor is checked without Redis (keep_waiting).
-                if self.waiter.wait_quietly(lead.notify_fd, min(left, self.check_every)):
+                step = min(left, self.check_every)
+                if self.idle_disconnect and not self._disconnected:
+                    steady = lead.steady_for()
+                    if steady >= self.idle_disconnect:
+                        self._disconnect()
+                    else:
+                        step = min(step, self.idle_disconnect - steady)
+                if self.waiter.wait_quietly(lead.notify_fd, step):
                     return False  # a signal: the loop acts on it
                 if not self.keep_waiting():
                     return False
+            self._disconnected = False
             return True
         finally:
             lead.want(False)  # the token, if it comes now, goes on to the next child
+
+    def _disconnect(self) -> None:
+        """Close this child's connections while it waits for the token: until it leads, it
+        has nothing to say to Redis and nothing to hear.
+
+        Only once the token has stayed with one leader `idle_disconnect` seconds (the worker
+        is idle, or one child runs its short jobs): an idle connection costs Redis CPU (its
+        cron visits each one about once a second above 50 connections), but reopening one
+        costs as much as minutes of that, so children that take turns leading keep theirs.
+        The first turn as leader reconnects and subscribes before it reserves.
+        """
+        self._disconnected = True
+        self._listening = False  # subscribe again at the start of the next wait
+        self.waiter.disconnect()
+        self.routes.deployment.disconnect()
+        log.debug("leader unchanged for %gs: connections closed until this child leads",
+                  self.idle_disconnect)
 
     def pass_turn(self, *, soon: bool = False) -> None:
         """Give the idle-leader token up: the next idle child leads.

@@ -219,7 +219,8 @@ class WakeWaiter:
         """Unsubscribe from the hand-off channel, keeping what arrived before (leaving).
 
         Redis confirms the unsubscribe after every message published before it, and hands
-        nothing to a worker nobody listens for: afterwards `handed` is complete.
+        nothing to a worker nobody listens for: afterwards `handed` is complete. If that
+        cannot be confirmed, the subscription is closed with `lost` set.
         """
         hand = self.hand_client
         sub = None if hand is None else self._subs.get(hand.shard)
@@ -239,6 +240,15 @@ class WakeWaiter:
         except PUBSUB_ERRORS as exc:
             log.warning("could not stop hand-offs cleanly (%s)", exc)
         self._close(sub)
+
+    def disconnect(self) -> None:
+        """Close every pub/sub connection, losing nothing: hand-offs are stopped first
+        (`stop_hand_offs`), and wake-ups matter only to a loop that reserves next, which
+        subscribes again before it does (`ensure_subscribed`)."""
+        self.stop_hand_offs()
+        for sub in self._subs.values():
+            sub.close()  # (not _close: with hand-offs stopped cleanly nothing was lost)
+        self._ready = False
 
     def take_handed(self) -> list[dict[str, Any]]:
         """Return the jobs handed to this worker since the last call (job-thread only)."""

@@ -71,6 +71,8 @@ class WorkerConfig:
     kill_grace: float = default_of("kill_grace")
     # How long an idle leader that takes a job keeps the token (leadership.py).
     leader_hold: float = default_of("leader_hold")
+    # How long an idle child waits for that token before closing its connections (taking.py).
+    idle_disconnect: float = default_of("idle_disconnect")
     # How long TERM/INT waits for children to unwind before SIGKILL.
     shutdown_grace: float = default_of("shutdown_grace")
     name: str | None = default_of("name")
@@ -125,7 +127,7 @@ class WorkerConfig:
         if self.reap_interval is not None and not self.reap_interval >= 0:
             raise ValueError(f"reap_interval must be >= 0: {self.reap_interval}")
         for name in ("max_duration", "timeout", "kill_grace", "shutdown_grace", "start_timeout",
-                     "leader_hold"):
+                     "leader_hold", "idle_disconnect"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
         if not 1 <= self.shards <= MAX_SHARDS:
