@@ -1,7 +1,7 @@
 """Where put -> job start goes with idle children: the hand-off path, stage by stage.
 
     python benchmarks/handoff_latency.py [--children 1,100] [--samples 200] [--redis-server P]
-        [--worker-arg=--leader-hold=0 ...]
+        [--worker-arg=--leader-hold=0 ...] [--bursts R]
 
 Per child count: a private redis-server (unix socket), `python -m django_qless.core.workers
 -n N --import handoff_probe_jobs probe`, settled and warmed up, then `samples` puts 50-150 ms
@@ -11,6 +11,12 @@ when its poll() returned, when the hand-off message was decoded, when the job lo
 call and return. All stamps are `time.monotonic()` (system-wide on Linux). Printed: the
 median and p90 of each step, in ms, how many children took the jobs, and the CPU the whole
 idle worker (supervisor and children) used per second before the samples.
+
+With `--bursts R` instead: R times, after `--idle` seconds of quiet, one job per child is put
+at once (each sleeps 0.5 s, so every child takes one), and the time from the first put to
+the last job's start is printed (median and range over the bursts): what waking a whole
+idle worker costs, children that closed their connections while waiting (`--idle-disconnect`)
+reconnecting included.
 """
 
 from __future__ import annotations
@@ -138,6 +144,50 @@ def measure(url: str, children: int, samples: int, idle: float,
         print(f"  {label:34} p50 {statistics.median(deltas):6.3f}  p90 {p90:6.3f} ms"
               f"  (n={len(deltas)})")
 
+def bursts(url: str, children: int, rounds: int, idle: float,
+           worker_args: tuple[str, ...] = ()) -> None:
+    """Wake a whole idle worker `rounds` times; print put -> every child started."""
+    tsdir = tempfile.mkdtemp(prefix="handoff-ts-")
+    env = dict(os.environ, HANDOFF_TS_DIR=tsdir,
+               PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
+    r = redis.Redis.from_url(url)
+    r.flushall()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "django_qless.core.workers", "--url", url, "-n", str(children),
+         "--import", "handoff_probe_jobs", *worker_args, "probe"],
+        env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True)
+    last: list[float] = []
+    middle: list[float] = []
+    try:
+        settle_connections(r, proc, 60.0)
+        q = Client(url).queues["probe"]
+        done = 0
+        for _ in range(rounds):
+            time.sleep(idle)
+            t0 = time.monotonic()
+            jids = {q.put("probe.noop", {"t0": t0, "nap": 0.5}) for _ in range(children)}
+            done += children
+            _wait(tsdir, done, proc)
+            starts = sorted(dict(m)["body"] - t0 for j, m in _lines(tsdir).items() if j in jids)
+            last.append(starts[-1] * 1000)
+            middle.append(statistics.median(starts) * 1000)
+            time.sleep(0.6)  # (every nap over: the next quiet starts idle)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        shutil.rmtree(tsdir, ignore_errors=True)
+    print(f"children {children}, {rounds} bursts after {idle:g} s idle {' '.join(worker_args)}:"
+          f" put -> last start p50 {statistics.median(last):.1f} ms ({min(last):.1f}-"
+          f"{max(last):.1f}); median start {statistics.median(middle):.1f} ms; load "
+          f"{os.getloadavg()[0]:.2f}")
+
+
 def main() -> None:
     """Parse the arguments and measure each child count on a private Redis."""
     p = argparse.ArgumentParser(description=__doc__,
@@ -149,10 +199,15 @@ def main() -> None:
     p.add_argument("--redis-server", default=None)
     p.add_argument("--worker-arg", action="append", default=[],
                    help="pass this option to the worker, e.g. --worker-arg=--leader-hold=0")
+    p.add_argument("--bursts", type=int, default=0,
+                   help="wake the whole idle worker this many times instead (see above)")
     args = p.parse_args()
     with RedisServer(args.redis_server or find_redis_server()) as server:
         for n in (int(c) for c in args.children.split(",")):
-            measure(server.url, n, args.samples, args.idle, tuple(args.worker_arg))
+            if args.bursts:
+                bursts(server.url, n, args.bursts, args.idle, tuple(args.worker_arg))
+            else:
+                measure(server.url, n, args.samples, args.idle, tuple(args.worker_arg))
 
 
 if __name__ == "__main__":

@@ -109,3 +109,6 @@ def probe(job: Any) -> None:
     t0 = float(job.data.get("t0", 0.0))
     line = f"{job.jid} t0={t0:.6f} poll_in={_state['poll_in']:.6f} {marks}\n"
     os.write(fd, line.encode())
+    nap = float(job.data.get("nap", 0.0))
+    if nap:
+        time.sleep(nap)  # (a burst: keeps this child busy while the others start theirs)

@@ -4,6 +4,7 @@ child at once, and nothing handed out is lost."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import pytest
@@ -66,4 +67,31 @@ def test_with_zero_every_idle_child_keeps_its_connections(
     worker, before = idle_worker(qless_client, r, start_worker, "0")
     # Each child subscribes once it waits: its engine and pub/sub connections stay open.
     wait_until(lambda: len(client_ids(r) - before) >= 2 * CHILDREN, timeout=10)
+    worker.quit()
+
+
+def test_children_taking_turns_to_lead_keep_their_connections(
+    qless_client: Client, r: redis.Redis, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    # Jobs longer than the hold (none here) pass the token at every start, so 16 children
+    # take turns: each waits ~2.5 s for the others, longer than --idle-disconnect, while the
+    # lead changes every 0.2 s. Closing after a child's own wait would reconnect at every
+    # change; the lead's age keeps them all connected.
+    qless_client.queues["other"].put("tests.worker.jobs.ok", {})
+    registered(qless_client)
+    before = client_ids(r)
+    worker = start_worker("q", "-n", "16", "--idle-disconnect", "1", "--leader-hold", "0")
+    worker.wait_children(16)
+    wait_until(lambda: registered(qless_client), timeout=15)
+    queue = qless_client.queues["q"]
+    jids = []
+    seen: set[str] = set()
+    for i in range(50):
+        jids.append(queue.put("tests.worker.jobs.sleepy", {"seconds": 0.3}))
+        time.sleep(0.2)
+        if i == 20:  # every child has led by now
+            seen = client_ids(r) - before
+    late = client_ids(r) - before - seen
+    assert not late, f"{len(late)} connections opened while the children took turns"
+    wait_until(lambda: all(qless_client.jobs[j].state == "complete" for j in jids), timeout=20)
     worker.quit()

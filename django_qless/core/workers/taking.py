@@ -98,10 +98,13 @@ class JobTaker:
             self._disconnected = False
             return True
         if not self._listening and not self._disconnected:
-            # Once, at the start: a child's first turn as leader then needs no subscribe
-            # round trip while the previous leader's job starts.
-            self._listening = True
-            self.waiter.ensure_subscribed()
+            if self._quiet(lead):
+                self._disconnect()  # (a new child of an idle worker: nothing to listen for)
+            else:
+                # Once, at the start: a child's first turn as leader then needs no subscribe
+                # round trip while the previous leader's job starts.
+                self._listening = True
+                self.waiter.ensure_subscribed()
         self.idling = True
         self.on_idle()
         lead.want(True)
@@ -116,11 +119,10 @@ class JobTaker:
                 # Slices of check_every: the supervisor is checked without Redis (keep_waiting).
                 step = min(left, self.check_every)
                 if self.idle_disconnect and not self._disconnected:
-                    steady = lead.steady_for()
-                    if steady >= self.idle_disconnect:
+                    if self._quiet(lead):
                         self._disconnect()
                     else:
-                        step = min(step, self.idle_disconnect - steady)
+                        step = min(step, self.idle_disconnect - lead.steady_for())
                 if self.waiter.wait_quietly(lead.notify_fd, step):
                     return False  # a signal: the loop acts on it
                 if not self.keep_waiting():
@@ -129,6 +131,10 @@ class JobTaker:
             return True
         finally:
             lead.want(False)  # the token, if it comes now, goes on to the next child
+
+    def _quiet(self, lead: Leadership) -> bool:
+        """Tell whether the token has stayed with one leader `idle_disconnect` seconds."""
+        return bool(self.idle_disconnect) and lead.steady_for() >= self.idle_disconnect
 
     def _disconnect(self) -> None:
         """Close this child's connections while it waits for the token: until it leads, it
