@@ -118,13 +118,14 @@ Q.mod.putmove = function()
       end
       -- A copy's history and retries left (an extension for copies between shards:
       -- scaling.md); only with if-absent, so a put never rewrites a live job's history.
-      for _, name in ipairs({ 'history', 'remaining' }) do
-        if opts[name] ~= nil and absent == nil then
-          Q.fail('Arg "' .. name .. '" needs if-absent (it is for a copy between shards)')
+      if opts.history or opts.remaining then
+        if absent == nil then
+          Q.fail('Arg "' .. (opts.history and 'history' or 'remaining')
+            .. '" needs if-absent (it is for a copy between shards)')
         end
+        if opts.history then history = carried_history(opts.history) end
+        if opts.remaining then remaining = Q.integer('remaining', opts.remaining, 0, retries) end
       end
-      if opts.history then history = carried_history(opts.history) end
-      if opts.remaining then remaining = Q.integer('remaining', opts.remaining, 0, retries) end
     elseif old then
       tags = Q.list(old.tags)
     end

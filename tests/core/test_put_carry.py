@@ -67,6 +67,14 @@ def test_remaining_equal_to_retries_and_no_history_change_nothing(lua: Any,
     assert not r.exists("ql:j:a-history")
 
 
+def test_throttles_ride_along(lua: Any) -> None:
+    put(lua, "a", "throttles", '["api"]', "if-absent", "any", "history",
+        json.dumps(HISTORY[:2]), "remaining", 3)
+    got = job(lua, "a")
+    assert got["throttles"] == ["api"] and got["remaining"] == 3
+    assert [e["what"] for e in got["history"]] == ["put", "popped", "put"]
+
+
 def test_an_empty_history_leaves_only_the_put(lua: Any) -> None:
     put(lua, "a", "if-absent", "any", "history", "[]", now=100)
     assert job(lua, "a")["history"] == [{"when": 100, "what": "put", "q": "queue"}]
