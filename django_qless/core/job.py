@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -13,6 +14,7 @@ from .serialization import (
     PRIORITY_MAX,
     PRIORITY_MIN,
     as_list,
+    carry_options,
     check_delay,
     check_depends,
     check_int,
@@ -125,9 +127,14 @@ class Job(JobSnapshot):
         # A dependency found nowhere is dropped, as the same-shard complete drops it.
         kept = [d for d in deps if d in states]
         wait = 0.0 if delay is None else float(check_delay(delay))
+        # The copy carries the job's history (read afresh: a log entry may have been added
+        # since the pop) and the `done` entry the same-shard advance writes before its put;
+        # its retry budget starts afresh, as there.
+        self._load_extras()
+        done = {"when": math.floor(self.client.now()), "what": "done"}
         try:
             target.call("put", *self.put_args(next, delay=wait, depends=kept),
-                        "if-absent", "live")
+                        "if-absent", "live", *carry_options([*self.history, done]))
         except JobExists:
             pass  # a repeat (a lost reply, a rerun after a crash): the copy there stays
         if self._tracked:

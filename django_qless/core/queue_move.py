@@ -25,7 +25,7 @@ from .client import Client
 from .exceptions import JobExists, QlessError
 from .job import Job
 from .placement import check_queue
-from .serialization import as_list, num, put_options
+from .serialization import as_list, carry_options, num, put_options
 from .sharded import ShardedClient
 
 __all__ = ["MoveBlocked", "MoveProgress", "QueueMove", "main"]
@@ -188,8 +188,11 @@ class QueueMove:
             options = put_options(priority=job.priority, tags=list(job.tags),
                                   retries=job.original_retries, depends=None,
                                   throttles=list(job.throttles) or None, jid=job.jid)
+            # The copy keeps the job's history and retries left (multiget read them).
+            carried = carry_options(job.history,
+                                    max(0, min(job.retries, job.original_retries)))
             puts.append(("put", ("", self.queue, job.jid, job.klass_name, job.raw_data,
-                                 num(delay), *options, "if-absent", "live")))
+                                 num(delay), *options, "if-absent", "live", *carried)))
         for job, reply in zip(jobs, dst.pipeline_calls(puts, raise_on_error=False),
                               strict=True):
             if isinstance(reply, QlessError) and not isinstance(reply, JobExists):

@@ -38,6 +38,7 @@ __all__ = [
     "as_list",
     "check_delay",
     "put_options",
+    "carry_options",
     "new_jid",
 ]
 
@@ -355,6 +356,15 @@ def put_options(
                 options += ["depends-missing", "error"]
     if throttles is not None:
         options += ["throttles", "[]" if _empty(throttles) else dumps(check_throttles(throttles))]
+    return options
+
+
+def carry_options(history: list[dict[str, Any]], remaining: int | None = None) -> list[str]:
+    """Encode what a copy between shards carries (with `if-absent`): the job's history
+    entries and, unless None, its retries left."""
+    options = ["history", dumps(history, path="history")]
+    if remaining is not None:
+        options += ["remaining", str(check_int("remaining", remaining, 0, 1000))]
     return options
 
 

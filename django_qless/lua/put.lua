@@ -7,9 +7,14 @@
 -- Commands (after `now`):
 --   put       worker queue jid klass data delay [priority p] [tags JSON] [retries n]
 --             [depends JSON] [throttles JSON] [depends-missing error|ignore]
---             [if-absent any|live]                                 -> jid
+--             [if-absent any|live] [history JSON] [remaining n]    -> jid
 --             if-absent any: refused (nothing written) when the jid exists; live: only when
 --             it exists and is not complete or failed (a copy between shards, scaling.md)
+--             history, remaining (only with if-absent: what a copy carries): history is
+--             the job's history as job objects show it, a JSON array of objects with a
+--             string `what` and a numeric `when` (other keys: the entry's detail); it
+--             becomes the job's history list, then this put's entry. remaining: the
+--             retries left, an integer in [0, retries]. Both checked before any write.
 --             also the older form without `worker` (read as worker ''; see older_put);
 --             worker '' means no worker (a move by a client, not by a worker)
 --   requeue   same as put (the job must exist)                     -> jid
@@ -18,7 +23,8 @@
 --
 -- Keys:
 --   ql:j:<jid>                 hash  job record (EXISTS, HMGET, HSET, HDEL)
---   ql:j:<jid>-history         list  (RPUSH via Q.history: a moved job only)
+--   ql:j:<jid>-history         list  (RPUSH via Q.history: a moved job; DEL, RPUSH: a copy
+--                                    given `history`)
 --   ql:j:<jid>-dependencies    set   (SADD, SREM, SMEMBERS, SCARD)
 --   ql:j:<jid>-dependents      set   (SADD, SREM)
 --   ql:q:<queue>-work|scheduled|depends  zset (ZADD; ZREM via Q.unqueue)
@@ -72,12 +78,12 @@ Q.mod.put = function()
     if old or (opts ~= NO_OPTS and opts.depends) then Q.need('throttle,job') end
     -- (a new job's defaults without a call each: most puts are of new jobs; options and a
     -- moved job's values are read in putmove.lua, a module only such a put builds)
-    local retries, tags, priority, throttles = 5, NO_TAGS, 0, nil
+    local retries, tags, priority, more = 5, NO_TAGS, 0, nil
     local absent, depends = nil, nil
     if old or opts ~= NO_OPTS then
       Q.need('lists,putmove')
       local listed_tags
-      retries, listed_tags, priority, throttles, absent, depends =
+      retries, listed_tags, priority, more, absent, depends =
         Q.put_options(jid, opts ~= NO_OPTS and opts or nil, old, batch)
       tags = listed_tags or NO_TAGS
     end
@@ -93,7 +99,7 @@ Q.mod.put = function()
     end
     if batch then batch.note(jid, depends) end
     return worker, queue, jid, key, klass, data, delay, opts, old, retries, tags, priority,
-      depends, throttles
+      depends, more
   end
   local OLD = 9  -- (the place of `old` among check_put's values)
 
@@ -120,8 +126,9 @@ Q.mod.put = function()
   -- Write a put checked by check_put (its values after `now`, `work` and `known`); returns
   -- the jid. put.many passes `work`, the work-set entries it adds with one ZADD, and `known`,
   -- true when an earlier job of the call listed the queue.
+  -- `more`: nil, or the throttles, carried history and retries left of Q.put_options.
   local function apply_put(now, work, known, worker, queue, jid, key, klass, data, delay, opts,
-      old, retries, tags, priority, depends, throttles)
+      old, retries, tags, priority, depends, more)
     -- All arguments are valid: write from here on.
     local cfgv = ctx.cfgv
     if not (cfgv and cfgv['#marks'] ~= nil
@@ -148,7 +155,7 @@ Q.mod.put = function()
     -- (Q.ev_put's text without cjson: the jid and queue passed Q.jid / Q.queue, whose
     -- characters JSON never escapes)
     rcall(K.pub, K.log, '{"jid":"' .. jid .. '","event":"put","queue":"' .. queue .. '"}')
-    if old then Q.put_moved(now, jid, key, queue, worker, opts, old, throttles) end
+    if old then Q.put_moved(now, jid, key, queue, worker, opts, old, more) end
     if #tags > 0 then Q.put_tags(jid, tags, oldset, now) end
     local state = delay > 0 and 'scheduled' or 'waiting'
     local ndeps = 0
@@ -179,9 +186,7 @@ Q.mod.put = function()
       table.insert(fields, 'worker'); table.insert(fields, '')
       table.insert(fields, 'expires'); table.insert(fields, '0')
     end
-    if throttles then
-      table.insert(fields, 'throttles'); table.insert(fields, throttles)
-    end
+    if more then Q.put_more(now, jid, key, queue, fields, more, old) end
     if ndeps > 0 then
       rcall('ZADD', Q.kq(queue, 'depends'), now, jid)
       if delay > 0 then

@@ -69,6 +69,30 @@ def test_complete_into_a_queue_of_another_shard(sharded: ShardedClient,
     assert nxt.complete() == "complete"
 
 
+def test_a_hop_keeps_the_history_and_resets_the_retry_budget(sharded: ShardedClient) -> None:
+    """Into another shard as into a queue of the same shard: the history goes on (the old
+    entries, `done`, the put into the next queue) and the retry budget starts afresh."""
+    source, target = sharded.for_queue("a"), sharded.for_queue("b")
+    histories = {}
+    for nxt, shard in (("a2", source), ("b", target)):
+        jid = source.queues["a"].put("K", {}, retries=3)
+        first = source.queues["a"].pop()
+        assert first is not None and first.jid == jid and first.retry() == 2
+        job = source.queues["a"].pop()
+        assert job is not None and job.jid == jid
+        job.log("checked", {"step": 2})
+        assert job.complete(next=nxt) == "waiting"
+        moved = shard.jobs[jid]
+        assert moved is not None and moved.queue_name == nxt
+        assert (moved.original_retries, moved.retries) == (3, 3)
+        histories[nxt] = moved.history
+    same, across = histories["a2"], histories["b"]
+    assert [e["what"] for e in across] == [e["what"] for e in same] == [
+        "put", "popped", "popped", "checked", "done", "put"]
+    assert across[-1]["q"] == "b" and across[3]["step"] == 2
+    assert across[-2]["when"] <= across[-1]["when"]
+
+
 def test_a_delayed_hop_is_scheduled_there(sharded: ShardedClient, rc: RedisCluster) -> None:
     source = sharded.for_queue("a")
     jid = source.queues["a"].put("K", {})

@@ -255,6 +255,32 @@ def test_a_move_carries_schedules_settings_and_recurring_jobs(sharded: ShardedCl
     assert 50 < float(nxt) - target.now() <= 60
 
 
+def test_a_moved_job_keeps_its_history_and_retries_left(sharded: ShardedClient) -> None:
+    """A job that ran, logged and used a retry moves: on the target its history holds the
+    old entries, then the move's put; its retries left are unchanged."""
+    source, target = sharded.shard(0), sharded.shard(1)
+    jid = source.queues[Q].put("K", {}, retries=3)
+    job = source.queues[Q].pop()
+    assert job is not None and job.jid == jid
+    job.log("checked", {"step": 2})
+    assert job.retry() == 2
+    old = source.jobs[jid]
+    assert old is not None and old.retries == 2
+    before = old.history
+    assert [e["what"] for e in before] == ["put", "popped", "checked"]
+    [progress] = QueueMove(sharded, Q, 1, settle=0.1, poll=0.05, drain_timeout=5).run()
+    assert progress.copied == 1
+    moved = target.jobs[jid]
+    assert moved is not None and moved.state == "waiting"
+    assert (moved.original_retries, moved.retries) == (3, 2)
+    after = moved.history
+    assert after[:-1] == before
+    assert after[-1]["what"] == "put" and after[-1]["q"] == Q
+    again = target.queues[Q].pop()
+    assert again is not None and again.retry() == 1  # the budget goes on counting down
+    assert [e["what"] for e in target.jobs[jid].history][-2:] == ["put", "popped"]
+
+
 def test_a_move_resumes_after_a_crash_at_any_step(sharded: ShardedClient) -> None:
     source, target = sharded.shard(0), sharded.shard(1)
     jids = [source.queues[Q].put("K", {"n": n}) for n in range(30)]
