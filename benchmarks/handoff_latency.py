@@ -31,6 +31,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import redis
@@ -81,9 +83,11 @@ def _wait(directory: str, n: int, proc: subprocess.Popen[bytes], timeout: float 
     raise TimeoutError(f"only {len(_lines(directory))} of {n} jobs ran")
 
 
-def measure(url: str, children: int, samples: int, idle: float,
-            worker_args: tuple[str, ...] = ()) -> None:
-    """Run one worker with `children` idle children and print the per-step breakdown."""
+@contextmanager
+def probe_worker(url: str, children: int, worker_args: tuple[str, ...]
+                 ) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """Run the probe worker on a flushed Redis, its connections settled; yield it and the
+    stamps' directory; stop it (and remove the stamps) afterwards."""
     tsdir = tempfile.mkdtemp(prefix="handoff-ts-")
     env = dict(os.environ, HANDOFF_TS_DIR=tsdir,
                PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
@@ -96,6 +100,22 @@ def measure(url: str, children: int, samples: int, idle: float,
         start_new_session=True)
     try:
         settle_connections(r, proc, 60.0)
+        yield proc, tsdir
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        shutil.rmtree(tsdir, ignore_errors=True)
+
+
+def measure(url: str, children: int, samples: int, idle: float,
+            worker_args: tuple[str, ...] = ()) -> None:
+    """Run one worker with `children` idle children and print the per-step breakdown."""
+    with probe_worker(url, children, worker_args) as (proc, tsdir):
         q = Client(url).queues["probe"]
         for i in range(3):
             q.put("probe.noop", {"i": i})
@@ -115,15 +135,6 @@ def measure(url: str, children: int, samples: int, idle: float,
         for jid, marks in _lines(tsdir).items():
             if jid in put:
                 rows.append((jid, marks))
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        shutil.rmtree(tsdir, ignore_errors=True)
     steps: dict[str, list[float]] = {}
     pids, waiting = set(), 0
     for jid, marks in rows:
@@ -144,23 +155,13 @@ def measure(url: str, children: int, samples: int, idle: float,
         print(f"  {label:34} p50 {statistics.median(deltas):6.3f}  p90 {p90:6.3f} ms"
               f"  (n={len(deltas)})")
 
+
 def bursts(url: str, children: int, rounds: int, idle: float,
            worker_args: tuple[str, ...] = ()) -> None:
     """Wake a whole idle worker `rounds` times; print put -> every child started."""
-    tsdir = tempfile.mkdtemp(prefix="handoff-ts-")
-    env = dict(os.environ, HANDOFF_TS_DIR=tsdir,
-               PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
-    r = redis.Redis.from_url(url)
-    r.flushall()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "django_qless.core.workers", "--url", url, "-n", str(children),
-         "--import", "handoff_probe_jobs", *worker_args, "probe"],
-        env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True)
     last: list[float] = []
     middle: list[float] = []
-    try:
-        settle_connections(r, proc, 60.0)
+    with probe_worker(url, children, worker_args) as (proc, tsdir):
         q = Client(url).queues["probe"]
         done = 0
         for _ in range(rounds):
@@ -173,15 +174,6 @@ def bursts(url: str, children: int, rounds: int, idle: float,
             last.append(starts[-1] * 1000)
             middle.append(statistics.median(starts) * 1000)
             time.sleep(0.6)  # (every nap over: the next quiet starts idle)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        shutil.rmtree(tsdir, ignore_errors=True)
     print(f"children {children}, {rounds} bursts after {idle:g} s idle {' '.join(worker_args)}:"
           f" put -> last start p50 {statistics.median(last):.1f} ms ({min(last):.1f}-"
           f"{max(last):.1f}); median start {statistics.median(middle):.1f} ms; load "
