@@ -130,8 +130,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("leader_hold", 0.002, "seconds a child that takes a job as idle leader keeps "
                "leading if the job ends by then and no new work arrives (0: pass the lead "
                "at once)", ("--leader-hold",), "number", 0),
-    OptionSpec("idle_disconnect", 10.0, "seconds an idle child waits for the leader token "
-               "before closing its Redis connections until it leads (0: never)",
+    OptionSpec("idle_disconnect", 10.0, "seconds the idle lead must stay with one child "
+               "before the children waiting for it close their Redis connections until they "
+               "lead (0: never)",
                ("--idle-disconnect",), "number", 0),
     OptionSpec("child_max_jobs", 0, "replace a child after this many jobs (0: never)",
                ("--child-max-jobs",), "int", 0),

@@ -14,6 +14,7 @@ the latest. An idle loop therefore calls the engine about once a minute.
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
 from collections.abc import Callable
@@ -98,7 +99,7 @@ class JobTaker:
             self._disconnected = False
             return True
         if not self._listening and not self._disconnected:
-            if self._quiet(lead):
+            if self._until_quiet(lead) <= 0:
                 self._disconnect()  # (a new child of an idle worker: nothing to listen for)
             else:
                 # Once, at the start: a child's first turn as leader then needs no subscribe
@@ -112,17 +113,17 @@ class JobTaker:
             timeout = min(self.recheck_after(), max(self.time_left(), 0.005))
             deadline = time.monotonic() + timeout
             while not lead.held and not self.waiter.handed:
-                now = time.monotonic()
-                left = deadline - now
+                left = deadline - time.monotonic()
                 if left <= 0:
                     return False
                 # Slices of check_every: the supervisor is checked without Redis (keep_waiting).
                 step = min(left, self.check_every)
-                if self.idle_disconnect and not self._disconnected:
-                    if self._quiet(lead):
+                if not self._disconnected:
+                    quiet_in = self._until_quiet(lead)
+                    if quiet_in <= 0:
                         self._disconnect()
                     else:
-                        step = min(step, self.idle_disconnect - lead.steady_for())
+                        step = min(step, quiet_in)
                 if self.waiter.wait_quietly(lead.notify_fd, step):
                     return False  # a signal: the loop acts on it
                 if not self.keep_waiting():
@@ -132,9 +133,12 @@ class JobTaker:
         finally:
             lead.want(False)  # the token, if it comes now, goes on to the next child
 
-    def _quiet(self, lead: Leadership) -> bool:
-        """Tell whether the token has stayed with one leader `idle_disconnect` seconds."""
-        return bool(self.idle_disconnect) and lead.steady_for() >= self.idle_disconnect
+    def _until_quiet(self, lead: Leadership) -> float:
+        """Return the seconds until the token will have stayed with one leader
+        `idle_disconnect` seconds (0 or less: it has; infinity: never, the option is 0)."""
+        if not self.idle_disconnect:
+            return math.inf
+        return self.idle_disconnect - lead.steady_for()
 
     def _disconnect(self) -> None:
         """Close this child's connections while it waits for the token: until it leads, it

@@ -71,7 +71,8 @@ class WorkerConfig:
     kill_grace: float = default_of("kill_grace")
     # How long an idle leader that takes a job keeps the token (leadership.py).
     leader_hold: float = default_of("leader_hold")
-    # How long an idle child waits for that token before closing its connections (taking.py).
+    # How long that token stays with one child before the children waiting for it close
+    # their connections (taking.py).
     idle_disconnect: float = default_of("idle_disconnect")
     # How long TERM/INT waits for children to unwind before SIGKILL.
     shutdown_grace: float = default_of("shutdown_grace")
