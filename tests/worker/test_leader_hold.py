@@ -3,12 +3,16 @@ put one at a time all run on one warm child, while new work ends the hold at onc
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from django_qless.core.client import Client
+from django_qless.core.workers.leadership import Leadership, TokenFile, open_leadership
 from tests.worker.conftest import WorkerProcess, wait_until
 from tests.worker.jobs import ledger
 from tests.worker.test_idle_leader import registered
@@ -69,3 +73,30 @@ def test_new_work_during_the_hold_passes_the_token_on_at_once(
     (second,) = ledger(qless_client.redis, "started", quick)
     assert first["pid"] != second["pid"]
     worker.quit()
+
+
+def test_a_hold_ended_by_an_earlier_jobs_watch_is_not_cut_short(tmp_path: Path) -> None:
+    # The leader gives the token up at job 1's start (a hold begins, watching socket `one`),
+    # takes it back when job 1 ends, and gives it up again at job 2's start (watching
+    # `two`). A message on `one` then ends the first hold's poll: it must not unlock the
+    # token in the middle of job 2's hold.
+    token = TokenFile(str(tmp_path))
+    # (as a second child would: its own open file description of the token's file)
+    waiter = Leadership(os.open(f"/proc/self/fd/{token.fd}", os.O_RDWR | os.O_CLOEXEC))
+    leader = open_leadership(token, hold=3.0)
+    assert leader is not None and leader.try_take()
+    one, one_w = socket.socketpair()
+    two, two_w = socket.socketpair()
+    try:
+        waiter.want(True)
+        leader.release(soon=True, watch=lambda: [one.fileno()])
+        time.sleep(0.1)  # (the helper is in the first hold's poll)
+        assert leader.try_take()  # job 1 ended: the token is taken back
+        leader.release(soon=True, watch=lambda: [two.fileno()])  # job 2 starts
+        one_w.send(b"x")
+        time.sleep(1.0)
+        assert not waiter.held  # job 2's hold (3 s) still runs
+        wait_until(lambda: waiter.held, timeout=10)  # and ends
+    finally:
+        for sock in (one, one_w, two, two_w):
+            sock.close()

@@ -106,6 +106,7 @@ class Leadership:
         self._wanted = False
         self._locking = False  # the helper is inside flock(): the job thread must not call it
         self._letting_go = False  # released by the job thread, still to unlock in the helper
+        self._releases = 0  # soon-releases so far: a hold belongs to the one it started for
         self._thread: threading.Thread | None = None
         # A job that forks (without exec) must not take our lock's description with it: a
         # grandchild outliving us would keep the token held.
@@ -164,6 +165,7 @@ class Leadership:
             self._held = False
             if soon and self._thread is not None:
                 self._letting_go = True
+                self._releases += 1
                 self._watch = tuple(watch()) if watch is not None else ()
                 self._cond.notify()
                 return
@@ -211,10 +213,15 @@ class Leadership:
     def _let_go(self) -> None:
         """Unlock the token given up at a job's start, after the hold (unless the job thread
         took it back meanwhile); a message on a watched socket ends the hold at once."""
-        if self._hold > 0:
-            poll_readable(list(self._watch), self._hold)
         with self._cond:
-            if self._letting_go:
+            release, watch = self._releases, self._watch
+        if self._hold > 0:
+            poll_readable(list(watch), self._hold)
+        with self._cond:
+            # A hold taken back and given up again meanwhile (the next job started) is that
+            # job's hold, started afresh by the helper's loop: a message that ended this
+            # poll, such as that job's own hand-off, must not cut it short.
+            if self._letting_go and self._releases == release:
                 self._letting_go = False
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
 
