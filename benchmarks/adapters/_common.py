@@ -28,7 +28,7 @@ from typing import Any
 
 import redis
 
-__all__ = ["Adapter", "main", "LINE", "monitor", "server_stats"]
+__all__ = ["Adapter", "main", "LINE", "monitor", "redis_cpu", "server_stats"]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LINE = 36  # bytes per line written by _jobbody.record
@@ -263,13 +263,26 @@ def _running_worker(
         ts.remove()
 
 
+def redis_cpu(r: redis.Redis) -> float:
+    """Return the CPU seconds (user + sys) of Redis's main thread, the one that runs commands.
+
+    A primary's capacity is that one thread; the process total adds its background threads
+    (jemalloc returning freed pages, lazy frees, fsync), which run on other cores and, after
+    a large fill, for seconds (the scaling probe's 1M-job fill). Servers without the
+    per-thread fields (before 6.2) give the process total.
+    """
+    cpu = r.info("cpu")
+    if "used_cpu_user_main_thread" in cpu:
+        return float(cpu["used_cpu_sys_main_thread"]) + float(cpu["used_cpu_user_main_thread"])
+    return float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"])
+
+
 def server_stats(r: redis.Redis) -> tuple[float, dict[str, dict[str, float]]]:
-    """Return Redis's CPU seconds (user + sys) and {command: {calls, usec}} since RESETSTAT."""
+    """Return Redis's main-thread CPU seconds and {command: {calls, usec}} since RESETSTAT."""
     stats = r.info("commandstats")
     per = {k.removeprefix("cmdstat_"): {"calls": float(v["calls"]), "usec": float(v["usec"])}
            for k, v in stats.items()}
-    cpu = r.info("cpu")
-    return float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"]), per
+    return redis_cpu(r), per
 
 
 def stats_delta(before: dict[str, dict[str, float]], after: dict[str, dict[str, float]],
@@ -353,8 +366,7 @@ def _server_cost(r: redis.Redis) -> tuple[int, float, dict[str, int]]:
     stats = r.info("commandstats")
     calls = {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items()}
     total = sum(v for k, v in calls.items() if k.split("|")[0] not in IGNORED_COMMANDS)
-    cpu = r.info("cpu")
-    return total, float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"]), calls
+    return total, redis_cpu(r), calls
 
 
 def measure_worker(a: Any, n: int, processes: int, timeout: float) -> dict[str, Any]:
@@ -537,15 +549,32 @@ def _probe(a: Any, queues: list[str], waiting: int, probe: int) -> dict[str, flo
             "put_us_batches": put_us, "pop_us_batches": pop_us}
 
 
+def _mean_probe(first: dict[str, Any], again: dict[str, Any]) -> dict[str, Any]:
+    """Return the mean of two probes of one case (both kept under `runs`)."""
+    out: dict[str, Any] = {k: (first[k] + again[k]) / 2 for k in
+                           ("put_us", "pop_us", "put_redis_us", "pop_redis_us")}
+    out["runs"] = [first, again]
+    return out
+
+
 def measure_scale(a: Any, sizes: list[int], probe: int, many_queues: int) -> dict[str, Any]:
-    """Put and pop cost at several queue depths, and with jobs spread over many queues."""
+    """Put and pop cost at several queue depths, and with jobs spread over many queues.
+
+    The smallest case is probed first and again last, and the two are averaged: the other
+    cases take minutes (a 1M-job fill), over which this VM's speed drifts by more than the
+    depth changes the cost; the mean of before and after cancels a steady drift.
+    """
     out: dict[str, Any] = {}
-    for size in sizes:
+    first = _probe(a, ["bench"], sizes[0], probe)
+    for size in sizes[1:]:
         out[f"depth_{size}"] = _probe(a, ["bench"], size, probe)
     if getattr(a, "multi_queue", True):
         names = [f"bench{i:02d}" for i in range(many_queues)]
-        out["queues_1"] = out.get(f"depth_{sizes[0]}") or _probe(a, ["bench"], sizes[0], probe)
         out[f"queues_{many_queues}"] = _probe(a, names, sizes[0], probe)
+    base = _mean_probe(first, _probe(a, ["bench"], sizes[0], probe))
+    out[f"depth_{sizes[0]}"] = base
+    if getattr(a, "multi_queue", True):
+        out["queues_1"] = base
     _flush(a.url)
     return out
 
