@@ -59,6 +59,26 @@ def test_scale_probes_each_case(redis_url: str) -> None:
     out = _common.measure_scale(Fake(redis_url), [100, 400], probe=50, many_queues=5)
     assert set(out) == {"depth_100", "depth_400", "queues_1", "queues_5"}
     assert all(v["put_us"] > 0 and v["pop_us"] > 0 for v in out.values())
+    # The smallest case, probed before and after the others, is the mean of both probes.
+    first, again = out["depth_100"]["runs"]
+    for field in ("put_us", "pop_us", "put_redis_us", "pop_redis_us"):
+        assert out["depth_100"][field] == pytest.approx((first[field] + again[field]) / 2)
+    assert out["queues_1"] is out["depth_100"]
+
+
+def test_redis_cpu_is_the_main_threads(redis_url: str) -> None:
+    """Redis CPU is read from the main thread's fields where the server has them (6.2+)."""
+    import redis as redis_py
+
+    r = redis_py.Redis.from_url(redis_url, decode_responses=True)
+
+    def main_thread() -> float:
+        cpu = r.info("cpu")
+        return float(cpu["used_cpu_user_main_thread"]) + float(cpu["used_cpu_sys_main_thread"])
+
+    before = main_thread()
+    value = _common.redis_cpu(r)
+    assert before <= value <= main_thread()
 
 
 def _rounds(ours: dict[str, float], theirs: dict[str, float]) -> dict[str, list[dict]]:
