@@ -149,7 +149,7 @@ def _probe_alias(settings: Any, probe: Any) -> list[tuple[str, Any]]:
     cluster = build_redis_cluster(settings)
     try:
         return [(f" node {node.name}", probe(cluster.get_redis_connection(node)))
-                for node in cluster.get_primaries()]  # type: ignore[no-untyped-call]
+                for node in cluster.get_primaries()]  # type: ignore[no-untyped-call, unused-ignore]
     finally:
         cluster.close()
 

@@ -72,10 +72,10 @@ def build_redis(conf: AliasSettings) -> redis.Redis:
     kwargs = redis_kwargs(conf)
     if conf.sentinels:
         sentinel_kwargs = dict(conf.sentinel_kwargs)
-        sentinel = Sentinel(  # type: ignore[no-untyped-call]
+        sentinel = Sentinel(  # type: ignore[no-untyped-call, unused-ignore]
             list(conf.sentinels), sentinel_kwargs=sentinel_kwargs or None,
             **{k: v for k, v in kwargs.items() if k != "decode_responses"})
-        master: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
+        master: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call, unused-ignore]
             conf.master_name or "mymaster", redis_class=redis.Redis, decode_responses=True)
         return master
     assert conf.url is not None
@@ -97,7 +97,7 @@ def build_redis_cluster(conf: AliasSettings) -> RedisCluster:
     never retries (the core's transport decides what may be sent again).
     """
     assert conf.cluster is not None
-    nodes = [ClusterNode(host, port)  # type: ignore[no-untyped-call]
+    nodes = [ClusterNode(host, port)  # type: ignore[no-untyped-call, unused-ignore]
              for host, port in conf.cluster.addresses]
     try:
         return RedisCluster(startup_nodes=nodes, **redis_kwargs(conf))

@@ -123,7 +123,7 @@ class ClusterTransport:
         """Close every idle connection to the cluster's nodes; the next call reconnects
         (the slot map is kept)."""
         self._nodes.disconnect()
-        for node in self._rc.get_nodes():  # type: ignore[no-untyped-call]
+        for node in self._rc.get_nodes():  # type: ignore[no-untyped-call, unused-ignore]
             conn = node.redis_connection
             if conn is not None:
                 conn.connection_pool.disconnect(inuse_connections=False)
@@ -132,7 +132,7 @@ class ClusterTransport:
 
     def nodes(self) -> list[str]:
         """Return the primaries' names (`host:port`), as the slot map has them."""
-        return sorted(n.name for n in self._rc.get_primaries())  # type: ignore[no-untyped-call]
+        return sorted(n.name for n in self._rc.get_primaries())  # type: ignore[no-untyped-call, unused-ignore]
 
     def slot_of(self, key: str) -> int:
         """Return the hash slot of `key` (cached: a process uses a few keyspace prefixes)."""

@@ -77,8 +77,8 @@ def build_cluster(
         raise InvalidArgument("give at least one cluster URL")
     others = []
     for url in urls[1:]:
-        parsed = redis.connection.parse_url(url)  # type: ignore[no-untyped-call]
-        others.append(ClusterNode(parsed["host"], parsed.get("port", 6379)))  # type: ignore[no-untyped-call]
+        parsed = redis.connection.parse_url(url)  # type: ignore[no-untyped-call, unused-ignore]
+        others.append(ClusterNode(parsed["host"], parsed.get("port", 6379)))  # type: ignore[no-untyped-call, unused-ignore]
     options: dict[str, Any] = {"decode_responses": True}
     if timeout is not None:
         options["socket_timeout"] = options["socket_connect_timeout"] = timeout

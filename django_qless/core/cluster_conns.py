@@ -66,10 +66,10 @@ class NodeConnections:
         kept = conns.get(name)
         pid = os.getpid()
         if kept is None or kept[0] != pid:  # none yet, or inherited across fork
-            node = self._rc.get_node(node_name=name)  # type: ignore[no-untyped-call]
+            node = self._rc.get_node(node_name=name)  # type: ignore[no-untyped-call, unused-ignore]
             if node is None:
                 self._refresh()
-                node = self._rc.get_node(node_name=name)  # type: ignore[no-untyped-call]
+                node = self._rc.get_node(node_name=name)  # type: ignore[no-untyped-call, unused-ignore]
                 if node is None:
                     raise NotSent(f"{name} is not in the slot map")
             pool = self._rc.get_redis_connection(node).connection_pool

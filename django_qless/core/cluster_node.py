@@ -72,7 +72,7 @@ class ClusterNode:
 
     def call(self, *args: Any) -> Any:
         """Send one command to this node alone and return its reply."""
-        return self.conn().execute_command(*args)  # type: ignore[no-untyped-call]
+        return self.conn().execute_command(*args)  # type: ignore[no-untyped-call, unused-ignore]
 
     def launch(self, binary: str, node_timeout_ms: int, extra_args: list[str]) -> None:
         """Start this node's server process (in its own session, so ^C does not reach it)."""

@@ -195,7 +195,7 @@ class LocalCluster:
         kwargs.setdefault("decode_responses", True)
         kwargs.setdefault("socket_timeout", 2.0)
         kwargs.setdefault("socket_connect_timeout", 2.0)
-        nodes = [_RedisPyNode("127.0.0.1", n.port) for n in self.running()]  # type: ignore[no-untyped-call]
+        nodes = [_RedisPyNode("127.0.0.1", n.port) for n in self.running()]  # type: ignore[no-untyped-call, unused-ignore]
         return RedisCluster(startup_nodes=nodes, **kwargs)
 
     def wait_settled(

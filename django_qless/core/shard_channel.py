@@ -75,10 +75,10 @@ class ShardChannel:
     def node_redis(self) -> Redis:
         """Return the redis-py client of the primary serving this shard now."""
         rc = self.transport.redis_cluster
-        node = rc.get_node(node_name=self.node())  # type: ignore[no-untyped-call]
+        node = rc.get_node(node_name=self.node())  # type: ignore[no-untyped-call, unused-ignore]
         if node is None:
             self.transport.refresh()
-            node = rc.get_node(node_name=self.node())  # type: ignore[no-untyped-call]
+            node = rc.get_node(node_name=self.node())  # type: ignore[no-untyped-call, unused-ignore]
         return rc.get_redis_connection(node)
 
     def command(self, argv: Sequence[str]) -> tuple[Any, ...]:
@@ -146,7 +146,7 @@ class ShardPending:
         self._conn: Any = None
         transport = channel.transport
         try:
-            node = transport.redis_cluster.get_node(  # type: ignore[no-untyped-call]
+            node = transport.redis_cluster.get_node(  # type: ignore[no-untyped-call, unused-ignore]
                 node_name=channel.node())
             if node is None:
                 return  # not in the slot map now: reply() sends it through the transport
