@@ -325,7 +325,10 @@ def _major(info: str) -> int:
 
 def _server_major(node_redis: Any) -> int:
     """Return the major version of the server `node_redis` talks to (one INFO call)."""
-    return _major(str(node_redis.execute_command("INFO", "server")))
+    info = node_redis.execute_command("INFO", "server")
+    if isinstance(info, dict):  # (redis-py parses the reply of a client's INFO)
+        return int(str(info.get("redis_version", "0")).split(".")[0] or 0)
+    return _major(str(info))
 
 
 def _role(node_redis: Any) -> str:

@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from django_qless.core.client import Client
-from django_qless.core.node_pubsub import Subscription
+from django_qless.core.node_pubsub import Hub, Subscription
 from tests.worker.conftest import WorkerProcess, wait_until
 from tests.worker.jobs import ledger
 from tests.worker.test_idle_disconnect import SUPERVISOR, client_ids
@@ -149,3 +149,18 @@ def test_pub_sub_connections_send_only_their_subscribe(
     sub.close()
     # The INFO that reads the counts is one; SUBSCRIBE the other.
     assert (after - commands, errors_after - errors) == (2, 0)
+
+
+def test_a_shard_view_on_a_connection_opened_without_info_learns_the_version(
+    qless_client: Client, redis_version_info: tuple[int, ...]
+) -> None:
+    # The default keyspace's view opens the connection without asking the version; a
+    # shard's view that joins it asks (its channels are sharded on Redis 7+ only).
+    hub = Hub()
+    Subscription(qless_client, hub).connect()
+    shard = Subscription(Client(qless_client.redis, keyspace="s1"), hub)  # (one pool)
+    assert shard.sharded is None
+    shard.connect()
+    assert hub.connections() == 1
+    assert shard.sharded is (redis_version_info[0] >= 7)
+    hub.close()
