@@ -79,9 +79,9 @@ class Hub:
         self._stale.add(client.shard)
 
     def attach(self, view: Subscription) -> NodeConnection:
-        """Return the open connection to the node holding `view`'s keyspace now (its
-        server's major version known if the view has yet to choose its channels' kind)."""
+        """Return the open connection to the node holding `view`'s keyspace now."""
         try:
+            # A view yet to choose its channels' kind needs the server's major version.
             node = self._find(view.client, need_major=view.sharded is None)
         except PUBSUB_ERRORS:
             self._stale.add(view.client.shard)  # look the map up again next time
@@ -116,8 +116,7 @@ class Hub:
         return node
 
     def _open(self, address: str, node_redis: Any, need_major: bool = True) -> NodeConnection:
-        """Open a connection to the server of `node_redis` (asking its version only if
-        `need_major`: a view that knows its channels' kind does not need it)."""
+        """Open a connection to `node_redis`'s server; ask its version only if `need_major`."""
         pool = node_redis.connection_pool
         # redis-py 8 adds maintenance-notification settings to TCP pools; they need RESP3,
         # and this connection speaks RESP2, so leave them out.
