@@ -1,7 +1,7 @@
 """Where put -> job start goes with idle children: the hand-off path, stage by stage.
 
     python benchmarks/handoff_latency.py [--children 1,100] [--samples 200] [--redis-server P]
-        [--worker-arg=--leader-hold=0 ...] [--bursts R]
+        [--worker-arg=--leader-hold=0 ...] [--bursts R | --cold R]
 
 Per child count: a private redis-server (unix socket), `python -m django_qless.core.workers
 -n N --import handoff_probe_jobs probe`, settled and warmed up, then `samples` puts 50-150 ms
@@ -17,6 +17,13 @@ at once (each sleeps 0.5 s, so every child takes one), and the time from the fir
 the last job's start is printed (median and range over the bursts): what waking a whole
 idle worker costs, children that closed their connections while waiting (`--idle-disconnect`)
 reconnecting included.
+
+With `--cold R` instead (2 children or more; pass a short `--idle-disconnect` with
+--worker-arg and a longer `--idle`): R times, after `--idle` seconds of quiet (the waiting
+children have let their connections go), a 0.3 s job is put (the leader takes it) and 0-3 ms
+later (seeded) a no-op job, whose wake-up ends the leader's hold: the token goes to a child
+that must reconnect before it can take the job. Printed: that job's put -> start, p50 / p90 /
+p99 / max over the rounds.
 """
 
 from __future__ import annotations
@@ -135,25 +142,70 @@ def measure(url: str, children: int, samples: int, idle: float,
         for jid, marks in _lines(tsdir).items():
             if jid in put:
                 rows.append((jid, marks))
-    steps: dict[str, list[float]] = {}
-    pids, waiting = set(), 0
-    for jid, marks in rows:
-        d = dict(marks)
-        pids.add(d["pid"])
-        waiting += 0 < d["poll_in"] < d["t0"]
-        seq = [("put call", put[jid][0]), ("put reply", put[jid][1])]
-        seq += [(k, t) for k, t in marks if k not in ("pid", "t0", "poll_in")]
-        for (a, ta), (b, tb) in zip(seq, seq[1:], strict=False):
-            steps.setdefault(f"{a} -> {b}", []).append((tb - ta) * 1000)
-        steps.setdefault("total: put call -> body", []).append((d["body"] - put[jid][0]) * 1000)
+    steps = _steps(rows, put)
+    pids = {dict(marks)["pid"] for _, marks in rows}
+    waiting = sum(0 < dict(marks)["poll_in"] < dict(marks)["t0"] for _, marks in rows)
     print(f"children {children}: {len(rows)} jobs, {len(pids)} children took them, "
           f"{waiting} with the taker already in poll() at the put; load {os.getloadavg()[0]:.2f}; "
           f"idle worker CPU {idle_cpu * 1000:.1f} ms/s over {idle:g} s")
     for label, deltas in steps.items():
-        deltas.sort()
-        p90 = deltas[min(len(deltas) - 1, round(0.9 * (len(deltas) - 1)))]
-        print(f"  {label:34} p50 {statistics.median(deltas):6.3f}  p90 {p90:6.3f} ms"
-              f"  (n={len(deltas)})")
+        print(f"  {label:34} {_quantiles(deltas)}")
+
+
+def _steps(rows: list[tuple[str, list[tuple[str, float]]]],
+           put: dict[str, tuple[float, float]]) -> dict[str, list[float]]:
+    """Return {step: [ms, ...]}: each job's put call, put reply and stamps, step by step."""
+    steps: dict[str, list[float]] = {}
+    for jid, marks in rows:
+        seq = [("put call", put[jid][0]), ("put reply", put[jid][1])]
+        seq += [(k, t) for k, t in marks if k not in ("pid", "t0", "poll_in")]
+        for (a, ta), (b, tb) in zip(seq, seq[1:], strict=False):
+            steps.setdefault(f"{a} -> {b}", []).append((tb - ta) * 1000)
+        body = dict(marks)["body"]
+        steps.setdefault("total: put call -> body", []).append((body - put[jid][0]) * 1000)
+    return steps
+
+
+def _quantiles(values: list[float]) -> str:
+    """Return "p50 .. p90 .. p99 .. ms (n=..)" for `values` (ms)."""
+    values = sorted(values)
+
+    def at(q: float) -> float:
+        return values[min(len(values) - 1, round(q * (len(values) - 1)))]
+
+    return (f"p50 {statistics.median(values):6.3f}  p90 {at(0.9):6.3f}  p99 {at(0.99):6.3f} ms"
+            f"  (n={len(values)})")
+
+
+def cold(url: str, children: int, rounds: int, idle: float,
+         worker_args: tuple[str, ...] = ()) -> None:
+    """Hand a job to a child that let its connections go, `rounds` times; print put -> start."""
+    rng = random.Random(42)
+    put: dict[str, tuple[float, float]] = {}
+    with probe_worker(url, children, worker_args) as (proc, tsdir):
+        q = Client(url).queues["probe"]
+        for i in range(3):
+            q.put("probe.noop", {"i": i})
+        _wait(tsdir, 3, proc)
+        done = 3
+        for _ in range(rounds):
+            time.sleep(idle)
+            q.put("probe.noop", {"nap": 0.3})  # (the leader's: longer than its hold)
+            lag = rng.uniform(0.0, 0.003)
+            time.sleep(lag)
+            t0 = time.monotonic()
+            jid = q.put("probe.noop", {"t0": t0})
+            put[jid] = (t0, time.monotonic())
+            done += 2
+            _wait(tsdir, done, proc)
+        rows = [(jid, marks) for jid, marks in _lines(tsdir).items() if jid in put]
+    steps = _steps(rows, put)
+    waits = steps["total: put call -> body"]
+    print(f"children {children}, {rounds} cold hand-overs after {idle:g} s idle "
+          f"{' '.join(worker_args)}: max {max(waits):.3f} ms; load {os.getloadavg()[0]:.2f}")
+    for label, deltas in steps.items():
+        if len(deltas) * 5 >= len(rows):  # (steps most hand-overs went through)
+            print(f"  {label:34} {_quantiles(deltas)}")
 
 
 def bursts(url: str, children: int, rounds: int, idle: float,
@@ -193,10 +245,15 @@ def main() -> None:
                    help="pass this option to the worker, e.g. --worker-arg=--leader-hold=0")
     p.add_argument("--bursts", type=int, default=0,
                    help="wake the whole idle worker this many times instead (see above)")
+    p.add_argument("--cold", type=int, default=0,
+                   help="hand this many jobs to a child that let its connections go "
+                        "instead (see above)")
     args = p.parse_args()
     with RedisServer(args.redis_server or find_redis_server()) as server:
         for n in (int(c) for c in args.children.split(",")):
-            if args.bursts:
+            if args.cold:
+                cold(server.url, n, args.cold, args.idle, tuple(args.worker_arg))
+            elif args.bursts:
                 bursts(server.url, n, args.bursts, args.idle, tuple(args.worker_arg))
             else:
                 measure(server.url, n, args.samples, args.idle, tuple(args.worker_arg))

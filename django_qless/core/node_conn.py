@@ -50,11 +50,11 @@ class Sent:
 class NodeConnection:
     """One pub/sub connection to a server (RESP2, no silent retries) and its views."""
 
-    def __init__(self, hub: Hub, address: str, conn: Any, major: int) -> None:
+    def __init__(self, hub: Hub, address: str, conn: Any, major: int | None) -> None:
         self.hub = hub
         self.address = address
         self.conn = conn
-        self.major = major
+        self.major = major  # the server's major version (None: not asked, nobody needed it)
         self.views: set[Subscription] = set()
         self.routes: dict[str, Subscription] = {}  # channel or pattern -> its view
         self.sent: deque[Sent] = deque()
@@ -62,7 +62,8 @@ class NodeConnection:
         self.heard = time.monotonic()  # when a reply last came
         self.ping_at = 0.0  # when an unanswered PING of `probe` was sent (0: none)
         # Replies are read here (see the module docstring); redis-py's parser has read
-        # nothing past the INFO reply `Hub._open` waited for, so its buffer is empty.
+        # nothing past the replies of its handshake and of `Hub._open`'s INFO (if sent),
+        # so its buffer is empty.
         self.sock = conn._sock
         self._fd = self.sock.fileno()
         encoder = conn.encoder

@@ -40,6 +40,16 @@ __all__ = ["Hub", "MESSAGE_TYPES", "PUBSUB_ERRORS", "Subscription"]
 
 _TIMEOUT = 10.0  # bound on every blocking read or connect of a node connection
 
+# Our pub/sub connections send no CLIENT SETINFO: its reply is one more round trip on every
+# (re)connect, before an idle child that reconnects can listen (redis-py 5-7 take lib_name
+# and lib_version None; later ones a `driver_info` of None, and warn about the other two).
+try:
+    from redis.driver_info import DriverInfo  # noqa: F401 - only its presence matters
+
+    _NO_SETINFO: dict[str, Any] = {"driver_info": None}
+except ImportError:  # pragma: no cover - redis-py before driver_info
+    _NO_SETINFO = {"lib_name": None, "lib_version": None}
+
 
 class Hub:
     """The pub/sub connections of one consumer: one per server node, shared by views."""
@@ -71,14 +81,15 @@ class Hub:
     def attach(self, view: Subscription) -> NodeConnection:
         """Return the open connection to the node holding `view`'s keyspace now."""
         try:
-            node = self._find(view.client)
+            # A view yet to choose its channels' kind needs the server's major version.
+            node = self._find(view.client, need_major=view.sharded is None)
         except PUBSUB_ERRORS:
             self._stale.add(view.client.shard)  # look the map up again next time
             raise
         node.views.add(view)
         return node
 
-    def _find(self, client: Client) -> NodeConnection:
+    def _find(self, client: Client, need_major: bool = True) -> NodeConnection:
         """Return the connection to `client`'s server now, opening it if needed."""
         channel: Any = client.channel
         transport = getattr(channel, "transport", None)
@@ -99,31 +110,37 @@ class Hub:
                 raise redis.ConnectionError("the shard has no primary in the map yet")
         self._stale.discard(client.shard)
         if node is None or node.broken:
-            node = self._nodes[address] = self._open(address, node_redis)
+            node = self._nodes[address] = self._open(address, node_redis, need_major)
+        elif need_major and node.major is None:
+            node.major = _server_major(node_redis)
         return node
 
-    def _open(self, address: str, node_redis: Any) -> NodeConnection:
+    def _open(self, address: str, node_redis: Any, need_major: bool = True) -> NodeConnection:
+        """Open a connection to `node_redis`'s server; ask its version only if `need_major`."""
         pool = node_redis.connection_pool
         # redis-py 8 adds maintenance-notification settings to TCP pools; they need RESP3,
         # and this connection speaks RESP2, so leave them out.
         kwargs = {key: value for key, value in pool.connection_kwargs.items()
                   if not key.startswith(("maint_notifications", "maintenance",
                                          "oss_cluster_maint"))}
-        kwargs.update(retry=Retry(NoBackoff(), 0), protocol=2, health_check_interval=0)
+        for key in ("lib_name", "lib_version", "driver_info"):
+            kwargs.pop(key, None)
+        kwargs.update(retry=Retry(NoBackoff(), 0), protocol=2, health_check_interval=0,
+                      **_NO_SETINFO)
         for key in ("socket_timeout", "socket_connect_timeout"):
             if kwargs.get(key) is None:
                 kwargs[key] = _TIMEOUT  # a dead peer cannot hang a read
         conn = pool.connection_class(**kwargs)
         conn.connect()
-        try:
-            conn.send_command("INFO", "server")
-            info = str(conn.read_response())
-        except BaseException:
-            conn.disconnect()
-            raise
-        version = next((line.split(":", 1)[1] for line in info.splitlines()
-                        if line.startswith("redis_version:")), "0")
-        return NodeConnection(self, address, conn, int(version.split(".")[0] or 0))
+        major = None
+        if need_major:
+            try:
+                conn.send_command("INFO", "server")
+                major = _major(str(conn.read_response()))
+            except BaseException:
+                conn.disconnect()
+                raise
+        return NodeConnection(self, address, conn, major)
 
     def probe(self, interval: float) -> None:
         """PING every connection quiet for `interval` s; one whose PING went unanswered for
@@ -180,8 +197,8 @@ class Subscription:
         self.close()
         node = self.hub.attach(self)
         self._node = node
-        if self.sharded is None:
-            self.sharded = self.keyspace.uses_sharded_pubsub(node.major)
+        if self.sharded is None:  # (the hub asked the server's version for us: attach)
+            self.sharded = self.keyspace.uses_sharded_pubsub(node.major or 0)
 
     def subscribe(self, channels: Iterable[str], patterns: Iterable[str] = ()) -> int:
         """Subscribe (connecting first if needed); return the confirmations to expect."""
@@ -296,6 +313,21 @@ class Subscription:
                 node.send(None, "PUNSUBSCRIBE", patterns)
         except PUBSUB_ERRORS:
             pass  # the node is marked broken: its other views reopen
+
+
+def _major(info: str) -> int:
+    """Return the server's major version from its `INFO server` reply."""
+    version = next((line.split(":", 1)[1] for line in info.splitlines()
+                    if line.startswith("redis_version:")), "0")
+    return int(version.split(".")[0] or 0)
+
+
+def _server_major(node_redis: Any) -> int:
+    """Return the major version of the server `node_redis` talks to (one INFO call)."""
+    info = node_redis.execute_command("INFO", "server")
+    if isinstance(info, dict):  # (redis-py parses the reply of a client's INFO)
+        return int(str(info.get("redis_version", "0")).split(".")[0] or 0)
+    return _major(str(info))
 
 
 def _role(node_redis: Any) -> str:

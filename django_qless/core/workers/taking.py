@@ -84,6 +84,9 @@ class JobTaker:
         # with one leader this long (0: never).
         self.idle_disconnect = idle_disconnect
         self._disconnected = False
+        # Closed its connections since it last reserved: the next reserve comes before the
+        # subscribe (see `reserve`).
+        self._cold = False
         self._backoff = 0.0
         # Seconds between two keep_waiting checks while waiting for the token (a child whose
         # supervisor's death is signalled by the kernel checks less often).
@@ -148,9 +151,11 @@ class JobTaker:
         is idle, or one child runs its short jobs): an idle connection costs Redis CPU (its
         cron visits each one about once a second above 50 connections), but reopening one
         costs as much as minutes of that, so children that take turns leading keep theirs.
-        The first turn as leader reconnects and subscribes before it reserves.
+        The first turn as leader reserves as it reconnects, and subscribes only if that
+        finds nothing (`reserve`).
         """
         self._disconnected = True
+        self._cold = True
         self._listening = False  # subscribe again at the start of the next wait
         self.waiter.disconnect()
         self.routes.deployment.disconnect()
@@ -175,7 +180,19 @@ class JobTaker:
         worker) is taken as is; wake-ups consumed before the reserve mean, when one arrives
         while we wait, new work. After a broken subscription, hand-offs may have been lost:
         the jobs the engine says this worker holds are taken back first.
+
+        A child that let its connections go (`_disconnect`) reserves once before it
+        subscribes: a job put while the token came to it then starts after one reconnect
+        and one call, not after the pub/sub connection's too. That reserve cannot register
+        (nothing listens for a hand-off yet); if it finds nothing, the usual subscribe and
+        reserve follow, so a job put in between is found by the second reserve.
         """
+        cold, self._cold = self._cold, False
+        # (After a lost hand-off, the jobs it holds come first, once subscribed.)
+        if cold and not self.waiter.subscribed and not self.waiter.lost:
+            jobs, _ = self._reserve_once()
+            if jobs:
+                return jobs, None
         self.waiter.ensure_subscribed()
         self.waiter.drain()  # (a reply read in part is read whole: NodeConnection.pump)
         jobs = self.handed()
