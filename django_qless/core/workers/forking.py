@@ -113,7 +113,7 @@ class ForkingWorker(ChildDisposal, ChildWatch):
             self._token_dir = tempfile.mkdtemp(prefix="django-qless-")
             self._leader_token = TokenFile(self._token_dir)
         self.channels = ChildChannels(served_clients(self.client, self.config.queues),
-                                      _BUSY_PING)
+                                      _BUSY_PING, rest_after=self.config.idle_disconnect)
         if not isinstance(self.client, Client):  # queues may move between shards
             self._follower = ShardFollower(self.client, self.config.queues,
                                            self.config.queue_refresh, holders=self._names)
@@ -398,13 +398,15 @@ class ForkingWorker(ChildDisposal, ChildWatch):
     def _reap_leases(self) -> None:
         """Recover expired leases on idle queues now and then (see reaper.py).
 
-        While no child holds a job, the reaper and the pubsub PING wait at least 30 s: an
-        idle worker costs Redis next to nothing (its idle leader calls the engine once a
-        minute; see leadership.py).
+        While no child holds a job, the reaper and the pubsub PING wait at least 30 s, and
+        after --idle-disconnect seconds the pubsub connection is closed until a child starts
+        a job: an idle worker costs Redis next to nothing (its idle leader calls the engine
+        once a minute; see leadership.py).
         """
         idle = not any(child.jid for child in self.children.values())
         assert self.channels is not None
         self.channels.health_check_interval = _IDLE_PING if idle else _BUSY_PING
+        self.channels.settle(busy=not idle)
         if self.reaper is not None and not self.stopping:
             self.reaper.maybe_reap(idle=idle)
 

@@ -6,6 +6,12 @@ that primary's shards: node_pubsub.py) are polled with the other descriptors ins
 shard's subscription is re-made (on the primary of now) when its connection breaks or its
 slot moves, and pinged when quiet so a half-open socket is noticed. The shards followed
 grow as the served queues move (`follow`).
+
+Once no child has held a job for `rest_after` seconds (--idle-disconnect) the connections
+are closed (`settle`): an idle worker's channels carry nothing, and the connection is what
+costs Redis. A child that starts a job reopens them, and the supervisor re-checks the running
+jobs once Redis has confirmed every channel again (`take_missed`), as after a broken
+connection: an event published before the confirmation is read in the job's state instead.
 """
 
 from __future__ import annotations
@@ -83,10 +89,33 @@ def attempts_still_owned(client: Client, attempts: Sequence[tuple[str, str, str]
 class ChildChannels:
     """Subscribe to the worker channels of the live children in every shard served; poll."""
 
-    def __init__(self, clients: Sequence[Client], health_check_interval: float = 10.0) -> None:
+    def __init__(
+        self, clients: Sequence[Client], health_check_interval: float = 10.0,
+        rest_after: float = 0.0,
+    ) -> None:
         self.hub = Hub()  # one connection per node, shared by the shards it holds
         self.shards = [_ShardChannels(c, health_check_interval, self.hub) for c in clients]
         self.names: set[str] = set()
+        self.rest_after = rest_after  # quiet seconds before the connections close (0: never)
+        self.resting = False
+        self._busy_at = time.monotonic()  # when a child last held a job
+
+    def settle(self, busy: bool) -> None:
+        """Close the connections once no child has held a job for `rest_after` seconds;
+        open them again (then re-check the jobs) as soon as one holds a job."""
+        now = time.monotonic()
+        if busy:
+            self._busy_at = now
+            if self.resting:
+                self._rest(False)
+        elif not self.resting and 0 < self.rest_after <= now - self._busy_at:
+            self._rest(True)
+
+    def _rest(self, resting: bool) -> None:
+        self.resting = resting
+        log.debug("supervisor pubsub %s", "closed while idle" if resting else "reopened")
+        for shard in self.shards:
+            shard.rest(resting)
 
     def follow(self, clients: Sequence[Client]) -> None:
         """Listen in the shards of `clients` (a served queue moved there) and no longer in
@@ -101,6 +130,7 @@ class ChildChannels:
                 continue
             known.add(client.shard)
             shard = _ShardChannels(client, self.health_check_interval, self.hub)
+            shard.resting = self.resting
             self.shards.append(shard)
             for name in self.names:
                 shard.add(name)
@@ -116,7 +146,8 @@ class ChildChannels:
             shard.health_check_interval = seconds
 
     def take_missed(self) -> bool:
-        """Tell (once) whether a connection was re-made: events may have been missed."""
+        """Tell (once) whether a connection was re-made and Redis has confirmed its channels
+        since: events may have been missed, and any later one will be heard."""
         missed = False
         for shard in self.shards:
             missed = shard.missed_events or missed
@@ -137,7 +168,7 @@ class ChildChannels:
 
     def listening(self, name: str) -> bool:
         """Tell whether Redis confirmed `name`'s channel in every shard connected now (a
-        shard reconnecting is re-checked once back: `take_missed`)."""
+        shard reconnecting, or resting, is re-checked once back: `take_missed`)."""
         return all(shard.listening(name) for shard in self.shards)
 
     def filenos(self) -> list[int]:
@@ -158,6 +189,10 @@ class ChildChannels:
             shard.close()
 
 
+# After a reconnect, re-check the jobs this long at the latest if a confirmation is missing.
+_CONFIRM_WITHIN = 5.0
+
+
 class _ShardChannels:
     """The children's channels in one keyspace: one connection, re-made when it breaks."""
 
@@ -174,11 +209,24 @@ class _ShardChannels:
         self._last_traffic = time.monotonic()
         self._retry_at = 0.0
         self._connected_once = False
-        # Set after a reconnect: events may have been missed, the caller re-checks jobs.
+        # Set once a reconnect's channels are confirmed (or after _CONFIRM_WITHIN): events
+        # may have been missed, the caller re-checks jobs. Re-checking before Redis has
+        # confirmed could miss an event published between the read and the SSUBSCRIBE.
         self.missed_events = False
+        self._recheck_from = 0.0  # when the reconnect awaiting its confirmations was made
+        self.resting = False  # closed while the worker is idle: not reopened until woken
+
+    def rest(self, resting: bool) -> None:
+        """Close the connection and keep it closed (`resting`), or let it reopen."""
+        self.resting = resting
+        self._retry_at = 0.0
+        if resting:
+            self.close()
+        else:
+            self._ensure()  # now: the sooner Redis confirms, the sooner the jobs are checked
 
     def _ensure(self) -> Subscription | None:
-        if self._sub is not None or time.monotonic() < self._retry_at:
+        if self._sub is not None or self.resting or time.monotonic() < self._retry_at:
             return self._sub
         sub = Subscription(self.client, self.hub)
         try:
@@ -193,9 +241,16 @@ class _ShardChannels:
         self._unconfirmed = dict.fromkeys(self.names, 1)
         self._last_traffic = time.monotonic()
         if self._connected_once:
-            self.missed_events = True
+            self._recheck_from = time.monotonic()
         self._connected_once = True
         return sub
+
+    def _check_confirmed(self) -> None:
+        """Ask for the re-check once Redis has confirmed every channel of the reconnect."""
+        if self._recheck_from and (not self._unconfirmed or
+                                   time.monotonic() - self._recheck_from >= _CONFIRM_WITHIN):
+            self._recheck_from = 0.0
+            self.missed_events = True
 
     def _broken(self, exc: BaseException) -> None:
         log.warning("supervisor pubsub connection lost (%s); reconnecting", exc)
@@ -267,6 +322,7 @@ class _ShardChannels:
                     continue
                 if isinstance(payload, dict):
                     events.append((channel[len(self.prefix):], payload))
+            self._check_confirmed()
             if time.monotonic() - self._last_traffic >= self.health_check_interval:
                 sub.ping()
                 self._last_traffic = time.monotonic()

@@ -2,8 +2,9 @@
 
 An event (`lock_lost`, `canceled`, `put`) naming the job a child runs means the job is no
 longer the child's: the supervisor kills the child (its result would be refused anyway).
-After a pub/sub gap the supervisor asks Redis instead, for every running child's attempt
-(in the shard of the child's job).
+After a pub/sub gap (a broken connection, or the connections closed while the worker was
+idle) the supervisor asks Redis instead, for every running child's attempt (in the shard of
+the child's job), once Redis has confirmed the channels again.
 """
 
 from __future__ import annotations
@@ -40,10 +41,10 @@ class ChildWatch:
     # -- pubsub events -------------------------------------------------------------------------
     def _handle_events(self) -> None:
         assert self.channels is not None
+        events = self.channels.poll()  # (reads the confirmations take_missed waits for)
         if self.channels.take_missed():
             self._read_all_status()
             self._recheck_running_jobs()
-        events = self.channels.poll()
         if events:
             # Status lines are read in batches: catch up so child.jid is the current job.
             self._read_all_status()
