@@ -107,3 +107,29 @@ def test_a_job_taken_after_the_idle_spell_is_still_killed_when_canceled(
     wait_until(lambda: qless_client.jobs[after].state == "complete", timeout=10)
     worker.signal(signal.SIGQUIT)
     assert worker.wait() == 0
+
+
+def test_a_job_reported_late_after_the_wake_up_is_still_killed_when_canceled(
+    qless_client: Client, r: redis.Redis, start_worker: Callable[..., WorkerProcess],
+) -> None:
+    """The first job wakes the supervisor's channels; the second, taken by the next leader
+    meanwhile, is canceled before its child reports it (tests/worker/late_start.py), so after
+    the supervisor's re-check: its late report is re-checked on its own."""
+    qless_client.queues["other"].put("tests.worker.jobs.ok", {})
+    registered(qless_client)
+    worker = start_worker("q", "-n", "2", "--idle-disconnect", "0.5",
+                          "--import", "tests.worker.late_start")
+    worker.wait_children(2)
+    wait_until(lambda: registered(qless_client), timeout=15)
+    wait_until(lambda: not supervisor_listens(r), timeout=10)
+    queue = qless_client.queues["q"]
+    first = queue.put("tests.worker.jobs.sleepy", {"seconds": 4})
+    late = queue.put("tests.worker.jobs.sleep_long", {"seconds": 60, "late": True})
+    popped = wait_until(lambda: ledger(r, "popped", late), timeout=10)[0]
+    assert popped["pid"] != wait_until(lambda: ledger(r, "started", first))[0]["pid"]
+    # The heartbeat would notice only after ~30 s: the supervisor kills the child at once.
+    wait_until(lambda: not alive(popped["pid"]), timeout=5)
+    assert not ledger(r, "done", late)
+    wait_until(lambda: qless_client.jobs[first].state == "complete", timeout=15)
+    worker.signal(signal.SIGQUIT)
+    assert worker.wait() == 0

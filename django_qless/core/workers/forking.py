@@ -281,6 +281,8 @@ class ForkingWorker(ChildDisposal, ChildWatch):
         if event == "s" and len(fields) == 4:
             child.jid, child.queue, child.klass, child.token = fields
             child.job_started = time.monotonic()
+            assert self.channels is not None
+            child.unsure = self.channels.unsure()  # then re-checked once Redis confirms
         elif event == "e" and len(fields) == 2:
             jid, outcome = fields
             if outcome == "failed":

@@ -59,6 +59,7 @@ class ChildProc:
     left: str | None = None  # why the child says it leaves on its own (status line `x`)
     buffer: bytes = b""
     go_fd: int = -1  # the pipe that lets the child take jobs, until written (see listening)
+    unsure: bool = False  # its job started while its channel may not have been heard
 
 
 def attempts_still_owned(client: Client, attempts: Sequence[tuple[str, str, str]]) -> list[bool]:
@@ -99,6 +100,7 @@ class ChildChannels:
         self.rest_after = rest_after  # quiet seconds before the connections close (0: never)
         self.resting = False
         self._busy_at = time.monotonic()  # when a child last held a job
+        self._sure_from = 0.0  # when the last re-check's window for late starts ends
 
     def settle(self, busy: bool) -> None:
         """Close the connections once no child has held a job for `rest_after` seconds;
@@ -152,7 +154,19 @@ class ChildChannels:
         for shard in self.shards:
             missed = shard.missed_events or missed
             shard.missed_events = False
+        if missed:
+            self._sure_from = time.monotonic() + _LATE_START
         return missed
+
+    def unsure(self) -> bool:
+        """Tell whether a job starting now may have been taken while its events went unheard:
+        resting, reconnecting, or just after a re-check (a child reports its start a moment
+        after its pop, so a job popped before the re-check may be reported after it)."""
+        return self.resting or time.monotonic() < self._sure_from or self.confirming()
+
+    def confirming(self) -> bool:
+        """Tell whether a re-made connection still waits for Redis to confirm its channels."""
+        return any(shard.confirming() for shard in self.shards)
 
     def add(self, name: str) -> None:
         """Listen for worker `name`."""
@@ -191,6 +205,8 @@ class ChildChannels:
 
 # After a reconnect, re-check the jobs this long at the latest if a confirmation is missing.
 _CONFIRM_WITHIN = 5.0
+# A job whose start is reported this long after a re-check is re-checked on its own too.
+_LATE_START = 2.0
 
 
 class _ShardChannels:
@@ -244,6 +260,10 @@ class _ShardChannels:
             self._recheck_from = time.monotonic()
         self._connected_once = True
         return sub
+
+    def confirming(self) -> bool:
+        """Tell whether the re-check of a reconnect waits for Redis's confirmations."""
+        return bool(self._recheck_from) or self.missed_events
 
     def _check_confirmed(self) -> None:
         """Ask for the re-check once Redis has confirmed every channel of the reconnect."""

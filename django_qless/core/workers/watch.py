@@ -45,6 +45,8 @@ class ChildWatch:
         if self.channels.take_missed():
             self._read_all_status()
             self._recheck_running_jobs()
+        elif any(c.unsure for c in self.children.values()) and not self.channels.confirming():
+            self._recheck_running_jobs(only_unsure=True)
         if events:
             # Status lines are read in batches: catch up so child.jid is the current job.
             self._read_all_status()
@@ -58,13 +60,19 @@ class ChildWatch:
                 log.warning("child %s: %s for job %s; killing it", child.name, event, child.jid)
                 self._kill(child, "lock_lost", signal.SIGKILL)
 
-    def _recheck_running_jobs(self) -> None:
-        """After a pubsub gap, kill children whose job is no longer theirs (events missed)."""
-        assert self.client is not None
+    def _recheck_running_jobs(self, *, only_unsure: bool = False) -> None:
+        """After a pubsub gap, kill children whose job is no longer theirs (events missed);
+        `only_unsure`: only those whose job started while its events might be missed."""
+        assert self.client is not None and self.channels is not None
+        if self.channels.resting:
+            return  # (re-checked once a job wakes the channels and Redis confirms them)
         shards: dict[int, tuple[Client, list[tuple[ChildProc, str, str]]]] = {}
         lost: list[tuple[ChildProc, str]] = []
+        checked = [c for c in self.children.values() if c.unsure or not only_unsure]
+        for c in checked:
+            c.unsure = False
         try:
-            for c in self.children.values():
+            for c in checked:
                 if c.jid is not None and c.kill_reason is None:
                     shard = self.client.for_queue(c.queue or "")
                     shards.setdefault(id(shard), (shard, []))[1].append((c, c.jid, c.token or ""))
