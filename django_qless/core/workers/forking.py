@@ -2,7 +2,8 @@
 
 The supervisor never runs jobs. It forks the children (closing framework connections in
 `hooks.before_fork()` before every fork), respawns any that die (backing off when they die
-in a loop), watches `w:<child>` (in every shard served) for lock_lost/canceled/put, enforces
+in a loop), watches `w:<child>` (in every shard served; while a child holds a job: see
+supervision.py) for lock_lost/canceled/put, enforces
 the per-job time limit, and turns OS signals into actions (see `shutdown.py`). It is
 single-threaded: one poll() over the signal pipe, the children's status pipes and its pubsub
 sockets.
