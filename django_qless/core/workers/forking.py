@@ -159,7 +159,7 @@ class ForkingWorker(ChildDisposal, ChildWatch):
         assert self.channels is not None
         for sock in self.channels.filenos():
             poller.register(sock, select.POLLIN)
-        timeout = 0.25 if not self.channels.buffered() else 0.0
+        timeout = min(0.25 if not self.channels.buffered() else 0.0, self.channels.wake_in())
         if status_wait > 0 and self.children:
             timeout = min(timeout, status_wait)
         ready = {fd for fd, _ in poller.poll(timeout * 1000)}

@@ -39,6 +39,15 @@ __all__ = ["ChildChannels", "ChildProc", "attempts_still_owned"]
 
 log = logging.getLogger("django_qless.worker")
 
+# A job started while resting reopens the channels this long after its start is read: the
+# child starts it meanwhile instead of sharing the CPU with our reconnect (the job's events
+# are not lost: the re-check after the reconnect reads them in Redis).
+_WAKE_AFTER = 0.005
+# After a reconnect, re-check the jobs this long at the latest if a confirmation is missing.
+_CONFIRM_WITHIN = 5.0
+# A job whose start is reported this long after a re-check is re-checked on its own too.
+_LATE_START = 2.0
+
 
 @dataclass
 class ChildProc:
@@ -101,20 +110,30 @@ class ChildChannels:
         self.resting = False
         self._busy_at = time.monotonic()  # when a child last held a job
         self._sure_from = 0.0  # when the last re-check's window for late starts ends
+        self._wake_at = 0.0  # resting, a child holds a job: reopen then
 
     def settle(self, busy: bool) -> None:
         """Close the connections once no child has held a job for `rest_after` seconds;
-        open them again (then re-check the jobs) as soon as one holds a job."""
+        open them again (then re-check the jobs) once one has held a job _WAKE_AFTER s."""
         now = time.monotonic()
         if busy:
             self._busy_at = now
-            if self.resting:
+            if self.resting and not self._wake_at:
+                self._wake_at = now + _WAKE_AFTER
+            elif self.resting and now >= self._wake_at:
                 self._rest(False)
-        elif not self.resting and 0 < self.rest_after <= now - self._busy_at:
+        elif self.resting:
+            self._wake_at = 0.0  # the job is over: nothing to hear
+        elif 0 < self.rest_after <= now - self._busy_at:
             self._rest(True)
+
+    def wake_in(self) -> float:
+        """Return how long until the channels are due to reopen (infinity: not due)."""
+        return max(0.0, self._wake_at - time.monotonic()) if self._wake_at else float("inf")
 
     def _rest(self, resting: bool) -> None:
         self.resting = resting
+        self._wake_at = 0.0
         log.debug("supervisor pubsub %s", "closed while idle" if resting else "reopened")
         for shard in self.shards:
             shard.rest(resting)
@@ -201,12 +220,6 @@ class ChildChannels:
         """Drop the connections."""
         for shard in self.shards:
             shard.close()
-
-
-# After a reconnect, re-check the jobs this long at the latest if a confirmation is missing.
-_CONFIRM_WITHIN = 5.0
-# A job whose start is reported this long after a re-check is re-checked on its own too.
-_LATE_START = 2.0
 
 
 class _ShardChannels:
