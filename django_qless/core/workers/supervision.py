@@ -251,6 +251,7 @@ class _ShardChannels:
         self._retry_at = 0.0
         if resting:
             self.close()
+            self._recheck_from = 0.0  # no job runs; waking makes a re-check of its own
         else:
             self._ensure()  # now: the sooner Redis confirms, the sooner the jobs are checked
 
