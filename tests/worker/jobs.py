@@ -89,6 +89,15 @@ def sleep_long(job: Job) -> None:
 
 
 @register()
+def cancel_self(job: Job) -> None:
+    """Cancel itself as it starts, then sleep: only the supervisor's kill ends it early."""
+    job.cancel()
+    note(job, "started")
+    time.sleep(float(job.data.get("seconds", 30)))
+    note(job, "done")
+
+
+@register()
 def quit_while_abort_comes(job: Job) -> None:
     """Be canceled, then take a QUIT while the abort that causes is still on its way.
 

@@ -2,7 +2,8 @@
 
 The supervisor never runs jobs. It forks the children (closing framework connections in
 `hooks.before_fork()` before every fork), respawns any that die (backing off when they die
-in a loop), watches `w:<child>` (in every shard served) for lock_lost/canceled/put, enforces
+in a loop), watches `w:<child>` (in every shard served; while a child holds a job: see
+supervision.py) for lock_lost/canceled/put, enforces
 the per-job time limit, and turns OS signals into actions (see `shutdown.py`). It is
 single-threaded: one poll() over the signal pipe, the children's status pipes and its pubsub
 sockets.
@@ -113,7 +114,7 @@ class ForkingWorker(ChildDisposal, ChildWatch):
             self._token_dir = tempfile.mkdtemp(prefix="django-qless-")
             self._leader_token = TokenFile(self._token_dir)
         self.channels = ChildChannels(served_clients(self.client, self.config.queues),
-                                      _BUSY_PING)
+                                      _BUSY_PING, rest_after=self.config.idle_disconnect)
         if not isinstance(self.client, Client):  # queues may move between shards
             self._follower = ShardFollower(self.client, self.config.queues,
                                            self.config.queue_refresh, holders=self._names)
@@ -158,7 +159,7 @@ class ForkingWorker(ChildDisposal, ChildWatch):
         assert self.channels is not None
         for sock in self.channels.filenos():
             poller.register(sock, select.POLLIN)
-        timeout = 0.25 if not self.channels.buffered() else 0.0
+        timeout = min(0.25 if not self.channels.buffered() else 0.0, self.channels.wake_in())
         if status_wait > 0 and self.children:
             timeout = min(timeout, status_wait)
         ready = {fd for fd, _ in poller.poll(timeout * 1000)}
@@ -281,6 +282,8 @@ class ForkingWorker(ChildDisposal, ChildWatch):
         if event == "s" and len(fields) == 4:
             child.jid, child.queue, child.klass, child.token = fields
             child.job_started = time.monotonic()
+            assert self.channels is not None
+            child.unsure = self.channels.unsure()  # then re-checked once Redis confirms
         elif event == "e" and len(fields) == 2:
             jid, outcome = fields
             if outcome == "failed":
@@ -398,13 +401,15 @@ class ForkingWorker(ChildDisposal, ChildWatch):
     def _reap_leases(self) -> None:
         """Recover expired leases on idle queues now and then (see reaper.py).
 
-        While no child holds a job, the reaper and the pubsub PING wait at least 30 s: an
-        idle worker costs Redis next to nothing (its idle leader calls the engine once a
-        minute; see leadership.py).
+        While no child holds a job, the reaper and the pubsub PING wait at least 30 s, and
+        after --idle-disconnect seconds the pubsub connection is closed until a child starts
+        a job: an idle worker costs Redis next to nothing (its idle leader calls the engine
+        once a minute; see leadership.py).
         """
         idle = not any(child.jid for child in self.children.values())
         assert self.channels is not None
         self.channels.health_check_interval = _IDLE_PING if idle else _BUSY_PING
+        self.channels.settle(busy=not idle)
         if self.reaper is not None and not self.stopping:
             self.reaper.maybe_reap(idle=idle)
 

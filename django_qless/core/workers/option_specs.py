@@ -132,7 +132,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "at once)", ("--leader-hold",), "number", 0),
     OptionSpec("idle_disconnect", 10.0, "seconds the idle lead must stay with one child "
                "before the children waiting for it close their Redis connections until they "
-               "lead (0: never)",
+               "lead, and seconds without a job before the supervisor closes its "
+               "worker-channel connection until a child starts one (0: never)",
                ("--idle-disconnect",), "number", 0),
     OptionSpec("child_max_jobs", 0, "replace a child after this many jobs (0: never)",
                ("--child-max-jobs",), "int", 0),

@@ -6,6 +6,12 @@ that primary's shards: node_pubsub.py) are polled with the other descriptors ins
 shard's subscription is re-made (on the primary of now) when its connection breaks or its
 slot moves, and pinged when quiet so a half-open socket is noticed. The shards followed
 grow as the served queues move (`follow`).
+
+Once no child has held a job for `rest_after` seconds (--idle-disconnect) the connections
+are closed (`settle`): an idle worker's channels carry nothing, and the connection is what
+costs Redis. A child that starts a job reopens them, and the supervisor re-checks the running
+jobs once Redis has confirmed every channel again (`take_missed`), as after a broken
+connection: an event published before the confirmation is read in the job's state instead.
 """
 
 from __future__ import annotations
@@ -33,6 +39,15 @@ __all__ = ["ChildChannels", "ChildProc", "attempts_still_owned"]
 
 log = logging.getLogger("django_qless.worker")
 
+# A job started while resting reopens the channels this long after its start is read: the
+# child starts it meanwhile instead of sharing the CPU with our reconnect (the job's events
+# are not lost: the re-check after the reconnect reads them in Redis).
+_WAKE_AFTER = 0.005
+# After a reconnect, re-check the jobs this long at the latest if a confirmation is missing.
+_CONFIRM_WITHIN = 5.0
+# A job whose start is reported this long after a re-check is re-checked on its own too.
+_LATE_START = 2.0
+
 
 @dataclass
 class ChildProc:
@@ -53,6 +68,7 @@ class ChildProc:
     left: str | None = None  # why the child says it leaves on its own (status line `x`)
     buffer: bytes = b""
     go_fd: int = -1  # the pipe that lets the child take jobs, until written (see listening)
+    unsure: bool = False  # its job started while its channel may not have been heard
 
 
 def attempts_still_owned(client: Client, attempts: Sequence[tuple[str, str, str]]) -> list[bool]:
@@ -83,10 +99,44 @@ def attempts_still_owned(client: Client, attempts: Sequence[tuple[str, str, str]
 class ChildChannels:
     """Subscribe to the worker channels of the live children in every shard served; poll."""
 
-    def __init__(self, clients: Sequence[Client], health_check_interval: float = 10.0) -> None:
+    def __init__(
+        self, clients: Sequence[Client], health_check_interval: float = 10.0,
+        rest_after: float = 0.0,
+    ) -> None:
         self.hub = Hub()  # one connection per node, shared by the shards it holds
         self.shards = [_ShardChannels(c, health_check_interval, self.hub) for c in clients]
         self.names: set[str] = set()
+        self.rest_after = rest_after  # quiet seconds before the connections close (0: never)
+        self.resting = False
+        self._busy_at = time.monotonic()  # when a child last held a job
+        self._sure_from = 0.0  # when the last re-check's window for late starts ends
+        self._wake_at = 0.0  # resting, a child holds a job: reopen then
+
+    def settle(self, busy: bool) -> None:
+        """Close the connections once no child has held a job for `rest_after` seconds;
+        open them again (then re-check the jobs) once one has held a job _WAKE_AFTER s."""
+        now = time.monotonic()
+        if busy:
+            self._busy_at = now
+            if self.resting and not self._wake_at:
+                self._wake_at = now + _WAKE_AFTER
+            elif self.resting and now >= self._wake_at:
+                self._rest(False)
+        elif self.resting:
+            self._wake_at = 0.0  # the job is over: nothing to hear
+        elif 0 < self.rest_after <= now - self._busy_at:
+            self._rest(True)
+
+    def wake_in(self) -> float:
+        """Return how long until the channels are due to reopen (infinity: not due)."""
+        return max(0.0, self._wake_at - time.monotonic()) if self._wake_at else float("inf")
+
+    def _rest(self, resting: bool) -> None:
+        self.resting = resting
+        self._wake_at = 0.0
+        log.debug("supervisor pubsub %s", "closed while idle" if resting else "reopened")
+        for shard in self.shards:
+            shard.rest(resting)
 
     def follow(self, clients: Sequence[Client]) -> None:
         """Listen in the shards of `clients` (a served queue moved there) and no longer in
@@ -101,6 +151,7 @@ class ChildChannels:
                 continue
             known.add(client.shard)
             shard = _ShardChannels(client, self.health_check_interval, self.hub)
+            shard.resting = self.resting
             self.shards.append(shard)
             for name in self.names:
                 shard.add(name)
@@ -116,12 +167,25 @@ class ChildChannels:
             shard.health_check_interval = seconds
 
     def take_missed(self) -> bool:
-        """Tell (once) whether a connection was re-made: events may have been missed."""
+        """Tell (once) whether a connection was re-made and Redis has confirmed its channels
+        since: events may have been missed, and any later one will be heard."""
         missed = False
         for shard in self.shards:
             missed = shard.missed_events or missed
             shard.missed_events = False
+        if missed:
+            self._sure_from = time.monotonic() + _LATE_START
         return missed
+
+    def unsure(self) -> bool:
+        """Tell whether a job starting now may have been taken while its events went unheard:
+        resting, reconnecting, or just after a re-check (a child reports its start a moment
+        after its pop, so a job popped before the re-check may be reported after it)."""
+        return self.resting or time.monotonic() < self._sure_from or self.confirming()
+
+    def confirming(self) -> bool:
+        """Tell whether a re-made connection still waits for Redis to confirm its channels."""
+        return any(shard.confirming() for shard in self.shards)
 
     def add(self, name: str) -> None:
         """Listen for worker `name`."""
@@ -137,7 +201,7 @@ class ChildChannels:
 
     def listening(self, name: str) -> bool:
         """Tell whether Redis confirmed `name`'s channel in every shard connected now (a
-        shard reconnecting is re-checked once back: `take_missed`)."""
+        shard reconnecting, or resting, is re-checked once back: `take_missed`)."""
         return all(shard.listening(name) for shard in self.shards)
 
     def filenos(self) -> list[int]:
@@ -174,11 +238,25 @@ class _ShardChannels:
         self._last_traffic = time.monotonic()
         self._retry_at = 0.0
         self._connected_once = False
-        # Set after a reconnect: events may have been missed, the caller re-checks jobs.
+        # Set once a reconnect's channels are confirmed (or after _CONFIRM_WITHIN): events
+        # may have been missed, the caller re-checks jobs. Re-checking before Redis has
+        # confirmed could miss an event published between the read and the SSUBSCRIBE.
         self.missed_events = False
+        self._recheck_from = 0.0  # when the reconnect awaiting its confirmations was made
+        self.resting = False  # closed while the worker is idle: not reopened until woken
+
+    def rest(self, resting: bool) -> None:
+        """Close the connection and keep it closed (`resting`), or let it reopen."""
+        self.resting = resting
+        self._retry_at = 0.0
+        if resting:
+            self.close()
+            self._recheck_from = 0.0  # no job runs; waking makes a re-check of its own
+        else:
+            self._ensure()  # now: the sooner Redis confirms, the sooner the jobs are checked
 
     def _ensure(self) -> Subscription | None:
-        if self._sub is not None or time.monotonic() < self._retry_at:
+        if self._sub is not None or self.resting or time.monotonic() < self._retry_at:
             return self._sub
         sub = Subscription(self.client, self.hub)
         try:
@@ -193,9 +271,20 @@ class _ShardChannels:
         self._unconfirmed = dict.fromkeys(self.names, 1)
         self._last_traffic = time.monotonic()
         if self._connected_once:
-            self.missed_events = True
+            self._recheck_from = time.monotonic()
         self._connected_once = True
         return sub
+
+    def confirming(self) -> bool:
+        """Tell whether the re-check of a reconnect waits for Redis's confirmations."""
+        return bool(self._recheck_from) or self.missed_events
+
+    def _check_confirmed(self) -> None:
+        """Ask for the re-check once Redis has confirmed every channel of the reconnect."""
+        if self._recheck_from and (not self._unconfirmed or
+                                   time.monotonic() - self._recheck_from >= _CONFIRM_WITHIN):
+            self._recheck_from = 0.0
+            self.missed_events = True
 
     def _broken(self, exc: BaseException) -> None:
         log.warning("supervisor pubsub connection lost (%s); reconnecting", exc)
@@ -267,6 +356,7 @@ class _ShardChannels:
                     continue
                 if isinstance(payload, dict):
                     events.append((channel[len(self.prefix):], payload))
+            self._check_confirmed()
             if time.monotonic() - self._last_traffic >= self.health_check_interval:
                 sub.ping()
                 self._last_traffic = time.monotonic()

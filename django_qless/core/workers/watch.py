@@ -2,8 +2,9 @@
 
 An event (`lock_lost`, `canceled`, `put`) naming the job a child runs means the job is no
 longer the child's: the supervisor kills the child (its result would be refused anyway).
-After a pub/sub gap the supervisor asks Redis instead, for every running child's attempt
-(in the shard of the child's job).
+After a pub/sub gap (a broken connection, or the connections closed while the worker was
+idle) the supervisor asks Redis instead, for every running child's attempt (in the shard of
+the child's job), once Redis has confirmed the channels again.
 """
 
 from __future__ import annotations
@@ -40,10 +41,12 @@ class ChildWatch:
     # -- pubsub events -------------------------------------------------------------------------
     def _handle_events(self) -> None:
         assert self.channels is not None
+        events = self.channels.poll()  # (reads the confirmations take_missed waits for)
         if self.channels.take_missed():
             self._read_all_status()
             self._recheck_running_jobs()
-        events = self.channels.poll()
+        elif any(c.unsure for c in self.children.values()) and not self.channels.confirming():
+            self._recheck_running_jobs(only_unsure=True)
         if events:
             # Status lines are read in batches: catch up so child.jid is the current job.
             self._read_all_status()
@@ -57,13 +60,19 @@ class ChildWatch:
                 log.warning("child %s: %s for job %s; killing it", child.name, event, child.jid)
                 self._kill(child, "lock_lost", signal.SIGKILL)
 
-    def _recheck_running_jobs(self) -> None:
-        """After a pubsub gap, kill children whose job is no longer theirs (events missed)."""
-        assert self.client is not None
+    def _recheck_running_jobs(self, *, only_unsure: bool = False) -> None:
+        """After a pubsub gap, kill children whose job is no longer theirs (events missed);
+        `only_unsure`: only those whose job started while its events might be missed."""
+        assert self.client is not None and self.channels is not None
+        if self.channels.resting:
+            return  # (re-checked once a job wakes the channels and Redis confirms them)
         shards: dict[int, tuple[Client, list[tuple[ChildProc, str, str]]]] = {}
         lost: list[tuple[ChildProc, str]] = []
+        checked = [c for c in self.children.values() if c.unsure or not only_unsure]
+        for c in checked:
+            c.unsure = False
         try:
-            for c in self.children.values():
+            for c in checked:
                 if c.jid is not None and c.kill_reason is None:
                     shard = self.client.for_queue(c.queue or "")
                     shards.setdefault(id(shard), (shard, []))[1].append((c, c.jid, c.token or ""))

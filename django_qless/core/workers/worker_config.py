@@ -72,7 +72,8 @@ class WorkerConfig:
     # How long an idle leader that takes a job keeps the token (leadership.py).
     leader_hold: float = default_of("leader_hold")
     # How long that token stays with one child before the children waiting for it close
-    # their connections (taking.py).
+    # their connections (taking.py), and how long the supervisor goes without a job before
+    # it closes its worker channels' connection (supervision.py).
     idle_disconnect: float = default_of("idle_disconnect")
     # How long TERM/INT waits for children to unwind before SIGKILL.
     shutdown_grace: float = default_of("shutdown_grace")
