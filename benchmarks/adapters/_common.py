@@ -565,16 +565,16 @@ def measure_scale(a: Any, sizes: list[int], probe: int, many_queues: int) -> dic
     depth changes the cost; the mean of before and after cancels a steady drift.
     """
     out: dict[str, Any] = {}
+    multi = getattr(a, "multi_queue", True)
     first = _probe(a, ["bench"], sizes[0], probe)
     for size in sizes[1:]:
         out[f"depth_{size}"] = _probe(a, ["bench"], size, probe)
-    if getattr(a, "multi_queue", True):
+    if multi:
         names = [f"bench{i:02d}" for i in range(many_queues)]
         out[f"queues_{many_queues}"] = _probe(a, names, sizes[0], probe)
-    base = _mean_probe(first, _probe(a, ["bench"], sizes[0], probe))
-    out[f"depth_{sizes[0]}"] = base
-    if getattr(a, "multi_queue", True):
-        out["queues_1"] = base
+    out[f"depth_{sizes[0]}"] = _mean_probe(first, _probe(a, ["bench"], sizes[0], probe))
+    if multi:
+        out["queues_1"] = out[f"depth_{sizes[0]}"]
     _flush(a.url)
     return out
 
