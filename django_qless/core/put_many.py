@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from .chain import invoke_chain
 from .exceptions import InvalidArgument
-from .serialization import check_klass, dumps_data, new_jid
+from .serialization import check_klass, dumps_data, new_jids
 
 if TYPE_CHECKING:
     from .queue import Queue
@@ -20,6 +20,7 @@ __all__ = ["MANY_CHUNK", "put_many"]
 MANY_CHUNK = 500
 # The engine's time step between the jobs of one put.many call (MANY_STEP in put.lua).
 _STAGGER = 1e-6
+_NO_KLASS = object()  # (no class checked yet)
 
 PUT_KEYS = frozenset(
     {"klass", "data", "jid", "priority", "tags", "delay", "retries", "depends", "throttles",
@@ -36,20 +37,16 @@ def check_utf8(text: str) -> None:
 
 
 def _group(queue: Queue, index: int, spec: Mapping[str, Any]) -> list[str]:
-    """Validate job `index` and return its put.many group: jid klass data delay nopts opts."""
-    if len(spec) == 2 and "klass" in spec and "data" in spec:
-        # A fresh jid names a new job, for which put's default options are the engine's own
-        # defaults: send none (less for Redis to parse, the same job).
-        group = [new_jid(), check_klass(spec["klass"]), dumps_data(spec["data"]), "0", "0"]
-    else:
-        if set(spec) - PUT_KEYS or "klass" not in spec or "data" not in spec:
-            raise InvalidArgument(
-                f"put_many item {index} needs klass and data and only put options, "
-                f"got keys {sorted(spec)}"
-            )
-        options = {k: v for k, v in spec.items() if k not in ("klass", "data")}
-        args = queue.put_args(spec["klass"], spec["data"], **options)
-        group = [*args[2:6], str((len(args) - 6) // 2), *args[6:]]
+    """Validate job `index` (with options) and return its put.many group: jid klass data
+    delay nopts opts."""
+    if set(spec) - PUT_KEYS or "klass" not in spec or "data" not in spec:
+        raise InvalidArgument(
+            f"put_many item {index} needs klass and data and only put options, "
+            f"got keys {sorted(spec)}"
+        )
+    options = {k: v for k, v in spec.items() if k not in ("klass", "data")}
+    args = queue.put_args(spec["klass"], spec["data"], **options)
+    group = [*args[2:6], str((len(args) - 6) // 2), *args[6:]]
     if not "".join(group).isascii():
         for arg in group:
             check_utf8(arg)
@@ -65,12 +62,26 @@ def put_many(queue: Queue, jobs: Sequence[Mapping[str, Any]]) -> list[str]:
     """
     client = queue.client
     chunks: list[list[str]] = []  # each: put.many's groups, its n put in front later
-    count = 0
+    chunk: list[str] = []
+    count = len(jobs)
+    fresh = new_jids(count)
+    klass: object = _NO_KLASS
+    klass_text = ""
     for index, spec in enumerate(jobs):
         if index % MANY_CHUNK == 0:
-            chunks.append([])
-        chunks[-1] += _group(queue, index, spec)
-        count = index + 1
+            chunk = []
+            chunks.append(chunk)
+        if len(spec) == 2 and "klass" in spec and "data" in spec:
+            # A fresh jid names a new job, for which put's default options are the engine's
+            # own defaults: send none (less for Redis to parse, the same job; the engine's
+            # plain put). The texts are valid UTF-8: check_klass takes printable text only
+            # and dumps_data encodes what is not ASCII.
+            if spec["klass"] is not klass:  # (the jobs of a batch mostly share one class)
+                klass = spec["klass"]
+                klass_text = check_klass(klass)
+            chunk += (fresh[index], klass_text, dumps_data(spec["data"]), "0", "0")
+        else:
+            chunk += _group(queue, index, spec)
     if client.router is not None:
         queue.check_shard(
             [d for spec in jobs for d in spec.get("depends", ())],

@@ -99,18 +99,26 @@ Q.SMALL_VALUE = 64
 -- entry of the event carries. Still a number to every reader (qless-core reads it with
 -- tonumber); statistics move by < 1 ms.
 local ftime_t, ftime_s
+local ftime_sec, ftime_ms  -- (the second and millisecond of ftime_s, when it is decimal)
 local DIGIT = { [0] = '0', '1', '2', '3', '4', '5', '6', '7', '8', '9' }
 function Q.ftime(t)
-  -- (remembered: pop and complete of one call write the same `now`)
+  -- (remembered: pop and complete of one call write the same `now`, and the jobs of one
+  -- put.many, 1 µs apart, mostly the same millisecond)
   if t == ftime_t then return ftime_s end
   local text
   if t ~= t or t == math.huge or t == -math.huge or t >= 1e14 or t < 0 then
     text = string.format('%.17g', t)
+    ftime_sec = nil
   else
     -- (rounded, as 0.3 s is stored a hair below 0.3; but never up into the next second)
     local s = floor(t)
     local ms = floor((t - s) * 1000 + 0.5)
     if ms > 999 then ms = 999 end
+    if s == ftime_sec and ms == ftime_ms then
+      ftime_t = t
+      return ftime_s
+    end
+    ftime_sec, ftime_ms = s, ms
     text = Q.floor_text(s)
     -- (the digits written out, trailing zeros dropped: no string.format, whose printf costs
     -- more than the rest of this function)

@@ -192,13 +192,15 @@ def test_lone_surrogates_are_refused(client: Client, r: redis.Redis) -> None:
     assert evalsha_calls(r) == before
 
 
-def test_new_jid_is_a_random_uuid4_hex() -> None:
+@pytest.mark.parametrize("make", ["new_jid", "new_jids"])
+def test_new_jid_is_a_random_uuid4_hex(make: str) -> None:
     import uuid
 
-    from django_qless.core.serialization import check_jid, new_jid
+    from django_qless.core.serialization import check_jid, new_jid, new_jids
 
-    jids = {new_jid() for _ in range(1000)}
-    assert len(jids) == 1000
+    made = [new_jid() for _ in range(1000)] if make == "new_jid" else new_jids(1000)
+    jids = set(made)
+    assert len(jids) == 1000 and new_jids(0) == [] and len(new_jids(1)) == 1
     for jid in jids:
         parsed = uuid.UUID(hex=jid)
         assert parsed.hex == jid and parsed.version == 4 and parsed.variant == uuid.RFC_4122

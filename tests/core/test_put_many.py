@@ -14,6 +14,7 @@ from django_qless.core.exceptions import InvalidArgument, QlessError
 from django_qless.core.queue import Queue
 from tests.core import keyspace_mode
 from tests.core.conftest import FakeClock, Lua, snapshot
+from tests.core.keyspace_mode import KEYSPACE
 
 __all__: list[str] = []
 
@@ -116,6 +117,92 @@ def test_fifo_within_the_call_and_priority_first(lua: Lua, r: redis.Redis) -> No
     assert order[len(urgent):] == [f"j{i}" for i in range(300) if i % 10 != 3]
     # (`time` is stored to the millisecond: the microsecond steps live in the scores)
     assert [r.hget(f"ql:j:j{i}", "time") for i in (0, 1, 299)] == ["1000", "1000", "1000"]
+
+
+def hex_jid(i: int) -> str:
+    """A jid as our client makes them (32 hex digits): put.many's plain put takes those."""
+    return f"{i:032x}"
+
+
+@pytest.mark.parametrize("lean", [False, True], ids=["full-records", "lean-records"])
+def test_plain_jobs_store_and_publish_what_individual_puts_do(
+    lua: Lua, r: redis.Redis, events: Callable[[], list[tuple[str, str]]], lean: bool
+) -> None:
+    """New jobs with fresh jids, no delay and no options (the engine's plain put, which skips
+    put's option and move handling) leave the keys and events of one put each, FIFO."""
+    jobs = [(hex_jid(i), "K" if i % 3 else "K2", {"i": i, "s": "é"}, 0, {}) for i in range(40)]
+    for run in ("many", "single"):
+        r.flushdb()
+        if lean:
+            lua("config.set", 1, "lean-job-records", 1)
+        lua("put", 2, "w0", "q", "other", "K", {}, 0)  # (the queue listed: as put.many's)
+        events()
+        if run == "many":
+            assert lua.json("put.many", NOW, *many_args(jobs)) == [job[0] for job in jobs]
+            many = _state(r, events)
+        else:
+            for i, (jid, klass, data, delay, opts) in enumerate(jobs):
+                lua("put", NOW + i * STEP, "w1", "q", jid, klass, data, delay, *flat(opts))
+            single = _state(r, events)
+    assert many == single
+    assert len(many[1]) == 40 and many[2] == ["ql:wake:q"]
+    assert r.zrevrange("ql:q:q-work", 0, -1) == ["other"] + [job[0] for job in jobs]
+    assert ("jid" in r.hgetall(f"ql:j:{hex_jid(7)}")) is (not lean and KEYSPACE is None)
+
+
+def test_plain_call_looks_for_every_job_with_one_exists(lua: Lua, r: redis.Redis) -> None:
+    """A plain call reads whether its jobs exist with one EXISTS, and writes one HSET and one
+    log event each and one ZADD into the work set."""
+    lua("put", NOW - 0.5, "w0", "q", "other", "K", {}, 0)  # (the queue listed lately)
+    r.config_resetstat()
+    lua("put.many", NOW, *many_args([(hex_jid(i), "K", {}, 0, {}) for i in range(50)]))
+    stats = {name.removeprefix("cmdstat_"): row["calls"]
+             for name, row in r.info("commandstats").items()}
+    listed = 1 if lua.function is None else 0  # (under EVALSHA no memo of listed queues)
+    assert (stats["exists"], stats["hset"], stats["zadd"]) == (1, 50, 1 + listed)
+    assert stats.get("publish", 0) + stats.get("spublish", 0) == 51  # (and the wake-up)
+
+
+def test_plain_call_with_an_existing_jid_puts_each_job_as_put(
+    lua: Lua, r: redis.Redis, events: Callable[[], list[tuple[str, str]]]
+) -> None:
+    """A job of the call that exists (running here) is moved as put moves it: the call is
+    put job by job, every job as before."""
+    jobs = [(hex_jid(i), "K", {"i": i}, 0, {}) for i in range(5)]
+    for run in ("many", "single"):
+        r.flushdb()
+        lua("put", 1, "w0", "old", hex_jid(3), "K", {}, 0)
+        lua("pop", 2, "old", "w0", 1)
+        events()
+        if run == "many":
+            lua("put.many", NOW, *many_args(jobs))
+            many = _state(r, events)
+        else:
+            for i, (jid, klass, data, delay, opts) in enumerate(jobs):
+                lua("put", NOW + i * STEP, "w1", "q", jid, klass, data, delay, *flat(opts))
+            single = _state(r, events)
+    assert many == single
+    assert lua.json("get", 0, hex_jid(3))["queue"] == "q"
+    assert any(e[0] == "ql:w:w0" and "lock_lost" in e[1] for e in many[1])
+
+
+@pytest.mark.parametrize("field,value,message", [
+    (2, "not json", 'Put(): job 2: Arg "data" not JSON'),
+    (2, "[1]", 'Put(): job 2: Arg "data" must be a JSON object'),
+    (1, "", 'Put(): job 2: Arg "klass" missing'),
+    (1, "a\nb", 'Put(): job 2: Arg "klass" invalid'),
+    (0, hex_jid(1), f'Put(): job 2: Arg "jid" invalid: {hex_jid(1)} repeats job 1 of this call'),
+])
+def test_bad_field_in_a_plain_call_refuses_it(
+    lua: Lua, r: redis.Redis, field: int, value: str, message: str
+) -> None:
+    before = snapshot(r)
+    args = many_args([(hex_jid(i), "K", {}, 0, {}) for i in (1, 2, 3)])
+    args[3 + 5 + field] = value.replace("\\n", "\n")
+    with pytest.raises(redis.ResponseError) as info:
+        lua("put.many", NOW, *args)
+    assert message in str(info.value)
+    assert snapshot(r) == before
 
 
 def test_options_tags_throttles_delay(lua: Lua, r: redis.Redis) -> None:
@@ -316,6 +403,13 @@ def test_queue_put_many_validates_everything_before_sending(client: Client, q: Q
     jobs[800] = {"klass": "K", "data": {"s": "\ud800"}}
     with pytest.raises(InvalidArgument):
         q.put_many(jobs)
+    # the class is checked whenever it changes, whatever the jobs before it had
+    for klass in (None, "", "K\ud800", "a\nb", 7):
+        jobs[800] = {"klass": klass, "data": {}}
+        with pytest.raises(InvalidArgument, match="klass"):
+            q.put_many(jobs)
+        with pytest.raises(InvalidArgument, match="klass"):
+            q.put_many([{"klass": klass, "data": {}}])
     assert engine_calls(r) == calls
     assert r.keys("ql:j:*") == []
 
