@@ -124,6 +124,25 @@ def hex_jid(i: int) -> str:
     return f"{i:032x}"
 
 
+def many_and_single(lua: Lua, r: redis.Redis, events: Callable[[], list[tuple[str, str]]],
+                    jobs: list[tuple[str, str, dict[str, Any], float, dict[str, Any]]],
+                    setup: Callable[[], None]) -> tuple[Any, Any]:
+    """The state (_state) after one put.many of `jobs`, then after one put each, both on a
+    flushed database prepared by `setup`."""
+    states = []
+    for many in (True, False):
+        r.flushdb()
+        setup()
+        events()
+        if many:
+            assert lua.json("put.many", NOW, *many_args(jobs)) == [job[0] for job in jobs]
+        else:
+            for i, (jid, klass, data, delay, opts) in enumerate(jobs):
+                lua("put", NOW + i * STEP, "w1", "q", jid, klass, data, delay, *flat(opts))
+        states.append(_state(r, events))
+    return states[0], states[1]
+
+
 @pytest.mark.parametrize("lean", [False, True], ids=["full-records", "lean-records"])
 def test_plain_jobs_store_and_publish_what_individual_puts_do(
     lua: Lua, r: redis.Redis, events: Callable[[], list[tuple[str, str]]], lean: bool
@@ -131,19 +150,13 @@ def test_plain_jobs_store_and_publish_what_individual_puts_do(
     """New jobs with fresh jids, no delay and no options (the engine's plain put, which skips
     put's option and move handling) leave the keys and events of one put each, FIFO."""
     jobs = [(hex_jid(i), "K" if i % 3 else "K2", {"i": i, "s": "é"}, 0, {}) for i in range(40)]
-    for run in ("many", "single"):
-        r.flushdb()
+
+    def setup() -> None:
         if lean:
             lua("config.set", 1, "lean-job-records", 1)
         lua("put", 2, "w0", "q", "other", "K", {}, 0)  # (the queue listed: as put.many's)
-        events()
-        if run == "many":
-            assert lua.json("put.many", NOW, *many_args(jobs)) == [job[0] for job in jobs]
-            many = _state(r, events)
-        else:
-            for i, (jid, klass, data, delay, opts) in enumerate(jobs):
-                lua("put", NOW + i * STEP, "w1", "q", jid, klass, data, delay, *flat(opts))
-            single = _state(r, events)
+
+    many, single = many_and_single(lua, r, events, jobs, setup)
     assert many == single
     assert len(many[1]) == 40 and many[2] == ["ql:wake:q"]
     assert r.zrevrange("ql:q:q-work", 0, -1) == ["other"] + [job[0] for job in jobs]
@@ -169,18 +182,12 @@ def test_plain_call_with_an_existing_jid_puts_each_job_as_put(
     """A job of the call that exists (running here) is moved as put moves it: the call is
     put job by job, every job as before."""
     jobs = [(hex_jid(i), "K", {"i": i}, 0, {}) for i in range(5)]
-    for run in ("many", "single"):
-        r.flushdb()
+
+    def setup() -> None:
         lua("put", 1, "w0", "old", hex_jid(3), "K", {}, 0)
         lua("pop", 2, "old", "w0", 1)
-        events()
-        if run == "many":
-            lua("put.many", NOW, *many_args(jobs))
-            many = _state(r, events)
-        else:
-            for i, (jid, klass, data, delay, opts) in enumerate(jobs):
-                lua("put", NOW + i * STEP, "w1", "q", jid, klass, data, delay, *flat(opts))
-            single = _state(r, events)
+
+    many, single = many_and_single(lua, r, events, jobs, setup)
     assert many == single
     assert lua.json("get", 0, hex_jid(3))["queue"] == "q"
     assert any(e[0] == "ql:w:w0" and "lock_lost" in e[1] for e in many[1])
