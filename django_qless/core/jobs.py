@@ -167,7 +167,9 @@ class Jobs:
         """Count jobs completed in each of the last `intervals` spans of `seconds`, oldest first.
 
         Span i covers (start, start + seconds]; only completions the engine still keeps
-        (`jobs-history-count`) are counted. One round trip.
+        (`jobs-history-count`) are counted. One round trip. Without `until`, the newest span
+        also counts completions stamped after this client's now: the engine keeps a caller's
+        time within a second of its own, so another client's clock may run a little ahead.
         """
         n = check_int("intervals", intervals, 1, 10_000)
         step = check_number("seconds", seconds, 0.001)
@@ -179,7 +181,8 @@ class Jobs:
             pipe = r.pipeline(transaction=False)
             for i in range(n, 0, -1):
                 lo = end - i * step
-                pipe.zcount(completed, f"({lo}", lo + step)
+                hi: float | str = "+inf" if i == 1 and until is None else lo + step
+                pipe.zcount(completed, f"({lo}", hi)
             result: list[Any] = pipe.execute()
             return result
 

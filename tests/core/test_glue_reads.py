@@ -95,6 +95,15 @@ def test_completed_per_interval(client: Client, q: Queue, clock: FakeClock) -> N
     assert client.jobs.completed_per_interval(3, 60.0) == [0, 1, 2]
     assert client.jobs.completed_per_interval(2, 60.0, until=start + 60) == [0, 1]
     assert client.jobs.completed_per_interval(1, 200.0) == [3]
+    # a completion stamped by a clock a little ahead of this client's counts as the newest
+    clock.t = start + 120.4
+    q.put("K", {}, jid="d")
+    ahead = q.pop()
+    assert ahead is not None
+    ahead.complete()
+    clock.t = start + 120
+    assert client.jobs.completed_per_interval(3, 60.0) == [0, 1, 3]
+    assert client.jobs.completed_per_interval(3, 60.0, until=start + 120) == [0, 1, 2]
     with pytest.raises(InvalidArgument):
         client.jobs.completed_per_interval(0)
 
