@@ -145,6 +145,12 @@ Q.mod.put = function()
     return cfgv
   end
 
+  -- Whether new records are lean: always in a shard, by the config in the default keyspace
+  -- (Q.lean_records from put_config's read: ~2k instructions a put less).
+  local function lean_records(cfgv)
+    return KP ~= 'ql:' or cfgv['lean-job-records'] == '1'
+  end
+
   -- A job record's fields, for HSET (as values: a plain put passes them on without a table).
   -- A lean record leaves out what readers derive: jid (the key), priority 0, no tags,
   -- remaining = retries.
@@ -201,8 +207,7 @@ Q.mod.put = function()
     if depends or old then ndeps = Q.put_ndeps(jid, depends, old) end
     local retries_s = retries == 5 and '5' or Q.int_arg(retries)  -- (the default, as text)
     if ndeps > 0 then state = 'depends' end
-    -- (Q.lean_records from put_config's read: ~2k instructions a put less)
-    local lean = not old and (KP ~= 'ql:' or cfgv['lean-job-records'] == '1')
+    local lean = not old and lean_records(cfgv)
     local time_s = Q.ftime(now)
     -- A moved job, the options' extra fields and a dependent's delay add to the record's
     -- fields: a table then. A new job's record goes to HSET as record's values.
@@ -278,7 +283,7 @@ Q.mod.put = function()
   -- writes them.
   local function write_plain(now, queue, args, jid_at, keys)
     local cfgv = put_config()
-    local lean = KP ~= 'ql:' or cfgv['lean-job-records'] == '1'
+    local lean = lean_records(cfgv)
     local pub, log = K.pub, K.log
     local work = {}
     for i = 1, #jid_at do
