@@ -141,3 +141,21 @@ def test_worker_never_imports_django():
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+
+def test_abort_events_for_jobs_not_running_yet_are_kept_bounded_and_once(monkeypatch):
+    from django_qless.core.workers import listener
+
+    heard = listener.HeardAborts()
+    heard.note("a")
+    assert heard.heard("a") and not heard.heard("a")  # (once)
+    assert not heard.heard("never")
+    for i in range(listener._ABORTS_KEPT + 10):  # bounded: the oldest go first
+        heard.note(f"j{i}")
+    assert len(heard) == listener._ABORTS_KEPT
+    assert not heard.heard("j0") and heard.heard(f"j{listener._ABORTS_KEPT + 9}")
+    heard.note("old")
+    later = listener.time.monotonic() + listener._ABORT_MEMORY + 1
+    monkeypatch.setattr(listener.time, "monotonic", lambda: later)
+    assert not heard.heard("old")  # (heard too long ago to be about this attempt)

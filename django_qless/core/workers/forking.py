@@ -283,7 +283,9 @@ class ForkingWorker(ChildDisposal, ChildWatch):
             child.jid, child.queue, child.klass, child.token = fields
             child.job_started = time.monotonic()
             assert self.channels is not None
-            child.unsure = self.channels.unsure()  # then re-checked once Redis confirms
+            # Re-checked in Redis (by the attempt token) once the channels are confirmed:
+            # events may have been missed, or one named this job before it was reported.
+            child.unsure = self.channels.unsure() or child.aborted.heard(child.jid)
         elif event == "e" and len(fields) == 2:
             jid, outcome = fields
             if outcome == "failed":

@@ -26,12 +26,46 @@ from django_qless.core.workers.subscription import PUBSUB_ERRORS, Hub, Subscript
 if TYPE_CHECKING:
     from django_qless.core.client import Client
 
-__all__ = ["ABORT_EVENTS", "WorkerChannelListener"]
+__all__ = ["ABORT_EVENTS", "HeardAborts", "WorkerChannelListener"]
 
 log = logging.getLogger("django_qless.worker")
 
 ABORT_EVENTS = frozenset({"lock_lost", "canceled", "put"})
 _RETRY = 1.0  # a shard whose subscription failed is tried again after this long
+# How long, and for how many jobs, an abort event naming a job not running yet is kept: a
+# job starts within a round trip of its pop, or after the job before it (one held ahead is
+# handed back once that one passes 0.1 s); a supervisor reads status lines in batches.
+_ABORT_MEMORY = 30.0
+_ABORTS_KEPT = 64
+
+
+class HeardAborts:
+    """Abort events heard for jobs not running yet: popped (the reply on its way, or the
+    start not reported yet) or held ahead. Such a job may start yet; when it does, Redis is
+    asked whether the attempt still holds it (`attempts_still_owned`, by attempt token, so a
+    job popped again after the event is not taken for the one it named)."""
+
+    def __init__(self) -> None:
+        self._heard: dict[str, float] = {}  # jid -> when (dict operations are atomic)
+
+    def note(self, jid: str) -> None:
+        """Remember an abort event naming `jid`."""
+        now = time.monotonic()
+        heard = self._heard
+        if len(heard) >= _ABORTS_KEPT:
+            heard = {j: t for j, t in heard.items() if now - t < _ABORT_MEMORY}
+            while len(heard) >= _ABORTS_KEPT:
+                del heard[next(iter(heard))]  # (the oldest)
+            self._heard = heard
+        heard[jid] = now
+
+    def heard(self, jid: str) -> bool:
+        """Tell (once) whether an abort event named `jid` lately."""
+        when = self._heard.pop(jid, None)
+        return when is not None and time.monotonic() - when < _ABORT_MEMORY
+
+    def __len__(self) -> int:
+        return len(self._heard)
 
 
 class WorkerChannelListener(threading.Thread):

@@ -20,7 +20,7 @@ from django_qless.core.exceptions import QlessError
 from django_qless.core.workers.base import JobLoop
 from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol
 from django_qless.core.workers.inhand import release_job
-from django_qless.core.workers.listener import ABORT_EVENTS, WorkerChannelListener
+from django_qless.core.workers.listener import ABORT_EVENTS, HeardAborts, WorkerChannelListener
 from django_qless.core.workers.runner import KILLED_GROUP, TIMEOUT_GROUP, Outcome
 from django_qless.core.workers.shards import ShardFollower
 from django_qless.core.workers.shutdown import ExitCode, SignalState
@@ -58,6 +58,7 @@ class SerialWorker(JobLoop):
                                                 on_reconnect=self._recheck_current)]
         self.released = 0
         self.unreleased = 0
+        self.heard = HeardAborts()  # (written by the listener thread, read at a job's start)
 
     def _shards_followed(self) -> Callable[[], Sequence[Client]]:
         """Return what names the shards to hear `w:<worker>` in (see ShardFollower)."""
@@ -126,11 +127,32 @@ class SerialWorker(JobLoop):
             log.warning("USR2: paused; send CONT to resume")
 
     def _on_channel_event(self, worker: str, payload: dict[str, Any]) -> None:
-        event = payload.get("event")
+        event, jid = payload.get("event"), payload.get("jid")
+        if event not in ABORT_EVENTS or not isinstance(jid, str):
+            return
         current = self.current
-        if event in ABORT_EVENTS and current is not None and payload.get("jid") == current.jid:
-            log.warning("job %s: %s event, aborting it", current.jid, event)
-            self.guard.abort("lock_lost")
+        if current is not None and jid == current.jid and self.guard.abort("lock_lost"):
+            log.warning("job %s: %s event, aborting it", jid, event)
+            return
+        # Not running yet (popped, held ahead, or about to enter job code): its start asks
+        # Redis whether the attempt still holds it (_pre_abort).
+        self.heard.note(jid)
+
+    def _pre_abort(self) -> str | None:
+        current = self.current
+        if current is not None and self.heard.heard(current.jid):
+            attempt = (current.jid, self.name, current.attempt_token)
+            try:
+                owned = attempts_still_owned(current.client, [attempt])[0]
+            except QlessError as exc:
+                log.warning("job %s: could not check it after an abort event (%s)",
+                            current.jid, exc)
+                owned = True  # (its heartbeat will tell)
+            if not owned:
+                log.warning("job %s was taken away before it started; not running it",
+                            current.jid)
+                return "lock_lost"
+        return super()._pre_abort()
 
     def _recheck_current(self) -> None:
         """After a pubsub gap, abort the job if it was taken away meanwhile."""

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from django_qless.core.workers.listener import HeardAborts
 from django_qless.core.workers.subscription import (
     MESSAGE_TYPES,
     PUBSUB_ERRORS,
@@ -69,6 +70,8 @@ class ChildProc:
     buffer: bytes = b""
     go_fd: int = -1  # the pipe that lets the child take jobs, until written (see listening)
     unsure: bool = False  # its job started while its channel may not have been heard
+    # Abort events heard for jobs it had not reported starting (popped, or held ahead).
+    aborted: HeardAborts = field(default_factory=HeardAborts)
 
 
 def attempts_still_owned(client: Client, attempts: Sequence[tuple[str, str, str]]) -> list[bool]:

@@ -42,23 +42,27 @@ class ChildWatch:
     def _handle_events(self) -> None:
         assert self.channels is not None
         events = self.channels.poll()  # (reads the confirmations take_missed waits for)
-        if self.channels.take_missed():
-            self._read_all_status()
-            self._recheck_running_jobs()
-        elif any(c.unsure for c in self.children.values()) and not self.channels.confirming():
-            self._recheck_running_jobs(only_unsure=True)
-        if events:
+        missed = self.channels.take_missed()
+        if missed or events:
             # Status lines are read in batches: catch up so child.jid is the current job.
             self._read_all_status()
+        if missed:
+            self._recheck_running_jobs()
         by_name = {c.name: c for c in self.children.values()}
         for worker, payload in events:
             child = by_name.get(worker)
-            event = payload.get("event")
-            if child is None or event not in ABORT_EVENTS:
+            event, jid = payload.get("event"), payload.get("jid")
+            if child is None or event not in ABORT_EVENTS or not isinstance(jid, str):
                 continue
-            if child.jid is not None and payload.get("jid") == child.jid:
-                log.warning("child %s: %s for job %s; killing it", child.name, event, child.jid)
+            if jid == child.jid:
+                log.warning("child %s: %s for job %s; killing it", child.name, event, jid)
                 self._kill(child, "lock_lost", signal.SIGKILL)
+            else:
+                # Popped but not reported yet, or held ahead: when its start is reported,
+                # Redis is asked whether this attempt still holds it (_on_status).
+                child.aborted.note(jid)
+        if any(c.unsure for c in self.children.values()) and not self.channels.confirming():
+            self._recheck_running_jobs(only_unsure=True)
 
     def _recheck_running_jobs(self, *, only_unsure: bool = False) -> None:
         """After a pubsub gap, kill children whose job is no longer theirs (events missed);
