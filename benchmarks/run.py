@@ -135,6 +135,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--skip-idle-callgrind", action="store_true",
                    help="skip the idle cost counted under callgrind (benchmarks/idle_cost.py, "
                         "~4 min; ~1.5 with --quick), which the idle CPU target judges")
+    p.add_argument("--skip-worker-callgrind", action="store_true",
+                   help="skip counting redis-server's instructions per worker job under "
+                        "callgrind (attribution.py's count, ~30 s; the load-independent "
+                        "reading of the Redis CPU/job target)")
     p.add_argument("--skip-62", action="store_true", help="skip the Redis 6.2 leg")
     p.add_argument("--body", choices=("incr", "noop"), default="incr",
                    help="worker job body: one INCR (default, the capacity table's) or none")
@@ -242,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"idle  {system.name:13} done", flush=True)
         idle_cg = None if args.skip_idle or args.skip_idle_callgrind or \
             "django-qless" not in names else idle_instructions(binary, s)
+        worker_cg = None if args.skip_worker_callgrind or args.idle_only or \
+            "django-qless" not in names else worker_instructions(binary)
     info["loadavg_end"] = list(os.getloadavg())
     info["total_seconds"] = round(time.monotonic() - started, 1)
     agg = aggregate(rounds)
@@ -249,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
            "aggregate": agg, "targets": check_targets(agg), "scale": scale, "idle": idle}
     if idle_cg is not None:
         doc["idle_callgrind"] = idle_cg
+    if worker_cg is not None:
+        doc["worker_callgrind"] = worker_cg
     if leg62 is not None:
         doc["leg62"] = {"redis_version": leg62["redis_version"], "binary": leg62["binary"],
                         "rounds": leg62["rounds"],
@@ -280,6 +288,21 @@ def idle_instructions(binary: str, s: dict[str, Any]) -> dict[str, Any] | None:
         return None
     print("idle  callgrind      done", flush=True)
     return doc
+
+
+def worker_instructions(binary: str, jobs: int = 300) -> dict[str, Any] | None:
+    """Count redis-server's instructions per job through the core worker (1 process, its
+    start-up included) under callgrind, as attribution.py does; None, with a note, where
+    valgrind is missing. Instructions do not move with the machine's load or speed, as the
+    µs of INFO cpu do."""
+    import attribution
+
+    counted = attribution.callgrind(binary, jobs)
+    if "error" in counted:
+        print(f"worker under callgrind skipped: {counted['error']}")
+        return None
+    print("worker callgrind     done", flush=True)
+    return {"jobs": jobs, "instructions_per_job": counted["total_ir_per_job"]}
 
 
 def render(doc: dict[str, Any]) -> str:

@@ -207,5 +207,14 @@ def test_capacity_checks_cover_every_target() -> None:
     assert got["flat cost (waiting: depth_1000000 / depth_10000) pop_redis_us <= 1.25x"] == \
         "MISSED"
     assert got["flat cost (queues: queues_200 / queues_1) put_redis_us <= 1.25x"] == "met"
+    instructions = "Redis instructions/job through the worker <= 0.6x the baseline's (callgrind)"
+    assert got[instructions] == "n/a"  # (not counted)
+    doc["worker_callgrind"] = {"jobs": 300, "instructions_per_job": 450_000.0}
+    rows = {t["target"]: t for t in report.capacity_checks(doc)}
+    assert rows[instructions]["status"] == "MISSED"  # 450k / 725,918 = 0.62
+    assert abs(rows[instructions]["value"] - 450_000 / 725_918) < 1e-9
+    doc["worker_callgrind"]["instructions_per_job"] = 400_000.0
+    assert report.capacity_checks(doc)[1]["status"] == "met"
     text = report.format_capacity(doc)
     assert "CAPACITY PER REDIS CORE" in text and "REDIS 6.2 LEG" in text
+    assert "REDIS INSTRUCTIONS PER WORKER JOB" in text and "400,000" in text
