@@ -156,6 +156,27 @@ def test_a_job_canceled_in_its_shard_gets_its_child_killed(
     assert not ledger(rc, "done", jid)
 
 
+def test_a_job_canceled_in_its_shard_before_its_start_report_gets_its_child_killed(
+    cluster: LocalCluster, sharded: ShardedClient, rc: RedisCluster,
+    start: Callable[..., WorkerProcess],
+) -> None:
+    """tests/worker/late_start.py cancels the job between its pop and its start report: the
+    supervisor hears the cancel in qb's shard first, then asks that shard at the start."""
+    place_on_three_primaries(sharded, cluster, ("qa", "qb"))
+    worker = start("-n", "1", "--name", "wk", "--import", "tests.worker.late_start", "qa,qb")
+    first = worker.wait_children(1, 30)[0]
+    wait_until(lambda: shard_subscribers(cluster, sharded, "qb", "w:wk-0") == 1, 30)
+    jid = sharded.for_queue("qb").queues["qb"].put("tests.worker.jobs.sleep_long",
+                                                   {"seconds": 120, "late": True})
+    wait_until(lambda: ledger(rc, "popped", jid), 30)
+    try:
+        wait_until(lambda: not alive(first), 15)  # (its heartbeat: 20 s on)
+    except AssertionError:
+        raise AssertionError(worker.stderr()[-4000:]) from None
+    assert f"child wk-0: job {jid} is no longer its own in Redis" in worker.stderr()
+    assert not ledger(rc, "done", jid)
+
+
 def test_a_child_takes_no_job_before_its_supervisor_listens_on_its_channel(
     cluster: LocalCluster, sharded: ShardedClient, rc: RedisCluster, tmp_path: Path,
 ) -> None:

@@ -91,6 +91,7 @@ class ChildWatch:
             self._read_all_status()  # a child that moved on since is not running that job
         for child, jid in lost:
             if child.jid == jid and child.kill_reason is None and child.pid in self.children:
-                log.warning("child %s: job %s was taken away while we were not listening; "
-                            "killing it", child.name, jid)
+                log.warning("child %s: job %s is no longer its own in Redis (taken away "
+                            "unheard, or before its start was reported); killing it",
+                            child.name, jid)
                 self._kill(child, "lock_lost", signal.SIGKILL)
