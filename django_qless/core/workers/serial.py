@@ -141,9 +141,8 @@ class SerialWorker(JobLoop):
     def _pre_abort(self) -> str | None:
         current = self.current
         if current is not None and self.heard.heard(current.jid):
-            attempt = (current.jid, self.name, current.attempt_token)
             try:
-                owned = attempts_still_owned(current.client, [attempt])[0]
+                owned = self._still_holds(current)
             except QlessError as exc:
                 log.warning("job %s: could not check it after an abort event (%s)",
                             current.jid, exc)
@@ -159,11 +158,14 @@ class SerialWorker(JobLoop):
         current = self.current
         if current is None:
             return
-        attempt = (current.jid, self.name, current.attempt_token)
-        if attempts_still_owned(current.client, [attempt])[0] or self.current is not current:
+        if self._still_holds(current) or self.current is not current:
             return  # still ours, settled by us, or over already: another job may run now
         log.warning("job %s was taken away while the listener was reconnecting", current.jid)
         self.guard.abort("lock_lost")
+
+    def _still_holds(self, job: Job) -> bool:
+        """Ask Redis whether this worker's attempt at `job` still holds it (or settled it)."""
+        return attempts_still_owned(job.client, [(job.jid, self.name, job.attempt_token)])[0]
 
     # -- dispositions -----------------------------------------------------------------------
     def on_aborted(self, job: Job, reason: str) -> bool:
