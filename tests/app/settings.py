@@ -44,6 +44,10 @@ MIDDLEWARE = [
 
 ROOT_URLCONF = "tests.app.urls"
 
+# The default hasher spends ~0.4 s of CPU per password on purpose; the suites create users
+# and log in hundreds of times, and no test is about the hash.
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
