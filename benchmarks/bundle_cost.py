@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import time
 from collections.abc import Callable
@@ -50,7 +49,6 @@ def variants(command: str, mode: str = "bundle") -> dict[str, str]:
 def measure(binary: str, calls: int, mode: str) -> list[tuple[str, float]]:
     """Return (phase, instructions per call) for every phase, in order."""
     phases: list[tuple[str, int]] = []
-    totals: dict[str, int] = {}
     try:
         with callgrind_redis(binary, "bundle-cost-") as cg:
             r = redis.Redis(unix_socket_path=cg.sock, decode_responses=True)
@@ -66,12 +64,7 @@ def measure(binary: str, calls: int, mode: str) -> list[tuple[str, float]]:
 
             _run_phases(r, phase, calls, mode)
             cg.stop()
-            for path in cg.outputs():
-                text = path.read_text(errors="replace")
-                label = re.search(r"^desc: Trigger: dump (.*)$", text, re.MULTILINE)
-                total = re.search(r"^totals: (\d+)", text, re.MULTILINE)
-                if label and total:
-                    totals[label.group(1)] = int(total.group(1))
+            totals = cg.dump_totals()
     except CallgrindError as exc:
         raise SystemExit(str(exc)) from exc
     return [(label, totals.get(label, 0) / count) for label, count in phases]

@@ -8,6 +8,7 @@ load, which is why the attribution tools use them next to the µs.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -74,6 +75,17 @@ class CallgrindRedis:
     def outputs(self) -> list[Path]:
         """Return callgrind's output files (one per dump, then the final one), sorted."""
         return sorted(Path(self.dir).glob("callgrind.out*"))
+
+    def dump_totals(self) -> dict[str, int]:
+        """Return the instructions of each labelled dump (`control("-d", label)`), after stop."""
+        totals: dict[str, int] = {}
+        for path in self.outputs():
+            text = path.read_text(errors="replace")
+            label = re.search(r"^desc: Trigger: dump (.*)$", text, re.MULTILINE)
+            total = re.search(r"^totals: (\d+)", text, re.MULTILINE)
+            if label and total:
+                totals[label.group(1)] = int(total.group(1))
+        return totals
 
     def annotate(self, keep_as: str | None = None) -> str:
         """Return `callgrind_annotate`'s exclusive counts of the final output (after stop);

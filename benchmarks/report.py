@@ -189,10 +189,11 @@ def format_report(agg: dict[str, Any], systems: list[str], targets: list[dict[st
 
 
 def format_scale(scale: dict[str, dict[str, Any]],
-                 fields: tuple[str, str] = ("put_us", "pop_us")) -> str:
-    """Return the scaling table: put/pop microseconds per depth and per queue count."""
+                 fields: tuple[str, str] = ("put_us", "pop_us"), unit: str = "us") -> str:
+    """Return the scaling table: put/pop cost (microseconds, or `unit`) per depth and per
+    queue count."""
     cases = sorted({c for per in scale.values() for c in per}, key=_case_order)
-    head = f"{'system':14}" + "".join(f" {c + ' put/pop us':>26}" for c in cases)
+    head = f"{'system':14}" + "".join(f" {c + f' put/pop {unit}':>26}" for c in cases)
     lines = [head, "-" * len(head)]
     for system, per in scale.items():
         row = f"{system:14}"
@@ -357,12 +358,18 @@ def capacity_checks(doc: dict[str, Any]) -> list[dict[str, Any]]:
                     "status": "n/a"})
     out += _idle_checks(doc)
     scale = (doc.get("scale") or {}).get(OURS, {})
+    counted = doc.get("scale_callgrind") or {}
     small, big, many = _scale_cases(scale)
     for label, case, base in (("waiting", big, small), ("queues", many, "queues_1")):
-        for field in ("put_redis_us", "pop_redis_us"):
+        # (the µs of INFO cpu, then the same cases' instructions where callgrind counted them)
+        for source, field in ((scale, "put_redis_us"), (scale, "pop_redis_us"),
+                              (counted, "put_ir"), (counted, "pop_ir")):
+            if source is counted and not counted:
+                continue
             value = None if case is None or base is None else \
-                _scale_ratio(scale, case, base, field)
-            out.append({"target": f"flat cost ({label}: {case} / {base}) {field} <= "
+                _scale_ratio(source, case, base, field)
+            name = field if source is scale else f"{field} (callgrind)"
+            out.append({"target": f"flat cost ({label}: {case} / {base}) {name} <= "
                         f"{SCALE_FLAT}x", "value": value,
                         "status": _status(value, at_most=SCALE_FLAT)})
     return out

@@ -2,8 +2,9 @@
 
 Usage: `make bench ARGS="--quick"` or `.venv/bin/python benchmarks/run.py [--quick|--full]
 [--rounds N] [--systems a,b] [--skip-scale] [--skip-idle] [--idle-only] [--idle-seconds S]
-[--skip-idle-callgrind] [--skip-62] [--body noop|incr] [--no-install]`. `--cluster` runs
-only the one-node against three-shard comparison (benchmarks/cluster.py). See benchmarks/README.md.
+[--skip-idle-callgrind] [--skip-worker-callgrind] [--skip-scale-callgrind] [--skip-62]
+[--body noop|incr] [--no-install]`. `--cluster` runs only the one-node against three-shard
+comparison (benchmarks/cluster.py). See benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -139,6 +140,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="skip counting redis-server's instructions per worker job under "
                         "callgrind (attribution.py's count, ~30 s; the load-independent "
                         "reading of the Redis CPU/job target)")
+    p.add_argument("--skip-scale-callgrind", action="store_true",
+                   help="skip counting redis-server's instructions per put and pop + complete "
+                        "in the scaling table's cases (benchmarks/scale_cost.py; ~1.5 min with "
+                        "--full, its 1M-job fill under valgrind)")
     p.add_argument("--skip-62", action="store_true", help="skip the Redis 6.2 leg")
     p.add_argument("--body", choices=("incr", "noop"), default="incr",
                    help="worker job body: one INCR (default, the capacity table's) or none")
@@ -248,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
             "django-qless" not in names else idle_instructions(binary, s)
         worker_cg = None if args.skip_worker_callgrind or args.idle_only or \
             "django-qless" not in names else worker_instructions(binary)
+        scale_cg = None if args.skip_scale or args.skip_scale_callgrind or \
+            "django-qless" not in names else scale_instructions(binary, s)
     info["loadavg_end"] = list(os.getloadavg())
     info["total_seconds"] = round(time.monotonic() - started, 1)
     agg = aggregate(rounds)
@@ -257,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
         doc["idle_callgrind"] = idle_cg
     if worker_cg is not None:
         doc["worker_callgrind"] = worker_cg
+    if scale_cg is not None:
+        doc["scale_callgrind"] = scale_cg
     if leg62 is not None:
         doc["leg62"] = {"redis_version": leg62["redis_version"], "binary": leg62["binary"],
                         "rounds": leg62["rounds"],
@@ -305,6 +314,23 @@ def worker_instructions(binary: str, jobs: int = 300) -> dict[str, Any] | None:
     return {"jobs": jobs, "instructions_per_job": counted["total_ir_per_job"]}
 
 
+def scale_instructions(binary: str, s: dict[str, Any]) -> dict[str, Any] | None:
+    """Count redis-server's instructions per put and per pop + complete in the scaling
+    table's cases (scale_cost.py); None, with a note, where valgrind is missing. The µs of
+    the table move with this machine's caches and load; the instructions do not."""
+    import scale_cost
+    from callgrind_redis import CallgrindError
+
+    try:
+        doc = scale_cost.measure(binary, [int(n) for n in s["scale"].split(",")],
+                                 s["scale_queues"], probe=1000)
+    except CallgrindError as exc:
+        print(f"scale under callgrind skipped: {exc}")
+        return None
+    print("scale callgrind      done", flush=True)
+    return doc
+
+
 def render(doc: dict[str, Any]) -> str:
     """Return the full text report of a saved run."""
     info, s = doc["machine"], doc["sizes"]
@@ -328,6 +354,10 @@ def render(doc: dict[str, Any]) -> str:
                   format_scale(doc["scale"]),
                   "Redis CPU (INFO cpu) per put / per pop+complete, us:",
                   format_scale(doc["scale"], ("put_redis_us", "pop_redis_us"))]
+    if doc.get("scale_callgrind"):
+        lines += ["Redis instructions (callgrind, 1,000 of each) per put / per pop+complete:",
+                  format_scale({"django-qless": doc["scale_callgrind"]}, ("put_ir", "pop_ir"),
+                               unit="instr")]
     if doc.get("idle_callgrind"):
         from idle_cost import format_idle_cost
 

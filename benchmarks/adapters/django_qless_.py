@@ -32,9 +32,9 @@ class DjangoQless:
         "the next job, held ahead, runs; an idle child is handed the next job by the put)",
     }
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, client: Client | None = None) -> None:
         self.url = url
-        self.client = Client(url)
+        self.client = client or Client(url)
         self.queues = {}
         self._next = None
 
