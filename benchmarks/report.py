@@ -362,14 +362,13 @@ def capacity_checks(doc: dict[str, Any]) -> list[dict[str, Any]]:
     small, big, many = _scale_cases(scale)
     for label, case, base in (("waiting", big, small), ("queues", many, "queues_1")):
         # (the µs of INFO cpu, then the same cases' instructions where callgrind counted them)
-        for source, field in ((scale, "put_redis_us"), (scale, "pop_redis_us"),
-                              (counted, "put_ir"), (counted, "pop_ir")):
-            if source is counted and not counted:
-                continue
+        rows = [(scale, "put_redis_us", ""), (scale, "pop_redis_us", "")]
+        if counted:
+            rows += [(counted, "put_ir", " (callgrind)"), (counted, "pop_ir", " (callgrind)")]
+        for source, field, how in rows:
             value = None if case is None or base is None else \
                 _scale_ratio(source, case, base, field)
-            name = field if source is scale else f"{field} (callgrind)"
-            out.append({"target": f"flat cost ({label}: {case} / {base}) {name} <= "
+            out.append({"target": f"flat cost ({label}: {case} / {base}) {field}{how} <= "
                         f"{SCALE_FLAT}x", "value": value,
                         "status": _status(value, at_most=SCALE_FLAT)})
     return out

@@ -323,7 +323,7 @@ def scale_instructions(binary: str, s: dict[str, Any]) -> dict[str, Any] | None:
 
     try:
         doc = scale_cost.measure(binary, [int(n) for n in s["scale"].split(",")],
-                                 s["scale_queues"], probe=1000)
+                                 s["scale_queues"], scale_cost.PROBE)
     except CallgrindError as exc:
         print(f"scale under callgrind skipped: {exc}")
         return None
@@ -355,7 +355,8 @@ def render(doc: dict[str, Any]) -> str:
                   "Redis CPU (INFO cpu) per put / per pop+complete, us:",
                   format_scale(doc["scale"], ("put_redis_us", "pop_redis_us"))]
     if doc.get("scale_callgrind"):
-        lines += ["Redis instructions (callgrind, 1,000 of each) per put / per pop+complete:",
+        lines += ["Redis instructions (callgrind, 1,000 of each; scale_cost.py) per put / "
+                  "per pop+complete:",
                   format_scale({"django-qless": doc["scale_callgrind"]}, ("put_ir", "pop_ir"),
                                unit="instr")]
     if doc.get("idle_callgrind"):

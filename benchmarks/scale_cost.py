@@ -34,13 +34,14 @@ from django_qless_ import DjangoQless  # noqa: E402
 from django_qless.core import Client  # noqa: E402
 from django_qless.core.server import find_redis_server  # noqa: E402
 
-__all__ = ["CALL_STEP", "measure", "measure_case"]
+__all__ = ["CALL_STEP", "PROBE", "measure", "measure_case"]
 
 # The engine's clock advances this much per call (the client's clock, as batch_cost.py's):
 # the engine keeps time-bound memos (a queue known to be listed in ql:queues for 1 s, known
 # empty queues), and under valgrind Redis runs ~50x slower, so by a real clock they would
 # lapse ~50x more often per job than at full speed. 0.1 ms is a put's pace at full speed here.
 CALL_STEP = 0.0001
+PROBE = 1000  # puts, then pop + completes, counted per case
 
 
 def measure_case(binary: str, queues: list[str], waiting: int, probe: int) -> dict[str, float]:
@@ -92,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", default="10000,1000000")
     p.add_argument("--queues", type=int, default=200)
-    p.add_argument("--probe", type=int, default=1000)
+    p.add_argument("--probe", type=int, default=PROBE)
     p.add_argument("--redis-server", default=None)
     args = p.parse_args(argv)
     binary = args.redis_server or find_redis_server()
