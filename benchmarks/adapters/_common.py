@@ -459,13 +459,14 @@ IDLE_SETTLE = 12.0
 
 
 def measure_idle(a: Any, children: list[int], seconds: float, monitor_seconds: float,
-                 samples: int, timeout: float) -> dict[str, Any]:
+                 samples: int, timeout: float, settle: float = IDLE_SETTLE) -> dict[str, Any]:
     """What idle worker processes cost Redis, and put -> start latency with them waiting.
 
     Per child count: start the worker, wait for its connections to settle, run 3 warm-up jobs,
-    wait IDLE_SETTLE seconds, then over `seconds`: INFO commandstats and INFO cpu deltas (per
-    command name). Then a MONITOR window of `monitor_seconds` names what the commands are
-    (FCALL by engine command), then `samples` latency probes with every child idle.
+    wait `settle` seconds (IDLE_SETTLE), then over `seconds`: INFO commandstats and INFO cpu
+    deltas (per command name). Then a MONITOR window of `monitor_seconds` names what the
+    commands are (FCALL by engine command), then `samples` latency probes with every child
+    idle.
     """
     out: dict[str, Any] = {}
     # The floor: the same window on this Redis with no worker (its own cron, our INFO calls).
@@ -483,7 +484,7 @@ def measure_idle(a: Any, children: list[int], seconds: float, monitor_seconds: f
             for i in range(3):
                 a.put(i)
             ts.wait(3, timeout, proc)
-            time.sleep(IDLE_SETTLE)
+            time.sleep(settle)
             r.config_resetstat()
             cpu0, before = server_stats(r)
             time.sleep(seconds)
