@@ -28,7 +28,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 import redis  # noqa: E402
-from callgrind_redis import CallgrindRedis, callgrind_redis  # noqa: E402
+from callgrind_redis import CallgrindRedis, Clock, callgrind_redis  # noqa: E402
 
 from django_qless.core.client import Client  # noqa: E402
 from django_qless.core.server import find_redis_server  # noqa: E402
@@ -77,13 +77,7 @@ def per_job(binary: str, k: int, jobs: int, with_split: bool = False
     """Return instructions per job for `jobs` jobs completed K per call (and the split)."""
     with callgrind_redis(binary, "bench-batch-") as cg:
         redis.Redis.from_url(cg.url).flushall()
-        now = [1764000000.0]
-
-        def clock() -> float:
-            now[0] += 0.0007
-            return now[0]
-
-        client = Client(cg.url, worker_name="w1", _clock=clock)
+        client = Client(cg.url, worker_name="w1", _clock=Clock(0.0007, start=1764000000.0))
         queue = client.queues["bench"]
 
         def run(n: int, counted: bool) -> int:

@@ -55,7 +55,7 @@ sys.path.insert(0, str(HERE.parent))  # django_qless, when run as a script from 
 
 import cluster as bench  # noqa: E402  (benchmarks/cluster.py: its processes and phases)
 import redis  # noqa: E402
-from callgrind_redis import CallgrindError, CallgrindRedis, callgrind_redis  # noqa: E402
+from callgrind_redis import CallgrindError, CallgrindRedis, Clock, callgrind_redis  # noqa: E402
 from redis.cluster import RedisCluster  # noqa: E402
 
 from django_qless.core.client import Client  # noqa: E402
@@ -77,17 +77,6 @@ GROUPS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("alloc", re.compile(r"^je_|^ztrymalloc|^zmalloc|^zfree|^zrealloc|^zcalloc|malloc|free$|"
                          r"^arena_|^tcache|^imalloc|^ifree|^sdsalloc|^extent")),
 )
-
-
-class Clock:
-    """A clock shared by the clients: `step` seconds later at every call (a steady rate)."""
-
-    def __init__(self, step: float) -> None:
-        self.t, self.step = time.time(), step
-
-    def __call__(self) -> float:
-        self.t += self.step
-        return self.t
 
 
 @contextmanager

@@ -28,7 +28,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE / "adapters"), str(HERE.parent)]
 
 from _common import _drain  # noqa: E402
-from callgrind_redis import CallgrindError, callgrind_redis  # noqa: E402
+from callgrind_redis import CallgrindError, Clock, callgrind_redis  # noqa: E402
 from django_qless_ import DjangoQless  # noqa: E402
 
 from django_qless.core import Client  # noqa: E402
@@ -47,14 +47,8 @@ PROBE = 1000  # puts, then pop + completes, counted per case
 def measure_case(binary: str, queues: list[str], waiting: int, probe: int) -> dict[str, float]:
     """Return instructions per put (`put_ir`) and per pop + complete (`pop_ir`) with
     `waiting` jobs spread over `queues`."""
-    now = [1764000000.0]
-
-    def clock() -> float:
-        now[0] += CALL_STEP
-        return now[0]
-
     with callgrind_redis(binary, "scale-cost-") as cg:
-        a = DjangoQless(cg.url, Client(cg.url, _clock=clock))
+        a = DjangoQless(cg.url, Client(cg.url, _clock=Clock(CALL_STEP, start=1764000000.0)))
         a.fill(waiting, queues)
         a.put(-1, 0.0, queues[0])  # (warm-ups: a first call may load the engine's script)
         if not a.pop_complete(queues):
