@@ -210,6 +210,16 @@ function Q.heartbeat(queue)
   return v
 end
 
+-- When a lease of `seconds` from `now` ends: rounded down to 1/8 s. A queue's lock set and a
+-- worker's job set hold few entries, so Redis keeps them as a listpack, whose scores are
+-- text that it parses again entry by entry on every insertion (a new expiry is the largest,
+-- so it passes them all). A 1/8 s time prints in at most 13 digits, which parse several
+-- times cheaper than the 17 of any other time: with 100 jobs running in a queue, a third
+-- of Redis's work per job (docs/engine.md, "Lock expiries").
+function Q.lease_end(now, seconds)
+  return floor((now + seconds) * 8) / 8
+end
+
 -- A running job left `queue`: with a concurrency cap, idle workers may now take another.
 function Q.slot_freed(queue)
   if (tonumber(Q.cfg(Q.qn(queue).maxc)) or 0) > 0 then Q.wake(queue) end

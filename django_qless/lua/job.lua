@@ -280,7 +280,7 @@ Q.mod.job = function()
       Q.fail('Job ' .. jid .. ' given out to another worker: ' .. tostring(h.worker))
     end
     Q.load_config({ 'heartbeat', h.queue .. '-heartbeat' })
-    local expires = now + Q.heartbeat(h.queue)
+    local expires = Q.lease_end(now, Q.heartbeat(h.queue))
     if data then
       rcall('HSET', Q.kjob(jid), 'expires', expires, 'data', data)
     else

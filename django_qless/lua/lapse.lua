@@ -37,7 +37,7 @@ Q.mod.lapse = function()
           h.history, h.visit = nil, nil  -- (both now in the list)
           rcall('HSET', Q.kjob(jid), 'grace', 1)
           Q.lock_lost(jid, owner)
-          rcall('ZADD', Q.kq(queue, 'locks'), now + grace, jid)
+          rcall('ZADD', Q.kq(queue, 'locks'), Q.lease_end(now, grace), jid)
           Q.counter(queue, now, 'retries', 1)
         end
         if not courtesy or grace <= 0 then

@@ -238,7 +238,7 @@ Q.mod.pop = function()
     local taken = 0
     local expires, expires_s
     if selected[1] then
-      expires = now + Q.heartbeat(queue)
+      expires = Q.lease_end(now, Q.heartbeat(queue))
       -- Formatted once for the HSET and both ZADDs (redis.call would format it for each,
       -- with the same '%.17g').
       expires_s = string.format('%.17g', expires)

@@ -133,17 +133,18 @@ def test_data_sent_back_unchanged_is_not_checked_again(lua: Any, r: redis.Redis)
 def test_lock_checks_idle_workers_only_when_a_registration_may_outlast_it(
         lua: Any, r: redis.Redis) -> None:
     """A pop asks ql:idle:<queue> about its new lock only when some reserve.wait registered a
-    ttl longer than the lock plus its grace period (heartbeat 60 + grace 10 here)."""
+    ttl longer than the lock plus its grace period (heartbeat 60 + grace 10 here; the lock
+    ends on a 1/8 s, rounded down)."""
     fill(lua, 6)
     jid = next_job(lua, first(lua, 60.0), 60.05)  # (the completed set's once-a-second scan)
     r.config_resetstat()
     jid = next_job(lua, jid, 60.1)
     assert calls(r, "zrangebyscore") == 0  # no registration ever
-    lua("reserve.wait", 60.2, "idle", 70, 1, "other")  # ttl 70: ends before lock + grace
+    lua("reserve.wait", 60.2, "idle", 69, 1, "other")  # ttl 69: ends before lock + grace
     r.config_resetstat()
     jid = next_job(lua, jid, 60.3)
     assert calls(r, "zrangebyscore") == 0
-    assert r.hget("ql:config", "#idle-ttl") == "70"
+    assert r.hget("ql:config", "#idle-ttl") == "69"
     lua("reserve.wait", 60.4, "idle", 3600, 1, "other")
     r.config_resetstat()
     next_job(lua, jid, 60.5)

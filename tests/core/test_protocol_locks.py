@@ -51,6 +51,33 @@ def test_heartbeat_renews_all_three_locks(lua: Any, r: redis.Redis) -> None:
     assert get(lua)["expires"] == 90
 
 
+@pytest.mark.parametrize("step", ["pop", "heartbeat"])
+def test_a_lease_ends_on_an_eighth_of_a_second(lua: Any, r: redis.Redis, step: str) -> None:
+    """A pop's or a heartbeat's lock expiry is now + heartbeat rounded down to 1/8 s, so the
+    score Redis keeps as text in a small lock set prints in at most 13 digits (parsed again
+    on every insertion into the set: 17 digits cost several times more)."""
+    now = 1700000000.123456
+    running(lua, now=0)
+    if step == "pop":
+        lua("put", now, "worker", "queue", "jid2", "klass", {}, 0)
+        lua.json("pop", now, "queue", "worker", 1)
+        jid = "jid2"
+    else:
+        lua("heartbeat", now, "jid", "worker")
+        jid = "jid"
+    expires = 1700000060.0  # (60.123456 s on, rounded down to 1/8 s)
+    assert float(str(r.hget(f"ql:j:{jid}", "expires"))) == expires
+    assert r.zscore(LOCKS, jid) == expires
+    assert r.zscore("ql:w:worker:jobs", jid) == expires
+    later = 1700000000.9
+    lua("heartbeat", later, jid, "worker")
+    text = str(r.hget(f"ql:j:{jid}", "expires"))
+    assert text == "1700000060.875" and float(text) <= later + 60 < float(text) + 0.125
+    for score in r.zrange(LOCKS, 0, -1, withscores=True):
+        digits = f"{score[1]:.17g}".replace(".", "")
+        assert len(digits) <= 13, score
+
+
 def test_heartbeat_refreshes_worker(lua: Any, r: redis.Redis) -> None:
     """Refresh the worker's last-seen time."""
     running(lua)

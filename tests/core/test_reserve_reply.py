@@ -146,7 +146,9 @@ def test_reserve_wait_reply_equals_get(client: Client, clock: FakeClock) -> None
     jobs, wake = client.reserve(["q"], wait=30)
     assert [j.jid for j in jobs] == ["a"] and wake is None
     same_as_get(client, jobs)
-    assert client.reserve(["q"], wait=30) == ([], 60.0)  # the lock of `a` is the next thing due
+    # The lock of `a` is the next thing due: now + 60, rounded down to 1/8 s.
+    assert jobs[0].expires_at == 1_790_000_060.0
+    assert client.reserve(["q"], wait=30) == ([], pytest.approx(1_790_000_060.0 - clock.t))
 
 
 def test_replayed_complete_reserve_equals_get(client: Client, clock: FakeClock) -> None:
