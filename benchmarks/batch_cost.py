@@ -1,8 +1,9 @@
 """redis-server instructions per job when each complete.reserve completes K jobs and reserves K.
 
 Usage: `.venv/bin/python benchmarks/batch_cost.py [--ks 1,2,4,8,16] [--jobs 240]
-[--redis-server PATH] [--bulk] [--split]`. See benchmarks/README.md, "More jobs per call
-(session 8)" and "Redis 6.2, session 9".
+[--running 0,100] [--warmup 48] [--redis-server PATH] [--bulk] [--split]`. See
+benchmarks/README.md, "More jobs per call (session 8)", "Redis 6.2, session 9" and "Jobs
+running side by side (session 16)".
 
 No worker: the client drives the engine directly (complete_many_and_reserve with K jobs, K
 more reserved per call), on a fixed clock (the test variant of the engine takes the client's
@@ -10,10 +11,12 @@ time), so how many jobs each call carries does not depend on the machine's speed
 does for a worker under callgrind. One redis-server under callgrind per K; counting covers
 the steady-state calls only (puts and the first reserve are not counted).
 
-`--bulk` also counts `put_many` (500 jobs per `put.many` call, 2,000 jobs after a 1,000-job
-warm-up); `--split` prints each count split by the inclusive instructions of the engine
-calls, each Redis command they ran, and the rest (attribution.py's `split`), so two
-servers' runs can be compared line by line.
+`--running R` first has R other workers take a job of the queue each and keep it: the
+queue's lock set then holds R more entries while the counted calls insert and remove theirs
+(a worker fleet on one queue). `--bulk` also counts `put_many` (500 jobs per `put.many`
+call, 2,000 jobs after a 1,000-job warm-up); `--split` prints each count split by the
+inclusive instructions of the engine calls, each Redis command they ran, and the rest
+(attribution.py's `split`), so two servers' runs can be compared line by line.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import argparse
 import re
 import sys
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -72,13 +76,23 @@ def bulk_per_job(binary: str, with_split: bool = False) -> tuple[float, dict[str
         return _result(cg, 2000, with_split)
 
 
-def per_job(binary: str, k: int, jobs: int, with_split: bool = False
-            ) -> tuple[float, dict[str, float]]:
-    """Return instructions per job for `jobs` jobs completed K per call (and the split)."""
+def per_job(binary: str, k: int, jobs: int, with_split: bool = False, running: int = 0,
+            warmup: int = 48) -> tuple[float, dict[str, float]]:
+    """Return instructions per job for `jobs` jobs completed K per call (and the split);
+    `running` other workers hold a job of the same queue each all along (its lock set then
+    holds theirs too); `warmup` jobs go through first, not counted."""
     with callgrind_redis(binary, "bench-batch-") as cg:
         redis.Redis.from_url(cg.url).flushall()
-        client = Client(cg.url, worker_name="w1", _clock=Clock(0.0007, start=1764000000.0))
+        clock = Clock(0.0007, start=1764000000.0)
+        client = Client(cg.url, worker_name="w1", _clock=clock)
         queue = client.queues["bench"]
+        if running:
+            queue.put_many([{"klass": "jobs.Noop", "data": {"i": i}} for i in range(running)])
+            for i in range(running):
+                other = Client(cg.url, worker_name=f"other{i}", _clock=clock)
+                if not other.reserve(["bench"], 1)[0]:
+                    raise RuntimeError("a running job for the other workers was not reserved")
+                other.close()
 
         def run(n: int, counted: bool) -> int:
             queue.put_many([{"klass": "jobs.Noop", "data": {"i": i}} for i in range(n + k)])
@@ -96,7 +110,7 @@ def per_job(binary: str, k: int, jobs: int, with_split: bool = False
                 client.complete_many_and_reserve(held, ["bench"], 0)
             return done
 
-        run(48, False)  # warm-up: the library loaded, every path taken once
+        run(warmup, False)  # warm-up: the library loaded, every path taken once
         done = run(jobs, True)
         return _result(cg, done, with_split)
 
@@ -109,10 +123,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bulk", action="store_true", help="also count put_many (500 per call)")
     p.add_argument("--split", action="store_true",
                    help="split each count by engine call, Redis command and the rest")
+    p.add_argument("--running", default="0",
+                   help="other workers each holding a running job of the queue (a list: 0,100)")
+    p.add_argument("--warmup", type=int, default=48,
+                   help="jobs through first, not counted (over 128: ql:completed a skiplist)")
     args = p.parse_args(argv)
     binary = args.redis_server or find_redis_server()
     runs: list[tuple[str, Callable[[], tuple[float, dict[str, float]]]]] = [
-        (f"K={k}", lambda k=k: per_job(binary, k, args.jobs, args.split))
+        (f"K={k}" + (f", {n} running elsewhere" if n else ""),
+         partial(per_job, binary, k, args.jobs, args.split, n, args.warmup))
+        for n in (int(x) for x in args.running.split(",") if x)
         for k in (int(x) for x in args.ks.split(",") if x)]
     if args.bulk:
         runs.append(("put_many", lambda: bulk_per_job(binary, args.split)))

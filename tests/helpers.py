@@ -91,7 +91,8 @@ class WorkerProcess:
 
     def __init__(self, url: str, args: list[str], tmp: Path, *,
                  jobs_module: str = "tests.worker.jobs", capture_stdout: bool = True,
-                 wait_timeout: float = 15.0, children_timeout: float = 10.0) -> None:
+                 wait_timeout: float = 15.0, children_timeout: float = 10.0,
+                 package_root: Path = ROOT) -> None:
         self.stderr_path = tmp / f"worker-{time.monotonic_ns()}.err"
         self.sandbox_root = tmp / "sandboxes"
         self.wait_timeout = wait_timeout
@@ -101,10 +102,13 @@ class WorkerProcess:
             "--import", jobs_module, "--sandbox-root", str(self.sandbox_root), "-v",
             *args,
         ]
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        # (`package_root`: where django_qless comes from, another copy of it for a rolling
+        # upgrade; the tests' job modules still come from ROOT)
+        path = os.pathsep.join(dict.fromkeys((str(package_root), str(ROOT))))
+        env = {**os.environ, "PYTHONPATH": path}
         self._err = open(self.stderr_path, "w")  # noqa: SIM115 - closed in kill_all
         self.proc = subprocess.Popen(
-            argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+            argv, cwd=package_root, env=env, stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE if capture_stdout else subprocess.DEVNULL,
             stderr=self._err, start_new_session=True,
         )

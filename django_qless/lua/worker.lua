@@ -138,6 +138,25 @@ Q.mod.worker = function()
     return reserve(now, worker, count, queues, Q.flat_reply(nil, worker))
   end }
 
+  -- Whether the queues this engine knows to be empty still have no job ready. A worker
+  -- registers as idle after this look and then sleeps until a hand-off or a wake-up, so it
+  -- must not rest on a mark: another writer's put (another engine version during a rolling
+  -- upgrade, a qless-core client) cannot end this engine's marks, and its wake-up may have
+  -- come before this call. One EXISTS over the marked queues' work sets; if any holds a job,
+  -- their marks are dropped.
+  local function still_empty(now, queues)
+    local marked, keys = {}, {}
+    for _, queue in ipairs(queues) do
+      if Q.known_empty(now, queue) then
+        marked[#marked + 1] = queue
+        keys[#keys + 1] = Q.qn(queue).work
+      end
+    end
+    if #keys == 0 or rcall('EXISTS', unpack(keys)) == 0 then return true end
+    for _, queue in ipairs(marked) do Q.drop_mark(queue) end
+    return false
+  end
+
   C['reserve.wait'] = { 'Reserve', function(now, args)
     local worker = Q.worker(args[1])
     local ttl = Q.number('ttl', args[2], 'missing or not a number')
@@ -146,6 +165,9 @@ Q.mod.worker = function()
     local queues = Q.queue_list(args, 4)
     Q.pop_config(queues)
     local reply = reserve(now, worker, count, queues, Q.flat_reply(nil, worker))
+    if reply[3] ~= '' and not still_empty(now, queues) then
+      reply = reserve(now, worker, count, queues, Q.flat_reply(nil, worker))
+    end
     if reply[3] == '' then
       Q.idle_forget(worker)
     else

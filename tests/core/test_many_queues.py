@@ -143,6 +143,35 @@ def test_a_job_written_by_another_writer_is_reserved_within_the_horizon(
     assert jids(reserve(lua, 101, "a")) == ["x"]
 
 
+def test_a_worker_about_to_sleep_looks_past_the_marks(lua: Any, r: redis.Redis) -> None:
+    """reserve.wait (after it a worker sleeps until a hand-off or a wake-up) takes a job
+    another writer put into a known-empty queue (another engine version during a rolling
+    upgrade, a stock client): that writer could not end this engine's mark, and its wake-up
+    came before the call."""
+    needs_memory(lua)
+    put(lua, "other", "x", 99)
+    reserve(lua, 100, "a", "b")  # a and b known empty until 101
+    r.zrem("ql:q:other-work", "x")
+    r.zadd("ql:q:a-work", {"x": 0})
+    r.hset("ql:j:x", "queue", "a")
+    assert reserve(lua, 100.2, "a", "b")["jobs"] == []  # a plain reserve still skips a
+    assert jids(lua.json("reserve.wait", 100.5, "w", 10, 1, "b", "a")) == ["x"]
+    assert r.hgetall("ql:idle") == {}  # it took the job: not registered
+
+
+def test_a_worker_about_to_sleep_checks_its_marks_with_one_command(
+        lua: Any, r: redis.Redis) -> None:
+    """With nothing there, reserve.wait over known-empty queues adds one EXISTS of their work
+    sets to what the reserve runs, and registers."""
+    needs_memory(lua)
+    reserve(lua, 100, *EMPTY)
+    r.config_resetstat()
+    reply = lua.json("reserve.wait", 100.5, "w", 10, 1, *EMPTY)
+    assert reply["jobs"] == []
+    assert inner_commands(r).get("exists") == 1
+    assert r.hget("ql:idle", "w") == " ".join(EMPTY)
+
+
 def test_a_flush_ends_every_mark(lua: Any, r: redis.Redis) -> None:
     """After FLUSHALL a job written directly is reserved at once."""
     put(lua, "other", "x", 99)

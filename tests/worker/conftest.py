@@ -6,6 +6,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,8 +29,8 @@ def start_worker(redis_url: str, work_dir: Path) -> Iterator[Callable[..., Worke
     started: list[WorkerProcess] = []
     tmp_path = work_dir
 
-    def start(*args: str) -> WorkerProcess:
-        worker = WorkerProcess(redis_url, list(args), tmp_path)
+    def start(*args: str, **options: Any) -> WorkerProcess:
+        worker = WorkerProcess(redis_url, list(args), tmp_path, **options)
         started.append(worker)
         return worker
 
