@@ -208,7 +208,7 @@ def format_scale(scale: dict[str, dict[str, Any]],
 
 def _case_order(case: str) -> tuple[int, int]:
     kind, _, number = case.partition("_")
-    return (0 if kind == "depth" else 1, int(number) if number.isdigit() else 0)
+    return ({"depth": 0, "queues": 1}.get(kind, 2), int(number) if number.isdigit() else 0)
 
 
 # -- the "capacity per Redis core" targets ------------------------------------------------

@@ -356,7 +356,8 @@ def render(doc: dict[str, Any]) -> str:
                   format_scale(doc["scale"], ("put_redis_us", "pop_redis_us"))]
     if doc.get("scale_callgrind"):
         lines += ["Redis instructions (callgrind, 1,000 of each; scale_cost.py) per put / "
-                  "per pop+complete:",
+                  "per pop+complete (running_R: the smallest size while R other workers each "
+                  "hold a running job of the queue):",
                   format_scale({"django-qless": doc["scale_callgrind"]}, ("put_ir", "pop_ir"),
                                unit="instr")]
     if doc.get("idle_callgrind"):

@@ -7,13 +7,15 @@ benchmarks/README.md, "How it measures").
 
 The cases are the scaling table's: `depth_N` (N jobs waiting in one queue) for the smallest
 and the largest size, and `queues_Q` (the smallest size spread over Q queues, the consumer
-listing all Q). One redis-server under callgrind per case: the fill (the bench adapter's
-`put_many`) and one warm-up of each step are not counted; then `probe` single puts, then
-`probe` pop + completes (the drain's `complete_and_reserve`, one engine call a job), each
-counted on its own, on a clock that advances CALL_STEP per engine call. The µs of that
-table move with this machine's caches and load (a 1M-job fill is ~0.5 GB); the
-instructions do not, so they say whether the engine's own work per job grows with depth or
-breadth.
+listing all Q); and one of its own, `running_R` (the smallest size in one queue while R
+other workers each hold a running job of it: the queue's lock set holds R more entries,
+benchmarks/README.md "Jobs running side by side (session 16)"). One redis-server under
+callgrind per case: the fill (the bench adapter's `put_many`) and one warm-up of each step
+are not counted; then `probe` single puts, then `probe` pop + completes (the drain's
+`complete_and_reserve`, one engine call a job), each counted on its own, on a clock that
+advances CALL_STEP per engine call. The µs of that table move with this machine's caches
+and load (a 1M-job fill is ~0.5 GB); the instructions do not, so they say whether the
+engine's own work per job grows with depth, breadth or the jobs running beside it.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from django_qless_ import DjangoQless  # noqa: E402
 from django_qless.core import Client  # noqa: E402
 from django_qless.core.server import find_redis_server  # noqa: E402
 
-__all__ = ["CALL_STEP", "PROBE", "measure", "measure_case"]
+__all__ = ["CALL_STEP", "PROBE", "RUNNING", "measure", "measure_case"]
 
 # The engine's clock advances this much per call (the client's clock, as batch_cost.py's):
 # the engine keeps time-bound memos (a queue known to be listed in ql:queues for 1 s, known
@@ -42,14 +44,22 @@ __all__ = ["CALL_STEP", "PROBE", "measure", "measure_case"]
 # lapse ~50x more often per job than at full speed. 0.1 ms is a put's pace at full speed here.
 CALL_STEP = 0.0001
 PROBE = 1000  # puts, then pop + completes, counted per case
+RUNNING = 100  # other workers holding a job of the queue in the `running_R` case
 
 
-def measure_case(binary: str, queues: list[str], waiting: int, probe: int) -> dict[str, float]:
+def measure_case(binary: str, queues: list[str], waiting: int, probe: int,
+                 running: int = 0) -> dict[str, float]:
     """Return instructions per put (`put_ir`) and per pop + complete (`pop_ir`) with
-    `waiting` jobs spread over `queues`."""
+    `waiting` jobs spread over `queues` (and `running` of them held by other workers)."""
     with callgrind_redis(binary, "scale-cost-") as cg:
-        a = DjangoQless(cg.url, Client(cg.url, _clock=Clock(CALL_STEP, start=1764000000.0)))
+        clock = Clock(CALL_STEP, start=1764000000.0)
+        a = DjangoQless(cg.url, Client(cg.url, _clock=clock))
         a.fill(waiting, queues)
+        for i in range(running):
+            other = Client(cg.url, worker_name=f"other{i}", _clock=clock)
+            if not other.reserve(queues[:1], 1)[0]:
+                raise RuntimeError("the scale probe's other workers found no job to hold")
+            other.close()
         a.put(-1, 0.0, queues[0])  # (warm-ups: a first call may load the engine's script)
         if not a.pop_complete(queues):
             raise RuntimeError("the scale probe's warm-up found no job")
@@ -80,6 +90,8 @@ def measure(binary: str, sizes: list[int], many_queues: int, probe: int) -> dict
         names = [f"bench{i:02d}" for i in range(many_queues)]
         out[f"queues_{many_queues}"] = measure_case(binary, names, small, probe)
         out["queues_1"] = out[f"depth_{small}"]
+    if small > RUNNING:
+        out[f"running_{RUNNING}"] = measure_case(binary, ["bench"], small, probe, RUNNING)
     return out
 
 

@@ -19,17 +19,33 @@ def test_a_case_counts_its_puts_and_its_pop_completes_apart() -> None:
 
 
 def test_the_cases_are_the_scaling_tables(monkeypatch: pytest.MonkeyPatch) -> None:
-    seen: list[tuple[int, int]] = []
+    seen: list[tuple[int, int, int]] = []
 
-    def counted(binary: str, queues: list[str], waiting: int, probe: int) -> dict[str, float]:
-        seen.append((len(queues), waiting))
+    def counted(binary: str, queues: list[str], waiting: int, probe: int,
+                running: int = 0) -> dict[str, float]:
+        seen.append((len(queues), waiting, running))
         return {"put_ir": float(len(seen)), "pop_ir": 0.0}
 
     monkeypatch.setattr(scale_cost, "measure_case", counted)
     out = scale_cost.measure("redis-server", [50, 150], many_queues=3, probe=10)
-    assert seen == [(1, 50), (1, 150), (3, 50)]
+    assert seen == [(1, 50, 0), (1, 150, 0), (3, 50, 0)]  # (50 waiting: none to hold)
     assert set(out) == {"depth_50", "depth_150", "queues_3", "queues_1"}
     assert out["queues_1"] == out["depth_50"]
+    seen.clear()
+    out = scale_cost.measure("redis-server", [200, 300], many_queues=1, probe=10)
+    assert seen == [(1, 200, 0), (1, 300, 0), (1, 200, scale_cost.RUNNING)]
+    assert set(out) == {"depth_200", "depth_300", f"running_{scale_cost.RUNNING}"}
+
+
+@pytest.mark.skipif(not shutil.which("valgrind"), reason="valgrind is not installed")
+def test_jobs_running_beside_cost_a_pop_little_more() -> None:
+    """With 100 other jobs running in the queue, a pop + complete costs within 1.2x (each
+    lock set insertion parses every running job's expiry: 1.29x before a lease ended on a
+    1/8 s)."""
+    binary = find_redis_server()
+    alone = scale_cost.measure_case(binary, ["a"], 150, probe=20)
+    beside = scale_cost.measure_case(binary, ["a"], 150, probe=20, running=100)
+    assert beside["pop_ir"] < 1.2 * alone["pop_ir"]
 
 
 def test_the_flat_targets_are_judged_on_the_counted_instructions_too() -> None:
