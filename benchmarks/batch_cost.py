@@ -76,6 +76,15 @@ def bulk_per_job(binary: str, with_split: bool = False) -> tuple[float, dict[str
         return _result(cg, 2000, with_split)
 
 
+def hold_jobs(url: str, queue: str, workers: int, clock: Clock) -> None:
+    """Have `workers` other workers take a job of `queue` each and keep it running."""
+    for i in range(workers):
+        other = Client(url, worker_name=f"other{i}", _clock=clock)
+        if not other.reserve([queue], 1)[0]:
+            raise RuntimeError(f"{queue} had no job left for other worker {i} to hold")
+        other.close()
+
+
 def per_job(binary: str, k: int, jobs: int, with_split: bool = False, running: int = 0,
             warmup: int = 48) -> tuple[float, dict[str, float]]:
     """Return instructions per job for `jobs` jobs completed K per call (and the split);
@@ -88,11 +97,7 @@ def per_job(binary: str, k: int, jobs: int, with_split: bool = False, running: i
         queue = client.queues["bench"]
         if running:
             queue.put_many([{"klass": "jobs.Noop", "data": {"i": i}} for i in range(running)])
-            for i in range(running):
-                other = Client(cg.url, worker_name=f"other{i}", _clock=clock)
-                if not other.reserve(["bench"], 1)[0]:
-                    raise RuntimeError("a running job for the other workers was not reserved")
-                other.close()
+            hold_jobs(cg.url, "bench", running, clock)
 
         def run(n: int, counted: bool) -> int:
             queue.put_many([{"klass": "jobs.Noop", "data": {"i": i}} for i in range(n + k)])

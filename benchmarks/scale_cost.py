@@ -30,6 +30,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE / "adapters"), str(HERE.parent)]
 
 from _common import _drain  # noqa: E402
+from batch_cost import hold_jobs  # noqa: E402
 from callgrind_redis import CallgrindError, Clock, callgrind_redis  # noqa: E402
 from django_qless_ import DjangoQless  # noqa: E402
 
@@ -55,11 +56,7 @@ def measure_case(binary: str, queues: list[str], waiting: int, probe: int,
         clock = Clock(CALL_STEP, start=1764000000.0)
         a = DjangoQless(cg.url, Client(cg.url, _clock=clock))
         a.fill(waiting, queues)
-        for i in range(running):
-            other = Client(cg.url, worker_name=f"other{i}", _clock=clock)
-            if not other.reserve(queues[:1], 1)[0]:
-                raise RuntimeError("the scale probe's other workers found no job to hold")
-            other.close()
+        hold_jobs(cg.url, queues[0], running, clock)
         a.put(-1, 0.0, queues[0])  # (warm-ups: a first call may load the engine's script)
         if not a.pop_complete(queues):
             raise RuntimeError("the scale probe's warm-up found no job")
