@@ -10,7 +10,9 @@ when its poll() returned, when the hand-off message was decoded, when the job lo
 `_perform` and the runner's `run` began, and when the body ran; the driver stamps each put's
 call and return. All stamps are `time.monotonic()` (system-wide on Linux). Printed: the
 median and p90 of each step, in ms, how many children took the jobs, and the CPU the whole
-idle worker (supervisor and children) used per second before the samples.
+idle worker (supervisor and children) used per second before the samples. Then, with the
+worker still idle, half as many PINGs with the same spacing: the floor (a cold round trip)
+under every put -> start.
 
 With `--bursts R` instead: R times, after `--idle` seconds of quiet, one job per child is put
 at once (each sleeps 0.5 s, so every child takes one), and the time from the first put to
@@ -138,6 +140,7 @@ def measure(url: str, children: int, samples: int, idle: float,
             jid = q.put("probe.noop", {"i": i, "t0": t0})
             put[jid] = (t0, time.monotonic())
         _wait(tsdir, samples + 3, proc)
+        floor = ping_floor(url, samples // 2, rng)
         rows = []
         for jid, marks in _lines(tsdir).items():
             if jid in put:
@@ -150,6 +153,22 @@ def measure(url: str, children: int, samples: int, idle: float,
           f"idle worker CPU {idle_cpu * 1000:.1f} ms/s over {idle:g} s")
     for label, deltas in steps.items():
         print(f"  {label:34} {_quantiles(deltas)}")
+    print(f"  {'floor: a PING spaced the same':34} {_quantiles(floor)}")
+
+
+def ping_floor(url: str, samples: int, rng: random.Random) -> list[float]:
+    """Return `samples` PING round trips (ms), 50-150 ms apart like the puts: the machine's
+    price of waking Redis and then the client, which every put -> start pays first."""
+    r = redis.Redis.from_url(url)
+    r.ping()
+    out = []
+    for _ in range(samples):
+        time.sleep(rng.uniform(0.05, 0.15))
+        t0 = time.monotonic()
+        r.ping()
+        out.append((time.monotonic() - t0) * 1000)
+    r.close()
+    return out
 
 
 def _steps(rows: list[tuple[str, list[tuple[str, float]]]],

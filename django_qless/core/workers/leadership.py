@@ -101,7 +101,12 @@ class Leadership:
         self._hold = hold  # seconds a token given up at a job's start is kept (see above)
         self._watch: tuple[int, ...] = ()  # sockets whose messages end that hold
         self._notify_r, self._notify_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
-        self._cond = threading.Condition()
+        # The helper sleeps in a read of this pipe until the job thread gives it work (a byte
+        # after each change of the state below): a write and a plain lock cost the job thread
+        # less at a job's start than a Condition's Python-level notify.
+        self._work_r, self._work_w = os.pipe2(os.O_CLOEXEC)
+        os.set_blocking(self._work_w, False)
+        self._lock = threading.Lock()  # guards the state below
         self._held = False
         self._wanted = False
         self._locking = False  # the helper is inside flock(): the job thread must not call it
@@ -115,7 +120,7 @@ class Leadership:
     @property
     def held(self) -> bool:
         """Tell whether this child is the leader now."""
-        with self._cond:
+        with self._lock:
             return self._held
 
     @property
@@ -125,7 +130,11 @@ class Leadership:
 
     def try_take(self) -> bool:
         """Take the token if it is free (no wait); return whether this child holds it."""
-        with self._cond:
+        if self._held:
+            # Only this thread sets `_held` false (`release`), so no lock is needed to see it
+            # true.
+            return True
+        with self._lock:
             if self._letting_go:
                 # Given up, but the helper has not unlocked yet: the lock is still ours.
                 self._letting_go = False
@@ -145,12 +154,12 @@ class Leadership:
 
     def want(self, wanted: bool) -> None:
         """Start (True) or stop (False) queueing for the token in the helper thread."""
-        with self._cond:
+        with self._lock:
             self._wanted = wanted
             if wanted:
                 self._drain()
                 self._start_helper()
-                self._cond.notify()
+                self._wake_helper()
 
     def release(
         self, *, soon: bool = False, watch: Callable[[], Sequence[int]] | None = None
@@ -159,7 +168,7 @@ class Leadership:
         the helper thread unlocks it once this thread lets it run (a job starts now), after
         the hold, or at once when one of the sockets `watch()` names becomes readable
         (asked only if the token is held; never read there: only polled)."""
-        with self._cond:
+        with self._lock:
             if not self._held:
                 return
             self._held = False
@@ -167,7 +176,7 @@ class Leadership:
                 self._letting_go = True
                 self._releases += 1
                 self._watch = tuple(watch()) if watch is not None else ()
-                self._cond.notify()
+                self._wake_helper()
                 return
             self._letting_go = False
             fcntl.flock(self._fd, fcntl.LOCK_UN)
@@ -182,11 +191,13 @@ class Leadership:
         """Helper thread: wait for the lock whenever the job thread wants it."""
         block_async_signals()
         while True:
-            with self._cond:
-                while not self._letting_go and (not self._wanted or self._held):
-                    self._cond.wait()
+            with self._lock:
                 letting_go = self._letting_go
-                self._locking = not letting_go
+                self._locking = not letting_go and self._wanted and not self._held
+                idle = not letting_go and not self._locking
+            if idle:
+                self._await_work()
+                continue
             if letting_go:
                 self._let_go()
                 continue
@@ -194,12 +205,12 @@ class Leadership:
                 fcntl.flock(self._fd, fcntl.LOCK_EX)  # blocks until the leader lets go
             except OSError as exc:
                 log.error("waiting for the idle-leader token failed: %s", exc)
-                with self._cond:
+                with self._lock:
                     self._locking = False
                     self._wanted = False  # the job thread's next want() retries
                 self._notify()
                 continue
-            with self._cond:
+            with self._lock:
                 self._locking = False
                 if self._wanted:
                     self._held = True
@@ -213,11 +224,11 @@ class Leadership:
     def _let_go(self) -> None:
         """Unlock the token given up at a job's start, after the hold (unless the job thread
         took it back meanwhile); a message on a watched socket ends the hold at once."""
-        with self._cond:
+        with self._lock:
             release, watch = self._releases, self._watch
         if self._hold > 0:
             poll_readable(list(watch), self._hold)
-        with self._cond:
+        with self._lock:
             # A hold taken back and given up again meanwhile (the next job started) is that
             # job's hold, started afresh by the helper's loop: a message that ended this
             # poll, such as that job's own hand-off, must not cut it short.
@@ -243,6 +254,19 @@ class Leadership:
         except OSError as exc:
             log.debug("could not note the token's change of hands: %s", exc)
 
+    def _wake_helper(self) -> None:
+        try:
+            os.write(self._work_w, b"!")
+        except BlockingIOError:
+            pass  # the helper has bytes to read already
+
+    def _await_work(self) -> None:
+        """Helper thread: sleep until the job thread changed the state (a byte arrived)."""
+        try:
+            os.read(self._work_r, 64)
+        except InterruptedError:
+            pass
+
     def _notify(self) -> None:
         try:
             os.write(self._notify_w, b"!")
@@ -258,7 +282,7 @@ class Leadership:
 
     def _forget(self) -> None:
         """In a process forked by a job: drop the inherited descriptors (the lock stays ours)."""
-        for fd in (self._fd, self._notify_r, self._notify_w):
+        for fd in (self._fd, self._notify_r, self._notify_w, self._work_r, self._work_w):
             try:
                 os.close(fd)
             except OSError:
