@@ -9,7 +9,7 @@ runs redis-server under callgrind and counts, per call, the instructions of:
 - `loaders:<command>`: the same plus `Q.need` of the command's route (its module loaders);
 - `<command>`: the real call (put, pop, complete, complete.reserve; config.get for scale).
 
-`--mode bundle` calls the per-command bundles (core/lua.py, bundle_text), `full` the full
+`--mode bundle` calls the per-command bundles (core/lua_bundles.py), `full` the full
 script, `fcall` the Redis 7 function library (no build phases: its top level runs once).
 Instruction counts do not depend on the machine's load. See benchmarks/README.md,
 "Redis 6.2, session 7".
@@ -28,7 +28,8 @@ from typing import Any
 import redis
 from callgrind_redis import CallgrindError, callgrind_redis
 
-from django_qless.core.lua import bundle_text, function_name, library_text, script_text
+from django_qless.core.lua import function_name, library_text, script_text
+from django_qless.core.lua_bundles import bundle_text
 from django_qless.core.worker_reply import decode_worker_reply
 
 COMMANDS = ("config.get", "put", "pop", "complete", "complete.reserve")

@@ -19,7 +19,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .health import SAFE_POLICY, eviction_policy
-from .lua import bundle_sha, function_name, routes, script_sha
+from .lua import function_name, routes, script_sha
+from .lua_bundles import bundle_sha
 from .serialization import check_int
 
 __all__ = [
@@ -313,7 +314,7 @@ def engine_slowlog(client: Any, count: int = 128) -> list[dict[str, Any]]:
         if (target not in ours and not target.startswith("djqless_") and not (
                 named in routes() and target in (bundle_sha(named, False),
                                                  bundle_sha(named, True)))):
-            continue  # (a 6.2 client calls each command's own script: lua.bundle_text)
+            continue  # (a 6.2 client calls each command's own script: lua_bundles.bundle_text)
         out.append({"id": entry.get("id"), "start": entry.get("start_time"),
                     "duration_us": entry.get("duration"),
                     "command": words[skip] if len(words) > skip else "",

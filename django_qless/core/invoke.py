@@ -14,7 +14,8 @@ import redis
 from redis.exceptions import NoScriptError
 
 from .exceptions import InvalidArgument
-from .lua import bundle_sha, bundle_text, function_name, library_text, script_sha, script_text
+from .lua import function_name, library_text, script_sha, script_text
+from .lua_bundles import bundle_sha, bundle_text
 
 __all__ = ["Invoker", "READ_ONLY_COMMANDS"]
 
@@ -52,7 +53,7 @@ class Invoker:
         self._sha = script_sha(caller_time)
         self._fn = function_name(caller_time)
         self._fn_ro = f"{self._fn}_ro"
-        # EVALSHA a per-command script (core/lua.py, bundle_text) instead of the full one:
+        # EVALSHA a per-command script (core/lua_bundles.py) instead of the full one:
         # set by a channel that loads them lazily on NOSCRIPT (NodeChannel.recover).
         self.bundles = False
         self._shas: dict[str, str] = {}  # command -> the sha its EVALSHA names

@@ -15,14 +15,8 @@ from django_qless.core.channel import NodeChannel
 from django_qless.core.client import Client
 from django_qless.core.console import engine_slowlog
 from django_qless.core.lua import _read_sources as engine_sources
-from django_qless.core.lua import (
-    bundle_sha,
-    bundle_text,
-    routes,
-    script_sha,
-    script_text,
-    unresolved,
-)
+from django_qless.core.lua import routes, script_sha, script_text
+from django_qless.core.lua_bundles import bundle_sha, bundle_text, unresolved
 from django_qless.core.lua_reach import Unsure, split, split_loader
 from django_qless.core.server import RedisServer
 from tests.core.conftest import FakeClock
@@ -97,11 +91,11 @@ def test_a_plain_put_builds_no_moved_job_helpers() -> None:
 
 _RACE = """
 import sys, threading
-from django_qless.core import lua
+from django_qless.core import lua_bundles
 texts = []
 def build():
     for command in ("reserve", "complete", "pop", "put"):
-        texts.append((command, lua.bundle_text.__wrapped__(command)))
+        texts.append((command, lua_bundles.bundle_text.__wrapped__(command)))
 threads = [threading.Thread(target=build) for _ in range(6)]
 for t in threads: t.start()
 for t in threads: t.join()
