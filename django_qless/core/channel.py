@@ -87,11 +87,10 @@ class NodeChannel:
     def __init__(self, conn: Redis, invoker: Invoker) -> None:
         self._redis = conn
         self.invoker = invoker
-        # On a server without functions, EVALSHA each command's own script (loaded on its
-        # first NOSCRIPT): the full script rebuilds every helper on every call.
+        # On a server without functions, EVALSHA each command's own script (loaded before its
+        # first call): the full script rebuilds every helper on every call.
         invoker.bundles = os.environ.get("QLESS_ENGINE_BUNDLES", "1") != "0"
-        self._script_loaded = False
-        self._ready: set[str] = set()  # per-command scripts this channel loaded
+        self._ready: set[str] = set()  # the shas of the scripts this channel loaded
         self._pinned: tuple[int, int, Any] | None = None  # (thread, pid, connection)
         self._pinned_used = 0.0  # when the pinned connection last sent (monotonic)
         self._side = SideConnections(conn.connection_pool)
@@ -200,7 +199,6 @@ class NodeChannel:
     def load_script(self, text: str | None = None, expected: str | None = None) -> str:
         """Load the engine (or the script `text` of sha `expected`: one command's) into the
         server's script cache; return its sha."""
-        full = text is None
         text = self.invoker.script() if text is None else text
         expected = self.invoker.sha if expected is None else expected
         try:
@@ -215,28 +213,26 @@ class NodeChannel:
                 raise connection_error(again) from exc
         if sha != expected:
             raise QlessError(f"server computed sha {sha} for the script, expected {expected}")
-        if full:
-            self._script_loaded = True
-        else:
-            self._ready.add(sha)
+        self._ready.add(sha)
         return sha
 
     def prepare(self, command: Sequence[Any]) -> None:
-        """Load the per-command script that `command` names if this channel has not yet.
+        """Load the script that the EVALSHA `command` names (its command's own, or the full
+        one) if this channel has not yet.
 
         Loading before the first call, not on its NOSCRIPT reply, keeps calls in flight in
         their order (a deferred call answered NOSCRIPT would run again after later ones).
         """
         if command[0] == "EVALSHA" and command[1] not in self._ready:
-            invoker = self.invoker
-            if command[1] != invoker.sha:
-                self.load_script(invoker.script_of(command), command[1])
+            self.load_script(self.invoker.script_of(command), command[1])
 
     def load(self) -> None:
-        """Load the engine the way it is called (function library, or script)."""
+        """Load the engine the way it is called: the function library; on a server without
+        functions the full script, unless each command calls its own (`prepare` loads that
+        before the command's first call)."""
         invoker = self.invoker
         if invoker.mode == "script":
-            self.load_script()
+            self._load_scripted()
             return
         try:
             self.execute(("FUNCTION", "LOAD", invoker.library()))
@@ -245,7 +241,7 @@ class NodeChannel:
                 pass  # another client loaded this same version first
             elif invoker.falls_back(exc):
                 invoker.mode = "script"
-                self.load_script()
+                self._load_scripted()
                 return
             else:
                 raise error_from_reply(exc) from exc
@@ -253,11 +249,17 @@ class NodeChannel:
             raise connection_error(exc) from exc
         invoker.mode = "function"
 
+    def _load_scripted(self) -> None:
+        # (Each command's own script is loaded by `prepare`: the full one, over a megabyte of
+        # the server's memory and of its Lua heap, only where a call names it.)
+        if not self.invoker.bundles:
+            self.load_script()
+
     def recover(self, exc: ResponseError, sent: Sequence[Any]) -> None:
         """Make the engine callable after a reply to `sent` saying it was missing (nothing
         ran): load the script that `sent` named, or the engine the way it is called."""
         invoker = self.invoker
-        if sent[0] == "EVALSHA" and sent[1] != invoker.sha and invoker.mode == "script":
+        if sent[0] == "EVALSHA" and invoker.mode == "script":
             self.load_script(invoker.script_of(sent), sent[1])
             return
         if invoker.falls_back(exc):
@@ -279,6 +281,7 @@ class NodeChannel:
                     raise
                 self.recover(exc, command)
             command = invoker.command(argv)
+            self.prepare(command)
             try:
                 return self.execute(command)
             except redis.ResponseError as exc:
@@ -303,7 +306,7 @@ class NodeChannel:
         again (the others had executed).
         """
         invoker = self.invoker
-        if invoker.mode == "auto" or (invoker.mode == "script" and not self._script_loaded):
+        if invoker.mode == "auto":
             self.load()
         results: list[Any] = [None] * len(argvs)
         pending = list(range(len(argvs)))

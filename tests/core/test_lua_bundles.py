@@ -306,6 +306,30 @@ def test_client_loads_each_bundle_and_again_after_a_script_flush(
     assert state == "complete" and [j.jid for j in jobs] == ["b"]
 
 
+def test_a_client_calling_bundles_never_loads_the_full_script(
+    r: redis.Redis, redis_url: str, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The full script is loaded only where a call names it (bundles off): otherwise it would
+    sit in the server's script cache and Lua heap (a megabyte on 6.2) for nobody."""
+    for bundles, full_loaded in (("1", False), ("0", True)):
+        r.script_flush()
+        monkeypatch.setenv("QLESS_ENGINE_BUNDLES", bundles)
+        client = Client(redis_url, worker_name="w1", _clock=clock, engine="script")
+        if not isinstance(client.channel, NodeChannel):
+            pytest.skip("cluster channels call the full script")
+        try:
+            client.load_engine()
+            q = client.queues["q"]
+            q.put("K", {}, jid=f"j{bundles}")
+            q.put_many([{"klass": "K", "data": {}}])
+            client.pipeline_calls([("config.get", ["heartbeat"]), ("config.get", ["heartbeat"])])
+            assert r.script_exists(script_sha(True)) == [full_loaded], bundles
+            put_sha = client.channel.invoker.command(("put", "0"))[1]
+            assert r.script_exists(put_sha) == [True]
+        finally:
+            client.close()
+
+
 def test_slow_log_names_the_calls_of_bundles(script_client: Client, r: redis.Redis) -> None:
     if not isinstance(script_client.channel, NodeChannel):
         pytest.skip("cluster channels call the full script")
