@@ -53,8 +53,8 @@ class Invoker:
         self._sha = script_sha(caller_time)
         self._fn = function_name(caller_time)
         self._fn_ro = f"{self._fn}_ro"
-        # EVALSHA a per-command script (core/lua_bundles.py) instead of the full one:
-        # set by a channel that loads them lazily on NOSCRIPT (NodeChannel.recover).
+        # EVALSHA a per-command script (core/lua_bundles.py) instead of the full one: set
+        # by a channel, which loads each before its command's first call (NodeChannel.prepare).
         self.bundles = False
         self._shas: dict[str, str] = {}  # command -> the sha its EVALSHA names
         self._texts: dict[str, str] = {}  # bundle sha -> its text
