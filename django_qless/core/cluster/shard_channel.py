@@ -9,7 +9,7 @@ through failovers and slot moves, and never sends a write twice.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
@@ -18,12 +18,13 @@ from redis.cluster import RedisCluster
 
 from ..engine.channel import TRANSPORT_ERRORS, utf8_error
 from ..engine.invoke import Invoker
+from ..engine.keyspace import Keyspace
 from ..engine.pool import send
-from ..exceptions import error_from_reply
+from ..exceptions import InvalidArgument, error_from_reply
 from .batch import did_not_run, execute_many
 from .transport import ClusterTransport
 
-__all__ = ["ShardChannel"]
+__all__ = ["ShardChannel", "open_shard_channel"]
 
 
 class ShardChannel:
@@ -56,6 +57,11 @@ class ShardChannel:
 
     def close(self) -> None:
         """Nothing to drop: the transport (shared by every shard) keeps the connections."""
+
+    def close_shared(self) -> None:
+        """Close the transport and the redis-py cluster client the caller passed in."""
+        self.transport.close()
+        self.transport.redis_cluster.close()
 
     def disconnect(self) -> None:
         """Close the transport's idle connections (every shard's: they share them)."""
@@ -194,3 +200,26 @@ class ShardPending:
             return self._channel.transport.execute(self._command, key=self._channel.prefix)
         except redis.ResponseError as exc:
             raise error_from_reply(exc) from exc
+
+
+def open_shard_channel(
+    target: RedisCluster | ClusterTransport, tag: str | None, engine: str | None,
+    *, caller_time: bool,
+) -> tuple[ShardChannel, Callable[[], None] | None]:
+    """Build the channel of shard `tag` over a cluster client or transport; also return what
+    closes the transport built here (None: the caller owns it)."""
+    if not isinstance(target, (RedisCluster, ClusterTransport)):
+        raise InvalidArgument(f"a client needs a URL, a redis.Redis, a channel or a cluster "
+                              f"client, got {type(target).__name__}")
+    if tag is None:
+        raise InvalidArgument("a client on a Redis Cluster serves one shard: give "
+                              "keyspace=<tag>, or use ShardedClient")
+    mode = engine or os.environ.get("QLESS_ENGINE_CALL", "auto")
+    invoker = Invoker(mode, caller_time=caller_time, keys=Keyspace(tag).engine_keys)
+    if isinstance(target, RedisCluster):
+        transport = ClusterTransport(target, engine=mode, caller_time=caller_time)
+        return ShardChannel(transport, invoker), transport.close
+    if invoker.sha not in target.engine_names:
+        raise InvalidArgument("the transport was built for the other engine variant "
+                              "(caller_time)")
+    return ShardChannel(target, invoker), None

@@ -31,7 +31,7 @@ from ..serialization import as_list, check_jid, check_text, check_worker
 from ..throttle import Throttle
 from .batch import execute_many
 from .placement import Placement
-from .shard_channel import ShardChannel
+from .shard_channel import ShardChannel, open_shard_channel
 from .transport import ClusterTransport
 
 __all__ = ["ShardedClient"]
@@ -88,9 +88,10 @@ class ShardedClient:
         tag = self.placement.tag_of(shard)
         found = self._clients.get(tag)
         if found is None:
+            channel, _ = open_shard_channel(self.transport, tag, self.engine,
+                                            caller_time=self._clock is not None)
             found = self._clients[tag] = Client(
-                self.transport, keyspace=tag, worker_name=self._worker_name,
-                engine=self.engine, _clock=self._clock)
+                channel, keyspace=tag, worker_name=self._worker_name, _clock=self._clock)
             found.router = self
         return found
 

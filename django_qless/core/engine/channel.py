@@ -77,6 +77,9 @@ class Channel(Protocol):
     def close(self) -> None:
         """Drop the connections this channel keeps."""
 
+    def close_shared(self) -> None:
+        """Close the connections of what the caller passed in (a pool, a cluster client)."""
+
     def disconnect(self) -> None:
         """Close every connection open for this channel; the next call opens one again."""
 
@@ -115,6 +118,11 @@ class NodeChannel:
     def close(self) -> None:
         """Give the pinned connection back (the pool is the client's to close)."""
         self.unpin()
+
+    def close_shared(self) -> None:
+        """Close the connection pool the caller passed in."""
+        self._redis.close()
+        self._redis.connection_pool.disconnect()
 
     def disconnect(self) -> None:
         """Close the connections this channel keeps and the pool's idle ones; each is opened
