@@ -317,7 +317,11 @@ def test_durable_replicas_wait_and_refuse(cluster: LocalCluster) -> None:
         with pytest.raises(NotDurable) as caught:
             incr(t, "d")
         assert caught.value.reply == 2 and caught.value.replicas == 0
+        assert "the write ran" in str(caught.value)
         assert t.execute(("FCALL", "qlt_sum_ro", 1, "ql:{d}:", 1)) == 0  # reads never WAIT
+        # plain reads of the shard never WAIT either (a placement look-up is one)
+        assert t.execute(("HGET", "ql:{d}:h", "x"), key="ql:{d}:h") is None
+        assert t.execute(("EXISTS", "ql:{d}:n"), key="ql:{d}:n") == 1
     finally:
         t.close()
 

@@ -20,6 +20,14 @@ __all__ = ["NotDurable", "NotRun", "NotSent", "SCRIPT_CALLS", "build_cluster",
 
 SCRIPT_CALLS = frozenset({"FCALL", "FCALL_RO", "EVALSHA", "EVALSHA_RO", "EVAL", "EVAL_RO"})
 _RO_VERBS = frozenset({"FCALL_RO", "EVALSHA_RO", "EVAL_RO"})
+# Plain commands that only read: no WAIT for replicas follows them.
+_READ_VERBS = frozenset({
+    "EXISTS", "GET", "MGET", "STRLEN", "TYPE", "TTL", "PTTL", "HGET", "HGETALL", "HMGET",
+    "HEXISTS", "HLEN", "HKEYS", "HVALS", "HSCAN", "ZSCORE", "ZMSCORE", "ZCARD", "ZCOUNT",
+    "ZRANGE", "ZRANGEBYSCORE", "ZREVRANGE", "ZREVRANGEBYSCORE", "ZRANK", "ZSCAN", "SCARD",
+    "SISMEMBER", "SMEMBERS", "SSCAN", "LLEN", "LRANGE", "LINDEX", "SCAN", "TIME", "PING",
+    "INFO", "DBSIZE",
+})
 
 
 class NotRun(QlessConnectionError):
@@ -93,10 +101,10 @@ def sha1(text: str) -> str:
 
 
 def only_reads(command: Sequence[Any], engine: frozenset[str]) -> bool:
-    """Tell whether `command` only reads: an _RO verb, a function named `*_ro`, or an engine
-    command listed in READ_ONLY_COMMANDS."""
+    """Tell whether `command` only reads: a plain read, an _RO verb, a function named `*_ro`,
+    or an engine command listed in READ_ONLY_COMMANDS."""
     verb = str(command[0]).upper()
-    if verb in _RO_VERBS:
+    if verb in _RO_VERBS or verb in _READ_VERBS:
         return True
     if verb not in SCRIPT_CALLS or len(command) < 3:
         return False

@@ -314,10 +314,11 @@ class ClusterTransport:
             got = int(self._send(name, ("WAIT", want, self.durable_timeout_ms)))
         except _TRANSPORT_ERRORS + (NotSent,) as exc:
             self._stale = True
-            raise NotDurable(f"WAIT on {name} failed: {exc}", reply, 0) from exc
+            raise NotDurable(f"the write ran on {name}, but waiting for its replicas failed: "
+                             f"{exc}", reply, 0) from exc
         if got < want:
-            raise NotDurable(f"{got} of {want} replicas of {name} confirmed the write in "
-                             f"{self.durable_timeout_ms} ms", reply, got)
+            raise NotDurable(f"the write ran on {name}, but only {got} of {want} replicas "
+                             f"confirmed it within {self.durable_timeout_ms} ms", reply, got)
 
     # -- connections -------------------------------------------------------------------
 
