@@ -1,6 +1,6 @@
 """The worker's hot path (`complete.reserve`) skips bookkeeping writes it can prove redundant.
 
-Replies stay what they were; these tests pin which commands a steady-state job runs
+Replies are unaffected; these tests pin which commands a steady-state job runs
 (docs/engine.md, "Internal bookkeeping").
 """
 
