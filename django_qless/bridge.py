@@ -24,9 +24,9 @@ from types import FrameType
 from typing import Any
 
 from django_qless.clients import get_client
+from django_qless.conf import DEFAULT_ALIAS
 from django_qless.core.client import Client
 from django_qless.core.shard_events import ShardEvents
-from django_qless.settings import DEFAULT_ALIAS
 from django_qless.signals import BRIDGED_SIGNALS
 
 __all__ = ["Bridge", "LOG_EVENTS", "serve"]

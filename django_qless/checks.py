@@ -9,7 +9,7 @@ from typing import Any
 from django.apps import AppConfig
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
-from django_qless.settings import get_problems, get_settings
+from django_qless.conf import get_problems, get_settings
 
 __all__ = ["check_deploy", "check_engine", "check_job_modules", "check_settings",
            "check_stray_jobs", "check_stray_settings"]

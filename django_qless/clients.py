@@ -17,10 +17,10 @@ from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
+from django_qless.conf import DEFAULT_ALIAS, AliasSettings, get_settings
 from django_qless.core.client import Client
 from django_qless.core.exceptions import QlessConnectionError
 from django_qless.core.sharded import ShardedClient
-from django_qless.settings import DEFAULT_ALIAS, AliasSettings, get_settings
 
 __all__ = [
     "AnyClient",

@@ -18,7 +18,7 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from django_qless import signals
-from django_qless.settings import clear_cache, get_settings
+from django_qless.conf import clear_cache, get_settings
 
 __all__ = ["mail_admins_on_failure", "reset_on_setting_changed", "webhook"]
 

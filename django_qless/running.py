@@ -103,7 +103,7 @@ def eager_active(alias: str) -> bool:
         return override[alias]
     if None in override:
         return override[None]
-    from django_qless.settings import get_settings
+    from django_qless.conf import get_settings
 
     return get_settings().is_eager(alias)
 

@@ -49,11 +49,11 @@ except ImportError:  # the django-tasks backport (Django 5.2)
     from django_tasks.signals import task_enqueued, task_finished, task_started
     from django_tasks.utils import normalize_json
 
+from django_qless.conf import get_settings
 from django_qless.core.serialization import new_jid
 from django_qless.core.workers.runner import error_group
 from django_qless.options import JobOptions, check_timing, dispatch, encode_arguments
 from django_qless.registry import register_job
-from django_qless.settings import get_settings
 
 __all__ = ["KLASS", "DjangoTaskJob", "QlessBackend"]
 

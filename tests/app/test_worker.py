@@ -101,8 +101,8 @@ def test_queues_routed_to_several_aliases_are_refused(redis_url):
 
 
 def test_alias_connector_carries_credentials_tls_options_and_a_timeout():
+    from django_qless.conf import AliasSettings
     from django_qless.management.commands.qless_worker import alias_connector
-    from django_qless.settings import AliasSettings
 
     conn = alias_connector(AliasSettings("x", "rediss://h:1/0", username="u", password="p w",
                                          ssl_ca_certs="/ca.pem"))()

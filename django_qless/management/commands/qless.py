@@ -16,8 +16,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_qless import shard_reads
+from django_qless.conf import DEFAULT_ALIAS
 from django_qless.management.commands._qless_args import add_arguments
-from django_qless.settings import DEFAULT_ALIAS
 
 __all__ = ["Command", "job_dict"]
 
@@ -73,7 +73,7 @@ class Command(BaseCommand):
         """Return the client of --alias, else of the queue's route, else of the default
         (a ShardedClient for a sharded alias)."""
         from django_qless.clients import get_client
-        from django_qless.settings import get_settings
+        from django_qless.conf import get_settings
 
         alias = self.options["alias"] or (
             get_settings().alias_for_queue(queue) if queue else DEFAULT_ALIAS)

@@ -14,9 +14,9 @@ from typing import Any, TextIO, cast
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_qless.clients import build_client, build_redis
+from django_qless.conf import AliasSettings, get_settings
 from django_qless.core.workers.cli import check_imports, check_queue_specs, split_command
 from django_qless.core.workers.option_specs import add_options, option_values
-from django_qless.settings import AliasSettings, get_settings
 
 __all__ = ["Command", "alias_connector"]
 
