@@ -205,7 +205,7 @@ class Command(BaseCommand):
         from django_qless.hooks import DjangoWorkerHooks
 
         out = cast(TextIO, self.stdout)  # OutputWrapper writes like a text stream
-        return int(run_worker(config, DjangoWorkerHooks(), out=out) or 0)
+        return int(run_worker(config, DjangoWorkerHooks(self._alias), out=out) or 0)
 
     def _logging(self, verbosity: int) -> None:
         """Show worker logs on stderr unless the project configured these loggers."""
