@@ -65,19 +65,9 @@ from django_qless.conf.model import (
 from django_qless.conf.parser import parse_settings
 
 __all__ = [
-    "DEFAULT_ALIAS",
-    "DEFAULT_URL",
-    "AliasSettings",
-    "ClusterSettings",
-    "Problem",
-    "QlessSettings",
-    "ReceiverSettings",
-    "WorkerSettings",
-    "clear_cache",
-    "get_problems",
-    "get_settings",
-    "mask_url",
-    "parse",
+    "DEFAULT_ALIAS", "DEFAULT_URL", "AliasSettings", "ClusterSettings", "Problem",
+    "QlessSettings", "ReceiverSettings", "WorkerSettings", "clear_cache", "get_problems",
+    "get_settings", "mask_url", "parse",
 ]
 
 
