@@ -67,8 +67,10 @@ class DjangoWorkerHooks(WorkerHooks):
     def around_job(self, job: Job, call_next: Callable[[], Any]) -> Any:
         """Drop stale DB connections before and after the job; send job signals."""
         close_old_connections()
-        signals.job_started.send_robust(
-            sender=self.alias, event=signals.JobEvent.from_job("started", job, self.alias))
+        # The payload is built only when a receiver is connected: most workers have none.
+        if signals.job_started.receivers:
+            signals.job_started.send_robust(
+                sender=self.alias, event=signals.JobEvent.from_job("started", job, self.alias))
         error: BaseException | None = None
         try:
             return call_next()
@@ -77,8 +79,9 @@ class DjangoWorkerHooks(WorkerHooks):
             raise
         finally:
             try:
-                event = signals.JobEvent.from_job("finished", job, self.alias,
-                                                  outcome=outcome_of(error), error=error)
-                signals.job_finished.send_robust(sender=self.alias, event=event)
+                if signals.job_finished.receivers:
+                    event = signals.JobEvent.from_job("finished", job, self.alias,
+                                                      outcome=outcome_of(error), error=error)
+                    signals.job_finished.send_robust(sender=self.alias, event=event)
             finally:
                 close_old_connections()

@@ -92,3 +92,13 @@ def test_a_job_that_returns_finishes_completed_without_an_error():
     assert sender == "default"
     assert kwargs["event"].outcome == "completed" and kwargs["event"].error is None
     assert kwargs["event"].group is None and kwargs["event"].attempt == 1
+
+
+def test_no_payload_is_built_when_no_receiver_is_connected(monkeypatch):
+    def refuse(*args: Any, **kwargs: Any) -> JobEvent:
+        raise AssertionError("a JobEvent was built for nobody")
+
+    monkeypatch.setattr(signals.job_started, "receivers", [])
+    monkeypatch.setattr(signals.job_finished, "receivers", [])
+    monkeypatch.setattr(JobEvent, "from_job", refuse)
+    assert DjangoWorkerHooks().around_job(build_job("x.y", {}), lambda: 7) == 7
