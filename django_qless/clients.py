@@ -19,8 +19,8 @@ from redis.sentinel import Sentinel
 
 from django_qless.conf import DEFAULT_ALIAS, AliasSettings, get_settings
 from django_qless.core.client import Client
+from django_qless.core.cluster.sharded import ShardedClient
 from django_qless.core.exceptions import QlessConnectionError
-from django_qless.core.sharded import ShardedClient
 from django_qless.core.types import QlessClient
 
 __all__ = [

@@ -20,7 +20,7 @@ from django_qless.conf.model import (
     mask_url,
 )
 from django_qless.conf.reporter import QUEUE_RE, Reporter
-from django_qless.core.placement import MAX_SHARDS, shard_tag
+from django_qless.core.cluster.placement import MAX_SHARDS, shard_tag
 
 __all__ = ["parse_cluster", "placed_elsewhere"]
 

@@ -7,9 +7,9 @@ from typing import Any
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 
+from django_qless.core.cluster.sharded import ShardedClient
 from django_qless.core.exceptions import DependencyError, LimitExceeded
 from django_qless.core.job import Job
-from django_qless.core.sharded import ShardedClient
 from django_qless.forms import MoveForm, PriorityForm, TagForm, UndependForm, first_error
 from django_qless.options import RESULT_KEY
 from django_qless.views import data

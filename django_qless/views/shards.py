@@ -15,9 +15,9 @@ from typing import Any, TypeVar
 from django.http import HttpRequest
 
 from django_qless.core.client import Client
+from django_qless.core.cluster.sharded import ShardedClient
 from django_qless.core.exceptions import JobNotFound
 from django_qless.core.job import Job
-from django_qless.core.sharded import ShardedClient
 from django_qless.core.types import QlessClient
 
 __all__ = [

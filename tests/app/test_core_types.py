@@ -8,7 +8,7 @@ import sys
 
 from django_qless.clients import get_client
 from django_qless.core.client import Client
-from django_qless.core.sharded import ShardedClient
+from django_qless.core.cluster.sharded import ShardedClient
 from django_qless.core.types import QlessClient
 from tests.app.helpers import ROOT
 

@@ -35,7 +35,7 @@ class Command(BaseCommand):
         from django_qless.clients import get_client
         from django_qless.conf import get_settings
         from django_qless.core.audit import audit_all
-        from django_qless.core.audit_cli import (
+        from django_qless.core.audit.cli import (
             EXIT_ERROR,
             EXIT_VIOLATIONS,
             render_all,
