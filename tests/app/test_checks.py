@@ -78,7 +78,7 @@ def test_deploy_check_is_registered_for_deploy_only(redis_url):
 
 def test_deploy_flags_remote_redis_without_password_or_tls():
     from django_qless.checks import _connection_warnings
-    from django_qless.settings import get_settings
+    from django_qless.conf import get_settings
 
     cases = {
         "redis://cache.example.com:6379/0": {"django_qless.W083", "django_qless.W084"},

@@ -88,7 +88,7 @@ def test_deploy_check_reports_an_unreachable_cluster():
 
 def test_deploy_flags_remote_cluster_without_password_or_tls():
     from django_qless.checks import _connection_warnings
-    from django_qless.settings import get_settings
+    from django_qless.conf import get_settings
 
     cases = {
         ("redis://10.0.0.1:7000", "redis://10.0.0.2:7000"): {"django_qless.W083",

@@ -1,73 +1,43 @@
-"""Read ``settings.QLESS`` (plus environment fallbacks) into frozen dataclasses.
+"""The parsed ``QLESS`` setting as frozen dataclasses, and the names every parser step shares.
 
-Shape, like ``CACHES``: every lowercase key is a connection alias, the UPPERCASE keys are
-global options::
-
-    QLESS = {
-        "default": {"URL": "redis://localhost:6379/0", "OPTIONS": {"socket_timeout": 10}},
-        "reports": {"SENTINELS": [("10.0.0.1", 26379)], "MASTER_NAME": "mymaster",
-                    "USERNAME": "qless", "PASSWORD": "..."},
-        "QUEUES": {"reports": "reports"},          # queue name -> alias (default: "default")
-        "WORKER": {"QUEUES": ["default"], "PROCESSES": 2, "RESERVER": "ordered",
-                   "INTERVAL": 60.0, "TIMEOUT": None, "MAX_JOBS": None,
-                   "HEARTBEAT": None,              # seconds: set in qless config at start
-                   "PREFETCH": True,               # hold one job ahead while short jobs run
-                   "START_TIMEOUT": 30.0},         # seconds to wait for Redis at start
-        "COMMIT_MODE": "on_commit",                # or "immediate"
-        "JOB_MODULES": ["myapp.legacy_jobs"],      # classes under these modules may run
-        "AUTODISCOVER": True,                      # import <app>.jobs for every installed app
-        "EAGER": False,                            # run jobs inline (per alias too)
-        "RECEIVERS": {"MAIL_ADMINS_ON_FAILURE": False, "WEBHOOK_URL": None,
-                      "WEBHOOK_EVENTS": ["completed", "failed"], "WEBHOOK_TIMEOUT": 5.0},
-    }
-
-Alias keys: ``URL`` (``redis://``, ``rediss://`` (TLS), ``unix://``), ``USERNAME``/``PASSWORD``
-(ACL; override the URL's), ``SENTINELS`` + ``MASTER_NAME`` (+ ``SENTINEL_KWARGS``), ``OPTIONS``
-(extra redis-py keyword arguments), ``SSL_CERT_REQS`` (``"required"`` by default; ``"none"``
-must be set explicitly to skip certificate checks), ``SSL_CA_CERTS``, ``SSL_CERTFILE``,
-``SSL_KEYFILE``, ``SOCKET_TIMEOUT`` and ``EAGER``. A cluster alias sets ``CLUSTER`` (node
-URLs of a Redis Cluster, instead of ``URL``/``SENTINELS``) and may set ``SHARDS`` (16),
-``PLACEMENT`` (queue -> shard), ``DURABLE_REPLICAS`` (0) and ``DURABLE_TIMEOUT`` (1.0 s);
-see ``settings_cluster``.
-
-Environment (django-environ; a value in settings always wins): ``QLESS_URL`` (default alias),
-``QLESS_<ALIAS>_URL``, ``QLESS_[<ALIAS>_]CLUSTER`` (comma list of node URLs),
-``QLESS_<ALIAS>_PASSWORD``, ``QLESS_COMMIT_MODE``, ``QLESS_EAGER``,
-``QLESS_WORKER_QUEUES`` (comma list), ``QLESS_WORKER_PROCESSES``, ``QLESS_WORKER_RESERVER``,
-``QLESS_WORKER_INTERVAL``, ``QLESS_WORKER_TIMEOUT``, ``QLESS_WORKER_HEARTBEAT``,
-``QLESS_WORKER_PREFETCH``, ``QLESS_WORKER_START_TIMEOUT``.
-Without any setting or variable the default alias is ``redis://localhost:6379/0``.
+This module imports nothing else from ``django_qless.conf``: the parsing steps import it, in
+one direction (``model`` -> ``reporter`` -> ``cluster`` -> ``aliases`` -> ``parser``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cache
 from typing import Any
 from urllib.parse import urlsplit
 
-from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
-
-from django_qless.settings_cluster import CLUSTER_KEYS, ClusterSettings
-
 __all__ = [
+    "ALIAS_KEYS",
+    "CLUSTER_KEYS",
+    "COMMIT_MODES",
+    "DEFAULT_ALIAS",
+    "DEFAULT_DURABLE_TIMEOUT",
+    "DEFAULT_SHARDS",
+    "DEFAULT_URL",
+    "GLOBAL_KEYS",
+    "RECEIVER_KEYS",
+    "SCHEMES",
     "AliasSettings",
+    "ClusterSettings",
     "Problem",
     "QlessSettings",
     "ReceiverSettings",
     "WorkerSettings",
-    "clear_cache",
-    "get_problems",
-    "get_settings",
     "mask_url",
-    "parse",
 ]
 
 DEFAULT_ALIAS = "default"
 DEFAULT_URL = "redis://localhost:6379/0"
+DEFAULT_SHARDS = 16
+DEFAULT_DURABLE_TIMEOUT = 1.0
 COMMIT_MODES = ("on_commit", "immediate")
+#: The keys that only mean something on a cluster alias (CLUSTER itself aside).
+CLUSTER_KEYS = ("SHARDS", "PLACEMENT", "DURABLE_REPLICAS", "DURABLE_TIMEOUT")
 GLOBAL_KEYS = frozenset(
     {"QUEUES", "WORKER", "COMMIT_MODE", "JOB_MODULES", "AUTODISCOVER", "EAGER",
      "RECEIVERS"}
@@ -83,6 +53,16 @@ RECEIVER_KEYS = frozenset(
 SCHEMES = ("redis", "rediss", "unix")
 
 
+def mask_url(url: str) -> str:
+    """Return the URL with any password replaced by ``***``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.netloc.rsplit("@", 1)[1]
+    return parts._replace(netloc=f"{user}:***@{host}").geturl()
+
+
 @dataclass(frozen=True)
 class Problem:
     """One invalid setting: where it is, what is wrong, how to fix it."""
@@ -92,6 +72,35 @@ class Problem:
     hint: str
     id: str = "django_qless.E001"
     warning: bool = False
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    """The cluster part of an alias: node URLs, shard count, placement, durability."""
+
+    nodes: tuple[str, ...] = field(repr=False)  # the URLs may carry a password
+    scheme: str = "redis"
+    shards: int = DEFAULT_SHARDS
+    placement: Mapping[str, int | str] = field(default_factory=dict)
+    durable_replicas: int = 0
+    durable_timeout: float = DEFAULT_DURABLE_TIMEOUT
+    # Credentials written in the node URLs (the same in every URL that has any).
+    url_username: str | None = field(default=None, repr=False)
+    url_password: str | None = field(default=None, repr=False)
+
+    @property
+    def addresses(self) -> list[tuple[str, int]]:
+        """Return each node's (host, port)."""
+        out = []
+        for url in self.nodes:
+            parts = urlsplit(url)
+            out.append((parts.hostname or "", parts.port or 6379))
+        return out
+
+    @property
+    def durable_timeout_ms(self) -> int:
+        """Return DURABLE_TIMEOUT in whole milliseconds (at least 1)."""
+        return max(1, round(self.durable_timeout * 1000))
 
 
 @dataclass(frozen=True)
@@ -184,47 +193,3 @@ class QlessSettings:
         if conf is not None and conf.eager is not None:
             return conf.eager
         return self.eager
-
-
-def mask_url(url: str) -> str:
-    """Return the URL with any password replaced by ``***``."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.netloc.rsplit("@", 1)[1]
-    return parts._replace(netloc=f"{user}:***@{host}").geturl()
-
-
-def parse(raw: Any, env: Any = None) -> tuple[QlessSettings, list[Problem]]:
-    """Parse a raw ``QLESS`` value; return the settings and every problem found."""
-    from django_qless.settings_parser import parse_settings
-
-    return parse_settings(raw, env)
-
-
-@cache
-def _parsed() -> tuple[QlessSettings, tuple[Problem, ...]]:
-    result, problems = parse(getattr(settings, "QLESS", None))
-    return result, tuple(problems)
-
-
-def get_settings() -> QlessSettings:
-    """Return the parsed settings; raise ImproperlyConfigured naming the first bad key."""
-    result, problems = _parsed()
-    errors = [p for p in problems if not p.warning]
-    if errors:
-        first = errors[0]
-        raise ImproperlyConfigured(f"{first.message} {first.hint}")
-    return result
-
-
-def get_problems() -> tuple[Problem, ...]:
-    """Return every problem in the current settings (used by the system checks)."""
-    return _parsed()[1]
-
-
-def clear_cache(**kwargs: Any) -> None:
-    """Forget the parsed settings (connected to ``setting_changed``)."""
-    if kwargs.get("setting", "QLESS") == "QLESS":
-        _parsed.cache_clear()

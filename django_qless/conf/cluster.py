@@ -1,5 +1,5 @@
-"""Parse the cluster keys of a ``QLESS`` alias: ``CLUSTER``, ``SHARDS``, ``PLACEMENT``,
-``DURABLE_REPLICAS`` and ``DURABLE_TIMEOUT`` (queues sharded over a Redis Cluster).
+"""Cluster options: the keys ``CLUSTER``, ``SHARDS``, ``PLACEMENT``, ``DURABLE_REPLICAS`` and
+``DURABLE_TIMEOUT`` of a ``QLESS`` alias (queues sharded over a Redis Cluster).
 
 Every mistake becomes a Problem naming the key (E100-E113, W114, W115, and E015 for a node
 URL that turns off certificate checks); nothing here opens a connection.
@@ -9,64 +9,26 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from django_qless.conf.model import (
+    DEFAULT_DURABLE_TIMEOUT,
+    DEFAULT_SHARDS,
+    AliasSettings,
+    ClusterSettings,
+    mask_url,
+)
+from django_qless.conf.reporter import QUEUE_RE, Reporter
 from django_qless.core.cluster.placement import MAX_SHARDS, shard_tag
 
-if TYPE_CHECKING:
-    from django_qless.settings import AliasSettings
+__all__ = ["parse_cluster", "placed_elsewhere"]
 
-__all__ = ["CLUSTER_KEYS", "DEFAULT_SHARDS", "ClusterSettings", "parse_cluster", "placed_elsewhere"]
-
-DEFAULT_SHARDS = 16
-DEFAULT_DURABLE_TIMEOUT = 1.0
-#: The keys that only mean something on a cluster alias (CLUSTER itself aside).
-CLUSTER_KEYS = ("SHARDS", "PLACEMENT", "DURABLE_REPLICAS", "DURABLE_TIMEOUT")
-_QUEUE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _SHARD_NAME = re.compile(r"^s(\d{1,4})(?:-\d+)?$")
 _EXAMPLE = '"CLUSTER": ["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"]'
 
 
-class _Reporter(Protocol):
-    """What the settings parser offers this module: a place to put problems."""
-
-    def error(self, key: str, message: str, hint: str, code: int = 1) -> None: ...
-
-    def warn(self, key: str, message: str, hint: str, code: int = 1) -> None: ...
-
-
-@dataclass(frozen=True)
-class ClusterSettings:
-    """The cluster part of an alias: node URLs, shard count, placement, durability."""
-
-    nodes: tuple[str, ...] = field(repr=False)  # the URLs may carry a password
-    scheme: str = "redis"
-    shards: int = DEFAULT_SHARDS
-    placement: Mapping[str, int | str] = field(default_factory=dict)
-    durable_replicas: int = 0
-    durable_timeout: float = DEFAULT_DURABLE_TIMEOUT
-    # Credentials written in the node URLs (the same in every URL that has any).
-    url_username: str | None = field(default=None, repr=False)
-    url_password: str | None = field(default=None, repr=False)
-
-    @property
-    def addresses(self) -> list[tuple[str, int]]:
-        """Return each node's (host, port)."""
-        out = []
-        for url in self.nodes:
-            parts = urlsplit(url)
-            out.append((parts.hostname or "", parts.port or 6379))
-        return out
-
-    @property
-    def durable_timeout_ms(self) -> int:
-        """Return DURABLE_TIMEOUT in whole milliseconds (at least 1)."""
-        return max(1, round(self.durable_timeout * 1000))
-
-
-def parse_cluster(p: _Reporter, key: str, raw: Mapping[str, Any], nodes: Any,
+def parse_cluster(p: Reporter, key: str, raw: Mapping[str, Any], nodes: Any,
                   conf: Mapping[str, Any]) -> ClusterSettings | None:
     """Check a cluster alias's keys (`nodes` from CLUSTER or the environment); return its
     settings, or None when the node list is unusable."""
@@ -101,7 +63,7 @@ def parse_cluster(p: _Reporter, key: str, raw: Mapping[str, Any], nodes: Any,
                            url_password=password)
 
 
-def _nodes(p: _Reporter, key: str, nodes: Any, conf: Mapping[str, Any]
+def _nodes(p: Reporter, key: str, nodes: Any, conf: Mapping[str, Any]
            ) -> tuple[tuple[str, ...], str, str | None, str | None] | None:
     """Check the node URLs; return them with their common scheme and credentials."""
     if isinstance(nodes, str) or not isinstance(nodes, list | tuple) or not nodes:
@@ -138,7 +100,7 @@ def _nodes(p: _Reporter, key: str, nodes: Any, conf: Mapping[str, Any]
     return tuple(nodes), schemes.pop(), username, password
 
 
-def _node(p: _Reporter, key: str, url: Any, conf: Mapping[str, Any]
+def _node(p: Reporter, key: str, url: Any, conf: Mapping[str, Any]
           ) -> tuple[str, str | None, str | None] | None:
     """Check one node URL; return its scheme and credentials, or None (reported)."""
     if not isinstance(url, str):
@@ -178,12 +140,10 @@ def _node(p: _Reporter, key: str, url: Any, conf: Mapping[str, Any]
 
 def _masked(url: str) -> str:
     """Return a node URL with its password hidden (problems are printed and logged)."""
-    from django_qless.settings import mask_url
-
     return mask_url(url)
 
 
-def _shards(p: _Reporter, key: str, value: Any) -> int | None:
+def _shards(p: Reporter, key: str, value: Any) -> int | None:
     """Check SHARDS: an integer in 1..MAX_SHARDS."""
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SHARDS:
         p.error(key, f"{key} must be an integer from 1 to {MAX_SHARDS}, not {value!r}.",
@@ -193,7 +153,7 @@ def _shards(p: _Reporter, key: str, value: Any) -> int | None:
     return value
 
 
-def _placement(p: _Reporter, key: str, value: Any, shards: int) -> dict[str, int | str]:
+def _placement(p: Reporter, key: str, value: Any, shards: int) -> dict[str, int | str]:
     """Check PLACEMENT: queue name -> shard index, name `s<i>` or tag, within SHARDS."""
     if not isinstance(value, Mapping):
         p.error(key, f"{key} must map queue names to shards, not {type(value).__name__}.",
@@ -201,7 +161,7 @@ def _placement(p: _Reporter, key: str, value: Any, shards: int) -> dict[str, int
         return {}
     out: dict[str, int | str] = {}
     for queue, shard in value.items():
-        if not isinstance(queue, str) or not _QUEUE_RE.match(queue):
+        if not isinstance(queue, str) or not QUEUE_RE.match(queue):
             p.error(key, f"{key} has an invalid queue name {queue!r}.",
                     "Queue names are 1-64 characters of letters, digits, '_', '.', '-'.", 108)
             continue
@@ -232,7 +192,7 @@ def _shard_problem(shard: Any, shards: int) -> str | None:
     return None
 
 
-def placed_elsewhere(p: _Reporter, aliases: Mapping[str, AliasSettings],
+def placed_elsewhere(p: Reporter, aliases: Mapping[str, AliasSettings],
                      routes: Mapping[str, Any]) -> None:
     """Warn about a queue pinned in one alias's PLACEMENT but routed to another alias."""
     for name, alias in aliases.items():
