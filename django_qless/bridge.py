@@ -10,7 +10,7 @@ channel (every job, richer payload); popped/stalled/track/untrack exist only on 
 channels, which qless publishes for tracked jobs.
 
 A sharded alias is listened to on every shard, in one thread on one connection per primary
-(`core/shard_events.py`: SSUBSCRIBE per shard on its primary), each signal's ``JobEvent``
+(`core/cluster/shard_events.py`: SSUBSCRIBE per shard on its primary), each signal's ``JobEvent``
 carrying the client and tag of the shard the event came from.
 """
 

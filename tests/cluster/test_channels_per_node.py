@@ -1,5 +1,5 @@
 """Pub/sub on a sharded deployment: one connection per node carrying every shard that node
-holds (core/node_pubsub.py), a shard's channels followed across a slot move, and a worker's
+holds (core/cluster/node_pubsub.py), a shard's channels followed across a slot move, and a worker's
 channels following its queue to a new shard. Real local clusters, real worker processes."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Moving a queue between shards online (core/queue_move.py) on a real cluster."""
+"""Moving a queue between shards online (core/cluster/queue_move.py) on a real cluster."""
 
 from __future__ import annotations
 

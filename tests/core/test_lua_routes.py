@@ -1,4 +1,4 @@
-"""The engine's routes are generated from the Lua files' `--@` declarations (core/lua.py)."""
+"""The engine's routes are generated from the Lua files' `--@` declarations (core/engine/lua.py)."""
 
 from __future__ import annotations
 

@@ -226,7 +226,7 @@ def test_engine_of_another_version_is_never_called(client: Client, r: redis.Redi
         pytest.skip("functions need Redis 7")
     shape = f"'{REPLY_SHAPE}'"
     other_script = script_text(True).replace(shape, "'qless-flat-0'")
-    # (named as core/lua.py names every engine: by its text's sha)
+    # (named as core/engine/lua.py names every engine: by its text's sha)
     name = "djqless_" + hashlib.sha1(other_script.encode()).hexdigest()[:16]  # noqa: S324
     assert name != function_name(True)
     ours = function_name(True)

@@ -47,13 +47,13 @@ class Invoker:
                 f"engine call mode must be auto, function or script, got {mode!r}"
             )
         self.mode = mode
-        self.caller_time = caller_time  # the testing variant (core/lua.py)
+        self.caller_time = caller_time  # the testing variant (core/engine/lua.py)
         # The keyspace's engine keys: none (default keyspace) or its prefix (keyspace.py).
         self.keys = tuple(keys)
         self._sha = script_sha(caller_time)
         self._fn = function_name(caller_time)
         self._fn_ro = f"{self._fn}_ro"
-        # EVALSHA a per-command script (core/lua_bundles.py) instead of the full one: set
+        # EVALSHA a per-command script (core/engine/bundles.py) instead of the full one: set
         # by a channel, which loads each before its command's first call (NodeChannel.prepare).
         self.bundles = False
         self._shas: dict[str, str] = {}  # command -> the sha its EVALSHA names

@@ -2,7 +2,7 @@
 
 Under EVALSHA (Redis 6.2) every call re-runs the whole script body: each top-level helper is
 a closure built again, each constant table filled again. A per-command script (a "bundle",
-core/lua_bundles.py) keeps only the statements the command's code can reach. This module splits the
+core/engine/bundles.py) keeps only the statements the command's code can reach. This module splits the
 helper files into top-level statements, notes what each defines (`Q.<name>`, a local, a
 module loader) and what names it mentions, and follows the mentions from the entry point and
 the command's module loaders. It answers None, meaning "use the full script", whenever the
