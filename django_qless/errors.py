@@ -7,7 +7,7 @@ from typing import Any
 
 from django_qless.core.exceptions import InvalidArgument
 
-__all__ = ["InvalidJobArgument", "JobFailedError", "ResultNotReady"]
+__all__ = ["InvalidJobArgument", "JobFailedError", "ResultNotReady", "ResultTimeout"]
 
 
 class InvalidJobArgument(InvalidArgument, TypeError):
@@ -20,6 +20,10 @@ class InvalidJobArgument(InvalidArgument, TypeError):
 
 class ResultNotReady(LookupError):
     """The job has not completed (yet), so it has no return value."""
+
+
+class ResultTimeout(ResultNotReady, TimeoutError):
+    """``result(timeout=...)`` waited the time given and the job had not finished."""
 
 
 class JobFailedError(Exception):

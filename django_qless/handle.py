@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import transaction
 
 from django_qless.conf import get_settings
-from django_qless.errors import JobFailedError, ResultNotReady
+from django_qless.errors import JobFailedError, ResultNotReady, ResultTimeout
 
 if TYPE_CHECKING:
     from django_qless.core.client import Client
@@ -110,9 +110,16 @@ class JobHandle:
         found.cancel()
         return True
 
-    def result(self) -> Any:
-        """Return the job's return value; raise ResultNotReady or JobFailedError otherwise."""
+    def result(self, timeout: float | None = None) -> Any:
+        """Return the job's return value; raise JobFailedError if it failed.
+
+        Without ``timeout`` a job that has not finished raises ResultNotReady at once; with
+        it, the call blocks until the job completes or fails, woken by the engine's events
+        (no polling), and raises ResultTimeout after ``timeout`` seconds.
+        """
+        from django_qless.core.exceptions import JobNotFound
         from django_qless.core.job import Job
+        from django_qless.core.waiting import FINISHED, WaitTimeout
 
         if self.status == "eager":
             return self._value
@@ -122,12 +129,25 @@ class JobHandle:
         job = found if isinstance(found, Job) else None
         if job is None:
             raise ResultNotReady(f"job {self.jid} does not exist (not sent yet, or expired)")
+        if timeout is not None and job.state not in FINISHED:
+            try:
+                job = job.client.jobs.wait(self.jid, timeout)
+            except WaitTimeout as exc:
+                raise ResultTimeout(f"job {self.jid} did not finish within {timeout} s") from exc
+            except JobNotFound as exc:
+                raise ResultNotReady(f"job {self.jid} is gone (canceled or expired)") from exc
         if job.state == "failed":
             raise JobFailedError(self.jid, job.failure or {})
         if job.state != "complete":
             raise ResultNotReady(f"job {self.jid} is {job.state}")
         data = job.data
         return data.get(RESULT_KEY) if isinstance(data, dict) else None
+
+    async def aresult(self, timeout: float | None = None) -> Any:
+        """``result(timeout)`` for async code: the wait runs in a thread of its own."""
+        from asgiref.sync import sync_to_async
+
+        return await sync_to_async(self.result, thread_sensitive=False)(timeout)
 
 
 def dispatch(options: JobOptions, action: Callable[[], None], describe: str,

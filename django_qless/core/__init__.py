@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from .engine_config import Config
     from .events import Events
     from .exceptions import (
+        ClusterNodeError,
         DependencyError,
         InvalidArgument,
         InvalidStateTransition,
@@ -35,13 +36,15 @@ if TYPE_CHECKING:
     from .recurring import RecurringJob
     from .serialization import new_jid
     from .throttle import Throttle, ThrottleInfo, Throttles, ThrottleStatus
+    from .waiting import WaitTimeout
 
 _EXPORTS = {
     "Client": "client", "Tags": "accessors", "Workers": "accessors",
     "ServerClock": "clock",
-    "Config": "config",
+    "Config": "engine_config",
     "Events": "events",
-    "DependencyError": "exceptions", "InvalidArgument": "exceptions",
+    "ClusterNodeError": "exceptions", "DependencyError": "exceptions",
+    "InvalidArgument": "exceptions",
     "InvalidStateTransition": "exceptions", "JobNotFound": "exceptions",
     "LimitExceeded": "exceptions", "LostLockError": "exceptions",
     "QlessConnectionError": "exceptions", "QlessError": "exceptions",
@@ -54,10 +57,13 @@ _EXPORTS = {
     "new_jid": "serialization",
     "Throttle": "throttle", "ThrottleInfo": "throttle", "Throttles": "throttle",
     "ThrottleStatus": "throttle",
+    "WaitTimeout": "waiting",
 }
 
 __all__ = [
     "Client",
+    "ClusterNodeError",
+    "WaitTimeout",
     "Config",
     "DependencyError",
     "Events",

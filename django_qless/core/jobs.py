@@ -52,6 +52,13 @@ class Jobs:
         reply = self._client.call_json("get", check_jid(jid))
         return None if reply is None else Job(self._client, reply)
 
+    def wait(self, jid: str, timeout: float | None = None) -> Job:
+        """Block until job `jid` is complete or failed and return it (waiting.wait_for):
+        woken by the engine's events, WaitTimeout after `timeout` seconds."""
+        from .waiting import wait_for
+
+        return wait_for(self._client, jid, timeout)
+
     def get_many(self, *jids: str) -> list[Job]:
         """Return the jobs that exist among `jids` (in the engine's order)."""
         wanted = check_jids(jids, limit=len(jids) or 1)

@@ -1,5 +1,6 @@
 """A queue move resumed after its switch waits only what is left of `settle`
-(core/cluster/queue_move.py; the switch time is noted with the placement, core/cluster/placement.py)."""
+(core/cluster/queue_move.py; the switch time is noted with the placement,
+core/cluster/placement.py)."""
 
 from __future__ import annotations
 

@@ -29,6 +29,12 @@ def test_core_modules_found() -> None:
     assert "django_qless.core.cluster.sharded" in names
 
 
+def test_every_exported_name_resolves() -> None:
+    """Each name `django_qless.core` re-exports lazily can be imported."""
+    for name in django_qless.core.__all__:
+        assert getattr(django_qless.core, name) is not None, name
+
+
 def test_test_servers_are_not_shipped() -> None:
     """The servers that tests and benchmarks start live outside the package."""
     root = Path(django_qless.core.__file__).resolve().parents[1]

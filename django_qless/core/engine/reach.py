@@ -2,10 +2,10 @@
 
 Under EVALSHA (Redis 6.2) every call re-runs the whole script body: each top-level helper is
 a closure built again, each constant table filled again. A per-command script (a "bundle",
-core/engine/bundles.py) keeps only the statements the command's code can reach. This module splits the
-helper files into top-level statements, notes what each defines (`Q.<name>`, a local, a
-module loader) and what names it mentions, and follows the mentions from the entry point and
-the command's module loaders. It answers None, meaning "use the full script", whenever the
+core/engine/bundles.py) keeps only the statements the command's code can reach. This module
+splits the helper files into top-level statements, notes what each defines (`Q.<name>`, a
+local, a module loader) and what names it mentions, and follows the mentions from the entry
+point and the command's module loaders. It answers None, meaning "use the full script", whenever the
 code does something the analysis cannot follow (the table Q used other than as `Q.<name>`,
 a statement it cannot split).
 """
