@@ -1,0 +1,133 @@
+"""Process-wide instrumentation seams: put middleware and worker hooks added by integrations.
+
+Tracing and error-reporting integrations (`integrations.sentry`, `integrations.otel`) install
+themselves here once per process, so that every client's `Queue.put` and every worker's job
+loop see them without the application passing anything around:
+
+- put middleware, `mw(put, call_next) -> jid`, wraps each `Queue.put`; it may add
+  propagation headers to `put.headers`, which travel in the job's data under `TRACE_KEY`;
+- worker hooks (`WorkerHooks` objects) join the hooks the worker was given, outermost first.
+
+With nothing installed, a put and a job cost one empty-tuple test each. This module imports
+no third-party package; the integrations import theirs lazily.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from django_qless.core.job import Job
+    from django_qless.core.queue import Queue
+    from django_qless.core.workers.hooks import WorkerHooksProtocol
+
+__all__ = [
+    "TRACE_KEY",
+    "PendingPut",
+    "PutMiddleware",
+    "around_put",
+    "install_hooks",
+    "install_put_middleware",
+    "installed_hooks",
+    "put_middleware",
+    "trace_headers",
+    "uninstall_hooks",
+    "uninstall_put_middleware",
+    "with_installed_hooks",
+]
+
+# The key of a job's (dict) data under which propagation headers travel: a JSON object of
+# header name -> value ("traceparent", "tracestate", "sentry-trace", "baggage"). Any qless
+# client reads the job as before; job code sees one more key in `job.data`.
+TRACE_KEY = "_qless_trace"
+
+
+@dataclass
+class PendingPut:
+    """One put on its way to the engine, as put middleware sees it."""
+
+    queue: Queue
+    klass: str
+    jid: str
+    data: Mapping[str, Any]
+    # Propagation headers middleware adds; stored in the data under TRACE_KEY if any.
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+PutMiddleware = Callable[[PendingPut, Callable[[], str]], str]
+
+_put_middleware: tuple[PutMiddleware, ...] = ()
+_hooks: tuple[WorkerHooksProtocol, ...] = ()
+
+
+def put_middleware() -> tuple[PutMiddleware, ...]:
+    """Return the installed put middleware (outermost first)."""
+    return _put_middleware
+
+
+def installed_hooks() -> tuple[WorkerHooksProtocol, ...]:
+    """Return the installed worker hooks (outermost first)."""
+    return _hooks
+
+
+def install_put_middleware(middleware: PutMiddleware) -> None:
+    """Add `middleware` around every put in this process (once; a repeat is ignored)."""
+    global _put_middleware
+    if middleware not in _put_middleware:
+        _put_middleware = (*_put_middleware, middleware)
+
+
+def uninstall_put_middleware(middleware: PutMiddleware) -> None:
+    """Remove `middleware` if installed."""
+    global _put_middleware
+    _put_middleware = tuple(m for m in _put_middleware if m is not middleware)
+
+
+def install_hooks(hooks: WorkerHooksProtocol) -> None:
+    """Add `hooks` to every worker built in this process from now on (once)."""
+    global _hooks
+    if hooks not in _hooks:
+        _hooks = (*_hooks, hooks)
+
+
+def uninstall_hooks(hooks: WorkerHooksProtocol) -> None:
+    """Remove `hooks` if installed (workers already built keep them)."""
+    global _hooks
+    _hooks = tuple(h for h in _hooks if h is not hooks)
+
+
+def with_installed_hooks(hooks: WorkerHooksProtocol) -> WorkerHooksProtocol:
+    """Return `hooks` with the installed ones around them (`hooks` itself if none are)."""
+    if not _hooks:
+        return hooks
+    from django_qless.core.workers.hooks import CompositeHooks
+
+    return CompositeHooks(*_hooks, hooks)
+
+
+def around_put(put: PendingPut, send: Callable[[Mapping[str, Any]], str]) -> str:
+    """Run `send(data)` inside the installed put middleware; return the jid it returns."""
+    chain = _put_middleware
+
+    def call(index: int) -> str:
+        if index < len(chain):
+            return chain[index](put, lambda: call(index + 1))
+        data = put.data
+        if put.headers and isinstance(data, Mapping):
+            data = {**data, TRACE_KEY: dict(put.headers)}
+        return send(data)
+
+    return call(0)
+
+
+def trace_headers(job: Job) -> dict[str, str]:
+    """Return the propagation headers a job carries (empty if none or not a dict)."""
+    data = job.data
+    if not isinstance(data, dict):
+        return {}
+    headers = data.get(TRACE_KEY)
+    if not isinstance(headers, dict):
+        return {}
+    return {str(k): str(v) for k, v in headers.items() if isinstance(v, str)}
