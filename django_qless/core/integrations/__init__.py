@@ -55,6 +55,14 @@ class PendingPut:
     # Propagation headers middleware adds; stored in the data under TRACE_KEY if any.
     headers: dict[str, str] = field(default_factory=dict)
 
+    def add_headers(self, headers: Mapping[str, str]) -> None:
+        """Add propagation headers; W3C `baggage` lists from several tracers are joined."""
+        for name, value in headers.items():
+            old = self.headers.get(name)
+            if name == "baggage" and old and value and value not in old:
+                value = f"{old},{value}"
+            self.headers[name] = value
+
 
 PutMiddleware = Callable[[PendingPut, Callable[[], str]], str]
 

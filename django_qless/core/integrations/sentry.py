@@ -100,10 +100,10 @@ def _sentry_put(put: PendingPut, call_next: Callable[[], str]) -> str:
     with capture_internal_exceptions():
         traceparent = sentry_sdk.get_traceparent()
         if traceparent:
-            put.headers["sentry-trace"] = traceparent
+            put.add_headers({"sentry-trace": traceparent})
             baggage = sentry_sdk.get_baggage()
             if baggage:
-                put.headers["baggage"] = baggage
+                put.add_headers({"baggage": baggage})
     if sentry_sdk.get_current_span() is None:
         return call_next()
     attributes = {
