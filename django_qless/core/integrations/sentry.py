@@ -79,10 +79,22 @@ class QlessIntegration(Integration):
 
     @staticmethod
     def setup_once() -> None:
-        """Join every worker and every put in this process."""
+        """Join every worker and every put in this process (again after an uninstall)."""
+        global _processor_added
         integrations.install_hooks(_HOOKS)
         integrations.install_put_middleware(_sentry_put)
-        add_global_event_processor(_drop_worker_duplicates)
+        if not _processor_added:
+            add_global_event_processor(_drop_worker_duplicates)
+            _processor_added = True
+
+    @staticmethod
+    def uninstall() -> None:
+        """Leave the puts and the workers built from now on alone (tests, mostly)."""
+        integrations.uninstall_hooks(_HOOKS)
+        integrations.uninstall_put_middleware(_sentry_put)
+
+
+_processor_added = False
 
 
 def _active() -> QlessIntegration | None:

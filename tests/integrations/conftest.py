@@ -1,0 +1,81 @@
+"""Fixtures: the real sentry-sdk with an in-memory transport, the real OpenTelemetry SDK with
+an in-memory exporter, and a serial worker run in this process."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from django_qless.core.registry import default_registry
+from django_qless.core.workers import SerialWorker, WorkerConfig
+from tests.integrations.support import DSN, MemoryTransport
+
+
+@pytest.fixture
+def work_dir() -> Iterator[Path]:
+    """A private temp dir."""
+    path = Path(tempfile.mkdtemp(prefix="qless-obs-test-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def sentry_init() -> Iterator[Callable[..., MemoryTransport]]:
+    """Initialise sentry-sdk with QlessIntegration(**options); return its transport."""
+    import sentry_sdk
+
+    from django_qless.core.integrations.sentry import QlessIntegration
+
+    def init(**options: Any) -> MemoryTransport:
+        transport = MemoryTransport()
+        sentry_sdk.init(dsn=DSN, transport=transport, traces_sample_rate=1.0,
+                        auto_enabling_integrations=False,
+                        integrations=[QlessIntegration(**options)])
+        # sentry-sdk sets an integration up once per process: install it again after a
+        # previous test's teardown removed it.
+        QlessIntegration.setup_once()
+        return transport
+
+    yield init
+    QlessIntegration.uninstall()
+    sentry_sdk.get_client().close()
+    sentry_sdk.init()
+
+
+@pytest.fixture
+def otel() -> Iterator[Any]:
+    """Instrument with an in-memory exporter; yield (exporter, tracer for the test)."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from django_qless.core.integrations.otel import QlessInstrumentor
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    instrumentor = QlessInstrumentor()
+    assert instrumentor.instrument(tracer_provider=provider)
+    yield exporter, provider.get_tracer("tests")
+    instrumentor.uninstrument()
+    provider.shutdown()
+
+
+@pytest.fixture
+def run_worker(redis_url: str, work_dir: Path) -> Callable[..., None]:
+    """Run a serial worker in this process until it has run `max_jobs` jobs."""
+
+    def run(*queues: str, max_jobs: int = 1, connect: Any = None) -> None:
+        options: dict[str, Any] = {"connect": connect} if connect is not None else {
+            "url": redis_url}
+        config = WorkerConfig(queues=queues, processes=0, registry=default_registry,
+                              name="obs-worker", max_jobs=max_jobs,
+                              sandbox_root=str(work_dir / "sandboxes"), **options)
+        SerialWorker(config, install_signals=False).run_forever()
+
+    return run

@@ -1,0 +1,111 @@
+"""Capture what Sentry and OpenTelemetry send, in memory or to a file a test reads back."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from sentry_sdk.envelope import Envelope
+from sentry_sdk.transport import Transport
+
+__all__ = ["JsonLinesSpanExporter", "MemoryTransport", "read_json_lines"]
+
+DSN = "http://public@sentry.invalid/1"
+
+
+class MemoryTransport(Transport):
+    """Keep envelopes in memory; with `path`, append them to that file on each flush."""
+
+    def __init__(self, path: str | None = None) -> None:
+        super().__init__({"dsn": DSN})
+        self.path = path
+        self.envelopes: list[Envelope] = []
+
+    def capture_envelope(self, envelope: Envelope) -> None:
+        self.envelopes.append(envelope)
+
+    def items(self) -> list[tuple[str, Any]]:
+        """Return (type, JSON payload) of every item sent so far."""
+        return [(item.type or "", item.payload.json) for env in self.envelopes
+                for item in env.items]
+
+    def events(self) -> list[dict[str, Any]]:
+        """Return the error events sent so far."""
+        return [payload for kind, payload in self.items() if kind == "event"]
+
+    def spans(self) -> list[dict[str, Any]]:
+        """Return the spans sent so far (streamed span items)."""
+        return spans_of(self.items())
+
+    def flush(self, timeout: float = 0, callback: Any = None) -> None:
+        if self.path is None:
+            return
+        items, self.envelopes = self.items(), []
+        with open(self.path, "a") as out:
+            for kind, payload in items:
+                out.write(json.dumps({"type": kind, "pid": os.getpid(),
+                                      "payload": payload}) + "\n")
+
+    def kill(self) -> None:
+        pass
+
+
+def spans_of(items: Sequence[tuple[str, Any]]) -> list[dict[str, Any]]:
+    """Return the spans in envelope items, each with its attributes as plain values."""
+    spans = []
+    for kind, payload in items:
+        if kind != "span":
+            continue
+        for span in payload.get("items", []):
+            attrs = {k: v.get("value") for k, v in span.get("attributes", {}).items()}
+            spans.append({**span, "attributes": attrs})
+    return spans
+
+
+def read_json_lines(path: Path) -> list[dict[str, Any]]:
+    """Return the JSON objects of a file written line by line (empty if it is missing)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def span_record(span: Any) -> dict[str, Any]:
+    """Return an OpenTelemetry SDK span as JSON-ready fields."""
+    parent = span.parent
+    return {
+        "name": span.name,
+        "kind": span.kind.name,
+        "trace_id": format(span.context.trace_id, "032x"),
+        "span_id": format(span.context.span_id, "016x"),
+        "parent_id": format(parent.span_id, "016x") if parent is not None else None,
+        "status": span.status.status_code.name,
+        "attributes": dict(span.attributes or {}),
+        "events": [{"name": e.name, "attributes": dict(e.attributes or {})}
+                   for e in span.events],
+        "links": [format(link.context.span_id, "016x") for link in span.links],
+        "pid": os.getpid(),
+    }
+
+
+def _exporter_base() -> Any:
+    from opentelemetry.sdk.trace.export import SpanExporter
+
+    return SpanExporter
+
+
+class JsonLinesSpanExporter(_exporter_base()):  # type: ignore[misc]
+    """Append finished spans to a file, one JSON object a line."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def export(self, spans: Sequence[Any]) -> Any:
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
+        with open(self.path, "a") as out:
+            for span in spans:
+                out.write(json.dumps(span_record(span)) + "\n")
+        return SpanExportResult.SUCCESS
