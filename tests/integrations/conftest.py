@@ -79,3 +79,11 @@ def run_worker(redis_url: str, work_dir: Path) -> Callable[..., None]:
         SerialWorker(config, install_signals=False).run_forever()
 
     return run
+
+
+@pytest.fixture
+def cluster(redis_cluster: Any) -> Any:
+    """The session's Redis cluster, whole again and flushed."""
+    redis_cluster.heal()
+    redis_cluster.flush()
+    return redis_cluster
