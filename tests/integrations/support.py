@@ -11,7 +11,7 @@ from typing import Any
 from sentry_sdk.envelope import Envelope
 from sentry_sdk.transport import Transport
 
-__all__ = ["JsonLinesSpanExporter", "MemoryTransport", "read_json_lines"]
+__all__ = ["JsonLinesSpanExporter", "MemoryTransport", "read_json_lines", "setup_from_environment"]
 
 DSN = "http://public@sentry.invalid/1"
 
@@ -109,3 +109,30 @@ class JsonLinesSpanExporter(_exporter_base()):  # type: ignore[misc]
             for span in spans:
                 out.write(json.dumps(span_record(span)) + "\n")
         return SpanExportResult.SUCCESS
+
+
+def setup_from_environment() -> None:
+    """Initialise Sentry and/or OpenTelemetry for a worker subprocess."""
+    sentry_out = os.environ.get("TEST_SENTRY_OUT")
+    if sentry_out:
+        import sentry_sdk
+
+        from django_qless.core.integrations.sentry import QlessIntegration
+
+        sentry_sdk.init(dsn=DSN, transport=MemoryTransport(sentry_out), traces_sample_rate=1.0,
+                        auto_enabling_integrations=False, integrations=[QlessIntegration()])
+    otel_out = os.environ.get("TEST_OTEL_OUT")
+    if otel_out:
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        from django_qless.core.integrations.otel import QlessInstrumentor
+
+        provider = TracerProvider()
+        # Batched: the spans leave only when the worker flushes the provider.
+        provider.add_span_processor(BatchSpanProcessor(JsonLinesSpanExporter(otel_out),
+                                                       schedule_delay_millis=60_000))
+        trace.set_tracer_provider(provider)
+        QlessInstrumentor().instrument()
+

@@ -4,6 +4,7 @@ exporter (a file for a forking worker's child)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Callable
@@ -184,3 +185,16 @@ print("ok")
                          text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+def test_the_context_is_plain_json_in_the_job_data_any_client_reads(
+    otel: Any, qless_client: Client, r: Any,
+) -> None:
+    _, tracer = otel
+    with tracer.start_as_current_span("request") as request:
+        jid = qless_client.queues["obs"].put(OK, {"n": 1})
+    # What a stock qless client reads: the job hash's data field, a JSON object.
+    data = json.loads(r.hget(f"ql:j:{jid}", "data"))
+    trace_id = format(request.get_span_context().trace_id, "032x")
+    assert data["n"] == 1
+    assert data[TRACE_KEY]["traceparent"].split("-")[1] == trace_id
