@@ -34,7 +34,7 @@ def sentry_init() -> Iterator[Callable[..., MemoryTransport]]:
     def init(**options: Any) -> MemoryTransport:
         transport = MemoryTransport()
         sentry_sdk.init(dsn=DSN, transport=transport, traces_sample_rate=1.0,
-                        auto_enabling_integrations=False,
+                        auto_enabling_integrations=False, data_collection={"queues": True},
                         integrations=[QlessIntegration(**options)])
         # sentry-sdk sets an integration up once per process: install it again after a
         # previous test's teardown removed it.

@@ -54,15 +54,44 @@ class MemoryTransport(Transport):
 
 
 def spans_of(items: Sequence[tuple[str, Any]]) -> list[dict[str, Any]]:
-    """Return the spans in envelope items, each with its attributes as plain values."""
+    """Return the spans in envelope items as {name, trace_id, span_id, parent_span_id,
+    status ("ok"/"error"), attributes (with "sentry.op")}: streamed span items (sentry-sdk
+    3) or transactions and their child spans (sentry-sdk 2)."""
     spans = []
     for kind, payload in items:
-        if kind != "span":
-            continue
-        for span in payload.get("items", []):
-            attrs = {k: v.get("value") for k, v in span.get("attributes", {}).items()}
-            spans.append({**span, "attributes": attrs})
+        if kind == "span":
+            for span in payload.get("items", []):
+                attrs = {k: v.get("value") for k, v in span.get("attributes", {}).items()}
+                spans.append({**span, "attributes": attrs})
+        elif kind == "transaction":
+            trace = payload["contexts"]["trace"]
+            source = payload.get("transaction_info", {}).get("source")
+            spans.append(_span(payload["transaction"], {**trace, "source": source},
+                               trace.get("data")))
+            spans += [_span(s.get("description") or "", {**s, "trace_id": trace["trace_id"]},
+                            s.get("data")) for s in payload.get("spans", [])]
     return spans
+
+
+def _span(name: str, fields: dict[str, Any], data: dict[str, Any] | None) -> dict[str, Any]:
+    """Return a sentry-sdk 2 transaction or span in the shape of a streamed span."""
+    status = fields.get("status") or "ok"
+    attrs = {**(data or {}), "sentry.op": fields.get("op")}
+    if fields.get("source"):
+        attrs["sentry.segment.name.source"] = fields["source"]
+    return {"name": name, "trace_id": fields["trace_id"], "span_id": fields["span_id"],
+            "parent_span_id": fields.get("parent_span_id"), "attributes": attrs,
+            "status": "ok" if status == "ok" else "error"}
+
+
+def request_span(name: str) -> Any:
+    """Start the span a web request would be in (a transaction on sentry-sdk 2)."""
+    import sentry_sdk
+
+    start = getattr(sentry_sdk, "start_transaction", None)
+    if start is not None:
+        return start(name=name, op="http.server")
+    return sentry_sdk.start_span(name=name)
 
 
 def read_json_lines(path: Path) -> list[dict[str, Any]]:
@@ -120,7 +149,8 @@ def setup_from_environment() -> None:
         from django_qless.core.integrations.sentry import QlessIntegration
 
         sentry_sdk.init(dsn=DSN, transport=MemoryTransport(sentry_out), traces_sample_rate=1.0,
-                        auto_enabling_integrations=False, integrations=[QlessIntegration()])
+                        auto_enabling_integrations=False, integrations=[QlessIntegration()],
+                        data_collection={"queues": True})
     otel_out = os.environ.get("TEST_OTEL_OUT")
     if otel_out:
         from opentelemetry import trace

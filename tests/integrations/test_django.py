@@ -10,11 +10,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import sentry_sdk
 
 from tests.app.helpers import ROOT, command_env
 from tests.integrations import tasks
-from tests.integrations.support import MemoryTransport, read_json_lines
+from tests.integrations.support import MemoryTransport, read_json_lines, request_span
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -37,7 +36,7 @@ def test_a_failing_task_reaches_sentry_from_the_django_worker(
     processes: str,
 ) -> None:
     sentry_init()
-    with sentry_sdk.start_span(name="POST /pay") as request:
+    with request_span("POST /pay") as request:
         result = tasks.charge.enqueue(41)
     out = work_dir / "sentry.jsonl"
     env = command_env(redis_url, TEST_SENTRY_OUT=str(out), QLESS_TEST_DB=str(work_dir / "db"))

@@ -15,7 +15,13 @@ from django_qless.core.integrations import TRACE_KEY
 from django_qless.core.integrations.sentry import QlessIntegration
 from tests.helpers import WorkerProcess
 from tests.integrations import jobs  # noqa: F401 - registers the jobs
-from tests.integrations.support import DSN, MemoryTransport, read_json_lines, spans_of
+from tests.integrations.support import (
+    DSN,
+    MemoryTransport,
+    read_json_lines,
+    request_span,
+    spans_of,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -39,7 +45,7 @@ def test_a_failing_job_is_an_event_with_its_tags_context_and_own_breadcrumbs(
     [event] = transport.events()
     [exc] = event["exception"]["values"]
     assert (exc["type"], exc["value"]) == ("ValueError", "boom 7")
-    assert exc["mechanism"] == {"type": "qless", "handled": False, "exception_id": 0}
+    assert (exc["mechanism"]["type"], exc["mechanism"]["handled"]) == ("qless", False)
     tags = event["tags"]
     assert tags["qless.jid"] == jid and tags["qless.queue"] == "obs"
     assert tags["qless.klass"] == BOOM
@@ -112,7 +118,7 @@ def test_each_job_is_a_span_continuing_the_trace_of_its_put(
     run_worker: Callable[..., None],
 ) -> None:
     transport = sentry_init()
-    with sentry_sdk.start_span(name="POST /orders") as request:
+    with request_span("POST /orders") as request:
         ok = qless_client.queues["obs"].put(OK, {})
         bad = qless_client.queues["obs"].put(BOOM, {"n": 2})
     run_worker("obs", max_jobs=2)
@@ -145,7 +151,7 @@ def test_the_put_sends_the_trace_headers_in_the_job_data(
     sentry_init: Callable[..., MemoryTransport], qless_client: Client,
 ) -> None:
     sentry_init()
-    with sentry_sdk.start_span(name="request") as request:
+    with request_span("request") as request:
         jid = qless_client.queues["obs"].put(OK, {"n": 1})
     data = qless_client.jobs[jid].data
     assert data["n"] == 1
@@ -177,7 +183,7 @@ def test_a_forking_worker_child_flushes_its_events_before_it_exits(
     work_dir: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     sentry_init()
-    with sentry_sdk.start_span(name="request") as request:
+    with request_span("request") as request:
         jid = qless_client.queues["obs"].put(BOOM, {"n": 9})
     out = work_dir / "sentry.jsonl"
     monkeypatch.setenv("TEST_SENTRY_OUT", str(out))

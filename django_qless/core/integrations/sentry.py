@@ -68,7 +68,7 @@ class QlessIntegration(Integration):
 
         `only_final_failure`: report only the attempt after which the job is failed, not
         the attempts that are retried. `send_job_data`: attach the job's data to events
-        (default: sentry-sdk 3's `data_collection["queues"]`, else True). `max_data_bytes`:
+        (default: the SDK's `data_collection["queues"]` where it has one). `max_data_bytes`:
         cap on that data as JSON. `flush_timeout`: how long a stopping worker waits for
         events to leave.
         """
@@ -295,7 +295,7 @@ def _send_data(integration: QlessIntegration) -> bool:
     collection = sentry_sdk.get_client().options.get("data_collection")
     if isinstance(collection, dict):
         return bool(collection.get("queues", True))
-    return True
+    return True  # an SDK without the switch: as its own queue integrations do
 
 
 # Exceptions and jids reported here recently: the worker's own log line about the same
