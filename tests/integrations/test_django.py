@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -54,3 +55,20 @@ def test_a_failing_task_reaches_sentry_from_the_django_worker(
     assert [c["message"] for c in event["breadcrumbs"]["values"]][0] == "charging order 41"
     assert event["contexts"]["trace"]["trace_id"] == request.trace_id
     assert event["contexts"]["qless_job"]["data"]["args"] == [41]
+
+
+def test_an_enqueue_in_a_traced_request_is_a_producer_span_under_it(otel: Any) -> None:
+    exporter, tracer = otel
+    with tracer.start_as_current_span("GET /ship") as request:
+        handle = tasks.ship.enqueue(7)
+    by_name = {s.name: s for s in exporter.get_finished_spans()}
+    send = by_name["send obs"]
+    assert send.parent is not None
+    assert send.parent.span_id == request.get_span_context().span_id
+    assert send.attributes["messaging.message.id"] == handle.jid
+    from django_qless.clients import get_client
+    from django_qless.core.integrations import TRACE_KEY
+
+    data = get_client().jobs[handle.jid].data
+    assert data["args"] == [7]
+    assert format(send.context.span_id, "016x") in data[TRACE_KEY]["traceparent"]
