@@ -132,6 +132,8 @@ def around_put(put: PendingPut, send: Callable[[Mapping[str, Any]], str]) -> str
 
 def trace_headers(job: Job) -> dict[str, str]:
     """Return the propagation headers a job carries (empty if none or not a dict)."""
+    if TRACE_KEY not in job.raw_data:
+        return {}  # without decoding data the job may never read
     data = job.data
     if not isinstance(data, dict):
         return {}

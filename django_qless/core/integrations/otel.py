@@ -121,7 +121,11 @@ class QlessInstrumentor:
             f"send {put.queue.name}", kind=SpanKind.PRODUCER, attributes=attributes,
         ) as span:
             carrier: dict[str, str] = {}
-            propagate.inject(carrier)
+            try:
+                propagate.inject(carrier)
+            except Exception:  # a faulty propagator must not stop the put
+                log.warning("could not write the trace context into job %s", put.jid,
+                            exc_info=True)
             put.add_headers(carrier)
             try:
                 return call_next()
