@@ -70,9 +70,10 @@ def otel() -> Iterator[Any]:
 def run_worker(redis_url: str, work_dir: Path) -> Callable[..., None]:
     """Run a serial worker in this process until it has run `max_jobs` jobs."""
 
-    def run(*queues: str, max_jobs: int = 1, connect: Any = None) -> None:
+    def run(*queues: str, max_jobs: int = 1, connect: Any = None, **config: Any) -> None:
         options: dict[str, Any] = {"connect": connect} if connect is not None else {
             "url": redis_url}
+        options.update(config)
         config = WorkerConfig(queues=queues, processes=0, registry=default_registry,
                               name="obs-worker", max_jobs=max_jobs,
                               sandbox_root=str(work_dir / "sandboxes"), **options)

@@ -5,12 +5,13 @@ as an application's own start-up module would (`support.setup_from_environment`)
 from __future__ import annotations
 
 import logging
+import time
 
 from django_qless.core.job import Job
 from django_qless.core.registry import register
 from tests.integrations.support import setup_from_environment
 
-__all__ = ["boom", "flaky", "ok"]
+__all__ = ["boom", "flaky", "ok", "slow"]
 
 log = logging.getLogger("tests.integrations.jobs")
 
@@ -36,6 +37,15 @@ def flaky(job: Job) -> None:
     except ValueError as exc:
         job.retry(0, "tests.ValueError", str(exc))
         raise RuntimeError("retry scheduled") from exc
+
+
+
+@register()
+def slow(job: Job) -> None:
+    """Run far past any time limit a test sets (in short sleeps, so an abort lands)."""
+    log.info("slow job %s started", job.jid)
+    for _ in range(600):
+        time.sleep(0.05)
 
 
 setup_from_environment()

@@ -24,6 +24,7 @@ pytestmark = pytest.mark.timeout(60)
 BOOM = "tests.integrations.jobs.boom"
 OK = "tests.integrations.jobs.ok"
 FLAKY = "tests.integrations.jobs.flaky"
+SLOW = "tests.integrations.jobs.slow"
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -198,3 +199,21 @@ def test_the_context_is_plain_json_in_the_job_data_any_client_reads(
     trace_id = format(request.get_span_context().trace_id, "032x")
     assert data["n"] == 1
     assert data[TRACE_KEY]["traceparent"].split("-")[1] == trace_id
+
+
+def test_a_job_stopped_at_its_time_limit_is_an_error_span(
+    qless_client: Client, redis_url: str, work_dir: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    qless_client.queues["obs"].put(SLOW, {})
+    out = work_dir / "spans.jsonl"
+    monkeypatch.setenv("TEST_OTEL_OUT", str(out))
+    worker = WorkerProcess(redis_url, ["-n", "0", "--timeout", "1", "--max-jobs", "1", "obs"],
+                           work_dir, jobs_module="tests.integrations.jobs")
+    try:
+        assert worker.wait(30) == 0
+    finally:
+        worker.kill_all()
+    [process] = [s for s in read_json_lines(out) if s["name"] == "process obs"]
+    assert process["status"] == "ERROR"
+    assert process["attributes"]["qless.job.outcome"] == "timed_out"
+    assert [e["name"] for e in process["events"]] == ["exception"]

@@ -28,6 +28,7 @@ pytestmark = pytest.mark.timeout(60)
 BOOM = "tests.integrations.jobs.boom"
 OK = "tests.integrations.jobs.ok"
 FLAKY = "tests.integrations.jobs.flaky"
+SLOW = "tests.integrations.jobs.slow"
 
 
 def test_a_failing_job_is_an_event_with_its_tags_context_and_own_breadcrumbs(
@@ -216,3 +217,24 @@ def test_without_the_integration_enabled_jobs_run_untouched(
     run_worker("obs")
     assert TRACE_KEY not in qless_client.jobs[jid].data
     assert transport.events() == []
+
+
+def test_a_job_stopped_at_its_time_limit_is_reported(
+    qless_client: Client, redis_url: str, work_dir: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    jid = qless_client.queues["obs"].put(SLOW, {})
+    out = work_dir / "sentry.jsonl"
+    monkeypatch.setenv("TEST_SENTRY_OUT", str(out))
+    worker = WorkerProcess(redis_url, ["-n", "0", "--timeout", "1", "--max-jobs", "1", "obs"],
+                           work_dir, jobs_module="tests.integrations.jobs")
+    try:
+        assert worker.wait(30) == 0
+    finally:
+        worker.kill_all()
+    assert qless_client.jobs[jid].state == "failed"
+    [event] = [i["payload"] for i in read_json_lines(out) if i["type"] == "event"]
+    assert event["tags"]["qless.outcome"] == "timed_out"
+    assert event["tags"]["qless.jid"] == jid
+    # The stack shows where the job was when it was stopped.
+    frames = event["exception"]["values"][-1]["stacktrace"]["frames"]
+    assert "slow" in [f["function"] for f in frames]

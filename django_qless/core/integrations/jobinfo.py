@@ -12,7 +12,10 @@ from django_qless.core.integrations import TRACE_KEY
 if TYPE_CHECKING:
     from django_qless.core.job import Job
 
-__all__ = ["SENSITIVE_WORDS", "Attempt", "outcome_of", "reported_error", "scrubbed_data"]
+__all__ = [
+    "FINAL_FAILURES", "SENSITIVE_WORDS", "Attempt", "outcome_of", "reported_error",
+    "scrubbed_data",
+]
 
 # The klass of jobs that run a django.tasks task; their data names the task (task_path).
 _TASK_KLASS = "django_qless.tasks_backend.DjangoTaskJob"
@@ -53,18 +56,26 @@ class Attempt:
                    worker=job.worker_name or "")
 
 
+# Outcomes after which the job is failed for good (until someone retries it).
+FINAL_FAILURES = frozenset({"failed", "timed_out", "killed"})
+# The worker's abort reasons (the message of the BaseException it raises into the job)
+# after which it fails the job rather than giving it back.
+_FAILING_ABORTS = {"timeout": "timed_out", "killed": "killed"}
+
+
 def outcome_of(job: Job, error: BaseException | None) -> str:
-    """Say how an attempt ended: completed, retried, failed or aborted.
+    """Say how an attempt ended: completed, retried, failed, timed_out, killed or aborted.
 
     An `Exception` from a job still running means the worker fails it now (qless keeps a
     failed job until someone retries it: the final failure). A job that retried itself
-    before raising waits for its next attempt. Anything else (the worker's abort on
-    shutdown, a lost lease or a time limit) gives the job back without failing it.
+    before raising waits for its next attempt. The worker stops a job by raising a
+    BaseException into it: at its time limit (timed_out) or on USR1 (killed) the job is
+    then failed; on shutdown or a lost lease (aborted) it is given back, not failed.
     """
     if error is None:
         return "completed"
     if not isinstance(error, Exception):
-        return "aborted"
+        return _FAILING_ABORTS.get(str(error), "aborted")
     state = job.state
     if state in ("running", "failed"):
         return "failed"

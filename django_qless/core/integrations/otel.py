@@ -212,7 +212,7 @@ def _record_failure(span: Span, job: Job, attempt: Attempt, error: BaseException
     outcome = outcome_of(job, error)
     span.set_attribute("qless.job.outcome", outcome)
     if outcome == "aborted":
-        # Given back to the queue (shutdown, lost lease, time limit): not the job's error.
+        # Given back to the queue (shutdown, lost lease): not the job's error.
         span.add_event("qless.job.aborted", {"exception.type": _error_type(error),
                                              "exception.message": str(error)})
         span.set_status(Status(StatusCode.ERROR, f"aborted: {error}"[:1024]))

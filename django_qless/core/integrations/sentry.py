@@ -34,6 +34,7 @@ from sentry_sdk.utils import capture_internal_exceptions, event_from_exception
 
 from django_qless.core import integrations
 from django_qless.core.integrations.jobinfo import (
+    FINAL_FAILURES,
     Attempt,
     outcome_of,
     reported_error,
@@ -168,7 +169,7 @@ class _SentryHooks(WorkerHooks):
                 except BaseException as exc:
                     outcome = outcome_of(job, exc)
                     _set_outcome(span, outcome)
-                    if outcome in ("failed", "retried"):
+                    if outcome != "aborted":
                         _report(integration, reported_error(job, exc), outcome, attempt)
                     raise
                 _set_outcome(span, outcome_of(job, None))
@@ -311,7 +312,7 @@ def _report(integration: QlessIntegration, error: BaseException, outcome: str,
     with capture_internal_exceptions():
         _reported_errors.append((id(error), type(error)))
         _reported_jids.append(attempt.jid)
-        if integration.only_final_failure and outcome != "failed":
+        if integration.only_final_failure and outcome not in FINAL_FAILURES:
             return
         event, hint = event_from_exception(
             error, **_client_options(), mechanism={"type": "qless", "handled": False})
