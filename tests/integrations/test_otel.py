@@ -5,6 +5,7 @@ exporter (a file for a forking worker's child)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -217,3 +218,15 @@ def test_a_job_stopped_at_its_time_limit_is_an_error_span(
     assert process["status"] == "ERROR"
     assert process["attributes"]["qless.job.outcome"] == "timed_out"
     assert [e["name"] for e in process["events"]] == ["exception"]
+
+
+def test_opentelemetry_instrument_instruments_qless_by_itself() -> None:
+    script = ("from django_qless.core import integrations; "
+              "print([type(h).__name__ for h in integrations.installed_hooks()])")
+    env = {**os.environ, "OTEL_TRACES_EXPORTER": "none", "OTEL_METRICS_EXPORTER": "none",
+           "OTEL_LOGS_EXPORTER": "none"}
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "opentelemetry-instrument"), sys.executable, "-c",
+         script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "['_OtelHooks']"

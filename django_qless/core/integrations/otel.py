@@ -73,12 +73,13 @@ class QlessInstrumentor:
         return self._hooks is not None
 
     def instrument(self, tracer_provider: TracerProvider | None = None,
-                   flush_timeout: float = 5.0) -> bool:
+                   flush_timeout: float = 5.0, **options: Any) -> bool:
         """Start tracing; return False (and do nothing) without `opentelemetry-api`.
 
         `tracer_provider`: default, the global one (it may be set later). A worker's
         process flushes the provider for up to `flush_timeout` seconds when it stops taking
-        jobs (a forked child leaves with `os._exit`, which runs no atexit handler).
+        jobs (a forked child leaves with `os._exit`, which runs no atexit handler). Other
+        keyword arguments (those `opentelemetry-instrument` passes) are ignored.
         """
         try:
             from opentelemetry import trace
