@@ -3,8 +3,6 @@ an in-memory exporter, and a serial worker run in this process."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,15 +11,8 @@ import pytest
 
 from django_qless.core.registry import default_registry
 from django_qless.core.workers import SerialWorker, WorkerConfig
+from tests.helpers import WorkerProcess
 from tests.integrations.support import DSN, MemoryTransport
-
-
-@pytest.fixture
-def work_dir() -> Iterator[Path]:
-    """A private temp dir."""
-    path = Path(tempfile.mkdtemp(prefix="qless-obs-test-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture
@@ -67,7 +58,7 @@ def otel() -> Iterator[Any]:
 
 
 @pytest.fixture
-def run_worker(redis_url: str, work_dir: Path) -> Callable[..., None]:
+def run_worker(redis_url: str, tmp_path: Path) -> Callable[..., None]:
     """Run a serial worker in this process until it has run `max_jobs` jobs."""
 
     def run(*queues: str, max_jobs: int = 1, connect: Any = None, **config: Any) -> None:
@@ -76,7 +67,7 @@ def run_worker(redis_url: str, work_dir: Path) -> Callable[..., None]:
         options.update(config)
         config = WorkerConfig(queues=queues, processes=0, registry=default_registry,
                               name="obs-worker", max_jobs=max_jobs,
-                              sandbox_root=str(work_dir / "sandboxes"), **options)
+                              sandbox_root=str(tmp_path / "sandboxes"), **options)
         SerialWorker(config, install_signals=False).run_forever()
 
     return run
@@ -88,3 +79,23 @@ def cluster(redis_cluster: Any) -> Any:
     redis_cluster.heal()
     redis_cluster.flush()
     return redis_cluster
+
+
+@pytest.fixture
+def cli_worker(redis_url: str, tmp_path: Path,
+               monkeypatch: pytest.MonkeyPatch) -> Callable[..., int]:
+    """Run `python -m django_qless.core.workers ARGS` (jobs and set-up from
+    tests/integrations/jobs.py, with `env` added) until it exits 0; return its pid."""
+
+    def run(*args: str, env: dict[str, Any]) -> int:
+        for name, value in env.items():
+            monkeypatch.setenv(name, str(value))
+        worker = WorkerProcess(redis_url, list(args), tmp_path,
+                               jobs_module="tests.integrations.jobs")
+        try:
+            assert worker.wait(30) == 0
+        finally:
+            worker.kill_all()
+        return worker.pid
+
+    return run

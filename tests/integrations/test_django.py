@@ -33,14 +33,14 @@ def qless_settings(redis_url: str) -> Iterator[str]:
 
 @pytest.mark.parametrize("processes", ["0", "1"])
 def test_a_failing_task_reaches_sentry_from_the_django_worker(
-    sentry_init: Callable[..., MemoryTransport], redis_url: str, work_dir: Path,
+    sentry_init: Callable[..., MemoryTransport], redis_url: str, tmp_path: Path,
     processes: str,
 ) -> None:
     sentry_init()
     with request_span("POST /pay") as request:
         result = tasks.charge.enqueue(41)
-    out = work_dir / "sentry.jsonl"
-    env = command_env(redis_url, TEST_SENTRY_OUT=str(out), QLESS_TEST_DB=str(work_dir / "db"))
+    out = tmp_path / "sentry.jsonl"
+    env = command_env(redis_url, TEST_SENTRY_OUT=str(out), QLESS_TEST_DB=str(tmp_path / "db"))
     env["DJANGO_SETTINGS_MODULE"] = "tests.integrations.django_settings"
     run = subprocess.run([sys.executable, "-m", "django", "qless_worker", "default",
                           "--processes", processes, "--max-jobs", "1"],

@@ -16,7 +16,6 @@ import pytest
 
 from django_qless.core.client import Client
 from django_qless.core.integrations import TRACE_KEY
-from tests.helpers import WorkerProcess
 from tests.integrations import jobs  # noqa: F401 - registers the jobs
 from tests.integrations.support import read_json_lines, span_record
 
@@ -117,28 +116,21 @@ def test_retries_are_recorded_on_each_attempt(
 
 
 def test_a_forking_worker_child_exports_its_spans_before_it_exits(
-    otel: Any, qless_client: Client, redis_url: str, work_dir: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    otel: Any, qless_client: Client, tmp_path: Path, cli_worker: Callable[..., int],
 ) -> None:
     exporter, tracer = otel
     with tracer.start_as_current_span("request"):
         ok = qless_client.queues["obs"].put(OK, {})
         bad = qless_client.queues["obs"].put(BOOM, {"n": 5})
     sends = {s["attributes"]["messaging.message.id"]: s for s in finished(exporter)["send obs"]}
-    out = work_dir / "spans.jsonl"
-    monkeypatch.setenv("TEST_OTEL_OUT", str(out))
-    worker = WorkerProcess(redis_url, ["-n", "1", "--max-jobs", "2", "obs"], work_dir,
-                           jobs_module="tests.integrations.jobs")
-    try:
-        assert worker.wait(30) == 0
-    finally:
-        worker.kill_all()
+    out = tmp_path / "spans.jsonl"
+    pid = cli_worker("-n", "1", "--max-jobs", "2", "obs", env={"TEST_OTEL_OUT": out})
     # The child's spans wait in a batch processor until the worker flushes it.
     spans = {s["attributes"]["messaging.message.id"]: s for s in read_json_lines(out)
              if s["name"] == "process obs"}
     assert set(spans) == {ok, bad}
     for jid, span in spans.items():
-        assert span["pid"] != worker.pid  # exported by the child
+        assert span["pid"] != pid  # exported by the child
         assert span["trace_id"] == sends[jid]["trace_id"]
         assert span["parent_id"] == sends[jid]["span_id"]
     assert spans[ok]["status"] == "UNSET" and spans[bad]["status"] == "ERROR"
@@ -203,17 +195,12 @@ def test_the_context_is_plain_json_in_the_job_data_any_client_reads(
 
 
 def test_a_job_stopped_at_its_time_limit_is_an_error_span(
-    qless_client: Client, redis_url: str, work_dir: Path, monkeypatch: pytest.MonkeyPatch,
+    qless_client: Client, tmp_path: Path, cli_worker: Callable[..., int],
 ) -> None:
     qless_client.queues["obs"].put(SLOW, {})
-    out = work_dir / "spans.jsonl"
-    monkeypatch.setenv("TEST_OTEL_OUT", str(out))
-    worker = WorkerProcess(redis_url, ["-n", "0", "--timeout", "1", "--max-jobs", "1", "obs"],
-                           work_dir, jobs_module="tests.integrations.jobs")
-    try:
-        assert worker.wait(30) == 0
-    finally:
-        worker.kill_all()
+    out = tmp_path / "spans.jsonl"
+    cli_worker("-n", "0", "--timeout", "1", "--max-jobs", "1", "obs",
+               env={"TEST_OTEL_OUT": out})
     [process] = [s for s in read_json_lines(out) if s["name"] == "process obs"]
     assert process["status"] == "ERROR"
     assert process["attributes"]["qless.job.outcome"] == "timed_out"

@@ -13,7 +13,6 @@ import sentry_sdk
 from django_qless.core.client import Client
 from django_qless.core.integrations import TRACE_KEY
 from django_qless.core.integrations.sentry import QlessIntegration
-from tests.helpers import WorkerProcess
 from tests.integrations import jobs  # noqa: F401 - registers the jobs
 from tests.integrations.support import (
     DSN,
@@ -180,26 +179,20 @@ def test_the_worker_log_line_about_a_reported_failure_is_not_a_second_event(
 
 
 def test_a_forking_worker_child_flushes_its_events_before_it_exits(
-    sentry_init: Callable[..., MemoryTransport], qless_client: Client, redis_url: str,
-    work_dir: Path, monkeypatch: pytest.MonkeyPatch,
+    sentry_init: Callable[..., MemoryTransport], qless_client: Client, tmp_path: Path,
+    cli_worker: Callable[..., int],
 ) -> None:
     sentry_init()
     with request_span("request") as request:
         jid = qless_client.queues["obs"].put(BOOM, {"n": 9})
-    out = work_dir / "sentry.jsonl"
-    monkeypatch.setenv("TEST_SENTRY_OUT", str(out))
-    worker = WorkerProcess(redis_url, ["-n", "1", "--max-jobs", "1", "obs"], work_dir,
-                           jobs_module="tests.integrations.jobs")
-    try:
-        assert worker.wait(30) == 0
-    finally:
-        worker.kill_all()
+    out = tmp_path / "sentry.jsonl"
+    pid = cli_worker("-n", "1", "--max-jobs", "1", "obs", env={"TEST_SENTRY_OUT": out})
     assert qless_client.jobs[jid].state == "failed"
     # The child's transport keeps envelopes in memory until a flush writes them out.
     items = read_json_lines(out)
     events = [i for i in items if i["type"] == "event"]
     assert [e["payload"]["tags"]["qless.jid"] for e in events] == [jid]
-    assert events[0]["pid"] != worker.pid  # sent by the child, not the supervisor
+    assert events[0]["pid"] != pid  # sent by the child, not the supervisor
     assert events[0]["payload"]["contexts"]["trace"]["trace_id"] == request.trace_id
     spans = spans_of([(i["type"], i["payload"]) for i in items])
     assert [s["attributes"]["messaging.message.id"] for s in spans
@@ -220,17 +213,12 @@ def test_without_the_integration_enabled_jobs_run_untouched(
 
 
 def test_a_job_stopped_at_its_time_limit_is_reported(
-    qless_client: Client, redis_url: str, work_dir: Path, monkeypatch: pytest.MonkeyPatch,
+    qless_client: Client, tmp_path: Path, cli_worker: Callable[..., int],
 ) -> None:
     jid = qless_client.queues["obs"].put(SLOW, {})
-    out = work_dir / "sentry.jsonl"
-    monkeypatch.setenv("TEST_SENTRY_OUT", str(out))
-    worker = WorkerProcess(redis_url, ["-n", "0", "--timeout", "1", "--max-jobs", "1", "obs"],
-                           work_dir, jobs_module="tests.integrations.jobs")
-    try:
-        assert worker.wait(30) == 0
-    finally:
-        worker.kill_all()
+    out = tmp_path / "sentry.jsonl"
+    cli_worker("-n", "0", "--timeout", "1", "--max-jobs", "1", "obs",
+               env={"TEST_SENTRY_OUT": out})
     assert qless_client.jobs[jid].state == "failed"
     [event] = [i["payload"] for i in read_json_lines(out) if i["type"] == "event"]
     assert event["tags"]["qless.outcome"] == "timed_out"

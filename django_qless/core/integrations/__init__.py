@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
     from django_qless.core.job import Job
@@ -65,59 +65,69 @@ class PendingPut:
 
 
 PutMiddleware = Callable[[PendingPut, Callable[[], str]], str]
+T = TypeVar("T")
 
-_put_middleware: tuple[PutMiddleware, ...] = ()
-_hooks: tuple[WorkerHooksProtocol, ...] = ()
+
+class _Installed(Generic[T]):
+    """What is installed of one kind, outermost first; each item at most once."""
+
+    def __init__(self) -> None:
+        self.items: tuple[T, ...] = ()
+
+    def add(self, item: T) -> None:
+        if item not in self.items:
+            self.items = (*self.items, item)
+
+    def remove(self, item: T) -> None:
+        self.items = tuple(i for i in self.items if i is not item)
+
+
+_put_middleware: _Installed[PutMiddleware] = _Installed()
+_hooks: _Installed[WorkerHooksProtocol] = _Installed()
 
 
 def put_middleware() -> tuple[PutMiddleware, ...]:
     """Return the installed put middleware (outermost first)."""
-    return _put_middleware
+    return _put_middleware.items
 
 
 def installed_hooks() -> tuple[WorkerHooksProtocol, ...]:
     """Return the installed worker hooks (outermost first)."""
-    return _hooks
+    return _hooks.items
 
 
 def install_put_middleware(middleware: PutMiddleware) -> None:
     """Add `middleware` around every put in this process (once; a repeat is ignored)."""
-    global _put_middleware
-    if middleware not in _put_middleware:
-        _put_middleware = (*_put_middleware, middleware)
+    _put_middleware.add(middleware)
 
 
 def uninstall_put_middleware(middleware: PutMiddleware) -> None:
     """Remove `middleware` if installed."""
-    global _put_middleware
-    _put_middleware = tuple(m for m in _put_middleware if m is not middleware)
+    _put_middleware.remove(middleware)
 
 
 def install_hooks(hooks: WorkerHooksProtocol) -> None:
     """Add `hooks` to every worker built in this process from now on (once)."""
-    global _hooks
-    if hooks not in _hooks:
-        _hooks = (*_hooks, hooks)
+    _hooks.add(hooks)
 
 
 def uninstall_hooks(hooks: WorkerHooksProtocol) -> None:
     """Remove `hooks` if installed (workers already built keep them)."""
-    global _hooks
-    _hooks = tuple(h for h in _hooks if h is not hooks)
+    _hooks.remove(hooks)
 
 
 def with_installed_hooks(hooks: WorkerHooksProtocol) -> WorkerHooksProtocol:
     """Return `hooks` with the installed ones around them (`hooks` itself if none are)."""
-    if not _hooks:
+    if not _hooks.items:
         return hooks
     from django_qless.core.workers.hooks import CompositeHooks
 
-    return CompositeHooks(*_hooks, hooks)
+    return CompositeHooks(*_hooks.items, hooks)
 
 
 def around_put(put: PendingPut, send: Callable[[Mapping[str, Any]], str]) -> str:
     """Run `send(data)` inside the installed put middleware; return the jid it returns."""
-    chain = _put_middleware
+    chain = _put_middleware.items
 
     def call(index: int) -> str:
         if index < len(chain):
