@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from django_qless.core import integrations
 from django_qless.core.registry import default_registry
 from django_qless.core.workers import SerialWorker, WorkerConfig
 from tests.helpers import WorkerProcess
@@ -36,6 +37,7 @@ def sentry_init() -> Iterator[Callable[..., MemoryTransport]]:
     QlessIntegration.uninstall()
     sentry_sdk.get_client().close()
     sentry_sdk.init()
+    assert not integrations.put_middleware() and not integrations.installed_hooks()
 
 
 @pytest.fixture
@@ -55,6 +57,7 @@ def otel() -> Iterator[Any]:
     yield exporter, provider.get_tracer("tests")
     instrumentor.uninstrument()
     provider.shutdown()
+    assert not integrations.put_middleware() and not integrations.installed_hooks()
 
 
 @pytest.fixture

@@ -79,7 +79,8 @@ class _Installed(Generic[T]):
             self.items = (*self.items, item)
 
     def remove(self, item: T) -> None:
-        self.items = tuple(i for i in self.items if i is not item)
+        # By equality: a bound method is a new object at each access, equal to the last.
+        self.items = tuple(i for i in self.items if i != item)
 
 
 _put_middleware: _Installed[PutMiddleware] = _Installed()

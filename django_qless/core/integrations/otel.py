@@ -120,6 +120,7 @@ class QlessInstrumentor:
         }
         with tracer.start_as_current_span(
             f"send {put.queue.name}", kind=SpanKind.PRODUCER, attributes=attributes,
+            record_exception=False, set_status_on_exception=False,
         ) as span:
             carrier: dict[str, str] = {}
             try:
