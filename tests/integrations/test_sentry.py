@@ -175,7 +175,11 @@ def test_the_worker_log_line_about_a_reported_failure_is_not_a_second_event(
     worker_log = logging.getLogger("django_qless.worker")
     worker_log.error("job %s failed", jid, extra={"jid": jid})
     worker_log.error("job %s failed", "another", extra={"jid": "another"})
-    assert [e.get("logger") for e in transport.events()] == [None, "django_qless.worker"]
+    worker_log.error("job %s: could not be failed", jid, extra={"jid": jid})
+    assert [(e.get("logger"), e.get("logentry", {}).get("message"))
+            for e in transport.events()] == [
+        (None, None), ("django_qless.worker", "job %s failed"),
+        ("django_qless.worker", "job %s: could not be failed")]
 
 
 def test_a_forking_worker_child_flushes_its_events_before_it_exits(

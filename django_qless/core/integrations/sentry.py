@@ -339,6 +339,9 @@ def _drop_worker_duplicates(event: Any, hint: dict[str, Any]) -> Any:
     if error is not None and (id(error), type(error)) in _reported_errors:
         return None
     record = hint.get("log_record")
-    if isinstance(record, logging.LogRecord) and getattr(record, "jid", None) in _reported_jids:
+    jid = getattr(record, "jid", None) if isinstance(record, logging.LogRecord) else None
+    if jid is not None and jid in _reported_jids:
+        # One log line per reported failure: a later, different error of the job still goes.
+        _reported_jids.remove(jid)
         return None
     return event
