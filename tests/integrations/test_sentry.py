@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sentry_sdk
@@ -230,3 +231,26 @@ def test_a_job_stopped_at_its_time_limit_is_reported(
     # The stack shows where the job was when it was stopped.
     frames = event["exception"]["values"][-1]["stacktrace"]["frames"]
     assert "slow" in [f["function"] for f in frames]
+
+
+def test_a_traces_sampler_sees_the_job(
+    sentry_init: Callable[..., MemoryTransport], qless_client: Client,
+    run_worker: Callable[..., None],
+) -> None:
+    transport = sentry_init()
+    seen: list[Any] = []
+
+    def sampler(context: dict[str, Any]) -> float:
+        job = context.get("qless_job")
+        if job is not None:
+            seen.append((job.jid, job.queue, job.attempt))
+            return 0.0  # not this queue's jobs
+        return 1.0
+
+    sentry_sdk.init(dsn=DSN, transport=transport, traces_sampler=sampler,
+                    auto_enabling_integrations=False, integrations=[QlessIntegration()])
+    jid = qless_client.queues["obs"].put(OK, {})
+    run_worker("obs")
+    sentry_sdk.flush()
+    assert seen == [(jid, "obs", 1)]
+    assert not [s for s in transport.spans() if s["attributes"].get("sentry.op") == "queue.process"]

@@ -245,6 +245,9 @@ def _job_span(attempt: Attempt, headers: dict[str, str]) -> Any:
             transaction.set_data(key, value)
         return start_transaction(transaction, custom_sampling_context={"qless_job": attempt})
     sentry_sdk.continue_trace(headers)
+    with capture_internal_exceptions():
+        # What a traces_sampler sees, as with a sentry-sdk 2 transaction.
+        sentry_sdk.get_current_scope().set_custom_sampling_context({"qless_job": attempt})
     return sentry_sdk.start_span(
         name=attempt.name, parent_span=None,
         attributes={"sentry.op": "queue.process", "sentry.origin": ORIGIN,
