@@ -140,7 +140,7 @@ def test_a_forking_worker_child_exports_its_spans_before_it_exits(
 def test_on_a_cluster_shard_the_context_travels_with_the_job(
     otel: Any, cluster: Any, run_worker: Callable[..., None],
 ) -> None:
-    from django_qless.core.sharded import ShardedClient
+    from django_qless.core.cluster.sharded import ShardedClient
 
     urls = [f"redis://{n.address}" for n in cluster.primaries()]
     sharded = ShardedClient(urls, shards=6)
