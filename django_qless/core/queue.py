@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
 
+from . import integrations
 from .job import Job
 from .put_many import put_many
 from .routing import check_dependencies, check_throttle_homes
@@ -156,6 +157,24 @@ class Queue:
         `depends_missing="ignore"` (qless-core's behaviour: it is dropped). On a shard, a
         dependency or named throttle living in another shard is refused (InvalidArgument).
         """
+        if integrations.put_middleware():
+            # Installed instrumentation (docs/observability.md) wraps the put and may add
+            # propagation headers to the data.
+            pending = integrations.PendingPut(self, check_klass(klass), jid or new_jid(), data)
+            return integrations.around_put(pending, lambda sent: self._put(
+                pending.klass, sent, jid=pending.jid, priority=priority, tags=tags,
+                delay=delay, retries=retries, depends=depends, throttles=throttles,
+                depends_missing=depends_missing))
+        return self._put(klass, data, jid=jid, priority=priority, tags=tags, delay=delay,
+                         retries=retries, depends=depends, throttles=throttles,
+                         depends_missing=depends_missing)
+
+    def _put(
+        self, klass: str | type, data: Mapping[str, Any], *, jid: str | None,
+        priority: int, tags: Iterable[str], delay: float, retries: int,
+        depends: Iterable[str], throttles: Iterable[str], depends_missing: str,
+    ) -> str:
+        """Validate and send one put; return its jid."""
         if self.client.router is not None:
             # checked first: a bare string must be refused, not read as its characters
             depends, throttles = check_depends(depends), check_throttles(throttles)

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from django_qless.core.exceptions import QlessError
+from django_qless.core.integrations import with_installed_hooks
 from django_qless.core.workers.budget import JobBudget, SharedJobPool
 from django_qless.core.workers.completions import Completions
 from django_qless.core.workers.heartbeat import Heartbeater
@@ -68,7 +69,7 @@ class JobLoop:
         leadership: Leadership | None = None,
     ) -> None:
         self.config = config
-        self.hooks = hooks
+        self.hooks = hooks = with_installed_hooks(hooks)  # integrations (observability.md)
         self.name = name
         self.signals = signals
         self.resume = resume

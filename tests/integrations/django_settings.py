@@ -1,0 +1,7 @@
+"""The test project's settings, plus Sentry/OpenTelemetry set up as a project's settings.py
+would (from TEST_SENTRY_OUT / TEST_OTEL_OUT)."""
+
+from tests.app.settings import *  # noqa: F403
+from tests.integrations.support import setup_from_environment
+
+setup_from_environment()
