@@ -131,7 +131,7 @@ def check_deploy(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
                                   hint="Check the URL, credentials, TLS settings and network.",
                                   obj=alias, id="django_qless.E081"))
             continue
-        for node, (policy, skew) in probes:
+        for node, (policy, skew, *_) in probes:
             messages.extend(_probe_messages(alias, where + node, policy, skew, SAFE_POLICY))
     return messages
 
