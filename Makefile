@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint typecheck bench bench-attribution clean
+.PHONY: demo test lint typecheck bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,9 +25,6 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py $(ARGS)
-
-bench-attribution: $(STAMP)
-	$(BIN)/python benchmarks/attribution.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

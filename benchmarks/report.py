@@ -229,11 +229,10 @@ CAPACITY_ROWS = [
     ("drain, complete_and_reserve", "jobs/s", "drain_jobs_per_s", "-", True),
 ]
 
-# Redis instructions per job through the core worker when the capacity targets were set
-# (attribution.py --jobs 2000 --callgrind 300, Redis 7.0.15, 1 process, body one INCR: 27.02
-# commands and 151.4 µs of INFO cpu a job, the ~150 µs the targets start from;
-# results/attribution-7.0-hotpath-before.txt). Counted instructions do not move with the
-# machine's speed, so `make bench` also judges the Redis CPU target (<= 0.6x of then) on them.
+# Redis instructions per job through the core worker (300 jobs, Redis 7.0.15, 1 process,
+# body one INCR) of the engine the capacity rows are set against: 27 commands and ~150 µs of
+# INFO cpu a job. Instructions do not move with the machine's speed, so the Redis CPU row is
+# also judged on them (<= 0.6x of that).
 WORKER_BASELINE_INSTRUCTIONS = 725_918
 WORKER_CPU_RATIO = 0.6
 

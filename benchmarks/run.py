@@ -15,7 +15,6 @@ import datetime as dt
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # django_qless, when run as a script from anywhere
 
+import peers  # noqa: E402
 from peers import SYSTEMS, System, ensure_venv, versions  # noqa: E402
 from report import (  # noqa: E402
     aggregate,
@@ -91,30 +91,8 @@ def machine(redis_binary: str, url: str) -> dict[str, Any]:
 
 
 def run_adapter(system: System, url: str, metrics: str, s: dict[str, Any]) -> dict[str, Any]:
-    """Run one system's adapter in its own interpreter on a flushed Redis; return its JSON."""
-    import redis
-
-    redis.Redis.from_url(url).flushall()
-    argv = [
-        system.python, str(ADAPTERS / system.adapter), "--url", url, "--metrics", metrics,
-        "--enqueue-n", str(s["enqueue"]), "--drain-n", str(s["drain"]),
-        "--worker-n", str(s["worker"]), "--latency-n", str(s["latency"]),
-        "--scale-sizes", s["scale"], "--scale-probe", str(s["probe"]),
-        "--scale-queues", str(s["scale_queues"]), "--body", s["body"],
-        "--idle-children", IDLE_CHILDREN.get(system.name, "1"),
-        "--idle-seconds", str(s["idle_seconds"]), "--idle-monitor", str(s["idle_monitor"]),
-        "--idle-samples", str(s["idle_samples"]),
-    ]
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    started = time.monotonic()
-    done = subprocess.run(argv, cwd=ADAPTERS, env=env, capture_output=True, text=True,
-                          timeout=3600)
-    if done.returncode != 0:
-        raise RuntimeError(f"{system.name} adapter failed ({done.returncode}):\n"
-                           f"{done.stderr[-3000:]}\n{done.stdout[-1000:]}")
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    result["seconds"] = round(time.monotonic() - started, 1)
-    return result
+    """Run one system's adapter (its idle section with its own children counts)."""
+    return peers.run_adapter(system, url, metrics, s, IDLE_CHILDREN.get(system.name, "1"))
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -138,7 +116,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "~4 min; ~1.5 with --quick), which the idle CPU target judges")
     p.add_argument("--skip-worker-callgrind", action="store_true",
                    help="skip counting redis-server's instructions per worker job under "
-                        "callgrind (attribution.py's count, ~30 s; the load-independent "
+                        "callgrind (worker_cost.py, ~30 s; the load-independent "
                         "reading of the Redis CPU/job target)")
     p.add_argument("--skip-scale-callgrind", action="store_true",
                    help="skip counting redis-server's instructions per put and pop + complete "
@@ -252,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         idle_cg = None if args.skip_idle or args.skip_idle_callgrind or \
             "django-qless" not in names else idle_instructions(binary, s)
         worker_cg = None if args.skip_worker_callgrind or args.idle_only or \
-            "django-qless" not in names else worker_instructions(binary)
+            "django-qless" not in names else worker_instructions(binary, SYSTEMS["django-qless"])
         scale_cg = None if args.skip_scale or args.skip_scale_callgrind or \
             "django-qless" not in names else scale_instructions(binary, s)
     info["loadavg_end"] = list(os.getloadavg())
@@ -299,19 +277,22 @@ def idle_instructions(binary: str, s: dict[str, Any]) -> dict[str, Any] | None:
     return doc
 
 
-def worker_instructions(binary: str, jobs: int = 300) -> dict[str, Any] | None:
-    """Count redis-server's instructions per job through the core worker (1 process, its
-    start-up included) under callgrind, as attribution.py does; None, with a note, where
-    valgrind is missing. Instructions do not move with the machine's load or speed, as the
-    µs of INFO cpu do."""
-    import attribution
+def worker_instructions(binary: str, system: System,
+                        jobs: int = 0) -> dict[str, Any] | None:
+    """Count redis-server's instructions per job through `system`'s core worker (1 process,
+    its start-up included) under callgrind (worker_cost.py); None, with a note, where
+    valgrind is missing."""
+    import worker_cost
+    from callgrind_redis import CallgrindError
 
-    counted = attribution.callgrind(binary, jobs)
-    if "error" in counted:
-        print(f"worker under callgrind skipped: {counted['error']}")
+    try:
+        counted = worker_cost.measure(binary, system.python, system.adapters, system.env(),
+                                      jobs or worker_cost.JOBS)
+    except CallgrindError as exc:
+        print(f"worker under callgrind skipped: {exc}")
         return None
-    print("worker callgrind     done", flush=True)
-    return {"jobs": jobs, "instructions_per_job": counted["total_ir_per_job"]}
+    print(f"worker callgrind {system.name:13} done", flush=True)
+    return counted
 
 
 def scale_instructions(binary: str, s: dict[str, Any]) -> dict[str, Any] | None:

@@ -218,7 +218,10 @@ class _Timestamps:
 
 
 def _start_worker(a: Any, processes: int, ts: _Timestamps, log: Any) -> subprocess.Popen[bytes]:
-    env = dict(os.environ, BENCH_TS_DIR=ts.dir, BENCH_REDIS_URL=a.url, PYTHONPATH=HERE)
+    # The adapter's own PYTHONPATH stays behind this folder's: a checkout measured by
+    # `run.py --compare-tree` hands its package to the worker that way.
+    path = os.pathsep.join(p for p in (HERE, os.environ.get("PYTHONPATH", "")) if p)
+    env = dict(os.environ, BENCH_TS_DIR=ts.dir, BENCH_REDIS_URL=a.url, PYTHONPATH=path)
     env.setdefault("BENCH_BODY", "noop")
     env["BENCH_HUEY_BLOCKING"] = "1"  # workers use huey's default blocking dequeue
     return subprocess.Popen(

@@ -181,30 +181,3 @@ def test_a_window_counts_the_event_loop_and_the_commands() -> None:
         assert w["instructions"] >= w["parts"][LOOP] > 0  # the cron ran ~10 times
         assert w["commands"] == 0  # our INFO and CONFIG are not counted
         r.close()
-
-
-def test_a_probe_reconnect_sends_what_a_new_client_sends_and_closes(redis_url: str) -> None:
-    from idle_cost import _reconnect
-
-    r = redis.Redis.from_url(redis_url)
-    base = int(r.info("clients")["connected_clients"])
-    r.config_resetstat()
-    _reconnect(_socket_path(redis_url))
-    stats = r.info("commandstats")
-    assert stats["cmdstat_hello"]["calls"] == 1 and stats["cmdstat_time"]["calls"] == 1
-    wait = time.monotonic() + 5
-    while int(r.info("clients")["connected_clients"]) > base and time.monotonic() < wait:
-        time.sleep(0.05)
-    assert int(r.info("clients")["connected_clients"]) == base
-    r.close()
-
-
-def test_format_reconnect_gives_the_break_even_idle_time() -> None:
-    from idle_cost import format_reconnect
-
-    doc = {"idle_connection_instructions_per_s": 5_000.0, "reconnect_instructions": 40_000.0,
-           "reconnects": 40, "native_reconnect_us": 20.0, "native_ping_us": 8.0,
-           "resolution_instructions_per_s": 100.0}
-    text = format_reconnect(doc, 0.0005)  # 1 Ir = 0.5 ns: the connection costs 2.5 us/s
-    assert "break-even after 8.0 s idle by instructions" in text
-    assert "8.0 s by the native reconnect" in text
