@@ -17,11 +17,13 @@ import os
 import platform
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # django_qless, when run as a script from anywhere
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))  # django_qless, when run as a script from anywhere
 
 import peers  # noqa: E402
 from peers import SYSTEMS, System, ensure_venv, versions  # noqa: E402
@@ -56,6 +58,12 @@ def sizes(args: argparse.Namespace) -> dict[str, Any]:
              "scale": "10000,1000000" if args.full else "10000,200000", "probe": 2000, "rounds": 3,
              "idle_seconds": 20.0, "idle_monitor": 5.0, "idle_samples": 400,
              "idle_callgrind_seconds": 30.0, "idle_callgrind_repeats": 2}
+    if args.jobs:
+        # (a check that the harness works, not a measurement)
+        n = args.jobs
+        s.update(enqueue=n, drain=n, worker=n, latency=max(5, n // 20),
+                 scale=f"{n},{2 * n}", probe=max(10, n // 10))
+    s["callgrind_jobs"] = args.jobs or 0  # 0: worker_cost.JOBS
     if args.rounds:
         s["rounds"] = args.rounds
     if getattr(args, "idle_seconds", 0):
@@ -131,7 +139,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--redis-server", default=None, help="redis-server binary (default: PATH)")
     p.add_argument("--no-save", action="store_true", help="do not write benchmarks/results/")
     p.add_argument("--save-as", default=None, metavar="NAME",
-                   help="write results/NAME.json and NAME.txt instead of latest.*")
+                   help="write results/<UTC date>-NAME.json and .txt (default NAME: bench; "
+                        "compare with --compare-tree)")
+    p.add_argument("--compare-tree", default=None, metavar="PATH",
+                   help="only django-qless: this tree against the checkout at PATH, rounds "
+                        "interleaved, with instructions per worker job (compare.py)")
+    p.add_argument("--jobs", type=int, default=0, metavar="N",
+                   help="every metric with N jobs (latency: N/20 samples): checks the harness")
     p.add_argument("--show", metavar="JSON", help="print the report of a saved run and exit")
     p.add_argument("--cluster", action="store_true",
                    help="only compare 1 node with a 3-primary cluster (benchmarks/cluster.py)")
@@ -142,7 +156,13 @@ def main(argv: list[str] | None = None) -> int:
     """Install the peers, start Redis, run the rounds, print and save the results."""
     args = parse_args(argv)
     if args.show:
-        print(render(json.loads(Path(args.show).read_text())))
+        doc = json.loads(Path(args.show).read_text())
+        if "trees" in doc:
+            import compare
+
+            print(compare.format_compare(doc))
+        else:
+            print(render(doc))
         return 0
     if args.cluster:
         import cluster
@@ -152,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
                              *(["--redis-server", args.redis_server] if args.redis_server
                                else [])])
     s = sizes(args)
+    if args.compare_tree:
+        return compare_trees(args, s)
     if args.idle_only:
         s["rounds"], args.skip_scale, args.skip_62, args.skip_idle = 0, True, True, False
     names = [n.strip() for n in args.systems.split(",") if n.strip()]
@@ -230,7 +252,8 @@ def main(argv: list[str] | None = None) -> int:
         idle_cg = None if args.skip_idle or args.skip_idle_callgrind or \
             "django-qless" not in names else idle_instructions(binary, s)
         worker_cg = None if args.skip_worker_callgrind or args.idle_only or \
-            "django-qless" not in names else worker_instructions(binary, SYSTEMS["django-qless"])
+            "django-qless" not in names else worker_instructions(
+            binary, SYSTEMS["django-qless"], s["callgrind_jobs"])
         scale_cg = None if args.skip_scale or args.skip_scale_callgrind or \
             "django-qless" not in names else scale_instructions(binary, s)
     info["loadavg_end"] = list(os.getloadavg())
@@ -251,13 +274,46 @@ def main(argv: list[str] | None = None) -> int:
     text = render(doc)
     print("\n" + text)
     if not args.no_save:
-        RESULTS.mkdir(exist_ok=True)
-        stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H%M%SZ")
-        name = args.save_as or "latest"
-        for path in (RESULTS / f"{stamp}.json", RESULTS / f"{name}.json"):
-            path.write_text(json.dumps(doc, indent=1) + "\n")
-        (RESULTS / f"{name}.txt").write_text(text + "\n")
-        print(f"saved {RESULTS / (stamp + '.json')}, {name}.json and {name}.txt")
+        save(doc, text, args.save_as or "bench")
+    return 0
+
+
+def save(doc: dict[str, Any], text: str, name: str) -> None:
+    """Write results/<UTC date>-NAME.json (the raw numbers) and .txt (the printed report)."""
+    RESULTS.mkdir(exist_ok=True)
+    stem = RESULTS / f"{dt.datetime.now(dt.UTC):%Y-%m-%d}-{name}"
+    stem.with_suffix(".json").write_text(json.dumps(doc, indent=1) + "\n")
+    stem.with_suffix(".txt").write_text(text + "\n")
+    print(f"saved {stem}.json and .txt")
+
+
+def compare_trees(args: argparse.Namespace, s: dict[str, Any]) -> int:
+    """Measure this tree's django-qless rows against another checkout's, interleaved."""
+    import compare
+
+    old = peers.checkout(args.compare_tree, "old", install=not args.no_install)
+    new = peers.checkout(ROOT, "new", install=False) if (ROOT / ".venv").is_dir() else \
+        replace(SYSTEMS[peers.OURS], name="new")
+    binary = args.redis_server or find_redis_server()
+    started = time.monotonic()
+    with RedisServer(binary) as server:
+        info = machine(binary, server.url)
+        trees = {"old": compare.tree_info(old, ROOT), "new": compare.tree_info(new, ROOT)}
+        print(f"date {info['date']}  nproc {info['nproc']}  cpu {info['cpu_model']}  redis "
+              f"{info['redis_version']}  load {info['loadavg_start']}")
+        print(f"compare: {s['rounds']} round(s), enqueue {s['enqueue']}, drain {s['drain']}, "
+              f"worker {s['worker']}, latency samples {s['latency']}", flush=True)
+        count = None if args.skip_worker_callgrind else \
+            (lambda system: worker_instructions(binary, system, s["callgrind_jobs"]))
+        doc = compare.run([new, old], server.url, s, METRIC_GROUPS, count)
+    info["loadavg_end"] = list(os.getloadavg())
+    info["total_seconds"] = round(time.monotonic() - started, 1)
+    doc.update(machine=info, sizes=s, trees=trees,
+               checks=compare.check(doc["aggregate"], "old", "new"))
+    text = compare.format_compare(doc)
+    print("\n" + text)
+    if not args.no_save:
+        save(doc, text, args.save_as or "compare")
     return 0
 
 
