@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from peers import System, package_dirs, run_adapter
-from report import METRICS, aggregate
+from report import METRICS, aggregate, fmt, median
 
 __all__ = ["CHECKS", "Check", "check", "format_compare", "run", "tree_info"]
 
@@ -90,16 +90,11 @@ def _entry(values: list[float]) -> dict[str, Any]:
             "values": values}
 
 
-def _median(agg: dict[str, Any], name: str, key: str) -> float | None:
-    entry = agg.get(name, {}).get(key)
-    return None if entry is None else float(entry["median"])
-
-
 def check(agg: dict[str, Any], old: str, new: str) -> list[dict[str, Any]]:
     """Judge each check on the medians: 'ok', 'OUTSIDE', or 'n/a' where a row is missing."""
     out = []
     for c in CHECKS:
-        o, n = _median(agg, old, c.key), _median(agg, new, c.key)
+        o, n = median(agg, old, c.key), median(agg, new, c.key)
         ratio = None if o is None or n is None or not o else n / o
         if ratio is None:
             status = "n/a"
@@ -109,16 +104,6 @@ def check(agg: dict[str, Any], old: str, new: str) -> list[dict[str, Any]]:
             status = "ok"
         out.append({"check": c.text, "ratio": ratio, "status": status})
     return out
-
-
-def _fmt(value: float | None) -> str:
-    if value is None:
-        return "-"
-    if abs(value) >= 100:
-        return f"{value:,.0f}"
-    if abs(value) >= 10:
-        return f"{value:.1f}"
-    return f"{value:.2f}"
 
 
 def format_compare(doc: dict[str, Any], old: str = "old", new: str = "new") -> str:
@@ -131,14 +116,14 @@ def format_compare(doc: dict[str, Any], old: str = "old", new: str = "new") -> s
     rows = [(m.key, m.label, m.unit) for m in METRICS]
     rows.append((INSTRUCTIONS, "Redis instructions/job (callgrind)", "instr"))
     for key, label, unit in rows:
-        o, n = _median(agg, old, key), _median(agg, new, key)
+        o, n = median(agg, old, key), median(agg, new, key)
         if o is None and n is None:
             continue
         cells = []
         for name in (old, new):
             e = agg.get(name, {}).get(key)
             spread = "" if e is None or len(e["values"]) < 2 else f" ±{e['spread_pct']:.0f}%"
-            cells.append(f"{_fmt(None if e is None else e['median'])}{spread}")
+            cells.append(f"{fmt(None if e is None else e['median'])}{spread}")
         ratio = "-" if o is None or n is None or not o else f"{n / o:.3f}"
         lines.append(f"{label:40} {unit:7} {cells[0]:>16} {cells[1]:>16} {ratio:>8}")
     lines += ["", "checks (new / old, on the medians)"]

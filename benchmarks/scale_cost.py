@@ -3,7 +3,7 @@ with the jobs spread over many queues: the scaling table counted under callgrind
 
 Usage: `.venv/bin/python benchmarks/scale_cost.py [--sizes 10000,1000000] [--queues 200]
 [--probe 1000] [--redis-server PATH]`. `make bench` runs it after its scaling table (see
-benchmarks/README.md, "How it measures").
+benchmarks/README.md, "What is measured").
 
 The cases are the scaling table's: `depth_N` (N jobs waiting in one queue) for the smallest
 and the largest size, and `queues_Q` (the smallest size spread over Q queues, the consumer

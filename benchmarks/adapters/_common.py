@@ -565,8 +565,8 @@ def measure_scale(a: Any, sizes: list[int], probe: int, many_queues: int) -> dic
     """Put and pop cost at several queue depths, and with jobs spread over many queues.
 
     The smallest case is probed first and again last, and the two are averaged: the other
-    cases take minutes (a 1M-job fill), over which this VM's speed drifts by more than the
-    depth changes the cost; the mean of before and after cancels a steady drift.
+    cases take minutes (a 1M-job fill), over which a shared machine's speed can drift by more
+    than the depth changes the cost; the mean of before and after cancels a steady drift.
     """
     out: dict[str, Any] = {}
     multi = getattr(a, "multi_queue", True)
