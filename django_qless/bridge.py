@@ -10,8 +10,8 @@ channel (every job, richer payload); popped/stalled/track/untrack exist only on 
 channels, which qless publishes for tracked jobs.
 
 A sharded alias is listened to on every shard, in one thread on one connection per primary
-(`core/shard_events.py`: SSUBSCRIBE per shard on its primary), each signal carrying the
-client of the shard the event came from.
+(`core/shard_events.py`: SSUBSCRIBE per shard on its primary), each signal's ``JobEvent``
+carrying the client and tag of the shard the event came from.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from types import FrameType
 from typing import Any
 
 from django_qless.clients import get_client
+from django_qless.conf import DEFAULT_ALIAS
 from django_qless.core.client import Client
-from django_qless.core.shard_events import ShardEvents
-from django_qless.settings import DEFAULT_ALIAS
-from django_qless.signals import BRIDGED_SIGNALS
+from django_qless.core.cluster.shard_events import ShardEvents
+from django_qless.signals import BRIDGED_SIGNALS, JobEvent
 
 __all__ = ["Bridge", "LOG_EVENTS", "serve"]
 
@@ -71,10 +71,8 @@ class Bridge:
             return
         signal = BRIDGED_SIGNALS[str(event["event"])]
         payload = {k: v for k, v in event.items() if k != "channel"}
-        if shard.shard is not None:
-            payload["shard"] = shard.shard
-        responses = signal.send_robust(sender=self.alias, jid=str(event.get("jid", "")),
-                                       event=payload, client=shard)
+        responses = signal.send_robust(sender=self.alias,
+                                       event=JobEvent.from_payload(payload, self.alias, shard))
         with self._lock:
             self.sent += 1
         for receiver, response in responses:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.apps import AppConfig
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
-from django_qless.settings import get_problems, get_settings
+from django_qless.conf import AliasSettings, get_problems, get_settings
 
 __all__ = ["check_deploy", "check_engine", "check_job_modules", "check_settings",
            "check_stray_jobs", "check_stray_settings"]
@@ -91,7 +91,7 @@ def check_stray_settings(app_configs: Sequence[AppConfig] | None = None, **kwarg
 def check_engine(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
                  ) -> list[CheckMessage]:
     """Check that the engine's Lua script can be assembled from the package files."""
-    from django_qless.core import lua
+    from django_qless.core.engine import lua
 
     try:
         text = lua.script_text()
@@ -136,7 +136,7 @@ def check_deploy(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
     return messages
 
 
-def _probe_alias(settings: Any, probe: Any) -> list[tuple[str, Any]]:
+def _probe_alias(settings: AliasSettings, probe: Callable[[Any], Any]) -> list[tuple[str, Any]]:
     """Probe an alias's server, or every primary of its cluster: [(" node h:p", probe)]."""
     from django_qless.clients import build_redis, build_redis_cluster
 
@@ -172,7 +172,7 @@ def _probe_messages(alias: str, where: str, policy: str, skew: float, safe: str
     return messages
 
 
-def _connection_warnings(alias: str, where: str, settings: Any) -> list[CheckMessage]:
+def _connection_warnings(alias: str, where: str, settings: AliasSettings) -> list[CheckMessage]:
     """Warn about a remote Redis reached without a password or without TLS."""
     from urllib.parse import urlsplit
 
@@ -180,7 +180,7 @@ def _connection_warnings(alias: str, where: str, settings: Any) -> list[CheckMes
 
     if settings.cluster is not None:
         # One user and one scheme apply to every node (the settings refuse a mix).
-        hosts = [host for host, _ in settings.cluster.addresses]
+        hosts: list[str | None] = [host for host, _ in settings.cluster.addresses]
         scheme, url_password = settings.scheme, None
     elif settings.sentinels or not settings.url:
         return []

@@ -17,13 +17,13 @@ from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
+from django_qless.conf import DEFAULT_ALIAS, AliasSettings, get_settings
 from django_qless.core.client import Client
+from django_qless.core.cluster.sharded import ShardedClient
 from django_qless.core.exceptions import QlessConnectionError
-from django_qless.core.sharded import ShardedClient
-from django_qless.settings import DEFAULT_ALIAS, AliasSettings, get_settings
+from django_qless.core.types import QlessClient
 
 __all__ = [
-    "AnyClient",
     "ClientHandler",
     "build_client",
     "build_redis",
@@ -34,11 +34,6 @@ __all__ = [
     "get_client_for_queue",
     "redis_kwargs",
 ]
-
-
-#: What an alias gives: one server's client, or the client of queues sharded over a cluster.
-#: Both have ``for_queue(queue)``, ``clients()`` and ``find_job(jid)``.
-AnyClient = Client | ShardedClient
 
 
 def redis_kwargs(conf: AliasSettings) -> dict[str, Any]:
@@ -107,7 +102,7 @@ def build_redis_cluster(conf: AliasSettings) -> RedisCluster:
                                    f"({conf.display}): {exc}") from exc
 
 
-def build_client(conf: AliasSettings) -> AnyClient:
+def build_client(conf: AliasSettings) -> QlessClient:
     """Build an alias's client: a Client on its server, or a ShardedClient on its cluster."""
     if conf.cluster is None:
         return Client(build_redis(conf))
@@ -118,14 +113,16 @@ def build_client(conf: AliasSettings) -> AnyClient:
                          durable_timeout_ms=cluster.durable_timeout_ms)
 
 
-def _close(item: AnyClient) -> None:
+def _close(item: QlessClient) -> None:
     """Close a client built here, with its connections (pool or cluster client)."""
     if isinstance(item, ShardedClient):
         item.close()
         # The transport leaves a RedisCluster it was given open; this one is ours.
         item.transport.redis_cluster.close()
-    else:
+    elif isinstance(item, Client):
         item.close(shared=True)
+    else:
+        item.close()
 
 
 class ClientHandler:
@@ -134,9 +131,9 @@ class ClientHandler:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pid = os.getpid()
-        self._clients: dict[str, AnyClient] = {}
+        self._clients: dict[str, QlessClient] = {}
 
-    def __getitem__(self, alias: str) -> AnyClient:
+    def __getitem__(self, alias: str) -> QlessClient:
         pid = os.getpid()
         with self._lock:
             if pid != self._pid:
@@ -161,7 +158,7 @@ class ClientHandler:
     def __contains__(self, alias: str) -> bool:
         return alias in get_settings().aliases
 
-    def all(self) -> list[AnyClient]:
+    def all(self) -> list[QlessClient]:
         """Return the clients created so far in this process."""
         with self._lock:
             return list(self._clients.values()) if self._pid == os.getpid() else []
@@ -188,7 +185,7 @@ class ClientHandler:
 clients = ClientHandler()
 
 
-def get_client(alias: str = DEFAULT_ALIAS) -> AnyClient:
+def get_client(alias: str = DEFAULT_ALIAS) -> QlessClient:
     """Return the core client of a ``QLESS`` alias (a ShardedClient for a cluster alias)."""
     return clients[alias]
 

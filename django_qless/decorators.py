@@ -28,6 +28,9 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from asgiref.sync import async_to_sync, sync_to_async
 
+from django_qless.core.client import Client
+from django_qless.core.job import Job
+from django_qless.core.queue import Queue
 from django_qless.core.registry import klass_name_of
 from django_qless.options import (
     ACTIVE_STATES,
@@ -132,7 +135,7 @@ def _put(klass: str, data: dict[str, Any], options: JobOptions, *, delay: Delay 
     return "enqueued"
 
 
-def _send_put(client: Any, queue: Any, klass: str, data: dict[str, Any], options: JobOptions,
+def _send_put(client: Client, queue: Queue, klass: str, data: dict[str, Any], options: JobOptions,
               wait: float) -> None:
     """Put (and track) one job."""
     assert options.jid is not None
@@ -239,7 +242,7 @@ class JobFunction(_Sender, Generic[P, R]):
             return async_to_sync(self.func)(*args, **kwargs)
         return self.func(*args, **kwargs)
 
-    def process(self, job: Any) -> Any:
+    def process(self, job: Job) -> Any:
         """Run the job for a worker: call, apply the retry policy, store the return value."""
         return perform_function(self, job)
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from django.apps import AppConfig, apps
 
-from django_qless.settings import get_settings
+from django_qless.conf import get_settings
 
 __all__ = ["StrayJobModule", "find_stray_job_modules", "unknown_job_hint"]
 

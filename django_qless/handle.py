@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 
+from django_qless.conf import get_settings
 from django_qless.errors import JobFailedError, ResultNotReady
-from django_qless.settings import get_settings
 
 if TYPE_CHECKING:
     from django_qless.core.client import Client

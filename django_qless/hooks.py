@@ -1,4 +1,8 @@
-"""The Django side of the worker: database connections around forks and jobs, signals."""
+"""The Django side of the worker: database connections around forks and jobs, signals.
+
+Signals are sent with ``sender`` = the alias the worker serves; job signals carry one
+``JobEvent`` (``event=``), which names the worker.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import close_old_connections, connections
 
 from django_qless import signals
+from django_qless.conf import DEFAULT_ALIAS
 from django_qless.core.workers.hooks import WorkerHooks, WorkerInfo
 from django_qless.core.workers.runner import Outcome
 
@@ -35,14 +40,17 @@ def outcome_of(error: BaseException | None) -> str:
 class DjangoWorkerHooks(WorkerHooks):
     """Close DB connections before every fork and around every job; send worker signals."""
 
+    def __init__(self, alias: str = DEFAULT_ALIAS) -> None:
+        self.alias = alias
+
     def on_worker_start(self, worker: WorkerInfo) -> None:
         """Send ``worker_started`` in the process that takes jobs."""
-        signals.worker_started.send_robust(sender=worker.name, worker=worker)
+        signals.worker_started.send_robust(sender=self.alias, worker=worker)
 
     def on_worker_stop(self, worker: WorkerInfo) -> None:
         """Send ``worker_stopped`` and close this process's DB connections."""
         try:
-            signals.worker_stopped.send_robust(sender=worker.name, worker=worker)
+            signals.worker_stopped.send_robust(sender=self.alias, worker=worker)
         finally:
             connections.close_all()
 
@@ -59,8 +67,10 @@ class DjangoWorkerHooks(WorkerHooks):
     def around_job(self, job: Job, call_next: Callable[[], Any]) -> Any:
         """Drop stale DB connections before and after the job; send job signals."""
         close_old_connections()
-        sender = job.client.worker_name
-        signals.job_started.send_robust(sender=sender, job=job)
+        # The payload is built only when a receiver is connected: most workers have none.
+        if signals.job_started.receivers:
+            signals.job_started.send_robust(
+                sender=self.alias, event=signals.JobEvent.from_job("started", job, self.alias))
         error: BaseException | None = None
         try:
             return call_next()
@@ -69,7 +79,9 @@ class DjangoWorkerHooks(WorkerHooks):
             raise
         finally:
             try:
-                signals.job_finished.send_robust(sender=sender, job=job,
-                                                 outcome=outcome_of(error), error=error)
+                if signals.job_finished.receivers:
+                    event = signals.JobEvent.from_job("finished", job, self.alias,
+                                                      outcome=outcome_of(error), error=error)
+                    signals.job_finished.send_robust(sender=self.alias, event=event)
             finally:
                 close_old_connections()

@@ -19,11 +19,11 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import DEFAULT_DB_ALIAS
 from django.utils import timezone
 
+from django_qless.conf import get_settings
 from django_qless.core.exceptions import InvalidArgument
 from django_qless.errors import InvalidJobArgument, JobFailedError, ResultNotReady
 from django_qless.handle import RESULT_KEY, JobHandle, dispatch
 from django_qless.retries import Backoff, RetryPolicy
-from django_qless.settings import get_settings
 
 __all__ = [
     "ACTIVE_STATES",

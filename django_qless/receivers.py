@@ -18,7 +18,7 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from django_qless import signals
-from django_qless.settings import clear_cache, get_settings
+from django_qless.conf import clear_cache, get_settings
 
 __all__ = ["mail_admins_on_failure", "reset_on_setting_changed", "webhook"]
 
@@ -36,14 +36,14 @@ def reset_on_setting_changed(*, setting: str, **kwargs: Any) -> None:
 
 
 @receiver(signals.job_failed)
-def mail_admins_on_failure(sender: str, jid: str, event: dict[str, Any], **kwargs: Any) -> None:
+def mail_admins_on_failure(sender: str, event: signals.JobEvent, **kwargs: Any) -> None:
     """Mail ADMINS about a failed job (if MAIL_ADMINS_ON_FAILURE)."""
     if not get_settings().receivers.mail_admins_on_failure:
         return
-    group = event.get("group", "?")
-    message = str(event.get("message", ""))[:5000]
-    mail_admins(f"qless job {jid} failed: {group}",
-                f"Job {jid} failed on worker {event.get('worker', '?')} "
+    group = event.group or "?"
+    message = (event.message or "")[:5000]
+    mail_admins(f"qless job {event.jid} failed: {group}",
+                f"Job {event.jid} failed on worker {event.worker or '?'} "
                 f"(alias {sender}).\n\nGroup: {group}\n\n{message}")
 
 
@@ -55,23 +55,25 @@ def _post(url: str, body: dict[str, Any], timeout: float) -> None:
         response.read()
 
 
-def webhook(sender: str, jid: str, event: dict[str, Any], client: Any = None,
-            **kwargs: Any) -> None:
+def webhook(sender: str, event: signals.JobEvent, **kwargs: Any) -> None:
     """POST an event about a tracked job to WEBHOOK_URL (if configured)."""
     conf = get_settings().receivers
-    name = str(event.get("event", ""))
-    if not conf.webhook_url or name not in conf.webhook_events or client is None:
+    if not conf.webhook_url or event.event not in conf.webhook_events or event.client is None:
         return
-    job = client.jobs.get(jid)
+    job = event.client.jobs.get(event.jid)
     if job is None or not job.tracked:
         return
-    body = {"event": name, "jid": jid, "alias": sender, "payload": event,
+    payload = dict(event.payload)
+    if event.shard is not None:
+        payload["shard"] = event.shard
+    body = {"event": event.event, "jid": event.jid, "alias": sender, "payload": payload,
             "job": {"klass": job.klass_name, "queue": job.queue_name, "state": job.state,
                     "tags": list(job.tags), "priority": job.priority}}
     try:
         _post(conf.webhook_url, body, conf.webhook_timeout)
     except OSError as exc:
-        log.warning("django_qless: webhook POST for %s %s failed: %s", name, jid, exc)
+        log.warning("django_qless: webhook POST for %s %s failed: %s", event.event, event.jid,
+                    exc)
 
 
 for _signal in signals.BRIDGED_SIGNALS.values():

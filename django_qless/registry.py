@@ -14,8 +14,8 @@ from typing import Any
 from django.conf import settings
 from django.utils.module_loading import autodiscover_modules
 
+from django_qless.conf import get_settings
 from django_qless.core.registry import UNKNOWN_JOB_GROUP, Registry, default_registry
-from django_qless.settings import get_settings
 
 __all__ = ["UNKNOWN_JOB_GROUP", "autodiscover", "get_registry", "register_job", "setup"]
 

@@ -42,7 +42,7 @@ class RetryScheduled(Exception):  # noqa: N818 - an outcome, not an error
     """The job raised a retryable exception and was put back with a delay."""
 
 
-def perform_function(target: JobFunction[Any, Any], job: Any) -> Any:
+def perform_function(target: JobFunction[Any, Any], job: Job) -> Any:
     """Run a function job for a worker; see ``JobFunction.process``."""
     data = job.data if isinstance(job.data, dict) else {}
     try:
@@ -62,7 +62,7 @@ def perform_function(target: JobFunction[Any, Any], job: Any) -> Any:
     return value
 
 
-def store_result(job: Any, value: Any) -> None:
+def store_result(job: Job, value: Any) -> None:
     """Keep the return value in the job data (saved by complete) if it is JSON."""
     try:
         encoded = to_json(value, f"return value of {job.klass_name}")
@@ -103,7 +103,7 @@ def eager_active(alias: str) -> bool:
         return override[alias]
     if None in override:
         return override[None]
-    from django_qless.settings import get_settings
+    from django_qless.conf import get_settings
 
     return get_settings().is_eager(alias)
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import inspect
 from datetime import UTC, datetime
 from traceback import format_exception
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core import checks
 from django.utils import timezone
@@ -49,11 +49,14 @@ except ImportError:  # the django-tasks backport (Django 5.2)
     from django_tasks.signals import task_enqueued, task_finished, task_started
     from django_tasks.utils import normalize_json
 
+from django_qless.conf import get_settings
 from django_qless.core.serialization import new_jid
 from django_qless.core.workers.runner import error_group
 from django_qless.options import JobOptions, check_timing, dispatch, encode_arguments
 from django_qless.registry import register_job
-from django_qless.settings import get_settings
+
+if TYPE_CHECKING:
+    from django_qless.core.job import Job
 
 __all__ = ["KLASS", "DjangoTaskJob", "QlessBackend"]
 
@@ -169,7 +172,7 @@ class QlessBackend(BaseTaskBackend):
                 return self._result_from_job(job)
         raise TaskResultDoesNotExist(result_id)
 
-    def _result_from_job(self, job: Any) -> Any:
+    def _result_from_job(self, job: Job) -> Any:
         data = job.data
         task = import_string(data["task_path"])
         try:
@@ -231,7 +234,7 @@ class DjangoTaskJob:
     """The qless job class that runs a django.tasks task in a worker."""
 
     @staticmethod
-    def process(job: Any) -> Any:
+    def process(job: Job) -> Any:
         """Import the task, run it, keep its JSON return value, send the tasks signals."""
         from django_qless.options import RESULT_KEY
 

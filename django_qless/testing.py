@@ -48,7 +48,7 @@ def run_queued(queues: Iterable[str] | str | None = None, *, alias: str = "defau
     from django_qless.hooks import DjangoWorkerHooks, outcome_of
 
     client = get_client(alias)
-    runner = job_runner(DjangoWorkerHooks())
+    runner = job_runner(DjangoWorkerHooks(alias))
     names = [queues] if isinstance(queues, str) else list(
         queues or [q for shard in client.clients() for q in shard.queues.names()])
     done: list[JobOutcome] = []

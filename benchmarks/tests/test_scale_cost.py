@@ -9,7 +9,7 @@ import report
 import scale_cost
 from capacity import format_headline
 
-from django_qless.core.server import find_redis_server
+from testservers.redis_server import find_redis_server
 
 
 @pytest.mark.skipif(not shutil.which("valgrind"), reason="valgrind is not installed")

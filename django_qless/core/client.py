@@ -6,24 +6,21 @@ import json
 import os
 import socket
 from collections.abc import Callable, Collection, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-import redis
 from redis import Redis
-from redis.cluster import RedisCluster
 
 from .accessors import Tags, Workers
-from .channel import TRANSPORT_ERRORS, Channel, NodeChannel, connection_error
 from .clock import ServerClock
-from .cluster import ClusterTransport
-from .deferred import DeferredCall
+from .engine.channel import TRANSPORT_ERRORS, Channel, NodeChannel, connection_error
+from .engine.deferred import DeferredCall
+from .engine.invoke import READ_ONLY_COMMANDS, Invoker
+from .engine.keyspace import Keyspace
+from .engine.pool import make_redis
 from .engine_config import Config
 from .exceptions import InvalidArgument, QlessConnectionError, QlessError
 from .hotpath import WorkerCalls
-from .invoke import READ_ONLY_COMMANDS, Invoker
 from .jobs import Jobs
-from .keyspace import Keyspace
-from .pool import make_redis
 from .queues import Queues
 from .serialization import (
     check_jid,
@@ -31,10 +28,12 @@ from .serialization import (
     dumps,
     num,
 )
-from .shard_channel import ShardChannel
 from .throttle import Throttles
 
 if TYPE_CHECKING:
+    from redis.cluster import RedisCluster
+
+    from .cluster.transport import ClusterTransport
     from .events import Events
     from .job import Job
     from .recurring import RecurringJob
@@ -65,7 +64,7 @@ class Client:
 
     def __init__(
         self,
-        url_or_redis: str | redis.Redis | RedisCluster | ClusterTransport
+        target: str | Redis | Channel | RedisCluster | ClusterTransport
         = "redis://localhost:6379/0",
         *,
         worker_name: str | None = None,
@@ -74,40 +73,40 @@ class Client:
         keyspace: str | None = None,
         _clock: Callable[[], float] | None = None,
     ) -> None:
-        """Connect to `url_or_redis`; `keyspace` names a shard's tag (None: the default `ql:`
-        keyspace). A `RedisCluster` or `ClusterTransport` serves one shard of a cluster and
-        needs `keyspace` (`ShardedClient` places queues over many). `_clock` is a testing
-        hook, not API: the client sends its time to an engine variant that takes it as given
-        (docs/engine.md, "Server clock")."""
+        """Connect to `target`: a URL or `redis.Redis` of one server, or a ready `Channel`.
+
+        `keyspace` names a shard's tag (None: the default `ql:` keyspace). A `RedisCluster`
+        or `ClusterTransport` serves one shard of a cluster and needs `keyspace`; the cluster
+        package builds its channel (`ShardedClient` places queues over many shards). `_clock`
+        is a testing hook, not API: the client sends its time to an engine variant that takes
+        it as given (docs/engine.md, "Server clock").
+        """
         self._worker_name = None if worker_name is None else check_worker(worker_name)
         self._default_name = ""
         self._name_pid = -1
         self.server_clock = ServerClock(self.server_time)
         self._clock: Callable[[], float] = _clock if _clock is not None else self.server_clock
         self.keyspace = Keyspace(keyspace)
-        # auto: FCALL our function library (Redis 7+), EVALSHA where FCALL is unknown or denied.
-        mode = engine or os.environ.get("QLESS_ENGINE_CALL", "auto")
-        invoker = Invoker(mode, caller_time=_clock is not None, keys=self.keyspace.engine_keys)
         self._owned: Callable[[], None] | None = None  # closes what this client built
         self.channel: Channel
-        if isinstance(url_or_redis, (RedisCluster, ClusterTransport)):
-            if keyspace is None:
-                raise InvalidArgument("a client on a Redis Cluster serves one shard: give "
-                                      "keyspace=<tag>, or use ShardedClient")
-            transport = url_or_redis
-            if isinstance(transport, RedisCluster):
-                transport = ClusterTransport(transport, engine=mode,
-                                             caller_time=_clock is not None)
-                self._owned = transport.close
-            elif invoker.sha not in transport.engine_names:
-                raise InvalidArgument("the transport was built for the other engine variant "
-                                      "(caller_time)")
-            self.channel = ShardChannel(transport, invoker)
-        else:
-            conn = make_redis(url_or_redis, socket_timeout)
-            if conn is not url_or_redis:
+        if isinstance(target, (str, Redis)):
+            # auto: FCALL our function library (Redis 7+), EVALSHA where FCALL is unknown or
+            # denied.
+            mode = engine or os.environ.get("QLESS_ENGINE_CALL", "auto")
+            invoker = Invoker(mode, caller_time=_clock is not None,
+                              keys=self.keyspace.engine_keys)
+            conn = make_redis(target, socket_timeout)
+            if conn is not target:
                 self._owned = conn.close
             self.channel = NodeChannel(conn, invoker)
+        elif hasattr(target, "invoke_many"):
+            self.channel = cast("Channel", target)  # a ready channel
+        else:
+            # A cluster: only a client of a shard loads the cluster package.
+            from .cluster.shard_channel import open_shard_channel
+
+            self.channel, self._owned = open_shard_channel(
+                target, keyspace, engine, caller_time=_clock is not None)
         # The deployment of a shard made by ShardedClient (routing.py); None: this keyspace
         # is the whole deployment.
         self.router: Router | None = None
@@ -160,13 +159,7 @@ class Client:
         if self._owned is not None:
             self._owned()
         elif shared:
-            channel = self.channel
-            if isinstance(channel, NodeChannel):
-                channel.redis.close()
-                channel.redis.connection_pool.disconnect()
-            elif isinstance(channel, ShardChannel):
-                channel.transport.close()
-                channel.transport.redis_cluster.close()
+            self.channel.close_shared()
 
     def disconnect(self) -> None:
         """Close the connections this client keeps open while it sits unused; it stays

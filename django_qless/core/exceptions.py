@@ -18,6 +18,7 @@ __all__ = [
     "UnregisteredJobClass",
     "QlessConnectionError",
     "ScriptError",
+    "ClusterNodeError",
     "CALL_ERRORS",
     "error_from_reply",
     "strip_script_error",
@@ -70,6 +71,16 @@ class QlessConnectionError(QlessError, ConnectionError):
 
 class ScriptError(QlessError):
     """Any other error reply from the engine or from Redis."""
+
+
+class ClusterNodeError(QlessError):
+    """A client of one server reached a node of a Redis Cluster (configure the cluster)."""
+
+
+CLUSTER_NODE_MESSAGE = (
+    "the server is a node of a Redis Cluster: a plain URL reaches one node only. Configure "
+    "the cluster (Django: CLUSTER in the alias's settings; core: ShardedClient)"
+)
 
 
 # Everything a call through the core can raise about the server: our typed errors, and
@@ -154,6 +165,9 @@ def error_from_reply(exc: redis.ResponseError) -> QlessError:
     text = str(exc)
     if text.startswith(_TRANSIENT):
         return QlessConnectionError(text)
+    if ("non local key" in text or "do not hash to the same slot" in text
+            or text.startswith(("MOVED ", "CROSSSLOT "))):
+        return ClusterNodeError(f"{CLUSTER_NODE_MESSAGE} ({text.splitlines()[0][:120]})")
     message = strip_script_error(text)
     if isinstance(exc, redis.exceptions.OutOfMemoryError):
         return ScriptError(f"OOM {message}")

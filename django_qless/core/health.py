@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import redis
 
-from .keyspace import DEFAULT
+from .engine.keyspace import DEFAULT
 
 __all__ = [
     "ACL_CHANNELS",
@@ -28,6 +28,7 @@ __all__ = [
     "check_eviction",
     "clock_skew",
     "eviction_policy",
+    "is_cluster_node",
     "probe",
 ]
 
@@ -43,6 +44,7 @@ class ServerProbe(NamedTuple):
 
     policy: str  # maxmemory-policy
     skew: float  # local clock minus server clock, seconds
+    cluster_node: bool = False  # a node of a Redis Cluster (reached by a plain URL)
 
 
 def _conn(client_or_redis: Any) -> redis.Redis:
@@ -99,4 +101,10 @@ def probe(client_or_redis: Any) -> ServerProbe:
     """PING the server, then read its eviction policy and clock skew (RedisError if down)."""
     conn = _conn(client_or_redis)
     conn.ping()
-    return ServerProbe(eviction_policy(conn), clock_skew(conn))
+    return ServerProbe(eviction_policy(conn), clock_skew(conn), is_cluster_node(conn))
+
+
+def is_cluster_node(client_or_redis: Any) -> bool:
+    """Tell whether the server runs in cluster mode (`cluster_enabled:1` in INFO)."""
+    info = _conn(client_or_redis).info("cluster")
+    return str(info.get("cluster_enabled", "0")) == "1"

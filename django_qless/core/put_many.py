@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .chain import invoke_chain
+from .engine.chain import invoke_chain
 from .exceptions import InvalidArgument
 from .serialization import check_klass, dumps_data, new_jids
 
@@ -45,7 +45,10 @@ def _group(queue: Queue, index: int, spec: Mapping[str, Any]) -> list[str]:
             f"got keys {sorted(spec)}"
         )
     options = {k: v for k, v in spec.items() if k not in ("klass", "data")}
-    args = queue.put_args(spec["klass"], spec["data"], **options)
+    try:
+        args = queue.put_args(spec["klass"], spec["data"], **options)
+    except InvalidArgument as exc:
+        raise type(exc)(f"put_many item {index}: {exc}") from None
     group = [*args[2:6], str((len(args) - 6) // 2), *args[6:]]
     if not "".join(group).isascii():
         for arg in group:

@@ -139,7 +139,8 @@ def dumps_data(data: Any, *, name: str = "data") -> str:
         reason = exc.reason
         raise InvalidArgument(f"{name} contains text that is not valid UTF-8: {reason}") from None
     if size > MAX_DATA_BYTES:
-        raise LimitExceeded(f"{name} is {size / (1024 * 1024):.1f} MiB, limit is 1 MiB")
+        raise LimitExceeded(f"{name} is {size:,} bytes, {size - MAX_DATA_BYTES:,} over the "
+                            f"limit of {MAX_DATA_BYTES:,} bytes (1 MiB)")
     return text
 
 
@@ -254,10 +255,15 @@ def check_number(
     if not math.isfinite(result):
         raise InvalidArgument(f"{name} must be finite, got {_show(value)}")
     if lo is not None and result < lo:
-        raise InvalidArgument(f"{name} must be >= {lo:g}, got {_show(value)}")
+        raise InvalidArgument(f"{name} must be >= {_bound(lo)}, got {_show(value)}")
     if hi is not None and result > hi:
-        raise InvalidArgument(f"{name} must be at most {hi:g}, got {_show(value)}")
+        raise InvalidArgument(f"{name} must be at most {_bound(hi)}, got {_show(value)}")
     return result
+
+
+def _bound(limit: float) -> str:
+    """Write a limit in plain digits (315360000, not 3.1536e+08)."""
+    return str(int(limit)) if limit == int(limit) else f"{limit:f}".rstrip("0")
 
 
 def _as_list(name: str, values: object) -> list[object]:

@@ -92,8 +92,8 @@ Q.mod.queuescan = function()
 
   -- Queue lists held by id, across calls (a Redis 7 function keeps them; under EVALSHA they
   -- last one call): a worker names the same up to 100 queues on every reserve, and sending,
-  -- parsing and checking them was most of what many queues cost a job (benchmarks/README.md,
-  -- "Many queues, session 7"). Names only, nothing read from Redis: a list stays right after
+  -- parsing and checking them would be most of what many queues cost a job (docs/engine.md,
+  -- "Queue lists held by id"). Names only, nothing read from Redis: a list stays right after
   -- FLUSHALL or in another database; a reloaded library or another server holds none, and the
   -- caller then resends. The caller derives the id from the names (the core client: a hash),
   -- so two callers naming the same id mean the same list.

@@ -6,6 +6,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
+from django_qless.core.job import Job
 from django_qless.views import data
 from django_qless.views.base import api_view, get_pager
 from django_qless.views.jobs import get_job
@@ -33,7 +34,7 @@ def _json(payload: dict[str, Any]) -> JsonResponse:
     return JsonResponse(payload, json_dumps_params={"ensure_ascii": False})
 
 
-def _rows(clients: Any, jobs: list[Any]) -> list[dict[str, Any]]:
+def _rows(clients: data.Clients, jobs: list[Job]) -> list[dict[str, Any]]:
     now = float(data.as_clients(clients)[0].now())
     rows = []
     for job in jobs:

@@ -29,6 +29,7 @@ from django_qless.core.exceptions import (
     QlessConnectionError,
     QlessError,
 )
+from django_qless.core.types import QlessClient
 
 __all__ = [
     "CSP",
@@ -73,7 +74,7 @@ def ui_settings() -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def client_for(request: HttpRequest) -> Any:
+def client_for(request: HttpRequest) -> QlessClient:
     """Return the client of the alias the dashboard shows (``QLESS_UI['ALIAS']``): a Client,
     or a ShardedClient (views/shards.py reads every shard of it)."""
     from django_qless.views.shards import deployment

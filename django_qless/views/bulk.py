@@ -9,6 +9,7 @@ from django.http import HttpRequest, HttpResponse
 
 from django_qless.core.bulk import BULK_MAX, BulkResult
 from django_qless.core.exceptions import InvalidArgument
+from django_qless.core.jobs import Jobs
 from django_qless.forms import MoveForm, PriorityForm, first_error
 from django_qless.views.base import dashboard_view, qurl, redirect_back
 from django_qless.views.job_state import MOVABLE, PRIORITY_STATES
@@ -76,7 +77,7 @@ def _run(request: HttpRequest, action: str, jids: list[str]) -> tuple[BulkResult
     return merged, suffix
 
 
-def _run_one(request: HttpRequest, jobs: Any, action: str, jids: list[str]
+def _run_one(request: HttpRequest, jobs: Jobs, action: str, jids: list[str]
              ) -> tuple[BulkResult, str] | str:
     """Run ``action`` on ``jids`` of one shard."""
     if action == "cancel":

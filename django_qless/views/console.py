@@ -8,6 +8,7 @@ from typing import Any
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 
+from django_qless.core.client import Client
 from django_qless.core.console import (
     engine_slowlog,
     failures_per_day,
@@ -17,7 +18,7 @@ from django_qless.core.console import (
     server_report,
 )
 from django_qless.views.base import dashboard_view, qurl, redirect_back, render_page
-from django_qless.views.data import QUEUE_STATES, as_clients, queue_counts
+from django_qless.views.data import QUEUE_STATES, Clients, as_clients, queue_counts
 from django_qless.views.shards import is_sharded, page_clients, queue_client
 from django_qless.views.workers import utc_text
 
@@ -47,7 +48,7 @@ def _sum(rows: list[list[int]]) -> list[int]:
     return [sum(column) for column in zip(*rows, strict=True)]
 
 
-def _series(clients: Any, intervals: int, seconds: float, fmt: str, every: int
+def _series(clients: Clients, intervals: int, seconds: float, fmt: str, every: int
             ) -> dict[str, Any]:
     shards = as_clients(clients)
     now = float(shards[0].now())
@@ -59,7 +60,7 @@ def _series(clients: Any, intervals: int, seconds: float, fmt: str, every: int
     return bar_chart([int(c) for c in counts], labels, every=every)
 
 
-def _failure_series(clients: Any, intervals: int, seconds: float, fmt: str,
+def _failure_series(clients: Clients, intervals: int, seconds: float, fmt: str,
                     every: int) -> dict[str, Any]:
     shards = as_clients(clients)
     now = float(shards[0].now())
@@ -150,7 +151,7 @@ def redis_page(request: HttpRequest) -> HttpResponse:
                        title="Redis", crumbs=[("Redis", None)])
 
 
-def _is_empty(client: Any, name: str) -> bool | None:
+def _is_empty(client: Client, name: str) -> bool | None:
     """Tell whether a known queue has no job in any indexed state (None: unknown queue)."""
     for row in queue_counts([client]):
         if row["name"] == name:

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, TypeAlias
 
 from django_qless.core.client import Client
+from django_qless.core.job import Job
+from django_qless.core.types import QlessClient
 from django_qless.views.shards import is_sharded, merge_counts
 
 __all__ = [
     "QUEUE_STATES",
+    "Clients",
     "as_clients",
     "completed_per_minute",
     "histogram_bars",
@@ -27,6 +30,9 @@ __all__ = [
     "worker_counts",
 ]
 
+#: What a listing reads: an alias's client (every shard of it), or chosen keyspace clients.
+Clients: TypeAlias = QlessClient | Sequence[Client]
+
 QUEUE_STATES = ("running", "waiting", "scheduled", "stalled", "depends", "recurring", "throttled")
 OVERVIEW_LIMIT = 10
 
@@ -39,13 +45,12 @@ def _num(value: Any, default: float = 0) -> float:
     return result if math.isfinite(result) else default
 
 
-def as_clients(clients: Any) -> list[Client]:
+def as_clients(clients: Clients) -> list[Client]:
     """Return a deployment's keyspace clients (a Client, a ShardedClient, or a list)."""
-    found = getattr(clients, "clients", None)
-    return list(found()) if found is not None else list(clients)
+    return list(clients) if isinstance(clients, Sequence) else list(clients.clients())
 
 
-def queue_counts(clients: Any) -> list[dict[str, Any]]:
+def queue_counts(clients: Clients) -> list[dict[str, Any]]:
     """Return every known queue's counts with all state keys present; in a sharded
     deployment each row also names its "shard" (rows ordered by queue name)."""
     shards = as_clients(clients)
@@ -65,7 +70,7 @@ def queue_counts(clients: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def job_row(job: Any, now: float | None = None) -> dict[str, Any]:
+def job_row(job: Job, now: float | None = None) -> dict[str, Any]:
     """Flatten a Job for tables and JSON (raw strings; templates escape them)."""
     failure = job.failure or {}
     expires = _num(getattr(job, "expires_at", 0))
@@ -103,13 +108,13 @@ def _failure_fields(failure: dict[str, Any]) -> dict[str, Any]:
     return {"failed_at_text": text, "failure_line": last[:200]}
 
 
-def load_jobs(clients: Any, jids: Iterable[str]) -> list[Any]:
+def load_jobs(clients: Clients, jids: Iterable[str]) -> list[Job]:
     """Fetch many jobs, one round trip per shard, keeping the listing's order (a jid found
     in several shards: the first shard's)."""
     wanted = [j for j in jids if j]
     if not wanted:
         return []
-    found: dict[str, Any] = {}
+    found: dict[str, Job] = {}
     for client in as_clients(clients):
         missing = [j for j in wanted if j not in found]
         if not missing:
@@ -119,13 +124,13 @@ def load_jobs(clients: Any, jids: Iterable[str]) -> list[Any]:
     return [found[j] for j in wanted if j in found]
 
 
-def jobs_by_state(client: Any, queue: str, state: str, offset: int, count: int) -> list[str]:
+def jobs_by_state(client: Client, queue: str, state: str, offset: int, count: int) -> list[str]:
     """List the jids of one queue tab (indexed reads only)."""
     lister = getattr(client.queues[queue].jobs, state)
     return list(lister(offset=offset, count=count))
 
 
-def completed_per_minute(clients: Any, minutes: int = 60) -> list[int]:
+def completed_per_minute(clients: Clients, minutes: int = 60) -> list[int]:
     """Count jobs completed in each of the last ``minutes`` minutes (oldest first), summed
     over every shard."""
     shards = as_clients(clients)
@@ -165,12 +170,12 @@ def histogram_bars(histogram: list[Any], width: int = 592, height: int = 120) ->
                       for i, t in ((0, "0s"), (60, "1m"), (119, "1h"), (142, "1d"))]}
 
 
-def stats_for_day(client: Any, queue: str, day: dt.date) -> dict[str, Any]:
+def stats_for_day(client: Client, queue: str, day: dt.date) -> dict[str, Any]:
     """Return a queue's statistics for one UTC day, with chart geometry."""
     return _shape_stats(client.queues[queue].stats(_day_start(day) + 43200) or {})
 
 
-def stats_many(client: Any, queues: list[str], day: dt.date) -> dict[str, dict[str, Any]]:
+def stats_many(client: Client, queues: list[str], day: dt.date) -> dict[str, dict[str, Any]]:
     """Return several queues' statistics for one day in one round trip."""
     raw = client.queues.stats_many(queues, _day_start(day) + 43200)
     return {name: _shape_stats(raw[name]) for name in queues}
@@ -195,7 +200,7 @@ def _shape_stats(raw: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def worker_counts(clients: Any) -> list[dict[str, Any]]:
+def worker_counts(clients: Clients) -> list[dict[str, Any]]:
     """Return each worker's running and stalled job counts, summed over every shard (a
     worker may hold jobs in several), in the first shard's order, then new names."""
     merged: dict[str, dict[str, Any]] = {}
@@ -208,9 +213,9 @@ def worker_counts(clients: Any) -> list[dict[str, Any]]:
     return list(merged.values())
 
 
-def tracked_jobs(clients: Any) -> tuple[list[Any], list[str]]:
+def tracked_jobs(clients: Clients) -> tuple[list[Job], list[str]]:
     """Return the tracked jobs of every shard, and the tracked jids that expired."""
-    jobs: list[Any] = []
+    jobs: list[Job] = []
     expired: list[str] = []
     for client in as_clients(clients):
         info = client.jobs.tracked() or {}
@@ -219,12 +224,12 @@ def tracked_jobs(clients: Any) -> tuple[list[Any], list[str]]:
     return jobs, expired
 
 
-def failed_groups(clients: Any) -> dict[str, int]:
+def failed_groups(clients: Clients) -> dict[str, int]:
     """Return failure group -> failed jobs, summed over every shard."""
     return merge_counts(client.jobs.failed() or {} for client in as_clients(clients))
 
 
-def overview(clients: Any) -> dict[str, Any]:
+def overview(clients: Clients) -> dict[str, Any]:
     """Gather the overview: queues, failure groups, tracked jobs, workers, throughput (every
     shard's, summed and merged)."""
     shards = as_clients(clients)

@@ -22,6 +22,7 @@ from collections import deque
 from typing import Any
 
 from django_qless.core.feed import LogFeed
+from django_qless.core.types import QlessClient
 
 __all__ = ["EventBuffer", "acquire"]
 
@@ -35,7 +36,7 @@ class EventBuffer:
     """Recent events of an alias's log channels (every shard's), numbered from 1, in the
     order they arrived."""
 
-    def __init__(self, client: Any, size: int, linger: float) -> None:
+    def __init__(self, client: QlessClient, size: int, linger: float) -> None:
         self.token = secrets.token_hex(4)  # tells this buffer's ids from another process's
         self.client = client  # the alias's Client or ShardedClient
         self._events: deque[tuple[int, dict[str, Any]]] = deque(maxlen=size)
@@ -104,7 +105,7 @@ class EventBuffer:
             return [(n, p) for n, p in self._events if n > seq]
 
 
-def acquire(client: Any, size: int, linger: float) -> EventBuffer:
+def acquire(client: QlessClient, size: int, linger: float) -> EventBuffer:
     """Return this process's running buffer for ``client`` (the alias's Client or
     ShardedClient; starting one), attached."""
     global _current

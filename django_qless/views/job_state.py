@@ -8,6 +8,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
+from django_qless.core.job import Job
 from django_qless.views.base import api_view
 from django_qless.views.shards import find_job
 
@@ -19,7 +20,7 @@ PRIORITY_STATES = ("waiting", "scheduled", "depends", "stalled", "throttled")
 MOVABLE = ("waiting", "scheduled", "depends", "stalled", "throttled", "running", "failed")
 
 
-def job_version(job: Any) -> str:
+def job_version(job: Job) -> str:
     """Digest everything the job page shows, so any change is seen without sending it."""
     shown = [
         job.jid, job.klass_name, job.state, job.queue_name, job.worker_name, job.priority,
@@ -34,7 +35,7 @@ def job_version(job: Any) -> str:
     return digest.hexdigest()[:32]
 
 
-def job_summary(job: Any) -> dict[str, Any]:
+def job_summary(job: Job) -> dict[str, Any]:
     """Return the small fields the live poll sends (bounded by the engine's name limits)."""
     return {
         "jid": job.jid,

@@ -7,7 +7,9 @@ from typing import Any
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 
+from django_qless.core.cluster.sharded import ShardedClient
 from django_qless.core.exceptions import DependencyError, LimitExceeded
+from django_qless.core.job import Job
 from django_qless.forms import MoveForm, PriorityForm, TagForm, UndependForm, first_error
 from django_qless.options import RESULT_KEY
 from django_qless.views import data
@@ -38,13 +40,13 @@ STANDARD_EVENTS = {"put", "popped", "done", "failed", "timed-out", "throttled"}
 PRIORITY_PRESETS = (("high", 25), ("normal", 0), ("low", -25))
 
 
-def get_job(request: HttpRequest, jid: str) -> Any:
+def get_job(request: HttpRequest, jid: str) -> Job:
     """Return the job from whichever shard holds it, or raise JobNotFound (a 404); what is
     done with it goes to its own shard (`job.client`)."""
     return find_job(request, jid)
 
 
-def _history(job: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _history(job: Job) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Split history into the timeline and the worker's log entries."""
     timeline: list[dict[str, Any]] = []
     logs: list[dict[str, Any]] = []
@@ -57,7 +59,7 @@ def _history(job: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return timeline, logs
 
 
-def _result(job: Any) -> Any:
+def _result(job: Job) -> Any:
     payload = job.data if isinstance(job.data, dict) else {}
     return payload.get(RESULT_KEY)
 
@@ -108,7 +110,7 @@ def _dependents_text(jids: list[str]) -> str:
         f" on it ({shown})"
 
 
-def _closure(job: Any) -> tuple[list[str], str | None]:
+def _closure(job: Job) -> tuple[list[str], str | None]:
     """Return the job's transitive dependents, or [] and why they cannot all be canceled."""
     try:
         return job.client.jobs.dependents_closure(job.jid, MAX_CASCADE), None
@@ -189,10 +191,11 @@ def job_move(request: HttpRequest, jid: str) -> HttpResponse:
         messages.error(request, first_error(form))
         return _back(request, jid)
     queue = form.cleaned_data["queue"]
-    home = getattr(deployment(request), "shard_of", None)
-    if home is not None and home(queue) != job.client.shard:
+    dep = deployment(request)
+    home = dep.shard_of(queue) if isinstance(dep, ShardedClient) else None
+    if home is not None and home != job.client.shard:
         # The engine moves a job within its keyspace; the queue lives in another shard.
-        messages.error(request, f"Queue {queue} lives in shard {home(queue)}, job {jid} in "
+        messages.error(request, f"Queue {queue} lives in shard {home}, job {jid} in "
                                 f"shard {job.client.shard}: a job moves within its shard.")
         return _back(request, jid)
     job.move(queue)

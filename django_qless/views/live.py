@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from typing import Any
 
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 
+from django_qless.core.types import QlessClient
 from django_qless.views import event_buffer
 from django_qless.views.base import (
     api_view,
@@ -25,7 +25,7 @@ __all__ = ["events", "events_stream"]
 KEEPALIVE_SECONDS = 15.0
 
 
-def _stream(client: Any, seconds: float, last_id: str,
+def _stream(client: QlessClient, seconds: float, last_id: str,
             shard: str | None = None) -> Iterator[str]:
     """Relay buffered engine events for a bounded time, from ``Last-Event-ID`` on (only
     shard ``shard``'s when given).

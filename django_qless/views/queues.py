@@ -8,6 +8,8 @@ from typing import Any
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 
+from django_qless.core.client import Client
+from django_qless.core.queue import Queue
 from django_qless.forms import QueueSettingsForm, StatsDateForm, first_error
 from django_qless.views import data
 from django_qless.views.base import (
@@ -22,7 +24,7 @@ from django_qless.views.shards import queue_client
 __all__ = ["queue_detail", "queue_pause", "queue_settings", "queue_tab", "queue_unpause"]
 
 
-def known_queue(client: Any, name: str) -> Any:
+def known_queue(client: Client, name: str) -> Queue:
     """Return the Queue of `client` (the queue's shard), or 404 when the engine has never
     seen that name there."""
     if name not in set(client.queues.names()):
@@ -30,7 +32,7 @@ def known_queue(client: Any, name: str) -> Any:
     return client.queues[name]
 
 
-def _counts(client: Any, name: str) -> dict[str, Any]:
+def _counts(client: Client, name: str) -> dict[str, Any]:
     for row in data.queue_counts([client]):
         if row["name"] == name:
             return row

@@ -7,6 +7,7 @@ from typing import Any
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 
+from django_qless.core.recurring import RecurringJob
 from django_qless.forms import RecurringForm, first_error
 from django_qless.views.base import (
     client_for,
@@ -17,13 +18,13 @@ from django_qless.views.base import (
     redirect_back,
     render_page,
 )
-from django_qless.views.data import as_clients, jobs_by_state, queue_counts
+from django_qless.views.data import Clients, as_clients, jobs_by_state, queue_counts
 from django_qless.views.shards import page_clients
 
 __all__ = ["recurring", "recurring_cancel", "recurring_detail"]
 
 
-def get_recurring(client: Any, jid: str) -> Any:
+def get_recurring(client: Clients, jid: str) -> RecurringJob:
     """Return the recurring job (from whichever shard holds it) or 404."""
     for shard in as_clients(client):
         found = shard.jobs.recurring(jid)

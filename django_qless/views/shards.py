@@ -9,14 +9,16 @@ page finds a bare jid in every shard and acts through the job's own client.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
 from django.http import HttpRequest
 
 from django_qless.core.client import Client
+from django_qless.core.cluster.sharded import ShardedClient
 from django_qless.core.exceptions import JobNotFound
 from django_qless.core.job import Job
+from django_qless.core.types import QlessClient
 
 __all__ = [
     "deployment",
@@ -35,7 +37,7 @@ __all__ = [
 T = TypeVar("T")
 
 
-def deployment(request: HttpRequest) -> Any:
+def deployment(request: HttpRequest) -> QlessClient:
     """Return the alias's client (``QLESS_UI['ALIAS']``): a Client or a ShardedClient."""
     from django_qless.clients import get_client
     from django_qless.views.base import ui_settings
@@ -80,12 +82,9 @@ def now(request: HttpRequest) -> float:
 def queue_client(request: HttpRequest, queue: str) -> Client:
     """Return the client of the shard holding `queue` (no placement is recorded)."""
     dep = deployment(request)
-    shard_of: Callable[[str], str] | None = getattr(dep, "shard_of", None)
-    if shard_of is None:
-        client: Client = dep.for_queue(queue)
-        return client
-    shard: Client = dep.shard(shard_of(queue))
-    return shard
+    if isinstance(dep, ShardedClient):
+        return dep.shard(dep.shard_of(queue))
+    return dep.for_queue(queue)
 
 
 def find_job(request: HttpRequest, jid: str) -> Job:

@@ -7,6 +7,7 @@ from typing import Any
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 
+from django_qless.core.client import Client
 from django_qless.core.exceptions import InvalidArgument
 from django_qless.core.throttle import ThrottleInfo, queue_throttle_id
 from django_qless.forms import ThrottleForm, first_error
@@ -22,7 +23,7 @@ from django_qless.views.shards import deployment, is_sharded, page_clients, queu
 __all__ = ["throttle_delete", "throttle_info", "throttles"]
 
 
-def throttle_info(client: Any, tids: list[str]) -> list[dict[str, Any]]:
+def throttle_info(client: Client, tids: list[str]) -> list[dict[str, Any]]:
     """Read several throttles in one round trip (maximum 0 = unlimited, ttl -2 = unset)."""
     return [_row(info) for info in client.throttles.get_many(tids)]
 
@@ -42,7 +43,7 @@ def _row(info: ThrottleInfo) -> dict[str, Any]:
     return {"id": info.id, "maximum": info.maximum, "ttl": info.ttl}
 
 
-def _owners(request: HttpRequest, tid: str) -> list[Any]:
+def _owners(request: HttpRequest, tid: str) -> list[Client]:
     """Return the clients a throttle is set in: its queue's shard for a queue's throttle,
     else its home shard (InvalidArgument while a named throttle has none yet)."""
     queue = _queue_of(tid)

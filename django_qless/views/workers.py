@@ -8,6 +8,8 @@ from typing import Any
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 
+from django_qless.core.client import Client
+from django_qless.core.job import Job
 from django_qless.views.base import (
     api_view,
     dashboard_view,
@@ -16,14 +18,14 @@ from django_qless.views.base import (
     redirect_back,
     render_page,
 )
-from django_qless.views.data import as_clients, job_row, load_jobs, worker_counts
+from django_qless.views.data import Clients, as_clients, job_row, load_jobs, worker_counts
 from django_qless.views.shards import page_clients, shard_clients
 
 __all__ = ["api_workers_info", "stale_after", "utc_text", "worker_detail", "worker_forget",
            "worker_rows", "workers"]
 
 
-def stale_after(clients: Any) -> float:
+def stale_after(clients: Clients) -> float:
     """Return the seconds without contact after which a worker is marked stale (the first
     shard's settings)."""
     client = as_clients(clients)[0]
@@ -57,7 +59,7 @@ def _ago(seconds: float | None) -> str:
     return f"{duration(max(0.0, seconds))} ago"
 
 
-def _merged_info(clients: list[Any], names: tuple[str, ...]) -> list[dict[str, Any]]:
+def _merged_info(clients: list[Client], names: tuple[str, ...]) -> list[dict[str, Any]]:
     """Return every shard's worker info joined by name: the latest contact, the summed
     counts, every queue (a worker serving queues of several shards reports to each)."""
     merged: dict[str, dict[str, Any]] = {}
@@ -82,7 +84,7 @@ def _merged_info(clients: list[Any], names: tuple[str, ...]) -> list[dict[str, A
     return rows
 
 
-def worker_rows(clients: Any, *names: str) -> list[dict[str, Any]]:
+def worker_rows(clients: Clients, *names: str) -> list[dict[str, Any]]:
     """Join the engine's per-worker counts and info into rows (all workers, or `names`),
     over every shard."""
     shards = as_clients(clients)
@@ -125,7 +127,7 @@ def workers(request: HttpRequest) -> HttpResponse:
                        title="Workers", crumbs=[("Workers", None)])
 
 
-def _since(job: Any) -> float | None:
+def _since(job: Job) -> float | None:
     """Return when the job's current attempt started (its last `popped` history entry)."""
     for entry in reversed(list(getattr(job, "history", None) or [])):
         if isinstance(entry, dict) and entry.get("what") == "popped":

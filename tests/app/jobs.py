@@ -146,17 +146,19 @@ def _record(name: str, **fields: Any) -> None:
 def _connect_recorders() -> None:
     from django_qless import signals
 
-    def started(sender: str, job: Any, **kw: Any) -> None:
-        _record("job_started", sender=sender, jid=job.jid)
+    def started(sender: str, event: Any, **kw: Any) -> None:
+        _record("job_started", sender=sender, jid=event.jid, worker=event.worker,
+                attempt=event.attempt, klass=event.klass)
 
-    def finished(sender: str, job: Any, outcome: str, **kw: Any) -> None:
-        _record("job_finished", sender=sender, jid=job.jid, outcome=outcome)
+    def finished(sender: str, event: Any, **kw: Any) -> None:
+        _record("job_finished", sender=sender, jid=event.jid, outcome=event.outcome,
+                worker=event.worker, group=event.group)
 
-    def worker_started(sender: str, **kw: Any) -> None:
-        _record("worker_started", sender=sender)
+    def worker_started(sender: str, worker: Any, **kw: Any) -> None:
+        _record("worker_started", sender=sender, worker=worker.name)
 
-    def worker_stopped(sender: str, **kw: Any) -> None:
-        _record("worker_stopped", sender=sender)
+    def worker_stopped(sender: str, worker: Any, **kw: Any) -> None:
+        _record("worker_stopped", sender=sender, worker=worker.name)
 
     for sig, fn in ((signals.job_started, started), (signals.job_finished, finished),
                     (signals.worker_started, worker_started),

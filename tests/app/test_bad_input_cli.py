@@ -51,7 +51,7 @@ QLESS_CASES: list[Any] = [
     case("c5", [*PUT, "--delay", "-5"], r"InvalidArgument: delay must be >= 0, got -5"),
     *[case("c6", [*PUT, "--delay", v], r"argument --delay: must be a finite number, got")
       for v in ("inf", "nan", "1e309", "Infinity")],
-    case("c6", [*PUT, "--delay", "1e12"], r"InvalidArgument: delay must be at most 3\.1536e\+08"),
+    case("c6", [*PUT, "--delay", "1e12"], r"InvalidArgument: delay must be at most 315360000"),
     case("c7", [*PUT, "--delay", "abc"], r"argument --delay: must be a finite number, got 'abc'"),
     case("c7", [*PUT, "--delay", "0x10"], r"argument --delay: must be a finite number"),
     case("c8", [*PUT, "--retries", "-1"],
@@ -69,7 +69,7 @@ QLESS_CASES: list[Any] = [
     case("c12", [*PUT, "--data", '{"a": NaN}'],
          r"InvalidArgument: data\['a'\] must be a finite number, got nan"),
     case("c13", [*PUT, "--data", '{"x": "' + "a" * (1 << 20) + '"}'],
-         r"LimitExceeded: data is 1\.0 MiB, limit is 1 MiB"),
+         r"LimitExceeded: data is [0-9,]+ bytes, [0-9,]+ over the limit of 1,048,576 "),
     case("c14", [*PUT, "--data", DEEP], r"LimitExceeded: data\['a'\].* nested deeper than 64"),
     case("c14", [*PUT, "--data", "[" * 100_000 + "]" * 100_000],
          r"^--data: invalid JSON: nested too deeply$"),

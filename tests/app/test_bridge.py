@@ -24,10 +24,11 @@ class Recorder:
         self.cond = threading.Condition()
         self.receivers = []
         for name, sig in signals.BRIDGED_SIGNALS.items():
-            def receive(sender, jid, event, _name=name, **kwargs):
-                assert sender == "default" and kwargs["client"] is not None
+            def receive(sender, event, _name=name, **kwargs):
+                assert sender == "default" == event.alias and event.client is not None
+                assert kwargs.keys() <= {"signal"}  # one payload: the JobEvent
                 with self.cond:
-                    self.seen.append((_name, jid, event["event"]))
+                    self.seen.append((_name, event.jid, event.event))
                     self.cond.notify_all()
             sig.connect(receive, weak=False)
             self.receivers.append((sig, receive))

@@ -6,7 +6,7 @@ from django.core import checks
 from django.test import override_settings
 
 from django_qless.checks import check_deploy, check_engine, check_job_modules, check_settings
-from django_qless.core.server import RedisServer, find_redis_server
+from testservers.redis_server import RedisServer, find_redis_server
 
 
 def ids(messages) -> list[str]:
@@ -78,7 +78,7 @@ def test_deploy_check_is_registered_for_deploy_only(redis_url):
 
 def test_deploy_flags_remote_redis_without_password_or_tls():
     from django_qless.checks import _connection_warnings
-    from django_qless.settings import get_settings
+    from django_qless.conf import get_settings
 
     cases = {
         "redis://cache.example.com:6379/0": {"django_qless.W083", "django_qless.W084"},

@@ -18,13 +18,13 @@ from django.test import override_settings
 from django_qless.checks import check_deploy, check_settings
 from django_qless.clients import clients, get_client, get_client_for_queue
 from django_qless.core.client import Client
-from django_qless.core.cluster_server import LocalCluster
+from django_qless.core.cluster.placement import shard_tag
+from django_qless.core.cluster.sharded import ShardedClient
 from django_qless.core.exceptions import QlessConnectionError
 from django_qless.core.job import Job
-from django_qless.core.placement import shard_tag
-from django_qless.core.sharded import ShardedClient
 from django_qless.testing import run_queued
 from tests.app import jobs
+from testservers.cluster import LocalCluster
 
 SHARDS = 4
 # Shards 0, 1 and 3 of four sit in the three primaries' slot ranges (s0 at slot 11, s1 at
@@ -88,7 +88,7 @@ def test_deploy_check_reports_an_unreachable_cluster():
 
 def test_deploy_flags_remote_cluster_without_password_or_tls():
     from django_qless.checks import _connection_warnings
-    from django_qless.settings import get_settings
+    from django_qless.conf import get_settings
 
     cases = {
         ("redis://10.0.0.1:7000", "redis://10.0.0.2:7000"): {"django_qless.W083",

@@ -8,7 +8,7 @@ import pytest
 from django.test import override_settings
 
 from django_qless.checks import check_settings
-from django_qless.settings import parse
+from django_qless.conf import parse
 
 NODES = ["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"]
 

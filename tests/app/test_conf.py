@@ -10,7 +10,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
 from django_qless.clients import build_redis, get_client, get_client_for_queue, redis_kwargs
-from django_qless.settings import get_settings, mask_url, parse
+from django_qless.conf import get_settings, mask_url, parse
 
 
 def env(**values: str) -> environ.Env:
@@ -210,7 +210,7 @@ def test_options_pass_through_to_redis():
 
 def test_password_setting_overrides_the_url_credentials():
     from django_qless.clients import build_redis
-    from django_qless.settings import AliasSettings
+    from django_qless.conf import AliasSettings
 
     conn = build_redis(AliasSettings("x", "redis://olduser:urlpw@db.example.com:6379/0",
                                      username="app", password="setpw"))

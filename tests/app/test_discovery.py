@@ -12,9 +12,9 @@ from django.test import override_settings
 
 from django_qless import checks
 from django_qless.clients import get_client
+from django_qless.conf import get_problems
 from django_qless.core.registry import default_registry
 from django_qless.registry import setup
-from django_qless.settings import get_problems
 from django_qless.testing import run_queued
 
 STRAY_APPS = [*settings.INSTALLED_APPS, "tests.strayapp"]

@@ -54,8 +54,8 @@ def test_mail_admins_on_failure_only_when_switched_on():
     mail.outbox.clear()
     failed: list[str] = []
 
-    def seen(sender, jid, **kwargs):
-        failed.append(jid)
+    def seen(sender, event, **kwargs):
+        failed.append(event.jid)
 
     signals.job_failed.connect(seen)
     try:

@@ -57,7 +57,12 @@ def test_forking_worker_runs_retries_and_sends_in_process_signals(redis_url, tmp
     assert sorted(o for j, o in finished if j != flaky.jid) == ["completed"] * 3
     assert {e["signal"] for e in events} >= {"worker_started", "worker_stopped",
                                              "job_started", "job_finished"}
-    assert all(e["sender"] for e in events)
+    # One sender convention (the alias); the worker's name is in the payload.
+    assert {e["sender"] for e in events} == {"default"}
+    started = [e for e in events if e["signal"] == "job_started" and e["jid"] == flaky.jid]
+    assert [e["attempt"] for e in started] == [1, 2]
+    assert started[0]["klass"] == get_client().jobs[flaky.jid].klass_name
+    assert all(e["worker"] for e in events)
 
 
 def test_hooks_close_db_connections_before_fork_and_around_jobs(monkeypatch):
@@ -101,8 +106,8 @@ def test_queues_routed_to_several_aliases_are_refused(redis_url):
 
 
 def test_alias_connector_carries_credentials_tls_options_and_a_timeout():
+    from django_qless.conf import AliasSettings
     from django_qless.management.commands.qless_worker import alias_connector
-    from django_qless.settings import AliasSettings
 
     conn = alias_connector(AliasSettings("x", "rediss://h:1/0", username="u", password="p w",
                                          ssl_ca_certs="/ca.pem"))()
@@ -126,7 +131,7 @@ def test_worker_heartbeat_setting_and_dry_run(redis_url, tmp_path):
 
 def test_worker_command_with_password_url_and_heartbeat_setting(tmp_path):
     from django_qless.core.client import Client
-    from django_qless.core.server import RedisServer, find_redis_server
+    from testservers.redis_server import RedisServer, find_redis_server
 
     server = RedisServer(find_redis_server(), extra_args=["--requirepass", "s3cret"]).start()
     try:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import environ
 
+from django_qless.conf import parse
 from django_qless.core.workers import cli, option_specs
 from django_qless.core.workers.option_specs import OPTIONS, OptionSpec
 from django_qless.core.workers.worker_config import WorkerConfig
 from django_qless.management.commands.qless_worker import Command
-from django_qless.settings import parse
 
 
 def env(**values: str) -> environ.Env:

@@ -16,8 +16,9 @@ from django.test import override_settings
 from django_qless import signals
 from django_qless.bridge import Bridge
 from django_qless.clients import clients, get_client
-from django_qless.core.cluster_server import LocalCluster
-from django_qless.core.sharded import ShardedClient
+from django_qless.core.cluster.sharded import ShardedClient
+from django_qless.signals import JobEvent
+from testservers.cluster import LocalCluster
 
 pytestmark = pytest.mark.django_db
 
@@ -133,9 +134,9 @@ def test_the_bridge_sends_the_signals_of_every_shard(sharded, cluster: LocalClus
     seen: list[tuple[str, str | None]] = []
     done = threading.Event()
 
-    def receive(sender: str, jid: str, event: dict[str, Any], client: Any,
-                **kwargs: Any) -> None:
-        seen.append((jid, client.shard))
+    def receive(sender: str, event: JobEvent, **kwargs: Any) -> None:
+        assert event.client is not None and event.shard == event.client.shard
+        seen.append((event.jid, event.client.shard))
         if len(seen) >= 2:
             done.set()
 

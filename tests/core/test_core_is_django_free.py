@@ -25,8 +25,31 @@ def core_modules() -> list[str]:
 def test_core_modules_found() -> None:
     """Discover at least the modules the harness itself relies on."""
     names = core_modules()
-    assert "django_qless.core.lua" in names
-    assert "django_qless.core.server" in names
+    assert "django_qless.core.engine.lua" in names
+    assert "django_qless.core.cluster.sharded" in names
+
+
+def test_test_servers_are_not_shipped() -> None:
+    """The servers that tests and benchmarks start live outside the package."""
+    root = Path(django_qless.core.__file__).resolve().parents[1]
+    assert not [path for path in root.rglob("*.py") if "LocalCluster" in path.read_text()]
+
+
+def test_a_client_of_one_server_loads_no_cluster_module(redis_url: str) -> None:
+    """Put and read a job through a client of one server: no cluster or shard module runs."""
+    code = (
+        "import sys\n"
+        "from django_qless.core import Client\n"
+        f"client = Client({redis_url!r})\n"
+        "jid = client.queues['q'].put('shop.Job', {'n': 1})\n"
+        "assert client.jobs[jid].data == {'n': 1}\n"
+        "print(sorted(m for m in sys.modules if m.startswith('django_qless.core.cluster')))\n"
+    )
+    root = Path(django_qless.core.__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
 
 
 def test_core_is_django_free() -> None:

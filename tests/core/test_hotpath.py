@@ -1,7 +1,7 @@
 """The worker's hot path (`complete.reserve`) skips bookkeeping writes it can prove redundant.
 
-Replies stay what they were; these tests pin which commands a steady-state job runs
-(benchmarks/README.md, "Hot path changes (session 6)"; docs/engine.md, "Internal bookkeeping").
+Replies are unaffected; these tests pin which commands a steady-state job runs
+(docs/engine.md, "Internal bookkeeping").
 """
 
 from __future__ import annotations

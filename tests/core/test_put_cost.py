@@ -2,7 +2,8 @@
 
 A put of a new job into a queue it already listed, with no idle worker, runs six commands
 (seven with the server's `TIME`, which the caller-time engine of these tests skips); replies,
-stored fields and events are those of a put that runs them all (docs/engine.md, "Put cost").
+stored fields and events are those of a put that runs them all (docs/engine.md, "What a put
+costs").
 """
 
 from __future__ import annotations

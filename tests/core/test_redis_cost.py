@@ -1,7 +1,7 @@
 """What a job costs Redis: fields a waiting job stores, writes an idle reserve skips.
 
-The replies stay what they were; these tests pin the stored layout and the skipped writes
-(benchmarks/README.md, "Capacity per Redis core").
+Replies are unaffected; these tests pin the stored layout and the skipped writes
+(docs/engine.md, "Internal bookkeeping").
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.timeout(60)
 
 GROUP = "django_qless.CompleteRefused"
 BAD = {
-    "tests.worker.refused_jobs.grow": "data is 1.0 MiB, limit is 1 MiB",
+    "tests.worker.refused_jobs.grow": "over the limit of 1,048,576 bytes (1 MiB)",
     "tests.worker.refused_jobs.setty": "data['seen'] is not JSON-serialisable: set",
     "tests.worker.refused_jobs.garbled": 'Arg "data" not JSON',
 }

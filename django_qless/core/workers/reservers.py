@@ -11,7 +11,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 
-from django_qless.core.keyspace import DEFAULT, Keyspace
+from django_qless.core.engine.keyspace import DEFAULT, Keyspace
 
 __all__ = ["QueueSelection", "Reserver", "is_pattern", "make_reserver"]
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from django_qless.core.client import Client
-from django_qless.core.sharded import ShardedClient
+from django_qless.core.cluster.sharded import ShardedClient
 from django_qless.core.workers.reservers import QueueSelection, is_pattern
 
 __all__ = ["Deployment", "QueueRoutes", "ShardFollower", "known_queues", "served_clients"]

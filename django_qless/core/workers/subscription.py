@@ -7,6 +7,6 @@ shards that primary holds.
 
 from __future__ import annotations
 
-from django_qless.core.node_pubsub import MESSAGE_TYPES, PUBSUB_ERRORS, Hub, Subscription
+from django_qless.core.cluster.node_pubsub import MESSAGE_TYPES, PUBSUB_ERRORS, Hub, Subscription
 
 __all__ = ["Hub", "MESSAGE_TYPES", "PUBSUB_ERRORS", "Subscription"]

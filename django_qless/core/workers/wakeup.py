@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from django_qless.core.node_pubsub import poll_readable
+from django_qless.core.cluster.node_pubsub import poll_readable
 from django_qless.core.workers.subscription import (
     MESSAGE_TYPES,
     PUBSUB_ERRORS,

@@ -14,9 +14,9 @@ from urllib.parse import urlsplit, urlunsplit
 import redis
 
 from django_qless.core.client import Client
-from django_qless.core.placement import MAX_SHARDS
+from django_qless.core.cluster.placement import MAX_SHARDS
+from django_qless.core.cluster.sharded import ShardedClient
 from django_qless.core.registry import Middleware, Registry, default_registry
-from django_qless.core.sharded import ShardedClient
 from django_qless.core.workers.option_specs import RESERVERS, default_of
 from django_qless.core.workers.reaper import LeaseReaper
 from django_qless.core.workers.shards import Deployment

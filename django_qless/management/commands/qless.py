@@ -16,12 +16,15 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_qless import shard_reads
+from django_qless.conf import DEFAULT_ALIAS
+from django_qless.core.client import Client
+from django_qless.core.job import Job
+from django_qless.core.types import AnyJob, QlessClient
 from django_qless.management.commands._qless_args import add_arguments
-from django_qless.settings import DEFAULT_ALIAS
 
 __all__ = ["Command", "job_dict"]
 
-def job_dict(job: Any) -> dict[str, Any]:
+def job_dict(job: Job) -> dict[str, Any]:
     """Return a job as plain data for output."""
     return {
         "jid": job.jid, "klass": job.klass_name, "queue": job.queue_name, "state": job.state,
@@ -69,34 +72,32 @@ class Command(BaseCommand):
 
     # -- plumbing ---------------------------------------------------------------------------
 
-    def alias_client(self, queue: str | None = None) -> Any:
+    def alias_client(self, queue: str | None = None) -> QlessClient:
         """Return the client of --alias, else of the queue's route, else of the default
         (a ShardedClient for a sharded alias)."""
         from django_qless.clients import get_client
-        from django_qless.settings import get_settings
+        from django_qless.conf import get_settings
 
         alias = self.options["alias"] or (
             get_settings().alias_for_queue(queue) if queue else DEFAULT_ALIAS)
         return get_client(alias)
 
-    def client(self, queue: str) -> Any:
+    def client(self, queue: str) -> Client:
         """Return the client holding `queue` (its shard's on a sharded alias)."""
         return self.alias_client(queue).for_queue(queue)
 
-    def shards(self) -> list[Any]:
+    def shards(self) -> list[Client]:
         """Return every shard's client of the alias (the one client when not sharded)."""
         return list(self.alias_client().clients())
 
-    def find(self, jid: str) -> Any:
+    def find(self, jid: str) -> AnyJob | None:
         """Return the job or recurring job `jid`, from whichever shard holds it."""
         from django_qless.core.serialization import check_jid
 
         return self.alias_client().find_job(check_jid(jid))
 
-    def job(self, jid: str) -> Any:
+    def job(self, jid: str) -> Job:
         """Return a job (bound to its shard's client) or raise CommandError."""
-        from django_qless.core.job import Job
-
         job = self.find(jid)
         if not isinstance(job, Job):
             raise CommandError(f"no job {jid}")
@@ -145,7 +146,7 @@ class Command(BaseCommand):
     def do_get(self) -> None:
         self.emit(job_dict(self.job(self.options["jid"])))
 
-    def _list_failed_matching(self, client: Any) -> None:
+    def _list_failed_matching(self, client: Client) -> None:
         """List a failure group's jobs in a queue and/or time window; --offset is a cursor."""
         o = self.options
         reply = client.jobs.failed_matching(o["group"], queue=o["queue"], since=o["since"],
@@ -345,8 +346,8 @@ class Command(BaseCommand):
         self.emit(info, f"{o['tid']}: maximum={info.get('maximum')} ttl={info.get('ttl')}{where}")
 
     def do_move_queue(self) -> None:
-        from django_qless.core.queue_move import QueueMove
-        from django_qless.core.sharded import ShardedClient
+        from django_qless.core.cluster.queue_move import QueueMove
+        from django_qless.core.cluster.sharded import ShardedClient
 
         o, sharded = self.options, self.alias_client(self.options["queue"])
         if not isinstance(sharded, ShardedClient):

@@ -13,7 +13,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_qless.settings import DEFAULT_ALIAS
+from django_qless.conf import DEFAULT_ALIAS
 
 __all__ = ["Command"]
 
@@ -33,15 +33,15 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         """Audit, print the report, exit 1 if violations remain."""
         from django_qless.clients import get_client
+        from django_qless.conf import get_settings
         from django_qless.core.audit import audit_all
-        from django_qless.core.audit_cli import (
+        from django_qless.core.audit.cli import (
             EXIT_ERROR,
             EXIT_VIOLATIONS,
             render_all,
             short_error,
         )
         from django_qless.core.exceptions import CALL_ERRORS
-        from django_qless.settings import get_settings
 
         alias = options["alias"]
         aliases = get_settings().aliases

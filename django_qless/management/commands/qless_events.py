@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from django_qless.settings import DEFAULT_ALIAS
+from django_qless.conf import DEFAULT_ALIAS
 
 __all__ = ["Command"]
 

@@ -9,14 +9,17 @@ import sys
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
-from typing import Any, TextIO, cast
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_qless.clients import build_client, build_redis
+from django_qless.conf import AliasSettings, get_settings
 from django_qless.core.workers.cli import check_imports, check_queue_specs, split_command
 from django_qless.core.workers.option_specs import add_options, option_values
-from django_qless.settings import AliasSettings, get_settings
+
+if TYPE_CHECKING:
+    from django_qless.core.workers.worker_config import WorkerConfig
 
 __all__ = ["Command", "alias_connector"]
 
@@ -78,7 +81,7 @@ class Command(BaseCommand):
                                  "does), in a process of its own")
         parser.add_argument("--pid", default=None, help="write the process id to this file")
 
-    def build_config(self, options: dict[str, Any]) -> Any:
+    def build_config(self, options: dict[str, Any]) -> WorkerConfig:
         """Turn command options and QLESS settings into a core WorkerConfig."""
         from django_qless.core.workers.worker_config import WorkerConfig
         from django_qless.registry import get_registry
@@ -158,7 +161,7 @@ class Command(BaseCommand):
                 self._stop_bridge(bridge)
         sys.exit(code)
 
-    def _start_bridge(self, config: Any) -> int:
+    def _start_bridge(self, config: WorkerConfig) -> int:
         """Fork the event bridge before the worker starts any thread; return once it listens."""
         from django.db import connections
 
@@ -199,13 +202,13 @@ class Command(BaseCommand):
         except (ProcessLookupError, ChildProcessError):
             pass
 
-    def run(self, config: Any) -> int:
+    def run(self, config: WorkerConfig) -> int:
         """Run the core worker (forking, or serial with --processes 0) with Django hooks."""
         from django_qless.core.workers import run_worker
         from django_qless.hooks import DjangoWorkerHooks
 
         out = cast(TextIO, self.stdout)  # OutputWrapper writes like a text stream
-        return int(run_worker(config, DjangoWorkerHooks(), out=out) or 0)
+        return int(run_worker(config, DjangoWorkerHooks(self._alias), out=out) or 0)
 
     def _logging(self, verbosity: int) -> None:
         """Show worker logs on stderr unless the project configured these loggers."""
