@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(HERE.parent))
     import peers
 
-    from django_qless.core.server import find_redis_server
+    from testservers.redis_server import find_redis_server
 
     system = peers.checkout(args.tree) if args.tree else peers.SYSTEMS[peers.OURS]
     try:
