@@ -50,7 +50,8 @@ def tree_info(system: System, root: Path) -> dict[str, Any]:
     tree = system.tree or root
     rev = subprocess.run(["git", "-C", str(tree), "describe", "--always", "--dirty"],
                          capture_output=True, text=True, check=False).stdout.strip()
-    return {"path": str(tree), "revision": rev, "django_qless": package_dirs(system)}
+    return {"path": str(tree), "revision": rev or "not a git checkout",
+            "django_qless": package_dirs(system)}
 
 
 def run(systems: Sequence[System], url: str, s: dict[str, Any], groups: Sequence[str],
