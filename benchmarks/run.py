@@ -276,10 +276,10 @@ def main(argv: list[str] | None = None) -> int:
 def save(doc: dict[str, Any], text: str, name: str) -> None:
     """Write results/<UTC date>-NAME.json (the raw numbers) and .txt (the printed report)."""
     RESULTS.mkdir(exist_ok=True)
-    stem = RESULTS / f"{dt.datetime.now(dt.UTC):%Y-%m-%d}-{name}"
-    stem.with_suffix(".json").write_text(json.dumps(doc, indent=1) + "\n")
-    stem.with_suffix(".txt").write_text(text + "\n")
-    print(f"saved {stem}.json and .txt")
+    stem = f"{dt.datetime.now(dt.UTC):%Y-%m-%d}-{name}"
+    (RESULTS / f"{stem}.json").write_text(json.dumps(doc, indent=1) + "\n")
+    (RESULTS / f"{stem}.txt").write_text(text + "\n")
+    print(f"saved results/{stem}.json and .txt")
 
 
 def compare_trees(args: argparse.Namespace, s: dict[str, Any]) -> int:
