@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed-stamp
 # The demo needs only the runtime (Django and the embedded Redis), not the test toolchain.
 DEMO_STAMP := $(VENV)/.demo-stamp
 
-.PHONY: demo test lint typecheck bench bench-attribution clean
+.PHONY: demo test lint typecheck bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,9 +33,6 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py $(ARGS)
-
-bench-attribution: $(STAMP)
-	$(BIN)/python benchmarks/attribution.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -2,7 +2,7 @@
 
 Counting starts off (`--instr-atstart=no`): a tool turns it on around what it measures, so
 start-up and warm-up are not counted. Instruction counts do not depend on the machine's
-load, which is why the attribution tools use them next to the µs.
+load, which is why the harness reports them next to the µs.
 """
 
 from __future__ import annotations

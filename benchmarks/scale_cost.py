@@ -3,13 +3,13 @@ with the jobs spread over many queues: the scaling table counted under callgrind
 
 Usage: `.venv/bin/python benchmarks/scale_cost.py [--sizes 10000,1000000] [--queues 200]
 [--probe 1000] [--redis-server PATH]`. `make bench` runs it after its scaling table (see
-benchmarks/README.md, "How it measures").
+benchmarks/README.md, "What is measured").
 
 The cases are the scaling table's: `depth_N` (N jobs waiting in one queue) for the smallest
 and the largest size, and `queues_Q` (the smallest size spread over Q queues, the consumer
 listing all Q); and one of its own, `running_R` (the smallest size in one queue while R
-other workers each hold a running job of it: the queue's lock set holds R more entries,
-benchmarks/README.md "Jobs running side by side (session 16)"). One redis-server under
+other workers each hold a running job of it: the queue's lock set holds R more entries).
+One redis-server under
 callgrind per case: the fill (the bench adapter's `put_many`) and one warm-up of each step
 are not counted; then `probe` single puts, then `probe` pop + completes (the drain's
 `complete_and_reserve`, one engine call a job), each counted on its own, on a clock that
@@ -30,22 +30,30 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE / "adapters"), str(HERE.parent)]
 
 from _common import _drain  # noqa: E402
-from batch_cost import hold_jobs  # noqa: E402
 from callgrind_redis import CallgrindError, Clock, callgrind_redis  # noqa: E402
 from django_qless_ import DjangoQless  # noqa: E402
 
 from django_qless.core import Client  # noqa: E402
 from testservers.redis_server import find_redis_server  # noqa: E402
 
-__all__ = ["CALL_STEP", "PROBE", "RUNNING", "measure", "measure_case"]
+__all__ = ["CALL_STEP", "PROBE", "RUNNING", "hold_jobs", "measure", "measure_case"]
 
-# The engine's clock advances this much per call (the client's clock, as batch_cost.py's):
+# The engine's clock advances this much per call (the client's clock):
 # the engine keeps time-bound memos (a queue known to be listed in ql:queues for 1 s, known
 # empty queues), and under valgrind Redis runs ~50x slower, so by a real clock they would
 # lapse ~50x more often per job than at full speed. 0.1 ms is a put's pace at full speed here.
 CALL_STEP = 0.0001
 PROBE = 1000  # puts, then pop + completes, counted per case
 RUNNING = 100  # other workers holding a job of the queue in the `running_R` case
+
+
+def hold_jobs(url: str, queue: str, workers: int, clock: Clock) -> None:
+    """Have `workers` other workers take a job of `queue` each and keep it running."""
+    for i in range(workers):
+        other = Client(url, worker_name=f"other{i}", _clock=clock)
+        if not other.reserve([queue], 1)[0]:
+            raise RuntimeError(f"{queue} had no job left for other worker {i} to hold")
+        other.close()
 
 
 def measure_case(binary: str, queues: list[str], waiting: int, probe: int,

@@ -218,7 +218,10 @@ class _Timestamps:
 
 
 def _start_worker(a: Any, processes: int, ts: _Timestamps, log: Any) -> subprocess.Popen[bytes]:
-    env = dict(os.environ, BENCH_TS_DIR=ts.dir, BENCH_REDIS_URL=a.url, PYTHONPATH=HERE)
+    # The adapter's own PYTHONPATH stays behind this folder's: a checkout measured by
+    # `run.py --compare-tree` hands its package to the worker that way.
+    path = os.pathsep.join(p for p in (HERE, os.environ.get("PYTHONPATH", "")) if p)
+    env = dict(os.environ, BENCH_TS_DIR=ts.dir, BENCH_REDIS_URL=a.url, PYTHONPATH=path)
     env.setdefault("BENCH_BODY", "noop")
     env["BENCH_HUEY_BLOCKING"] = "1"  # workers use huey's default blocking dequeue
     return subprocess.Popen(
@@ -562,8 +565,8 @@ def measure_scale(a: Any, sizes: list[int], probe: int, many_queues: int) -> dic
     """Put and pop cost at several queue depths, and with jobs spread over many queues.
 
     The smallest case is probed first and again last, and the two are averaged: the other
-    cases take minutes (a 1M-job fill), over which this VM's speed drifts by more than the
-    depth changes the cost; the mean of before and after cancels a steady drift.
+    cases take minutes (a 1M-job fill), over which a shared machine's speed can drift by more
+    than the depth changes the cost; the mean of before and after cancels a steady drift.
     """
     out: dict[str, Any] = {}
     multi = getattr(a, "multi_queue", True)

@@ -6,6 +6,7 @@ No assertion here is on speed; they check the bookkeeping around the timings.
 from __future__ import annotations
 
 import _common
+import capacity
 import pytest
 import report
 from fake_worker import Fake
@@ -33,8 +34,9 @@ def test_lean_memory_row_measures_only_adapters_with_lean_records(redis_url: str
     assert r.hget("ql:config", "lean-job-records") is None
     assert "jid" not in r.hgetall(r.keys("ql:j:*")[0])
     agg = report.aggregate({"django-qless": [{"memory_lean_bytes_per_job": 350.0}]})
-    text = report.format_capacity({"aggregate": agg, "systems": ["django-qless"]})
-    assert "memory per waiting job, lean records" in text
+    text = capacity.format_capacity({"aggregate": agg, "systems": ["django-qless"]})
+    assert "(350 with lean records)" in text
+    r.close()
 
 
 def test_worker_cost_includes_commands_run_inside_lua(redis_url: str) -> None:
@@ -93,27 +95,10 @@ def test_aggregate_takes_medians_and_spread() -> None:
     assert entry["spread_pct"] == pytest.approx(200.0)
 
 
-@pytest.mark.parametrize(("ours", "status"), [(90.0, "met"), (89.0, "MISSED")])
-def test_ratio_target_at_least(ours: float, status: str) -> None:
-    agg = report.aggregate(_rounds({"enqueue_jobs_per_s": ours}, {"enqueue_jobs_per_s": 50.0}))
-    got = {t["target"]: t for t in report.check_targets(agg)}
-    assert got["enqueue >= 1.8x qless-py"]["status"] == status
-    assert got["enqueue >= 1.05x huey"]["status"] == "n/a"
-
-
-@pytest.mark.parametrize(("ours", "status"), [(0.9, "met"), (1.1, "MISSED")])
-def test_absolute_target_at_most(ours: float, status: str) -> None:
-    agg = report.aggregate({"django-qless": [{"latency_p50_ms": ours}]})
-    got = {t["target"]: t for t in report.check_targets(agg)}
-    assert got["latency p50 <= 1 ms"]["status"] == status
-
-
-def test_bulk_target_divides_by_peer_single_put() -> None:
+def test_ratios_divide_bulk_by_the_peers_single_put() -> None:
     agg = report.aggregate({"django-qless": [{"bulk_jobs_per_s": 1000.0}],
                             "qless-py": [{"enqueue_jobs_per_s": 100.0}]})
-    got = {t["target"]: t for t in report.check_targets(agg)}
-    assert got["bulk put >= 10x qless-py single put"]["value"] == pytest.approx(10.0)
-    text = report.format_report(agg, ["django-qless", "qless-py"], report.check_targets(agg))
+    text = report.format_report(agg, ["django-qless", "qless-py"])
     assert "10.00x" in text
 
 
@@ -173,49 +158,34 @@ def test_idle_measures_each_child_count_against_a_baseline(redis_url: str) -> No
         assert "cpu_over_baseline_us_per_s" in e
 
 
-def test_capacity_checks_cover_every_target() -> None:
+def test_the_headline_table_has_the_readmes_rows() -> None:
     agg = report.aggregate({
-        "django-qless": [{"worker_1": {"redis_cpu_us_per_job": 80.0}, "memory_bytes_per_job": 500,
-                          "memory_lean_bytes_per_job": 390.0,
+        "django-qless": [{"worker_1": {"redis_cpu_us_per_job": 80.0, "jobs_per_s": 5000.0},
+                          "memory_bytes_per_job": 455.0, "memory_lean_bytes_per_job": 389.0,
                           "enqueue_jobs_per_s": 130.0, "drain_plain_jobs_per_s": 100.0,
-                          "bulk_jobs_per_s": 1000.0}],
-        "huey": [{"enqueue_jobs_per_s": 100.0, "drain_jobs_per_s": 100.0}],
-        "qless-py": [{"enqueue_jobs_per_s": 100.0, "memory_bytes_per_job": 800}],
+                          "drain_jobs_per_s": 120.0, "bulk_jobs_per_s": 1000.0,
+                          "latency_p50_ms": 1.03, "latency_p99_ms": 1.66}],
+        "huey": [{"enqueue_jobs_per_s": 100.0, "drain_jobs_per_s": 90.0}],
     })
-    leg = report.aggregate({"django-qless": [{"enqueue_jobs_per_s": 100.0}]})
-    doc = {"aggregate": agg, "systems": ["django-qless", "huey", "qless-py"],
+    leg = report.aggregate({"django-qless": [{"enqueue_jobs_per_s": 65.0}]})
+    doc = {"aggregate": agg, "systems": ["huey", "django-qless"],
            "leg62": {"aggregate": leg, "redis_version": "6.2.14"},
-           "idle": {"django-qless": {"1": {"commands_per_s": 0.5,
-                                           "cpu_over_baseline_us_per_s": 30.0,
-                                           "latency_p50_ms": 0.5, "latency_p99_ms": 1.0}}},
-           "scale": {"django-qless": {"depth_10000": {"put_redis_us": 10, "pop_redis_us": 10},
-                                      "depth_1000000": {"put_redis_us": 11, "pop_redis_us": 20},
-                                      "queues_1": {"put_redis_us": 10, "pop_redis_us": 10},
-                                      "queues_200": {"put_redis_us": 10, "pop_redis_us": 10}}}}
-    got = {t["target"]: t["status"] for t in report.capacity_checks(doc)}
-    assert got["Redis CPU/job through the worker <= 90 us"] == "met"
-    assert got["memory/waiting job <= 400 bytes"] == "MISSED"
-    assert got["memory/waiting job <= 0.5x qless-py"] == "MISSED"  # 500 / 800
-    assert got["memory/waiting job, lean records <= 400 bytes"] == "met"
-    assert got["memory/waiting job, lean records <= 0.5x qless-py"] == "met"  # 390 / 800
-    assert got["enqueue >= 1.2x huey"] == "met"
-    assert got["plain pop()+complete() drain >= 1.2x huey"] == "MISSED"
-    assert got["bulk put_many >= 10x qless-py single put"] == "met"
-    assert got["6.2 within 1.25x of 7.x: enqueue_jobs_per_s"] == "MISSED"  # 130 / 100 = 1.3
-    assert got["idle, 1 children: commands_per_s <= 1"] == "met"
-    assert got["idle, 1 children: cpu_over_baseline_us_per_s <= 20"] == "MISSED"
-    assert got["idle, 10 children: commands_per_s <= 1"] == "n/a"
-    assert got["flat cost (waiting: depth_1000000 / depth_10000) pop_redis_us <= 1.25x"] == \
-        "MISSED"
-    assert got["flat cost (queues: queues_200 / queues_1) put_redis_us <= 1.25x"] == "met"
-    instructions = "Redis instructions/job through the worker <= 0.6x the baseline's (callgrind)"
-    assert got[instructions] == "n/a"  # (not counted)
-    doc["worker_callgrind"] = {"jobs": 300, "instructions_per_job": 450_000.0}
-    rows = {t["target"]: t for t in report.capacity_checks(doc)}
-    assert rows[instructions]["status"] == "MISSED"  # 450k / 725,918 = 0.62
-    assert abs(rows[instructions]["value"] - 450_000 / 725_918) < 1e-9
-    doc["worker_callgrind"]["instructions_per_job"] = 400_000.0
-    assert report.capacity_checks(doc)[1]["status"] == "met"
-    text = report.format_capacity(doc)
-    assert "CAPACITY PER REDIS CORE" in text and "REDIS 6.2 LEG" in text
-    assert "REDIS INSTRUCTIONS PER WORKER JOB" in text and "400,000" in text
+           "idle": {"django-qless": {"1": {"commands_per_s": 0.13}, "10": {"commands_per_s": 0.13},
+                                     "100": {"commands_per_s": 0.13}},
+                    "huey": {"1": {"commands_per_s": 4.0}, "10": {"commands_per_s": 13.0}}},
+           "worker_callgrind": {"jobs": 300, "instructions_per_job": 375_340.0}}
+    text = capacity.format_capacity(doc)
+    rows = {line.split(" | ")[0].lstrip("| "): line.strip("| ").split(" | ")[1:]
+            for line in text.splitlines() if line.startswith("| ")}
+    assert rows["per job"] == ["django-qless", "huey"]  # (ours first)
+    assert rows["enqueue, one call each (jobs/s)"] == ["130", "100"]
+    assert rows["enqueue, `put_many` (jobs/s)"] == ["1,000", "–"]
+    assert rows["drain, plain `pop()` + `complete()` (jobs/s)"] == ["100", "90.0"]
+    assert rows["Redis instructions, worker (callgrind)"] == ["375k", "–"]
+    assert rows["memory per waiting job (bytes)"] == ["455 (389 with lean records)", "–"]
+    assert rows["idle worker, 1 / 10 / 100 children (commands/s)"] == \
+        ["0.13 / 0.13 / 0.13", "4.00 / 13.0 / –"]
+    assert rows["put → start p50 / p99, idle worker (ms)"] == ["1.03 / 1.66", "–"]
+    assert "worker, 2 processes (jobs/s)" not in rows  # (measured by no system)
+    assert "REDIS 6.2 (6.2.14, EVALSHA)" in text
+    assert capacity.leg62_slowdowns(agg, leg)["enqueue_jobs_per_s"] == 2.0

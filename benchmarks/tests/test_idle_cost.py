@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from capacity import format_headline
 from idle_cost import (
     LOOP,
     MEMSTATS,
@@ -22,7 +23,6 @@ from idle_cost import (
     split_functions,
 )
 from idle_cost import summarize as summarize_idle
-from report import capacity_checks
 
 ANNOTATE = """\
 --------------------------------------------------------------------------------
@@ -140,23 +140,15 @@ def test_commands_counted_as_sent_are_what_monitor_shows_clients_sent(redis_url:
     r.close()
 
 
-def test_capacity_checks_judge_idle_cpu_on_the_counted_instructions() -> None:
-    info_cpu = {"100": {"cpu_over_baseline_us_per_s": 400.0}}
-    doc = {"aggregate": {}, "idle": {"django-qless": info_cpu},
-           "idle_callgrind": {"children": {"100": {"us_per_s": 12.0}}}}
-    rows = {r["target"]: r for r in capacity_checks(doc)}
-    row = rows["idle, 100 children: redis_us_per_s (callgrind) <= 20"]
-    assert (row["value"], row["status"]) == (12.0, "met")
-    # Per idle child: the total over the children (older documents hold the total only).
-    row = rows["idle, 100 children: redis_us_per_s per child (callgrind) <= 20"]
-    assert (row["value"], row["status"]) == (pytest.approx(0.12), "met")
-    doc["idle_callgrind"]["children"]["100"] = {"us_per_s": 2100.0, "us_per_child_per_s": 21.0}
-    rows = {r["target"]: r for r in capacity_checks(doc)}
-    assert rows["idle, 100 children: redis_us_per_s per child (callgrind) <= 20"]["status"] \
-        == "MISSED"
+def test_the_headline_shows_idle_cpu_counted_under_callgrind() -> None:
+    doc = {"aggregate": {}, "systems": ["django-qless"],
+           "idle": {"django-qless": {"100": {"cpu_over_baseline_us_per_s": 400.0}}},
+           "idle_callgrind": {"children": {"1": {"us_per_s": 13.2}, "10": {"us_per_s": 12.7},
+                                           "100": {"us_per_s": 16.3}}}}
+    assert "| idle worker, 1 / 10 / 100 children (Redis µs/s, callgrind) | " \
+        "13.2 / 12.7 / 16.3 |" in format_headline(doc)
     doc.pop("idle_callgrind")
-    rows = {r["target"]: r for r in capacity_checks(doc)}
-    assert rows["idle, 100 children: cpu_over_baseline_us_per_s <= 20"]["value"] == 400.0
+    assert "(Redis µs/s, callgrind)" not in format_headline(doc)
 
 
 def test_idle_connections_are_held_then_all_closed(redis_url: str) -> None:
@@ -181,30 +173,3 @@ def test_a_window_counts_the_event_loop_and_the_commands() -> None:
         assert w["instructions"] >= w["parts"][LOOP] > 0  # the cron ran ~10 times
         assert w["commands"] == 0  # our INFO and CONFIG are not counted
         r.close()
-
-
-def test_a_probe_reconnect_sends_what_a_new_client_sends_and_closes(redis_url: str) -> None:
-    from idle_cost import _reconnect
-
-    r = redis.Redis.from_url(redis_url)
-    base = int(r.info("clients")["connected_clients"])
-    r.config_resetstat()
-    _reconnect(_socket_path(redis_url))
-    stats = r.info("commandstats")
-    assert stats["cmdstat_hello"]["calls"] == 1 and stats["cmdstat_time"]["calls"] == 1
-    wait = time.monotonic() + 5
-    while int(r.info("clients")["connected_clients"]) > base and time.monotonic() < wait:
-        time.sleep(0.05)
-    assert int(r.info("clients")["connected_clients"]) == base
-    r.close()
-
-
-def test_format_reconnect_gives_the_break_even_idle_time() -> None:
-    from idle_cost import format_reconnect
-
-    doc = {"idle_connection_instructions_per_s": 5_000.0, "reconnect_instructions": 40_000.0,
-           "reconnects": 40, "native_reconnect_us": 20.0, "native_ping_us": 8.0,
-           "resolution_instructions_per_s": 100.0}
-    text = format_reconnect(doc, 0.0005)  # 1 Ir = 0.5 ns: the connection costs 2.5 us/s
-    assert "break-even after 8.0 s idle by instructions" in text
-    assert "8.0 s by the native reconnect" in text
