@@ -34,7 +34,6 @@ EXCLUDED = ("benchmarks/results/",)
 ALLOWED_FOR_NOW = (
     "docs/worker.md",
     "django_qless/core/workers/",
-    "benchmarks/",
 )
 # This file names the patterns it forbids.
 SELF = "tests/test_product_prose.py"
