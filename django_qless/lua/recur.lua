@@ -28,6 +28,7 @@
 --   ql:q:<queue>-work      zset  children (ZADD)
 --   ql:t:<tag>, ql:tags    zset  children's tags (ZADD, ZINCRBY)
 --   ql:config              hash  hidden field #due:<queue> (HGET/HSET)
+--   ql:rt:<jid>, ql:crons  a cron schedule's ticks and refill entry (unrecur DEL/ZREM; cron.lua)
 
 Q.mod.recur = function()
   local rcall = Q.rcall
@@ -118,8 +119,9 @@ Q.mod.recur = function()
   C['recur.update'] = { 'Recur', function(now, args)
     local jid = recur_jid(args[1])
     local key = KP .. 'r:' .. jid
-    local cur = rcall('HMGET', key, 'queue', 'interval')
+    local cur = rcall('HMGET', key, 'queue', 'interval', 'type')
     if not cur[1] then Q.fail('No recurring job ' .. jid) end
+    local cron = cur[3] == 'cron'
     local sets, newq, newint = {}, nil, nil
     for i = 2, #args, 2 do
       local name, value = args[i], args[i + 1]
@@ -130,6 +132,8 @@ Q.mod.recur = function()
         table.insert(sets, name); table.insert(sets, Q.integer('retries', value, 0, 1000))
       elseif name == 'backlog' then
         table.insert(sets, name); table.insert(sets, Q.integer('backlog', value, 0, nil))
+      elseif name == 'interval' and cron then
+        Q.fail('Recurring job ' .. jid .. ' is a cron schedule: it has no interval')
       elseif name == 'interval' then
         newint = interval_arg(value)
         table.insert(sets, name); table.insert(sets, newint)
@@ -199,7 +203,8 @@ Q.mod.recur = function()
     local jid = recur_jid(args[1])
     local queue = rcall('HGET', KP .. 'r:' .. jid, 'queue')
     if queue then rcall('ZREM', Q.kq(queue, 'recur'), jid) end
-    rcall('DEL', KP .. 'r:' .. jid)
+    rcall('DEL', KP .. 'r:' .. jid, KP .. 'rt:' .. jid)  -- (a cron schedule's ticks, cron.lua)
+    rcall('ZREM', KP .. 'crons', jid)
     return 1
   end }
 end

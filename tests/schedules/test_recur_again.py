@@ -2,37 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import redis
 
 from django_qless.core.client import Client
 from django_qless.core.exceptions import QlessError
+from tests.schedules.conftest import Clock
 
 __all__: list[str] = []
-
-
-class Clock:
-    """A settable test clock (epoch seconds)."""
-
-    def __init__(self, at: float) -> None:
-        self.at = at
-
-    def __call__(self) -> float:
-        return self.at
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock(1_800_000_000.0)
-
-
-@pytest.fixture
-def client(redis_url: str, clock: Clock) -> Iterator[Client]:
-    c = Client(redis_url, worker_name="w1", _clock=clock)
-    yield c
-    c.close()
 
 
 def _register(client: Client, **changes: object) -> str:
