@@ -9,6 +9,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from django_qless.core.client import Client
+from tests.worker.conftest import start_worker, work_dir  # noqa: F401 - worker fixtures
 
 
 class Clock:
@@ -46,3 +47,4 @@ def drain(client: Client, queue: str = "q") -> list[tuple[str, float]]:
         out.append((job.jid, job.history[0]["when"] if job.history else 0.0))
         job.complete()
     return out
+
