@@ -270,14 +270,9 @@ class Schedules:
 
 def _names(client: Client, due: float | None = None) -> Sequence[str]:
     """Return the schedule names of one keyspace (`due`: those to top up by then)."""
-    key = client.keyspace.key("crons")
-    if due is None:
-        return client.read(lambda r: [_text(n) for n in r.zrange(key, 0, -1)])
-    return client.read(lambda r: [_text(n) for n in r.zrangebyscore(key, "-inf", due, 0, 100)])
-
-
-def _text(value: str | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+    names: list[str] = client.call("cron.names") if due is None else client.call(
+        "cron.names", due)
+    return names
 
 
 _kept_at: list[float] = []  # when this process last topped up (monotonic), if it has

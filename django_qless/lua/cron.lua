@@ -10,6 +10,7 @@
 --@ command cron.ticks
 --@ command cron.get
 --@ command cron.run
+--@ command cron.names
 --
 -- Commands (after `now`):
 --   cron.set   queue jid klass data cron timezone missed bound grace refill ticks
@@ -19,6 +20,8 @@
 --                                                   schedule is gone or its timing changed
 --   cron.get   jid                                 -> JSON or nil
 --   cron.run   jid                                 -> the jid of a child put now
+--   cron.names [due]                               -> the schedules' jids (with `due`: at
+--                                                   most 100 whose ticks to top up by then)
 -- `ticks` is a JSON array of at most 1000 integer epoch seconds; only those after the
 -- schedule's `last` are stored (on creation `last` is `now`; a change of cron text or time
 -- zone moves it to `now` and drops the stored ticks). `refill`: when the client should hand
@@ -211,6 +214,12 @@ Q.mod.cron = function()
     rcall('ZADD', K.queues, 'NX', now, queue)
     Q.wake(queue)
     return child
+  end }
+
+  C['cron.names'] = { 'Cron', function(now, args)
+    if args[1] == nil then return rcall('ZRANGE', KP .. 'crons', 0, -1) end
+    local due = Q.number('due', args[1])
+    return rcall('ZRANGEBYSCORE', KP .. 'crons', '-inf', due, 'LIMIT', 0, 100)
   end }
 
   -- Spawn template `rjid`'s due ticks in `queue` by its missed-tick policy, at most `limit`
