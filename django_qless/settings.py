@@ -70,7 +70,7 @@ DEFAULT_URL = "redis://localhost:6379/0"
 COMMIT_MODES = ("on_commit", "immediate")
 GLOBAL_KEYS = frozenset(
     {"QUEUES", "WORKER", "COMMIT_MODE", "JOB_MODULES", "AUTODISCOVER", "EAGER",
-     "RECEIVERS"}
+     "RECEIVERS", "SCHEDULE"}
 )
 ALIAS_KEYS = frozenset(
     {"URL", "USERNAME", "PASSWORD", "SENTINELS", "MASTER_NAME", "SENTINEL_KWARGS", "OPTIONS",
