@@ -30,7 +30,7 @@ def schedules(request: HttpRequest) -> HttpResponse:
                        title="Cron schedules", crumbs=[("Schedules", None)])
 
 
-@dashboard_view(manage=True, post_only=True)
+@dashboard_view(post_only=True)
 def schedule_run(request: HttpRequest, name: str) -> HttpResponse:
     """Put one job of schedule `name` now (its ticks are left as they are)."""
     jid = client_for(request).schedules.run_now(name)
