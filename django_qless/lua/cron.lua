@@ -226,14 +226,13 @@ Q.mod.cron = function()
   -- children; return how many were spawned (spawn.lua calls it for a 'cron' template).
   function Q.cron_spawn(now, queue, rjid, t, limit)
     local key = tkey(rjid)
-    local p = rcall('HMGET', KP .. 'r:' .. rjid, 'missed', 'bound', 'grace')
     local due = rcall('ZRANGEBYSCORE', key, '-inf', now, 'LIMIT', 0, Q.MAX_LIST)
     local n = #due
     local picks = {}
     if n > 0 then
-      if p[1] == 'catchup' then
-        for i = math.max(1, n - (tonumber(p[2]) or 1) + 1), n do table.insert(picks, i) end
-      elseif p[1] ~= 'skip' or now - tonumber(due[n]) <= (tonumber(p[3]) or 0) then
+      if t.missed == 'catchup' then
+        for i = math.max(1, n - t.bound + 1), n do table.insert(picks, i) end
+      elseif t.missed ~= 'skip' or now - tonumber(due[n]) <= t.grace then
         picks = { n }
       end
     end

@@ -16,7 +16,7 @@ Q.mod.spawn = function()
   local C = Q.commands
 
   local RECUR_FIELDS = { 'klass', 'data', 'priority', 'tags', 'retries', 'interval', 'backlog',
-    'throttles', 'type' }
+    'throttles', 'type', 'missed', 'bound', 'grace' }
 
   -- Read template `rjid`'s fields (nil if it is gone): what its children are made of.
   function Q.template(rjid)
@@ -24,7 +24,8 @@ Q.mod.spawn = function()
     if not v[1] then return nil end
     return { klass = v[1], data = v[2], priority = tonumber(v[3]) or 0, tags = Q.list(v[4]),
       retries = tonumber(v[5]) or 0, interval = tonumber(v[6]) or 60,
-      backlog = tonumber(v[7]) or 0, throttles = v[8], type = v[9] }
+      backlog = tonumber(v[7]) or 0, throttles = v[8], type = v[9],
+      missed = v[10], bound = tonumber(v[11]) or 1, grace = tonumber(v[12]) or 0 }
   end
 
   -- Make template `rjid`'s next child (`t`: the template), put at time `s` into `queue`;
