@@ -177,9 +177,13 @@ class Schedules:
     def add(self, schedule: CronSchedule) -> str:
         """Create or update a built schedule; return what happened (see `register`)."""
         home = self._client.for_queue(schedule.queue)
+        moved: list[Any] = []
         for other in self._client.clients():
-            if other is not home and other.call("cron.get", schedule.name) is not None:
-                other.call("unrecur", schedule.name)  # its queue moved to another shard
+            away = None if other is home else other.call_json("cron.get", schedule.name)
+            if away is not None:
+                # Its queue moved to another shard: go on with its numbering and ticks.
+                moved = ["count", int(away["count"]), "last", float(away["last"])]
+                other.call("unrecur", schedule.name)
         old = home.call_json("cron.get", schedule.name)
         now = home.now()
         same = old is not None and (old["cron"], old["timezone"]) == (
@@ -193,7 +197,7 @@ class Schedules:
         ]
         if schedule.throttles:
             args += ["throttles", dumps(list(schedule.throttles))]
-        return _STATUS[int(home.call("cron.set", *args))]
+        return _STATUS[int(home.call("cron.set", *args, *moved))]
 
     def sync(self, schedules: Iterable[CronSchedule]) -> SyncReport:
         """Register every schedule given and remove every other cron schedule: the full set

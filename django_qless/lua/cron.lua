@@ -14,8 +14,10 @@
 --
 -- Commands (after `now`):
 --   cron.set   queue jid klass data cron timezone missed bound grace refill ticks
---              [priority p] [tags JSON] [retries n] [throttles JSON]
+--              [priority p] [tags JSON] [retries n] [throttles JSON] [count n] [last t]
 --              -> 0 unchanged, 1 created, 2 changed (an existing interval job's jid: error)
+--              (`count` and `last` apply on creation only: a schedule moved in from another
+--              keyspace goes on with its numbering and its consumed ticks)
 --   cron.ticks jid cron timezone refill ticks     -> ticks now stored, or -1 when the
 --                                                   schedule is gone or its timing changed
 --   cron.get   jid                                 -> JSON or nil
@@ -119,7 +121,8 @@ Q.mod.cron = function()
     local ticks = ticks_arg(args[11])
     local opts = Q.pairs_args(args, 12)
     for name in pairs(opts) do
-      if name ~= 'priority' and name ~= 'tags' and name ~= 'retries' and name ~= 'throttles' then
+      if name ~= 'priority' and name ~= 'tags' and name ~= 'retries' and name ~= 'throttles'
+          and name ~= 'count' and name ~= 'last' then
         Q.fail('Unrecognized option "' .. tostring(name) .. '"')
       end
     end
@@ -128,13 +131,15 @@ Q.mod.cron = function()
     local retries = opts.retries and Q.integer('retries', opts.retries, 0, 1000) or 0
     local throttles = opts.throttles and Q.throttles(opts.throttles) or {}
     throttles = #throttles > 0 and cjson.encode(throttles) or false
+    local moved_count = opts.count and Q.integer('count', opts.count, 0) or 0
+    local moved_last = opts.last and Q.number('last', opts.last) or now
     local old = read(jid)
     if old and old.type ~= 'cron' then
       Q.fail('Recurring job ' .. jid .. ' is an interval schedule')
     end
     -- Checked: now write.
     local key = KP .. 'r:' .. jid
-    local last, status = now, 1
+    local last, status = moved_last, 1
     if old then
       last = tonumber(old.last) or now
       local timing = old.cron == cron and old.timezone == tz
@@ -156,7 +161,7 @@ Q.mod.cron = function()
     end
     local fields = { 'jid', jid, 'klass', klass, 'data', data, 'priority', priority,
       'tags', tags, 'state', 'recur', 'queue', queue, 'type', 'cron',
-      'count', old and tonumber(old.count) or 0, 'interval', 0, 'retries', retries,
+      'count', old and tonumber(old.count) or moved_count, 'interval', 0, 'retries', retries,
       'backlog', 0, 'cron', cron, 'timezone', tz, 'missed', missed, 'bound', bound,
       'grace', grace, 'last', last }
     if throttles then
