@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from .client import Client
 
 __all__ = ["MISSED", "CronSchedule", "ScheduleState", "Schedules", "SyncReport",
-           "keep_schedules"]
+           "keep_schedules", "move_schedule"]
 
 log = logging.getLogger("django_qless")
 
@@ -270,6 +270,30 @@ class Schedules:
                                    dumps(ticks))) >= 0:
                     done += 1
         return done
+
+
+def move_schedule(src: Client, dst: Client, name: str) -> bool:
+    """Move cron schedule `name` from keyspace `src` to `dst` (a queue moving to another
+    shard), numbering and consumed ticks kept; False if `src` does not hold it."""
+    found = src.call_json("cron.get", name)
+    if found is None:
+        return False
+    state = ScheduleState.from_reply(found)
+    schedule = CronSchedule(
+        name, state.klass, state.cron, state.queue, state.timezone, state.raw_data,
+        state.missed, state.catchup, state.grace, state.priority, state.tags, state.retries,
+        tuple(found.get("throttles") or ()))
+    ticks, refill = schedule.plan(state.last, dst.now())
+    args: list[Any] = [
+        state.queue, name, state.klass, state.raw_data, state.cron, state.timezone,
+        state.missed, state.catchup, state.grace, refill, dumps(ticks), "priority",
+        state.priority, "tags", dumps(list(state.tags)), "retries", state.retries,
+        "count", state.count, "last", state.last]
+    if schedule.throttles:
+        args += ["throttles", dumps(list(schedule.throttles))]
+    dst.call("cron.set", *args)
+    src.call("unrecur", name)
+    return True
 
 
 def _names(client: Client, due: float | None = None) -> Sequence[str]:

@@ -25,7 +25,7 @@ def sharded(rc: RedisCluster, clock: Clock) -> Iterator[ShardedClient]:  # noqa:
 
 
 def _pop_everywhere(sharded: ShardedClient) -> list[str]:
-    """Pop queues a and b from every shard, twice; return the jids taken."""
+    """Pop (and complete) queues a and b from every shard, twice; return the jids taken."""
     jids = []
     for shard in sharded.clients():
         for queue in ("a", "b"):
@@ -33,6 +33,7 @@ def _pop_everywhere(sharded: ShardedClient) -> list[str]:
                 job = shard.queues[queue].pop()
                 if job is not None:
                     jids.append(job.jid)
+                    job.complete()
     return jids
 
 
@@ -54,3 +55,22 @@ def test_schedule_lives_in_its_queue_shard_and_moves_with_it(
     assert _pop_everywhere(sharded) == ["m-2"]  # numbering goes on: no jid twice
     assert [s.name for s in sharded.schedules.all()] == ["m"]
     assert sharded.schedules.run_now("m") == "m-3"
+
+
+def test_move_queue_carries_the_schedule(sharded: ShardedClient, clock: Clock) -> None:
+    """Moving a queue to another shard moves its cron schedule, numbering kept."""
+    from django_qless.core.cluster.queue_move import QueueMove
+
+    clock.set("UTC", 2026, 6, 1, 0, 50)
+    sharded.schedules.register("m", "app.M", cron="0 * * * *", queue="a")
+    sharded.for_queue("a").queues["a"].recur("app.R", {}, 600, jid="plain")  # moves too
+    clock.set("UTC", 2026, 6, 1, 1, 0)
+    assert sorted(_pop_everywhere(sharded)) == ["m-1", "plain-1"]
+    QueueMove(sharded, "a", 2, settle=0, poll=0.01, drain_timeout=5).run()
+    target = sharded.shard(2)
+    assert sharded.for_queue("a") is target
+    state = target.schedules.get("m")
+    assert state is not None and state.count == 1 and state.queue == "a"
+    assert [c.shard for c in sharded.clients() if c.call("cron.get", "m")] == [target.shard]
+    clock.set("UTC", 2026, 6, 1, 2, 0)
+    assert sorted(_pop_everywhere(sharded)) == ["m-2", "plain-2"]
