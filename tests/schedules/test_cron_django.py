@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,6 +20,7 @@ from django_qless.core.exceptions import InvalidArgument
 from django_qless.schedules import declared_schedules, sync_schedules
 from tests.app.helpers import manage
 from tests.schedules import django_jobs
+from tests.schedules.test_cron_workers import clear_of_the_hour
 
 __all__: list[str] = []
 
@@ -115,9 +115,10 @@ def test_cli_lists_and_runs(redis_url: str, qless: str) -> None:
 def test_worker_start_registers_without_an_extra_run(redis_url: str) -> None:
     """A worker starting (as at every deploy) registers the schedules; one registered before
     with a tick already due runs that tick once, and registering again adds nothing."""
-    schedule = {"tally": {**TALLY, "cron": "* * * * *", "missed": "once"}}
-    # The same schedule registered 10 minutes ago: ten ticks are due, `once` runs one.
-    past = Client(redis_url, _clock=lambda: time.time() - 600)
+    schedule = {"tally": {**TALLY, "cron": "0 * * * *", "missed": "once"}}
+    # The same schedule registered 3 hours ago: three ticks are due, `once` runs one.
+    now = clear_of_the_hour()
+    past = Client(redis_url, _clock=lambda: now - 3 * 3600 - 60)
     with _settings(redis_url, schedule):
         spec = [s for s in declared_schedules()["default"] if s.name == "tally"][0]
     past.schedules.add(spec)
