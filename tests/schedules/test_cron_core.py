@@ -50,24 +50,20 @@ def test_register_twice_changes_nothing(client: Client, clock: Clock, r: redis.R
     assert [jid for jid, _ in drain(client)] == ["report-1"]
 
 
-def test_spring_forward_runs_once(client: Client, clock: Clock) -> None:
-    """02:30 on the night clocks skip 02:00-03:00 runs once, at 03:00; then 02:30 again."""
-    start = clock.set(PARIS, 2026, 3, 28, 12, 0)
+@pytest.mark.parametrize(("night", "expected"), [
+    # Clocks skip 02:00-03:00: the 02:30 run happens once, at 03:00.
+    ((2026, 3, 28), ["2026-03-29T03:00:00+02:00", "2026-03-30T02:30:00+02:00"]),
+    # 02:00-03:00 happens twice: the 02:30 run happens once, at its first occurrence.
+    ((2026, 10, 24), ["2026-10-25T02:30:00+02:00", "2026-10-26T02:30:00+01:00"]),
+], ids=["spring-forward", "fall-back"])
+def test_daylight_saving_nights_run_once(client: Client, clock: Clock,
+                                         night: tuple[int, int, int], expected: list[str]
+                                         ) -> None:
+    """A 02:30 Paris job over the two DST nights of 2026, a pop every 5 minutes."""
+    start = clock.set(PARIS, *night, 12, 0)
     client.schedules.register("nightly", "app.N", cron="30 2 * * *", queue="q", timezone=PARIS)
-    end = clock.set(PARIS, 2026, 3, 30, 12, 0)
-    ran = _walk(client, clock, start, end)
-    assert [_local(t) for _, t in ran] == ["2026-03-29T03:00:00+02:00",
-                                           "2026-03-30T02:30:00+02:00"]
-
-
-def test_fall_back_runs_once(client: Client, clock: Clock) -> None:
-    """02:30 on the night 02:00-03:00 happens twice runs once, at its first occurrence."""
-    start = clock.set(PARIS, 2026, 10, 24, 12, 0)
-    client.schedules.register("nightly", "app.N", cron="30 2 * * *", queue="q", timezone=PARIS)
-    end = clock.set(PARIS, 2026, 10, 26, 12, 0)
-    ran = _walk(client, clock, start, end, step=300)
-    assert [_local(t) for _, t in ran] == ["2026-10-25T02:30:00+02:00",
-                                           "2026-10-26T02:30:00+01:00"]
+    ran = _walk(client, clock, start, start + 2 * 86400, step=300)
+    assert [_local(t) for _, t in ran] == expected
 
 
 def test_wildcard_hour_runs_in_both_repeated_hours(client: Client, clock: Clock) -> None:
