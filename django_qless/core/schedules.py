@@ -189,15 +189,8 @@ class Schedules:
         same = old is not None and (old["cron"], old["timezone"]) == (
             schedule.cron, schedule.timezone)
         ticks, refill = schedule.plan(float(old["last"]) if same else None, now)
-        args: list[Any] = [
-            schedule.queue, schedule.name, schedule.klass, schedule.data, schedule.cron,
-            schedule.timezone, schedule.missed, schedule.catchup, schedule.grace, refill,
-            dumps(ticks), "priority", schedule.priority, "tags", dumps(list(schedule.tags)),
-            "retries", schedule.retries,
-        ]
-        if schedule.throttles:
-            args += ["throttles", dumps(list(schedule.throttles))]
-        return _STATUS[int(home.call("cron.set", *args, *moved))]
+        reply = home.call("cron.set", *_set_args(schedule, ticks, refill), *moved)
+        return _STATUS[int(reply)]
 
     def sync(self, schedules: Iterable[CronSchedule]) -> SyncReport:
         """Register every schedule given and remove every other cron schedule: the full set
@@ -272,6 +265,19 @@ class Schedules:
         return done
 
 
+def _set_args(schedule: CronSchedule, ticks: list[int], refill: int) -> list[Any]:
+    """Return the arguments of `cron.set` for a schedule and the ticks handed over."""
+    args: list[Any] = [
+        schedule.queue, schedule.name, schedule.klass, schedule.data, schedule.cron,
+        schedule.timezone, schedule.missed, schedule.catchup, schedule.grace, refill,
+        dumps(ticks), "priority", schedule.priority, "tags", dumps(list(schedule.tags)),
+        "retries", schedule.retries,
+    ]
+    if schedule.throttles:
+        args += ["throttles", dumps(list(schedule.throttles))]
+    return args
+
+
 def move_schedule(src: Client, dst: Client, name: str) -> bool:
     """Move cron schedule `name` from keyspace `src` to `dst` (a queue moving to another
     shard), numbering and consumed ticks kept; False if `src` does not hold it."""
@@ -284,14 +290,8 @@ def move_schedule(src: Client, dst: Client, name: str) -> bool:
         state.missed, state.catchup, state.grace, state.priority, state.tags, state.retries,
         tuple(found.get("throttles") or ()))
     ticks, refill = schedule.plan(state.last, dst.now())
-    args: list[Any] = [
-        state.queue, name, state.klass, state.raw_data, state.cron, state.timezone,
-        state.missed, state.catchup, state.grace, refill, dumps(ticks), "priority",
-        state.priority, "tags", dumps(list(state.tags)), "retries", state.retries,
-        "count", state.count, "last", state.last]
-    if schedule.throttles:
-        args += ["throttles", dumps(list(schedule.throttles))]
-    dst.call("cron.set", *args)
+    dst.call("cron.set", *_set_args(schedule, ticks, refill), "count", state.count, "last",
+             state.last)
     src.call("unrecur", name)
     return True
 
