@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import redis
 from django.core.exceptions import ImproperlyConfigured
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.test import override_settings
 
 from django_qless import job
@@ -106,6 +106,9 @@ def test_cli_lists_and_runs(redis_url: str, qless: str) -> None:
         rows = {r["name"]: r for r in json.loads(out.getvalue())}
         assert rows["tally"]["upcoming"][0].endswith(("+00:00", "+01:00"))
         assert len(rows["tally"]["upcoming"]) == 3
+        with _settings(redis_url, {"tally": {**TALLY, "timezone": "Moon/Base"}}), \
+                pytest.raises(CommandError, match="unknown time zone 'Moon/Base'"):
+            call_command("qless", "schedules", "--sync", stdout=out)
         out = io.StringIO()
         call_command("qless", "schedules", "--run", "tally", stdout=out)
         assert out.getvalue().strip() == "tally-1"
@@ -136,3 +139,14 @@ def test_worker_start_registers_without_an_extra_run(redis_url: str) -> None:
     assert [s.name for s in client.schedules.all()] == [
         "tally", "tests.schedules.django_jobs.Nightly", "tests.schedules.django_jobs.sweep"]
     client.close()
+
+
+def test_worker_refuses_a_bad_schedule_with_exit_code_2(redis_url: str, r: redis.Redis) -> None:
+    """A bad QLESS["SCHEDULE"] stops the worker at start, saying which entry and why."""
+    env = {"QLESS_TEST_SCHEDULE": json.dumps({"tally": {**TALLY, "cron": "0 9 * *"}})}
+    result = manage(redis_url, "qless_worker", "cron", "--processes", "0", "--max-jobs", "1",
+                    **env)
+    assert result.returncode == 2
+    assert "QLESS['SCHEDULE']['tally']: cron '0 9 * *' is not valid" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert r.keys("ql:r:*") == []

@@ -300,7 +300,13 @@ class Command(BaseCommand):
         alias = self.options["alias"]
         aliases = [alias] if alias else list(get_settings().aliases)
         if self.options["sync"]:
-            for name, report in sync_schedules(aliases).items():
+            from django.core.exceptions import ImproperlyConfigured
+
+            try:
+                reports = sync_schedules(aliases)
+            except ImproperlyConfigured as exc:
+                raise CommandError(str(exc)) from None
+            for name, report in reports.items():
                 self.stderr.write(f"{name}: created {len(report.created)}, changed "
                                   f"{len(report.changed)}, removed {len(report.removed)}")
         if self.options["run"]:

@@ -162,11 +162,15 @@ class Command(BaseCommand):
 
     def _sync_schedules(self) -> None:
         """Register the declared cron schedules of this alias (unchanged: nothing written)."""
+        from django.core.exceptions import ImproperlyConfigured
+
         from django_qless.core.exceptions import CALL_ERRORS
         from django_qless.schedules import sync_schedules
 
         try:
             sync_schedules([self._alias])
+        except ImproperlyConfigured as exc:
+            raise config_error(str(exc)) from None
         except CALL_ERRORS as exc:
             raise CommandError(f"cannot register the cron schedules: {exc}") from None
 
