@@ -82,3 +82,14 @@ def test_run_now_checks_csrf(as_user: Any, manager: Any, qc: Any, nightly: str  
 
 def test_empty_page(mc: Client) -> None:  # noqa: F811
     assert "No cron schedules." in mc.get(url("schedules")).content.decode()
+
+
+def test_recurring_pages_show_a_schedule_without_error(mc: Client, nightly: str  # noqa: F811
+                                                       ) -> None:
+    """A schedule is also a recurring job: its pages render; an interval edit is refused."""
+    assert 'nightly' in mc.get(url("recurring")).content.decode()
+    assert mc.get(url("recurring_detail", nightly)).status_code == 200
+    response = mc.post(url("recurring_detail", nightly),
+                       {"interval": 60, "priority": 0, "retries": 5, "tags": ""})
+    assert response.status_code == 302
+    assert any("cron schedule" in t for t in texts(response))

@@ -6,6 +6,7 @@ import json
 import time
 from collections.abc import Callable
 
+import pytest
 import redis
 
 from django_qless.core.client import Client
@@ -49,13 +50,14 @@ def test_one_job_per_tick_across_forking_workers(
         worker.quit()
 
 
+@pytest.mark.parametrize("processes", ["0", "2"], ids=["serial", "forking"])
 def test_idle_worker_wakes_for_the_next_tick(
-    redis_url: str, r: redis.Redis, start_worker: Callable[..., WorkerProcess]
+    redis_url: str, r: redis.Redis, start_worker: Callable[..., WorkerProcess], processes: str
 ) -> None:
-    """An idle serial worker (its safety re-check 300 s away) runs a tick within a second."""
+    """An idle worker (its safety re-check 300 s away) runs a tick within a second."""
     client = Client(redis_url)
     client.schedules.register("yearly", KLASS, cron="0 0 1 1 *", queue="q")
-    worker = start_worker("q", "-n", "0", "--interval", "300")
+    worker = start_worker("q", "-n", processes, "--interval", "300")
     client.queues["q"].put("tests.worker.jobs.ok", {})  # the worker is up and idle after it
     wait_until(lambda: len(ledger(r, "done")) == 1, timeout=15)
     time.sleep(0.5)
