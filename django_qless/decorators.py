@@ -51,6 +51,7 @@ from django_qless.options import (
 from django_qless.registry import register_job
 from django_qless.retries import RetryPriority
 from django_qless.running import RetryScheduled, eager_active, perform_function, run_eager
+from django_qless.schedules import declare, pop_cron_options
 
 __all__ = [
     "Backoff", "JobClass", "JobFunction", "JobHandle", "RetryPolicy", "RetryScheduled",
@@ -314,9 +315,11 @@ def _decorate_class(cls: C, options: JobOptions, name: str | None) -> C:
 class _JobDecorator:
     """The result of ``@job(...)`` with arguments."""
 
-    def __init__(self, options: JobOptions, name: str | None) -> None:
+    def __init__(self, options: JobOptions, name: str | None,
+                 cron: dict[str, Any] | None = None) -> None:
         self.options = options
         self.name = name
+        self.cron = cron  # @job(cron=...): a schedule to declare (schedules.py)
 
     @overload
     def __call__(self, target: C) -> C: ...  # type: ignore[overload-overlap]
@@ -325,9 +328,16 @@ class _JobDecorator:
     def __call__(self, target: Callable[P, R]) -> JobFunction[P, R]: ...
 
     def __call__(self, target: Any) -> Any:
+        made: Any
+        job_of: Any
         if inspect.isclass(target):
-            return _decorate_class(target, self.options, self.name)
-        return JobFunction(target, self.options, name=self.name)
+            made = _decorate_class(target, self.options, self.name)
+            job_of = made.qless_job
+        else:
+            made = job_of = JobFunction(target, self.options, name=self.name)
+        if self.cron is not None:
+            declare(job_of, self.cron)
+        return made
 
 
 @overload
@@ -345,13 +355,18 @@ def job(*, queue: str = ..., priority: int = ..., tags: Iterable[str] = ...,
         commit_mode: str | None = ..., on_commit: bool | None = ...,
         retry_on: Iterable[type[BaseException]] | type[BaseException] | None = ...,
         backoff: Backoff | float | None = ..., retry_priority: RetryPriority | None = ...,
-        track: bool = ..., name: str | None = ...,
+        track: bool = ..., name: str | None = ..., cron: str = ..., timezone: str = ...,
+        missed: str = ..., catchup: int = ..., grace: int = ...,
         **options: Any) -> _JobDecorator: ...
 
 
 def job(target: Any = None, /, *, name: str | None = None, **options: Any) -> Any:
-    """Register a function or class as a job; usable bare (``@job``) or called."""
-    decorator = _JobDecorator(_options_from(options), name)
+    """Register a function or class as a job; usable bare (``@job``) or called.
+
+    ``cron=`` (with ``timezone``, ``missed``, ``catchup``, ``grace``) also declares a cron
+    schedule running it (docs/scheduling.md)."""
+    cron = pop_cron_options(options)
+    decorator = _JobDecorator(_options_from(options), name, cron)
     if target is None:
         return decorator
     return decorator(target)

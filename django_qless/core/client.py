@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from .job import Job
     from .recurring import RecurringJob
     from .routing import Router
+    from .schedules import Schedules
 
 __all__ = ["Client"]
 
@@ -120,6 +121,13 @@ class Client:
 
     def __repr__(self) -> str:
         return f"<Client {self.channel!r}>"
+
+    @property
+    def schedules(self) -> Schedules:
+        """Return the cron schedules of this deployment."""
+        from .schedules import Schedules
+
+        return Schedules(self)
 
     @property
     def redis(self) -> Any:

@@ -227,7 +227,9 @@ class Queue:
 
         After missed intervals (no worker popped the queue) at most `backlog` + 1 catch-up
         children are spawned; the default 1 avoids a burst after an outage. `backlog=0` means
-        unlimited catch-up, as qless-core's own default.
+        unlimited catch-up, as qless-core's own default. Calling it again for the same `jid`
+        changes nothing when nothing differs, and otherwise updates the template and keeps
+        its next run (`offset` places a new template only).
         """
         jid = new_jid() if jid is None else check_recurring_jid(jid)
         args = [

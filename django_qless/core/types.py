@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from .client import Client
     from .job import Job
     from .recurring import RecurringJob
+    from .schedules import Schedules
 
 __all__ = ["AnyJob", "QlessClient"]
 
@@ -25,6 +26,10 @@ AnyJob: TypeAlias = "Job | RecurringJob"
 @runtime_checkable
 class QlessClient(Protocol):
     """A deployment of qless: one server's ``Client``, or a ``ShardedClient``."""
+
+    @property
+    def schedules(self) -> Schedules:
+        """Return the deployment's cron schedules."""
 
     @property
     def worker_name(self) -> str:

@@ -11,6 +11,8 @@
 -- Commands (after `now`):
 --   recur        queue jid klass data 'interval' interval offset
 --                [priority p] [tags JSON] [retries n] [backlog n] [throttles JSON] -> jid
+--                (again for an existing jid: identical, nothing changes; changed, the template
+--                is rewritten and keeps its next run, shifted by a change of interval)
 --   recur.get    jid                                   -> JSON or nil
 --   recur.update jid [priority|interval|retries|data|klass|queue|backlog|throttles value]... -> 1
 --   recur.tag    jid tag...                            -> JSON tag list
@@ -26,6 +28,7 @@
 --   ql:q:<queue>-work      zset  children (ZADD)
 --   ql:t:<tag>, ql:tags    zset  children's tags (ZADD, ZINCRBY)
 --   ql:config              hash  hidden field #due:<queue> (HGET/HSET)
+--   ql:rt:<jid>, ql:crons  a cron schedule's ticks and refill entry (unrecur DEL/ZREM; cron.lua)
 
 Q.mod.recur = function()
   local rcall = Q.rcall
@@ -61,20 +64,41 @@ Q.mod.recur = function()
     local retries = opts.retries and Q.integer('retries', opts.retries, 0, 1000) or 0
     local backlog = opts.backlog and Q.integer('backlog', opts.backlog, 0, nil) or 0
     local throttles = opts.throttles and Q.throttles(opts.throttles) or {}
-    local old = rcall('HMGET', KP .. 'r:' .. jid, 'queue', 'count')
-    local count = tonumber(old[2]) or 0
-    if old[1] then rcall('ZREM', Q.kq(old[1], 'recur'), jid) end
-    local fields = { 'jid', jid, 'klass', klass, 'data', data, 'priority', priority,
-      'tags', cjson.encode(tags), 'state', 'recur', 'queue', queue, 'type', 'interval',
-      'count', count, 'interval', interval, 'retries', retries, 'backlog', backlog }
-    if #throttles > 0 then
-      table.insert(fields, 'throttles'); table.insert(fields, cjson.encode(throttles))
-    else
-      rcall('HDEL', KP .. 'r:' .. jid, 'throttles')
+    local key = KP .. 'r:' .. jid
+    local tags_text = cjson.encode(tags)
+    local throttles_text = #throttles > 0 and cjson.encode(throttles) or false
+    local old = rcall('HMGET', key, 'queue', 'count', 'type', 'klass', 'data', 'priority', 'tags',
+      'interval', 'retries', 'backlog', 'throttles')
+    if old[3] and old[3] ~= 'interval' then
+      Q.fail('Recurring job ' .. jid .. ' is a ' .. old[3] .. ' schedule')
     end
-    rcall('HSET', KP .. 'r:' .. jid, unpack(fields))
-    rcall('ZADD', Q.kq(queue, 'recur'), now + offset, jid)
-    Q.lower_due(queue, now + offset)
+    local count = tonumber(old[2]) or 0
+    local at = now + offset
+    if old[1] then
+      -- Registered again (every deploy does): an identical template changes nothing, and a
+      -- changed one keeps its next run (moved by the change of interval), so registering
+      -- never spawns a child sooner than the schedule says. `offset` places new ones only.
+      if old[1] == queue and old[4] == klass and old[5] == data
+          and tonumber(old[6]) == priority and old[7] == tags_text
+          and tonumber(old[8]) == interval and tonumber(old[9]) == retries
+          and tonumber(old[10]) == backlog and (old[11] or false) == throttles_text then
+        return jid
+      end
+      local score = tonumber(rcall('ZSCORE', Q.kq(old[1], 'recur'), jid))
+      if score then at = score + interval - (tonumber(old[8]) or interval) end
+      rcall('ZREM', Q.kq(old[1], 'recur'), jid)
+    end
+    local fields = { 'jid', jid, 'klass', klass, 'data', data, 'priority', priority,
+      'tags', tags_text, 'state', 'recur', 'queue', queue, 'type', 'interval',
+      'count', count, 'interval', interval, 'retries', retries, 'backlog', backlog }
+    if throttles_text then
+      table.insert(fields, 'throttles'); table.insert(fields, throttles_text)
+    else
+      rcall('HDEL', key, 'throttles')
+    end
+    rcall('HSET', key, unpack(fields))
+    rcall('ZADD', Q.kq(queue, 'recur'), at, jid)
+    Q.lower_due(queue, at)
     rcall('ZADD', K.queues, 'NX', now, queue)
     return jid
   end }
@@ -95,8 +119,9 @@ Q.mod.recur = function()
   C['recur.update'] = { 'Recur', function(now, args)
     local jid = recur_jid(args[1])
     local key = KP .. 'r:' .. jid
-    local cur = rcall('HMGET', key, 'queue', 'interval')
+    local cur = rcall('HMGET', key, 'queue', 'interval', 'type')
     if not cur[1] then Q.fail('No recurring job ' .. jid) end
+    local cron = cur[3] == 'cron'
     local sets, newq, newint = {}, nil, nil
     for i = 2, #args, 2 do
       local name, value = args[i], args[i + 1]
@@ -107,6 +132,8 @@ Q.mod.recur = function()
         table.insert(sets, name); table.insert(sets, Q.integer('retries', value, 0, 1000))
       elseif name == 'backlog' then
         table.insert(sets, name); table.insert(sets, Q.integer('backlog', value, 0, nil))
+      elseif name == 'interval' and cron then
+        Q.fail('Recurring job ' .. jid .. ' is a cron schedule: it has no interval')
       elseif name == 'interval' then
         newint = interval_arg(value)
         table.insert(sets, name); table.insert(sets, newint)
@@ -176,7 +203,8 @@ Q.mod.recur = function()
     local jid = recur_jid(args[1])
     local queue = rcall('HGET', KP .. 'r:' .. jid, 'queue')
     if queue then rcall('ZREM', Q.kq(queue, 'recur'), jid) end
-    rcall('DEL', KP .. 'r:' .. jid)
+    rcall('DEL', KP .. 'r:' .. jid, KP .. 'rt:' .. jid)  -- (a cron schedule's ticks, cron.lua)
+    rcall('ZREM', KP .. 'crons', jid)
     return 1
   end }
 end

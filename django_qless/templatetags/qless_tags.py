@@ -99,15 +99,15 @@ def pretty_json(value: Any) -> str:
 _SECTIONS = (("overview", "overview"), ("queue", "overview"), ("job", "overview"),
              ("failed", "failed"), ("tracked", "tracked"), ("tag", "search"),
              ("search", "search"), ("worker", "workers"), ("forget-worker", "workers"),
-             ("recurring", "recurring"), ("completed", "completed"), ("throttle", "throttles"),
-             ("config", "config"), ("events", "events"), ("charts", "charts"),
-             ("redis", "redis"))
+             ("recurring", "recurring"), ("schedule", "schedules"), ("completed", "completed"),
+             ("throttle", "throttles"), ("config", "config"), ("events", "events"),
+             ("charts", "charts"), ("redis", "redis"))
 
 
 NAV = (("overview", "Overview"), ("failed", "Failed"), ("tracked", "Tracked"),
-       ("workers", "Workers"), ("recurring", "Recurring"), ("completed", "Completed"),
-       ("throttles", "Throttles"), ("config", "Config"), ("events", "Events"),
-       ("charts", "Charts"), ("redis", "Redis"))
+       ("workers", "Workers"), ("recurring", "Recurring"), ("schedules", "Schedules"),
+       ("completed", "Completed"), ("throttles", "Throttles"), ("config", "Config"),
+       ("events", "Events"), ("charts", "Charts"), ("redis", "Redis"))
 
 
 @register.simple_tag

@@ -2,11 +2,12 @@
 
 QLESS points at the session's private Redis: tests/app/conftest.py overrides it per test
 with the ``redis_url`` fixture; subprocesses (workers, commands) get it through the
-``QLESS_URL`` environment variable, which django_qless/settings.py reads as the default alias's URL.
+``QLESS_URL`` environment variable, which django_qless/conf reads as the default alias's URL.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from importlib.util import find_spec
 from pathlib import Path
@@ -82,6 +83,9 @@ QLESS = {
 if os.environ.get("QLESS_TEST_WEBHOOK"):
     QLESS["RECEIVERS"] = {"WEBHOOK_URL": os.environ["QLESS_TEST_WEBHOOK"],
                           "WEBHOOK_EVENTS": ["completed", "failed"]}
+# Subprocess tests of cron schedules declare some in settings (JSON).
+if os.environ.get("QLESS_TEST_SCHEDULE"):
+    QLESS["SCHEDULE"] = json.loads(os.environ["QLESS_TEST_SCHEDULE"])
 # "host:port": subprocess tests run the default alias through a Sentinel instead.
 if os.environ.get("QLESS_TEST_SENTINEL"):
     _host, _port = os.environ["QLESS_TEST_SENTINEL"].rsplit(":", 1)

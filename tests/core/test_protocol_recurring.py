@@ -98,12 +98,12 @@ def test_recur_unknown_schedule_type(lua: Any) -> None:
 
 
 def test_rerecur_keeps_count_and_moves(lua: Any, r: redis.Redis) -> None:
-    """Re-issuing recur updates, moves, restarts the schedule and keeps the counter."""
+    """Re-issuing recur updates, moves, keeps the next run and keeps the counter."""
     recur(lua)
     pop(lua, 0)
     recur(lua, now=100, queue="other", offset=5)
     assert r.zscore(RECUR, "rec") is None
-    assert r.zscore("ql:q:other-recur", "rec") == 105
+    assert r.zscore("ql:q:other-recur", "rec") == 60
     assert lua.json("recur.get", 0, "rec")["count"] == 1
     assert [j["jid"] for j in pop(lua, 105, queue="other")] == ["rec-2"]
 
@@ -380,12 +380,13 @@ def test_update_queue_spawns_in_new_queue(lua: Any) -> None:
     assert pop(lua, 30) == []
 
 
-def test_rerecur_earlier_offset(lua: Any) -> None:
-    """Re-issuing recur with an earlier start takes effect on the next pop."""
+def test_rerecur_keeps_next_run(lua: Any) -> None:
+    """Re-issuing recur leaves the next run where it was: `offset` places new templates."""
     recur(lua, offset=1000)
     assert pop(lua, 0) == []
     recur(lua, now=1, offset=4)
-    assert [j["jid"] for j in pop(lua, 5)] == ["rec-1"]
+    assert pop(lua, 5) == []
+    assert [j["jid"] for j in pop(lua, 1000)] == ["rec-1"]
 
 
 def test_child_remaining_and_state(lua: Any) -> None:

@@ -24,6 +24,7 @@ from typing import Any
 from ..client import Client
 from ..exceptions import JobExists, QlessError
 from ..job import Job
+from ..schedules import move_schedule
 from ..serialization import as_list, carry_options, num, put_options
 from .placement import check_queue
 from .sharded import ShardedClient
@@ -233,6 +234,8 @@ class QueueMove:
 
     def _move_recurring(self, src: Client, dst: Client, rjid: str) -> None:
         """Recur `rjid` on the target (unless it is there already), then unrecur it here."""
+        if move_schedule(src, dst, rjid):
+            return  # a cron schedule (schedules.py)
         if dst.call("recur.get", rjid) is None:
             found = src.call_json("recur.get", rjid)
             if found is None:

@@ -18,7 +18,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 from redis.cluster import RedisCluster
@@ -33,6 +33,9 @@ from .batch import execute_many
 from .placement import Placement
 from .shard_channel import ShardChannel, open_shard_channel
 from .transport import ClusterTransport
+
+if TYPE_CHECKING:
+    from ..schedules import Schedules
 
 __all__ = ["ShardedClient"]
 
@@ -77,6 +80,13 @@ class ShardedClient:
 
     def __repr__(self) -> str:
         return f"<ShardedClient {len(self.tags)} shards on {', '.join(self.transport.nodes())}>"
+
+    @property
+    def schedules(self) -> Schedules:
+        """Return the cron schedules of this deployment (each in its queue's shard)."""
+        from ..schedules import Schedules
+
+        return Schedules(self)
 
     @property
     def shards(self) -> int:

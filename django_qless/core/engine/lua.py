@@ -39,6 +39,7 @@ MANIFEST: tuple[str, ...] = (
     "put.lua",
     "spawn.lua",
     "recur.lua",
+    "cron.lua",
     "timers.lua",
     "queuescan.lua",
     "lapse.lua",

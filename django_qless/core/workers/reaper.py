@@ -17,6 +17,9 @@ all (benchmarks/README.md, "Idle cost, session 10"). An idle worker drops the su
 worker-channel connection instead (supervision.py), which reconnects once per idle spell,
 not every period; and a reaper that skipped its idle calls could not see the lease of a
 worker that died on a queue nobody pops, whose expiry no reply announces.
+
+The same periodic call tops up the ticks of cron schedules running low (schedules.py), at
+most every 5 minutes per process: one read per keyspace when none is low.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
+
+from django_qless.core.schedules import keep_schedules
 
 if TYPE_CHECKING:
     from django_qless.core.workers.shards import Deployment
@@ -123,6 +128,7 @@ class LeaseReaper:
                 delay = self.period
             for client in clients:
                 jids += client.reap(self.queues)
+            keep_schedules(self._connection())  # cron ticks running low (every 5 min at most)
             self.calls += 1
             self.reaped += len(jids)
             if jids:

@@ -106,6 +106,10 @@ def add_arguments(parser: CommandParser) -> None:
     throttle.add_argument("--queue", default=None,
                           help="sharded alias: home a throttle never used yet with the "
                                "shard of this queue")
+    schedules = sub.add_parser("schedules", help="cron schedules: list, sync, run one now")
+    schedules.add_argument("--sync", action="store_true",
+                           help="register the declared schedules, remove undeclared ones")
+    schedules.add_argument("--run", metavar="NAME", default=None, help="run one now")
     move_queue = sub.add_parser("move-queue", help="move a queue to another shard online")
     move_queue.add_argument("queue")
     move_queue.add_argument("shard", help="the target shard: index, s<i> or tag")

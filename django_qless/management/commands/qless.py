@@ -1,7 +1,8 @@
 """``manage.py qless <action>``: operate queues and jobs from the shell (``--json`` for scripts).
 
 Actions: put, get, list, cancel, retry, move, priority, track, untrack, failed, stats,
-config (get/set/unset), pause, unpause, throttle (get/set), move-queue (to another shard).
+config (get/set/unset), pause, unpause, throttle (get/set), schedules (list, --sync, --run),
+move-queue (to another shard).
 
 On a sharded alias every queue action goes to the queue's shard, a jid is looked up in every
 shard, listings merge the shards (``stats`` gains a shard column), and config and throttle
@@ -292,6 +293,32 @@ class Command(BaseCommand):
             f"{k}={c.get(k, 0)}" for k in ("waiting", "running", "scheduled", "stalled",
                                              "depends", "recurring")) for c in counts]
         self.emit(counts, "\n".join(lines))
+
+    def do_schedules(self) -> None:
+        from django_qless.conf import get_settings
+        from django_qless.schedules import schedule_rows, sync_schedules
+
+        alias = self.options["alias"]
+        aliases = [alias] if alias else list(get_settings().aliases)
+        if self.options["sync"]:
+            from django.core.exceptions import ImproperlyConfigured
+
+            try:
+                reports = sync_schedules(aliases)
+            except ImproperlyConfigured as exc:
+                raise CommandError(str(exc)) from None
+            for name, report in reports.items():
+                self.stderr.write(f"{name}: created {len(report.created)}, changed "
+                                  f"{len(report.changed)}, removed {len(report.removed)}")
+        if self.options["run"]:
+            jid = self.alias_client().schedules.run_now(self.options["run"])
+            self.emit({"jid": jid}, jid)
+            return
+        rows = schedule_rows(aliases)
+        self.emit(rows, "\n".join(
+            f"{r['name']:24s} {r['cron']:16s} {r['timezone']:16s} {r['queue']:12s} "
+            f"next {r['upcoming'][0] if r['upcoming'] else '-'}  runs {r['count']}"
+            for r in rows) or "no cron schedules")
 
     def do_config(self) -> None:
         o = self.options

@@ -153,6 +153,8 @@ class Command(BaseCommand):
                     deployment.close()
             except CALL_ERRORS as exc:
                 raise CommandError(f"cannot set the heartbeat at {config.url}: {exc}") from None
+        if not options["dry_run"]:
+            self._sync_schedules()
         bridge = self._start_bridge(config) if options["with_events"] else None
         try:
             code = self.run(config)
@@ -160,6 +162,20 @@ class Command(BaseCommand):
             if bridge is not None:
                 self._stop_bridge(bridge)
         sys.exit(code)
+
+    def _sync_schedules(self) -> None:
+        """Register the declared cron schedules of this alias (unchanged: nothing written)."""
+        from django.core.exceptions import ImproperlyConfigured
+
+        from django_qless.core.exceptions import CALL_ERRORS
+        from django_qless.schedules import sync_schedules
+
+        try:
+            sync_schedules([self._alias])
+        except ImproperlyConfigured as exc:
+            raise config_error(str(exc)) from None
+        except CALL_ERRORS as exc:
+            raise CommandError(f"cannot register the cron schedules: {exc}") from None
 
     def _start_bridge(self, config: WorkerConfig) -> int:
         """Fork the event bridge before the worker starts any thread; return once it listens."""
