@@ -17,7 +17,7 @@ MEMBERS = sorted(n for n in vars(QlessClient) if not n.startswith("_"))
 
 def test_the_protocol_names_what_the_glue_uses_of_a_deployment():
     assert MEMBERS == ["clients", "close", "disconnect", "find_job", "for_queue",
-                       "throttle_client", "worker_name"]
+                       "schedules", "throttle_client", "worker_name"]
 
 
 def test_a_single_server_client_is_a_qless_client(redis_url):
