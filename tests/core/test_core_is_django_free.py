@@ -22,6 +22,15 @@ def core_modules() -> list[str]:
     return sorted(names)
 
 
+def run_python(code: str) -> str:
+    """Run `code` in a fresh interpreter at the repository's root; return what it printed."""
+    root = Path(django_qless.core.__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
 def test_core_modules_found() -> None:
     """Discover at least the modules the harness itself relies on."""
     names = core_modules()
@@ -51,11 +60,7 @@ def test_a_client_of_one_server_loads_no_cluster_module(redis_url: str) -> None:
         "assert client.jobs[jid].data == {'n': 1}\n"
         "print(sorted(m for m in sys.modules if m.startswith('django_qless.core.cluster')))\n"
     )
-    root = Path(django_qless.core.__file__).resolve().parents[2]
-    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True,
-                          text=True, timeout=60, check=False)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "[]"
+    assert run_python(code) == "[]"
 
 
 def test_core_is_django_free() -> None:
@@ -69,7 +74,4 @@ def test_core_is_django_free() -> None:
         "assert not leaked, leaked\n"
         "print(len(sys.modules))\n"
     )
-    root = Path(django_qless.core.__file__).resolve().parents[2]
-    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True,
-                          text=True, timeout=60, check=False)
-    assert done.returncode == 0, done.stderr
+    run_python(code)
