@@ -21,12 +21,41 @@ if TYPE_CHECKING:
     from django_qless.core.recurring import RecurringJob
     from django_qless.options import JobOptions
 
-__all__ = ["RESULT_KEY", "JobHandle", "dispatch"]
+__all__ = ["RESULT_KEY", "JobHandle", "NotInstalledWarning", "dispatch", "warn_if_not_installed"]
 
 log = logging.getLogger("django_qless")
 
 # The job data key a function job's return value is stored under.
 RESULT_KEY = "result"
+
+_INSTALL_CHECKED = False
+
+
+class NotInstalledWarning(RuntimeWarning):
+    """Jobs are enqueued while ``django_qless`` is missing from ``INSTALLED_APPS``."""
+
+
+def warn_if_not_installed() -> None:
+    """Warn once per process when jobs are enqueued without the app installed.
+
+    Enqueueing works without it, but nothing else does (no ``qless_worker`` command, no
+    system checks, no dashboard): without this warning the first sign is a queue that
+    never drains. A system check cannot say it, since checks run only for installed apps.
+    """
+    global _INSTALL_CHECKED
+    if _INSTALL_CHECKED:
+        return
+    _INSTALL_CHECKED = True
+    from django.apps import apps
+
+    if apps.ready and not apps.is_installed("django_qless"):
+        import warnings
+
+        warnings.warn(
+            "django_qless is not in INSTALLED_APPS: jobs are enqueued, but manage.py "
+            "qless_worker, the system checks and the dashboard are unavailable, so nothing "
+            "runs them. Add 'django_qless' to INSTALLED_APPS.",
+            NotInstalledWarning, stacklevel=4)
 
 
 class JobHandle:
