@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     from django_qless.core.recurring import RecurringJob
     from django_qless.options import JobOptions
 
-__all__ = ["RESULT_KEY", "JobHandle", "NotInstalledWarning", "dispatch", "warn_if_not_installed"]
+__all__ = ["RESULT_KEY", "JobHandle", "NotInstalledWarning", "PendingSend", "dispatch",
+           "warn_if_not_installed"]
 
 log = logging.getLogger("django_qless")
 
@@ -159,20 +160,32 @@ class JobHandle:
         return data.get(RESULT_KEY) if isinstance(data, dict) else None
 
 
+class PendingSend:
+    """An enqueue waiting in a connection's on-commit list (``run_queued`` may send it)."""
+
+    __slots__ = ("action", "describe")
+
+    def __init__(self, action: Callable[[], None], describe: str) -> None:
+        self.action = action
+        self.describe = describe
+
+    def __call__(self) -> None:
+        """Send the job now."""
+        try:
+            self.action()
+        except Exception:
+            # The transaction is committed; the job is not. Say so loudly, with payload.
+            log.exception("django_qless: enqueue after commit failed: %s", self.describe)
+            raise
+
+
 def dispatch(options: JobOptions, action: Callable[[], None], describe: str,
              handle: JobHandle | None = None) -> bool:
     """Run ``action`` now, or after the transaction commits; return True if it ran now."""
     mode = options.commit_mode or get_settings().commit_mode
     if mode == "on_commit" and transaction.get_connection(options.database).in_atomic_block:
 
-        def after_commit() -> None:
-            try:
-                action()
-            except Exception:
-                # The transaction is committed; the job is not. Say so loudly, with payload.
-                log.exception("django_qless: enqueue after commit failed: %s", describe)
-                raise
-
+        after_commit = PendingSend(action, describe)
         transaction.on_commit(after_commit, using=options.database)
         if handle is not None:
             handle._waiting = (options.database, after_commit)

@@ -38,7 +38,7 @@ def _add_django_options(parser: CommandParser) -> None:
     """
     import argparse
 
-    quiet = {"default": argparse.SUPPRESS, "help": argparse.SUPPRESS}
+    quiet: dict[str, Any] = {"default": argparse.SUPPRESS, "help": argparse.SUPPRESS}
     parser.add_argument("-v", "--verbosity", type=int, choices=[0, 1, 2, 3], **quiet)
     parser.add_argument("--settings", **quiet)
     parser.add_argument("--pythonpath", **quiet)

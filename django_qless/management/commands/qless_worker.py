@@ -176,10 +176,9 @@ class Command(BaseCommand):
 
     def _refuse_cluster_node(self) -> None:
         """Exit 2 when a plain URL reaches a Redis Cluster node (every reserve would fail)."""
-        import redis
-
         from django_qless.checks import cluster_node_message
         from django_qless.clients import build_redis
+        from django_qless.core.exceptions import CALL_ERRORS
         from django_qless.core.health import probe
 
         conf = get_settings().aliases[self._alias]
@@ -188,7 +187,7 @@ class Command(BaseCommand):
         conn = build_redis(replace(conf, socket_timeout=conf.socket_timeout or 5.0))
         try:
             found = probe(conn)
-        except redis.RedisError:
+        except CALL_ERRORS:
             return  # the worker's own start says what is wrong with the server
         finally:
             conn.close()
