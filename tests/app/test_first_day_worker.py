@@ -10,6 +10,7 @@ from django.core import checks
 from django.test import override_settings
 
 from tests.app.helpers import manage
+from testservers.cluster_node import pick_port
 from testservers.redis_server import RedisServer
 
 pytestmark = pytest.mark.timeout(120)
@@ -18,8 +19,9 @@ pytestmark = pytest.mark.timeout(120)
 @pytest.fixture(scope="module")
 def cluster_node_url() -> Iterator[str]:
     """A redis-server in cluster mode (no slots needed: the probe reads INFO cluster)."""
-    server = RedisServer(extra_args=["--cluster-enabled", "yes",
-                                     "--cluster-config-file", "nodes.conf"]).start()
+    # A port of its own: the cluster bus listens on port + 10000 (port 0 would take 10000).
+    server = RedisServer(port=pick_port(set()), extra_args=[
+        "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]).start()
     try:
         yield server.url
     finally:
