@@ -83,3 +83,24 @@ def test_flush_refuses_a_remote_server_without_connecting(monkeypatch):
         monkeypatch.setenv("QLESS_TEST_HOSTS", "ci-redis")
         with pytest.raises(NotATestServer):
             flush_keyspace()
+
+
+@pytest.mark.timeout(180)
+def test_flush_empties_every_shard_of_a_cluster_alias(redis_cluster):
+    from django_qless.clients import clients
+    from tests.app.test_cluster_django import cluster_qless
+
+    redis_cluster.heal()
+    redis_cluster.flush()
+    clients.close_all()
+    try:
+        with override_settings(QLESS=cluster_qless(redis_cluster)):
+            sharded = get_client()
+            flush_keyspace()  # empty shards: allowed, and marked
+            for queue in ("default", "other", "emails"):
+                sharded.for_queue(queue).queues[queue].put("tests.app.jobs.add", {}, delay=60)
+            assert flush_keyspace() > 3
+            assert all(s.queues.counts == [] for s in sharded.clients())
+            assert all(s.config.get(TEST_MARK) is not None for s in sharded.clients())
+    finally:
+        clients.close_all()
