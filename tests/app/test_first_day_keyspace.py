@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import tomllib
+from importlib.metadata import entry_points
 
 import pytest
 from django.test import override_settings
@@ -12,7 +14,7 @@ from django.test import override_settings
 from django_qless.clients import get_client
 from django_qless.testing import TEST_MARK, NotATestServer, flush_keyspace
 from tests.app import jobs
-from tests.app.helpers import command_env
+from tests.app.helpers import ROOT, command_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -35,9 +37,13 @@ USER_TESTS = textwrap.dedent('''
 def run_user_tests(tmp_path, redis_url, marks: str) -> subprocess.CompletedProcess[str]:
     (tmp_path / "test_user.py").write_text(USER_TESTS.format(marks=marks))
     env = command_env(redis_url)
+    # The fixture comes from the installed package's pytest11 entry point, as for users
+    # (named explicitly only in a checkout installed before the entry point existed).
+    installed = any(e.value == "django_qless.pytest_plugin"
+                    for e in entry_points(group="pytest11"))
+    plugin = [] if installed else ["-p", "django_qless.pytest_plugin"]
     return subprocess.run(
-        # The fixture comes from the installed package's pytest11 entry point, as for users.
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *plugin,
          "--ds", "tests.app.settings", "-o", "addopts=",
          "--rootdir", str(tmp_path), str(tmp_path / "test_user.py")],
         cwd=tmp_path, env=env, text=True, capture_output=True, timeout=120)
@@ -54,6 +60,11 @@ def test_without_the_fixture_tests_leak_and_with_it_they_do_not(tmp_path, redis_
     for _ in range(2):  # the second run finds the first one's marked keyspace
         clean = run_user_tests(tmp_path, redis_url, fixture)
         assert clean.returncode == 0 and "2 passed" in clean.stdout, clean.stdout
+
+
+def test_the_plugin_is_declared_as_a_pytest11_entry_point():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["entry-points"]["pytest11"] == {"django_qless": "django_qless.pytest_plugin"}
 
 
 def test_flush_empties_the_keyspace_and_marks_it():
