@@ -11,10 +11,18 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
 from django_qless.conf import AliasSettings, get_problems, get_settings
 
-__all__ = ["check_deploy", "check_engine", "check_job_modules", "check_settings",
-           "check_stray_jobs", "check_stray_settings"]
+__all__ = ["CLUSTER_NODE_HINT", "check_deploy", "check_engine", "check_job_modules",
+           "check_settings", "check_stray_jobs", "check_stray_settings", "cluster_node_message"]
 
 TAG = "django_qless"
+CLUSTER_NODE_HINT = ('Use CLUSTER instead of URL: "CLUSTER": ["redis://node1:7000", ...] '
+                     "(see docs/django.md, queues sharded over a Redis Cluster).")
+
+
+def cluster_node_message(alias: str, settings: AliasSettings) -> str:
+    """Say that a plain URL reaches a Redis Cluster node (the engine cannot run there)."""
+    return (f"QLESS[{alias!r}] ({settings.display}) is a node of a Redis Cluster reached by "
+            "a plain URL: use CLUSTER.")
 
 
 @register(TAG, Tags.compatibility)
@@ -131,8 +139,13 @@ def check_deploy(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
                                   hint="Check the URL, credentials, TLS settings and network.",
                                   obj=alias, id="django_qless.E081"))
             continue
-        for node, (policy, skew, *_) in probes:
-            messages.extend(_probe_messages(alias, where + node, policy, skew, SAFE_POLICY))
+        for node, found in probes:
+            if found.cluster_node and settings.cluster is None:
+                messages.append(Error(cluster_node_message(alias, settings),
+                                      hint=CLUSTER_NODE_HINT, obj=alias, id="django_qless.E086"))
+                continue
+            messages.extend(_probe_messages(alias, where + node, found.policy, found.skew,
+                                            SAFE_POLICY))
     return messages
 
 

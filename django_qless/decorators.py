@@ -32,6 +32,7 @@ from django_qless.core.client import Client
 from django_qless.core.job import Job
 from django_qless.core.queue import Queue
 from django_qless.core.registry import klass_name_of
+from django_qless.handle import warn_if_not_installed
 from django_qless.options import (
     ACTIVE_STATES,
     Backoff,
@@ -74,6 +75,7 @@ class _Sender:
     def _send(self, data: dict[str, Any], options: JobOptions, *,
               delay: Delay | None = None, when: When | None = None,
               interval: Delay | None = None) -> JobHandle:
+        warn_if_not_installed()
         if options.unique is not None and options.jid is None:
             options = options.merge({"jid": unique_jid(self.klass, data)})
         if options.jid is None:

@@ -19,10 +19,13 @@ from django.apps import AppConfig, apps
 
 from django_qless.conf import get_settings
 
-__all__ = ["StrayJobModule", "find_stray_job_modules", "unknown_job_hint"]
+__all__ = ["StrayJobModule", "find_stray_job_modules", "task_modules", "tasks_backend_in_use",
+           "unknown_job_hint"]
 
 # Module names people reach for besides ``jobs``; only these are read, never imported.
 SUSPECT_MODULES = ("tasks",)
+# Where the ``@task`` decorator of django.tasks comes from (Django 6, or the backport).
+TASK_PACKAGES = ("django.tasks", "django_tasks")
 
 
 @dataclass(frozen=True)
@@ -112,15 +115,53 @@ def _covered(module: str) -> bool:
     return any(module == p or module.startswith(p + ".") for p in get_settings().job_modules)
 
 
+def _defines_tasks(tree: ast.Module) -> bool:
+    """Tell whether a parsed module decorates anything with django.tasks' ``task``."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module in TASK_PACKAGES:
+            names.update(a.asname or a.name for a in node.names if a.name == "task")
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            for decorator in node.decorator_list:
+                target = decorator.func if isinstance(decorator, ast.Call) else decorator
+                if isinstance(target, ast.Name) and target.id in names:
+                    return True
+    return False
+
+
+def task_modules(app_configs: Iterable[AppConfig] | None = None) -> list[str]:
+    """Return each app's ``tasks`` module that defines django.tasks tasks (read, not
+    imported): a worker imports these to find the tasks it may run."""
+    found = []
+    for config in app_configs if app_configs is not None else apps.get_app_configs():
+        module = f"{config.name}.tasks"
+        tree = _parse(_source(module))
+        if tree is not None and _defines_tasks(tree):
+            found.append(module)
+    return found
+
+
+def tasks_backend_in_use() -> bool:
+    """Tell whether workers import app ``tasks`` modules (the django.tasks backend is used)."""
+    from django_qless.registry import tasks_backend_in_use as in_use
+
+    return in_use()
+
+
 def find_stray_job_modules(app_configs: Iterable[AppConfig] | None = None
                            ) -> list[StrayJobModule]:
     """Return each app module that defines ``@job`` jobs and that no worker would import."""
     autodiscover = get_settings().autodiscover
+    configs = list(app_configs if app_configs is not None else apps.get_app_configs())
+    imported_task_modules = set(task_modules(configs)) if tasks_backend_in_use() else set()
     found = []
-    for config in app_configs if app_configs is not None else apps.get_app_configs():
+    for config in configs:
         jobs_module = f"{config.name}.jobs"
         for suffix in SUSPECT_MODULES:
             module = f"{config.name}.{suffix}"
+            if module in imported_task_modules:
+                continue  # workers import it to find its django.tasks tasks
             tree = _parse(_source(module))
             names = _job_names(tree) if tree is not None else ()
             if not names or _covered(module):

@@ -21,12 +21,42 @@ if TYPE_CHECKING:
     from django_qless.core.recurring import RecurringJob
     from django_qless.options import JobOptions
 
-__all__ = ["RESULT_KEY", "JobHandle", "dispatch"]
+__all__ = ["RESULT_KEY", "JobHandle", "NotInstalledWarning", "PendingSend", "dispatch",
+           "warn_if_not_installed"]
 
 log = logging.getLogger("django_qless")
 
 # The job data key a function job's return value is stored under.
 RESULT_KEY = "result"
+
+_INSTALL_CHECKED = False
+
+
+class NotInstalledWarning(RuntimeWarning):
+    """Jobs are enqueued while ``django_qless`` is missing from ``INSTALLED_APPS``."""
+
+
+def warn_if_not_installed() -> None:
+    """Warn once per process when jobs are enqueued without the app installed.
+
+    Enqueueing works without it, but nothing else does (no ``qless_worker`` command, no
+    system checks, no dashboard): without this warning the first sign is a queue that
+    never drains. A system check cannot say it, since checks run only for installed apps.
+    """
+    global _INSTALL_CHECKED
+    if _INSTALL_CHECKED:
+        return
+    _INSTALL_CHECKED = True
+    from django.apps import apps
+
+    if apps.ready and not apps.is_installed("django_qless"):
+        import warnings
+
+        warnings.warn(
+            "django_qless is not in INSTALLED_APPS: jobs are enqueued, but manage.py "
+            "qless_worker, the system checks and the dashboard are unavailable, so nothing "
+            "runs them. Add 'django_qless' to INSTALLED_APPS.",
+            NotInstalledWarning, stacklevel=4)
 
 
 class JobHandle:
@@ -150,20 +180,32 @@ class JobHandle:
         return await sync_to_async(self.result, thread_sensitive=False)(timeout)
 
 
+class PendingSend:
+    """An enqueue waiting in a connection's on-commit list (``run_queued`` may send it)."""
+
+    __slots__ = ("action", "describe")
+
+    def __init__(self, action: Callable[[], None], describe: str) -> None:
+        self.action = action
+        self.describe = describe
+
+    def __call__(self) -> None:
+        """Send the job now."""
+        try:
+            self.action()
+        except Exception:
+            # The transaction is committed; the job is not. Say so loudly, with payload.
+            log.exception("django_qless: enqueue after commit failed: %s", self.describe)
+            raise
+
+
 def dispatch(options: JobOptions, action: Callable[[], None], describe: str,
              handle: JobHandle | None = None) -> bool:
     """Run ``action`` now, or after the transaction commits; return True if it ran now."""
     mode = options.commit_mode or get_settings().commit_mode
     if mode == "on_commit" and transaction.get_connection(options.database).in_atomic_block:
 
-        def after_commit() -> None:
-            try:
-                action()
-            except Exception:
-                # The transaction is committed; the job is not. Say so loudly, with payload.
-                log.exception("django_qless: enqueue after commit failed: %s", describe)
-                raise
-
+        after_commit = PendingSend(action, describe)
         transaction.on_commit(after_commit, using=options.database)
         if handle is not None:
             handle._waiting = (options.database, after_commit)

@@ -4,8 +4,13 @@
                          "QUEUES": ["default", "emails"],
                          "OPTIONS": {"CLIENT": None, "RETRIES": 0, "ENQUEUE_ON_COMMIT": None}}}
 
-Each task becomes a qless job of klass ``django_qless.tasks_backend.DjangoTaskJob`` whose
-data names the task (``task_path``) with its arguments; the result id is the jid. State
+Each task becomes a qless job whose klass is the task's own path (``shop.tasks.send_email``),
+so the worker log, the job page, ``qless get`` and search by klass name the task; its data
+repeats the path (``task_path``) with the arguments; the result id is the jid. The worker
+runs only tasks in its registry: ``register_task`` adds one (done at enqueue, and by
+``registry.setup()`` in workers for every task it finds after importing each app's
+``tasks`` and ``jobs`` modules and ``JOB_MODULES``). Jobs of the older klass
+``django_qless.tasks_backend.DjangoTaskJob`` still run. State
 mapping for ``get_result``: waiting/scheduled/depends/throttled/stalled -> READY (a stalled
 job's lease expired and another worker will take it), running -> RUNNING, complete ->
 SUCCESSFUL, failed -> FAILED; a canceled or expired job does not exist. Arguments are
@@ -18,8 +23,10 @@ and ``ENQUEUE_ON_COMMIT`` (default: ``QLESS["COMMIT_MODE"]``).
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from traceback import format_exception
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from django.core import checks
@@ -29,7 +36,7 @@ from django.utils.module_loading import import_string
 try:  # Django >= 6.0
     from django.tasks import TaskContext, TaskResult, TaskResultStatus
     from django.tasks.backends.base import BaseTaskBackend
-    from django.tasks.base import TaskError
+    from django.tasks.base import Task, TaskError
     from django.tasks.exceptions import InvalidTask as InvalidTaskError
     from django.tasks.exceptions import TaskResultDoesNotExist
     from django.tasks.signals import task_enqueued, task_finished, task_started
@@ -41,7 +48,7 @@ except ImportError:  # the django-tasks backport (Django 5.2)
         TaskResultStatus,
     )
     from django_tasks.backends.base import BaseTaskBackend  # type: ignore[assignment]
-    from django_tasks.base import TaskError  # type: ignore[assignment]
+    from django_tasks.base import Task, TaskError  # type: ignore[assignment]
     from django_tasks.exceptions import (  # type: ignore[assignment]
         InvalidTaskError,
         TaskResultDoesNotExist,
@@ -58,7 +65,8 @@ from django_qless.registry import register_job
 if TYPE_CHECKING:
     from django_qless.core.job import Job
 
-__all__ = ["KLASS", "DjangoTaskJob", "QlessBackend"]
+__all__ = ["KLASS", "DjangoTaskJob", "QlessBackend", "TaskJob", "register_task",
+           "register_tasks_in"]
 
 KLASS = "django_qless.tasks_backend.DjangoTaskJob"
 STATUS = {
@@ -122,6 +130,7 @@ class QlessBackend(BaseTaskBackend):
         """Put a job running ``task`` with these arguments; the result id is the jid."""
         self.validate_task(task)
         self._check_importable(task)
+        register_task(task)  # a worker in this process (run_queued) runs it too
         args, kwargs = _json_arguments(task, args, kwargs)
         jid = new_jid()
         result: Any = TaskResult(
@@ -147,8 +156,9 @@ class QlessBackend(BaseTaskBackend):
             delay = 0.0
             if task.run_after is not None:
                 delay = max(0.0, task.run_after.timestamp() - client.now())
-            client.queues[task.queue_name].put(KLASS, data, jid=jid, priority=task.priority,
-                                               delay=delay, retries=self.retries)
+            client.queues[task.queue_name].put(task.module_path, data, jid=jid,
+                                               priority=task.priority, delay=delay,
+                                               retries=self.retries)
             object.__setattr__(result, "enqueued_at", timezone.now())
             task_enqueued.send(sender=type(self), task_result=result)
 
@@ -168,7 +178,7 @@ class QlessBackend(BaseTaskBackend):
                 job = get_client(alias).find_job(result_id)
             except InvalidArgument:
                 raise TaskResultDoesNotExist(result_id) from None
-            if isinstance(job, Job) and job.klass_name == KLASS:
+            if isinstance(job, Job) and _is_task_job(job):
                 return self._result_from_job(job)
         raise TaskResultDoesNotExist(result_id)
 
@@ -230,46 +240,102 @@ class QlessBackend(BaseTaskBackend):
         return messages
 
 
+def _is_task_job(job: Job) -> bool:
+    """Tell whether a job was put by this backend (klass: the task path, or the old shim)."""
+    data = job.data
+    path = data.get("task_path") if isinstance(data, dict) else None
+    return isinstance(path, str) and job.klass_name in (path, KLASS)
+
+
+class TaskJob:
+    """The registry entry that runs one django.tasks task: its path is the job's klass."""
+
+    __slots__ = ("task",)
+
+    def __init__(self, task: Any) -> None:
+        self.task = task
+
+    def __repr__(self) -> str:
+        return f"<TaskJob {self.task.module_path}>"
+
+    def __call__(self, job: Job) -> Any:
+        """Run the task for a worker."""
+        return run_task(self.task, job)
+
+
+def register_task(task: Any) -> None:
+    """Let workers in this process run ``task`` (registered under its path)."""
+    register_job(task.module_path, TaskJob(task))
+
+
+def register_tasks_in(modules: Iterable[ModuleType]) -> int:
+    """Register every task using a QlessBackend defined in ``modules``; return how many."""
+    found = 0
+    for module in modules:
+        for value in list(vars(module).values()):
+            if not isinstance(value, Task) or value.module_path.rpartition(".")[0] != (
+                    module.__name__):
+                continue  # not a task, or one imported from elsewhere (registered there)
+            try:
+                backend = value.get_backend()
+            except Exception:  # noqa: BLE001, S112 - a task of a backend not configured
+                continue
+            if isinstance(backend, QlessBackend):
+                register_task(value)
+                found += 1
+    return found
+
+
 class DjangoTaskJob:
-    """The qless job class that runs a django.tasks task in a worker."""
+    """The klass the backend used to put tasks under (the task path in the data)."""
 
     @staticmethod
     def process(job: Job) -> Any:
-        """Import the task, run it, keep its JSON return value, send the tasks signals."""
-        from django_qless.options import RESULT_KEY
+        """Run the task named by the job data (a registered task, else imported)."""
+        from django_qless.registry import get_registry
 
-        data = job.data
-        task = import_string(data["task_path"])
-        backend = task.get_backend()
-        now = timezone.now()
-        result: Any = TaskResult(
-            task=task, id=job.jid, status=TaskResultStatus.RUNNING, enqueued_at=None,
-            started_at=now, finished_at=None, last_attempted_at=now,
-            args=data.get("args", []), kwargs=data.get("kwargs", {}), backend=backend.alias,
-            errors=[], worker_ids=[job.worker_name],
-        )
-        task_started.send(sender=type(backend), task_result=result)
-        try:
-            if data.get("takes_context"):
-                value = task.call(TaskContext(task_result=result), *result.args, **result.kwargs)
-            else:
-                value = task.call(*result.args, **result.kwargs)
-            value = normalize_json(value)
-        except Exception as exc:
-            # Only the task's own errors: an abort (shutdown, lost lock, time limit) is a
-            # BaseException and gives the job back, so the task has not failed.
-            object.__setattr__(result, "status", TaskResultStatus.FAILED)
-            object.__setattr__(result, "finished_at", timezone.now())
-            result.errors.append(TaskError(exception_class_path=error_group(exc),
-                                           traceback="".join(format_exception(exc))))
-            task_finished.send(sender=type(backend), task_result=result)
-            raise
-        job.data[RESULT_KEY] = value
-        object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
+        path = job.data["task_path"]
+        entry = get_registry().resolve(path) if path in get_registry() else None
+        target = entry.target if entry is not None else None
+        task = target.task if isinstance(target, TaskJob) else import_string(path)
+        return run_task(task, job)
+
+
+def run_task(task: Any, job: Job) -> Any:
+    """Run ``task`` with the job's arguments; keep its JSON return value; send the signals."""
+    from django_qless.options import RESULT_KEY
+
+    data = job.data
+    backend = task.get_backend()
+    now = timezone.now()
+    result: Any = TaskResult(
+        task=task, id=job.jid, status=TaskResultStatus.RUNNING, enqueued_at=None,
+        started_at=now, finished_at=None, last_attempted_at=now,
+        args=data.get("args", []), kwargs=data.get("kwargs", {}), backend=backend.alias,
+        errors=[], worker_ids=[job.worker_name],
+    )
+    task_started.send(sender=type(backend), task_result=result)
+    try:
+        if data.get("takes_context"):
+            value = task.call(TaskContext(task_result=result), *result.args, **result.kwargs)
+        else:
+            value = task.call(*result.args, **result.kwargs)
+        value = normalize_json(value)
+    except Exception as exc:
+        # Only the task's own errors: an abort (shutdown, lost lock, time limit) is a
+        # BaseException and gives the job back, so the task has not failed.
+        object.__setattr__(result, "status", TaskResultStatus.FAILED)
         object.__setattr__(result, "finished_at", timezone.now())
-        object.__setattr__(result, "_return_value", value)
+        result.errors.append(TaskError(exception_class_path=error_group(exc),
+                                       traceback="".join(format_exception(exc))))
         task_finished.send(sender=type(backend), task_result=result)
-        return value
+        raise
+    job.data[RESULT_KEY] = value
+    object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
+    object.__setattr__(result, "finished_at", timezone.now())
+    object.__setattr__(result, "_return_value", value)
+    task_finished.send(sender=type(backend), task_result=result)
+    return value
 
 
 register_job(KLASS, DjangoTaskJob)

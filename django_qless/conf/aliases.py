@@ -5,7 +5,7 @@ with its environment fallbacks (``QLESS_[<ALIAS>_]URL``, ``..._CLUSTER``, ``..._
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django_qless.conf.cluster import parse_cluster
@@ -18,7 +18,17 @@ from django_qless.conf.model import (
 )
 from django_qless.conf.reporter import Reporter
 
-__all__ = ["env_location", "parse_alias"]
+__all__ = ["close_key", "env_location", "parse_alias", "shadowed_environment"]
+
+
+def close_key(name: object, known: Iterable[str]) -> str | None:
+    """Return the known key closest to a misspelt one (``URl`` -> ``URL``), if any is close."""
+    import difflib
+
+    if not isinstance(name, str):
+        return None
+    close = difflib.get_close_matches(name.upper(), sorted(known), n=1, cutoff=0.7)
+    return close[0] if close else None
 
 
 def parse_alias(p: Reporter, name: str, raw: Any) -> AliasSettings | None:
@@ -28,8 +38,10 @@ def parse_alias(p: Reporter, name: str, raw: Any) -> AliasSettings | None:
         p.error(key, f"{key} must be a dict, not {type(raw).__name__}.",
                 f'Use {{"URL": "{DEFAULT_URL}"}}.', 20)
         return None
-    for unknown in sorted(set(raw) - ALIAS_KEYS):
-        p.error(f"{key}[{unknown!r}]", f"{key} has an unknown key {unknown!r}.",
+    for unknown in sorted(set(raw) - ALIAS_KEYS, key=str):
+        guess = close_key(unknown, ALIAS_KEYS)
+        p.error(f"{key}[{unknown!r}]", f"{key} has an unknown key {unknown!r}"
+                + (f"; did you mean {guess!r}?" if guess else "."),
                 f"Valid keys: {', '.join(sorted(ALIAS_KEYS))}.", 21)
     prefix = "QLESS_" if name == DEFAULT_ALIAS else f"QLESS_{name.upper()}_"
     url = raw.get("URL")
@@ -39,6 +51,8 @@ def parse_alias(p: Reporter, name: str, raw: Any) -> AliasSettings | None:
         url, nodes = env_location(p, key, prefix)
         if url is None and nodes is None and name == DEFAULT_ALIAS:
             url = DEFAULT_URL
+    else:
+        shadowed_environment(p, key, prefix, raw)
     if url is not None and sentinels_raw:
         p.error(key, f"{key} sets both URL and SENTINELS.",
                 "Keep one: SENTINELS + MASTER_NAME for Sentinel, URL otherwise.", 22)
@@ -128,3 +142,23 @@ def env_location(p: Reporter, key: str, prefix: str) -> tuple[str | None, list[s
         return url, None
     return url, nodes
 
+
+
+def shadowed_environment(p: Reporter, key: str, prefix: str, raw: Mapping[str, Any]) -> None:
+    """Warn when ``<prefix>URL``/``<prefix>CLUSTER`` is set but the alias's own location
+    wins (a deploy that sets only the variable would silently keep the settings' server)."""
+    given = "URL" if raw.get("URL") is not None else (
+        "CLUSTER" if raw.get("CLUSTER") is not None else "SENTINELS")
+    for name in (f"{prefix}URL", f"{prefix}CLUSTER"):
+        value = p.envval(name)
+        if value is None:
+            continue
+        if given == "URL" and name.endswith("URL") and value == raw.get("URL"):
+            continue  # settings read the variable themselves: URL = env("QLESS_URL")
+        if given == "CLUSTER" and name.endswith("CLUSTER") and [
+                v.strip() for v in value.split(",") if v.strip()] == list(raw.get("CLUSTER") or []):
+            continue
+        p.warn(name, f"The environment variable {name} is set, but {key} sets {given}: "
+               f"the variable is ignored.",
+               f"Remove {given} from {key} to use the environment (or read the variable "
+               f"there yourself), or unset {name}.", 116)

@@ -7,13 +7,13 @@ Global keys here (``QUEUES``, ``WORKER``, ``COMMIT_MODE``, ``JOB_MODULES``, ``AU
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
 import environ
 
-from django_qless.conf.aliases import parse_alias
+from django_qless.conf.aliases import close_key, parse_alias
 from django_qless.conf.cluster import placed_elsewhere
 from django_qless.conf.model import (
     COMMIT_MODES,
@@ -110,16 +110,6 @@ def parse_receivers(p: Reporter, raw: Any) -> ReceiverSettings:
 
 
 
-def _close_key(name: object, known: Iterable[str]) -> str | None:
-    """Return the known key closest to a misspelt one, if any is close."""
-    import difflib
-
-    if not isinstance(name, str):
-        return None
-    close = difflib.get_close_matches(name.upper(), sorted(known), n=1, cutoff=0.7)
-    return close[0] if close else None
-
-
 def _no_default_alias(p: Reporter, names: list[str]) -> None:
     """Report aliases without a "default" one: a typo, or jobs going to an implicit server."""
     import difflib
@@ -155,7 +145,7 @@ def parse_settings(raw: Any, env: environ.Env | None = None
             continue
         if not isinstance(name, str) or not ALIAS_RE.match(name):
             valid = ", ".join(sorted(GLOBAL_KEYS))
-            guess = _close_key(name, GLOBAL_KEYS)
+            guess = close_key(name, GLOBAL_KEYS)
             p.error(f"QLESS[{name!r}]", f"QLESS has an unknown key {name!r}"
                     + (f"; did you mean {guess!r}?" if guess else "."),
                     f"Aliases are lowercase names like 'default'; global keys are: {valid}.", 51)

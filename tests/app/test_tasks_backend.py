@@ -10,7 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from django_qless.clients import get_client
-from django_qless.tasks_backend import KLASS, QlessBackend
+from django_qless.tasks_backend import QlessBackend
 from django_qless.testing import run_queued
 from tests.app import tasks
 from tests.app.helpers import manage, spawn
@@ -53,11 +53,11 @@ def test_backend_is_configured_with_capabilities():
     assert backend.supports_get_result and backend.supports_async_task
 
 
-def test_enqueue_puts_a_shim_job_and_returns_a_ready_result(captured):
+def test_enqueue_puts_a_job_named_after_the_task_and_returns_a_ready_result(captured):
     result = tasks.multiply.enqueue(6, 7)
     assert result.status == TaskResultStatus.READY and result.enqueued_at is not None
     job = get_client().jobs[result.id]
-    assert job.klass_name == KLASS and job.queue_name == "default"
+    assert job.klass_name == "tests.app.tasks.multiply" and job.queue_name == "default"
     assert job.data["task_path"] == "tests.app.tasks.multiply" and job.data["args"] == [6, 7]
     assert captured == [("enqueued", QlessBackend, TaskResultStatus.READY)]
     fetched = tasks.multiply.get_result(result.id)

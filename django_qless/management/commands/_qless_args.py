@@ -30,12 +30,29 @@ def _moment(*, until: bool) -> Any:
     return parse
 
 
+def _add_django_options(parser: CommandParser) -> None:
+    """Accept Django's own options after the action too (``qless stats --settings X``).
+
+    They default to SUPPRESS, so an action's parser sets them only when they are given
+    there and never hides the value given before the action.
+    """
+    import argparse
+
+    quiet: dict[str, Any] = {"default": argparse.SUPPRESS, "help": argparse.SUPPRESS}
+    parser.add_argument("-v", "--verbosity", type=int, choices=[0, 1, 2, 3], **quiet)
+    parser.add_argument("--settings", **quiet)
+    parser.add_argument("--pythonpath", **quiet)
+    for flag in ("--traceback", "--no-color", "--force-color", "--skip-checks"):
+        parser.add_argument(flag, action="store_true", **quiet)
+
+
 def add_arguments(parser: CommandParser) -> None:
     """Declare the actions and their options on `parser`."""
     common = CommandParser(add_help=False)
     common.add_argument("--alias", "--client", default=None,
                         help="QLESS alias (default: routed by queue, else 'default')")
     common.add_argument("--json", action="store_true", help="print JSON")
+    _add_django_options(common)
     sub = parser.add_subparsers(dest="action", required=True)
     original = sub.add_parser
 

@@ -62,6 +62,21 @@ def _check_queues(queues: list[str]) -> None:
         check_name("queue", queue)
 
 
+def _check_function_arguments(klass: str, args: list[Any], kwargs: dict[str, Any]) -> None:
+    """Check --args/--kwargs against a @job function's signature, as ``.enqueue()`` does."""
+    from django_qless.decorators import JobFunction
+    from django_qless.options import encode_arguments
+    from django_qless.registry import get_registry
+
+    target = getattr(get_registry().resolve(klass).target, "__self__", None)
+    if not isinstance(target, JobFunction):
+        return  # a job class reads its data as it likes
+    try:
+        encode_arguments(klass, target.signature, args, kwargs)
+    except TypeError as exc:
+        raise CommandError(str(exc)) from None
+
+
 class Command(BaseCommand):
     """The operator CLI."""
 
@@ -114,6 +129,8 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         """Dispatch to the action."""
+        from django.core.exceptions import ImproperlyConfigured
+
         from django_qless.core.exceptions import QlessError
 
         self.options = options
@@ -121,6 +138,9 @@ class Command(BaseCommand):
             getattr(self, f"do_{options['action'].replace('-', '_')}")()
         except QlessError as exc:
             raise CommandError(f"{type(exc).__name__}: {exc}") from exc
+        except ImproperlyConfigured as exc:
+            # An unknown --alias or invalid QLESS: a usage error, one line, exit 2.
+            raise CommandError(str(exc), returncode=2) from None
 
     # -- actions ----------------------------------------------------------------------------
 
@@ -138,6 +158,7 @@ class Command(BaseCommand):
                                    "build the data of a @job function)")
             data = {"args": _json_option("--args", o["job_args"] or "[]", list),
                     "kwargs": _json_option("--kwargs", o["job_kwargs"] or "{}", dict)}
+            _check_function_arguments(o["klass"], data["args"], data["kwargs"])
         jid = self.client(o["queue"]).queues[o["queue"]].put(
             o["klass"], data, jid=o["jid"], priority=o["priority"], tags=_csv(o["tags"]),
             delay=o["delay"], retries=o["retries"], depends=_csv(o["depends"]),

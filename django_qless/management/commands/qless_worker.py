@@ -7,9 +7,9 @@ import os
 import signal
 import sys
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
-from typing import TYPE_CHECKING, Any, TextIO, cast
+from typing import Any, TextIO, cast
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
@@ -17,11 +17,9 @@ from django_qless.clients import build_client, build_redis
 from django_qless.conf import AliasSettings, get_settings
 from django_qless.core.workers.cli import check_imports, check_queue_specs, split_command
 from django_qless.core.workers.option_specs import add_options, option_values
+from django_qless.core.workers.worker_config import WorkerConfig
 
-if TYPE_CHECKING:
-    from django_qless.core.workers.worker_config import WorkerConfig
-
-__all__ = ["Command", "alias_connector"]
+__all__ = ["AliasWorkerConfig", "Command", "alias_connector"]
 
 WORKER_SOCKET_TIMEOUT = 30.0
 
@@ -39,6 +37,18 @@ def alias_connector(conf: AliasSettings) -> Callable[[], Any]:
     if conf.cluster is not None:
         return partial(build_client, conf)
     return partial(build_redis, conf)
+
+
+@dataclass(frozen=True)
+class AliasWorkerConfig(WorkerConfig):
+    """A worker config built from a QLESS alias: logs name the alias and its masked URL."""
+
+    alias: str = ""
+
+    @property
+    def safe_url(self) -> str:
+        """Return the alias's credential-free URL and its name (for logs)."""
+        return f"{self.url} (QLESS alias {self.alias!r})"
 
 
 def config_error(message: str) -> CommandError:
@@ -109,7 +119,8 @@ class Command(BaseCommand):
         fields = WorkerConfig.__dataclass_fields__
         values = {n: v for n, v in merged.items() if n in fields and n != "queues"}
         try:
-            return WorkerConfig(
+            return AliasWorkerConfig(
+                alias=alias,
                 url=conf.aliases[alias].display,
                 connect=alias_connector(conf.aliases[alias]),
                 queues=queues,
@@ -140,6 +151,8 @@ class Command(BaseCommand):
         # Before the heartbeat write and the event bridge, which need Redis too.
         if not options["dry_run"] and not wait_for_redis(config):
             sys.exit(1)
+        if not options["dry_run"]:
+            self._refuse_cluster_node()
         heartbeat = get_settings().worker.heartbeat
         if heartbeat is not None:
             from django_qless.core.exceptions import CALL_ERRORS
@@ -176,6 +189,26 @@ class Command(BaseCommand):
             raise config_error(str(exc)) from None
         except CALL_ERRORS as exc:
             raise CommandError(f"cannot register the cron schedules: {exc}") from None
+
+    def _refuse_cluster_node(self) -> None:
+        """Exit 2 when a plain URL reaches a Redis Cluster node (every reserve would fail)."""
+        from django_qless.checks import cluster_node_message
+        from django_qless.clients import build_redis
+        from django_qless.core.exceptions import CALL_ERRORS
+        from django_qless.core.health import probe
+
+        conf = get_settings().aliases[self._alias]
+        if conf.cluster is not None:
+            return
+        conn = build_redis(replace(conf, socket_timeout=conf.socket_timeout or 5.0))
+        try:
+            found = probe(conn)
+        except CALL_ERRORS:
+            return  # the worker's own start says what is wrong with the server
+        finally:
+            conn.close()
+        if found.cluster_node:
+            raise config_error(cluster_node_message(self._alias, conf))
 
     def _start_bridge(self, config: WorkerConfig) -> int:
         """Fork the event bridge before the worker starts any thread; return once it listens."""
