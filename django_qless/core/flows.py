@@ -30,8 +30,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FLOW_KEY", "MAX_MEMBERS", "RESULT_KEY", "Chain", "FlowMember", "FlowState", "Flows",
-    "Group", "Node", "Step", "chain", "chord", "flow_of", "group", "member_ids",
-    "parent_results",
+    "Group", "Node", "Placed", "Step", "chain", "chord", "flow_of", "group", "member_ids",
+    "new_flow_id", "parent_results", "plan",
     "received",
 ]
 
@@ -105,7 +105,7 @@ def chord(header: Group, callback: Node) -> Chain:
 
 
 @dataclass
-class _Placed:
+class Placed:
     """One step with its jid and the jids it waits for."""
 
     jid: str
@@ -114,13 +114,13 @@ class _Placed:
     gather: bool
 
 
-def _place(node: Node, parents: list[str], gather: bool, out: list[_Placed],
+def _place(node: Node, parents: list[str], gather: bool, out: list[Placed],
            flow_id: str) -> tuple[list[str], bool]:
     """Give each step of `node` a jid after `parents`; return its last jids and whether
     they are a group's."""
     if isinstance(node, Step):
         jid = f"{flow_id}-{len(out)}"
-        out.append(_Placed(jid, node, list(parents), gather))
+        out.append(Placed(jid, node, list(parents), gather))
         return [jid], False
     if isinstance(node, Chain):
         for part in node.parts:
@@ -139,6 +139,29 @@ def _count(node: Node) -> int:
     if not node.parts:
         raise InvalidArgument(f"an empty {type(node).__name__.lower()} has nothing to run")
     return sum(_count(p) for p in node.parts)
+
+
+def new_flow_id(flow: Node) -> str:
+    """Return a fresh id for `flow` (checked): random, ending in its number of steps."""
+    node = _check_node(flow, "a flow")
+    count = _count(node)
+    if count > MAX_MEMBERS:
+        raise InvalidArgument(f"a flow has at most {MAX_MEMBERS} steps, got {count}")
+    return f"fl{new_jid()[:24]}.{count}"
+
+
+def plan(flow: Node, flow_id: str | None = None) -> tuple[list[Placed], list[str], bool]:
+    """Return `flow`'s steps in an order that puts parents first, with their jids and
+    parents; then the jids it ends with and whether they are a group's."""
+    expected = new_flow_id(flow)
+    if flow_id is None:
+        flow_id = expected
+    elif len(member_ids(flow_id)) != len(member_ids(expected)):
+        raise InvalidArgument(f"flow id {flow_id!r} does not fit a flow of "
+                              f"{len(member_ids(expected))} steps")
+    placed: list[Placed] = []
+    ends, gathered = _place(flow, [], False, placed, flow_id)
+    return placed, ends, gathered
 
 
 def member_ids(flow_id: str) -> list[str]:
@@ -195,19 +218,15 @@ class Flows:
         # A Client or a ShardedClient: both have for_queue() and clients().
         self.client = client
 
-    def put(self, flow: Node) -> str:
+    def put(self, flow: Node, *, flow_id: str | None = None) -> str:
         """Put every member of `flow` in one round trip; return the flow id.
 
         Everything is checked before anything is sent. Members must live in one keyspace:
-        across shards a flow is refused (InvalidArgument naming the shards).
+        across shards a flow is refused (InvalidArgument naming the shards). `flow_id`
+        (from `new_flow_id`) lets a caller know the member jids before the put.
         """
-        node = _check_node(flow, "a flow")
-        count = _count(node)
-        if count > MAX_MEMBERS:
-            raise InvalidArgument(f"a flow has at most {MAX_MEMBERS} steps, got {count}")
-        flow_id = f"fl{new_jid()[:24]}.{count}"
-        placed: list[_Placed] = []
-        ends, gathered = _place(node, [], False, placed, flow_id)
+        placed, ends, gathered = plan(flow, flow_id)
+        flow_id = placed[0].jid.rpartition("-")[0]
         target = self._one_keyspace(placed)
         calls = []
         for item in placed:
@@ -220,7 +239,7 @@ class Flows:
             raise
         return flow_id
 
-    def _one_keyspace(self, placed: Sequence[_Placed]) -> Client:
+    def _one_keyspace(self, placed: Sequence[Placed]) -> Client:
         """Return the one client holding every member's queue; refuse a flow across shards."""
         shards: dict[str | None, list[str]] = {}
         first: Client | None = None
@@ -308,7 +327,7 @@ class Flows:
         return client.jobs.cancel(*jids) if jids else []
 
 
-def _put_args(client: Client, item: _Placed, flow_id: str, ends: Sequence[str],
+def _put_args(client: Client, item: Placed, flow_id: str, ends: Sequence[str],
               gathered: bool) -> list[str]:
     """Validate one member's put and return its arguments."""
     step = item.step
