@@ -11,6 +11,16 @@ from django.test import override_settings
 
 from django_qless.clients import clients
 from tests.app.helpers import ROOT, command_env
+from tests.ui.conftest import (  # noqa: F401 - the dashboard fixtures, for the flow page
+    allow_sync_orm,
+    as_user,
+    browser,
+    manager,
+    mc,
+    page,
+    plain,
+    viewer,
+)
 
 
 @pytest.fixture(autouse=True)
