@@ -16,17 +16,14 @@ from django_qless.views.shards import deployment
 __all__ = ["flow_cancel", "flow_detail", "flow_retry"]
 
 
-def _flows(request: HttpRequest, flow_id: str) -> tuple[Flows, FlowState]:
-    """Return the alias's flows and this flow's state (404 for anything else)."""
+def _flows(request: HttpRequest, flow_id: str) -> tuple[Flows, FlowState | None]:
+    """Return the alias's flows and this flow's state (None: no member is left)."""
     try:
         member_ids(flow_id)
     except InvalidArgument:
         raise Http404(f"{flow_id} is not a flow id") from None
     flows = Flows(deployment(request))
-    state = flows.get(flow_id)
-    if state is None:
-        raise Http404(f"flow {flow_id} has no member left (canceled, or expired)")
-    return flows, state
+    return flows, flows.get(flow_id)
 
 
 def _shown(value: Any) -> str:
@@ -39,6 +36,9 @@ def _shown(value: Any) -> str:
 def flow_detail(request: HttpRequest, flow_id: str) -> HttpResponse:
     """Show every member of a flow in order: jid (linked), class, queue, state, result."""
     _, state = _flows(request, flow_id)
+    if state is None:
+        return render_page(request, "django_qless/flow.html", {"flow_id": flow_id, "gone": True},
+                           title=f"Flow {flow_id}", crumbs=[(f"Flow {flow_id}", None)])
     rows = [{
         "jid": m.jid, "klass": m.klass, "queue": m.queue, "state": m.state or "gone",
         "url": qurl(request, "job", m.jid) if m.state else None,
@@ -47,7 +47,7 @@ def flow_detail(request: HttpRequest, flow_id: str) -> HttpResponse:
         "failure": (m.failure or {}).get("group", "") if m.state == "failed" else "",
     } for m in state.members]
     return render_page(request, "django_qless/flow.html",
-                       {"flow": state, "rows": rows,
+                       {"flow": state, "flow_id": flow_id, "rows": rows,
                         "retry_url": qurl(request, "flow_retry", flow_id),
                         "cancel_url": qurl(request, "flow_cancel", flow_id)},
                        title=f"Flow {flow_id}", crumbs=[(f"Flow {flow_id}", None)])
@@ -68,6 +68,4 @@ def flow_cancel(request: HttpRequest, flow_id: str) -> HttpResponse:
     flows, _ = _flows(request, flow_id)
     done = flows.cancel(flow_id)
     messages.success(request, f"Canceled {len(done)} member{'s' * (len(done) != 1)}.")
-    if len(done) == len(member_ids(flow_id)):
-        return HttpResponseRedirect(qurl(request, "overview"))
     return HttpResponseRedirect(qurl(request, "flow", flow_id))

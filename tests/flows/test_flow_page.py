@@ -48,8 +48,10 @@ def test_viewer_sees_members_with_links_and_no_actions(viewer, as_user) -> None:
 def test_access_is_staff_only_and_unknown_flows_are_404(plain, mc, as_user) -> None:
     flow_id = failed_flow()
     assert as_user(plain).get(f"/qless/flows/{flow_id}/").status_code == 403
-    assert mc.get("/qless/flows/fl0123456789abcdef01234567.3/").status_code == 404
+    gone = mc.get("/qless/flows/fl0123456789abcdef01234567.3/")
+    assert gone.status_code == 200 and b"No member of this flow is left" in gone.content
     assert mc.get("/qless/flows/notaflow/").status_code == 404
+    assert mc.get(f"/qless/flows/{flow_id}x/").status_code == 404
     assert mc.get(f"/qless/flows/{flow_id}/cancel/").status_code == 405
 
 
