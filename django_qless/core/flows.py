@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .exceptions import InvalidArgument, QlessError
+from .put_many import check_utf8
 from .serialization import check_jid, check_klass, check_name, new_jid
 
 if TYPE_CHECKING:
@@ -40,6 +41,8 @@ RESULT_KEY = "result"
 # Members of one flow: every put goes in one pipeline, and a step's depends holds at most
 # 1000 jids.
 MAX_MEMBERS = 1000
+# Between the puts of one flow (as between the calls of a pipeline).
+_STAGGER = 1e-6
 # Put options a step may carry (delay, jid and unique make no sense inside a flow).
 STEP_OPTIONS = frozenset({"priority", "tags", "retries", "throttles"})
 
@@ -228,15 +231,17 @@ class Flows:
         placed, ends, gathered = plan(flow, flow_id)
         flow_id = placed[0].jid.rpartition("-")[0]
         target = self._one_keyspace(placed)
-        calls = []
-        for item in placed:
-            calls.append(("put", _put_args(target, item, flow_id, ends, gathered)))
-        try:
-            target.pipeline_calls(calls)
-        except QlessError:
+        puts = [_put_args(target, item, flow_id, ends, gathered) for item in placed]
+        now = target.now()
+        # The arguments are validated text already: send them as they are, each put a
+        # microsecond after the one before so the members keep their order.
+        replies = target.channel.invoke_many(
+            [("put", repr(now + index * _STAGGER), *args) for index, args in enumerate(puts)])
+        refused = [reply for reply in replies if isinstance(reply, QlessError)]
+        if refused:
             # Refused midway (after the checks here passed): take back what was put.
             self._cancel(target, [p.jid for p in placed])
-            raise
+            raise refused[0]
         return flow_id
 
     def _one_keyspace(self, placed: Sequence[Placed]) -> Client:
@@ -345,8 +350,12 @@ def _put_args(client: Client, item: Placed, flow_id: str, ends: Sequence[str],
         record.update(ends=list(ends), gathered=gathered)
     data = {**step.data, FLOW_KEY: record}
     queue = client.queues[step.queue]
-    return queue.put_args(step.klass, data, jid=item.jid, depends=item.parents,
+    args = queue.put_args(step.klass, data, jid=item.jid, depends=item.parents,
                           **dict(step.options))
+    if not "".join(args).isascii():
+        for arg in args:
+            check_utf8(arg)
+    return args
 
 
 def _status(members: Sequence[FlowMember]) -> str:

@@ -134,3 +134,25 @@ def test_unknown_flow_ids(qless_client: Client) -> None:
     assert qless_client.flows.get("fl0123456789abcdef01234567.3") is None
     with pytest.raises(InvalidArgument, match="not a flow id"):
         qless_client.flows.get("whatever")
+
+
+def test_put_get_and_cancel_are_one_round_trip_each(
+        qless_client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    from redis.connection import AbstractConnection
+
+    sent = [0]
+    original = AbstractConnection.send_packed_command
+
+    def counting(self: AbstractConnection, command: Any, check_health: bool = True) -> None:
+        sent[0] += 1
+        original(self, command, check_health)
+
+    qless_client.flows.put(chain(step("warm")))  # the engine is loaded once per client
+    monkeypatch.setattr(AbstractConnection, "send_packed_command", counting)
+    flow = chord(group(*[step("a", n=i) for i in range(50)]), step("total"))
+    flow_id = qless_client.flows.put(flow)
+    assert sent == [1]
+    state = qless_client.flows.get(flow_id)
+    assert sent == [2] and state is not None and len(state.members) == 51
+    assert len(qless_client.flows.cancel(flow_id)) == 51
+    assert sent == [4]  # one read, one cancel of every member together
