@@ -42,6 +42,8 @@ def test_viewer_sees_members_with_links_and_no_actions(viewer, as_user) -> None:
     for i in range(4):
         assert f'href="/qless/jobs/{flow_id}-{i}/"' in html
     assert "flows.Boom" in html and "Retry failed members" not in html
+    job_page = as_user(viewer).get(f"/qless/jobs/{flow_id}-2/").content.decode()
+    assert f'href="/qless/flows/{flow_id}/"' in job_page
     assert as_user(viewer).post(f"/qless/flows/{flow_id}/cancel/").status_code == 403
 
 
