@@ -133,8 +133,9 @@ def chain(*parts: Part) -> Chain:
 
 def group(*parts: Part | Iterable[Part]) -> Group:
     """Run `parts` together (``group(a.s(), b.s())`` or ``group(generator)``)."""
-    if len(parts) == 1 and not isinstance(parts[0], Signature | Chain | Group):
-        return Group(_check(parts[0], "group"))
+    only = parts[0] if len(parts) == 1 else None
+    if isinstance(only, Iterable) and not isinstance(only, str | bytes | Mapping):
+        return Group(_check(only, "group"))
     return Group(_check(parts, "group"))
 
 

@@ -84,6 +84,10 @@ def test_bad_input_is_refused_before_anything_is_written(redis_url, r):
         chain(jobs.add.s(1), jobs.add)
     with pytest.raises(InvalidArgument, match="got int"):
         group(jobs.add.s(1), 5)
+    with pytest.raises(InvalidArgument, match="group part 0 must be a signature.*got int"):
+        group(5)
+    with pytest.raises(InvalidArgument, match="a group needs at least one step"):
+        chord([], jobs.total.s())
     with pytest.raises(TypeError, match="add\\(\\): missing a required argument"):
         chain(jobs.add.si(), jobs.add.s(1)).enqueue()
     with pytest.raises(TypeError, match="too many positional arguments"):
