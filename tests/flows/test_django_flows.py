@@ -104,3 +104,13 @@ def test_eager_mode_runs_the_flow_inline(redis_url):
         handle = chord([jobs.add.s(1, 1), jobs.add.s(2, 2)], jobs.total.s()).enqueue()
     assert handle.status == "eager"
     assert handle.result() == 6
+
+
+def test_nested_groups_flatten_and_a_flow_ending_in_a_group_gives_a_list(redis_url):
+    with eager():
+        nested = chain(jobs.add.s(1, 1),
+                       group(jobs.times.s(2), group(jobs.times.s(3), jobs.add.s(1))),
+                       jobs.total.s()).enqueue()
+        ending = group(jobs.add.s(1), jobs.add.s(2), jobs.constant.si("x")).enqueue()
+    assert nested.result() == 2 * 2 + 2 * 3 + (2 + 1)
+    assert ending.result() == [1, 2, "x"]
