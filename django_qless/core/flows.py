@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from . import integrations
 from .exceptions import InvalidArgument, QlessError
 from .put_many import check_utf8
 from .serialization import check_jid, check_klass, check_name, new_jid
@@ -348,8 +349,20 @@ def _put_args(client: Client, item: Placed, flow_id: str, ends: Sequence[str],
     if item.jid == f"{flow_id}-0":
         # The first member says how the flow ends, so a read of the flow knows its result.
         record.update(ends=list(ends), gathered=gathered)
-    data = {**step.data, FLOW_KEY: record}
+    data: Mapping[str, Any] = {**step.data, FLOW_KEY: record}
     queue = client.queues[step.queue]
+    if integrations.put_middleware():
+        # Installed instrumentation sees each member's put and may add propagation
+        # headers to its data; the puts are sent together afterwards.
+        pending = integrations.PendingPut(queue, check_klass(step.klass), item.jid, data)
+        sent: list[Mapping[str, Any]] = []
+
+        def keep(given: Mapping[str, Any]) -> str:
+            sent.append(given)
+            return item.jid
+
+        integrations.around_put(pending, keep)
+        data = sent[0] if sent else data
     args = queue.put_args(step.klass, data, jid=item.jid, depends=item.parents,
                           **dict(step.options))
     if not "".join(args).isascii():

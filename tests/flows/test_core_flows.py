@@ -156,3 +156,25 @@ def test_put_get_and_cancel_are_one_round_trip_each(
     assert sent == [2] and state is not None and len(state.members) == 51
     assert len(qless_client.flows.cancel(flow_id)) == 51
     assert sent == [4]  # one read, one cancel of every member together
+
+
+def test_put_middleware_sees_every_member_and_its_headers_travel(qless_client: Client) -> None:
+    from django_qless.core import integrations
+
+    seen: list[str] = []
+
+    def middleware(put: integrations.PendingPut, call_next: Any) -> str:
+        seen.append(put.jid)
+        put.add_headers({"traceparent": f"00-{put.jid}"})
+        return str(call_next())
+
+    integrations.install_put_middleware(middleware)
+    try:
+        flow_id = qless_client.flows.put(chain(step("a"), step("b")))
+    finally:
+        integrations.uninstall_put_middleware(middleware)
+    assert seen == [f"{flow_id}-0", f"{flow_id}-1"]
+    for jid in seen:
+        data = qless_client.jobs[jid].data
+        assert data[integrations.TRACE_KEY] == {"traceparent": f"00-{jid}"}
+        assert data[FLOW_KEY]["id"] == flow_id
