@@ -189,7 +189,7 @@ class Flows:
                 ends, gathered = tuple(record["ends"]), bool(record.get("gathered"))
             data = job.data if isinstance(job.data, dict) else {}
             members.append(FlowMember(
-                jid, job.klass_name, job.queue_name, job.state,
+                jid, job.klass_name, job.queue_name or _last_queue(job), job.state,
                 tuple(record.get("parents", ())),
                 data.get(RESULT_KEY) if job.state == "complete" else None,
                 job.failure or None))
@@ -249,6 +249,14 @@ def _put_args(client: Client, item: Placed, flow_id: str, ends: Sequence[str],
         for arg in args:
             check_utf8(arg)
     return args
+
+
+def _last_queue(job: Job) -> str:
+    """Return the queue a finished job was last put in (a complete job has none)."""
+    for entry in reversed(job.history):
+        if entry.get("q"):
+            return str(entry["q"])
+    return ""
 
 
 def _status(members: Sequence[FlowMember]) -> str:

@@ -58,6 +58,7 @@ def test_chain_passes_each_result_to_the_next_step(qless_client: Client) -> None
     state = qless_client.flows.get(flow_id)
     assert state is not None and state.status == "complete"
     assert [m.result for m in state.members] == [1, 11, 111]
+    assert {m.queue for m in state.members} == {"q"}  # complete jobs say where they ran
     assert state.result() == 111
 
 
