@@ -22,6 +22,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from asgiref.sync import sync_to_async
+
 from django_qless.core import flows as core
 from django_qless.core.exceptions import InvalidArgument
 from django_qless.errors import JobFailedError, ResultTimeout
@@ -99,6 +101,10 @@ class Chain:
         """Put the whole flow (after the transaction commits); return its handle."""
         return _enqueue(self)
 
+    async def aenqueue(self) -> FlowHandle:
+        """Enqueue from async code (in the thread that owns the DB connection)."""
+        return await sync_to_async(self.enqueue, thread_sensitive=True)()
+
 
 @dataclass(frozen=True)
 class Group:
@@ -109,6 +115,10 @@ class Group:
     def enqueue(self) -> FlowHandle:
         """Put the whole flow (after the transaction commits); return its handle."""
         return _enqueue(self)
+
+    async def aenqueue(self) -> FlowHandle:
+        """Enqueue from async code (in the thread that owns the DB connection)."""
+        return await sync_to_async(self.enqueue, thread_sensitive=True)()
 
 
 Part = Signature | Chain | Group

@@ -114,3 +114,10 @@ def test_nested_groups_flatten_and_a_flow_ending_in_a_group_gives_a_list(redis_u
         ending = group(jobs.add.s(1), jobs.add.s(2), jobs.constant.si("x")).enqueue()
     assert nested.result() == 2 * 2 + 2 * 3 + (2 + 1)
     assert ending.result() == [1, 2, "x"]
+
+
+def test_aenqueue_from_async_code(redis_url):
+    from asgiref.sync import async_to_sync
+
+    handle = async_to_sync(chain(jobs.add.s(1), jobs.add.s(2)).aenqueue)()
+    assert handle.status == "enqueued" and handle.state().status == "running"
