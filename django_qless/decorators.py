@@ -24,7 +24,7 @@ import inspect
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
-from typing import Any, Generic, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 from asgiref.sync import async_to_sync, sync_to_async
 
@@ -53,6 +53,9 @@ from django_qless.registry import register_job
 from django_qless.retries import RetryPriority
 from django_qless.running import RetryScheduled, eager_active, perform_function, run_eager
 from django_qless.schedules import declare, pop_cron_options
+
+if TYPE_CHECKING:
+    from django_qless.workflows import Signature
 
 __all__ = [
     "Backoff", "JobClass", "JobFunction", "JobHandle", "RetryPolicy", "RetryScheduled",
@@ -230,6 +233,18 @@ class JobFunction(_Sender, Generic[P, R]):
             options = options.merge({"jid": "r" + unique_jid(self.klass, data)[:40]})
         return self._send(data, options, interval=interval)
 
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """Return a flow step calling this function; it receives the previous result first."""
+        from django_qless.workflows import Signature
+
+        return Signature(self, args, kwargs)
+
+    def si(self, *args: Any, **kwargs: Any) -> Signature:
+        """Return an immutable flow step: it receives no previous result."""
+        from django_qless.workflows import Signature
+
+        return Signature(self, args, kwargs, immutable=True)
+
     def handle(self, jid: str) -> JobHandle:
         """Return a handle for an earlier enqueue (e.g. to read its result later)."""
         return JobHandle(jid, self.klass, self.options.queue, self.options.alias,
@@ -296,6 +311,19 @@ class JobClass(_Sender):
         payload = self._data(data)
         return self._send(payload, self._options(payload), when=when)
 
+    def s(self, data: Mapping[str, Any] | None = None) -> Signature:
+        """Return a flow step of this class (it reads what it follows with
+        ``django_qless.core.flows.received(job)``)."""
+        from django_qless.workflows import Signature
+
+        return Signature(self, (data,) if data is not None else ())
+
+    def si(self, data: Mapping[str, Any] | None = None) -> Signature:
+        """Return an immutable flow step of this class."""
+        from django_qless.workflows import Signature
+
+        return Signature(self, (data,) if data is not None else (), immutable=True)
+
     def recur(self, interval: Delay, data: Mapping[str, Any] | None = None) -> JobHandle:
         """Run a job of this class every ``interval``."""
         payload = self._data(data)
@@ -307,7 +335,7 @@ class JobClass(_Sender):
 
 def _decorate_class(cls: C, options: JobOptions, name: str | None) -> C:
     enqueuer = JobClass(cls, options, name=name)
-    for attr in ("enqueue", "enqueue_in", "enqueue_at", "recur", "using"):
+    for attr in ("enqueue", "enqueue_in", "enqueue_at", "recur", "using", "s", "si"):
         setattr(cls, attr, getattr(enqueuer, attr))
     cls.qless_job = enqueuer  # type: ignore[attr-defined]
     register_job(enqueuer.klass, cls)

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from django_qless.core.client import Client
+from django_qless.core.flows import received
 from django_qless.core.job import Job
 from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol
 from django_qless.core.workers.runner import AbortGuard, JobRunner, Outcome
@@ -46,6 +47,11 @@ def perform_function(target: JobFunction[Any, Any], job: Job) -> Any:
     """Run a function job for a worker; see ``JobFunction.process``."""
     data = job.data if isinstance(job.data, dict) else {}
     try:
+        # A flow step gets what the steps it follows returned as its first argument; the
+        # stored data is left as it was.
+        given = received(job)
+        if given:
+            data = {**data, "args": [*given, *data.get("args", [])]}
         value = target.call_with(data)
     except Exception as exc:
         policy = target.options.retry

@@ -19,6 +19,7 @@ from .engine.keyspace import Keyspace
 from .engine.pool import make_redis
 from .engine_config import Config
 from .exceptions import InvalidArgument, QlessConnectionError, QlessError
+from .flows import Flows
 from .hotpath import WorkerCalls
 from .jobs import Jobs
 from .queues import Queues
@@ -118,6 +119,7 @@ class Client:
         self.config = Config(self)
         self.throttles = Throttles(self)
         self.tags = Tags(self)
+        self.flows = Flows(self)
 
     def __repr__(self) -> str:
         return f"<Client {self.channel!r}>"

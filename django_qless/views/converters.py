@@ -13,6 +13,7 @@ __all__ = [
     "ThrottleConverter",
     "WorkerConverter",
     "CONVERTERS",
+    "FlowConverter",
 ]
 
 _PRINTABLE = re.compile(r"^[^\x00-\x1f\x7f]+$")
@@ -91,6 +92,12 @@ class ThrottleConverter(_Converter):
     max_bytes = 128
 
 
+class FlowConverter(_Converter):
+    """A flow id: ``fl``, 24 hex digits, a dot and its number of steps."""
+
+    regex = r"fl[0-9a-f]{24}\.[1-9][0-9]{0,3}"
+
+
 CONVERTERS = {
     "qless_queue": QueueConverter,
     "qless_jid": JidConverter,
@@ -99,4 +106,5 @@ CONVERTERS = {
     "qless_tag": TagConverter,
     "qless_group": GroupConverter,
     "qless_throttle": ThrottleConverter,
+    "qless_flow": FlowConverter,
 }

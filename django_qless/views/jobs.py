@@ -8,7 +8,7 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 
 from django_qless.core.cluster.sharded import ShardedClient
-from django_qless.core.exceptions import DependencyError, LimitExceeded
+from django_qless.core.exceptions import DependencyError, InvalidArgument, LimitExceeded
 from django_qless.core.job import Job
 from django_qless.forms import MoveForm, PriorityForm, TagForm, UndependForm, first_error
 from django_qless.options import RESULT_KEY
@@ -82,6 +82,7 @@ def job_detail(request: HttpRequest, jid: str) -> HttpResponse:
         "dependencies": sorted(job.dependencies or []),
         "dependents": sorted(job.dependents or []),
         "spawned_from": job.spawned_from,
+        "flow_id": _flow_id(job),
         "throttles": list(job.throttles or ()),
         # A job moves within its shard: the queues offered are that shard's.
         "queues": client.queues.names(),
@@ -95,6 +96,17 @@ def job_detail(request: HttpRequest, jid: str) -> HttpResponse:
     }
     return render_page(request, "django_qless/job.html", context, title=f"Job {jid}",
                        crumbs=[("Jobs", None), (jid, None)])
+
+
+def _flow_id(job: Job) -> str | None:
+    """Return the id of the flow the job is a member of (None outside any flow)."""
+    from django_qless.core.flows import flow_of, member_ids
+
+    flow_id = (flow_of(job) or {}).get("id")
+    try:
+        return flow_id if isinstance(flow_id, str) and member_ids(flow_id) else None
+    except InvalidArgument:
+        return None
 
 
 def _back(request: HttpRequest, jid: str) -> HttpResponse:

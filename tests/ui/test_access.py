@@ -21,6 +21,7 @@ SAMPLE_ARGS = {
     "qless_tag": "t1",
     "qless_group": "boom.Error",
     "qless_throttle": "th1",
+    "qless_flow": "fl0123456789abcdef01234567.3",
 }
 API_NAMES = {p.name for p in urlpatterns if p.name and (p.name.startswith("api_")
                                                       or p.name == "metrics")}
@@ -115,6 +116,7 @@ def test_viewer_gets_every_page(name: str, viewer: Any, as_user: Any,
     manage_only = {"job_cancel", "failed_retry", "failed_cancel", "recurring_cancel",
                    "failed_retry_all"}
     manage_only |= {"worker_forget", "queue_forget"}  # the console's confirmation pages
+    manage_only |= {"flow_retry", "flow_cancel"}  # POST-only actions that need manage
     post_only = {"queue_pause", "queue_unpause", "queue_settings", "job_retry", "job_move",
                  "job_priority", "job_track", "job_untrack", "job_tag", "job_untag",
                  "job_timeout", "job_undepend", "config_unset", "throttle_delete", "jobs_bulk",
