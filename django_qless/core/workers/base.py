@@ -24,6 +24,7 @@ from django_qless.core.workers.completions import Completions
 from django_qless.core.workers.heartbeat import Heartbeater
 from django_qless.core.workers.hooks import WorkerHooksProtocol
 from django_qless.core.workers.inhand import JobsInHand
+from django_qless.core.workers.joblog import log_job
 from django_qless.core.workers.leadership import Leadership
 from django_qless.core.workers.proctitle import child_title, set_title
 from django_qless.core.workers.reaper import LeaseReaper
@@ -300,10 +301,10 @@ class JobLoop:
         if outcome is Outcome.ABORTED:
             reason = self.guard.reason or "aborted"
             if reason == "timeout":
-                log.warning("job %s timed out: still running after its limit of %gs",
-                            job.jid, self.config.timeout)
+                log_job(logging.ERROR, job, "job %s timed out: still running after its "
+                        "limit of %gs", job.jid, self.config.timeout)
             else:
-                log.warning("job %s aborted: %s", job.jid, reason)
+                log_job(logging.WARNING, job, "job %s aborted: %s", job.jid, reason)
             stop = self.on_aborted(job, reason)
         elif outcome is Outcome.COMPLETED:
             completed = self.completions.complete(job, elapsed)

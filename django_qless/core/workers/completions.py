@@ -24,6 +24,7 @@ from django_qless.core.workers.inhand import (
     complete_outcome,
     complete_outcomes,
 )
+from django_qless.core.workers.joblog import log_job
 from django_qless.core.workers.refused import fail_refused, refused_for_good
 from django_qless.core.workers.runner import Outcome
 
@@ -143,7 +144,8 @@ class Completions:
                     return complete_alone(job)
                 if refused_for_good(exc):
                     return fail_refused(job, exc)
-                log.error("job %s: complete failed: %s", job.jid, exc)
+                log_job(logging.ERROR, job, "job %s: could not be completed: %s", job.jid,
+                        exc)
                 return Outcome.LOST
         self.settle_all()
         if not kept:

@@ -34,6 +34,7 @@ from django_qless.core.exceptions import (
     QlessError,
 )
 from django_qless.core.serialization import check_jid, check_worker
+from django_qless.core.workers.joblog import log_job
 from django_qless.core.workers.refused import fail_refused, refused_for_good
 from django_qless.core.workers.runner import Outcome
 
@@ -71,12 +72,13 @@ def complete_outcome(job: Job, reply: Callable[[], _Reply]) -> tuple[Outcome, li
     try:
         _, jobs, _ = reply()
     except (LostLockError, InvalidStateTransition, JobNotFound) as exc:
-        log.warning("job %s: complete refused, lock lost: %s", job.jid, exc)
+        log_job(logging.WARNING, job, "job %s: not completed, this worker lost its lease: %s",
+                job.jid, exc)
         return Outcome.LOST, []
     except QlessError as exc:
         if refused_for_good(exc):
             return fail_refused(job, exc), []
-        log.error("job %s: complete failed: %s", job.jid, exc)
+        log_job(logging.ERROR, job, "job %s: could not be completed: %s", job.jid, exc)
         return Outcome.LOST, []
     return Outcome.COMPLETED, jobs
 

@@ -18,6 +18,7 @@ from django_qless.core.exceptions import (
     QlessError,
     ScriptError,
 )
+from django_qless.core.workers.joblog import log_job
 from django_qless.core.workers.runner import Outcome, fail_refused_outcome
 
 if TYPE_CHECKING:
@@ -43,7 +44,8 @@ def refused_for_good(exc: QlessError) -> bool:
 
 def fail_refused(job: Job, exc: QlessError) -> Outcome:
     """Fail `job` because its completion was refused with `exc`; LOST if that is refused too."""
-    log.error("job %s: complete refused, failing the job: %s", job.jid, exc)
+    log_job(logging.ERROR, job, "job %s: completion refused, failing the job: %s", job.jid,
+            exc)
     # The changes are what was refused: fail with the data as stored, which the engine took.
     job._drop_data_changes()
     message = (

@@ -30,6 +30,7 @@ from django_qless.core.exceptions import (
 from django_qless.core.registry import UNKNOWN_JOB_GROUP, Registry
 from django_qless.core.workers.execmode import ExecFailed, ExecRunner, ExecTimeout
 from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol
+from django_qless.core.workers.joblog import current_job, log_job, log_raised
 from django_qless.core.workers.middleware import compose
 from django_qless.core.workers.sandbox import Sandbox, set_current_sandbox
 from django_qless.core.workers.worker_config import WorkerConfig
@@ -196,9 +197,10 @@ def _set_async_exc(thread_id: int, exc: type[BaseException] | None) -> bool:
 def fail_refused_outcome(job: Job, exc: QlessError) -> Outcome:
     """Log why the engine refused to fail `job` (a lost lock, or another error): LOST."""
     if isinstance(exc, (LostLockError, InvalidStateTransition, JobNotFound)):
-        log.warning("job %s: fail refused, lock lost: %s", job.jid, exc)
+        log_job(logging.WARNING, job, "job %s: not failed, this worker lost its lease: %s",
+                job.jid, exc)
     else:
-        log.error("job %s: could not be failed: %s", job.jid, exc)
+        log_job(logging.ERROR, job, "job %s: could not be failed: %s", job.jid, exc)
     return Outcome.LOST
 
 
@@ -288,10 +290,11 @@ class JobRunner:
             target, job_middleware = self._target(job)
         except UnregisteredJobClass as exc:
             self.error = exc
-            log.error("job %s: %s", job.jid, exc)
+            log_job(logging.ERROR, job, "job %s: %s", job.jid, exc)
             return self.fail(job, UNKNOWN_JOB_GROUP, f"{exc}\nworker: {job.worker_name}")
         set_current_sandbox(self.sandbox)
         job.bind_sandbox(self.sandbox.get)
+        running = current_job.set(job)
         try:
             try:
                 self.guard.enter()
@@ -313,21 +316,19 @@ class JobRunner:
             if self.guard.reason is not None:
                 # The abort landed inside a library that wrapped it; the abort wins.
                 return Outcome.ABORTED
+            group = TIMEOUT_GROUP if isinstance(exc, ExecTimeout) else error_group(exc)
+            log_raised(job, exc, group)
             if job.state != "running":
                 # It settled itself first (a retry policy retries, then raises to say so):
-                # that call is the outcome, and whoever made it has logged it.
-                log.debug("job %s (%s) settled itself, then raised %s", job.jid,
-                          job.klass_name, error_group(exc))
+                # that call is the outcome.
                 return Outcome.SETTLED
-            log.info("job %s (%s) raised %s", job.jid, job.klass_name, error_group(exc))
-            if isinstance(exc, ExecTimeout):
-                return self.fail(job, TIMEOUT_GROUP, str(exc))
-            if isinstance(exc, ExecFailed):
+            if isinstance(exc, (ExecTimeout, ExecFailed)):
                 # The traceback would only show the worker's own code: the command's
                 # status and stderr tail are the useful part.
-                return self.fail(job, error_group(exc), str(exc))
-            return self.fail(job, error_group(exc), format_failure(exc))
+                return self.fail(job, group, str(exc))
+            return self.fail(job, group, format_failure(exc))
         finally:
+            current_job.reset(running)
             set_current_sandbox(None)
             job.bind_sandbox(None)
             self.sandbox.cleanup()
