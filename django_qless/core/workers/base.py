@@ -25,7 +25,6 @@ from django_qless.core.workers.heartbeat import Heartbeater
 from django_qless.core.workers.hooks import WorkerHooksProtocol
 from django_qless.core.workers.inhand import JobsInHand
 from django_qless.core.workers.joblog import log_job
-from django_qless.core.workers.leadership import Leadership
 from django_qless.core.workers.proctitle import child_title, set_title
 from django_qless.core.workers.reaper import LeaseReaper
 from django_qless.core.workers.reservers import QueueSelection, make_reserver
@@ -39,6 +38,7 @@ from django_qless.core.workers.worker_config import WorkerConfig
 
 if TYPE_CHECKING:
     from django_qless.core.job import Job
+    from django_qless.core.workers.leadership import Leadership
 
 __all__ = ["JobLoop"]
 

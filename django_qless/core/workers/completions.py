@@ -23,9 +23,10 @@ from django_qless.core.workers.inhand import (
     complete_alone,
     complete_outcome,
     complete_outcomes,
+    fail_refused,
+    refused_for_good,
 )
 from django_qless.core.workers.joblog import log_job
-from django_qless.core.workers.refused import fail_refused, refused_for_good
 from django_qless.core.workers.runner import Outcome
 
 if TYPE_CHECKING:

@@ -41,6 +41,16 @@ class ExecRunner:
         self.timeout = timeout
         self.grace = grace
 
+    @staticmethod
+    def timed_out(exc: BaseException) -> bool:
+        """Tell whether `exc` says the command ran past the time limit."""
+        return isinstance(exc, ExecTimeout)
+
+    @staticmethod
+    def failed(exc: BaseException) -> bool:
+        """Tell whether `exc` is the command's own failure (or time-out), not the worker's."""
+        return isinstance(exc, (ExecTimeout, ExecFailed))
+
     def __call__(self, job: Job) -> None:
         env = dict(os.environ)
         env.update(

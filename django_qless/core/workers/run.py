@@ -7,19 +7,21 @@ import json
 import logging
 import sys
 import time
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import redis
 
 from django_qless.core.exceptions import QlessError
 from django_qless.core.health import check_eviction, clock_skew
-from django_qless.core.workers.forking import ForkingWorker
 from django_qless.core.workers.hooks import WorkerHooksProtocol
 from django_qless.core.workers.reservers import QueueSelection
-from django_qless.core.workers.serial import SerialWorker
 from django_qless.core.workers.shards import known_queues
 from django_qless.core.workers.shutdown import ExitCode
 from django_qless.core.workers.worker_config import WorkerConfig
+
+if TYPE_CHECKING:
+    from django_qless.core.workers.forking import ForkingWorker
+    from django_qless.core.workers.serial import SerialWorker
 
 __all__ = [
     "dry_run",
@@ -43,8 +45,13 @@ def make_worker(
     config: WorkerConfig, hooks: WorkerHooksProtocol | None = None
 ) -> SerialWorker | ForkingWorker:
     """Return a SerialWorker (processes=0) or a ForkingWorker."""
+    # Each kind loads only its own modules (a serial worker imports nothing about forking).
     if config.serial:
+        from django_qless.core.workers.serial import SerialWorker
+
         return SerialWorker(config, hooks)
+    from django_qless.core.workers.forking import ForkingWorker
+
     return ForkingWorker(config, hooks)
 
 

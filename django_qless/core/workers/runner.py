@@ -28,15 +28,14 @@ from django_qless.core.exceptions import (
     UnregisteredJobClass,
 )
 from django_qless.core.registry import UNKNOWN_JOB_GROUP, Registry
-from django_qless.core.workers.execmode import ExecFailed, ExecRunner, ExecTimeout
-from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol
+from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol, compose
 from django_qless.core.workers.joblog import current_job, log_job, log_raised
-from django_qless.core.workers.middleware import compose
 from django_qless.core.workers.sandbox import Sandbox, set_current_sandbox
 from django_qless.core.workers.worker_config import WorkerConfig
 
 if TYPE_CHECKING:
     from django_qless.core.job import Job
+    from django_qless.core.workers.execmode import ExecRunner
 
 __all__ = [
     "AbortGuard",
@@ -232,11 +231,11 @@ class JobRunner:
         self._bare = type(hooks) is WorkerHooks and not config.middleware
         # (klass, queue) -> (registry entry, handler): resolving a handler inspects the target.
         self._handlers: dict[tuple[str, str], tuple[Any, Callable[[Job], Any]]] = {}
-        self.exec_runner = (
-            ExecRunner(config.exec_command, config.timeout, config.kill_grace)
-            if config.exec_command
-            else None
-        )
+        self.exec_runner: ExecRunner | None = None
+        if config.exec_command:  # (the module is loaded only for --exec)
+            from django_qless.core.workers.execmode import ExecRunner
+
+            self.exec_runner = ExecRunner(config.exec_command, config.timeout, config.kill_grace)
 
     def _target(self, job: Job) -> tuple[Callable[[Job], Any], tuple[Any, ...]]:
         """Return the callable and its per-job middleware (UnregisteredJobClass if none)."""
@@ -316,17 +315,7 @@ class JobRunner:
             if self.guard.reason is not None:
                 # The abort landed inside a library that wrapped it; the abort wins.
                 return Outcome.ABORTED
-            group = TIMEOUT_GROUP if isinstance(exc, ExecTimeout) else error_group(exc)
-            log_raised(job, exc, group)
-            if job.state != "running":
-                # It settled itself first (a retry policy retries, then raises to say so):
-                # that call is the outcome.
-                return Outcome.SETTLED
-            if isinstance(exc, (ExecTimeout, ExecFailed)):
-                # The traceback would only show the worker's own code: the command's
-                # status and stderr tail are the useful part.
-                return self.fail(job, group, str(exc))
-            return self.fail(job, group, format_failure(exc))
+            return self._raised(job, exc)
         finally:
             current_job.reset(running)
             set_current_sandbox(None)
@@ -335,6 +324,21 @@ class JobRunner:
         if self.guard.reason == "lock_lost":
             return Outcome.LOST
         return Outcome.COMPLETED if job.state == "running" else Outcome.SETTLED
+
+    def _raised(self, job: Job, exc: Exception) -> Outcome:
+        """Log a job that raised and fail it, unless it settled itself first."""
+        timed_out = self.exec_runner is not None and self.exec_runner.timed_out(exc)
+        group = TIMEOUT_GROUP if timed_out else error_group(exc)
+        log_raised(job, exc, group)
+        if job.state != "running":
+            # It settled itself first (a retry policy retries, then raises to say so):
+            # that call is the outcome.
+            return Outcome.SETTLED
+        if self.exec_runner is not None and self.exec_runner.failed(exc):
+            # The traceback would only show the worker's own code: the command's status
+            # and stderr tail are the useful part.
+            return self.fail(job, group, str(exc))
+        return self.fail(job, group, format_failure(exc))
 
     def fail(self, job: Job, group: str, message: str) -> Outcome:
         """Fail `job` (as its holder); LOST if the engine says we no longer hold it."""

@@ -12,18 +12,21 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from django_qless.core.client import Client
-from django_qless.core.sharded import ShardedClient
 from django_qless.core.workers.reservers import QueueSelection, is_pattern
+
+if TYPE_CHECKING:
+    # (Imported only by a worker given a cluster: one server needs no shard module.)
+    from django_qless.core.sharded import ShardedClient
 
 __all__ = ["Deployment", "QueueRoutes", "ShardFollower", "known_queues", "served_clients"]
 
 log = logging.getLogger("django_qless.worker")
 
 #: What a worker is given: one keyspace, or queues placed over a cluster's shards.
-Deployment = Client | ShardedClient
+Deployment: TypeAlias = "Client | ShardedClient"
 
 
 def served_clients(deployment: Deployment, specs: Sequence[str]) -> list[Client]:

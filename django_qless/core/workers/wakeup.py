@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from django_qless.core.node_pubsub import poll_readable
-from django_qless.core.workers.subscription import (
+from django_qless.core.node_pubsub import (
     MESSAGE_TYPES,
     PUBSUB_ERRORS,
     Hub,
     Subscription,
+    poll_readable,
 )
 
 if TYPE_CHECKING:

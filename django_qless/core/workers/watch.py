@@ -14,8 +14,7 @@ import signal
 from typing import TYPE_CHECKING
 
 from django_qless.core.exceptions import QlessError
-from django_qless.core.workers.listener import ABORT_EVENTS
-from django_qless.core.workers.supervision import attempts_still_owned
+from django_qless.core.workers.listener import ABORT_EVENTS, attempts_still_owned
 
 if TYPE_CHECKING:
     from django_qless.core.client import Client

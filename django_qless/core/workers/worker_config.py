@@ -5,21 +5,22 @@ from __future__ import annotations
 import os
 import re
 import socket
+import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
 
 from django_qless.core.client import Client
-from django_qless.core.placement import MAX_SHARDS
 from django_qless.core.registry import Middleware, Registry, default_registry
-from django_qless.core.sharded import ShardedClient
 from django_qless.core.workers.option_specs import RESERVERS, default_of
 from django_qless.core.workers.reaper import LeaseReaper
-from django_qless.core.workers.shards import Deployment
+
+if TYPE_CHECKING:
+    from django_qless.core.workers.shards import Deployment
 
 __all__ = ["RESERVERS", "WorkerConfig", "default_worker_name", "sanitize_name"]
 
@@ -132,14 +133,21 @@ class WorkerConfig:
                      "leader_hold", "idle_disconnect"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
-        if not 1 <= self.shards <= MAX_SHARDS:
-            raise ValueError(f"shards must be in [1, {MAX_SHARDS}]: {self.shards}")
+        if self.shards != default_of("shards"):
+            self._check_shards()
         if not self.interval > 0:
             raise ValueError(f"interval must be > 0: {self.interval}")
         if self.name is not None and sanitize_name(self.name) != self.name:
             raise ValueError(
                 f"worker name must be printable ASCII without ' ' or ':': {self.name!r}"
             )
+
+    def _check_shards(self) -> None:
+        """Refuse a shard count the placement cannot use (imported only when one is set)."""
+        from django_qless.core.placement import MAX_SHARDS
+
+        if not 1 <= self.shards <= MAX_SHARDS:
+            raise ValueError(f"shards must be in [1, {MAX_SHARDS}]: {self.shards}")
 
     @property
     def serial(self) -> bool:
@@ -174,11 +182,13 @@ class WorkerConfig:
         (socket_timeout -1: the config's)."""
         if self.connect is not None:
             made = self.connect()
-            if isinstance(made, (Client, ShardedClient)):
-                return made
-            return Client(made, worker_name=worker_name)
+            if isinstance(made, Client) or _is_sharded(made):
+                return cast("Deployment", made)
+            return Client(cast(redis.Redis, made), worker_name=worker_name)
         timeout = self.socket_timeout if socket_timeout == -1.0 else socket_timeout
         if self.cluster:
+            from django_qless.core.sharded import ShardedClient
+
             return ShardedClient(list(self.cluster), shards=self.shards,
                                  worker_name=worker_name, socket_timeout=timeout)
         return Client(self.url, worker_name=worker_name, socket_timeout=timeout)
@@ -205,6 +215,12 @@ class WorkerConfig:
         data["processes"] = self.process_count
         data["middleware"] = [getattr(m, "__qualname__", repr(m)) for m in self.middleware]
         return data
+
+
+def _is_sharded(made: object) -> bool:
+    """Tell whether `made` is a ShardedClient (none exists unless its module was loaded)."""
+    sharded = sys.modules.get("django_qless.core.sharded")
+    return sharded is not None and isinstance(made, sharded.ShardedClient)
 
 
 def _split_queues(values: tuple[str, ...]) -> list[str]:
