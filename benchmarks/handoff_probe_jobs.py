@@ -19,9 +19,8 @@ from django_qless.core.registry import register
 from django_qless.core.workers import (
     base,
     child,
-    completions,
+    hand,
     heartbeat,
-    inhand,
     leadership,
     runner,
     taking,
@@ -79,8 +78,8 @@ def _patch() -> None:
     # The loop's checks between `idle` returning and the token (each stamp costs ~1 us).
     _after(base.JobLoop, "_limit_reached", "limit")
     _after(child.ForkChild, "should_continue", "alive")
-    _after(inhand.JobsInHand, "take", "took")
-    _after(completions.Completions, "flush_kept", "kept")
+    _after(hand.JobHand, "take", "took")
+    _after(hand.JobHand, "flush_kept", "kept")
     _after(child.ForkChild, "between_jobs", "between")
     _after(taking.JobTaker, "await_turn", "turn")
     _after(wakeup.WakeWaiter, "ensure_subscribed", "subscribed")

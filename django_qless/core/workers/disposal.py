@@ -15,7 +15,7 @@ import time
 from typing import TYPE_CHECKING
 
 from django_qless.core.exceptions import QlessConnectionError, QlessError
-from django_qless.core.workers.inhand import release_job
+from django_qless.core.workers.hand import release_job
 from django_qless.core.workers.runner import KILLED_GROUP, TIMEOUT_GROUP
 from django_qless.core.workers.shards import served_clients
 from django_qless.core.workers.shutdown import ExitCode

@@ -18,8 +18,8 @@ from django_qless import __version__
 from django_qless.core.client import Client
 from django_qless.core.exceptions import QlessError
 from django_qless.core.workers.base import JobLoop
+from django_qless.core.workers.hand import release_job
 from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol
-from django_qless.core.workers.inhand import release_job
 from django_qless.core.workers.joblog import log_job
 from django_qless.core.workers.listener import (
     ABORT_EVENTS,

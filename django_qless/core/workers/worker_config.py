@@ -53,7 +53,7 @@ class WorkerConfig:
     reserver: ReserverName = default_of("reserver")
     fork_per_job: bool = default_of("fork_per_job")
     # While jobs finish within a few ms, hold the next job ahead and send each completion
-    # without waiting for its reply (see inhand.py); False: one job at a time.
+    # without waiting for its reply (see hand.py); False: one job at a time.
     prefetch: bool = default_of("prefetch")
     # Recycle a child after this many jobs (0: never); fork_per_job means 1.
     child_max_jobs: int = default_of("child_max_jobs")
