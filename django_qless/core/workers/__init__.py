@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from django_qless.core.workers.cli import import_modules, make_worker, run_worker
 from django_qless.core.workers.hooks import CompositeHooks, WorkerHooks, WorkerHooksProtocol
 from django_qless.core.workers.joblog import JobContextFilter, current_job
-from django_qless.core.workers.run import import_modules, make_worker, run_worker
 from django_qless.core.workers.runner import JobAborted
 from django_qless.core.workers.sandbox import current_sandbox
 from django_qless.core.workers.shutdown import ExitCode

@@ -26,10 +26,15 @@ from django_qless.core.workers.hooks import WorkerHooksProtocol
 from django_qless.core.workers.joblog import log_job
 from django_qless.core.workers.proctitle import child_title, set_title
 from django_qless.core.workers.reaper import LeaseReaper
-from django_qless.core.workers.reservers import QueueSelection, make_reserver
 from django_qless.core.workers.runner import AbortGuard, JobRunner, Outcome
 from django_qless.core.workers.sandbox import Sandbox
-from django_qless.core.workers.shards import Deployment, QueueRoutes, known_queues
+from django_qless.core.workers.shards import (
+    Deployment,
+    QueueRoutes,
+    QueueSelection,
+    known_queues,
+    make_reserver,
+)
 from django_qless.core.workers.shutdown import SignalState
 from django_qless.core.workers.taking import JobTaker
 from django_qless.core.workers.wakeup import WakeWaiter

@@ -58,10 +58,13 @@ def log_raised(job: Job, exc: BaseException, group: str) -> None:
     """Log a job that raised: ERROR when it fails, WARNING when it will be retried.
 
     Called once the job's state is settled: still running (the worker fails it next),
-    failed, or put back by a retry (waiting, or scheduled for later).
+    failed, or put back by a retry (waiting, or scheduled for later). An exception with a
+    true `logged` attribute says its retry was logged already.
     """
-    extra = job_extra(job)
     state = job.state
+    if state in ("waiting", "scheduled") and getattr(exc, "logged", False):
+        return  # a retry policy that logged the retry itself (the exception says so)
+    extra = job_extra(job)
     if state in ("waiting", "scheduled") or (state == "failed" and _retries(job) < 0):
         extra["attempt"] = max(1, (extra["attempt"] or 2) - 1)  # (the retry counted it)
     if state in ("waiting", "scheduled"):

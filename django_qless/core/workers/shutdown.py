@@ -1,22 +1,12 @@
 """OS signals: handlers only record what was asked; the worker loops act on it.
 
-Signals (supervisor, and the serial worker):
+TERM/INT stop now, QUIT finishes the running jobs, USR1 kills the running job(s), USR2
+pauses and dumps stacks, CONT resumes (docs/worker.md, "OS signals and exit codes"); never an
+interactive console. Exit codes are `ExitCode`.
 
-| signal    | meaning                                                                    |
-|-----------|----------------------------------------------------------------------------|
-| TERM, INT | stop now: abort running jobs, release them to `waiting` (no retry spent);  |
-|           | a second TERM/INT kills the children at once                               |
-| QUIT      | finish the running jobs, take no new ones, exit 0                          |
-| USR1      | kill the running job(s) (failed as `django_qless.JobKilled`) and carry on  |
-| USR2      | stop taking jobs and write every process's stack to stderr (faulthandler)  |
-| CONT      | resume taking jobs                                                         |
-
-Never an interactive console. Exit codes are `ExitCode`.
-
-URG is ours, not the user's: another thread sends it to the job thread to abort the running
-job (`AbortGuard`). The job is interrupted from this handler rather than by an exception
-scheduled from that thread, which would land in whatever Python code runs next: inside
-another signal's handler, before it recorded anything, losing that signal.
+URG is the worker's own: another thread sends it to the job thread to abort the running job
+(`AbortGuard`), because an exception scheduled from that thread would land in whatever Python
+code runs next, such as another signal's handler before it recorded anything.
 """
 
 from __future__ import annotations

@@ -31,8 +31,7 @@ if TYPE_CHECKING:
     from django_qless.core.workers.hand import JobHand
     from django_qless.core.workers.leadership import Leadership
     from django_qless.core.workers.reaper import LeaseReaper
-    from django_qless.core.workers.reservers import Reserver
-    from django_qless.core.workers.shards import QueueRoutes
+    from django_qless.core.workers.shards import QueueRoutes, Reserver
     from django_qless.core.workers.wakeup import WakeWaiter
 
 __all__ = ["MAX_QUEUES_PER_CALL", "JobTaker"]
