@@ -207,7 +207,9 @@ class JobLoop:
             if self.signals.paused:
                 self._pause()
                 continue
-            job = self.hand.next_held() or self._take()
+            job = self.hand.next_held()  # held ahead, or brought by a completion's reply
+            if job is None:
+                job = self._take()
             if job is None:
                 continue
             # A stop that landed during the reserve: do not start the job (released later).
