@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -16,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from tests.worker.conftest import ROOT
+from tests.worker.conftest import ROOT, wait_until
+from tests.worker.jobs import ledger
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -148,8 +150,26 @@ def test_a_time_limit_is_logged_without_verbose(
                           "--max-jobs", "1", "q")
     assert worker.wait() == 0
     assert f"job {jid}" in worker.stderr() and "time limit of 1" in worker.stderr()
-    assert any(r["level"] in ("WARNING", "ERROR") and "time limit" in r["message"]
-               for r in worker.records())
+    about = [r for r in worker.records() if "time limit" in r["message"]]
+    assert about and all(r["jid"] == jid and r["queue"] == "q" for r in about), about
+    assert {r["level"] for r in about} <= {"WARNING", "ERROR"}
+
+
+@BOTH
+def test_a_job_canceled_while_it_runs_is_a_warning_naming_it(
+    qless_client: Any, quiet_worker: Any, processes: str
+) -> None:
+    jid = qless_client.queues["q"].put("tests.worker.jobs.sleep_long", {"seconds": 30})
+    worker = quiet_worker("-n", processes, "q")
+    wait_until(lambda: ledger(qless_client.redis, "started", jid), timeout=15)
+    qless_client.jobs[jid].cancel()
+    wait_until(lambda: [r for r in _about(worker.records(), jid) if "canceled" in r["message"]],
+               timeout=15)
+    worker.proc.send_signal(signal.SIGQUIT)
+    assert worker.wait() == 0
+    [record] = [r for r in _about(worker.records(), jid) if "canceled" in r["message"]]
+    assert record["level"] == "WARNING" and record["queue"] == "q", record
+    assert record["klass"] == "tests.worker.jobs.sleep_long"
 
 
 def test_a_lost_lease_is_a_warning_naming_the_job(qless_client: Any, quiet_worker: Any) -> None:

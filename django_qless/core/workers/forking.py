@@ -28,6 +28,7 @@ from django_qless.core.workers.budget import SharedJobPool
 from django_qless.core.workers.child import child_main, parse_status_line
 from django_qless.core.workers.disposal import ChildDisposal
 from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol
+from django_qless.core.workers.joblog import child_extra
 from django_qless.core.workers.leadership import TokenFile
 from django_qless.core.workers.proctitle import set_title, supervisor_title
 from django_qless.core.workers.shards import Deployment, ShardFollower, served_clients
@@ -389,7 +390,7 @@ class ForkingWorker(ChildDisposal, ChildWatch):
             elif timeout and child.jid and child.kill_reason is None:
                 if now - child.job_started >= timeout:
                     log.warning("job %s on %s exceeded its time limit of %gs; stopping it",
-                                child.jid, child.name, timeout)
+                                child.jid, child.name, timeout, extra=child_extra(child))
                     self._kill(child, "timeout", signal.SIGTERM)
         if self.signals.stopping:
             return

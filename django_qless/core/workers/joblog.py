@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from django_qless.core.job import Job
 
-__all__ = ["FIELDS", "JobContextFilter", "current_job", "job_extra", "log_job", "log_raised"]
+__all__ = ["FIELDS", "JobContextFilter", "child_extra", "current_job", "job_extra", "log_job",
+           "log_raised"]
 
 log = logging.getLogger("django_qless.worker")
 
@@ -38,6 +39,12 @@ def job_extra(job: Job) -> dict[str, Any]:
     return {"jid": job.jid, "klass": getattr(job, "klass_name", None),
             "queue": getattr(job, "queue_name", None), "attempt": attempt,
             "worker": getattr(job, "worker_name", None)}
+
+
+def child_extra(child: Any) -> dict[str, Any]:
+    """Return the `extra` fields of the job a forked child runs (the supervisor's view)."""
+    return {"jid": child.jid, "klass": child.klass, "queue": child.queue, "attempt": None,
+            "worker": child.name}
 
 
 class JobContextFilter(logging.Filter):
