@@ -5,11 +5,10 @@ from __future__ import annotations
 import os
 import re
 import socket
-import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
@@ -182,9 +181,14 @@ class WorkerConfig:
         (socket_timeout -1: the config's)."""
         if self.connect is not None:
             made = self.connect()
-            if isinstance(made, Client) or _is_sharded(made):
-                return cast("Deployment", made)
-            return Client(cast(redis.Redis, made), worker_name=worker_name)
+            if isinstance(made, Client):
+                return made
+            if not isinstance(made, redis.Redis):  # (only a cluster's factory gets here)
+                from django_qless.core.sharded import ShardedClient
+
+                if isinstance(made, ShardedClient):
+                    return made
+            return Client(made, worker_name=worker_name)
         timeout = self.socket_timeout if socket_timeout == -1.0 else socket_timeout
         if self.cluster:
             from django_qless.core.sharded import ShardedClient
@@ -215,12 +219,6 @@ class WorkerConfig:
         data["processes"] = self.process_count
         data["middleware"] = [getattr(m, "__qualname__", repr(m)) for m in self.middleware]
         return data
-
-
-def _is_sharded(made: object) -> bool:
-    """Tell whether `made` is a ShardedClient (none exists unless its module was loaded)."""
-    sharded = sys.modules.get("django_qless.core.sharded")
-    return sharded is not None and isinstance(made, sharded.ShardedClient)
 
 
 def _split_queues(values: tuple[str, ...]) -> list[str]:
