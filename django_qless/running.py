@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 from django_qless.core.client import Client
 from django_qless.core.job import Job
 from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol
-from django_qless.core.workers.joblog import job_extra
-from django_qless.core.workers.runner import AbortGuard, JobRunner, Outcome
+from django_qless.core.workers.runner import JobRunner, Outcome, job_extra
+from django_qless.core.workers.shutdown import AbortGuard
 from django_qless.options import RESULT_KEY, to_json
 
 if TYPE_CHECKING:
@@ -79,7 +79,7 @@ def store_result(job: Any, value: Any) -> None:
 
 def job_runner(hooks: WorkerHooksProtocol) -> JobRunner:
     """Return a runner for this process, built as a worker builds its own."""
-    from django_qless.core.workers.sandbox import Sandbox
+    from django_qless.core.workers.runner import Sandbox
     from django_qless.core.workers.worker_config import WorkerConfig
     from django_qless.registry import get_registry
 

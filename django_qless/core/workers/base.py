@@ -23,11 +23,9 @@ from django_qless.core.workers.budget import JobBudget, SharedJobPool
 from django_qless.core.workers.hand import JobHand
 from django_qless.core.workers.heartbeat import Heartbeater
 from django_qless.core.workers.hooks import WorkerHooksProtocol
-from django_qless.core.workers.joblog import log_job
 from django_qless.core.workers.proctitle import child_title, set_title
 from django_qless.core.workers.reaper import LeaseReaper
-from django_qless.core.workers.runner import AbortGuard, JobRunner, Outcome
-from django_qless.core.workers.sandbox import Sandbox
+from django_qless.core.workers.runner import JobRunner, Outcome, Sandbox, log_job
 from django_qless.core.workers.shards import (
     Deployment,
     QueueRoutes,
@@ -35,7 +33,7 @@ from django_qless.core.workers.shards import (
     known_queues,
     make_reserver,
 )
-from django_qless.core.workers.shutdown import SignalState
+from django_qless.core.workers.shutdown import AbortGuard, SignalState
 from django_qless.core.workers.taking import JobTaker
 from django_qless.core.workers.wakeup import WakeWaiter
 from django_qless.core.workers.worker_config import WorkerConfig

@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING
 
 from django_qless.core.exceptions import QlessConnectionError, QlessError
 from django_qless.core.workers.hand import release_job
-from django_qless.core.workers.joblog import child_extra
-from django_qless.core.workers.runner import KILLED_GROUP, TIMEOUT_GROUP
+from django_qless.core.workers.runner import KILLED_GROUP, TIMEOUT_GROUP, child_extra
 from django_qless.core.workers.shards import served_clients
 from django_qless.core.workers.shutdown import ExitCode
 

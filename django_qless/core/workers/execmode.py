@@ -13,7 +13,7 @@ import subprocess
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from django_qless.core.workers.sandbox import current_sandbox
+from django_qless.core.workers.runner import current_sandbox
 
 if TYPE_CHECKING:
     from django_qless.core.job import Job

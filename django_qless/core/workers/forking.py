@@ -28,9 +28,9 @@ from django_qless.core.workers.budget import SharedJobPool
 from django_qless.core.workers.child import child_main, parse_status_line
 from django_qless.core.workers.disposal import ChildDisposal
 from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol
-from django_qless.core.workers.joblog import child_extra
 from django_qless.core.workers.leadership import TokenFile
 from django_qless.core.workers.proctitle import set_title, supervisor_title
+from django_qless.core.workers.runner import child_extra
 from django_qless.core.workers.shards import Deployment, ShardFollower, served_clients
 from django_qless.core.workers.shutdown import ExitCode, SignalState
 from django_qless.core.workers.supervision import ChildChannels, ChildProc

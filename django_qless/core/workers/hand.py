@@ -31,8 +31,7 @@ from django_qless.core.exceptions import (
     ScriptError,
 )
 from django_qless.core.serialization import check_jid, check_worker
-from django_qless.core.workers.joblog import log_job
-from django_qless.core.workers.runner import Outcome, fail_refused_outcome
+from django_qless.core.workers.runner import Outcome, fail_refused_outcome, log_job
 
 if TYPE_CHECKING:
     from django_qless.core.client import Client

@@ -28,7 +28,7 @@ from django_qless.core.exceptions import (
     QlessError,
 )
 from django_qless.core.signalmask import block_async_signals
-from django_qless.core.workers.joblog import log_job
+from django_qless.core.workers.runner import log_job
 
 if TYPE_CHECKING:
     from django_qless.core.job import Job

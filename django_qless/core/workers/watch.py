@@ -14,8 +14,8 @@ import signal
 from typing import TYPE_CHECKING
 
 from django_qless.core.exceptions import QlessError
-from django_qless.core.workers.joblog import child_extra
 from django_qless.core.workers.listener import ABORT_EVENTS, attempts_still_owned
+from django_qless.core.workers.runner import child_extra
 
 if TYPE_CHECKING:
     from django_qless.core.client import Client
