@@ -49,7 +49,7 @@ import redis  # noqa: E402
 from callgrind_redis import CallgrindError, callgrind_redis  # noqa: E402
 from django_qless_ import DjangoQless  # noqa: E402
 
-from django_qless.core.server import RedisServer, find_redis_server  # noqa: E402
+from testservers.redis_server import RedisServer, find_redis_server  # noqa: E402
 
 JID = re.compile(r"[0-9a-f]{32}")
 DAY = re.compile(r":\d{9,11}:")

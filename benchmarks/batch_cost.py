@@ -35,7 +35,7 @@ import redis  # noqa: E402
 from callgrind_redis import CallgrindRedis, Clock, callgrind_redis  # noqa: E402
 
 from django_qless.core.client import Client  # noqa: E402
-from django_qless.core.server import find_redis_server  # noqa: E402
+from testservers.redis_server import find_redis_server  # noqa: E402
 
 
 def total_instructions(annotated: str) -> int:

@@ -28,8 +28,8 @@ from typing import Any
 import redis
 from callgrind_redis import CallgrindError, callgrind_redis
 
-from django_qless.core.lua import function_name, library_text, script_text
-from django_qless.core.lua_bundles import bundle_text
+from django_qless.core.engine.bundles import bundle_text
+from django_qless.core.engine.lua import function_name, library_text, script_text
 from django_qless.core.worker_reply import decode_worker_reply
 
 COMMANDS = ("config.get", "put", "pop", "complete", "complete.reserve")

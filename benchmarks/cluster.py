@@ -32,9 +32,9 @@ sys.path.insert(0, str(HERE.parent))  # django_qless, when run as a script from 
 import redis  # noqa: E402
 
 from django_qless.core.client import Client  # noqa: E402
-from django_qless.core.cluster_server import LocalCluster  # noqa: E402
-from django_qless.core.server import RedisServer, find_redis_server  # noqa: E402
-from django_qless.core.sharded import ShardedClient  # noqa: E402
+from django_qless.core.cluster.sharded import ShardedClient  # noqa: E402
+from testservers.cluster import LocalCluster  # noqa: E402
+from testservers.redis_server import RedisServer, find_redis_server  # noqa: E402
 
 RESULTS = HERE / "results"
 QUEUES = [f"b{i}" for i in range(6)]

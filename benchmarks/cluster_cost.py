@@ -59,9 +59,9 @@ from callgrind_redis import CallgrindError, CallgrindRedis, Clock, callgrind_red
 from redis.cluster import RedisCluster  # noqa: E402
 
 from django_qless.core.client import Client  # noqa: E402
-from django_qless.core.cluster_server import LocalCluster  # noqa: E402
-from django_qless.core.server import RedisServer, find_redis_server  # noqa: E402
-from django_qless.core.sharded import ShardedClient  # noqa: E402
+from django_qless.core.cluster.sharded import ShardedClient  # noqa: E402
+from testservers.cluster import LocalCluster  # noqa: E402
+from testservers.redis_server import RedisServer, find_redis_server  # noqa: E402
 
 PHASES = ("put", "drain")
 TAG = "s7"

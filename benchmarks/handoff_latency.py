@@ -47,7 +47,7 @@ from pathlib import Path
 import redis
 
 from django_qless.core import Client
-from django_qless.core.server import RedisServer, find_redis_server
+from testservers.redis_server import RedisServer, find_redis_server
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "adapters"))

@@ -61,7 +61,7 @@ from _common import IDLE_SETTLE  # noqa: E402
 from callgrind_redis import CallgrindRedis, callgrind_redis, total_instructions  # noqa: E402
 
 from django_qless.core.registry import register  # noqa: E402
-from django_qless.core.server import RedisServer, find_redis_server  # noqa: E402
+from testservers.redis_server import RedisServer, find_redis_server  # noqa: E402
 
 __all__ = ["PARTS", "calibrate", "client_only_commands", "count_commands", "measure",
            "split_functions"]

@@ -38,7 +38,7 @@ from callgrind_redis import CallgrindError, callgrind_redis  # noqa: E402
 from django_qless_ import DjangoQless  # noqa: E402
 
 from django_qless.core import Client  # noqa: E402
-from django_qless.core.server import find_redis_server  # noqa: E402
+from testservers.redis_server import find_redis_server  # noqa: E402
 
 
 class SimClock:

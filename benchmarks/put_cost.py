@@ -50,8 +50,8 @@ from attribution import families, lua_range  # noqa: E402
 from callgrind_redis import CallgrindError, callgrind_redis  # noqa: E402
 
 from django_qless.core import Client  # noqa: E402
-from django_qless.core.lua import script_text  # noqa: E402
-from django_qless.core.server import RedisServer, find_redis_server  # noqa: E402
+from django_qless.core.engine.lua import script_text  # noqa: E402
+from testservers.redis_server import RedisServer, find_redis_server  # noqa: E402
 
 KLASS = "bench.noop"
 

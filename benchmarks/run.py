@@ -33,7 +33,7 @@ from report import (  # noqa: E402
     format_scale,
 )
 
-from django_qless.core.server import RedisServer, _embedded_binary, find_redis_server  # noqa: E402
+from testservers.redis_server import RedisServer, _embedded_binary, find_redis_server  # noqa: E402
 
 ADAPTERS = HERE / "adapters"
 METRIC_GROUPS = ("enqueue,bulk", "drain,drain_plain", "worker", "latency")

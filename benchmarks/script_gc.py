@@ -33,7 +33,7 @@ sys.path[:0] = [str(HERE.parent)]
 import redis  # noqa: E402
 
 from django_qless.core import Client  # noqa: E402
-from django_qless.core.server import RedisServer, find_redis_server  # noqa: E402
+from testservers.redis_server import RedisServer, find_redis_server  # noqa: E402
 
 WORKER = "gc-probe"
 

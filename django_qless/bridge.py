@@ -25,7 +25,7 @@ from typing import Any
 
 from django_qless.clients import get_client
 from django_qless.core.client import Client
-from django_qless.core.shard_events import ShardEvents
+from django_qless.core.cluster.shard_events import ShardEvents
 from django_qless.settings import DEFAULT_ALIAS
 from django_qless.signals import BRIDGED_SIGNALS
 

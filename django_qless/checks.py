@@ -91,7 +91,7 @@ def check_stray_settings(app_configs: Sequence[AppConfig] | None = None, **kwarg
 def check_engine(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
                  ) -> list[CheckMessage]:
     """Check that the engine's Lua script can be assembled from the package files."""
-    from django_qless.core import lua
+    from django_qless.core.engine import lua
 
     try:
         text = lua.script_text()

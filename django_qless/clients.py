@@ -18,8 +18,8 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 from django_qless.core.client import Client
+from django_qless.core.cluster.sharded import ShardedClient
 from django_qless.core.exceptions import QlessConnectionError
-from django_qless.core.sharded import ShardedClient
 from django_qless.settings import DEFAULT_ALIAS, AliasSettings, get_settings
 
 __all__ = [

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from django_qless.core.placement import MAX_SHARDS, shard_tag
+from django_qless.core.cluster.placement import MAX_SHARDS, shard_tag
 
 if TYPE_CHECKING:
     from django_qless.settings import AliasSettings

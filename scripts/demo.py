@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PROJECT = ROOT / "testproject"
 sys.path.insert(0, str(ROOT))
 
-from django_qless.core.server import RedisServer, find_redis_server  # noqa: E402
+from testservers.redis_server import RedisServer, find_redis_server  # noqa: E402
 
 DEFAULT_PORT = 8000
 

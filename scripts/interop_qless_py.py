@@ -7,7 +7,7 @@ qless-py 0.11.4 is the Python qless client on PyPI. This script:
 2. downloads the qless-py sdist into `build/interop/` and unpacks its `test/` folder, adding
    our own `common.py` and `conftest.py` from `tests/interop/` (the sdist lacks `common.py`);
 3. replaces the qless-core script bundled in the installed package with our engine
-   (`django_qless.core.lua.script_text()`), so every call the client makes runs our Lua;
+   (`django_qless.core.engine.lua.script_text()`), so every call the client makes runs our Lua;
 4. starts private redis-servers on unix sockets, and runs every test in its own pytest
    process, working directory and flushed Redis, two lanes in parallel (the forking tests
    leave children behind, so each test's process group is killed when it ends).
@@ -38,8 +38,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from django_qless.core.lua import script_text  # noqa: E402
-from django_qless.core.server import RedisServer, find_redis_server  # noqa: E402
+from django_qless.core.engine.lua import script_text  # noqa: E402
+from testservers.redis_server import RedisServer, find_redis_server  # noqa: E402
 
 VERSION = "0.11.4"
 VENV = ROOT / ".venv-interop"

@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from django_qless.core.server import RedisServer  # noqa: E402
+from testservers.redis_server import RedisServer  # noqa: E402
 
 PACKAGE = str(ROOT / "django_qless") + os.sep
 QUEUE = "job-path"

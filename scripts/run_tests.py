@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from django_qless.core.server import (  # noqa: E402
+from testservers.redis_server import (  # noqa: E402
     _embedded_binary,
     _system_which,
     find_valkey_server,

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from django_qless.core.cluster_server import LocalCluster
-from django_qless.core.server import find_redis_server, find_valkey_server
+from testservers.cluster import LocalCluster
+from testservers.redis_server import find_redis_server, find_valkey_server
 
 __all__ = ["redis_cluster", "valkey_cluster"]
 

@@ -8,8 +8,8 @@ import pytest
 import redis
 
 from django_qless.core.client import Client
-from django_qless.core.server import RedisServer, find_redis_server, redis_version
 from tests.cluster_fixtures import redis_cluster, valkey_cluster  # noqa: F401 - shared clusters
+from testservers.redis_server import RedisServer, find_redis_server, redis_version
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ import pytest
 BENCH = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(BENCH), str(BENCH / "adapters"), str(BENCH.parent)]
 
-from django_qless.core.server import RedisServer  # noqa: E402
+from testservers.redis_server import RedisServer  # noqa: E402
 
 
 @pytest.fixture(scope="session")

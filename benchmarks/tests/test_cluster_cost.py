@@ -12,7 +12,7 @@ import cluster
 import cluster_cost
 import pytest
 
-from django_qless.core.server import find_redis_server
+from testservers.redis_server import find_redis_server
 
 
 def test_wakeup_setups_count_the_commands_of_every_job_on_its_node(

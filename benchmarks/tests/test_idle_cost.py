@@ -173,7 +173,7 @@ def test_idle_connections_are_held_then_all_closed(redis_url: str) -> None:
 def test_a_window_counts_the_event_loop_and_the_commands() -> None:
     from callgrind_redis import callgrind_redis
 
-    from django_qless.core.server import find_redis_server
+    from testservers.redis_server import find_redis_server
 
     with callgrind_redis(find_redis_server(), "idle-cost-test-") as cg:
         r = redis.Redis(unix_socket_path=cg.sock)

@@ -8,7 +8,7 @@ import pytest
 import report
 import scale_cost
 
-from django_qless.core.server import find_redis_server
+from testservers.redis_server import find_redis_server
 
 
 @pytest.mark.skipif(not shutil.which("valgrind"), reason="valgrind is not installed")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import script_gc
 
-from django_qless.core.server import RedisServer
+from testservers.redis_server import RedisServer
 
 
 def test_slow_calls_are_judged_against_their_own_commands_median() -> None:

@@ -1,6 +1,6 @@
 """The pure-Python qless client (never imports Django).
 
-Names are re-exported lazily so `python -m django_qless.core.lua` (and any light
+Names are re-exported lazily so `python -m django_qless.core.engine.lua` (and any light
 import of one submodule) does not load the whole client.
 """
 

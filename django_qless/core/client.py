@@ -13,17 +13,18 @@ from redis import Redis
 from redis.cluster import RedisCluster
 
 from .accessors import Tags, Workers
-from .channel import TRANSPORT_ERRORS, Channel, NodeChannel, connection_error
 from .clock import ServerClock
-from .cluster import ClusterTransport
-from .deferred import DeferredCall
+from .cluster.shard_channel import ShardChannel
+from .cluster.transport import ClusterTransport
+from .engine.channel import TRANSPORT_ERRORS, Channel, NodeChannel, connection_error
+from .engine.deferred import DeferredCall
+from .engine.invoke import READ_ONLY_COMMANDS, Invoker
+from .engine.keyspace import Keyspace
+from .engine.pool import make_redis
 from .engine_config import Config
 from .exceptions import InvalidArgument, QlessConnectionError, QlessError
 from .hotpath import WorkerCalls
-from .invoke import READ_ONLY_COMMANDS, Invoker
 from .jobs import Jobs
-from .keyspace import Keyspace
-from .pool import make_redis
 from .queues import Queues
 from .serialization import (
     check_jid,
@@ -31,7 +32,6 @@ from .serialization import (
     dumps,
     num,
 )
-from .shard_channel import ShardChannel
 from .throttle import Throttles
 
 if TYPE_CHECKING:

@@ -18,9 +18,9 @@ import datetime as dt
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from .engine.bundles import bundle_sha
+from .engine.lua import function_name, routes, script_sha
 from .health import SAFE_POLICY, eviction_policy
-from .lua import function_name, routes, script_sha
-from .lua_bundles import bundle_sha
 from .serialization import check_int
 
 __all__ = [

@@ -13,8 +13,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from .engine.keyspace import DEFAULT
 from .exceptions import QlessConnectionError
-from .keyspace import DEFAULT
 from .serialization import check_worker
 from .signalmask import block_async_signals
 

@@ -8,7 +8,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .node_pubsub import MESSAGE_TYPES, Hub, Subscription, poll_readable
+from .cluster.node_pubsub import MESSAGE_TYPES, Hub, Subscription, poll_readable
 
 if TYPE_CHECKING:
     from .client import Client

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import redis
 
-from .keyspace import DEFAULT
+from .engine.keyspace import DEFAULT
 
 __all__ = [
     "ACL_CHANNELS",

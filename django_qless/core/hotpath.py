@@ -13,15 +13,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 
-from .deferred import DeferredCall
+from .engine.deferred import DeferredCall
 from .exceptions import InvalidArgument, QlessConnectionError, QlessError, error_from_reply
 from .job import Job
 from .serialization import as_list, check_int, check_name, check_number, check_worker, num
 from .worker_reply import decode_worker_reply
 
 if TYPE_CHECKING:
-    from .channel import Pending
     from .client import Client
+    from .engine.channel import Pending
 
 __all__ = ["EARLIER_MAX", "RESERVE_QUEUES_MAX", "WorkerCalls"]
 

@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .chain import invoke_chain
+from .engine.chain import invoke_chain
 from .exceptions import InvalidArgument
 from .serialization import check_klass, dumps_data, new_jids
 

@@ -6,7 +6,7 @@ from django.core import checks
 from django.test import override_settings
 
 from django_qless.checks import check_deploy, check_engine, check_job_modules, check_settings
-from django_qless.core.server import RedisServer, find_redis_server
+from testservers.redis_server import RedisServer, find_redis_server
 
 
 def ids(messages) -> list[str]:

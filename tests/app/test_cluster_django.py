@@ -18,13 +18,13 @@ from django.test import override_settings
 from django_qless.checks import check_deploy, check_settings
 from django_qless.clients import clients, get_client, get_client_for_queue
 from django_qless.core.client import Client
-from django_qless.core.cluster_server import LocalCluster
+from django_qless.core.cluster.placement import shard_tag
+from django_qless.core.cluster.sharded import ShardedClient
 from django_qless.core.exceptions import QlessConnectionError
 from django_qless.core.job import Job
-from django_qless.core.placement import shard_tag
-from django_qless.core.sharded import ShardedClient
 from django_qless.testing import run_queued
 from tests.app import jobs
+from testservers.cluster import LocalCluster
 
 SHARDS = 4
 # Shards 0, 1 and 3 of four sit in the three primaries' slot ranges (s0 at slot 11, s1 at

@@ -9,7 +9,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from django_qless.clients import get_client
-from django_qless.core.sharded import ShardedClient
+from django_qless.core.cluster.sharded import ShardedClient
 from tests.app import jobs
 from tests.app.test_cluster_django import local, on_cluster  # noqa: F401 - fixtures
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import django_qless
-from django_qless.core.lua import routes
+from django_qless.core.engine.lua import routes
 
 __all__: list[str] = []
 

@@ -11,9 +11,9 @@ import redis
 from django.test import override_settings
 
 from django_qless.clients import get_client
-from django_qless.core.server import RedisServer, find_redis_server
 from tests.app import jobs
 from tests.helpers import free_port
+from testservers.redis_server import RedisServer, find_redis_server
 
 
 @pytest.fixture

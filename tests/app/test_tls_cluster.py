@@ -14,11 +14,11 @@ import redis
 from django.test import override_settings
 
 from django_qless.clients import clients, get_client
-from django_qless.core.cluster_node import ClusterNode, kill_node, pick_port, server_args, until
+from django_qless.core.cluster.sharded import ShardedClient
 from django_qless.core.exceptions import QlessConnectionError
-from django_qless.core.server import find_cli, find_redis_server
-from django_qless.core.sharded import ShardedClient
 from tests.app.test_tls import make_certs
+from testservers.cluster_node import ClusterNode, kill_node, pick_port, server_args, until
+from testservers.redis_server import find_cli, find_redis_server
 
 QUEUE = "tls-q"
 

@@ -126,7 +126,7 @@ def test_worker_heartbeat_setting_and_dry_run(redis_url, tmp_path):
 
 def test_worker_command_with_password_url_and_heartbeat_setting(tmp_path):
     from django_qless.core.client import Client
-    from django_qless.core.server import RedisServer, find_redis_server
+    from testservers.redis_server import RedisServer, find_redis_server
 
     server = RedisServer(find_redis_server(), extra_args=["--requirepass", "s3cret"]).start()
     try:

@@ -11,8 +11,8 @@ from redis.backoff import ExponentialBackoff
 from redis.cluster import RedisCluster
 from redis.retry import Retry
 
-from django_qless.core.cluster_server import LocalCluster
 from tests.cluster.shard_workers import sharded, start  # noqa: F401 (worker fixtures)
+from testservers.cluster import LocalCluster
 
 
 @pytest.fixture(params=["redis", "valkey"])

@@ -18,9 +18,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from django_qless.core.client import Client
-from django_qless.core.cluster import NotDurable, NotRun
+from django_qless.core.cluster.sharded import ShardedClient
+from django_qless.core.cluster.transport import NotDurable, NotRun
 from django_qless.core.exceptions import QlessConnectionError, QlessError
-from django_qless.core.sharded import ShardedClient
 
 __all__ = ["Flow", "Run", "Summary", "wait_until"]
 

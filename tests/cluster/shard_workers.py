@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from redis.cluster import RedisCluster
 
-from django_qless.core.cluster_server import LocalCluster
-from django_qless.core.sharded import ShardedClient
+from django_qless.core.cluster.sharded import ShardedClient
 from tests.helpers import WorkerProcess
+from testservers.cluster import LocalCluster
 
 __all__ = ["SHARDS", "sharded", "start"]
 

@@ -16,8 +16,8 @@ import pytest
 from redis.cluster import RedisCluster
 
 from django_qless.core.audit import audit, audit_all
-from django_qless.core.cluster_server import LocalCluster
-from django_qless.core.sharded import ShardedClient
+from django_qless.core.cluster.sharded import ShardedClient
+from testservers.cluster import LocalCluster
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARDS = 4

@@ -13,13 +13,13 @@ import redis
 from redis.cluster import RedisCluster
 
 from django_qless.core.client import Client
-from django_qless.core.cluster_server import LocalCluster
-from django_qless.core.node_pubsub import Hub, Subscription
-from django_qless.core.queue_move import QueueMove
-from django_qless.core.sharded import ShardedClient
+from django_qless.core.cluster.node_pubsub import Hub, Subscription
+from django_qless.core.cluster.queue_move import QueueMove
+from django_qless.core.cluster.sharded import ShardedClient
 from tests.cluster.shard_workers import SHARDS
 from tests.helpers import WorkerProcess, alive, wait_until
 from tests.worker.jobs import ledger
+from testservers.cluster import LocalCluster
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -16,8 +16,8 @@ from django.test import override_settings
 from django_qless import signals
 from django_qless.bridge import Bridge
 from django_qless.clients import clients, get_client
-from django_qless.core.cluster_server import LocalCluster
-from django_qless.core.sharded import ShardedClient
+from django_qless.core.cluster.sharded import ShardedClient
+from testservers.cluster import LocalCluster
 
 pytestmark = pytest.mark.django_db
 

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from redis.cluster import RedisCluster
 
-from django_qless.core.cluster_server import LocalCluster
-from django_qless.core.lua import function_name, library_text, script_sha, script_text
-from django_qless.core.server import redis_version
+from django_qless.core.engine.lua import function_name, library_text, script_sha, script_text
+from testservers.cluster import LocalCluster
+from testservers.redis_server import redis_version
 
 __all__: list[str] = []
 

@@ -17,10 +17,10 @@ import pytest
 from redis.cluster import RedisCluster
 
 from django_qless.core.audit import audit_all
-from django_qless.core.cluster_args import NotDurable
-from django_qless.core.cluster_server import ClusterNode, LocalCluster
+from django_qless.core.cluster.args import NotDurable
+from django_qless.core.cluster.sharded import ShardedClient
 from django_qless.core.queue import Queue
-from django_qless.core.sharded import ShardedClient
+from testservers.cluster import ClusterNode, LocalCluster
 
 from .flow import Flow, wait_until
 

@@ -12,12 +12,12 @@ import pytest
 from redis.cluster import RedisCluster
 
 from django_qless.core.client import Client
-from django_qless.core.cluster_server import LocalCluster
-from django_qless.core.queue_move import QueueMove
-from django_qless.core.sharded import ShardedClient
+from django_qless.core.cluster.queue_move import QueueMove
+from django_qless.core.cluster.sharded import ShardedClient
 from tests.cluster.test_channels_per_node import primary_port, until
 from tests.helpers import WorkerProcess, alive
 from tests.worker.jobs import ledger
+from testservers.cluster import LocalCluster
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -16,10 +16,10 @@ from redis.cluster import RedisCluster
 from redis.exceptions import AskError, MovedError, TryAgainError
 from redis.retry import Retry
 
-from django_qless.core.cluster_server import SLOTS, LocalCluster
-from django_qless.core.cluster_view import read_view
-from django_qless.core.server import redis_version
+from django_qless.core.cluster.view import read_view
 from tests.helpers import wait_until
+from testservers.cluster import SLOTS, LocalCluster
+from testservers.redis_server import redis_version
 
 # A tiny function library (not the engine): one writing and one read-only function.
 LIBRARY = """#!lua name=qltest

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from django_qless.core.cluster_server import LocalCluster
-from django_qless.core.queue_move import MoveProgress, QueueMove
-from django_qless.core.sharded import ShardedClient
+from django_qless.core.cluster.queue_move import MoveProgress, QueueMove
+from django_qless.core.cluster.sharded import ShardedClient
 from tests.cluster import test_queue_move
 from tests.cluster.test_queue_move import LateProducer, Q, left_on
 from tests.helpers import wait_until
+from testservers.cluster import LocalCluster
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -10,16 +10,16 @@ from collections.abc import Iterator
 import pytest
 from redis.crc import key_slot
 
-from django_qless.core.cluster import ClusterTransport
-from django_qless.core.cluster_server import LocalCluster
-from django_qless.core.exceptions import InvalidArgument
-from django_qless.core.placement import (
+from django_qless.core.cluster.placement import (
     MAX_SHARDS,
     Placement,
     keyspace,
     shard_tag,
     target_slot,
 )
+from django_qless.core.cluster.transport import ClusterTransport
+from django_qless.core.exceptions import InvalidArgument
+from testservers.cluster import LocalCluster
 
 
 @pytest.fixture

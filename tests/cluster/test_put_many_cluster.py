@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from redis.cluster import RedisCluster
 
-from django_qless.core.cluster_server import LocalCluster
+from django_qless.core.cluster.sharded import ShardedClient
 from django_qless.core.exceptions import InvalidArgument
-from django_qless.core.sharded import ShardedClient
+from testservers.cluster import LocalCluster
 
 __all__: list[str] = []
 

@@ -12,10 +12,10 @@ import pytest
 from redis.cluster import RedisCluster
 
 from django_qless.core.audit import audit_all
-from django_qless.core.cluster_server import LocalCluster
+from django_qless.core.cluster.queue_move import MoveBlocked, MoveProgress, QueueMove, main
+from django_qless.core.cluster.sharded import ShardedClient
 from django_qless.core.exceptions import QlessError
-from django_qless.core.queue_move import MoveBlocked, MoveProgress, QueueMove, main
-from django_qless.core.sharded import ShardedClient
+from testservers.cluster import LocalCluster
 
 __all__: list[str] = []
 

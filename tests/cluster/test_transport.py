@@ -12,15 +12,15 @@ from typing import Any
 import pytest
 import redis
 
-from django_qless.core.cluster import ClusterTransport, NotDurable
-from django_qless.core.cluster_args import sha1
-from django_qless.core.cluster_batch import execute_many
-from django_qless.core.cluster_server import LocalCluster
+from django_qless.core.cluster.args import sha1
+from django_qless.core.cluster.batch import execute_many
+from django_qless.core.cluster.transport import ClusterTransport, NotDurable
+from django_qless.core.engine.lua import function_name, script_sha
 from django_qless.core.exceptions import InvalidArgument, QlessConnectionError
-from django_qless.core.lua import function_name, script_sha
-from django_qless.core.server import _embedded_binary, redis_version
 from tests.cluster.test_local_cluster import needs_functions
 from tests.helpers import wait_until
+from testservers.cluster import LocalCluster
+from testservers.redis_server import _embedded_binary, redis_version
 
 # Test code loaded beside the engine. `qlt_incr` and `qlt_sum_ro` declare only a shard's
 # prefix, as engine calls do; `qlt_count` declares the one key it touches.

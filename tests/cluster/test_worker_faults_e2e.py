@@ -18,11 +18,11 @@ import pytest
 from redis.cluster import RedisCluster
 
 from django_qless.core.audit import audit_all
-from django_qless.core.cluster_server import LocalCluster
-from django_qless.core.queue_move import MoveProgress, QueueMove
-from django_qless.core.sharded import ShardedClient
+from django_qless.core.cluster.queue_move import MoveProgress, QueueMove
+from django_qless.core.cluster.sharded import ShardedClient
 from tests.faults.conftest import LEDGER_ENV, Ledger
 from tests.helpers import WorkerProcess
+from testservers.cluster import LocalCluster
 
 from .flow import Flow, wait_until
 from .test_faults_e2e import make_sharded, primary_of, queues_on_each_primary

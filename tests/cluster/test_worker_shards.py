@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from redis.cluster import RedisCluster
 
-from django_qless.core.cluster_server import ClusterNode, LocalCluster
+from django_qless.core.cluster.sharded import ShardedClient
 from django_qless.core.registry import Registry
-from django_qless.core.sharded import ShardedClient
 from django_qless.core.workers import SerialWorker, WorkerConfig
 from tests.cluster.shard_workers import SHARDS
 from tests.helpers import WorkerProcess, alive, cmdline, wait_until
 from tests.worker.jobs import ledger
+from testservers.cluster import ClusterNode, LocalCluster
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -26,9 +26,9 @@ os.environ.setdefault("QLESS_TEST_KEYSPACE", "s7")
 os.environ["QLESS_TEST_CLUSTER"] = "1"
 
 from django_qless.core.client import Client  # noqa: E402
-from django_qless.core.cluster_server import LocalCluster  # noqa: E402
-from django_qless.core.server import find_redis_server  # noqa: E402
 from tests.core.keyspace_mode import KEYSPACE, PREFIX  # noqa: E402
+from testservers.cluster import LocalCluster  # noqa: E402
+from testservers.redis_server import find_redis_server  # noqa: E402
 
 __all__ = ["_clients_in_keyspace", "keyspace_cluster", "redis_url"]
 

@@ -11,8 +11,8 @@ import pytest
 import redis
 
 from django_qless.core.client import Client
-from django_qless.core.lua import function_name, library_text, script_text
-from django_qless.core.lua_bundles import bundle_text
+from django_qless.core.engine.bundles import bundle_text
+from django_qless.core.engine.lua import function_name, library_text, script_text
 from django_qless.core.queue import Queue
 from django_qless.core.worker_reply import decode_worker_reply
 from tests.core import keyspace_mode

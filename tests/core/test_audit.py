@@ -324,7 +324,7 @@ def test_report_shapes_and_non_decoding_connection(client: Client, lua, redis_se
 
 def test_transient_violation_is_not_reported_when_it_heals(client: Client, r, monkeypatch):
     """A job moving between the two passes is re-checked before it is reported."""
-    from django_qless.core import audit as audit_mod
+    from django_qless.core.audit import auditor as audit_mod
 
     q = client.queues["q"]
     jid = q.put("t.Job", {})

@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from django_qless.core import Client, QlessConnectionError, QlessError, ServerClock
-from django_qless.core.lua import function_name
+from django_qless.core.engine.lua import function_name
 
 # A script that keeps the server busy for ARGV[1] seconds (Redis reads no socket meanwhile).
 # Valkey 8 freezes TIME for the length of a script, so it measures with os.clock (CPU time,

@@ -25,8 +25,8 @@ def core_modules() -> list[str]:
 def test_core_modules_found() -> None:
     """Discover at least the modules the harness itself relies on."""
     names = core_modules()
-    assert "django_qless.core.lua" in names
-    assert "django_qless.core.server" in names
+    assert "django_qless.core.engine.lua" in names
+    assert "testservers.redis_server" in names
 
 
 def test_core_is_django_free() -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import redis
 
-from django_qless.core.lua import library_text
+from django_qless.core.engine.lua import library_text
 from tests.core import keyspace_mode
 from tests.core.conftest import Lua
 from tests.core.keyspace_mode import CLUSTER, KEYSPACE

@@ -10,8 +10,8 @@ import pytest
 import redis
 
 from django_qless.core.client import Client
-from django_qless.core.server import RedisServer
 from tests.core.conftest import Lua
+from testservers.redis_server import RedisServer
 
 __all__: list[str] = []
 

@@ -11,15 +11,15 @@ from typing import Any
 import pytest
 import redis
 
-from django_qless.core.channel import NodeChannel
 from django_qless.core.client import Client
 from django_qless.core.console import engine_slowlog
-from django_qless.core.lua import _read_sources as engine_sources
-from django_qless.core.lua import routes, script_sha, script_text
-from django_qless.core.lua_bundles import bundle_sha, bundle_text, unresolved
-from django_qless.core.lua_reach import Unsure, split, split_loader
-from django_qless.core.server import RedisServer
+from django_qless.core.engine.bundles import bundle_sha, bundle_text, unresolved
+from django_qless.core.engine.channel import NodeChannel
+from django_qless.core.engine.lua import _read_sources as engine_sources
+from django_qless.core.engine.lua import routes, script_sha, script_text
+from django_qless.core.engine.reach import Unsure, split, split_loader
 from tests.core.conftest import FakeClock
+from testservers.redis_server import RedisServer
 
 HOT = ("put", "reserve", "reserve.wait", "complete.reserve", "pop", "complete", "heartbeat",
        "fail", "config.get")
@@ -91,7 +91,7 @@ def test_a_plain_put_builds_no_moved_job_helpers() -> None:
 
 _RACE = """
 import sys, threading
-from django_qless.core import lua_bundles
+from django_qless.core.engine import bundles as lua_bundles
 texts = []
 def build():
     for command in ("reserve", "complete", "pop", "put"):

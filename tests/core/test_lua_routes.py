@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import redis
 
-from django_qless.core import lua as engine
-from django_qless.core.lua import EngineBuildError, build_routes, routes
+from django_qless.core.engine import lua as engine
+from django_qless.core.engine.lua import EngineBuildError, build_routes, routes
 
 __all__: list[str] = []
 

@@ -15,9 +15,9 @@ import pytest
 import redis
 
 from django_qless.core import Client
+from django_qless.core.engine.lua import function_name, library_text, script_text
 from django_qless.core.exceptions import QlessError
 from django_qless.core.job import Job
-from django_qless.core.lua import function_name, library_text, script_text
 from django_qless.core.worker_reply import REPLY_SHAPE, decode_worker_reply
 from tests.core import keyspace_mode
 from tests.core.conftest import FakeClock

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from django_qless.core.server import _system_which
+from testservers.redis_server import _system_which
 
 
 def _fake_server(bin_dir: Path) -> Path:

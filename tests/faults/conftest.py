@@ -21,7 +21,6 @@ import redis
 
 from django_qless.core.audit import audit
 from django_qless.core.client import Client
-from django_qless.core.server import RedisServer, find_redis_server
 from tests.helpers import (  # noqa: F401 - re-exported
     WorkerProcess,
     alive,
@@ -29,6 +28,7 @@ from tests.helpers import (  # noqa: F401 - re-exported
     free_port,
     wait_until,
 )
+from testservers.redis_server import RedisServer, find_redis_server
 
 ROOT = Path(__file__).resolve().parents[2]
 LEDGER_ENV = "QLESS_FAULT_LEDGER"

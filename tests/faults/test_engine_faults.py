@@ -12,8 +12,8 @@ import pytest
 import redis
 
 from django_qless.core.audit import audit
-from django_qless.core.channel import NodeChannel
 from django_qless.core.client import Client
+from django_qless.core.engine.channel import NodeChannel
 from django_qless.core.exceptions import (
     InvalidArgument,
     InvalidStateTransition,

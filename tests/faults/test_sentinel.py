@@ -19,8 +19,8 @@ from redis.sentinel import Sentinel
 
 from django_qless.core.client import Client
 from django_qless.core.exceptions import QlessConnectionError
-from django_qless.core.server import RedisServer, find_redis_server
 from tests.faults.conftest import assert_audit_clean, free_port, wait_until
+from testservers.redis_server import RedisServer, find_redis_server
 
 pytestmark = [pytest.mark.fault, pytest.mark.timeout(120)]
 

@@ -15,11 +15,11 @@ from django.test import Client as DjangoClient
 from django.test import override_settings
 
 from django_qless.clients import clients, get_client
-from django_qless.core.cluster_server import LocalCluster
-from django_qless.core.sharded import ShardedClient
+from django_qless.core.cluster.sharded import ShardedClient
 from django_qless.views import event_buffer
 from tests.helpers import wait_until
 from tests.ui.browser import save_screens
+from testservers.cluster import LocalCluster
 
 SHARDS = 4
 PINNED = {"emails": 0, "reports": 1, "billing": 3}  # shards on three different primaries

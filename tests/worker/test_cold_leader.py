@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from django_qless.core.client import Client
-from django_qless.core.node_pubsub import Hub, Subscription
+from django_qless.core.cluster.node_pubsub import Hub, Subscription
 from tests.worker.conftest import WorkerProcess, wait_until
 from tests.worker.jobs import ledger
 from tests.worker.test_idle_disconnect import SUPERVISOR, client_ids

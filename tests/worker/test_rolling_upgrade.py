@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from django_qless.core.lua import function_name
+from django_qless.core.engine.lua import function_name
 from tests.helpers import ROOT, wait_until
 
 pytestmark = pytest.mark.timeout(90)
@@ -42,7 +42,7 @@ def test_jobs_put_by_one_version_start_at_once_on_a_worker_of_the_other(
     if major >= 7:  # (functions; 6.2 runs both versions' scripts by EVALSHA)
         theirs = subprocess.run(
             [sys.executable, "-c",
-             "from django_qless.core.lua import function_name; print(function_name())"],
+             "from django_qless.core.engine.lua import function_name; print(function_name())"],
             cwd=other_version, capture_output=True, text=True, check=True).stdout.strip()
         assert theirs != function_name()
         assert qless_client.redis.function_list(library=theirs)  # the worker's engine

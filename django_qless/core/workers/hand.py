@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from django_qless.core.deferred import DeferredCall
+from django_qless.core.engine.deferred import DeferredCall
 from django_qless.core.exceptions import (
     InvalidArgument,
     InvalidStateTransition,

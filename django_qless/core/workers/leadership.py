@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from django_qless.core.node_pubsub import poll_readable
+from django_qless.core.cluster.node_pubsub import poll_readable
 from django_qless.core.signalmask import block_async_signals
 
 __all__ = ["Leadership", "TokenFile", "open_leadership"]

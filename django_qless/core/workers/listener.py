@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from django_qless.core.node_pubsub import PUBSUB_ERRORS, Hub, Subscription, poll_readable
+from django_qless.core.cluster.node_pubsub import PUBSUB_ERRORS, Hub, Subscription, poll_readable
 from django_qless.core.signalmask import block_async_signals
 
 if TYPE_CHECKING:

@@ -19,11 +19,11 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from django_qless.core.client import Client
-from django_qless.core.keyspace import DEFAULT, Keyspace
+from django_qless.core.engine.keyspace import DEFAULT, Keyspace
 
 if TYPE_CHECKING:
     # (Imported only by a worker given a cluster: one server needs no shard module.)
-    from django_qless.core.sharded import ShardedClient
+    from django_qless.core.cluster.sharded import ShardedClient
 
 __all__ = ["Deployment", "QueueRoutes", "QueueSelection", "Reserver", "ShardFollower", "is_pattern",
            "known_queues", "make_reserver", "served_clients"]

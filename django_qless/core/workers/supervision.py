@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from django_qless.core.node_pubsub import (
+from django_qless.core.cluster.node_pubsub import (
     MESSAGE_TYPES,
     PUBSUB_ERRORS,
     Hub,

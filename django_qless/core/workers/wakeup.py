@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from django_qless.core.node_pubsub import (
+from django_qless.core.cluster.node_pubsub import (
     MESSAGE_TYPES,
     PUBSUB_ERRORS,
     Hub,

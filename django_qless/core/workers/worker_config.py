@@ -143,7 +143,7 @@ class WorkerConfig:
 
     def _check_shards(self) -> None:
         """Refuse a shard count the placement cannot use (imported only when one is set)."""
-        from django_qless.core.placement import MAX_SHARDS
+        from django_qless.core.cluster.placement import MAX_SHARDS
 
         if not 1 <= self.shards <= MAX_SHARDS:
             raise ValueError(f"shards must be in [1, {MAX_SHARDS}]: {self.shards}")
@@ -184,14 +184,14 @@ class WorkerConfig:
             if isinstance(made, Client):
                 return made
             if not isinstance(made, redis.Redis):  # (only a cluster's factory gets here)
-                from django_qless.core.sharded import ShardedClient
+                from django_qless.core.cluster.sharded import ShardedClient
 
                 if isinstance(made, ShardedClient):
                     return made
             return Client(made, worker_name=worker_name)
         timeout = self.socket_timeout if socket_timeout == -1.0 else socket_timeout
         if self.cluster:
-            from django_qless.core.sharded import ShardedClient
+            from django_qless.core.cluster.sharded import ShardedClient
 
             return ShardedClient(list(self.cluster), shards=self.shards,
                                  worker_name=worker_name, socket_timeout=timeout)

@@ -345,8 +345,8 @@ class Command(BaseCommand):
         self.emit(info, f"{o['tid']}: maximum={info.get('maximum')} ttl={info.get('ttl')}{where}")
 
     def do_move_queue(self) -> None:
-        from django_qless.core.queue_move import QueueMove
-        from django_qless.core.sharded import ShardedClient
+        from django_qless.core.cluster.queue_move import QueueMove
+        from django_qless.core.cluster.sharded import ShardedClient
 
         o, sharded = self.options, self.alias_client(self.options["queue"])
         if not isinstance(sharded, ShardedClient):

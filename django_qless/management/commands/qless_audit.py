@@ -34,7 +34,7 @@ class Command(BaseCommand):
         """Audit, print the report, exit 1 if violations remain."""
         from django_qless.clients import get_client
         from django_qless.core.audit import audit_all
-        from django_qless.core.audit_cli import (
+        from django_qless.core.audit.cli import (
             EXIT_ERROR,
             EXIT_VIOLATIONS,
             render_all,

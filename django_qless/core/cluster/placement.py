@@ -26,8 +26,8 @@ from typing import Any, Protocol
 
 from redis.crc import key_slot
 
-from .exceptions import InvalidArgument
-from .serialization import check_name
+from ..exceptions import InvalidArgument
+from ..serialization import check_name
 
 __all__ = ["MAX_SHARDS", "Placement", "Transport", "keyspace", "shard_tag", "target_slot"]
 

@@ -18,7 +18,7 @@ import redis
 from redis import Redis
 from redis.exceptions import ResponseError
 
-from .exceptions import InvalidArgument, QlessConnectionError, QlessError, error_from_reply
+from ..exceptions import InvalidArgument, QlessConnectionError, QlessError, error_from_reply
 from .invoke import Invoker
 from .pool import send, send_checked
 

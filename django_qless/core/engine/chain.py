@@ -17,8 +17,8 @@ from typing import Any
 import redis
 from hiredis import pack_command
 
+from ..exceptions import error_from_reply
 from .channel import TRANSPORT_ERRORS, Channel, NodeChannel, connection_error, utf8_error
-from .exceptions import error_from_reply
 
 __all__ = ["invoke_chain"]
 

@@ -18,15 +18,17 @@ from typing import TYPE_CHECKING
 
 import redis
 
-from .keyspace import DEFAULT, Keyspace
+from ..engine.keyspace import DEFAULT, Keyspace
 
 if TYPE_CHECKING:
-    from .audit import Violation
+    from .auditor import Violation
 
 __all__ = ["FIX_LUA", "plan", "repair"]
 
-# The script lives in audit_fix.lua, read as package data like the engine's own files.
-FIX_LUA = (resources.files("django_qless") / "core" / "audit_fix.lua").read_text(encoding="utf-8")
+# The script lives in fix.lua, read as package data like the engine's own files.
+FIX_LUA = (resources.files("django_qless") / "core" / "audit" / "fix.lua").read_text(
+    encoding="utf-8"
+)
 
 # index-entry subjects: key prefix/suffix -> (kind, owner extractor)
 _QUEUE_KINDS = ("work", "locks", "scheduled", "depends", "throttled", "recur")

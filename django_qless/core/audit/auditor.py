@@ -27,7 +27,7 @@ from typing import Any
 
 import redis
 
-from .keyspace import DEFAULT, Keyspace
+from ..engine.keyspace import DEFAULT, Keyspace
 
 __all__ = ["AuditReport", "Reads", "Violation", "audit", "audit_all"]
 
@@ -268,7 +268,7 @@ class Auditor:
 
     def run(self) -> list[Violation]:
         """Run every check; return the violations found."""
-        from . import audit_checks as checks
+        from . import checks as checks
 
         checks.check_jobs(self)
         if self.only_jids is None or self.only_keys:
@@ -345,7 +345,7 @@ def audit(client_or_redis: Any, *, fix: bool = False, recheck: bool = True) -> A
     violations, jobs, keys = collect(r, ks, recheck)
     report = AuditReport(violations=violations, jobs=jobs, keys=keys, shard=ks.tag)
     if fix and violations:
-        from .audit_fix import repair
+        from .fix import repair
 
         report.fixed = repair(r, violations, ks)
         report.violations, report.jobs, report.keys = collect(r, ks, recheck)
@@ -363,10 +363,3 @@ def is_inf(score: Any) -> bool:
     """Tell whether a zset score is +inf."""
     return isinstance(score, float) and math.isinf(score) and score > 0
 
-
-if __name__ == "__main__":
-    import sys
-
-    from django_qless.core.audit_cli import main
-
-    sys.exit(main())

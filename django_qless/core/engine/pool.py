@@ -11,7 +11,7 @@ from hiredis import pack_command
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from .exceptions import InvalidArgument
+from ..exceptions import InvalidArgument
 
 __all__ = ["IDLE_CHECK", "ensure_open", "make_redis", "send", "send_checked"]
 

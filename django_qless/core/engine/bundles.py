@@ -20,7 +20,7 @@ from .lua import (
     _with_clock,
     routes,
 )
-from .lua_reach import Loader, Statement, Unsure, reachable, split, split_loader
+from .reach import Loader, Statement, Unsure, reachable, split, split_loader
 
 __all__ = ["bundle_sha", "bundle_text", "unresolved"]
 

@@ -11,9 +11,9 @@ import redis
 from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import AskError, MovedError
 
-from .exceptions import InvalidArgument, QlessConnectionError, QlessError
-from .invoke import READ_ONLY_COMMANDS
-from .lua import function_name, script_sha
+from ..engine.invoke import READ_ONLY_COMMANDS
+from ..engine.lua import function_name, script_sha
+from ..exceptions import InvalidArgument, QlessConnectionError, QlessError
 
 __all__ = ["NotDurable", "NotRun", "NotSent", "SCRIPT_CALLS", "build_cluster",
            "declared_key", "engine_names", "only_reads", "redirect_target", "sha1"]

@@ -14,9 +14,9 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from .cluster import ClusterTransport, NotRun
-from .cluster_args import declared_key, only_reads
-from .exceptions import InvalidArgument, QlessConnectionError
+from ..exceptions import InvalidArgument, QlessConnectionError
+from .args import declared_key, only_reads
+from .transport import ClusterTransport, NotRun
 
 __all__ = ["did_not_run", "execute_many"]
 

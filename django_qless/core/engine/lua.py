@@ -1,6 +1,6 @@
 """Assemble the engine's Lua sources into the one script every client loads.
 
-`python -m django_qless.core.lua` prints the assembled script, so any qless client
+`python -m django_qless.core.engine.lua` prints the assembled script, so any qless client
 (Ruby, Python, Go) can load our engine in place of qless-core's. On Redis 7+ our own
 client loads the same code as a function library instead (`library_text`): a function's
 top level runs once per server, where EVALSHA re-runs the whole script body on every call.

@@ -24,7 +24,8 @@ from redis.cluster import ClusterNode as _RedisPyNode
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
-from .cluster_node import (
+from django_qless.core.cluster.view import SLOTS, ClusterView, read_view
+from testservers.cluster_node import (
     BUS_OFFSET,
     ClusterNode,
     describe,
@@ -36,8 +37,7 @@ from .cluster_node import (
     spawn,
     until,
 )
-from .cluster_view import SLOTS, ClusterView, read_view
-from .server import find_cli, find_redis_server, server_kind
+from testservers.redis_server import find_cli, find_redis_server, server_kind
 
 __all__ = ["ClusterNode", "ClusterView", "LocalCluster", "SLOTS"]
 

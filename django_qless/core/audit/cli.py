@@ -19,8 +19,8 @@ from urllib.parse import urlsplit
 import redis
 from redis.exceptions import RedisClusterException
 
-from .audit import AuditReport, audit, audit_all
-from .exceptions import QlessError
+from ..exceptions import QlessError
+from .auditor import AuditReport, audit, audit_all
 
 __all__ = ["EXIT_CLEAN", "EXIT_ERROR", "EXIT_VIOLATIONS", "build_parser", "main", "render",
            "render_all", "short_error"]
@@ -120,7 +120,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
 def _main_cluster(parser: argparse.ArgumentParser, args: argparse.Namespace, out: TextIO,
                   err: TextIO) -> int:
     """Audit every shard of the deployment on `--cluster`; return the exit code."""
-    from .sharded import ShardedClient
+    from ..cluster.sharded import ShardedClient
 
     urls = [url.strip() for url in args.cluster.split(",") if url.strip()]
     bad = [url for url in urls if urlsplit(url).scheme not in ("redis", "rediss")]

@@ -12,8 +12,8 @@ import redis
 from redis.cluster import RedisCluster
 from redis.exceptions import AuthenticationError, AuthorizationError
 
-from .cluster_args import NotSent
-from .pool import IDLE_CHECK, ensure_open, send
+from ..engine.pool import IDLE_CHECK, ensure_open, send
+from .args import NotSent
 
 __all__ = ["NodeConnections"]
 

@@ -34,7 +34,9 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from .cluster_args import (
+from ..engine.lua import library_text, script_text
+from ..exceptions import InvalidArgument, QlessConnectionError
+from .args import (
     SCRIPT_CALLS,
     NotDurable,
     NotRun,
@@ -46,9 +48,7 @@ from .cluster_args import (
     redirect_target,
     sha1,
 )
-from .cluster_conns import NodeConnections
-from .exceptions import InvalidArgument, QlessConnectionError
-from .lua import library_text, script_text
+from .conns import NodeConnections
 
 __all__ = ["ClusterTransport", "NotDurable", "NotRun", "declared_key"]
 

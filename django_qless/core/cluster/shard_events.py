@@ -8,13 +8,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .events import EVENT_NAMES, ListenerThread, decode_event
-from .exceptions import QlessConnectionError
+from ..events import EVENT_NAMES, ListenerThread, decode_event
+from ..exceptions import QlessConnectionError
+from ..signalmask import block_async_signals
 from .node_pubsub import MESSAGE_TYPES, PUBSUB_ERRORS, Hub, Subscription, poll_readable
-from .signalmask import block_async_signals
 
 if TYPE_CHECKING:
-    from .client import Client
+    from ..client import Client
 
 __all__ = ["ShardCallback", "ShardEvents"]
 

@@ -16,12 +16,12 @@ import redis
 from redis import Redis
 from redis.cluster import RedisCluster
 
-from .channel import TRANSPORT_ERRORS, utf8_error
-from .cluster import ClusterTransport
-from .cluster_batch import did_not_run, execute_many
-from .exceptions import error_from_reply
-from .invoke import Invoker
-from .pool import send
+from ..engine.channel import TRANSPORT_ERRORS, utf8_error
+from ..engine.invoke import Invoker
+from ..engine.pool import send
+from ..exceptions import error_from_reply
+from .batch import did_not_run, execute_many
+from .transport import ClusterTransport
 
 __all__ = ["ShardChannel"]
 

@@ -10,7 +10,8 @@ import math
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from .audit import (
+from ..throttle import queue_throttle_id
+from .auditor import (
     BATCH,
     JOB_BATCH,
     QUEUE_KINDS,
@@ -22,10 +23,9 @@ from .audit import (
     json_list,
     num,
 )
-from .throttle import queue_throttle_id
 
 if TYPE_CHECKING:
-    from .audit import Auditor
+    from .auditor import Auditor
 
 __all__ = ["check_dependencies", "check_indexes", "check_jobs", "check_misc", "check_tags"]
 

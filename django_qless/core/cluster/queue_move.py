@@ -7,7 +7,7 @@ switch the placement; drain the source until no job of the queue is left there; 
 there. Every step can run again after a crash at any point; `run()` resumes a move from the
 markers and what each shard holds.
 
-    python -m django_qless.core.queue_move --cluster redis://10.0.0.1:6379 --shards 16 \\
+    python -m django_qless.core.cluster.queue_move --cluster redis://10.0.0.1:6379 --shards 16 \\
         emails --to s5
 """
 
@@ -21,11 +21,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .client import Client
-from .exceptions import JobExists, QlessError
-from .job import Job
+from ..client import Client
+from ..exceptions import JobExists, QlessError
+from ..job import Job
+from ..serialization import as_list, carry_options, num, put_options
 from .placement import check_queue
-from .serialization import as_list, carry_options, num, put_options
 from .sharded import ShardedClient
 
 __all__ = ["MoveBlocked", "MoveProgress", "QueueMove", "main"]
@@ -332,7 +332,7 @@ class QueueMove:
 def main(argv: Sequence[str] | None = None, out: Any = None, err: Any = None) -> int:
     """Move a queue to another shard; print progress; exit 0 when done, 1 when blocked."""
     parser = argparse.ArgumentParser(
-        prog="python -m django_qless.core.queue_move",
+        prog="python -m django_qless.core.cluster.queue_move",
         description="Move a queue to another shard online (docs/scaling.md).")
     parser.add_argument("queue")
     parser.add_argument("--to", required=True, help="target shard: index, s<i> or tag")

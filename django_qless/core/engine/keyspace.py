@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from .exceptions import InvalidArgument
+from ..exceptions import InvalidArgument
 
 __all__ = ["DEFAULT", "Keyspace"]
 

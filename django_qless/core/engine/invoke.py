@@ -13,9 +13,9 @@ from typing import Any
 import redis
 from redis.exceptions import NoScriptError
 
-from .exceptions import InvalidArgument
+from ..exceptions import InvalidArgument
+from .bundles import bundle_sha, bundle_text
 from .lua import function_name, library_text, script_sha, script_text
-from .lua_bundles import bundle_sha, bundle_text
 
 __all__ = ["Invoker", "READ_ONLY_COMMANDS"]
 

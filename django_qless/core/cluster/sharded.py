@@ -23,16 +23,16 @@ from typing import Any
 import redis
 from redis.cluster import RedisCluster
 
-from .client import Client
-from .cluster import ClusterTransport
-from .cluster_batch import execute_many
-from .exceptions import InvalidArgument, error_from_reply
-from .job import Job
+from ..client import Client
+from ..exceptions import InvalidArgument, error_from_reply
+from ..job import Job
+from ..recurring import RecurringJob
+from ..serialization import as_list, check_jid, check_text, check_worker
+from ..throttle import Throttle
+from .batch import execute_many
 from .placement import Placement
-from .recurring import RecurringJob
-from .serialization import as_list, check_jid, check_text, check_worker
 from .shard_channel import ShardChannel
-from .throttle import Throttle
+from .transport import ClusterTransport
 
 __all__ = ["ShardedClient"]
 
