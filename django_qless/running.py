@@ -20,7 +20,8 @@ from django_qless.core.client import Client
 from django_qless.core.flows import received
 from django_qless.core.job import Job
 from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol
-from django_qless.core.workers.runner import AbortGuard, JobRunner, Outcome
+from django_qless.core.workers.runner import JobRunner, Outcome, job_extra
+from django_qless.core.workers.shutdown import AbortGuard
 from django_qless.options import RESULT_KEY, to_json
 
 if TYPE_CHECKING:
@@ -42,6 +43,8 @@ _EAGER: contextvars.ContextVar[dict[str | None, bool]] = contextvars.ContextVar(
 class RetryScheduled(Exception):  # noqa: N818 - an outcome, not an error
     """The job raised a retryable exception and was put back with a delay."""
 
+    logged = True  # (logged here, with its delay: the worker does not log it again)
+
 
 def perform_function(target: JobFunction[Any, Any], job: Job) -> Any:
     """Run a function job for a worker; see ``JobFunction.process``."""
@@ -62,7 +65,8 @@ def perform_function(target: JobFunction[Any, Any], job: Job) -> Any:
         group = f"{type(exc).__module__}.{type(exc).__qualname__}"
         priority = policy.priority_for(job.priority, attempt)
         job.retry(delay, group, f"{exc}"[:4000] or group, priority=priority)
-        log.info("job %s retried in %.1fs after %s (attempt %d)", job.jid, delay, group, attempt)
+        log.warning("job %s retried in %.1fs after %s: %s (attempt %d)", job.jid, delay, group,
+                    f"{exc}"[:200], attempt, extra={**job_extra(job), "attempt": attempt})
         raise RetryScheduled(f"retry in {delay:.1f}s after {group}") from exc
     store_result(job, value)
     return value
@@ -81,7 +85,7 @@ def store_result(job: Job, value: Any) -> None:
 
 def job_runner(hooks: WorkerHooksProtocol) -> JobRunner:
     """Return a runner for this process, built as a worker builds its own."""
-    from django_qless.core.workers.sandbox import Sandbox
+    from django_qless.core.workers.runner import Sandbox
     from django_qless.core.workers.worker_config import WorkerConfig
     from django_qless.registry import get_registry
 

@@ -8,11 +8,8 @@ from typing import TYPE_CHECKING, Any, overload
 
 from redis.lock import Lock
 
-from . import bulk
-from .bulk import BulkResult
 from .exceptions import JobNotFound, LimitExceeded
 from .job import Job
-from .recurring import RecurringJob
 from .serialization import (
     MAX_LIST,
     as_list,
@@ -25,7 +22,9 @@ from .serialization import (
 )
 
 if TYPE_CHECKING:
+    from .bulk import BulkResult
     from .client import Client
+    from .recurring import RecurringJob
 
 __all__ = ["FAILED_CHUNK", "Jobs"]
 
@@ -235,27 +234,39 @@ class Jobs:
 
     def cancel_many(self, jids: Sequence[str]) -> BulkResult:
         """Cancel jobs in one engine call; jobs that others outside the set need are refused."""
+        from . import bulk  # (loaded on first use: a worker needs none of it)
+
         return bulk.cancel_bulk(self._client, jids)
 
     def retry_many(self, jids: Sequence[str]) -> BulkResult:
         """Put failed jobs back into their own queues, in one round trip (at most 500)."""
+        from . import bulk
+
         return bulk.run_bulk(self._client, jids, bulk.retry_plan)
 
     def move_many(self, jids: Sequence[str], queue: str,
                   states: Sequence[str] | None = None) -> BulkResult:
         """Move jobs (only those in ``states``, if given) to ``queue`` in one round trip."""
+        from . import bulk
+
         return bulk.run_bulk(self._client, jids, bulk.move_plan(queue, states))
 
     def set_priority_many(self, jids: Sequence[str], priority: int,
                           states: Sequence[str] | None = None) -> BulkResult:
         """Set the priority of jobs (only those in ``states``, if given) in one round trip."""
+        from . import bulk
+
         return bulk.run_bulk(self._client, jids, bulk.priority_plan(priority, states))
 
     def track_many(self, jids: Sequence[str], *, track: bool = True) -> BulkResult:
         """Track (or, with ``track=False``, untrack) jobs in one round trip."""
+        from . import bulk
+
         return bulk.run_bulk(self._client, jids, bulk.track_plan(track))
 
     def recurring(self, jid: str) -> RecurringJob | None:
         """Return the recurring job template, or None."""
         reply = self._client.call_json("recur.get", check_jid(jid))
+        from .recurring import RecurringJob
+
         return None if reply is None else RecurringJob(self._client, reply)

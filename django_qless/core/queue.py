@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any, overload
 
 from . import integrations
 from .job import Job
-from .put_many import put_many
 from .routing import check_dependencies, check_throttle_homes
 from .serialization import (
     MAX_INTERVAL,
@@ -216,6 +215,8 @@ class Queue:
         may have been put: put again with the same jids (returned by `new_jid()` beforehand)
         to be safe, since re-putting a jid is idempotent.
         """
+        from .put_many import put_many  # (loaded on first use: with its chain of calls)
+
         return put_many(self, jobs)
 
     def recur(

@@ -69,7 +69,8 @@ def test_a_production_enqueue_does_not_import_the_testing_helpers(redis_url, tmp
 
 
 def test_the_runner_and_the_job_finished_signal_share_one_vocabulary():
-    from django_qless.core.workers.runner import JobAborted, Outcome
+    from django_qless.core.workers.runner import Outcome
+    from django_qless.core.workers.shutdown import JobAborted
     from django_qless.hooks import outcome_of
 
     assert outcome_of(None) == Outcome.COMPLETED.value == "completed"

@@ -117,7 +117,7 @@ def test_a_lost_lock_is_still_treated_as_lost(qless_client: Client, start_worker
     assert worker.wait() == 0
     job = qless_client.jobs[jid]
     assert (job.state, job.worker_name, job.failure) == ("running", "someone-else", None)
-    assert "complete refused, lock lost" in worker.stderr()
+    assert "not completed, this worker lost its lease" in worker.stderr()
 
 
 def test_data_that_cannot_be_stored_does_not_cost_a_long_job_its_lease(

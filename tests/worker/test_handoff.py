@@ -119,7 +119,7 @@ def test_a_job_handed_while_a_reserve_takes_another_is_held_and_given_back(
 ) -> None:
     """The idle worker's re-check reserve takes one job while a put hands it another (it is
     still registered as idle): both are held, so while the first runs long the other goes
-    back to waiting (it used to stay running, unheld and unheartbeated, behind it)."""
+    back to waiting (rather than staying running, unheld and unheartbeated, behind it)."""
     registry = Registry()
     release = threading.Event()
     ran: list[str] = []

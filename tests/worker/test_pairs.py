@@ -1,4 +1,4 @@
-"""Several completions per engine call (django_qless/core/workers/completions.py): a short job
+"""Several completions per engine call (django_qless/core/workers/hand.py): a short job
 followed by one expected short keeps its completion, and a later job's complete.reserve
 carries up to BATCH of them. Real worker subprocesses on a private server; engine calls are
 counted with the server's commandstats."""
@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from django_qless.core.client import Client
-from django_qless.core.workers.completions import BATCH
+from django_qless.core.workers.hand import BATCH
 from tests.helpers import WorkerProcess, wait_until
 from tests.worker.jobs import ledger
 

@@ -1,4 +1,4 @@
-"""Holding one job ahead while short jobs flow (see django_qless/core/workers/inhand.py).
+"""Holding one job ahead while short jobs flow (see django_qless/core/workers/hand.py).
 
 The worker sends a short job's completion without waiting and runs the job it holds while
 Redis works. What must hold: every job runs once; the worker never holds more than one job
@@ -21,8 +21,8 @@ import pytest
 
 from django_qless.core.client import Client
 from django_qless.core.registry import Registry
-from django_qless.core.workers import SerialWorker, WorkerConfig, completions
-from django_qless.core.workers.completions import _DEPTH_KEPT, BATCH
+from django_qless.core.workers import SerialWorker, WorkerConfig, hand
+from django_qless.core.workers.hand import _DEPTH_KEPT, BATCH
 from tests.worker.conftest import wait_until
 from tests.worker.jobs import ledger
 
@@ -57,7 +57,7 @@ def test_short_jobs_run_once_and_the_worker_holds_at_most_one_ahead(
 ) -> None:
     # Short whatever the load (a probe is one Redis read, under PREFETCH_BELOW when the
     # machine is quiet): what is counted below must not depend on the scheduler.
-    monkeypatch.setattr(completions, "PREFETCH_BELOW", 60.0)
+    monkeypatch.setattr(hand, "PREFETCH_BELOW", 60.0)
     seen: list[tuple[str, int]] = []
     jids = [qless_client.queues["q"].put("probe", {"n": i}) for i in range(300)]
     worker = serial(redis_url, counting_registry(redis_url, seen), max_jobs=300,
@@ -70,14 +70,14 @@ def test_short_jobs_run_once_and_the_worker_holds_at_most_one_ahead(
     held = [n for _, n in seen]
     if prefetch:
         # Completions sent without waiting (a call carries up to BATCH: test_pairs.py).
-        assert worker.in_hand.sent_ahead > 200
+        assert worker.hand.sent_ahead > 200
         # The running job, the kept ones and the ones held ahead (at most _DEPTH_KEPT
         # together), and at most one call's completions that Redis has not processed yet
         # (sent on another connection just before).
         assert max(held) <= _DEPTH_KEPT + BATCH
         assert sum(n >= 2 for n in held) > len(held) // 2  # it does hold one ahead
     else:
-        assert worker.in_hand.sent_ahead == 0
+        assert worker.hand.sent_ahead == 0
         assert max(held) == 1  # each completion was answered before the next job started
     assert qless_client.workers["ahead"]["jobs"] == []
 
@@ -105,7 +105,7 @@ def test_a_long_job_hands_the_held_job_back_without_spending_a_retry(
     thread.join(20)
     assert codes == [0]
     assert during == {"state": "waiting", "worker": ""}
-    assert worker.in_hand.handed_back == 1
+    assert worker.hand.handed_back == 1
     x = qless_client.jobs["x"]
     assert x.state == "complete"
     # Given back with `release` (a `put` entry), not by a lease running out (`timed-out`).
@@ -119,7 +119,7 @@ def test_max_jobs_is_never_overshot_by_jobs_held_ahead(
     # loaded machine every probe (one Redis read) could take longer, nothing would be held
     # ahead, and the cap would be tested without what may overshoot it. Every job counts
     # as short here, whatever the load.
-    monkeypatch.setattr(completions, "PREFETCH_BELOW", 60.0)
+    monkeypatch.setattr(hand, "PREFETCH_BELOW", 60.0)
     seen: list[tuple[str, int]] = []
     # (more tickets than a batch holds ahead: with fewer the worker may hold none ahead)
     cap = _DEPTH_KEPT + BATCH
@@ -128,7 +128,7 @@ def test_max_jobs_is_never_overshot_by_jobs_held_ahead(
     thread, codes = run(worker)
     thread.join(20)
     assert codes == [0]
-    assert len(seen) == cap and worker.in_hand.sent_ahead + worker.in_hand.carried > 0
+    assert len(seen) == cap and worker.hand.sent_ahead + worker.hand.carried > 0
     # Jobs were held ahead while others ran (the running one and at least one more).
     assert max(n for _, n in seen) >= 2
     states = [qless_client.jobs[j].state for j in jids]

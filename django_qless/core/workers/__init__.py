@@ -1,32 +1,51 @@
 """The Django-free worker: serial (in-process) and forking (supervisor + children).
 
 Entry points: `run_worker(config, hooks)` (what the CLI and the Django command call),
-`make_worker`, `SerialWorker`, `ForkingWorker`, `WorkerConfig`, `WorkerHooks`.
+`make_worker`, `SerialWorker`, `ForkingWorker`, `WorkerConfig`, `WorkerHooks`;
+`JobContextFilter` adds the running job's jid to log records.
 """
 
 from __future__ import annotations
 
-from django_qless.core.workers.forking import ForkingWorker
+from typing import TYPE_CHECKING, Any
+
+from django_qless.core.workers.cli import import_modules, make_worker, run_worker
 from django_qless.core.workers.hooks import CompositeHooks, WorkerHooks, WorkerHooksProtocol
-from django_qless.core.workers.run import import_modules, make_worker, run_worker
-from django_qless.core.workers.runner import JobAborted
-from django_qless.core.workers.sandbox import current_sandbox
-from django_qless.core.workers.serial import SerialWorker
-from django_qless.core.workers.shutdown import ExitCode
+from django_qless.core.workers.runner import JobContextFilter, current_job, current_sandbox
+from django_qless.core.workers.shutdown import ExitCode, JobAborted
 from django_qless.core.workers.worker_config import WorkerConfig, default_worker_name
+
+if TYPE_CHECKING:
+    from django_qless.core.workers.forking import ForkingWorker
+    from django_qless.core.workers.serial import SerialWorker
 
 __all__ = [
     "CompositeHooks",
     "ExitCode",
     "ForkingWorker",
     "JobAborted",
+    "JobContextFilter",
     "SerialWorker",
     "WorkerConfig",
     "WorkerHooks",
     "WorkerHooksProtocol",
+    "current_job",
     "current_sandbox",
     "default_worker_name",
     "import_modules",
     "make_worker",
     "run_worker",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Load a worker class on first use: a serial worker needs none of the forking code."""
+    if name == "ForkingWorker":
+        from django_qless.core.workers.forking import ForkingWorker
+
+        return ForkingWorker
+    if name == "SerialWorker":
+        from django_qless.core.workers.serial import SerialWorker
+
+        return SerialWorker
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,10 +2,10 @@
 
 Hot path: one round trip per job, or per several short jobs. `complete.reserve` completes
 the finished job and takes the next ones in the same script call; after a short job it is
-only sent, and the job held ahead runs while Redis works (inhand.py); a short job followed
-by one expected short keeps its completion for a later job's call, which completes them all
-(completions.py). How an idle loop gets its next job (hand-off, wake-up, reserve) is in
-taking.py; the shards its queues are in, in shards.py.
+only sent, and the job held ahead runs while Redis works; a short job followed by one
+expected short keeps its completion for a later job's call, which completes them all
+(hand.py owns the held jobs and those completions). How an idle loop gets its next job
+(hand-off, wake-up, reserve) is in taking.py; the shards its queues are in, in shards.py.
 """
 
 from __future__ import annotations
@@ -21,24 +21,27 @@ from typing import TYPE_CHECKING
 from django_qless.core.exceptions import QlessError
 from django_qless.core.integrations import with_installed_hooks
 from django_qless.core.workers.budget import JobBudget, SharedJobPool
-from django_qless.core.workers.completions import Completions
+from django_qless.core.workers.hand import JobHand
 from django_qless.core.workers.heartbeat import Heartbeater
 from django_qless.core.workers.hooks import WorkerHooksProtocol
-from django_qless.core.workers.inhand import JobsInHand
-from django_qless.core.workers.leadership import Leadership
 from django_qless.core.workers.proctitle import child_title, set_title
 from django_qless.core.workers.reaper import LeaseReaper
-from django_qless.core.workers.reservers import QueueSelection, make_reserver
-from django_qless.core.workers.runner import AbortGuard, JobRunner, Outcome
-from django_qless.core.workers.sandbox import Sandbox
-from django_qless.core.workers.shards import Deployment, QueueRoutes, known_queues
-from django_qless.core.workers.shutdown import SignalState
+from django_qless.core.workers.runner import JobRunner, Outcome, Sandbox, log_job
+from django_qless.core.workers.shards import (
+    Deployment,
+    QueueRoutes,
+    QueueSelection,
+    known_queues,
+    make_reserver,
+)
+from django_qless.core.workers.shutdown import AbortGuard, SignalState
 from django_qless.core.workers.taking import JobTaker
 from django_qless.core.workers.wakeup import WakeWaiter
 from django_qless.core.workers.worker_config import WorkerConfig
 
 if TYPE_CHECKING:
     from django_qless.core.job import Job
+    from django_qless.core.workers.leadership import Leadership
 
 __all__ = ["JobLoop"]
 
@@ -86,43 +89,45 @@ class JobLoop:
         self.sandbox = Sandbox(config.sandbox_root, name)
         self.runner = JobRunner(config, hooks, config.registry, self.sandbox, self.guard)
         self.waiter = WakeWaiter(self.routes, signals.wake_pipe, name)
-        self.heartbeater = Heartbeater(
-            self._on_lock_lost,
-            timeout=self._thread_timeout(),
-            on_timeout=self._on_timeout,
-            on_tick=self._tick,
-            on_long=self._on_long,
-            long_after=HAND_BACK_AFTER,
-        )
         self.started = time.monotonic()
+        self.done = 0
+        self.failed = 0
+        self.current: Job | None = None
+        # Only where no supervisor does it (the serial worker); see reaper.py.
+        self.reaper = reaper
+        self._build_parts(leadership)
         # Run time of each job until its outcome is known (a completion may be read later).
         self._ran: dict[str, float] = {}
         # Completions are news at -v, noise otherwise.
         self._done_level = logging.INFO if config.verbosity >= 1 else logging.DEBUG
-        self.done = 0
-        self.failed = 0
-        self.taken = 0  # jobs started (what the budget counts)
-        self.current: Job | None = None
-        self.in_hand = JobsInHand(name)
         # Outcomes are counted by the job thread and, for a completion read by the heartbeat
         # thread (a long job hands the held jobs back), by that thread.
         self._count_lock = threading.Lock()
-        # Only where no supervisor does it (the serial worker); see reaper.py.
-        self.reaper = reaper
-        self.taker = JobTaker(
-            name, self.routes, self.reserver, self.waiter, self.in_hand,
-            interval=config.interval, idle_cap=self.idle_cap, time_left=self._time_left,
-            on_idle=self._idle_title, keep_waiting=self.should_continue, reaper=reaper,
-            leadership=leadership, idle_disconnect=config.idle_disconnect,
-        )
-        self.completions = Completions(
-            self.in_hand, self.taker, self.waiter, self.budget, prefetch=config.prefetch,
-            settled=self._settled, will_take_after=self._will_take_after,
-            committed=self._committed,
-        )
         # The heartbeat thread sets the running title, the loop the idle one: this keeps a
         # late "running" from overwriting "idle".
         self._title_lock = threading.Lock()
+
+    def _build_parts(self, leadership: Leadership | None) -> None:
+        """Build the hand (held jobs, completions), the taker and the heartbeat thread."""
+        config = self.config
+        self.hand = JobHand(self.name, self.waiter, self.budget, prefetch=config.prefetch,
+                            report=self._settled, will_take_after=self._will_take_after)
+        self.taker = JobTaker(
+            self.name, self.routes, self.reserver, self.waiter, self.hand,
+            interval=config.interval, idle_cap=self.idle_cap, time_left=self._time_left,
+            on_idle=self._idle_title, keep_waiting=self.should_continue, reaper=self.reaper,
+            leadership=leadership, idle_disconnect=config.idle_disconnect,
+        )
+        self.hand.taker = self.taker
+        self.heartbeater = Heartbeater(
+            self._on_lock_lost, timeout=self._thread_timeout(), on_timeout=self._on_timeout,
+            on_tick=self._tick, on_long=self._on_long, long_after=HAND_BACK_AFTER,
+        )
+
+    @property
+    def taken(self) -> int:
+        """Return how many jobs this loop started."""
+        return self.hand.taken
 
     # -- WorkerInfo -------------------------------------------------------------------------
     @property
@@ -188,19 +193,65 @@ class JobLoop:
         self.heartbeater.start()
         try:
             if self.resume:
-                self.in_hand.add(self.taker.held_jobs())
+                self.hand.add(self.taker.held_jobs())
             self._loop()
         finally:
             self._finish()
 
-    def _committed(self) -> int:
-        """Return the jobs that hold a ticket: started, held, and asked for in flight."""
-        return self.taken + len(self.in_hand) + self.in_hand.coming
+    def _loop(self) -> None:
+        """Take a job, run it, report it; until a stop, a limit or the supervisor's death."""
+        while not (self.signals.stopping or self._limit_reached() or not self.should_continue()):
+            if self.reaper is not None:
+                self.reaper.maybe_reap(idle=self.taker.idling)
+            if self.signals.paused:
+                self._pause()
+                continue
+            job = self.hand.next_held()  # held ahead, or brought by a completion's reply
+            if job is None:
+                job = self._take()
+            if job is None:
+                continue
+            # A stop that landed during the reserve: do not start the job (released later).
+            if self.signals.stop_requests or not self.should_continue():
+                self.hand.put_back(job)
+                return
+            if self._perform(job):
+                return
+
+    def _take(self) -> Job | None:
+        """Reserve jobs (or wait for them while idle); return the first, holding the rest."""
+        self.hand.flush_kept()  # no next job to take them along
+        self.between_jobs()
+        if self.budget.grant(1, self.hand.committed()) == 0:
+            return None  # out of tickets: the loop's check ends it
+        if not self.taker.await_turn():
+            return None  # another child is the idle leader; a signal woke us
+        jobs, wake = self.taker.reserve()
+        while not jobs and self.taker.idle(wake) and self._woken_as_left():
+            # A message woke the idle loop (a hand-off, mostly): take it now, not after the
+            # checks of the loop, which find what they found before the wait.
+            jobs, wake = self.taker.reserve()
+        if not jobs:
+            return None  # (round the loop: it looks at signals and limits first)
+        if len(jobs) == 1 and not len(self.hand):
+            return jobs[0]  # what add() then take() would give, without their locks
+        self.hand.add(jobs)
+        return self.hand.take()
+
+    def _pause(self) -> None:
+        """Hand back what is held and wait, taking nothing, until resumed or stopped."""
+        self._hand_back()  # held ahead, or handed over after registering as idle
+        self.between_jobs()
+        self._idle_title()
+        self.waiter.wait(min(self.config.interval, self.idle_cap, self._time_left()),
+                         self.should_continue)
+        self.waiter.drain()  # wake-ups while paused must not make wait() spin
 
     def _limit_reached(self) -> bool:
         """Tell whether the loop is done: out of tickets with nothing held, or out of time."""
-        if self.budget.limited and not len(self.in_hand) and not self.in_hand.coming:
-            if self.budget.grant(1, self._committed()) == 0:
+        hand = self.hand
+        if self.budget.limited and not len(hand) and not hand.coming:
+            if self.budget.grant(1, hand.committed()) == 0:
                 return True
         return self._time_left() <= 0
 
@@ -210,52 +261,6 @@ class JobLoop:
         if not duration:
             return float("inf")
         return duration - (time.monotonic() - self.started)
-
-    def _loop(self) -> None:
-        while True:
-            if self.signals.stopping or self._limit_reached() or not self.should_continue():
-                return
-            if self.reaper is not None:
-                self.reaper.maybe_reap(idle=self.taker.idling)
-            if self.signals.paused:
-                self._hand_back()  # held ahead, or handed over after registering as idle
-                self.between_jobs()
-                self._idle_title()
-                self.waiter.wait(min(self.config.interval, self.idle_cap, self._time_left()),
-                                 self.should_continue)
-                self.waiter.drain()  # wake-ups while paused must not make wait() spin
-                continue
-            job = self.in_hand.take()
-            while job is None and self.in_hand.in_flight:
-                self.completions.settle_inflight()  # the oldest reply may carry the next job
-                job = self.in_hand.take()
-            if job is None:
-                self.completions.flush_kept()  # no next job to take them along
-                self.between_jobs()
-                if self.budget.grant(1, self._committed()) == 0:
-                    continue  # out of tickets: the check above ends the loop
-                if not self.taker.await_turn():
-                    continue  # another child is the idle leader; a signal woke us
-                jobs, wake = self.taker.reserve()
-                while not jobs and self.taker.idle(wake) and self._woken_as_left():
-                    # A message woke the idle loop (a hand-off, mostly): take it now, not
-                    # after the checks above, which find what they found before the wait.
-                    jobs, wake = self.taker.reserve()
-                if not jobs:
-                    continue
-                if len(jobs) == 1 and not len(self.in_hand):
-                    job = jobs[0]  # what add() then take() would give, without their locks
-                else:
-                    self.in_hand.add(jobs)
-                    job = self.in_hand.take()
-                    if job is None:
-                        continue
-            # A stop that landed during the reserve: do not start the job (released later).
-            if self.signals.stop_requests or not self.should_continue():
-                self.in_hand.put_back(job)
-                return
-            if self._perform(job):
-                return
 
     def _woken_as_left(self) -> bool:
         """Tell whether an idle loop woken by a message may reserve again without going
@@ -283,7 +288,7 @@ class JobLoop:
         # its check interval), so a stream of short jobs costs no setproctitle per job.
         self.current = job
         self.taker.idling = False
-        self.taken += 1
+        self.hand.taken += 1
         self.on_job_start(job)
         started = time.monotonic()
         self.heartbeater.watch(job)
@@ -292,29 +297,30 @@ class JobLoop:
             outcome = self.runner.run(job, self._pre_abort)
         finally:
             self.heartbeater.unwatch()
-        stop = False
         elapsed = time.monotonic() - started
         self._ran[job.jid] = elapsed
-        self.completions.ran(job, elapsed)
-        if outcome is not Outcome.COMPLETED:
-            self.completions.flush_kept()  # kept completions wait for short jobs only
-        if outcome is Outcome.ABORTED:
-            reason = self.guard.reason or "aborted"
-            if reason == "timeout":
-                log.warning("job %s timed out: still running after its limit of %gs",
-                            job.jid, self.config.timeout)
-            else:
-                log.warning("job %s aborted: %s", job.jid, reason)
-            stop = self.on_aborted(job, reason)
-        elif outcome is Outcome.COMPLETED:
-            completed = self.completions.complete(job, elapsed)
-            if completed is None:
-                self.current = None  # sent ahead: counted when its reply is read
-                return stop
-            outcome = completed
+        self.hand.ran(job, elapsed)
+        if outcome is Outcome.COMPLETED:
+            completed = self.hand.complete(job, elapsed)
+            self.current = None
+            if completed is not None:  # (None: sent ahead, reported when its reply is read)
+                self._settled(job, completed)
+            return False
+        self.hand.flush_kept()  # kept completions wait for short jobs only
+        stop = outcome is Outcome.ABORTED and self._aborted(job)
         self.current = None
         self._settled(job, outcome)
         return stop
+
+    def _aborted(self, job: Job) -> bool:
+        """Log and dispose of an aborted job; return True to stop the loop."""
+        reason = self.guard.reason or "aborted"
+        if reason == "timeout":
+            log_job(logging.ERROR, job, "job %s timed out: still running after its limit of "
+                    "%gs", job.jid, self.config.timeout)
+        else:
+            log_job(logging.WARNING, job, "job %s aborted: %s", job.jid, reason)
+        return self.on_aborted(job, reason)
 
     def _settled(self, job: Job, outcome: Outcome) -> None:
         """Count a settled job and report it."""
@@ -334,25 +340,21 @@ class JobLoop:
     def _hand_back(self) -> None:
         """Release the jobs held ahead or handed over (none is running), after reading the
         calls in flight (job thread)."""
-        self.taker.adopt_handed()
-        self._release_in_hand()
-
-    def _release_in_hand(self) -> None:
-        for settled in self.in_hand.hand_back():
-            self._settled(*settled)
+        self.hand.adopt_handed()
+        self.hand.hand_back()
 
     def _on_long(self, job: Job) -> None:
         """Heartbeat thread: `job` runs long, so the jobs held ahead go back to waiting."""
-        in_hand = self.in_hand
-        if len(in_hand) or in_hand.in_flight or in_hand.kept:
+        hand = self.hand
+        if len(hand) or hand.in_flight or hand.kept:
             log.debug("job %s runs long: handing back the jobs held ahead", job.jid)
-            self._release_in_hand()
+            hand.hand_back()
 
     def _will_take_after(self) -> bool:
         """Tell whether the loop will want another job once the running one is done."""
         if self.signals.stopping or self.signals.paused or not self.should_continue():
             return False
-        if self.budget.limited and self.budget.grant(1, self._committed()) == 0:
+        if self.budget.limited and self.budget.grant(1, self.hand.committed()) == 0:
             return False
         return not self.config.max_duration or self._time_left() > 0
 
@@ -371,7 +373,7 @@ class JobLoop:
         self.taker.pass_turn()
         self.waiter.stop_hand_offs()
         self._hand_back()
-        self.budget.release_spare(self._committed())
+        self.budget.release_spare(self.hand.committed())
         self.heartbeater.stop()
         self.waiter.close()
         for client in self.routes.served():

@@ -15,8 +15,8 @@ import time
 from typing import TYPE_CHECKING
 
 from django_qless.core.exceptions import QlessConnectionError, QlessError
-from django_qless.core.workers.inhand import release_job
-from django_qless.core.workers.runner import KILLED_GROUP, TIMEOUT_GROUP
+from django_qless.core.workers.hand import release_job
+from django_qless.core.workers.runner import KILLED_GROUP, TIMEOUT_GROUP, child_extra
 from django_qless.core.workers.shards import served_clients
 from django_qless.core.workers.shutdown import ExitCode
 
@@ -63,7 +63,8 @@ class ChildDisposal:
         else:
             level = logging.INFO if code == 0 or reason else logging.ERROR
             log.log(level, "child %s (pid %d) exited with %d (%s)%s", child.name, child.pid,
-                    code, reason or "unexpected", f", job {child.jid}" if child.jid else "")
+                    code, reason or "unexpected", f", job {child.jid}" if child.jid else "",
+                    extra=child_extra(child) if child.jid else None)
         try:
             if reason in ("shutdown", "forced"):
                 self._release_all(child)

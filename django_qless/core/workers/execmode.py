@@ -13,7 +13,7 @@ import subprocess
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from django_qless.core.workers.sandbox import current_sandbox
+from django_qless.core.workers.runner import current_sandbox
 
 if TYPE_CHECKING:
     from django_qless.core.job import Job
@@ -40,6 +40,16 @@ class ExecRunner:
         self.command = tuple(command)
         self.timeout = timeout
         self.grace = grace
+
+    @staticmethod
+    def timed_out(exc: BaseException) -> bool:
+        """Tell whether `exc` says the command ran past the time limit."""
+        return isinstance(exc, ExecTimeout)
+
+    @staticmethod
+    def failed(exc: BaseException) -> bool:
+        """Tell whether `exc` is the command's own failure (or time-out), not the worker's."""
+        return isinstance(exc, (ExecTimeout, ExecFailed))
 
     def __call__(self, job: Job) -> None:
         env = dict(os.environ)

@@ -30,6 +30,7 @@ from django_qless.core.workers.disposal import ChildDisposal
 from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol
 from django_qless.core.workers.leadership import TokenFile
 from django_qless.core.workers.proctitle import set_title, supervisor_title
+from django_qless.core.workers.runner import child_extra
 from django_qless.core.workers.shards import Deployment, ShardFollower, served_clients
 from django_qless.core.workers.shutdown import ExitCode, SignalState
 from django_qless.core.workers.supervision import ChildChannels, ChildProc
@@ -389,7 +390,7 @@ class ForkingWorker(ChildDisposal, ChildWatch):
             elif timeout and child.jid and child.kill_reason is None:
                 if now - child.job_started >= timeout:
                     log.warning("job %s on %s exceeded its time limit of %gs; stopping it",
-                                child.jid, child.name, timeout)
+                                child.jid, child.name, timeout, extra=child_extra(child))
                     self._kill(child, "timeout", signal.SIGTERM)
         if self.signals.stopping:
             return

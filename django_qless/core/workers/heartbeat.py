@@ -28,6 +28,7 @@ from django_qless.core.exceptions import (
     QlessError,
 )
 from django_qless.core.signalmask import block_async_signals
+from django_qless.core.workers.runner import log_job
 
 if TYPE_CHECKING:
     from django_qless.core.job import Job
@@ -181,7 +182,8 @@ class Heartbeater(threading.Thread):
             return time.monotonic() + self.period_for(job)
         except (LostLockError, InvalidStateTransition, JobNotFound) as exc:
             if self.is_current(generation):
-                log.warning("job %s: heartbeat refused, lock lost: %s", job.jid, exc)
+                log_job(logging.WARNING, job, "job %s: lease lost (heartbeat refused), "
+                        "stopping it: %s", job.jid, exc)
                 self.on_lost(job, str(exc))
             return time.monotonic() + 3600.0
         except QlessError as exc:
@@ -199,5 +201,6 @@ class Heartbeater(threading.Thread):
 
     def _fire_timeout(self, job: Job, generation: int) -> None:
         if self.is_current(generation) and self.on_timeout is not None:
-            log.warning("job %s: time limit of %.1fs reached", job.jid, self.timeout)
+            log_job(logging.WARNING, job, "job %s: time limit of %.1fs reached, stopping it",
+                    job.jid, self.timeout)
             self.on_timeout(job)

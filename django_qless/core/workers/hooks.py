@@ -12,10 +12,13 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from django_qless.core.registry import Middleware
+
 if TYPE_CHECKING:
     from django_qless.core.job import Job
 
-__all__ = ["CompositeHooks", "WorkerHooks", "WorkerHooksProtocol", "WorkerInfo"]
+__all__ = ["CompositeHooks", "Middleware", "WorkerHooks", "WorkerHooksProtocol", "WorkerInfo",
+           "compose"]
 
 log = logging.getLogger("django_qless.worker")
 
@@ -125,3 +128,16 @@ class CompositeHooks(WorkerHooks):
             return self.hooks[index].around_job(job, lambda: nest(index + 1))
 
         return nest(0)
+
+
+def compose(
+    middleware: Sequence[Middleware], job: Job, perform: Callable[[], Any]
+) -> Callable[[], Any]:
+    """Return a thunk running `perform` inside `middleware` (the first one is outermost)."""
+
+    def call(index: int) -> Any:
+        if index == len(middleware):
+            return perform()
+        return middleware[index](job, lambda: call(index + 1))
+
+    return lambda: call(0)

@@ -1,31 +1,19 @@
 """The idle-leader token: only one idle child of a forking worker waits on the engine.
 
-Idle children of one worker would all do the same thing: register with the engine
-(`reserve.wait`), listen for hand-offs and wake-ups, and re-check every `--interval`. So
-only the holder of this token does (the leader); the other idle children wait for the
-token without touching Redis. The token is an exclusive `flock` on a file the supervisor
-creates and keeps open before forking; each child opens the file again (through the
-inherited descriptor where /proc allows: the supervisor then removes the path at once), so
-each holds its own open file description and the locks are per child. The kernel drops the lock
-when its holder dies (even by SIGKILL), so a dead leader never keeps the others waiting.
+Only the holder of the token (the leader) registers as idle, listens for hand-offs and
+wake-ups and re-checks; the other idle children wait for the token without touching Redis.
+The token is an exclusive `flock` on a file the supervisor opens before forking; each child
+opens it again (through the inherited descriptor where /proc allows), so the locks are per
+child, and the kernel drops a lock when its holder dies, even by SIGKILL.
 
-A leader gives the token up when it takes a job, so the next idle child becomes leader
-(jobs put back to back still start in parallel). The unlock itself is left to the helper
-thread (`release(soon=True)`): unlocking wakes the next child, whose registration would
-otherwise compete with the job's start for the CPU; the helper runs once the job thread
-lets go of the interpreter (its first blocking call, or Python's 5 ms switch interval).
-The helper then holds on for `hold` seconds (`--leader-hold`, 2 ms by default) unless a
-message arrives on the wake-up subscriptions meanwhile (new work a registered idle worker
-would have been handed): a child that finishes its job by then and finds nothing more (one
-complete-and-reserve call) simply keeps the token. Short jobs put one at a time then all run
-on the one child whose caches are warm, instead of passing the token round every idle child
-in turn (the kernel queues `flock` waiters first come, first served): with 100 idle children,
-put -> start went from ~1.2 to ~0.85 ms, as with one child.
-
-The blocking `flock` runs in a helper thread (signals blocked there); the job thread waits
-for it in short slices, polling a pipe the helper writes to, so signals and the supervisor
-check work as before. If the token arrives when the job thread stopped wanting it (it took
-a handed job meanwhile, or is paused), the helper passes it straight on.
+A leader gives the token up as its job starts. The unlock is left to a helper thread, which
+runs once the job lets go of the interpreter, so the next leader's registration does not
+compete with the job's start; the helper then keeps the token `hold` seconds
+(`--leader-hold`) unless a wake-up arrives, so short jobs put one at a time run on one warm
+child instead of going round every idle child. The blocking `flock` runs in that helper
+(signals blocked); the job thread waits for it in short slices on a pipe, so signals and
+the supervisor check still work. A token that arrives when it is no longer wanted is
+passed straight on.
 """
 
 from __future__ import annotations

@@ -19,14 +19,15 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from django_qless.core.cluster.node_pubsub import poll_readable
+from django_qless.core.cluster.node_pubsub import PUBSUB_ERRORS, Hub, Subscription, poll_readable
 from django_qless.core.signalmask import block_async_signals
-from django_qless.core.workers.subscription import PUBSUB_ERRORS, Hub, Subscription
 
 if TYPE_CHECKING:
+    import redis
+
     from django_qless.core.client import Client
 
-__all__ = ["ABORT_EVENTS", "HeardAborts", "WorkerChannelListener"]
+__all__ = ["ABORT_EVENTS", "HeardAborts", "WorkerChannelListener", "attempts_still_owned"]
 
 log = logging.getLogger("django_qless.worker")
 
@@ -37,6 +38,31 @@ _RETRY = 1.0  # a shard whose subscription failed is tried again after this long
 # handed back once that one passes 0.1 s); a supervisor reads status lines in batches.
 _ABORT_MEMORY = 30.0
 _ABORTS_KEPT = 64
+
+
+def attempts_still_owned(client: Client, attempts: Sequence[tuple[str, str, str]]) -> list[bool]:
+    """Tell, for each (jid, worker, token), whether that pop still holds the job or ended it.
+
+    A worker's own view of its job lags behind Redis (a child reports the end of a job after
+    it sent the completion), so "not running for this worker" alone cannot tell a job taken
+    away from one the worker has just completed, failed or retried itself. The engine records
+    the attempt token with the outcome it accepted, which settles the question in one read.
+    `client` is the jobs' keyspace (their shard's client).
+    """
+    keyspace = client.keyspace
+
+    def read(conn: redis.Redis) -> list[Any]:
+        pipe = conn.pipeline(transaction=False)
+        for jid, _, _ in attempts:
+            pipe.hmget(keyspace.key(f"j:{jid}"), ["state", "worker", "done"])
+        return list(pipe.execute())
+
+    rows = client.read(read) if attempts else []
+    owned = []
+    for (_, worker, token), (state, holder, done) in zip(attempts, rows, strict=True):
+        settled = bool(token) and str(done or "").startswith(f"{token} ")
+        owned.append((state == "running" and holder == worker) or settled)
+    return owned
 
 
 class HeardAborts:

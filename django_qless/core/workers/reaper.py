@@ -12,11 +12,7 @@ many supervisors do not call in step; while the worker is idle, calls are at lea
 An idle worker's reaper costs Redis one engine call per period: the config is re-read at
 every call while jobs run, but while idle only every CONFIG_MAX_AGE seconds (an idle call
 waits 30 s whatever the period). Its connection stays open between calls: a reconnect costs
-Redis more than an idle connection held 30 s, unless Redis has fewer than five clients in
-all (benchmarks/README.md, "Idle cost, session 10"). An idle worker drops the supervisor's
-worker-channel connection instead (supervision.py), which reconnects once per idle spell,
-not every period; and a reaper that skipped its idle calls could not see the lease of a
-worker that died on a queue nobody pops, whose expiry no reply announces.
+Redis more than an idle connection held 30 s, unless Redis has fewer than five clients.
 
 The same periodic call tops up the ticks of cron schedules running low (schedules.py), at
 most every 5 minutes per process: one read per keyspace when none is low.

@@ -4,18 +4,23 @@ A job that raises is failed with group = the exception's `module.QualName` and m
 traceback (at most 64 KiB). A klass that is not in the registry is failed with group
 `django_qless.UnknownJob` and is never imported. A job that neither completes nor fails
 itself is completed by the caller (in the same round trip as the next reserve).
+
+Each job gets a private scratch directory (`Sandbox`, created on first use). Every record
+the worker logs about a job carries `jid`, `klass`, `queue`, `attempt` and `worker` as
+`extra` fields; `JobContextFilter` adds them to the records a job logs itself, from
+`current_job`, set while the job's code runs. A failure is an ERROR with its traceback, a
+retry a WARNING saying when the job runs again (docs/worker.md, "Logs").
 """
 
 from __future__ import annotations
 
-import ctypes
 import enum
 import logging
 import os
-import signal
-import threading
+import shutil
 import traceback
 from collections.abc import Callable
+from contextvars import ContextVar
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -28,23 +33,30 @@ from django_qless.core.exceptions import (
     UnregisteredJobClass,
 )
 from django_qless.core.registry import UNKNOWN_JOB_GROUP, Registry
-from django_qless.core.workers.execmode import ExecFailed, ExecRunner, ExecTimeout
-from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol
-from django_qless.core.workers.middleware import compose
-from django_qless.core.workers.sandbox import Sandbox, set_current_sandbox
+from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol, compose
+from django_qless.core.workers.shutdown import AbortGuard, JobAborted
 from django_qless.core.workers.worker_config import WorkerConfig
 
 if TYPE_CHECKING:
     from django_qless.core.job import Job
+    from django_qless.core.workers.execmode import ExecRunner
 
 __all__ = [
-    "AbortGuard",
-    "JobAborted",
+    "FIELDS",
+    "JobContextFilter",
     "JobRunner",
     "Outcome",
+    "Sandbox",
+    "child_extra",
+    "current_job",
+    "current_sandbox",
     "error_group",
     "fail_refused_outcome",
     "format_failure",
+    "job_extra",
+    "log_job",
+    "log_raised",
+    "set_current_sandbox",
 ]
 
 log = logging.getLogger("django_qless.worker")
@@ -54,16 +66,9 @@ KILLED_GROUP = "django_qless.JobKilled"
 MAX_MESSAGE = 65536
 _HEAD = 4096
 _HANDLER_CACHE = 1024
+FIELDS = ("jid", "klass", "queue", "attempt", "worker")  # a job's fields on a log record
 # django_qless/ (with the separator, so a sibling "django_qless_x" is not ours).
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
-
-
-class JobAborted(BaseException):
-    """Raised inside a job to stop it; `AbortGuard.reason` tells why.
-
-    A BaseException, like KeyboardInterrupt, so `except Exception` in job code cannot
-    swallow it.
-    """
 
 
 class Outcome(enum.Enum):
@@ -107,98 +112,13 @@ def format_failure(exc: BaseException) -> str:
     return cut.decode("utf-8", "ignore")
 
 
-class AbortGuard:
-    """Deliver aborts to the job-running (main) thread only while it is inside job code."""
-
-    def __init__(self) -> None:
-        self._lock = threading.RLock()
-        self._in_job = False
-        self._pending = False
-        self.reason: str | None = None
-        self.thread_id = threading.main_thread().ident or 0
-        # With signals installed (`kick_by_signal`), an abort asked for by another thread is
-        # raised by the job thread's URG handler (`deliver`); without, it is scheduled as an
-        # asynchronous exception, which lands at the job's next Python instruction.
-        self.kick: Callable[[int], None] | None = None
-        self._kicked = False
-
-    def enter(self) -> None:
-        """Mark the start of job code (call from the job-running thread)."""
-        with self._lock:
-            self.thread_id = threading.get_ident()
-            self.reason = None
-            self._pending = False
-            self._kicked = False
-            self._in_job = True
-
-    def leave(self) -> None:
-        """Mark the end of job code; swallow an abort that arrives too late to matter."""
-        while True:
-            try:
-                with self._lock:
-                    self._in_job = False
-                    self._kicked = False
-                    if self._pending:
-                        _set_async_exc(self.thread_id, None)
-                        self._pending = False
-                return
-            except JobAborted:
-                continue
-
-    def abort(self, reason: str, *, same_thread: bool = False) -> bool:
-        """Stop the running job for `reason`; return False if no job is running.
-
-        From a signal handler (`same_thread`) the exception is raised directly; from another
-        thread the job thread is sent URG (see `kick`), or without signals the exception is
-        scheduled with PyThreadState_SetAsyncExc.
-        """
-        with self._lock:
-            if not self._in_job or self.reason is not None:
-                return False
-            self.reason = reason
-            if same_thread:
-                raise JobAborted(reason)
-            if self.kick is not None:
-                self._kicked = True
-                self.kick(self.thread_id)
-            else:
-                self._pending = _set_async_exc(self.thread_id, JobAborted)
-        return True
-
-    def kick_by_signal(self) -> None:
-        """Deliver aborts from other threads by URG (call where the handlers are installed)."""
-        self.kick = _send_urg
-
-    def deliver(self) -> None:
-        """Raise the abort another thread asked for (the job thread's URG handler)."""
-        with self._lock:
-            if not (self._in_job and self._kicked):
-                return  # the job ended first, or a stray URG
-            self._kicked = False
-        raise JobAborted(self.reason or "aborted")
-
-
-def _send_urg(thread_id: int) -> None:
-    """Interrupt the job thread: a blocking call returns and its URG handler runs."""
-    try:
-        signal.pthread_kill(thread_id, signal.SIGURG)
-    except (ProcessLookupError, OSError):
-        pass
-
-
-def _set_async_exc(thread_id: int, exc: type[BaseException] | None) -> bool:
-    """Schedule (or with None, cancel) an exception in another thread."""
-    obj = ctypes.py_object(exc) if exc is not None else None
-    count = ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), obj)
-    return bool(count)
-
-
 def fail_refused_outcome(job: Job, exc: QlessError) -> Outcome:
     """Log why the engine refused to fail `job` (a lost lock, or another error): LOST."""
     if isinstance(exc, (LostLockError, InvalidStateTransition, JobNotFound)):
-        log.warning("job %s: fail refused, lock lost: %s", job.jid, exc)
+        log_job(logging.WARNING, job, "job %s: not failed, this worker lost its lease: %s",
+                job.jid, exc)
     else:
-        log.error("job %s: could not be failed: %s", job.jid, exc)
+        log_job(logging.ERROR, job, "job %s: could not be failed: %s", job.jid, exc)
     return Outcome.LOST
 
 
@@ -230,11 +150,11 @@ class JobRunner:
         self._bare = type(hooks) is WorkerHooks and not config.middleware
         # (klass, queue) -> (registry entry, handler): resolving a handler inspects the target.
         self._handlers: dict[tuple[str, str], tuple[Any, Callable[[Job], Any]]] = {}
-        self.exec_runner = (
-            ExecRunner(config.exec_command, config.timeout, config.kill_grace)
-            if config.exec_command
-            else None
-        )
+        self.exec_runner: ExecRunner | None = None
+        if config.exec_command:  # (the module is loaded only for --exec)
+            from django_qless.core.workers.execmode import ExecRunner
+
+            self.exec_runner = ExecRunner(config.exec_command, config.timeout, config.kill_grace)
 
     def _target(self, job: Job) -> tuple[Callable[[Job], Any], tuple[Any, ...]]:
         """Return the callable and its per-job middleware (UnregisteredJobClass if none)."""
@@ -288,10 +208,11 @@ class JobRunner:
             target, job_middleware = self._target(job)
         except UnregisteredJobClass as exc:
             self.error = exc
-            log.error("job %s: %s", job.jid, exc)
+            log_job(logging.ERROR, job, "job %s: %s", job.jid, exc)
             return self.fail(job, UNKNOWN_JOB_GROUP, f"{exc}\nworker: {job.worker_name}")
         set_current_sandbox(self.sandbox)
         job.bind_sandbox(self.sandbox.get)
+        running = current_job.set(job)
         try:
             try:
                 self.guard.enter()
@@ -313,27 +234,30 @@ class JobRunner:
             if self.guard.reason is not None:
                 # The abort landed inside a library that wrapped it; the abort wins.
                 return Outcome.ABORTED
-            if job.state != "running":
-                # It settled itself first (a retry policy retries, then raises to say so):
-                # that call is the outcome, and whoever made it has logged it.
-                log.debug("job %s (%s) settled itself, then raised %s", job.jid,
-                          job.klass_name, error_group(exc))
-                return Outcome.SETTLED
-            log.info("job %s (%s) raised %s", job.jid, job.klass_name, error_group(exc))
-            if isinstance(exc, ExecTimeout):
-                return self.fail(job, TIMEOUT_GROUP, str(exc))
-            if isinstance(exc, ExecFailed):
-                # The traceback would only show the worker's own code: the command's
-                # status and stderr tail are the useful part.
-                return self.fail(job, error_group(exc), str(exc))
-            return self.fail(job, error_group(exc), format_failure(exc))
+            return self._raised(job, exc)
         finally:
+            current_job.reset(running)
             set_current_sandbox(None)
             job.bind_sandbox(None)
             self.sandbox.cleanup()
         if self.guard.reason == "lock_lost":
             return Outcome.LOST
         return Outcome.COMPLETED if job.state == "running" else Outcome.SETTLED
+
+    def _raised(self, job: Job, exc: Exception) -> Outcome:
+        """Log a job that raised and fail it, unless it settled itself first."""
+        timed_out = self.exec_runner is not None and self.exec_runner.timed_out(exc)
+        group = TIMEOUT_GROUP if timed_out else error_group(exc)
+        log_raised(job, exc, group)
+        if job.state != "running":
+            # It settled itself first (a retry policy retries, then raises to say so):
+            # that call is the outcome.
+            return Outcome.SETTLED
+        if self.exec_runner is not None and self.exec_runner.failed(exc):
+            # The traceback would only show the worker's own code: the command's status
+            # and stderr tail are the useful part.
+            return self.fail(job, group, str(exc))
+        return self.fail(job, group, format_failure(exc))
 
     def fail(self, job: Job, group: str, message: str) -> Outcome:
         """Fail `job` (as its holder); LOST if the engine says we no longer hold it."""
@@ -353,3 +277,155 @@ class JobRunner:
                              f"saved: {exc}")
         except QlessError as exc:
             return fail_refused_outcome(job, exc)
+
+
+# -- the sandbox -------------------------------------------------------------------------
+class Sandbox:
+    """`<root>/<worker name>`: empty when a job first asks for it, removed after the job.
+
+    Created on first use (`current_sandbox()` / `job.sandbox`), so jobs that never touch it
+    cost no file-system work on the hot path. The worker never changes directory into it.
+    """
+
+    def __init__(self, root: str, worker_name: str) -> None:
+        self.path = os.path.join(root, worker_name)
+        self._created = False
+        # A crashed predecessor with the same (stable) name may have left files behind.
+        self._remove()
+
+    def get(self) -> str:
+        """Return the sandbox directory, creating it empty on first use in a job."""
+        if not self._created:
+            if os.path.lexists(self.path):
+                self._remove()
+            os.makedirs(self.path, mode=0o700, exist_ok=True)
+            self._created = True
+        return self.path
+
+    def cleanup(self) -> None:
+        """Remove the sandbox directory and everything in it (after each job)."""
+        if self._created:
+            self._remove()
+            self._created = False
+
+    def _remove(self) -> None:
+        def onerror(*args: object) -> None:
+            log.warning("sandbox %s: could not remove %s", self.path, args[1])
+
+        if os.path.lexists(self.path):
+            shutil.rmtree(self.path, onerror=onerror)
+
+
+# One job runs per process at a time; a plain holder (not thread-local) lets threads the
+# job starts find its sandbox too.
+_current: dict[str, Sandbox | None] = {"sandbox": None}
+
+
+def set_current_sandbox(sandbox: Sandbox | None) -> None:
+    """Make `sandbox` the one `current_sandbox()` returns (the worker calls this)."""
+    _current["sandbox"] = sandbox
+
+
+def current_sandbox() -> str | None:
+    """Return the running job's sandbox directory (empty at job start), or None."""
+    sandbox = _current["sandbox"]
+    return None if sandbox is None else sandbox.get()
+
+
+# -- what is logged about a job ----------------------------------------------------------
+#: The job running in this context (set by the worker around the job's code).
+current_job: ContextVar[Job | None] = ContextVar("django_qless_current_job", default=None)
+
+
+
+def job_extra(job: Job) -> dict[str, Any]:
+    """Return the `extra` fields that name `job` on a log record."""
+    try:
+        attempt = max(1, job.original_retries - job.retries + 1)
+    except (AttributeError, TypeError, ValueError):
+        attempt = None
+    return {"jid": job.jid, "klass": getattr(job, "klass_name", None),
+            "queue": getattr(job, "queue_name", None), "attempt": attempt,
+            "worker": getattr(job, "worker_name", None)}
+
+
+def child_extra(child: Any) -> dict[str, Any]:
+    """Return the `extra` fields of the job a forked child runs (the supervisor's view)."""
+    return {"jid": child.jid, "klass": child.klass, "queue": child.queue, "attempt": None,
+            "worker": child.name}
+
+
+class JobContextFilter(logging.Filter):
+    """Add the running job's fields to every record (None outside a job); never drops one."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Fill in `jid`, `klass`, `queue`, `attempt` and `worker` where they are missing."""
+        if hasattr(record, "jid"):
+            return True  # the worker named the job itself
+        job = current_job.get()
+        values = job_extra(job) if job is not None else dict.fromkeys(FIELDS)
+        for name, value in values.items():
+            setattr(record, name, value)
+        return True
+
+
+def log_raised(job: Job, exc: BaseException, group: str) -> None:
+    """Log a job that raised: ERROR when it fails, WARNING when it will be retried.
+
+    Called once the job's state is settled: still running (the worker fails it next),
+    failed, or put back by a retry (waiting, or scheduled for later). An exception with a
+    true `logged` attribute says its retry was logged already.
+    """
+    state = job.state
+    if state in ("waiting", "scheduled") and getattr(exc, "logged", False):
+        return  # a retry policy that logged the retry itself (the exception says so)
+    extra = job_extra(job)
+    if state in ("waiting", "scheduled") or (state == "failed" and _retries(job) < 0):
+        extra["attempt"] = max(1, (extra["attempt"] or 2) - 1)  # (the retry counted it)
+    if state in ("waiting", "scheduled"):
+        when = "now" if state == "waiting" else "after its back-off"
+        log.warning("job %s (%s) raised %s: %s; retried, runs again %s (%s)", job.jid,
+                    job.klass_name, group, _message(exc), when, _retries_left(job),
+                    extra=extra)
+    elif state in ("running", "failed"):
+        spent = state == "failed" or (_retries(job) <= 0 < _original_retries(job))
+        why = "failed, no retries left" if spent else "failed"
+        log.error("job %s (%s) %s: %s: %s", job.jid, job.klass_name, why, group,
+                  _message(exc), exc_info=(type(exc), exc, exc.__traceback__), extra=extra)
+    else:  # it completed or moved itself, then raised
+        log.warning("job %s (%s) settled itself (%s), then raised %s: %s", job.jid,
+                    job.klass_name, state, group, _message(exc), extra=extra)
+
+
+def log_job(level: int, job: Job, message: str, *args: Any) -> None:
+    """Log `message` about `job` at `level` with the job's fields as extra."""
+    if log.isEnabledFor(level):
+        log.log(level, message, *args, extra=job_extra(job))
+
+
+def _retries(job: Job) -> int:
+    try:
+        return int(job.retries)
+    except (AttributeError, TypeError, ValueError):
+        return 0
+
+
+def _original_retries(job: Job) -> int:
+    try:
+        return int(job.original_retries)
+    except (AttributeError, TypeError, ValueError):
+        return 0
+
+
+def _message(exc: BaseException) -> str:
+    """Return the exception's text and, for a wrapper (a retry), its cause's."""
+    text = str(exc) or type(exc).__name__
+    cause = exc.__cause__
+    if cause is not None and str(cause):
+        text = f"{text}: {cause}"
+    return text[:2000]
+
+
+def _retries_left(job: Job) -> str:
+    left = _retries(job)
+    return f"{left} retr{'y' if left == 1 else 'ies'} left"

@@ -18,13 +18,17 @@ from django_qless import __version__
 from django_qless.core.client import Client
 from django_qless.core.exceptions import QlessError
 from django_qless.core.workers.base import JobLoop
+from django_qless.core.workers.hand import release_job
 from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol
-from django_qless.core.workers.inhand import release_job
-from django_qless.core.workers.listener import ABORT_EVENTS, HeardAborts, WorkerChannelListener
-from django_qless.core.workers.runner import KILLED_GROUP, TIMEOUT_GROUP, Outcome
+from django_qless.core.workers.listener import (
+    ABORT_EVENTS,
+    HeardAborts,
+    WorkerChannelListener,
+    attempts_still_owned,
+)
+from django_qless.core.workers.runner import KILLED_GROUP, TIMEOUT_GROUP, Outcome, log_job
 from django_qless.core.workers.shards import ShardFollower
 from django_qless.core.workers.shutdown import ExitCode, SignalState
-from django_qless.core.workers.supervision import attempts_still_owned
 from django_qless.core.workers.worker_config import WorkerConfig, default_worker_name
 
 if TYPE_CHECKING:
@@ -132,7 +136,8 @@ class SerialWorker(JobLoop):
             return
         current = self.current
         if current is not None and jid == current.jid and self.guard.abort("lock_lost"):
-            log.warning("job %s: %s event, aborting it", jid, event)
+            log_job(logging.WARNING, current, "job %s: %s event, aborting it (it was taken "
+                    "away from this worker)", jid, event)
             return
         # Not running yet (popped, held ahead, or about to enter job code): its start asks
         # Redis whether the attempt still holds it (_pre_abort).
@@ -148,8 +153,8 @@ class SerialWorker(JobLoop):
                             current.jid, exc)
                 owned = True  # (its heartbeat will tell)
             if not owned:
-                log.warning("job %s was taken away before it started; not running it",
-                            current.jid)
+                log_job(logging.WARNING, current, "job %s was taken away before it started; "
+                        "not running it", current.jid)
                 return "lock_lost"
         return super()._pre_abort()
 
@@ -160,7 +165,8 @@ class SerialWorker(JobLoop):
             return
         if self._still_holds(current) or self.current is not current:
             return  # still ours, settled by us, or over already: another job may run now
-        log.warning("job %s was taken away while the listener was reconnecting", current.jid)
+        log_job(logging.WARNING, current, "job %s was taken away while the listener was "
+                "reconnecting; stopping it", current.jid)
         self.guard.abort("lock_lost")
 
     def _still_holds(self, job: Job) -> bool:

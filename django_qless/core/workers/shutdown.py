@@ -1,26 +1,17 @@
 """OS signals: handlers only record what was asked; the worker loops act on it.
 
-Signals (supervisor, and the serial worker):
+TERM/INT stop now, QUIT finishes the running jobs, USR1 kills the running job(s), USR2
+pauses and dumps stacks, CONT resumes (docs/worker.md, "OS signals and exit codes"); never an
+interactive console. Exit codes are `ExitCode`.
 
-| signal    | meaning                                                                    |
-|-----------|----------------------------------------------------------------------------|
-| TERM, INT | stop now: abort running jobs, release them to `waiting` (no retry spent);  |
-|           | a second TERM/INT kills the children at once                               |
-| QUIT      | finish the running jobs, take no new ones, exit 0                          |
-| USR1      | kill the running job(s) (failed as `django_qless.JobKilled`) and carry on  |
-| USR2      | stop taking jobs and write every process's stack to stderr (faulthandler)  |
-| CONT      | resume taking jobs                                                         |
-
-Never an interactive console. Exit codes are `ExitCode`.
-
-URG is ours, not the user's: another thread sends it to the job thread to abort the running
-job (`AbortGuard`). The job is interrupted from this handler rather than by an exception
-scheduled from that thread, which would land in whatever Python code runs next: inside
-another signal's handler, before it recorded anything, losing that signal.
+URG is the worker's own: another thread sends it to the job thread to abort the running job
+(`AbortGuard`), because an exception scheduled from that thread would land in whatever Python
+code runs next, such as another signal's handler before it recorded anything.
 """
 
 from __future__ import annotations
 
+import ctypes
 import enum
 import faulthandler
 import os
@@ -30,7 +21,7 @@ import threading
 from collections.abc import Callable
 from types import FrameType
 
-__all__ = ["ExitCode", "SignalState", "WakePipe", "reset_child_signals"]
+__all__ = ["AbortGuard", "ExitCode", "JobAborted", "SignalState", "WakePipe", "reset_child_signals"]
 
 
 class ExitCode(enum.IntEnum):
@@ -209,3 +200,97 @@ def reset_child_signals() -> None:
     for signum in SignalState.HANDLED:
         signal.signal(signum, signal.SIG_DFL)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+
+
+class JobAborted(BaseException):
+    """Raised inside a job to stop it; `AbortGuard.reason` tells why.
+
+    A BaseException, like KeyboardInterrupt, so `except Exception` in job code cannot
+    swallow it.
+    """
+
+
+class AbortGuard:
+    """Deliver aborts to the job-running (main) thread only while it is inside job code."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._in_job = False
+        self._pending = False
+        self.reason: str | None = None
+        self.thread_id = threading.main_thread().ident or 0
+        # With signals installed (`kick_by_signal`), an abort asked for by another thread is
+        # raised by the job thread's URG handler (`deliver`); without, it is scheduled as an
+        # asynchronous exception, which lands at the job's next Python instruction.
+        self.kick: Callable[[int], None] | None = None
+        self._kicked = False
+
+    def enter(self) -> None:
+        """Mark the start of job code (call from the job-running thread)."""
+        with self._lock:
+            self.thread_id = threading.get_ident()
+            self.reason = None
+            self._pending = False
+            self._kicked = False
+            self._in_job = True
+
+    def leave(self) -> None:
+        """Mark the end of job code; swallow an abort that arrives too late to matter."""
+        while True:
+            try:
+                with self._lock:
+                    self._in_job = False
+                    self._kicked = False
+                    if self._pending:
+                        _set_async_exc(self.thread_id, None)
+                        self._pending = False
+                return
+            except JobAborted:
+                continue
+
+    def abort(self, reason: str, *, same_thread: bool = False) -> bool:
+        """Stop the running job for `reason`; return False if no job is running.
+
+        From a signal handler (`same_thread`) the exception is raised directly; from another
+        thread the job thread is sent URG (see `kick`), or without signals the exception is
+        scheduled with PyThreadState_SetAsyncExc.
+        """
+        with self._lock:
+            if not self._in_job or self.reason is not None:
+                return False
+            self.reason = reason
+            if same_thread:
+                raise JobAborted(reason)
+            if self.kick is not None:
+                self._kicked = True
+                self.kick(self.thread_id)
+            else:
+                self._pending = _set_async_exc(self.thread_id, JobAborted)
+        return True
+
+    def kick_by_signal(self) -> None:
+        """Deliver aborts from other threads by URG (call where the handlers are installed)."""
+        self.kick = _send_urg
+
+    def deliver(self) -> None:
+        """Raise the abort another thread asked for (the job thread's URG handler)."""
+        with self._lock:
+            if not (self._in_job and self._kicked):
+                return  # the job ended first, or a stray URG
+            self._kicked = False
+        raise JobAborted(self.reason or "aborted")
+
+
+def _send_urg(thread_id: int) -> None:
+    """Interrupt the job thread: a blocking call returns and its URG handler runs."""
+    try:
+        signal.pthread_kill(thread_id, signal.SIGURG)
+    except (ProcessLookupError, OSError):
+        pass
+
+
+def _set_async_exc(thread_id: int, exc: type[BaseException] | None) -> bool:
+    """Schedule (or with None, cancel) an exception in another thread."""
+    obj = ctypes.py_object(exc) if exc is not None else None
+    count = ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), obj)
+    return bool(count)

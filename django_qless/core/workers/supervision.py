@@ -23,20 +23,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import redis
-
-from django_qless.core.workers.listener import HeardAborts
-from django_qless.core.workers.subscription import (
+from django_qless.core.cluster.node_pubsub import (
     MESSAGE_TYPES,
     PUBSUB_ERRORS,
     Hub,
     Subscription,
 )
+from django_qless.core.workers.listener import HeardAborts
 
 if TYPE_CHECKING:
     from django_qless.core.client import Client
 
-__all__ = ["ChildChannels", "ChildProc", "attempts_still_owned"]
+__all__ = ["ChildChannels", "ChildProc"]
 
 log = logging.getLogger("django_qless.worker")
 
@@ -72,31 +70,6 @@ class ChildProc:
     unsure: bool = False  # its job started while its channel may not have been heard
     # Abort events heard for jobs it had not reported starting (popped, or held ahead).
     aborted: HeardAborts = field(default_factory=HeardAborts)
-
-
-def attempts_still_owned(client: Client, attempts: Sequence[tuple[str, str, str]]) -> list[bool]:
-    """Tell, for each (jid, worker, token), whether that pop still holds the job or ended it.
-
-    A worker's own view of its job lags behind Redis (a child reports the end of a job after
-    it sent the completion), so "not running for this worker" alone cannot tell a job taken
-    away from one the worker has just completed, failed or retried itself. The engine records
-    the attempt token with the outcome it accepted, which settles the question in one read.
-    `client` is the jobs' keyspace (their shard's client).
-    """
-    keyspace = client.keyspace
-
-    def read(conn: redis.Redis) -> list[Any]:
-        pipe = conn.pipeline(transaction=False)
-        for jid, _, _ in attempts:
-            pipe.hmget(keyspace.key(f"j:{jid}"), ["state", "worker", "done"])
-        return list(pipe.execute())
-
-    rows = client.read(read) if attempts else []
-    owned = []
-    for (_, worker, token), (state, holder, done) in zip(attempts, rows, strict=True):
-        settled = bool(token) and str(done or "").startswith(f"{token} ")
-        owned.append((state == "running" and holder == worker) or settled)
-    return owned
 
 
 class ChildChannels:

@@ -28,11 +28,10 @@ from django_qless.core.hotpath import RESERVE_QUEUES_MAX
 if TYPE_CHECKING:
     from django_qless.core.client import Client
     from django_qless.core.job import Job
-    from django_qless.core.workers.inhand import JobsInHand
+    from django_qless.core.workers.hand import JobHand
     from django_qless.core.workers.leadership import Leadership
     from django_qless.core.workers.reaper import LeaseReaper
-    from django_qless.core.workers.reservers import Reserver
-    from django_qless.core.workers.shards import QueueRoutes
+    from django_qless.core.workers.shards import QueueRoutes, Reserver
     from django_qless.core.workers.wakeup import WakeWaiter
 
 __all__ = ["MAX_QUEUES_PER_CALL", "JobTaker"]
@@ -52,7 +51,7 @@ class JobTaker:
         routes: QueueRoutes,
         reserver: Reserver,
         waiter: WakeWaiter,
-        in_hand: JobsInHand,
+        hand: JobHand,
         *,
         interval: float,
         idle_cap: float,
@@ -67,7 +66,7 @@ class JobTaker:
         self.routes = routes
         self.reserver = reserver
         self.waiter = waiter
-        self.in_hand = in_hand
+        self.hand = hand
         self.interval = interval
         self.idle_cap = idle_cap
         self.time_left = time_left
@@ -208,7 +207,7 @@ class JobTaker:
             # handed a job too: hold it now, so it goes back to waiting if the job taken runs
             # long (instead of waiting, unheld, behind it).
             self.waiter.drain()
-            self.adopt_handed()
+            self.hand.adopt_handed()
         return jobs, wake
 
     def handed(self) -> list[Job]:
@@ -216,11 +215,6 @@ class JobTaker:
         messages = self.waiter.take_handed()
         client = self.waiter.hand_client
         return client.handed_jobs(messages, self.name) if messages and client else []
-
-    def adopt_handed(self) -> None:
-        """Hold the jobs handed to this worker (read while it was busy: a race)."""
-        if self.waiter.handed:
-            self.in_hand.add(self.handed())
 
     def plan(self) -> list[tuple[Client, list[str]]]:
         """Return this attempt's engine calls: (shard client, its queues in order)."""

@@ -1,20 +1,14 @@
 """Block an idle worker until a queue it serves gets work (no sleep-polling).
 
 The engine publishes the queue name on `wake:<queue>` of the queue's keyspace whenever jobs
-become ready there. The waiter subscribes to those channels, one connection per shard the
-worker's queues are in, all the shards of one primary sharing one connection
-(node_pubsub.py: SSUBSCRIBE on the shard's primary on Redis 7+),
-and waits for the confirmations *before* the worker's first reserve, so a put that lands
-between "reserve found nothing" and "start waiting" is never missed: its wake-up is already
-buffered on the subscribed socket. Glob patterns are subscribed as patterns where the server
-allows (plain channels); sharded channels have no pattern form, so there the waiter listens
-on the queues the pattern matches now, and follows the selection as it is re-resolved.
-
-With all its queues in one keyspace it also listens on `hand:<worker>`: a worker that found
-nothing registers as idle (`reserve.wait`), and the engine then pops the next ready job for
-it and publishes the job there (engine handoff.lua), saving the reserve round trip. Handed
-jobs are kept in `handed` until the worker takes them. If that subscription breaks,
-messages may have been lost: `lost` is set, and the worker looks up the jobs it holds.
+become ready there. The waiter subscribes to those channels (one connection per primary:
+node_pubsub.py) and waits for the confirmations *before* the worker's first reserve, so a
+put landing between "reserve found nothing" and "start waiting" is already buffered on the
+socket. Sharded channels have no pattern form: a pattern is then listened to as the queues
+it matches now. With all its queues in one keyspace it also listens on `hand:<worker>`,
+where the engine publishes the jobs it pops for the idle worker (`reserve.wait`); they are
+kept in `handed` until taken. A broken hand-off subscription sets `lost`, and the worker
+then looks up the jobs it holds.
 """
 
 from __future__ import annotations
@@ -27,12 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from django_qless.core.cluster.node_pubsub import poll_readable
-from django_qless.core.workers.subscription import (
+from django_qless.core.cluster.node_pubsub import (
     MESSAGE_TYPES,
     PUBSUB_ERRORS,
     Hub,
     Subscription,
+    poll_readable,
 )
 
 if TYPE_CHECKING:

@@ -14,8 +14,8 @@ import signal
 from typing import TYPE_CHECKING
 
 from django_qless.core.exceptions import QlessError
-from django_qless.core.workers.listener import ABORT_EVENTS
-from django_qless.core.workers.supervision import attempts_still_owned
+from django_qless.core.workers.listener import ABORT_EVENTS, attempts_still_owned
+from django_qless.core.workers.runner import child_extra
 
 if TYPE_CHECKING:
     from django_qless.core.client import Client
@@ -55,7 +55,8 @@ class ChildWatch:
             if child is None or event not in ABORT_EVENTS or not isinstance(jid, str):
                 continue
             if jid == child.jid:
-                log.warning("child %s: %s for job %s; killing it", child.name, event, jid)
+                log.warning("child %s: %s for job %s; killing it", child.name, event, jid,
+                            extra=child_extra(child))
                 self._kill(child, "lock_lost", signal.SIGKILL)
             else:
                 # Popped but not reported yet, or held ahead: when its start is reported,
@@ -93,5 +94,5 @@ class ChildWatch:
             if child.jid == jid and child.kill_reason is None and child.pid in self.children:
                 log.warning("child %s: job %s is no longer its own in Redis (taken away "
                             "unheard, or before its start was reported); killing it",
-                            child.name, jid)
+                            child.name, jid, extra=child_extra(child))
                 self._kill(child, "lock_lost", signal.SIGKILL)

@@ -8,18 +8,18 @@ import socket
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
 
 from django_qless.core.client import Client
-from django_qless.core.cluster.placement import MAX_SHARDS
-from django_qless.core.cluster.sharded import ShardedClient
 from django_qless.core.registry import Middleware, Registry, default_registry
 from django_qless.core.workers.option_specs import RESERVERS, default_of
 from django_qless.core.workers.reaper import LeaseReaper
-from django_qless.core.workers.shards import Deployment
+
+if TYPE_CHECKING:
+    from django_qless.core.workers.shards import Deployment
 
 __all__ = ["RESERVERS", "WorkerConfig", "default_worker_name", "sanitize_name"]
 
@@ -52,7 +52,7 @@ class WorkerConfig:
     reserver: ReserverName = default_of("reserver")
     fork_per_job: bool = default_of("fork_per_job")
     # While jobs finish within a few ms, hold the next job ahead and send each completion
-    # without waiting for its reply (see inhand.py); False: one job at a time.
+    # without waiting for its reply (see hand.py); False: one job at a time.
     prefetch: bool = default_of("prefetch")
     # Recycle a child after this many jobs (0: never); fork_per_job means 1.
     child_max_jobs: int = default_of("child_max_jobs")
@@ -132,14 +132,21 @@ class WorkerConfig:
                      "leader_hold", "idle_disconnect"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
-        if not 1 <= self.shards <= MAX_SHARDS:
-            raise ValueError(f"shards must be in [1, {MAX_SHARDS}]: {self.shards}")
+        if self.shards != default_of("shards"):
+            self._check_shards()
         if not self.interval > 0:
             raise ValueError(f"interval must be > 0: {self.interval}")
         if self.name is not None and sanitize_name(self.name) != self.name:
             raise ValueError(
                 f"worker name must be printable ASCII without ' ' or ':': {self.name!r}"
             )
+
+    def _check_shards(self) -> None:
+        """Refuse a shard count the placement cannot use (imported only when one is set)."""
+        from django_qless.core.cluster.placement import MAX_SHARDS
+
+        if not 1 <= self.shards <= MAX_SHARDS:
+            raise ValueError(f"shards must be in [1, {MAX_SHARDS}]: {self.shards}")
 
     @property
     def serial(self) -> bool:
@@ -174,11 +181,18 @@ class WorkerConfig:
         (socket_timeout -1: the config's)."""
         if self.connect is not None:
             made = self.connect()
-            if isinstance(made, (Client, ShardedClient)):
+            if isinstance(made, Client):
                 return made
+            if not isinstance(made, redis.Redis):  # (only a cluster's factory gets here)
+                from django_qless.core.cluster.sharded import ShardedClient
+
+                if isinstance(made, ShardedClient):
+                    return made
             return Client(made, worker_name=worker_name)
         timeout = self.socket_timeout if socket_timeout == -1.0 else socket_timeout
         if self.cluster:
+            from django_qless.core.cluster.sharded import ShardedClient
+
             return ShardedClient(list(self.cluster), shards=self.shards,
                                  worker_name=worker_name, socket_timeout=timeout)
         return Client(self.url, worker_name=worker_name, socket_timeout=timeout)

@@ -146,7 +146,7 @@ class Command(BaseCommand):
         if options["pid"]:
             with open(options["pid"], "w") as fh:
                 fh.write(str(os.getpid()))
-        from django_qless.core.workers.run import wait_for_redis
+        from django_qless.core.workers.cli import wait_for_redis
 
         # Before the heartbeat write and the event bridge, which need Redis too.
         if not options["dry_run"] and not wait_for_redis(config):

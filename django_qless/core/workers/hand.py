@@ -1,0 +1,435 @@
+"""`JobHand`: the jobs a worker holds but has not started, and its unsettled completions.
+
+While short jobs flow, a job's completion rides with a reserve for the jobs after it
+(`complete.reserve`) and is only sent: the job held ahead runs while Redis works, and the
+reply, read later, brings the next jobs. A short job whose next job is expected short too
+keeps its completion instead, and a later job's call carries up to BATCH of them (the
+engine's paired form). A job that runs long, fails or is aborted, an empty hand, another
+shard, a pause or a stop sends the kept ones at once; a job still running after a moment
+hands the held jobs back (engine `release`: no retry spent) so another worker takes them.
+
+Every call about a job goes to its own client (its shard's). The job thread and the
+heartbeat thread both use the hand; one lock orders them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from django_qless.core.engine.deferred import DeferredCall
+from django_qless.core.exceptions import (
+    InvalidArgument,
+    InvalidStateTransition,
+    JobNotFound,
+    LostLockError,
+    QlessError,
+    ScriptError,
+)
+from django_qless.core.serialization import check_jid, check_worker
+from django_qless.core.workers.runner import Outcome, fail_refused_outcome, log_job
+
+if TYPE_CHECKING:
+    from django_qless.core.client import Client
+    from django_qless.core.job import Job
+    from django_qless.core.workers.budget import JobBudget
+    from django_qless.core.workers.taking import JobTaker
+    from django_qless.core.workers.wakeup import WakeWaiter
+
+__all__ = ["BATCH", "COMPLETE_REFUSED_GROUP", "PREFETCH_BELOW", "JobHand", "Settled",
+           "complete_alone", "release_job"]
+
+log = logging.getLogger("django_qless.worker")
+
+_Reply = tuple[str, "list[Job]", "float | None"]
+_ManyReply = tuple["list[str | QlessError]", "list[Job]", "float | None"]
+Settled = tuple["Job", Outcome]
+
+# A job that ran this briefly lets the loop hold the next job ahead and keep its completion.
+PREFETCH_BELOW = 0.005
+# Completions one engine call carries at most: the call's own and BATCH - 1 kept ones.
+BATCH = 8
+# Jobs held or coming after a short job: the next and one ahead; while completions are kept,
+# enough for the call that carries BATCH of them to run on while it is in flight.
+_DEPTH = 2
+_DEPTH_KEPT = BATCH + 1
+# While jobs flow, buffered wake-ups are consumed at most this often (the wake socket must
+# not fill up); the reserve that follows an empty complete+reserve drains anyway.
+_DRAIN_EVERY = 0.05
+# A completion refused for a reason other than a lost lease or the transport can never
+# succeed (data over 1 MiB, not JSON): the job is failed at once, in this group, rather than
+# left to expire and run again until its retries are gone.
+COMPLETE_REFUSED_GROUP = "django_qless.CompleteRefused"
+# Error replies that say nothing about the call itself (failing would be refused too).
+_TRANSIENT_PREFIXES = ("OOM ", "NOPERM ")
+_LOST = (LostLockError, InvalidStateTransition, JobNotFound)
+
+
+def release_job(client: Client, jid: str, worker: str) -> bool:
+    """Put a job held by `worker` back to waiting, spending no retry (False: not its own)."""
+    try:
+        client.call("release", check_jid(jid), check_worker(worker))
+    except _LOST:
+        return False
+    log.info("job %s released back to waiting", jid)
+    return True
+
+
+def refused_for_good(exc: QlessError) -> bool:
+    """Tell whether a completion error means the call can never succeed as sent."""
+    if isinstance(exc, InvalidArgument):  # bad data, caught client-side or by the engine
+        return True
+    return isinstance(exc, ScriptError) and not str(exc).startswith(_TRANSIENT_PREFIXES)
+
+
+def fail_refused(job: Job, exc: QlessError) -> Outcome:
+    """Fail `job` because its completion was refused with `exc`; LOST if that is refused too."""
+    log_job(logging.ERROR, job, "job %s: completion refused, failing the job: %s", job.jid,
+            exc)
+    # The changes are what was refused: fail with the data as stored, which the engine took.
+    job._drop_data_changes()
+    message = (
+        f"The worker could not complete this {job.klass_name} job: {exc}\n"
+        f"The job's changes to its data were not saved.\nworker: {job.worker_name}"
+    )
+    try:
+        job.fail(COMPLETE_REFUSED_GROUP, message)
+    except QlessError as again:
+        return fail_refused_outcome(job, again)
+    return Outcome.FAILED
+
+
+def complete_outcome(job: Job, reply: Callable[[], _Reply]) -> tuple[Outcome, list[Job]]:
+    """Read `job`'s complete+reserve reply: its outcome and the jobs it brought."""
+    try:
+        _, jobs, _ = reply()
+    except _LOST as exc:
+        log_job(logging.WARNING, job, "job %s: not completed, this worker lost its lease: %s",
+                job.jid, exc)
+        return Outcome.LOST, []
+    except QlessError as exc:
+        if refused_for_good(exc):
+            return fail_refused(job, exc), []
+        log_job(logging.ERROR, job, "job %s: could not be completed: %s", job.jid, exc)
+        return Outcome.LOST, []
+    return Outcome.COMPLETED, jobs
+
+
+def complete_alone(job: Job) -> Outcome:
+    """Complete `job` in a call of its own, reserving nothing; return its outcome."""
+    outcome, _ = complete_outcome(
+        job, lambda: job.client.complete_and_reserve(job, [job.queue_name], 0))
+    return outcome
+
+
+def complete_outcomes(
+    jobs: Sequence[Job], reply: Callable[[], _ManyReply]
+) -> tuple[list[Settled], list[Job]]:
+    """Read a paired complete+reserve reply: each job's outcome and the jobs it brought.
+
+    A call refused as a whole wrote nothing (a bad argument): each job is completed alone.
+    """
+    try:
+        results, more, _ = reply()
+    except QlessError as exc:
+        log.info("jobs %s: paired completion refused (%s); completing each alone",
+                 " ".join(j.jid for j in jobs), exc)
+        return [(job, complete_alone(job)) for job in jobs], []
+    settled: list[Settled] = []
+    for job, result in zip(jobs, results, strict=True):
+        outcome = Outcome.COMPLETED
+        if isinstance(result, QlessError):
+            outcome, _ = complete_outcome(job, _raiser(result))
+        settled.append((job, outcome))
+    return settled, more
+
+
+def _raiser(exc: QlessError) -> Callable[[], _Reply]:
+    """A reply that raises `exc` (a job's own refusal within a paired reply)."""
+    def reply() -> _Reply:
+        raise exc
+    return reply
+
+
+class JobHand:
+    """The held jobs (FIFO), the completions in flight and the kept ones, of one job loop."""
+
+    #: Completions sent and not read yet, at most (the job thread reads the older first).
+    max_in_flight = 2
+
+    def __init__(
+        self,
+        worker: str,
+        waiter: WakeWaiter,
+        budget: JobBudget,
+        *,
+        prefetch: bool,
+        report: Callable[[Job, Outcome], None],
+        will_take_after: Callable[[], bool],
+    ) -> None:
+        self.worker = worker
+        self.waiter = waiter
+        self.budget = budget
+        self.prefetch = prefetch
+        self.report = report  # each settled job goes here (counted and logged by the loop)
+        self.will_take_after = will_take_after  # the loop wants a job after this one
+        self.taker: JobTaker | None = None  # (set by the loop: the reserve plan)
+        self._lock = threading.Lock()
+        self._jobs: deque[Job] = deque()
+        # (jobs completed, jobs it asked for, the call), oldest first.
+        self._inflight: deque[
+            tuple[tuple[Job, ...], int, DeferredCall[_Reply] | DeferredCall[_ManyReply]]
+        ] = deque()
+        self._coming = 0
+        # Finished jobs (of one client) whose completions wait to ride with a later one's.
+        self._kept: list[Job] = []
+        # Job classes whose last run was not short: no completion is kept for their call.
+        self._slow: set[str] = set()
+        self._drain_at = 0.0
+        self.taken = 0  # jobs started (what the budget counts)
+        self.paired = 0  # calls sent ahead that carried more than one completion
+        self.carried = 0  # completions kept to ride with a later job's call
+        self.sent_ahead = 0  # completions sent without waiting (a call may carry several)
+        self.handed_back = 0  # jobs held ahead and released unstarted
+
+    # -- the held jobs ------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    @property
+    def in_flight(self) -> int:
+        """Return how many completions were sent and their replies not read yet."""
+        return len(self._inflight)
+
+    @property
+    def coming(self) -> int:
+        """Return how many jobs the calls in flight asked for (they may bring fewer)."""
+        return self._coming
+
+    @property
+    def kept(self) -> list[Job]:
+        """Return the jobs whose completions are kept for a later call (a copy)."""
+        return list(self._kept)
+
+    def committed(self) -> int:
+        """Return the jobs that hold a budget ticket: started, held, and asked for."""
+        return self.taken + len(self._jobs) + self._coming
+
+    def add(self, jobs: Iterable[Job]) -> None:
+        """Hold `jobs` (after the ones already held)."""
+        with self._lock:
+            self._jobs.extend(jobs)
+
+    def put_back(self, job: Job) -> None:
+        """Hold `job` again, first in line (it was taken but not started)."""
+        with self._lock:
+            self._jobs.appendleft(job)
+
+    def take(self) -> Job | None:
+        """Return the next held job, or None."""
+        with self._lock:
+            return self._jobs.popleft() if self._jobs else None
+
+    def next_held(self) -> Job | None:
+        """Return the next held job, reading replies in flight until one brings one."""
+        job = self.take()
+        while job is None and self._inflight:
+            self._report(self._settle_oldest() or [])
+            job = self.take()
+        return job
+
+    def adopt_handed(self) -> None:
+        """Hold the jobs the engine handed to this worker (read while it was busy)."""
+        waiter = self.waiter
+        if waiter.handed:
+            messages, client = waiter.take_handed(), waiter.hand_client
+            if messages and client:
+                self.add(client.handed_jobs(messages, self.worker))
+
+    def hand_back(self) -> None:
+        """Settle what is in flight and kept, then release every held job (no retry spent)."""
+        self.settle_all()
+        self.flush_kept()
+        with self._lock:
+            jobs = list(self._jobs)
+            self._jobs.clear()
+            for job in jobs:
+                try:
+                    if release_job(job.client, job.jid, self.worker):
+                        self.handed_back += 1
+                except QlessError as exc:
+                    log.error("job %s: could not hand back (%s); its lease will expire",
+                              job.jid, exc)
+
+    # -- completions --------------------------------------------------------------------------
+    def ran(self, job: Job, elapsed: float) -> None:
+        """Note how long `job` ran (the next job of its class is expected as long)."""
+        if elapsed < PREFETCH_BELOW:
+            self._slow.discard(job.klass_name)
+        elif len(self._slow) < 1024:
+            self._slow.add(job.klass_name)
+
+    def next_is_short(self) -> bool:
+        """Tell whether the job that runs next is expected short (or is not known yet)."""
+        with self._lock:
+            klass = self._jobs[0].klass_name if self._jobs else None
+        return klass is None or klass not in self._slow
+
+    def settle_all(self) -> None:
+        """Read every reply in flight, oldest first."""
+        while (some := self._settle_oldest()) is not None:
+            self._report(some)
+
+    def flush_kept(self) -> None:
+        """Complete the kept jobs now, in one call of their own (no job to take them along)."""
+        self._report(self._complete_kept(self._take_kept()))
+
+    def complete(self, job: Job, elapsed: float) -> Outcome | None:
+        """Complete `job` and, if the loop goes on, take the next jobs in the same call.
+
+        None: the completion was sent ahead or kept (reported when its reply is read).
+        """
+        ahead = self.prefetch and elapsed < PREFETCH_BELOW
+        kept = self._take_kept()
+        if kept and kept[0].client is not job.client:
+            self._report(self._complete_kept(kept))  # another shard: a call of their own
+            kept = []
+        if not ahead:
+            self.settle_all()  # a completion waited for comes after the ones in flight
+        elif len(self._inflight) >= self.max_in_flight:
+            self._report(self._settle_oldest() or [])
+        held = len(self._jobs) + self._coming
+        taking = self.will_take_after()
+        flowing = ahead and held > 0 and taking
+        if flowing and len(kept) < BATCH - 1 and self.next_is_short():
+            self._keep([*kept, job])  # reported when the call that carries them is read
+            return None
+        queues, want = self._reserve_plan(job, ahead, taking, held, bool(kept))
+        if flowing:
+            return self._send_ahead(job, kept, queues, want)
+        return self._complete_now(job, kept, queues, want)
+
+    def _send_ahead(
+        self, job: Job, kept: list[Job], queues: list[str], want: int
+    ) -> Outcome | None:
+        """Send the completion of `kept` and `job` without waiting for the reply."""
+        try:
+            self._send([*kept, job], queues, want)
+            return None
+        except QlessError as exc:  # refused before sending (bad arguments)
+            if kept:  # each alone: each refusal is its own job's
+                self._report([(other, complete_alone(other)) for other in kept])
+                return complete_alone(job)
+            if refused_for_good(exc):
+                return fail_refused(job, exc)
+            log_job(logging.ERROR, job, "job %s: could not be completed: %s", job.jid, exc)
+            return Outcome.LOST
+
+    def _complete_now(self, job: Job, kept: list[Job], queues: list[str], want: int) -> Outcome:
+        """Complete `kept` and `job` and wait for the reply (it holds the next jobs)."""
+        self.settle_all()
+        if not kept:
+            outcome, jobs = complete_outcome(
+                job, lambda: job.client.complete_and_reserve(job, queues, want))
+            self.add(jobs)
+            return outcome
+        batch = [*kept, job]
+        outcomes, jobs = complete_outcomes(
+            batch, lambda: job.client.complete_many_and_reserve(batch, queues, want))
+        self.add(jobs)
+        self._report(outcomes[:-1])
+        return outcomes[-1][1]
+
+    def _reserve_plan(
+        self, job: Job, ahead: bool, taking: bool, held: int, kept: bool
+    ) -> tuple[list[str], int]:
+        """Return the queues the completing call reserves from and how many jobs it asks
+        for (never past the budget)."""
+        # The next job comes along only from the job's own shard, and only when the
+        # reserver's order starts there (else: complete now, reserve in the next attempt).
+        assert self.taker is not None
+        plan = self.taker.plan()
+        along = bool(plan) and plan[0][0] is job.client
+        queues = plan[0][1] if along else [job.queue_name]
+        want = 0
+        if taking and along:
+            depth = 1
+            if ahead:
+                depth = _DEPTH_KEPT if kept or self.next_is_short() else _DEPTH
+            want = max(0, depth - held)
+            if self.budget.limited:
+                want = self.budget.grant(want, self.committed())
+        if want:
+            self.waiter.ensure_subscribed()
+            now = time.monotonic()
+            if now >= self._drain_at:
+                self._drain_at = now + _DRAIN_EVERY
+                self.waiter.drain()
+                self.adopt_handed()
+        return queues, want
+
+    # -- the calls ----------------------------------------------------------------------------
+    def _report(self, settled: Iterable[Settled]) -> None:
+        for job, outcome in settled:
+            self.report(job, outcome)
+
+    def _keep(self, jobs: Sequence[Job]) -> None:
+        """Keep the completions of `jobs` for a later call (none may be kept already)."""
+        with self._lock:
+            if self._kept:
+                raise RuntimeError("completions are kept already")
+            self._kept = list(jobs)
+            self.carried += 1
+
+    def _take_kept(self) -> list[Job]:
+        """Return the kept jobs, no longer kept (whoever takes them completes them)."""
+        with self._lock:
+            jobs, self._kept = self._kept, []
+            return jobs
+
+    @staticmethod
+    def _complete_kept(jobs: Sequence[Job]) -> list[Settled]:
+        """Complete `jobs` (kept, of one client) in one call reserving nothing."""
+        if not jobs:
+            return []
+        if len(jobs) == 1:
+            return [(jobs[0], complete_alone(jobs[0]))]
+        last = jobs[-1]
+        settled, _ = complete_outcomes(
+            jobs, lambda: last.client.complete_many_and_reserve(jobs, [last.queue_name], 0))
+        return settled
+
+    def _send(self, jobs: Sequence[Job], queues: Sequence[str], count: int) -> None:
+        """Send the completion of `jobs` (of one shard), reserving `count` more."""
+        with self._lock:
+            if len(self._inflight) >= self.max_in_flight:
+                raise RuntimeError("too many completions in flight")
+            last = jobs[-1]
+            call: DeferredCall[_Reply] | DeferredCall[_ManyReply]
+            if len(jobs) == 1:
+                call = last.client.send_complete_and_reserve(last, queues, count)
+            else:
+                call = last.client.send_complete_many(jobs, queues, count)
+                self.paired += 1
+            self._inflight.append((tuple(jobs), count, call))
+            self._coming += count
+            self.sent_ahead += len(jobs)
+
+    def _settle_oldest(self) -> list[Settled] | None:
+        """Read the oldest reply in flight (its jobs are held); None if none is in flight."""
+        with self._lock:
+            if not self._inflight:
+                return None
+            jobs, count, call = self._inflight.popleft()
+            self._coming -= count
+            if len(jobs) == 1:
+                outcome, more = complete_outcome(jobs[0], call.result)  # type: ignore[arg-type]
+                settled = [(jobs[0], outcome)]
+            else:
+                settled, more = complete_outcomes(jobs, call.result)  # type: ignore[arg-type]
+            self._jobs.extend(more)
+        return settled
