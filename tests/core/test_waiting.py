@@ -19,8 +19,10 @@ def engine_calls(r: redis.Redis) -> int:
                for name in ("fcall", "fcall_ro", "evalsha", "evalsha_ro", "eval"))
 
 
-def finish_later(client: Client, queue: str, delay: float, *, fail: bool = False) -> None:
-    """Pop the queue's job and complete (or fail) it after `delay` s, in a thread."""
+def finish_later(client: Client, queue: str, delay: float, *,
+                 fail: bool = False) -> threading.Thread:
+    """Pop the queue's job and complete (or fail) it after `delay` s, in a thread (started;
+    join it before the test ends: the waiter may wake before the call has read its reply)."""
 
     def run() -> None:
         time.sleep(delay)
@@ -31,7 +33,9 @@ def finish_later(client: Client, queue: str, delay: float, *, fail: bool = False
         else:
             job.complete()
 
-    threading.Thread(target=run, daemon=True).start()
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
 
 
 def test_a_finished_job_is_returned_at_once(client: Client) -> None:
@@ -44,19 +48,21 @@ def test_a_finished_job_is_returned_at_once(client: Client) -> None:
 def test_the_wait_ends_when_another_worker_completes_the_job(client: Client) -> None:
     """The completion event wakes the waiter well before any periodic re-read."""
     jid = client.queues["q"].put("shop.Job", {"n": 1})
-    finish_later(client, "q", 0.3)
+    thread = finish_later(client, "q", 0.3)
     started = time.monotonic()
     job = client.jobs.wait(jid, timeout=20)
     assert job.state == "complete"
     assert 0.25 < time.monotonic() - started < 5
+    thread.join(timeout=10)
 
 
 def test_a_failure_ends_the_wait_too(client: Client) -> None:
     """A failed job is returned, with its failure."""
     jid = client.queues["q"].put("shop.Job", {})
-    finish_later(client, "q", 0.2, fail=True)
+    thread = finish_later(client, "q", 0.2, fail=True)
     job = client.jobs.wait(jid, timeout=20)
     assert job.state == "failed" and job.failure["message"] == "boom 7"
+    thread.join(timeout=10)
 
 
 def test_the_wait_reads_the_job_only_when_an_event_names_it(client: Client,
@@ -80,9 +86,11 @@ def test_a_job_canceled_while_waited_on_says_so(client: Client) -> None:
         time.sleep(0.2)
         client.jobs[jid].cancel()
 
-    threading.Thread(target=cancel, daemon=True).start()
+    thread = threading.Thread(target=cancel, daemon=True)
+    thread.start()
     with pytest.raises(JobNotFound, match="canceled, expired or never put"):
         client.jobs.wait(jid, timeout=20)
+    thread.join(timeout=10)
 
 
 def test_bad_input_is_refused(client: Client) -> None:
