@@ -9,7 +9,7 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 
-from django_qless.core.engine_config import check_config
+from django_qless.core.engine_config import QUEUE_BOUNDS, check_config
 from django_qless.core.exceptions import InvalidArgument
 
 __all__ = [
@@ -107,9 +107,12 @@ class UndependForm(forms.Form):
 class QueueSettingsForm(forms.Form):
     """Per-queue heartbeat, max concurrency and throttle maximum (blank = leave as is)."""
 
-    heartbeat = forms.IntegerField(min_value=1, max_value=INT32_MAX, required=False)
+    heartbeat = forms.IntegerField(
+        min_value=QUEUE_BOUNDS["-heartbeat"][0], max_value=QUEUE_BOUNDS["-heartbeat"][1],
+        required=False, help_text="Seconds a job's lease lasts between heartbeats.")
     max_concurrency = forms.IntegerField(
-        min_value=0, max_value=INT32_MAX, required=False, label="Max concurrency",
+        min_value=QUEUE_BOUNDS["-max-concurrency"][0],
+        max_value=QUEUE_BOUNDS["-max-concurrency"][1], required=False, label="Max concurrency",
         help_text="How many jobs of this queue may run at the same time, across all workers "
                   "(the queue's own cap; 0 means no cap).")
     throttle = forms.IntegerField(

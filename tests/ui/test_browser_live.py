@@ -207,3 +207,16 @@ def test_reloaded_job_block_keeps_stored_markup_inert(page: Any, qc: Any) -> Non
     assert page.evaluate("window.__xss") == 0
     assert page.locator("img[src=x]").count() == 0
     assert page.dialogs == []
+
+
+def test_config_page_shows_each_options_bounds_and_refuses_beyond(page: Any, qc: Any) -> None:
+    page.goto(f"{page.base}/qless/config/")
+    row = page.locator("table.qless-config tr", has=page.locator("code:text-is('heartbeat')"))
+    assert "1 to 604,800 s" in row.inner_text()
+    page.fill("#id_key", "heartbeat")
+    page.fill("#id_value", "99999999999")
+    page.click("button:text-is('Set')")
+    page.wait_for_selector(".messagelist .error")
+    assert "must be an integer from 1 to 604800 (seconds)" in page.inner_text(
+        ".messagelist .error")
+    assert qc.config["heartbeat"] == 60

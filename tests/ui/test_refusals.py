@@ -89,7 +89,10 @@ def test_refused_config_stays_on_the_config_page(mc: Client, qc: Any) -> None:
                        "got 'banana'.")
     response = mc.post(url("config"), {"key": "max-job-history", "value": "2"})
     assert response["Location"] == url("config")
-    assert "must be 0 (unlimited) or >= 3" in last(response)
+    assert "must be 0 (unlimited) or an integer from 3 to 10000" in last(response)
+    response = mc.post(url("config"), {"key": "heartbeat", "value": "99999999999"})
+    assert last(response) == ("Option heartbeat was not changed: config heartbeat must be an "
+                              "integer from 1 to 604800 (seconds), got '99999999999'.")
     assert qc.config["heartbeat"] == 60 and "max-job-history" not in qc.config.all
 
 
