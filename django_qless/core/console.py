@@ -8,7 +8,8 @@
   from the failure records of the jobs still failed (a bounded read, newest first).
 - `server_report(client)`: version, memory, clients, persistence and uptime of the server
   holding the client's keyspace (a shard's primary).
-- `engine_slowlog(client, count)`: SLOWLOG entries of that server that call our engine.
+- `engine_slowlog(client, count)`: SLOWLOG entries of that server that call our engine;
+  `read_engine_slowlog` says None when the server refuses SLOWLOG.
 - `primaries(clients)`: the clients of distinct servers among a deployment's shards.
 """
 
@@ -17,6 +18,8 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Sequence
 from typing import Any
+
+import redis
 
 from .engine.bundles import bundle_sha
 from .engine.lua import function_name, routes, script_sha
@@ -28,6 +31,7 @@ __all__ = [
     "KLASS_STATES",
     "bucket_bounds",
     "engine_slowlog",
+    "read_engine_slowlog",
     "failures_per_day",
     "failures_per_interval",
     "find_by_klass",
@@ -231,7 +235,7 @@ def failures_per_interval(client: Any, intervals: int, seconds: float,
 def _info(conn: Any, section: str) -> dict[str, Any]:
     try:
         return dict(conn.info(section))
-    except Exception:  # noqa: BLE001 - a section a managed server hides is just left out
+    except redis.ResponseError:  # a section a managed server hides is just left out
         return {}
 
 
@@ -263,7 +267,7 @@ def server_report(client: Any) -> dict[str, Any]:
     policy = eviction_policy(conn)
     try:
         fsync = str(dict(conn.config_get("appendfsync")).get("appendfsync") or "") or None
-    except Exception:  # noqa: BLE001 - CONFIG may be denied on managed Redis
+    except redis.ResponseError:  # CONFIG may be denied on managed Redis
         fsync = None
     valkey = server.get("valkey_version")
     return {
@@ -293,13 +297,20 @@ def _text(value: Any) -> str:
 
 def engine_slowlog(client: Any, count: int = 128) -> list[dict[str, Any]]:
     """Return the slow-log entries that call our engine (FCALL of its function, EVALSHA of
-    its script), newest first: {"id", "start", "duration_us", "command", "args"}."""
+    its script), newest first: {"id", "start", "duration_us", "command", "args"}; [] when
+    the server refuses SLOWLOG (see `read_engine_slowlog`)."""
+    return read_engine_slowlog(client, count) or []
+
+
+def read_engine_slowlog(client: Any, count: int = 128) -> list[dict[str, Any]] | None:
+    """As `engine_slowlog`, but None when the server refuses SLOWLOG (an ACL user without
+    it, a managed server that renames it): "nothing slow" and "cannot tell" differ."""
     check_int("count", count, 1, 1024)
     ours = {function_name(False), function_name(True), script_sha(False), script_sha(True)}
     try:
         entries = client.node_redis().slowlog_get(count)
-    except Exception:  # noqa: BLE001 - SLOWLOG may be denied on managed Redis
-        return []
+    except redis.ResponseError:  # (NOPERM is one; a connection error is not caught)
+        return None
     out = []
     for entry in entries:
         raw = entry.get("command") or b""

@@ -11,6 +11,7 @@ from functools import wraps
 from typing import Any
 from urllib.parse import urlencode
 
+import redis
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
@@ -30,6 +31,7 @@ from django_qless.core.exceptions import (
     QlessError,
 )
 from django_qless.core.types import QlessClient
+from django_qless.reporting import CredentialFilter
 
 __all__ = [
     "CSP",
@@ -54,6 +56,10 @@ __all__ = [
 ]
 
 logger = logging.getLogger("django_qless")
+
+# Errors that mean the server cannot be reached: the client's own, and redis-py's from the
+# reads that go to the server directly (the Redis page's INFO, SLOWLOG, CONFIG).
+UNREACHABLE = (QlessConnectionError, redis.ConnectionError, redis.TimeoutError)
 
 VIEW_PERM = "django_qless.view_dashboard"
 MANAGE_PERM = "django_qless.manage_jobs"
@@ -193,6 +199,7 @@ def dashboard_view(
     def decorate(func: ViewFunc) -> ViewFunc:
         @wraps(func)
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            request.exception_reporter_filter = CredentialFilter()
             denied = _check_access(request, manage)
             if denied is not None:
                 return secure_headers(denied)
@@ -210,7 +217,7 @@ def dashboard_view(
                 response = _error(request, 404, _not_found_text(exc))
             except PermissionDenied:
                 response = _error(request, 403, "Permission denied.")
-            except QlessConnectionError:
+            except UNREACHABLE:
                 logger.exception("redis unreachable")
                 response = _error(request, 503, "The queue server cannot be reached right now.")
             except (InvalidArgument, LostLockError, QlessError) as exc:
@@ -280,6 +287,7 @@ def api_view(func: ViewFunc) -> ViewFunc:
 
     @wraps(func)
     def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        request.exception_reporter_filter = CredentialFilter()
         response: HttpResponse
         if request.method not in ("GET", "HEAD"):
             response = HttpResponse("GET only\n", status=405, content_type="text/plain")
@@ -300,7 +308,7 @@ def api_view(func: ViewFunc) -> ViewFunc:
         except (JobNotFound, Http404):
             response = HttpResponse('{"error": "not found"}', status=404,
                                     content_type="application/json")
-        except QlessConnectionError:
+        except UNREACHABLE:
             response = HttpResponse('{"error": "redis unreachable"}', status=503,
                                     content_type="application/json")
         return secure_headers(response)

@@ -155,3 +155,23 @@ def test_live_times_are_utc_whatever_the_browser_zone(page: Any) -> None:
     shown = int(text[7:9])
     assert shown in {time.gmtime().tm_hour, (time.gmtime().tm_hour - 1) % 24}
     context.close()
+
+
+def test_redis_page_says_the_slow_log_is_refused_to_a_least_privilege_user(
+        page: Any, qc: Any, redis_url: str) -> None:
+    from django.test import override_settings
+
+    from django_qless.clients import clients
+    from tests.ui.test_console import acl_url
+
+    limited = acl_url(qc, redis_url, "qless-browser")
+    clients.close_all()
+    try:
+        with override_settings(QLESS={"default": {"URL": limited}}):
+            page.goto(f"{page.base}/qless/redis/")
+            text = page.inner_text("table.qless-slowlog")
+    finally:
+        clients.close_all()
+        qc.redis.acl_deluser("qless-browser")
+    assert "refused SLOWLOG to this Redis user" in text
+    assert "No slow engine calls logged." not in text
