@@ -23,7 +23,15 @@ from django_qless.views.data import failed_groups as merged_groups
 from django_qless.views.data import job_row
 from django_qless.views.shards import page_clients
 
-__all__ = ["BULK_LIMIT", "failed_bulk", "failed_group", "failed_groups", "failed_retry_all"]
+__all__ = [
+    "BULK_LIMIT",
+    "failed_bulk",
+    "failed_group",
+    "failed_groups",
+    "failed_retry_all",
+    "group_newest",
+    "group_snapshot",
+]
 
 BULK_LIMIT = 500  # jobs per request, like qless's retry-all
 FILTER_FIELDS = ("queue", "since", "until")
@@ -47,6 +55,17 @@ def _newest(clients: list[Any], groups: list[str]) -> dict[str, Any]:
             if seen is None or when > float((seen.failure or {}).get("when") or 0):
                 newest[group] = job
     return newest
+
+
+def group_newest(clients: list[Any], group: str) -> Any:
+    """Return a group's newest failed job over every shard (None if it has none)."""
+    return _newest(clients, [group]).get(group)
+
+
+def group_snapshot(total: int, newest: Any) -> str:
+    """Describe what a failure group's page shows: it changes whenever the page would."""
+    text = f"{total} failed job{'' if total == 1 else 's'}"
+    return f"{text}, the newest {newest.jid}" if newest is not None else text
 
 
 def _group_page(clients: list[Any], group: str, offset: int, count: int) -> list[Any]:
@@ -168,7 +187,10 @@ def failed_group(request: HttpRequest, group: str) -> HttpResponse:
         live = {k: v for k, v in request.GET.items() if k == "shard"}
         if pager.number > 1:
             live["page"] = str(pager.number)
+        # Heading, newest failure and rows are one snapshot; live refresh says when the
+        # group changed (as the Failed page does) rather than swap rows under a stale heading.
         context.update(rows=[job_row(job, now) for job in page], pager=pager,
+                       snapshot=group_snapshot(total, newest),
                        live_src=qurl(request, "api_failed_group", group, query=live))
     return render_page(request, "django_qless/failed_group.html", context,
                        title=f"Failed: {group}",
