@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import redis
@@ -35,9 +35,11 @@ __all__ = [
     "failures_per_day",
     "failures_per_interval",
     "find_by_klass",
+    "find_jobs",
     "histogram_percentiles",
     "last_change",
     "primaries",
+    "search_match",
     "server_report",
 ]
 
@@ -109,7 +111,31 @@ def find_by_klass(
     recent completions), in chunks of 500 fetched with one multiget each. `since` keeps the
     jobs whose last change (latest history entry) is at or after that time.
     """
-    check_int("limit", limit, 1, 500)
+    return find_jobs(client, lambda job: job.klass_name == klass, states=states,
+                     queues=queues, limit=limit, scan=scan, since=since)
+
+
+def search_match(text: str) -> Callable[[Any], bool]:
+    """Return the search box's test: the class contains `text`, or the jid starts with it
+    (both ignoring case: jids are lower-case hex, class paths are typed any way)."""
+    needle = text.casefold()
+    return lambda job: needle in str(job.klass_name).casefold() or str(job.jid).startswith(
+        needle)
+
+
+def find_jobs(
+    client: Any, matches: Callable[[Any], bool], *, states: Sequence[str] = KLASS_STATES,
+    queues: Sequence[str] | None = None, limit: int = 100, scan: int = KLASS_SCAN_CAP,
+    since: float | None = None, jids: Iterable[str] | None = None,
+) -> tuple[list[Any], bool]:
+    """Return (jobs for which `matches` is true, whether the scan stopped at its cap).
+
+    Reads at most `scan` jids: `jids` when given (a tag's, say), else those in `states` (the
+    queues' indexes, every failure group, the recent completions), in chunks of 500 fetched
+    with one multiget each; keeps the jobs in `states` and `queues` whose last change is at
+    or after `since`.
+    """
+    check_int("limit", limit, 1, 100_000)
     check_int("scan", scan, 1, 100_000)
     wanted = [s for s in states if s in KLASS_STATES]
     names = list(queues) if queues is not None else client.queues.names()
@@ -122,12 +148,15 @@ def find_by_klass(
         for job in client.jobs.get_many(*batch):
             in_queue = not queues or job.queue_name in names or job.state == "complete"
             recent = since is None or last_change(job) >= since
-            if job.klass_name == klass and in_queue and recent and len(found) < limit:
+            in_state = jids is None or job.state in wanted
+            if in_queue and recent and in_state and len(found) < limit and matches(job):
                 found.append(job)
         batch.clear()
 
-    for state in wanted:
-        for jid in _jids_in(client, state, names, scan - read):
+    sources = [iter(jids)] if jids is not None else (
+        _jids_in(client, state, names, scan - read) for state in wanted)
+    for source in sources:
+        for jid in source:
             read += 1
             if jid in seen:
                 continue
@@ -137,6 +166,8 @@ def find_by_klass(
                 flush()
             if len(found) >= limit:
                 return found, False
+            if read >= scan:
+                break
         if read >= scan:
             break
     if batch:

@@ -76,7 +76,7 @@ def test_header_search_finds_job_tag_class_or_nothing(page: Any, qc: Any) -> Non
     page.wait_for_url(re.compile(r".*/qless/tags/monthly$"))
     page.fill("#qless-q", "app.jobs.Report")
     page.press("#qless-q", "Enter")
-    page.wait_for_selector("text=Jobs of class")
+    page.wait_for_selector("text=Jobs whose class contains")
     assert page.locator("table.qless-jobs tbody tr").count() == 3
     page.select_option("#qless-search-state", "failed")
     page.click("button:text('Search') >> nth=1")
@@ -175,3 +175,24 @@ def test_redis_page_says_the_slow_log_is_refused_to_a_least_privilege_user(
         qc.redis.acl_deluser("qless-browser")
     assert "refused SLOWLOG to this Redis user" in text
     assert "No slow engine calls logged." not in text
+
+
+def test_search_pager_partial_jid_and_tag_filter(page: Any, qc: Any) -> None:
+    for i in range(120):
+        qc.queues["q"].put("app.jobs.Bulk", {}, jid=f"bulk-{i:03d}")
+    tagged = qc.queues["q"].put("app.jobs.Nightly", {}, tags=["nightly"])
+    page.goto(f"{page.base}/qless/search/")
+    page.fill("#qless-search-page-q", "jobs.bulk")  # a substring, another case
+    page.click("button:text('Search') >> nth=1")
+    page.wait_for_selector("text=matches 1–100")
+    assert page.locator("table.qless-jobs tbody tr").count() == 100
+    page.click("a[rel=next]")
+    page.wait_for_selector("text=matches 101–120")
+    assert page.locator("table.qless-jobs tbody tr").count() == 20
+    page.fill("#qless-q", tagged[:6].upper())
+    page.press("#qless-q", "Enter")
+    page.wait_for_selector(f"tr[data-jid='{tagged}']")
+    page.goto(f"{page.base}/qless/search/?q=nightly&state=failed")
+    text = page.inner_text(".qless-nothing")
+    assert "Tag nightly has 1 job, but none in state failed: the filter left out 1 waiting" \
+        in text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 from typing import Any
 
 import pytest
@@ -283,3 +284,49 @@ def test_credential_filter_masks_urls_anywhere() -> None:
                             "redis://h/0?password=zz&db=1") == (
         "redis://********************@h:6379/0 rediss://********************@x/1 "
         "unix:///s.sock redis://h/0?password=********************&db=1")
+
+
+def test_search_pages_past_a_hundred_matches(mc: Client, qc: Any) -> None:
+    for i in range(230):
+        qc.queues["q"].put("app.jobs.Bulk", {}, jid=f"bulk-{i:03d}")
+    page = body(mc.get(url("search"), {"q": "app.jobs.Bulk"}))
+    assert page.count("<tr data-jid=") == 100 and "matches 1&ndash;100" in page
+    assert 'rel="next"' in page and 'rel="prev"' not in page
+    page = body(mc.get(url("search"), {"q": "app.jobs.Bulk", "page": "3"}))
+    assert page.count("<tr data-jid=") == 30 and "matches 201&ndash;230" in page
+    assert 'rel="next"' not in page and 'rel="prev"' in page
+    seen = set()
+    for number in (1, 2, 3):
+        text = body(mc.get(url("search"), {"q": "app.jobs.Bulk", "page": str(number)}))
+        seen |= set(re.findall(r'<tr data-jid="([^"]+)"', text))
+    assert len(seen) == 230
+
+
+def test_search_finds_class_by_substring_and_jid_by_prefix_in_any_case(mc: Client,
+                                                                       qc: Any) -> None:
+    jid = qc.queues["q"].put("app.reports.Monthly", {})
+    qc.queues["q"].put("app.reports.Weekly", {})
+    qc.queues["q"].put("app.mail.Send", {})
+    page = body(mc.get(url("search"), {"q": "reports"}))
+    assert page.count("<tr data-jid=") == 2
+    page = body(mc.get(url("search"), {"q": "app.Reports.M"}))  # substring, any case
+    assert page.count("<tr data-jid=") == 1 and "app.reports.Monthly" in page
+    page = body(mc.get(url("search"), {"q": "REPORTS.MONTHLY"}))
+    assert page.count("<tr data-jid=") == 1
+    page = body(mc.get(url("search"), {"q": jid[:8]}))  # a partial jid
+    assert f'<tr data-jid="{jid}"' in page
+    assert mc.get(url("search"), {"q": jid.upper()})["Location"] == url("job", jid)
+    page = body(mc.get(url("search"), {"q": jid[:8].upper()}))
+    assert f'<tr data-jid="{jid}"' in page
+
+
+def test_tag_with_a_state_filter_lists_its_jobs_or_says_what_the_filter_left_out(
+        mc: Client, qc: Any) -> None:
+    waiting = qc.queues["q"].put("app.Job", {}, tags=["nightly"])
+    failed = fail_job(qc, "q2", tags=("nightly",))
+    page = body(mc.get(url("search"), {"q": "nightly", "state": "failed"}))
+    assert f'<tr data-jid="{failed}"' in page and waiting not in page
+    page = body(mc.get(url("search"), {"q": "nightly", "state": "running"}))
+    assert "has no jobs" not in page and "Nothing found" not in page
+    assert "Tag" in page and "has 2 jobs, but none in state running" in page
+    assert "the filter left out 1 failed, 1 waiting" in page
