@@ -33,6 +33,10 @@ INT32_MIN, INT32_MAX = -2147483648, 2147483647
 QUEUE_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 JID_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+# The engine's rule for throttle ids (docs/engine.md): printable ASCII without spaces.
+THROTTLE_ID_RE = re.compile(r"[!-~]{1,128}")
+THROTTLE_ID_RULE = ("1 to 128 ASCII letters, digits or punctuation such as - _ . : "
+                    "(no spaces, no accented or other non-ASCII letters)")
 
 
 def _printable(value: str, label: str, max_bytes: int) -> str:
@@ -244,12 +248,17 @@ class ConfigForm(forms.Form):
 class ThrottleForm(forms.Form):
     """Create or change a throttle."""
 
-    id = forms.CharField(max_length=200, label="Throttle id")
+    id = forms.CharField(
+        max_length=200, label="Throttle id",
+        help_text=f"{THROTTLE_ID_RULE[:1].upper()}{THROTTLE_ID_RULE[1:]}.")
     maximum = forms.IntegerField(min_value=0, max_value=INT32_MAX)
     ttl = forms.IntegerField(min_value=0, max_value=INT32_MAX, required=False, label="TTL (s)")
 
     def clean_id(self) -> str:
-        return _printable(str(self.cleaned_data["id"]), "Throttle id", 128)
+        value = _printable(str(self.cleaned_data["id"]), "Throttle id", 128)
+        if not THROTTLE_ID_RE.fullmatch(value):
+            raise ValidationError(f"{value!r} is not a throttle id: use {THROTTLE_ID_RULE}.")
+        return value
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}

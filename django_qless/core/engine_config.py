@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BOUNDS",
+    "DEFAULTS",
     "KNOWN_OPTIONS",
     "QUEUE_BOUNDS",
     "QUEUE_OPTION_SUFFIXES",
@@ -42,6 +43,17 @@ BOUNDS: dict[str, tuple[int, int]] = {
 QUEUE_BOUNDS: dict[str, tuple[int, int]] = {
     "-heartbeat": BOUNDS["heartbeat"],
     "-max-concurrency": (0, 1_000_000),
+}
+
+# The engine's defaults, as `config.get` lists them when nothing is stored (lua/base.lua).
+DEFAULTS: dict[str, str | int] = {
+    "application": "qless",
+    "heartbeat": 60,
+    "grace-period": 10,
+    "stats-history": 30,
+    "histogram-history": 7,
+    "jobs-history-count": 50000,
+    "jobs-history": 604800,
 }
 
 # Every option the engine reads or lists (docs/engine.md); per-queue ones end in a suffix.

@@ -23,6 +23,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_protect
 
+from django_qless.core.engine_config import KNOWN_OPTIONS
 from django_qless.core.exceptions import (
     InvalidArgument,
     JobNotFound,
@@ -240,10 +241,16 @@ def dashboard_view(
 _ENGINE_PREFIX = re.compile(r"^[A-Za-z.]+\(\): ")
 
 
+# A first word that is a name (`grace-period`, `q.high`, `my_tag`, `w1`), not prose.
+_NAME_LIKE = re.compile(r"[-_.:/0-9A-Z\"']")
+
+
 def plain_error(exc: Exception) -> str:
     """Return an engine refusal as a sentence (without the command's ``Name(): `` prefix)."""
     text = _ENGINE_PREFIX.sub("", str(exc).strip()) or "The queue server refused this action."
-    text = text[:1].upper() + text[1:]
+    first = text.split(" ", 1)[0]
+    if not _NAME_LIKE.search(first) and first not in KNOWN_OPTIONS:
+        text = text[:1].upper() + text[1:]  # (a key or other name keeps its spelling)
     return text if text.endswith((".", "!", "?")) else text + "."
 
 

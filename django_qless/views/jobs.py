@@ -166,12 +166,21 @@ def job_cancel(request: HttpRequest, jid: str) -> HttpResponse:
     return redirect_back(request, qurl(request, "overview"))
 
 
+def _not_in_a_queue(job: Any, done: str) -> str:
+    """Say why a job outside every queue (a completed one) is not requeued or moved."""
+    if job.state == "complete":
+        return (f"Job {job.jid} is complete: it already ran, and a completed job is kept only "
+                f"as a record, in no queue, so it can't be {done}. To run it again, enqueue a "
+                f"new job.")
+    return f"Job {job.jid} is {job.state}: it is in no queue, so it can't be {done}."
+
+
 @dashboard_view(post_only=True)
 def job_retry(request: HttpRequest, jid: str) -> HttpResponse:
     """Put the job back into its queue now (retry a failed job, requeue any other)."""
     job = get_job(request, jid)
-    if not job.queue_name:
-        messages.error(request, "This job has no queue any more: move it to a queue instead.")
+    if not job.queue_name or job.state not in MOVABLE:
+        messages.error(request, _not_in_a_queue(job, "requeued"))
         return _back(request, jid)
     job.move(job.queue_name)
     messages.success(request, f"Requeued job {jid} into {job.queue_name}.")
@@ -183,8 +192,7 @@ def job_move(request: HttpRequest, jid: str) -> HttpResponse:
     """Move the job to another queue (an existing one, or a valid new name)."""
     job = get_job(request, jid)
     if job.state not in MOVABLE:
-        messages.error(request, f"Job {jid} is {job.state}: it is in no queue any more, so it "
-                                "can't be moved.")
+        messages.error(request, _not_in_a_queue(job, "moved"))
         return _back(request, jid)
     form = MoveForm(request.POST)
     if not form.is_valid():
