@@ -36,7 +36,7 @@ __all__ = [
     "job_untrack",
 ]
 
-STANDARD_EVENTS = {"put", "popped", "done", "failed", "timed-out", "throttled"}
+STANDARD_EVENTS = {"put", "popped", "done", "failed", "timed-out", "throttled", "retry"}
 PRIORITY_PRESETS = (("high", 25), ("normal", 0), ("low", -25))
 
 

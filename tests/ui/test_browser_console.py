@@ -196,3 +196,13 @@ def test_search_pager_partial_jid_and_tag_filter(page: Any, qc: Any) -> None:
     text = page.inner_text(".qless-nothing")
     assert "Tag nightly has 1 job, but none in state failed: the filter left out 1 waiting" \
         in text
+
+
+def test_job_page_history_shows_retries_and_their_reasons(page: Any, qc: Any) -> None:
+    jid = qc.queues["q"].put("app.Flaky", {}, retries=2)
+    pop_job(qc, "q").retry(0, "app.Flaky.Timeout", "the API timed out")
+    page.goto(f"{page.base}/qless/jobs/{jid}/")
+    entry = page.locator("ol.qless-timeline li", has=page.locator("strong:text-is('retry')"))
+    assert "group=app.Flaky.Timeout" in entry.inner_text()
+    assert "message=the API timed out" in entry.inner_text()
+    assert "remaining" in page.inner_text("table.qless-summary")

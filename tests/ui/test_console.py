@@ -330,3 +330,18 @@ def test_tag_with_a_state_filter_lists_its_jobs_or_says_what_the_filter_left_out
     assert "has no jobs" not in page and "Nothing found" not in page
     assert "Tag" in page and "has 2 jobs, but none in state running" in page
     assert "the filter left out 1 failed, 1 waiting" in page
+
+
+def test_job_page_shows_retries_with_their_reasons_and_says_retries_are_remaining(
+        mc: Client, qc: Any) -> None:
+    jid = qc.queues["q"].put("app.Flaky", {}, retries=3)
+    for attempt in (1, 2):
+        job = pop_job(qc, "q")
+        assert job.jid == jid
+        job.retry(0, "app.Flaky.Timeout", f"attempt {attempt} timed out")
+    page = body(mc.get(url("job", jid)))
+    timeline = page[page.index("<h2>History</h2>"):]
+    assert timeline.count("<strong>retry</strong>") == 2
+    assert "group=app.Flaky.Timeout" in timeline and "message=attempt 2 timed out" in timeline
+    assert "remaining=1" in timeline
+    assert "1 of 3 <span class=\"qless-help\">(remaining:" in page
