@@ -32,6 +32,10 @@ __all__ = [
 INT32_MIN, INT32_MAX = -2147483648, 2147483647
 QUEUE_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 JID_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+# Day inputs as text in the console's own format: a browser's date picker shows its locale's
+# (mm/dd/yyyy) beside the YYYY-MM-DD every page prints.
+DAY_INPUT = {"type": "text", "pattern": "[0-9]{4}-[0-9]{2}-[0-9]{2}", "placeholder": "YYYY-MM-DD",
+             "size": "10", "maxlength": "10", "inputmode": "numeric"}
 CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 # The engine's rule for throttle ids (docs/engine.md): printable ASCII without spaces.
 THROTTLE_ID_RE = re.compile(r"[!-~]{1,128}")
@@ -173,10 +177,10 @@ class FailedFilterForm(forms.Form):
 
     queue = forms.CharField(required=False, max_length=64)
     since = forms.DateField(required=False, input_formats=["%Y-%m-%d"],
-                            widget=forms.DateInput(attrs={"type": "date"}),
+                            widget=forms.DateInput(attrs=DAY_INPUT),
                             label="Failed from")
     until = forms.DateField(required=False, input_formats=["%Y-%m-%d"],
-                            widget=forms.DateInput(attrs={"type": "date"}), label="to")
+                            widget=forms.DateInput(attrs=DAY_INPUT), label="to")
 
     def clean_queue(self) -> str | None:
         value = str(self.cleaned_data.get("queue") or "").strip()

@@ -43,6 +43,7 @@ __all__ = [
     "api_view",
     "can_manage",
     "client_for",
+    "counted",
     "dashboard_view",
     "get_pager",
     "namespace",
@@ -243,6 +244,11 @@ _ENGINE_PREFIX = re.compile(r"^[A-Za-z.]+\(\): ")
 
 # A first word that is a name (`grace-period`, `q.high`, `my_tag`, `w1`), not prose.
 _NAME_LIKE = re.compile(r"[-_.:/0-9A-Z\"']")
+
+
+def counted(n: int, word: str, plural: str | None = None) -> str:
+    """Return "1 job", "2 jobs": a count with its noun in the right number."""
+    return f"{n} {word if n == 1 else plural or word + 's'}"
 
 
 def plain_error(exc: Exception) -> str:

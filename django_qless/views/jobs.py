@@ -14,6 +14,7 @@ from django_qless.forms import MoveForm, PriorityForm, TagForm, UndependForm, fi
 from django_qless.options import RESULT_KEY
 from django_qless.views import data
 from django_qless.views.base import (
+    counted,
     dashboard_view,
     qurl,
     redirect_back,
@@ -37,6 +38,7 @@ __all__ = [
 ]
 
 STANDARD_EVENTS = {"put", "popped", "done", "failed", "timed-out", "throttled", "retry"}
+DATA_OPEN_BYTES = 16 * 1024  # job data larger than this starts collapsed on the job page
 PRIORITY_PRESETS = (("high", 25), ("normal", 0), ("low", -25))
 
 
@@ -75,6 +77,9 @@ def job_detail(request: HttpRequest, jid: str) -> HttpResponse:
     context = {
         "job": data.job_row(job, now),
         "raw_data": job.raw_data,
+        # Large data starts collapsed (a 900 KB payload would bury the rest of the page).
+        "data_bytes": len(job.raw_data.encode("utf-8")),
+        "data_collapsed": len(job.raw_data) > DATA_OPEN_BYTES,
         "result": _result(job),
         "timeline": timeline,
         "logs": logs,
@@ -137,7 +142,7 @@ def job_cancel(request: HttpRequest, jid: str) -> HttpResponse:
                          f"{_dependents_text(dependents)}. Cancel it together with every job "
                          "that depends on it? They are all deleted with their history.",
                 details=dependents, hidden=[("with_dependents", "1")],
-                button=f"Yes, cancel it and its {len(dependents)} dependents")
+                button=f"Yes, cancel it and its {counted(len(dependents), 'dependent')}")
         return render_page(request, "django_qless/confirm.html", context, title="Cancel job",
                            crumbs=[(jid, qurl(request, "job", jid)), ("Cancel", None)])
     queue = job.queue_name

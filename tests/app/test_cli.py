@@ -106,3 +106,12 @@ def test_list_with_a_queue_says_complete_and_tag_lists_are_global():
     with pytest.raises(CommandError, match=r"list --tag a lists every queue's jobs"):
         qless("list", "default", "--tag", "a")
     assert qless("list", "--state", "complete") == {"jids": [], "total": None}
+
+
+def test_retry_group_counts_in_the_right_number():
+    jobs.boom.enqueue("x")
+    run_queued()
+    out = StringIO()
+    call_command("qless", "retry", "--group", "builtins.ValueError", "--queue", "default",
+                 stdout=out)
+    assert out.getvalue().strip() == "1 job requeued"

@@ -230,7 +230,7 @@ class Command(BaseCommand):
             if o["priority"] is not None:
                 raise CommandError("retry --priority needs jids (a group keeps its priorities)")
             count = self.client(o["queue"]).queues[o["queue"]].unfail(o["group"], o["count"])
-            self.emit({"retried": count}, f"{count} jobs requeued")
+            self.emit({"retried": count}, f"{count} job{'' if count == 1 else 's'} requeued")
             return
         if not o["jids"]:
             raise CommandError("retry needs jids or --group")
