@@ -9,7 +9,7 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 
-from django_qless.core.engine_config import QUEUE_BOUNDS, check_config
+from django_qless.core.engine_config import check_config, queue_settings_bounds
 from django_qless.core.exceptions import InvalidArgument
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
 ]
 
 INT32_MIN, INT32_MAX = -2147483648, 2147483647
+_QUEUE_BOUNDS = queue_settings_bounds()
 QUEUE_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 JID_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 # Day inputs as text in the console's own format: a browser's date picker shows its locale's
@@ -116,11 +117,11 @@ class QueueSettingsForm(forms.Form):
     """Per-queue heartbeat, max concurrency and throttle maximum (blank = leave as is)."""
 
     heartbeat = forms.IntegerField(
-        min_value=QUEUE_BOUNDS["-heartbeat"][0], max_value=QUEUE_BOUNDS["-heartbeat"][1],
+        min_value=_QUEUE_BOUNDS["heartbeat"][0], max_value=_QUEUE_BOUNDS["heartbeat"][1],
         required=False, help_text="Seconds a job's lease lasts between heartbeats.")
     max_concurrency = forms.IntegerField(
-        min_value=QUEUE_BOUNDS["-max-concurrency"][0],
-        max_value=QUEUE_BOUNDS["-max-concurrency"][1], required=False, label="Max concurrency",
+        min_value=_QUEUE_BOUNDS["max_concurrency"][0],
+        max_value=_QUEUE_BOUNDS["max_concurrency"][1], required=False, label="Max concurrency",
         help_text="How many jobs of this queue may run at the same time, across all workers "
                   "(the queue's own cap; 0 means no cap).")
     throttle = forms.IntegerField(

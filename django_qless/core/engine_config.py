@@ -19,9 +19,12 @@ __all__ = [
     "QUEUE_BOUNDS",
     "QUEUE_OPTION_SUFFIXES",
     "Config",
+    "allowed_text",
     "bounds_of",
     "check_config",
     "is_known_option",
+    "queue_option_rules",
+    "queue_settings_bounds",
 ]
 
 _DAY = 86400
@@ -56,6 +59,12 @@ DEFAULTS: dict[str, str | int] = {
     "jobs-history": 604800,
 }
 
+def queue_settings_bounds() -> dict[str, tuple[int, int]]:
+    """Return the bounds of a queue's own settings by name: heartbeat, max_concurrency."""
+    return {"heartbeat": QUEUE_BOUNDS["-heartbeat"],
+            "max_concurrency": QUEUE_BOUNDS["-max-concurrency"]}
+
+
 # Every option the engine reads or lists (docs/engine.md); per-queue ones end in a suffix.
 KNOWN_OPTIONS = ("application", *BOUNDS)
 QUEUE_OPTION_SUFFIXES = tuple(QUEUE_BOUNDS)
@@ -76,6 +85,28 @@ def bounds_of(key: str) -> tuple[int, int] | None:
         if key.endswith(suffix):
             return bounds
     return None
+
+
+_DAY_OPTIONS = ("stats-history", "histogram-history")
+_SECOND_OPTIONS = ("heartbeat", "grace-period", "jobs-history", "max-worker-age")
+
+
+def allowed_text(key: str) -> str:
+    """Describe the values an option takes, as the engine checks them ('' if unknown)."""
+    bounds = bounds_of(key)
+    if bounds is None:
+        return "any text" if is_known_option(key) else ""
+    lo, hi = bounds
+    if key == "lean-job-records":
+        return "0 or 1"
+    unit = " days" if key in _DAY_OPTIONS else " s" if _unit(key).endswith("(seconds)") else ""
+    text = f"{lo:,} to {hi:,}{unit}"
+    return f"0 (unlimited) or {text}" if key == "max-job-history" else text
+
+
+def queue_option_rules() -> list[tuple[str, str]]:
+    """Return each per-queue option's suffix and the values it takes."""
+    return [(suffix, allowed_text("q" + suffix)) for suffix in QUEUE_OPTION_SUFFIXES]
 
 
 def check_config(key: str, value: object) -> str:
@@ -102,8 +133,7 @@ def _unit(key: str) -> str:
     """Return the unit of an option's value, for messages."""
     if key in ("stats-history", "histogram-history"):
         return " (days)"
-    if key in ("heartbeat", "grace-period", "jobs-history", "max-worker-age") or key.endswith(
-            "-heartbeat"):
+    if key in _SECOND_OPTIONS or key.endswith("-heartbeat"):
         return " (seconds)"
     return ""
 

@@ -11,7 +11,6 @@ from functools import wraps
 from typing import Any
 from urllib.parse import urlencode
 
-import redis
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
@@ -31,6 +30,7 @@ from django_qless.core.exceptions import (
     QlessConnectionError,
     QlessError,
 )
+from django_qless.core.health import UNREACHABLE_ERRORS
 from django_qless.core.types import QlessClient
 from django_qless.reporting import CredentialFilter
 
@@ -61,7 +61,7 @@ logger = logging.getLogger("django_qless")
 
 # Errors that mean the server cannot be reached: the client's own, and redis-py's from the
 # reads that go to the server directly (the Redis page's INFO, SLOWLOG, CONFIG).
-UNREACHABLE = (QlessConnectionError, redis.ConnectionError, redis.TimeoutError)
+UNREACHABLE: tuple[type[Exception], ...] = (QlessConnectionError, *UNREACHABLE_ERRORS)
 
 VIEW_PERM = "django_qless.view_dashboard"
 MANAGE_PERM = "django_qless.manage_jobs"

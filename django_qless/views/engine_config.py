@@ -5,7 +5,13 @@ from __future__ import annotations
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 
-from django_qless.core.engine_config import DEFAULTS, KNOWN_OPTIONS, bounds_of, is_known_option
+from django_qless.core.engine_config import (
+    DEFAULTS,
+    KNOWN_OPTIONS,
+    allowed_text,
+    is_known_option,
+    queue_option_rules,
+)
 from django_qless.forms import ConfigForm, first_error
 from django_qless.views.base import (
     dashboard_view,
@@ -19,24 +25,6 @@ from django_qless.views.shards import shard_clients
 __all__ = ["config", "config_unset"]
 
 DEFAULT_KEYS = tuple(sorted(KNOWN_OPTIONS))
-_DAYS = ("stats-history", "histogram-history")
-_COUNTS = ("jobs-history-count", "max-job-history", "lean-job-records")
-
-
-def allowed(key: str) -> str:
-    """Describe the values an option takes, as the engine checks them."""
-    bounds = bounds_of(key)
-    if bounds is None:
-        return "any text" if is_known_option(key) else ""
-    lo, hi = bounds
-    if key == "lean-job-records":
-        return "0 or 1"
-    unit = (" days" if key in _DAYS else "" if key in _COUNTS or key.endswith(
-        "-max-concurrency") else " s")
-    text = f"{lo:,} to {hi:,}{unit}"
-    return f"0 (unlimited) or {text}" if key == "max-job-history" else text
-
-
 @dashboard_view()
 def config(request: HttpRequest) -> HttpResponse:
     """List the config (defaults overlaid with stored values); POST sets one option."""
@@ -60,14 +48,13 @@ def config(request: HttpRequest) -> HttpResponse:
         return redirect_back(request, qurl(request, "config"))
     values = client.config.all or {}
     rows = [{"key": str(k), "value": v, "known": is_known_option(str(k)),
-             "allowed": allowed(str(k)),
+             "allowed": allowed_text(str(k)),
              "default": str(k) in DEFAULTS and str(v) == str(DEFAULTS[str(k)])}
             for k, v in sorted(values.items())]
     return render_page(request, "django_qless/config.html",
                        {"rows": rows, "form": ConfigForm(),
-                        "known": [(k, allowed(k)) for k in DEFAULT_KEYS],
-                        "queue_heartbeat": allowed("q-heartbeat"),
-                        "queue_concurrency": allowed("q-max-concurrency")},
+                        "known": [(k, allowed_text(k)) for k in DEFAULT_KEYS],
+                        "queue_rules": queue_option_rules()},
                        title="Config", crumbs=[("Config", None)])
 
 
