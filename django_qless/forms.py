@@ -9,7 +9,7 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 
-from django_qless.core.engine_config import check_config
+from django_qless.core.engine_config import check_config, queue_settings_bounds
 from django_qless.core.exceptions import InvalidArgument
 
 __all__ = [
@@ -30,9 +30,18 @@ __all__ = [
 ]
 
 INT32_MIN, INT32_MAX = -2147483648, 2147483647
+_QUEUE_BOUNDS = queue_settings_bounds()
 QUEUE_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 JID_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+# Day inputs as text in the console's own format: a browser's date picker shows its locale's
+# (mm/dd/yyyy) beside the YYYY-MM-DD every page prints.
+DAY_INPUT = {"type": "text", "pattern": "[0-9]{4}-[0-9]{2}-[0-9]{2}", "placeholder": "YYYY-MM-DD",
+             "size": "10", "maxlength": "10", "inputmode": "numeric"}
 CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+# The engine's rule for throttle ids (docs/engine.md): printable ASCII without spaces.
+THROTTLE_ID_RE = re.compile(r"[!-~]{1,128}")
+THROTTLE_ID_RULE = ("1 to 128 ASCII letters, digits or punctuation such as - _ . : "
+                    "(no spaces, no accented or other non-ASCII letters)")
 
 
 def _printable(value: str, label: str, max_bytes: int) -> str:
@@ -107,9 +116,12 @@ class UndependForm(forms.Form):
 class QueueSettingsForm(forms.Form):
     """Per-queue heartbeat, max concurrency and throttle maximum (blank = leave as is)."""
 
-    heartbeat = forms.IntegerField(min_value=1, max_value=INT32_MAX, required=False)
+    heartbeat = forms.IntegerField(
+        min_value=_QUEUE_BOUNDS["heartbeat"][0], max_value=_QUEUE_BOUNDS["heartbeat"][1],
+        required=False, help_text="Seconds a job's lease lasts between heartbeats.")
     max_concurrency = forms.IntegerField(
-        min_value=0, max_value=INT32_MAX, required=False, label="Max concurrency",
+        min_value=_QUEUE_BOUNDS["max_concurrency"][0],
+        max_value=_QUEUE_BOUNDS["max_concurrency"][1], required=False, label="Max concurrency",
         help_text="How many jobs of this queue may run at the same time, across all workers "
                   "(the queue's own cap; 0 means no cap).")
     throttle = forms.IntegerField(
@@ -166,10 +178,10 @@ class FailedFilterForm(forms.Form):
 
     queue = forms.CharField(required=False, max_length=64)
     since = forms.DateField(required=False, input_formats=["%Y-%m-%d"],
-                            widget=forms.DateInput(attrs={"type": "date"}),
+                            widget=forms.DateInput(attrs=DAY_INPUT),
                             label="Failed from")
     until = forms.DateField(required=False, input_formats=["%Y-%m-%d"],
-                            widget=forms.DateInput(attrs={"type": "date"}), label="to")
+                            widget=forms.DateInput(attrs=DAY_INPUT), label="to")
 
     def clean_queue(self) -> str | None:
         value = str(self.cleaned_data.get("queue") or "").strip()
@@ -241,12 +253,17 @@ class ConfigForm(forms.Form):
 class ThrottleForm(forms.Form):
     """Create or change a throttle."""
 
-    id = forms.CharField(max_length=200, label="Throttle id")
+    id = forms.CharField(
+        max_length=200, label="Throttle id",
+        help_text=f"{THROTTLE_ID_RULE[:1].upper()}{THROTTLE_ID_RULE[1:]}.")
     maximum = forms.IntegerField(min_value=0, max_value=INT32_MAX)
     ttl = forms.IntegerField(min_value=0, max_value=INT32_MAX, required=False, label="TTL (s)")
 
     def clean_id(self) -> str:
-        return _printable(str(self.cleaned_data["id"]), "Throttle id", 128)
+        value = _printable(str(self.cleaned_data["id"]), "Throttle id", 128)
+        if not THROTTLE_ID_RE.fullmatch(value):
+            raise ValidationError(f"{value!r} is not a throttle id: use {THROTTLE_ID_RULE}.")
+        return value
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}

@@ -147,6 +147,15 @@ def encode_arguments(name: str, signature: inspect.Signature | None, args: Seque
                      kwargs: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
     """Bind arguments to the signature and encode them as JSON (clear TypeErrors)."""
     if signature is not None:
+        # An unexpected keyword first: bind() would report a missing argument before it, and
+        # `add(1, c=2)` for `add(a, b)` is a misspelt name, not a forgotten one.
+        params = signature.parameters
+        if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            unexpected = [k for k in kwargs
+                          if k not in params or params[k].kind is params[k].POSITIONAL_ONLY]
+            if unexpected:
+                raise TypeError(f"{name}(): got an unexpected keyword argument "
+                                f"{unexpected[0]!r}")
         try:
             signature.bind(*args, **kwargs)
         except TypeError as exc:

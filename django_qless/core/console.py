@@ -8,15 +8,18 @@
   from the failure records of the jobs still failed (a bounded read, newest first).
 - `server_report(client)`: version, memory, clients, persistence and uptime of the server
   holding the client's keyspace (a shard's primary).
-- `engine_slowlog(client, count)`: SLOWLOG entries of that server that call our engine.
+- `engine_slowlog(client, count)`: SLOWLOG entries of that server that call our engine;
+  `read_engine_slowlog` says None when the server refuses SLOWLOG.
 - `primaries(clients)`: the clients of distinct servers among a deployment's shards.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
+
+import redis
 
 from .engine.bundles import bundle_sha
 from .engine.lua import function_name, routes, script_sha
@@ -28,12 +31,15 @@ __all__ = [
     "KLASS_STATES",
     "bucket_bounds",
     "engine_slowlog",
+    "read_engine_slowlog",
     "failures_per_day",
     "failures_per_interval",
     "find_by_klass",
+    "find_jobs",
     "histogram_percentiles",
     "last_change",
     "primaries",
+    "search_match",
     "server_report",
 ]
 
@@ -105,7 +111,31 @@ def find_by_klass(
     recent completions), in chunks of 500 fetched with one multiget each. `since` keeps the
     jobs whose last change (latest history entry) is at or after that time.
     """
-    check_int("limit", limit, 1, 500)
+    return find_jobs(client, lambda job: job.klass_name == klass, states=states,
+                     queues=queues, limit=limit, scan=scan, since=since)
+
+
+def search_match(text: str) -> Callable[[Any], bool]:
+    """Return the search box's test: the class contains `text`, or the jid starts with it
+    (both ignoring case: jids are lower-case hex, class paths are typed any way)."""
+    needle = text.casefold()
+    return lambda job: needle in str(job.klass_name).casefold() or str(job.jid).startswith(
+        needle)
+
+
+def find_jobs(
+    client: Any, matches: Callable[[Any], bool], *, states: Sequence[str] = KLASS_STATES,
+    queues: Sequence[str] | None = None, limit: int = 100, scan: int = KLASS_SCAN_CAP,
+    since: float | None = None, jids: Iterable[str] | None = None,
+) -> tuple[list[Any], bool]:
+    """Return (jobs for which `matches` is true, whether the scan stopped at its cap).
+
+    Reads at most `scan` jids: `jids` when given (a tag's, say), else those in `states` (the
+    queues' indexes, every failure group, the recent completions), in chunks of 500 fetched
+    with one multiget each; keeps the jobs in `states` and `queues` whose last change is at
+    or after `since`.
+    """
+    check_int("limit", limit, 1, 100_000)
     check_int("scan", scan, 1, 100_000)
     wanted = [s for s in states if s in KLASS_STATES]
     names = list(queues) if queues is not None else client.queues.names()
@@ -118,12 +148,15 @@ def find_by_klass(
         for job in client.jobs.get_many(*batch):
             in_queue = not queues or job.queue_name in names or job.state == "complete"
             recent = since is None or last_change(job) >= since
-            if job.klass_name == klass and in_queue and recent and len(found) < limit:
+            in_state = jids is None or job.state in wanted
+            if in_queue and recent and in_state and len(found) < limit and matches(job):
                 found.append(job)
         batch.clear()
 
-    for state in wanted:
-        for jid in _jids_in(client, state, names, scan - read):
+    sources = [iter(jids)] if jids is not None else (
+        _jids_in(client, state, names, scan - read) for state in wanted)
+    for source in sources:
+        for jid in source:
             read += 1
             if jid in seen:
                 continue
@@ -133,6 +166,8 @@ def find_by_klass(
                 flush()
             if len(found) >= limit:
                 return found, False
+            if read >= scan:
+                break
         if read >= scan:
             break
     if batch:
@@ -231,7 +266,7 @@ def failures_per_interval(client: Any, intervals: int, seconds: float,
 def _info(conn: Any, section: str) -> dict[str, Any]:
     try:
         return dict(conn.info(section))
-    except Exception:  # noqa: BLE001 - a section a managed server hides is just left out
+    except redis.ResponseError:  # a section a managed server hides is just left out
         return {}
 
 
@@ -263,7 +298,7 @@ def server_report(client: Any) -> dict[str, Any]:
     policy = eviction_policy(conn)
     try:
         fsync = str(dict(conn.config_get("appendfsync")).get("appendfsync") or "") or None
-    except Exception:  # noqa: BLE001 - CONFIG may be denied on managed Redis
+    except redis.ResponseError:  # CONFIG may be denied on managed Redis
         fsync = None
     valkey = server.get("valkey_version")
     return {
@@ -293,13 +328,20 @@ def _text(value: Any) -> str:
 
 def engine_slowlog(client: Any, count: int = 128) -> list[dict[str, Any]]:
     """Return the slow-log entries that call our engine (FCALL of its function, EVALSHA of
-    its script), newest first: {"id", "start", "duration_us", "command", "args"}."""
+    its script), newest first: {"id", "start", "duration_us", "command", "args"}; [] when
+    the server refuses SLOWLOG (see `read_engine_slowlog`)."""
+    return read_engine_slowlog(client, count) or []
+
+
+def read_engine_slowlog(client: Any, count: int = 128) -> list[dict[str, Any]] | None:
+    """As `engine_slowlog`, but None when the server refuses SLOWLOG (an ACL user without
+    it, a managed server that renames it): "nothing slow" and "cannot tell" differ."""
     check_int("count", count, 1, 1024)
     ours = {function_name(False), function_name(True), script_sha(False), script_sha(True)}
     try:
         entries = client.node_redis().slowlog_get(count)
-    except Exception:  # noqa: BLE001 - SLOWLOG may be denied on managed Redis
-        return []
+    except redis.ResponseError:  # (NOPERM is one; a connection error is not caught)
+        return None
     out = []
     for entry in entries:
         raw = entry.get("command") or b""

@@ -24,6 +24,7 @@ __all__ = [
     "ACL_CHANNELS",
     "ACL_KEYS",
     "SAFE_POLICY",
+    "UNREACHABLE_ERRORS",
     "ServerProbe",
     "check_eviction",
     "clock_skew",
@@ -33,6 +34,8 @@ __all__ = [
 ]
 
 SAFE_POLICY = "noeviction"
+# What redis-py raises when the server cannot be reached (for callers that do not import it).
+UNREACHABLE_ERRORS: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError)
 # The default keyspace's pattern `ql:*` also covers every shard keyspace (`ql:{<tag>}:...`),
 # keys and (sharded) channels alike.
 ACL_KEYS = "~" + DEFAULT.pattern()

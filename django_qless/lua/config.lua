@@ -20,30 +20,36 @@ Q.mod.config = function()
   local C = Q.commands
 
 
-  -- Integer options and their lower bounds (max-job-history also allows 0).
+  -- Integer options and their bounds, inclusive (docs/engine.md, "Option bounds"). An upper
+  -- bound keeps a lease, a retention or a cap within what an operator can mean: a heartbeat
+  -- of 1e11 s would hand out a lock for millennia.
+  local DAY = 86400
   local INT_RULES = {
-    ['heartbeat'] = 1, ['grace-period'] = 0, ['jobs-history'] = 0, ['jobs-history-count'] = 0,
-    ['max-job-history'] = 3, ['max-worker-age'] = 1, ['stats-history'] = 0,
-    ['histogram-history'] = 0, ['lean-job-records'] = 0,
+    ['heartbeat'] = { 1, 7 * DAY }, ['grace-period'] = { 0, DAY },
+    ['jobs-history'] = { 0, 3650 * DAY }, ['jobs-history-count'] = { 0, 100000000 },
+    ['max-job-history'] = { 3, 10000 }, ['max-worker-age'] = { 1, 365 * DAY },
+    ['stats-history'] = { 0, 3650 }, ['histogram-history'] = { 0, 3650 },
+    ['lean-job-records'] = { 0, 1 },
   }
+  local HEARTBEAT_RULE = INT_RULES['heartbeat']
+  local CONCURRENCY_RULE = { 0, 1000000 }
 
   local function check_value(key, value)
-    local lo = INT_RULES[key]
-    if lo == nil then
-      if key:match('%-heartbeat$') then lo = 1
-      elseif key:match('%-max%-concurrency$') then lo = 0 end
+    local rule = INT_RULES[key]
+    if rule == nil then
+      if key:match('%-heartbeat$') then rule = HEARTBEAT_RULE
+      elseif key:match('%-max%-concurrency$') then rule = CONCURRENCY_RULE end
     end
-    if lo == nil then
+    if rule == nil then
       if #value > 4096 then Q.fail('Arg "value" too long') end
       return value
     end
     local n = Q.number('value', value)
-    if n ~= math.floor(n) or (n < lo and not (key == 'max-job-history' and n == 0)) then
-      Q.fail('Arg "value" for ' .. key .. ' must be an integer >= ' .. lo
+    local lo, hi = rule[1], rule[2]
+    local zero = key == 'max-job-history' and n == 0  -- (0: unlimited)
+    if n ~= math.floor(n) or ((n < lo or n > hi) and not zero) then
+      Q.fail('Arg "value" for ' .. key .. ' must be an integer from ' .. lo .. ' to ' .. hi
         .. (key == 'max-job-history' and ' or 0' or '') .. ': ' .. value)
-    end
-    if key == 'lean-job-records' and n > 1 then
-      Q.fail('Arg "value" for lean-job-records must be 0 or 1: ' .. value)
     end
     return value
   end

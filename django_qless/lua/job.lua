@@ -176,6 +176,17 @@ Q.mod.job = function()
     end
   end
 
+  -- The longest retry reason a history entry keeps (the failure itself keeps it whole).
+  local RETRY_REASON_BYTES = 300
+
+  -- `text` cut to at most `n` bytes, never inside a UTF-8 sequence.
+  local function clip(text, n)
+    if #text <= n then return text end
+    local cut = n
+    while cut > 0 and text:byte(cut + 1) >= 0x80 and text:byte(cut + 1) < 0xC0 do cut = cut - 1 end
+    return text:sub(1, cut) .. '...'
+  end
+
   C['retry'] = { 'Retry', function(now, args)
     local jid = Q.jid(args[1])
     local queue = Q.queue(args[2])
@@ -202,8 +213,6 @@ Q.mod.job = function()
     end
     -- (a lean record has no `remaining` while it equals `retries`)
     local remaining = (tonumber(h.remaining) or tonumber(h.retries) or 0) - 1
-    -- No history entry unless retries are exhausted: a `visit` field stays as it is (retry
-    -- writes no `time`, which its offsets count from).
     rcall('ZREM', Q.kq(queue, 'locks'), jid)
     rcall('ZREM', Q.kwjobs(worker), jid)
     if h.grace then rcall('HDEL', Q.kjob(jid), 'grace') end
@@ -220,6 +229,13 @@ Q.mod.job = function()
       Q.exhausted(jid, queue, now, g, m, w, fields, h.history)
       if h.tracked == '1' then Q.publish(K.failed, jid) end
     else
+      -- A `retry` history entry says why the job runs again (exhausted retries write their
+      -- `failed` entry instead). Written before the HSET below: it reads the `visit` field.
+      local extra = { worker = worker, remaining = floor(remaining) }
+      if group then extra.group = group end
+      if message then extra.message = clip(message, RETRY_REASON_BYTES) end
+      if delay > 0 then extra.delay = delay end
+      Q.history(jid, now, 'retry', extra, h.history)
       if delay > 0 then
         rcall('ZADD', Q.kq(queue, 'scheduled'), now + delay, jid)
         Q.lower_due(queue, now + delay)

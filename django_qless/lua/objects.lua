@@ -78,8 +78,13 @@ Q.mod.objects = function()
       tags = (h.tags == nil or h.tags == '{}' or h.tags == '[]') and {} or Q.list(h.tags),
       failure = failure,
       spawned_from_jid = h.spawned_from_jid or false,
-      throttles = (h.throttles == nil or h.throttles == '[]') and {} or Q.list(h.throttles),
     }
+    -- Throttles only when the job has some: qless-core's job objects have no such field
+    -- (and cjson would write an empty list as `{}`).
+    if h.throttles ~= nil and h.throttles ~= '[]' and h.throttles ~= '{}' and h.throttles ~= '' then
+      local throttles = Q.list(h.throttles)
+      if #throttles > 0 then obj.throttles = throttles end
+    end
     if not lean then
       obj.history = Q.read_history(jid, h)
       -- Most jobs have neither set: one EXISTS instead of two SMEMBERS.

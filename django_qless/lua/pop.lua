@@ -335,6 +335,29 @@ Q.mod.pop = function()
   -- but a job whose grace ran out goes back to waiting instead of to a worker, so queues nobody
   -- pops recover too (and free their throttle slots). At most REAP_LIMIT jobs per queue per call.
   local REAP_LIMIT = 100
+
+  -- A lease never outlives what the configuration now allows: one ending after now + the
+  -- queue's current heartbeat (granted under a longer or unbounded option) is cut to that, so
+  -- it expires, and is recovered, as if granted now. A live owner's next heartbeat renews it.
+  local function cut_leases(now, queue, locks)
+    local tail = rcall('ZREVRANGE', locks, 0, 0, 'WITHSCORES')
+    if not tail[2] or tonumber(tail[2]) <= now + 1 then return end  -- (heartbeat >= 1)
+    Q.pop_config({ queue })
+    local seconds = Q.heartbeat(queue)
+    local jids = rcall('ZRANGEBYSCORE', locks, '(' .. (now + seconds), '+inf', 'LIMIT', 0, REAP_LIMIT)
+    if #jids == 0 then return end
+    local expires = Q.lease_end(now, seconds)
+    for _, jid in ipairs(jids) do
+      local worker = rcall('HGET', Q.kjob(jid), 'worker')
+      rcall('ZADD', locks, expires, jid)
+      if worker and worker ~= '' then
+        rcall('HSET', Q.kjob(jid), 'expires', expires)
+        rcall('ZADD', Q.kwjobs(worker), expires, jid)
+      end
+    end
+    Q.lower_due(queue, expires, 0)
+  end
+
   C['reap'] = { 'Reap', function(now, args)
     local queues = {}
     for i = 1, #args do queues[i] = Q.queue(args[i]) end
@@ -342,6 +365,7 @@ Q.mod.pop = function()
     local out = {}
     for _, queue in ipairs(queues) do
       local locks = Q.kq(queue, 'locks')
+      cut_leases(now, queue, locks)
       local head = rcall('ZRANGE', locks, 0, 0, 'WITHSCORES')
       if head[2] and tonumber(head[2]) <= now then
         Q.pop_config({ queue })

@@ -108,12 +108,16 @@ Q.mod.recur = function()
     local v = rcall('HMGET', KP .. 'r:' .. jid, 'klass', 'queue', 'priority', 'interval', 'retries',
       'count', 'data', 'tags', 'backlog', 'throttles')
     if not v[1] then return nil end
-    return cjson.encode({
+    local obj = {
       jid = jid, klass = v[1], state = 'recur', queue = v[2],
       priority = tonumber(v[3]) or 0, interval = tonumber(v[4]) or 0,
       retries = tonumber(v[5]) or 0, count = tonumber(v[6]) or 0, data = v[7],
-      tags = Q.list(v[8]), backlog = tonumber(v[9]) or 0, throttles = Q.list(v[10]),
-    })
+      tags = Q.list(v[8]), backlog = tonumber(v[9]) or 0,
+    }
+    -- (as job objects: throttles only when there are some)
+    local throttles = Q.list(v[10])
+    if #throttles > 0 then obj.throttles = throttles end
+    return cjson.encode(obj)
   end }
 
   C['recur.update'] = { 'Recur', function(now, args)

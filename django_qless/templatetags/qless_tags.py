@@ -96,7 +96,7 @@ def pretty_json(value: Any) -> str:
 
 # -- operator's console: current nav section ------------------------------------------------
 # URL name prefixes -> the nav section they belong to (the longest prefix wins).
-_SECTIONS = (("overview", "overview"), ("queue", "overview"), ("job", "overview"),
+_SECTIONS = (("overview", "overview"), ("queue", "overview"), ("job", "job"),
              ("failed", "failed"), ("tracked", "tracked"), ("tag", "search"),
              ("search", "search"), ("worker", "workers"), ("forget-worker", "workers"),
              ("recurring", "recurring"), ("schedule", "schedules"), ("completed", "completed"),
@@ -127,6 +127,12 @@ def qless_section(context: template.Context) -> str:
         if name.startswith(prefix):
             best = section
             break
+    if best == "job":
+        # A job belongs to no one section: a failed or completed job to that list's, any
+        # other job to none (not Overview, which is not where it was found).
+        job = context.get("job")
+        state = job.get("state") if isinstance(job, dict) else getattr(job, "state", None)
+        return {"failed": "failed", "complete": "completed"}.get(str(state), "")
     return best
 
 

@@ -116,11 +116,14 @@ def api_failed(request: HttpRequest) -> HttpResponse:
 def api_failed_group(request: HttpRequest, group: str) -> HttpResponse:
     """One page of a failure group's jobs."""
     from django_qless.shard_reads import failed_jobs
+    from django_qless.views.failed import group_newest, group_snapshot
 
     clients = page_clients(request)
     pager = get_pager(request)
     page = failed_jobs(clients, group, pager.offset, pager.per_page)
-    return _json({"group": group, "total": int(page.get("total") or 0),
+    total = int(page.get("total") or 0)
+    newest = group_newest(clients, group) if total else None
+    return _json({"group": group, "total": total, "snapshot": group_snapshot(total, newest),
                   "jobs": _rows(clients, list(page.get("jobs") or []))})
 
 

@@ -22,6 +22,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_protect
 
+from django_qless.core.engine_config import KNOWN_OPTIONS
 from django_qless.core.exceptions import (
     InvalidArgument,
     JobNotFound,
@@ -29,7 +30,9 @@ from django_qless.core.exceptions import (
     QlessConnectionError,
     QlessError,
 )
+from django_qless.core.health import UNREACHABLE_ERRORS
 from django_qless.core.types import QlessClient
+from django_qless.reporting import CredentialFilter
 
 __all__ = [
     "CSP",
@@ -40,6 +43,7 @@ __all__ = [
     "api_view",
     "can_manage",
     "client_for",
+    "counted",
     "dashboard_view",
     "get_pager",
     "namespace",
@@ -54,6 +58,10 @@ __all__ = [
 ]
 
 logger = logging.getLogger("django_qless")
+
+# Errors that mean the server cannot be reached: the client's own, and redis-py's from the
+# reads that go to the server directly (the Redis page's INFO, SLOWLOG, CONFIG).
+UNREACHABLE: tuple[type[Exception], ...] = (QlessConnectionError, *UNREACHABLE_ERRORS)
 
 VIEW_PERM = "django_qless.view_dashboard"
 MANAGE_PERM = "django_qless.manage_jobs"
@@ -193,6 +201,7 @@ def dashboard_view(
     def decorate(func: ViewFunc) -> ViewFunc:
         @wraps(func)
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            request.exception_reporter_filter = CredentialFilter()
             denied = _check_access(request, manage)
             if denied is not None:
                 return secure_headers(denied)
@@ -210,7 +219,7 @@ def dashboard_view(
                 response = _error(request, 404, _not_found_text(exc))
             except PermissionDenied:
                 response = _error(request, 403, "Permission denied.")
-            except QlessConnectionError:
+            except UNREACHABLE:
                 logger.exception("redis unreachable")
                 response = _error(request, 503, "The queue server cannot be reached right now.")
             except (InvalidArgument, LostLockError, QlessError) as exc:
@@ -233,10 +242,21 @@ def dashboard_view(
 _ENGINE_PREFIX = re.compile(r"^[A-Za-z.]+\(\): ")
 
 
+# A first word that is a name (`grace-period`, `q.high`, `my_tag`, `w1`), not prose.
+_NAME_LIKE = re.compile(r"[-_.:/0-9A-Z\"']")
+
+
+def counted(n: int, word: str, plural: str | None = None) -> str:
+    """Return "1 job", "2 jobs": a count with its noun in the right number."""
+    return f"{n} {word if n == 1 else plural or word + 's'}"
+
+
 def plain_error(exc: Exception) -> str:
     """Return an engine refusal as a sentence (without the command's ``Name(): `` prefix)."""
     text = _ENGINE_PREFIX.sub("", str(exc).strip()) or "The queue server refused this action."
-    text = text[:1].upper() + text[1:]
+    first = text.split(" ", 1)[0]
+    if not _NAME_LIKE.search(first) and first not in KNOWN_OPTIONS:
+        text = text[:1].upper() + text[1:]  # (a key or other name keeps its spelling)
     return text if text.endswith((".", "!", "?")) else text + "."
 
 
@@ -280,6 +300,7 @@ def api_view(func: ViewFunc) -> ViewFunc:
 
     @wraps(func)
     def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        request.exception_reporter_filter = CredentialFilter()
         response: HttpResponse
         if request.method not in ("GET", "HEAD"):
             response = HttpResponse("GET only\n", status=405, content_type="text/plain")
@@ -300,7 +321,7 @@ def api_view(func: ViewFunc) -> ViewFunc:
         except (JobNotFound, Http404):
             response = HttpResponse('{"error": "not found"}', status=404,
                                     content_type="application/json")
-        except QlessConnectionError:
+        except UNREACHABLE:
             response = HttpResponse('{"error": "redis unreachable"}', status=503,
                                     content_type="application/json")
         return secure_headers(response)

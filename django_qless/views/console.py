@@ -10,11 +10,11 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 
 from django_qless.core.client import Client
 from django_qless.core.console import (
-    engine_slowlog,
     failures_per_day,
     failures_per_interval,
     histogram_percentiles,
     primaries,
+    read_engine_slowlog,
     server_report,
 )
 from django_qless.views.base import dashboard_view, qurl, redirect_back, render_page
@@ -140,11 +140,12 @@ def redis_page(request: HttpRequest) -> HttpResponse:
         report["rdb_last_save_text"] = utc_text(report["rdb_last_save"])
         report["node"] = node
         report["shards"] = [str(c.shard) for c in here if c.shard is not None]
-        slow = engine_slowlog(here[0])
+        readable = read_engine_slowlog(here[0])
+        slow = readable or []
         for entry in slow:
             entry["start_text"] = utc_text(entry["start"])
             entry["ms"] = (entry["duration_us"] or 0) / 1000
-        servers.append({"server": report, "slowlog": slow})
+        servers.append({"server": report, "slowlog": slow, "slowlog_denied": readable is None})
     return render_page(request, "django_qless/redis.html",
                        {"servers": servers, "server": servers[0]["server"],
                         "slowlog": servers[0]["slowlog"]},

@@ -5,7 +5,13 @@ from __future__ import annotations
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 
-from django_qless.core.engine_config import KNOWN_OPTIONS, is_known_option
+from django_qless.core.engine_config import (
+    DEFAULTS,
+    KNOWN_OPTIONS,
+    allowed_text,
+    is_known_option,
+    queue_option_rules,
+)
 from django_qless.forms import ConfigForm, first_error
 from django_qless.views.base import (
     dashboard_view,
@@ -19,8 +25,6 @@ from django_qless.views.shards import shard_clients
 __all__ = ["config", "config_unset"]
 
 DEFAULT_KEYS = tuple(sorted(KNOWN_OPTIONS))
-
-
 @dashboard_view()
 def config(request: HttpRequest) -> HttpResponse:
     """List the config (defaults overlaid with stored values); POST sets one option."""
@@ -36,17 +40,21 @@ def config(request: HttpRequest) -> HttpResponse:
             shard.config[key] = value
         logger.info("user %s set config %s=%s", request.user, key, value)
         if is_known_option(key):
-            messages.success(request, f"Set {key} to {value}.")
+            messages.success(request, f"Set option {key} to {value}.")
         else:
-            messages.warning(request, f"Set {key} to {value}, but {key} is not an option the "
+            messages.warning(request, f"Set {key} to {value}, but that is not an option the "
                                       "engine knows: it changes nothing. Check the spelling "
                                       "against the known options below.")
         return redirect_back(request, qurl(request, "config"))
     values = client.config.all or {}
-    rows = [{"key": str(k), "value": v, "known": is_known_option(str(k))}
+    rows = [{"key": str(k), "value": v, "known": is_known_option(str(k)),
+             "allowed": allowed_text(str(k)),
+             "default": str(k) in DEFAULTS and str(v) == str(DEFAULTS[str(k)])}
             for k, v in sorted(values.items())]
     return render_page(request, "django_qless/config.html",
-                       {"rows": rows, "form": ConfigForm(), "known": DEFAULT_KEYS},
+                       {"rows": rows, "form": ConfigForm(),
+                        "known": [(k, allowed_text(k)) for k in DEFAULT_KEYS],
+                        "queue_rules": queue_option_rules()},
                        title="Config", crumbs=[("Config", None)])
 
 
@@ -59,12 +67,20 @@ def config_unset(request: HttpRequest) -> HttpResponse:
     if not key or len(key) > 128:
         messages.error(request, "Key: choose an option to unset.")
         return redirect_back(request, qurl(request, "config"))
-    if key not in (client.config.all or {}):
-        messages.info(request, f"{key} is not set: nothing to reset.")
+    values = client.config.all or {}
+    if key not in values:
+        messages.info(request, f"Option {key} is not set: nothing to reset.")
+        return redirect_back(request, qurl(request, "config"))
+    if key in DEFAULTS and str(values[key]) == str(DEFAULTS[key]) and all(
+            str((shard.config.all or {}).get(key)) == str(DEFAULTS[key]) for shard in clients[1:]):
+        messages.info(request, f"Option {key} is already at its default ({DEFAULTS[key]}): "
+                               f"nothing to reset.")
         return redirect_back(request, qurl(request, "config"))
     for shard in clients:
         if key in (shard.config.all or {}):
             del shard.config[key]
     logger.info("user %s unset config %s", request.user, key)
-    messages.success(request, f"Unset {key}.")
+    default = DEFAULTS.get(key)
+    messages.success(request, f"Reset option {key} to its default ({default})." if default
+                     is not None else f"Unset option {key}: the engine no longer reads a value.")
     return redirect_back(request, qurl(request, "config"))

@@ -12,6 +12,7 @@ from django_qless.core.exceptions import QlessError
 from django_qless.forms import FailedFilterForm, first_error
 from django_qless.views.base import (
     PER_PAGE,
+    counted,
     dashboard_view,
     get_pager,
     logger,
@@ -23,7 +24,15 @@ from django_qless.views.data import failed_groups as merged_groups
 from django_qless.views.data import job_row
 from django_qless.views.shards import page_clients
 
-__all__ = ["BULK_LIMIT", "failed_bulk", "failed_group", "failed_groups", "failed_retry_all"]
+__all__ = [
+    "BULK_LIMIT",
+    "failed_bulk",
+    "failed_group",
+    "failed_groups",
+    "failed_retry_all",
+    "group_newest",
+    "group_snapshot",
+]
 
 BULK_LIMIT = 500  # jobs per request, like qless's retry-all
 FILTER_FIELDS = ("queue", "since", "until")
@@ -47,6 +56,17 @@ def _newest(clients: list[Any], groups: list[str]) -> dict[str, Any]:
             if seen is None or when > float((seen.failure or {}).get("when") or 0):
                 newest[group] = job
     return newest
+
+
+def group_newest(clients: list[Any], group: str) -> Any:
+    """Return a group's newest failed job over every shard (None if it has none)."""
+    return _newest(clients, [group]).get(group)
+
+
+def group_snapshot(total: int, newest: Any) -> str:
+    """Describe what a failure group's page shows: it changes whenever the page would."""
+    text = f"{total} failed job{'' if total == 1 else 's'}"
+    return f"{text}, the newest {newest.jid}" if newest is not None else text
 
 
 def _group_page(clients: list[Any], group: str, offset: int, count: int) -> list[Any]:
@@ -168,7 +188,10 @@ def failed_group(request: HttpRequest, group: str) -> HttpResponse:
         live = {k: v for k, v in request.GET.items() if k == "shard"}
         if pager.number > 1:
             live["page"] = str(pager.number)
+        # Heading, newest failure and rows are one snapshot; live refresh says when the
+        # group changed (as the Failed page does) rather than swap rows under a stale heading.
         context.update(rows=[job_row(job, now) for job in page], pager=pager,
+                       snapshot=group_snapshot(total, newest),
                        live_src=qurl(request, "api_failed_group", group, query=live))
     return render_page(request, "django_qless/failed_group.html", context,
                        title=f"Failed: {group}",
@@ -191,12 +214,13 @@ def failed_bulk(request: HttpRequest, group: str, action: str) -> HttpResponse:
         for job in jobs:
             by_queue[job.queue_name or "(none)"] = by_queue.get(job.queue_name or "(none)", 0) + 1
         details = [f"{n} from queue {q}" for q, n in sorted(by_queue.items())]
-        question = (f"{verb} {len(jobs)} of the {total} failed jobs in group {group}?"
+        question = (f"{verb} {len(jobs)} of the {counted(total, 'failed job')} in group {group}?"
                     + (f" (at most {BULK_LIMIT} per request)" if total > BULK_LIMIT else ""))
         return render_page(
             request, "django_qless/confirm.html",
             {"action": qurl(request, f"failed_{action}", group), "question": question,
-             "details": details, "button": f"Yes, {verb.lower()} {len(jobs)} jobs", "back": back},
+             "details": details, "back": back,
+             "button": f"Yes, {verb.lower()} {counted(len(jobs), 'job')}"},
             title=f"{verb} failed jobs",
             crumbs=[("Failed", qurl(request, "failed")), (group, back), (verb, None)])
     done, errors = 0, []
@@ -220,7 +244,7 @@ def failed_bulk(request: HttpRequest, group: str, action: str) -> HttpResponse:
                 errors.append(f"{job.jid}: {exc}")
     logger.info("user %s %s %d failed jobs of group %r", request.user, action, done, group)
     past = "Retried" if action == "retry" else "Canceled"
-    messages.success(request, f"{past} {done} jobs of group {group}.")
+    messages.success(request, f"{past} {counted(done, 'job')} of group {group}.")
     if errors:
         messages.error(request, f"{len(errors)} could not be changed: {errors[0]}")
     if total - done > 0:
@@ -240,16 +264,17 @@ def failed_retry_all(request: HttpRequest) -> HttpResponse:
         return redirect_back(request, back)
     batch = min(total, BULK_LIMIT)
     if request.method != "POST":
-        question = (f"Retry all {total} failed jobs of {len(groups)} failure "
-                    f"group{'s' if len(groups) != 1 else ''}?" if total <= BULK_LIMIT else
-                    f"Retry {batch} of the {total} failed jobs ({len(groups)} groups)? "
+        question = (f"Retry {'the' if total == 1 else 'all'} {counted(total, 'failed job')} "
+                    f"of {counted(len(groups), 'failure group')}?" if total <= BULK_LIMIT else
+                    f"Retry {batch} of the {counted(total, 'failed job')} "
+                    f"({counted(len(groups), 'group')})? "
                     f"At most {BULK_LIMIT} are retried per request: run it again for the rest.")
         return render_page(
             request, "django_qless/confirm.html",
             {"action": qurl(request, "failed_retry_all"), "question": question,
              "details": [f"{g['count']} in {g['group']}" for g in groups[:20]]
-             + ([f"… and {len(groups) - 20} more groups"] if len(groups) > 20 else []),
-             "button": f"Yes, retry {batch} jobs", "back": back},
+             + ([f"… and {counted(len(groups) - 20, 'more group')}"] if len(groups) > 20 else []),
+             "button": f"Yes, retry {counted(batch, 'job')}", "back": back},
             title="Retry all failed jobs",
             crumbs=[("Failed", back), ("Retry all", None)])
     retried = 0
@@ -267,11 +292,13 @@ def failed_retry_all(request: HttpRequest) -> HttpResponse:
             retried += len(result.done)
             refused.update(result.refused)
     logger.info("user %s retried %d failed jobs of all groups", request.user, retried)
-    messages.success(request, f"Retried {retried} failed jobs.")
+    messages.success(request, f"Retried {counted(retried, 'failed job')}.")
     if refused:
         jid, why = next(iter(refused.items()))
         messages.warning(request, f"{len(refused)} could not be retried ({jid}: {why}).")
     remaining = sum(merged_groups(clients).values())
     if remaining:
-        messages.info(request, f"{remaining} more failed jobs remain: run “Retry all” again.")
+        messages.info(request, f"{counted(remaining, 'more failed job')} "
+                               f"{'remains' if remaining == 1 else 'remain'}: run “Retry all” "
+                               f"again.")
     return redirect_back(request, back)

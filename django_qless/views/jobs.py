@@ -14,6 +14,7 @@ from django_qless.forms import MoveForm, PriorityForm, TagForm, UndependForm, fi
 from django_qless.options import RESULT_KEY
 from django_qless.views import data
 from django_qless.views.base import (
+    counted,
     dashboard_view,
     qurl,
     redirect_back,
@@ -36,7 +37,8 @@ __all__ = [
     "job_untrack",
 ]
 
-STANDARD_EVENTS = {"put", "popped", "done", "failed", "timed-out", "throttled"}
+STANDARD_EVENTS = {"put", "popped", "done", "failed", "timed-out", "throttled", "retry"}
+DATA_OPEN_BYTES = 16 * 1024  # job data larger than this starts collapsed on the job page
 PRIORITY_PRESETS = (("high", 25), ("normal", 0), ("low", -25))
 
 
@@ -75,6 +77,9 @@ def job_detail(request: HttpRequest, jid: str) -> HttpResponse:
     context = {
         "job": data.job_row(job, now),
         "raw_data": job.raw_data,
+        # Large data starts collapsed (a 900 KB payload would bury the rest of the page).
+        "data_bytes": len(job.raw_data.encode("utf-8")),
+        "data_collapsed": len(job.raw_data) > DATA_OPEN_BYTES,
         "result": _result(job),
         "timeline": timeline,
         "logs": logs,
@@ -149,7 +154,7 @@ def job_cancel(request: HttpRequest, jid: str) -> HttpResponse:
                          f"{_dependents_text(dependents)}. Cancel it together with every job "
                          "that depends on it? They are all deleted with their history.",
                 details=dependents, hidden=[("with_dependents", "1")],
-                button=f"Yes, cancel it and its {len(dependents)} dependents")
+                button=f"Yes, cancel it and its {counted(len(dependents), 'dependent')}")
         return render_page(request, "django_qless/confirm.html", context, title="Cancel job",
                            crumbs=[(jid, qurl(request, "job", jid)), ("Cancel", None)])
     queue = job.queue_name
@@ -178,12 +183,21 @@ def job_cancel(request: HttpRequest, jid: str) -> HttpResponse:
     return redirect_back(request, qurl(request, "overview"))
 
 
+def _not_in_a_queue(job: Any, done: str) -> str:
+    """Say why a job outside every queue (a completed one) is not requeued or moved."""
+    if job.state == "complete":
+        return (f"Job {job.jid} is complete: it already ran, and a completed job is kept only "
+                f"as a record, in no queue, so it can't be {done}. To run it again, enqueue a "
+                f"new job.")
+    return f"Job {job.jid} is {job.state}: it is in no queue, so it can't be {done}."
+
+
 @dashboard_view(post_only=True)
 def job_retry(request: HttpRequest, jid: str) -> HttpResponse:
     """Put the job back into its queue now (retry a failed job, requeue any other)."""
     job = get_job(request, jid)
-    if not job.queue_name:
-        messages.error(request, "This job has no queue any more: move it to a queue instead.")
+    if not job.queue_name or job.state not in MOVABLE:
+        messages.error(request, _not_in_a_queue(job, "requeued"))
         return _back(request, jid)
     job.move(job.queue_name)
     messages.success(request, f"Requeued job {jid} into {job.queue_name}.")
@@ -195,8 +209,7 @@ def job_move(request: HttpRequest, jid: str) -> HttpResponse:
     """Move the job to another queue (an existing one, or a valid new name)."""
     job = get_job(request, jid)
     if job.state not in MOVABLE:
-        messages.error(request, f"Job {jid} is {job.state}: it is in no queue any more, so it "
-                                "can't be moved.")
+        messages.error(request, _not_in_a_queue(job, "moved"))
         return _back(request, jid)
     form = MoveForm(request.POST)
     if not form.is_valid():

@@ -10,7 +10,7 @@ from django.http import HttpRequest, HttpResponse
 from django_qless.core.client import Client
 from django_qless.core.exceptions import InvalidArgument
 from django_qless.core.throttle import ThrottleInfo, queue_throttle_id
-from django_qless.forms import ThrottleForm, first_error
+from django_qless.forms import THROTTLE_ID_RE, THROTTLE_ID_RULE, ThrottleForm, first_error
 from django_qless.views.base import (
     dashboard_view,
     logger,
@@ -77,7 +77,9 @@ def throttles(request: HttpRequest) -> HttpResponse:
             for c, t in listed[:LIST_LIMIT]]
     lookup = None
     wanted = request.GET.get("id", "").strip()
-    if wanted and len(wanted) <= 128:
+    if wanted and not THROTTLE_ID_RE.fullmatch(wanted):
+        messages.error(request, f"{wanted[:130]!r} is not a throttle id: use {THROTTLE_ID_RULE}.")
+    elif wanted:
         try:
             owners = [c for c in _owners(request, wanted) if c in clients] or clients
         except InvalidArgument:  # a named throttle with no home shard yet: look everywhere

@@ -6,7 +6,7 @@ import datetime as dt
 from typing import Any
 
 from django.contrib import messages
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 
 from django_qless.core.client import Client
 from django_qless.core.job import Job
@@ -169,6 +169,10 @@ def worker_detail(request: HttpRequest, name: str) -> HttpResponse:
 @dashboard_view(manage=True)
 def worker_forget(request: HttpRequest, name: str) -> HttpResponse:
     """Confirm (GET), then forget a worker (POST): its entry and info, not its jobs."""
+    if not worker_rows(shard_clients(request), name):
+        messages.info(request, f"Worker {name} is not known (already forgotten, or never "
+                               f"registered): nothing to forget.")
+        return HttpResponseRedirect(qurl(request, "workers"))
     if request.method != "POST":
         return render_page(request, "django_qless/worker_forget.html", {"name": name},
                            title=f"Forget worker {name}?",

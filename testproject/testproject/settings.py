@@ -15,6 +15,8 @@ env = environ.Env()
 
 SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="demo-only-not-secret")
 DEBUG = env.bool("DJANGO_DEBUG", default=True)
+# Error pages, the DEBUG one included, mask the password of every Redis URL (QLESS_URL).
+DEFAULT_EXCEPTION_REPORTER_FILTER = "django_qless.reporting.CredentialFilter"
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["127.0.0.1", "localhost"])
 
 INSTALLED_APPS = [

@@ -114,14 +114,18 @@ QLESS_CASES: list[Any] = [
     case("c46", ["qless", "retry", "--group", "grp", "--queue", "default", "--count", "501"],
          r"InvalidArgument: count must be an integer in \[0, 500\], got 501"),
     case("c47", ["qless", "config", "set", "heartbeat", "0"],
-         r"InvalidArgument: config heartbeat must be an integer >= 1, got '0'"),
+         r"InvalidArgument: config heartbeat must be an integer from 1 to 604800 \(seconds\), "
+         r"got '0'"),
+    case("c47", ["qless", "config", "set", "heartbeat", "99999999999"],
+         r"InvalidArgument: config heartbeat must be an integer from 1 to 604800 \(seconds\), "
+         r"got '99999999999'"),
     *[case("c47", ["qless", "config", "set", "heartbeat", v],
            r"InvalidArgument: config heartbeat must be an integer, got")
       for v in ("nan", "abc", "1.5")],
     case("c47", ["qless", "config", "set", "grace-period", "-1"],
-         r"InvalidArgument: config grace-period must be an integer >= 0"),
+         r"InvalidArgument: config grace-period must be an integer from 0 to 86400"),
     case("c47", ["qless", "config", "set", "jobs-history", "-1"],
-         r"InvalidArgument: config jobs-history must be an integer >= 0"),
+         r"InvalidArgument: config jobs-history must be an integer from 0 to 315360000"),
     case("c47", ["qless", "config", "set", "", "1"],
          r"InvalidArgument: config key must be a non-empty printable string"),
     case("c48", ["qless", "put", "default", "os.system"], r"'os\.system' is not a registered job"),

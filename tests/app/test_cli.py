@@ -96,3 +96,22 @@ def test_text_output_from_a_real_subprocess(redis_url):
     assert result.stdout.strip() == jid
     result = manage(redis_url, "qless", "get", "nope")
     assert result.returncode == 1 and "no job nope" in result.stderr
+
+
+def test_list_with_a_queue_says_complete_and_tag_lists_are_global():
+    jobs.add.enqueue(1, b=2)
+    with pytest.raises(CommandError, match=r"list --state complete lists every queue's jobs "
+                                           r".*drop the queue 'default'"):
+        qless("list", "default", "--state", "complete")
+    with pytest.raises(CommandError, match=r"list --tag a lists every queue's jobs"):
+        qless("list", "default", "--tag", "a")
+    assert qless("list", "--state", "complete") == {"jids": [], "total": None}
+
+
+def test_retry_group_counts_in_the_right_number():
+    jobs.boom.enqueue("x")
+    run_queued()
+    out = StringIO()
+    call_command("qless", "retry", "--group", "builtins.ValueError", "--queue", "default",
+                 stdout=out)
+    assert out.getvalue().strip() == "1 job requeued"

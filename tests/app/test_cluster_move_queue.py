@@ -36,3 +36,13 @@ def test_move_queue_moves_a_queue_and_its_jobs(on_cluster):  # noqa: F811 - the 
 def test_move_queue_refuses_a_pinned_queue(on_cluster):  # noqa: F811 - the fixture
     with pytest.raises(CommandError, match="'alpha' is pinned to s0-320 by the placement"):
         call_command("qless", "move-queue", "alpha", "2")
+
+
+def test_move_queue_refuses_a_queue_that_never_existed(on_cluster):  # noqa: F811 - the fixture
+    sharded = get_client()
+    assert isinstance(sharded, ShardedClient)
+    before = sharded.placement.recorded()
+    with pytest.raises(CommandError, match="no queue 'nosuch' on any shard") as caught:
+        call_command("qless", "move-queue", "nosuch", "2")
+    assert caught.value.returncode == 2
+    assert sharded.placement.recorded() == before

@@ -43,6 +43,9 @@ def test_enqueue_puts_a_job_with_the_decorator_options(r):
     (lambda: jobs.add.enqueue(), "missing a required argument: 'a'"),
     (lambda: jobs.add.enqueue(1, 2, 3), "too many positional arguments"),
     (lambda: jobs.add.enqueue(1, c=2), "unexpected keyword argument 'c'"),
+    # (a required argument left out too: the misspelt name is what the user needs to hear)
+    (lambda: jobs.async_add.enqueue(1, c=2), r"async_add\(\): got an unexpected keyword "
+                                             r"argument 'c'$"),
     (lambda: jobs.send_mail.enqueue("x", "subject"), "too many positional arguments"),
 ])
 def test_arguments_are_bound_against_the_signature(call, needle, r):

@@ -88,8 +88,9 @@ def test_a_hop_keeps_the_history_and_resets_the_retry_budget(sharded: ShardedCli
         histories[nxt] = moved.history
     same, across = histories["a2"], histories["b"]
     assert [e["what"] for e in across] == [e["what"] for e in same] == [
-        "put", "popped", "popped", "checked", "done", "put"]
-    assert across[-1]["q"] == "b" and across[3]["step"] == 2
+        "put", "popped", "retry", "popped", "checked", "done", "put"]
+    assert across[-1]["q"] == "b" and across[4]["step"] == 2
+    assert across[2]["remaining"] == 2
     assert across[-2]["when"] <= across[-1]["when"]
 
 

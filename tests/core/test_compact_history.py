@@ -229,12 +229,13 @@ MIGRATIONS: dict[str, tuple[Any, list[str]]] = {
     "timeout": (lambda lua: lua("timeout", 5, "jid"), ["put", "popped", "timed-out"]),
     "advance": (lambda lua: complete(lua, 5, "jid", "w", "next", "q2"),
                 ["put", "popped", "done", "put"]),
+    "retry": (lambda lua: lua("retry", 5, "jid", Q, "w"), ["put", "popped", "retry"]),
     "second pop after retry": (lambda lua: (lua("retry", 5, "jid", Q, "w"), pop(lua, 6)),
-                               ["put", "popped", "popped"]),
+                               ["put", "popped", "retry", "popped"]),
     "lock loss": (lambda lua: pop(lua, 1000, "w2"), ["put", "popped", "timed-out"]),
     "retries exhausted": (lambda lua: (lua("retry", 5, "jid", Q, "w"), pop(lua, 6),
                                        lua("retry", 7, "jid", Q, "w")),
-                          ["put", "popped", "popped", "failed"]),
+                          ["put", "popped", "retry", "popped", "failed"]),
 }
 
 
@@ -263,14 +264,6 @@ def test_waiting_job_event_writes_implied_put_first(lua: Any, r: redis.Redis, ev
         expected = [entry(T0, "put", {"q": Q}),
                     entry(T0 + 3, "put", {"q": "q2" if event != "put" else Q})]
     assert r.lrange(HIST, 0, -1) == expected
-
-
-def test_retry_keeps_visit_until_next_event(lua: Any, r: redis.Redis) -> None:
-    """retry writes no history entry (nor `time`), so `visit` stays until something appends."""
-    running(lua)
-    lua("retry", 5, "jid", Q, "w")
-    assert visit(r) == f"1:{Q}:w" and not r.exists(HIST)
-    assert whats(lua) == ["put", "popped"]
 
 
 def test_unfail_migrates(lua: Any, r: redis.Redis) -> None:

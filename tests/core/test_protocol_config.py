@@ -102,6 +102,16 @@ def test_config_set_application_string(lua: Any) -> None:
         ("queue-heartbeat", 1),
         ("queue-max-concurrency", 0),
         ("max-worker-age", 1),
+        ("heartbeat", 604800),
+        ("queue-heartbeat", 604800),
+        ("grace-period", 86400),
+        ("jobs-history", 315360000),
+        ("jobs-history-count", 100000000),
+        ("max-job-history", 10000),
+        ("max-worker-age", 31536000),
+        ("stats-history", 3650),
+        ("histogram-history", 3650),
+        ("queue-max-concurrency", 1000000),
     ],
 )
 def test_config_set_accepts_boundaries(lua: Any, key: str, value: int) -> None:
@@ -129,6 +139,18 @@ def test_config_set_accepts_boundaries(lua: Any, key: str, value: int) -> None:
         ("queue-max-concurrency", -1),
         ("queue-max-concurrency", "x"),
         ("max-worker-age", 0),
+        ("heartbeat", 99999999999),
+        ("heartbeat", 604801),
+        ("queue-heartbeat", 604801),
+        ("grace-period", 86401),
+        ("jobs-history", 315360001),
+        ("jobs-history-count", 100000001),
+        ("max-job-history", 10001),
+        ("max-worker-age", 31536001),
+        ("stats-history", 3651),
+        ("histogram-history", 3651),
+        ("queue-max-concurrency", 1000001),
+        ("lean-job-records", 2),
     ],
 )
 def test_config_set_refuses(lua: Any, r: redis.Redis, events: Any, key: str, value: Any) -> None:
@@ -167,3 +189,10 @@ def test_lowering_max_job_history_trims_on_next_append(lua: Any) -> None:
     lua("put", 50, "worker", "queue", "jid", "klass", {}, 0)
     history = lua.json("get", 51, "jid")["history"]
     assert [h["when"] for h in history] == [0, 47, 48, 49, 50]
+
+
+def test_config_set_refusal_names_the_bounds(lua: Any) -> None:
+    """An out-of-range value is refused with the option's range in the message."""
+    with pytest.raises(redis.ResponseError,
+                       match=r"heartbeat must be an integer from 1 to 604800: 99999999999"):
+        lua("config.set", 0, "heartbeat", 99999999999)

@@ -186,12 +186,27 @@ def test_retry_requeues_waiting(lua: Any, r: redis.Redis) -> None:
     assert r.zscore("ql:w:worker:jobs", "jid") is None
 
 
-def test_retry_writes_no_history(lua: Any, r: redis.Redis) -> None:
-    """A retry that does not exhaust writes no history entry."""
+def test_retry_writes_a_history_entry_with_its_reason(lua: Any) -> None:
+    """A retry that does not exhaust says so in the history, with its group and message."""
     running(lua)
-    length = r.llen("ql:j:jid-history")
-    lua("retry", 5, "jid", "queue", "worker")
-    assert r.llen("ql:j:jid-history") == length
+    lua("retry", 5, "jid", "queue", "worker", 0, "app.Flaky", "timed out talking to the API")
+    assert get(lua)["history"][-1] == {
+        "when": 5, "what": "retry", "worker": "worker", "remaining": 4, "group": "app.Flaky",
+        "message": "timed out talking to the API"}
+    lua.json("pop", 6, "queue", "worker", 1)
+    lua("retry", 7, "jid", "queue", "worker", 30)
+    assert get(lua)["history"][-1] == {
+        "when": 7, "what": "retry", "worker": "worker", "remaining": 3, "delay": 30}
+    whats = [entry["what"] for entry in get(lua)["history"]]
+    assert whats == ["put", "popped", "retry", "popped", "retry"]
+
+
+def test_retry_reason_is_cut_at_a_character_boundary(lua: Any) -> None:
+    """A long reason is cut to 300 bytes in the history, never inside a UTF-8 character."""
+    running(lua)
+    lua("retry", 5, "jid", "queue", "worker", 0, "g", "é" * 400)
+    message = get(lua)["history"][-1]["message"]
+    assert message == "é" * 150 + "..."
 
 
 def test_retry_with_delay(lua: Any, r: redis.Redis) -> None:

@@ -157,3 +157,38 @@ def test_several_reaped_jobs_keep_expiry_order(lua: Any, r: redis.Redis) -> None
     assert lua.json("reap", 70) == ["a", "b", "c"]
     assert lua("jobs", 70, "waiting", "queue") == ["a", "b", "c", "late"]
     assert [job["jid"] for job in lua.json("pop", 71, "queue", "w2", 4)] == ["a", "b", "c", "late"]
+
+
+def test_lease_beyond_the_current_heartbeat_is_cut(lua: Any, r: redis.Redis) -> None:
+    """A lease granted under a longer heartbeat ends at most now + the current one."""
+    r.hset("ql:config", "heartbeat", "99999999999")  # written before the bounds existed
+    running(lua)
+    assert lua.json("get", 0, "jid")["expires"] > 1e10
+    lua("config.unset", 0, "heartbeat")
+    assert lua.json("reap", 100) == []
+    assert r.zscore("ql:q:queue-locks", "jid") == 160
+    assert r.zscore("ql:w:worker:jobs", "jid") == 160
+    assert lua.json("get", 100, "jid")["expires"] == 160
+    assert lua.json("reap", 161) == []  # the courtesy notice, as for any expired lease
+    assert lua.json("reap", 172) == ["jid"]
+    assert lua.json("get", 172, "jid")["state"] == "waiting"
+
+
+def test_heartbeat_renews_to_the_current_heartbeat(lua: Any, r: redis.Redis) -> None:
+    """A heartbeat after the option was lowered grants only the new, shorter lease."""
+    lua("config.set", 0, "heartbeat", 600)
+    running(lua)
+    lua("config.set", 0, "heartbeat", 30)
+    assert lua("heartbeat", 10, "jid", "worker") == 40
+    assert lua.json("reap", 10) == []
+    assert r.zscore("ql:q:queue-locks", "jid") == 40
+
+
+def test_lease_within_the_heartbeat_is_not_touched(lua: Any, r: redis.Redis) -> None:
+    """A lease inside the current bound is left as it is (nothing written)."""
+    lua("config.set", 0, "heartbeat", 600)
+    running(lua)
+    lua.json("reap", 5)  # (writes out the pop's held statistics sample)
+    before = snapshot(r)
+    assert lua.json("reap", 10) == []
+    assert snapshot(r) == before

@@ -76,7 +76,7 @@ def test_header_search_finds_job_tag_class_or_nothing(page: Any, qc: Any) -> Non
     page.wait_for_url(re.compile(r".*/qless/tags/monthly$"))
     page.fill("#qless-q", "app.jobs.Report")
     page.press("#qless-q", "Enter")
-    page.wait_for_selector("text=Jobs of class")
+    page.wait_for_selector("text=Jobs whose class contains")
     assert page.locator("table.qless-jobs tbody tr").count() == 3
     page.select_option("#qless-search-state", "failed")
     page.click("button:text('Search') >> nth=1")
@@ -155,3 +155,131 @@ def test_live_times_are_utc_whatever_the_browser_zone(page: Any) -> None:
     shown = int(text[7:9])
     assert shown in {time.gmtime().tm_hour, (time.gmtime().tm_hour - 1) % 24}
     context.close()
+
+
+def test_redis_page_says_the_slow_log_is_refused_to_a_least_privilege_user(
+        page: Any, qc: Any, redis_url: str) -> None:
+    from django.test import override_settings
+
+    from django_qless.clients import clients
+    from tests.ui.test_console import acl_url
+
+    limited = acl_url(qc, redis_url, "qless-browser")
+    clients.close_all()
+    try:
+        with override_settings(QLESS={"default": {"URL": limited}}):
+            page.goto(f"{page.base}/qless/redis/")
+            text = page.inner_text("table.qless-slowlog")
+    finally:
+        clients.close_all()
+        qc.redis.acl_deluser("qless-browser")
+    assert "refused SLOWLOG to this Redis user" in text
+    assert "No slow engine calls logged." not in text
+
+
+def test_search_pager_partial_jid_and_tag_filter(page: Any, qc: Any) -> None:
+    for i in range(120):
+        qc.queues["q"].put("app.jobs.Bulk", {}, jid=f"bulk-{i:03d}")
+    tagged = qc.queues["q"].put("app.jobs.Nightly", {}, tags=["nightly"])
+    page.goto(f"{page.base}/qless/search/")
+    page.fill("#qless-search-page-q", "jobs.bulk")  # a substring, another case
+    page.click("button:text('Search') >> nth=1")
+    page.wait_for_selector("text=matches 1–100")
+    assert page.locator("table.qless-jobs tbody tr").count() == 100
+    page.click("a[rel=next]")
+    page.wait_for_selector("text=matches 101–120")
+    assert page.locator("table.qless-jobs tbody tr").count() == 20
+    page.fill("#qless-q", tagged[:6].upper())
+    page.press("#qless-q", "Enter")
+    page.wait_for_selector(f"tr[data-jid='{tagged}']")
+    page.goto(f"{page.base}/qless/search/?q=nightly&state=failed")
+    text = page.inner_text(".qless-nothing")
+    assert "Tag nightly has 1 job, but none in state failed: the filter left out 1 waiting" \
+        in text
+
+
+def test_job_page_history_shows_retries_and_their_reasons(page: Any, qc: Any) -> None:
+    jid = qc.queues["q"].put("app.Flaky", {}, retries=2)
+    pop_job(qc, "q").retry(0, "app.Flaky.Timeout", "the API timed out")
+    page.goto(f"{page.base}/qless/jobs/{jid}/")
+    entry = page.locator("ol.qless-timeline li", has=page.locator("strong:text-is('retry')"))
+    assert "group=app.Flaky.Timeout" in entry.inner_text()
+    assert "message=the API timed out" in entry.inner_text()
+    assert "remaining" in page.inner_text("table.qless-summary")
+
+
+def _overflow(page: Any, path: str, width: int) -> list[str]:
+    """Return what sticks out past the viewport of `width` px on `path` (empty: nothing)."""
+    context = page.context.browser.new_context(viewport={"width": width, "height": 900})
+    context.add_cookies(page.context.cookies())
+    tab = context.new_page()
+    try:
+        assert tab.goto(page.base + path).status == 200
+        return tab.evaluate("""() => {
+            const limit = document.documentElement.clientWidth;
+            const out = [];
+            if (document.documentElement.scrollWidth > limit) {
+                out.push('page ' + document.documentElement.scrollWidth + ' > ' + limit);
+            }
+            document.querySelectorAll('body *').forEach(el => {
+                const box = el.getBoundingClientRect();
+                const scroller = el.parentElement && el.parentElement.closest('.qless-scroll');
+                if (box.width && box.right > limit + 1 && !scroller) {
+                    out.push(el.tagName + '.' + el.className + ' right=' + Math.round(box.right));
+                }
+            });
+            return out.slice(0, 10);
+        }""")
+    finally:
+        context.close()
+
+
+def test_no_overflow_on_failure_group_recurring_and_failed_pages(page: Any, qc: Any) -> None:
+    for _ in range(3):
+        fail_job(qc, "a-rather-long-queue-name-for-layout",
+                 group="app.errors.AVeryLongExceptionName",
+                 message="Traceback (most recent call last):\n" + "x" * 300)
+    for i in range(3):
+        qc.queues["reports-with-a-long-name"].recur(
+            "app.jobs.reports.GenerateTheMonthlyReportForEveryCustomer", {"n": i}, 3600,
+            jid=f"monthly-report-{i}", tags=["reports", "monthly", "customers"])
+    qc.queues["reports-with-a-long-name"].recur(
+        "app." + "VeryLongModuleName" * 8 + ".Job", {"n": 9}, 3600, jid="r" * 48,
+        tags=[f"tag-number-{i}" for i in range(10)])
+    group = "/qless/failed/group/app.errors.AVeryLongExceptionName"
+    assert _overflow(page, group, 390) == []
+    assert _overflow(page, "/qless/recurring/", 1400) == []
+    assert _overflow(page, "/qless/recurring/", 390) == []
+    assert _overflow(page, "/qless/failed/", 1400) == []
+    assert _overflow(page, group, 1400) == []
+
+
+def test_job_page_nav_big_data_and_day_inputs(page: Any, qc: Any) -> None:
+    waiting = qc.queues["q"].put("tests.Job", {"blob": "x" * 900_000})
+    page.goto(f"{page.base}/qless/jobs/{waiting}/")
+    assert page.locator("nav.qless-nav a.qless-current").count() == 0  # not "Overview"
+    data = page.locator("details.qless-data-collapsed")
+    assert not data.get_attribute("open") and "Show the data (878.9" in data.inner_text()
+    assert not page.locator("details.qless-data-collapsed pre").is_visible()
+    failed = fail_job(qc, "q2")
+    page.goto(f"{page.base}/qless/jobs/{failed}/")
+    assert page.inner_text("nav.qless-nav a.qless-current") == "Failed"
+    assert page.locator("details.qless-data-collapsed").count() == 0
+    page.goto(f"{page.base}/qless/failed/group/boom.Error")
+    since = page.locator("input[name=since]")
+    assert since.get_attribute("type") == "text"
+    assert since.get_attribute("placeholder") == "YYYY-MM-DD"
+    page.goto(f"{page.base}/qless/queues/q2/")
+    assert page.get_attribute("#qless-day", "type") == "text"
+
+
+def test_counts_read_in_the_right_number(page: Any, qc: Any) -> None:
+    parent = qc.queues["q"].put("tests.Job", {})
+    qc.queues["q"].put("tests.Job", {}, depends=[parent])
+    page.goto(f"{page.base}/qless/jobs/{parent}/cancel/")
+    page.wait_for_selector("button:text('Yes, cancel it and its 1 dependent')")
+    fail_job(qc, "q3", group="one.Error")
+    page.goto(f"{page.base}/qless/failed/retry/one.Error")
+    page.wait_for_selector("button:text-is('Yes, retry 1 job')")
+    page.click("button:text-is('Yes, retry 1 job')")
+    page.wait_for_selector("text=Retried 1 job of group one.Error.")

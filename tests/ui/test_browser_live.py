@@ -207,3 +207,40 @@ def test_reloaded_job_block_keeps_stored_markup_inert(page: Any, qc: Any) -> Non
     assert page.evaluate("window.__xss") == 0
     assert page.locator("img[src=x]").count() == 0
     assert page.dialogs == []
+
+
+def test_config_page_shows_each_options_bounds_and_refuses_beyond(page: Any, qc: Any) -> None:
+    page.goto(f"{page.base}/qless/config/")
+    row = page.locator("table.qless-config tr", has=page.locator("code:text-is('heartbeat')"))
+    assert "1 to 604,800 s" in row.inner_text()
+    page.fill("#id_key", "heartbeat")
+    page.fill("#id_value", "99999999999")
+    page.click("button:text-is('Set')")
+    page.wait_for_selector(".messagelist .error")
+    assert "must be an integer from 1 to 604800 (seconds)" in page.inner_text(
+        ".messagelist .error")
+    assert qc.config["heartbeat"] == 60
+
+
+def test_throttle_form_says_which_ids_are_allowed(page: Any, qc: Any) -> None:
+    page.goto(f"{page.base}/qless/throttles/")
+    assert "no spaces, no accented or other non-ASCII letters" in page.inner_text("form.qless-form")
+    page.fill("#id_id", "café limit")
+    page.fill("#id_maximum", "2")
+    page.click("form.qless-form button:text-is('Set')")
+    page.wait_for_selector(".messagelist .error")
+    assert "'café limit' is not a throttle id" in page.inner_text(".messagelist .error")
+    assert "Arg" not in page.inner_text(".messagelist")
+
+
+def test_config_page_marks_set_options_and_resets_only_them(page: Any, qc: Any) -> None:
+    qc.config["grace-period"] = 30
+    page.goto(f"{page.base}/qless/config/")
+    grace = page.locator("table.qless-config tr", has=page.locator("code:text-is('grace-period')"))
+    beat = page.locator("table.qless-config tr", has=page.locator("code:text-is('heartbeat')"))
+    assert "set" in grace.locator(".qless-overridden").inner_text()
+    assert beat.locator(".qless-default").count() == 1
+    assert beat.locator("button:text('Reset to default')").count() == 0
+    grace.locator("button:text('Reset to default')").click()
+    page.wait_for_selector("text=Reset option grace-period to its default (10).")
+    assert qc.config["grace-period"] == 10

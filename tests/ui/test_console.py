@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 from typing import Any
 
 import pytest
@@ -203,3 +204,144 @@ def test_slow_calls_of_a_shard_keyspace_name_the_engine_command(qc: Any) -> None
     put = next(e for e in slow if e["command"] == "put")
     assert "in-s3" in put["args"].split(" ") and "ql:{s3}:" not in put["args"]
     assert [node for node, _ in primaries([qc, shard])] == [primaries([qc])[0][0]]
+
+
+@pytest.mark.parametrize("name", ["overview", "redis", "workers", "charts", "config",
+                                  "throttles", "failed"])
+def test_every_page_answers_503_when_redis_is_down(mc: Client, settings: Any,
+                                                   name: str) -> None:
+    from django_qless.clients import clients
+
+    clients.close_all()
+    settings.QLESS = {"default": {"URL": "unix:///nonexistent/redis.sock"}}
+    try:
+        response = mc.get(url(name))
+        assert response.status_code == 503
+        assert b"The queue server cannot be reached right now." in response.content
+    finally:
+        clients.close_all()
+
+
+# The least-privilege user of docs/guarantees.md ("A dedicated ACL user").
+LEAST_PRIVILEGE = ["-@all", "+@read", "+@write", "+@scripting", "+@pubsub", "-@dangerous",
+                   "+ping", "+time", "+info", "+select", "+hello"]
+
+
+def acl_url(qc: Any, redis_url: str, user: str) -> str:
+    """Create `user` with the documented least privileges; return its URL for this database."""
+    qc.redis.acl_setuser(user, enabled=True, reset=True, passwords=["+pw-" + user],
+                         keys=["~ql:*"], channels=["&ql:*"], commands=LEAST_PRIVILEGE)
+    assert redis_url.startswith("unix://")
+    return redis_url.replace("unix://", f"unix://{user}:pw-{user}@", 1)
+
+
+def test_redis_page_says_when_the_user_may_not_read_the_slow_log(
+        mc: Client, qc: Any, settings: Any, redis_url: str) -> None:
+    from django_qless.clients import clients
+
+    limited = acl_url(qc, redis_url, "qless-least")
+    clients.close_all()
+    settings.QLESS = {"default": {"URL": limited}}
+    try:
+        page = body(mc.get(url("redis")))
+    finally:
+        clients.close_all()
+        qc.redis.acl_deluser("qless-least")
+    assert "No slow engine calls logged." not in page
+    assert "refused <code>SLOWLOG</code> to this Redis user" in page
+    assert "Memory used" in page
+
+
+def test_debug_error_page_shows_no_credential(mc: Client, qc: Any, settings: Any,
+                                              monkeypatch: Any, redis_url: str) -> None:
+    """Django's technical 500 page (DEBUG) masks the password of every Redis URL."""
+    import django_qless.views.console as console_views
+
+    secret = "-".join(("s3cret", "pw", "for", "the", "page"))  # (not in the page's source lines)
+    settings.DEBUG = True
+    settings.QLESS = {"default": {"URL": redis_url}, "reports": {
+        "URL": f"redis://qless:{secret}@reports.example:6379/0"}}
+    monkeypatch.setenv("QLESS_URL", f"redis://:{secret}@cache.example:6379/0")
+
+    def broken(client: Any, url: str = f"rediss://u:{secret}@x/0") -> Any:
+        raise RuntimeError("the page broke")
+
+    monkeypatch.setattr(console_views, "server_report", broken)
+    mc.raise_request_exception = False
+    response = mc.get(url("redis"), HTTP_AUTHORIZATION=f"Bearer {secret}",
+                      **{"QLESS_URL": f"redis://:{secret}@cache.example:6379/0"})
+    assert response.status_code == 500
+    page = response.content.decode()
+    assert "the page broke" in page and "QLESS_URL" in page  # the technical page, shown
+    assert secret not in page
+    assert "reports.example" in page  # the host stays visible: only credentials go
+
+
+def test_credential_filter_masks_urls_anywhere() -> None:
+    from django_qless.reporting import mask_credentials
+
+    assert mask_credentials("redis://:p/w@h:6379/0 rediss://u:p@x/1 unix:///s.sock "
+                            "redis://h/0?password=zz&db=1") == (
+        "redis://********************@h:6379/0 rediss://********************@x/1 "
+        "unix:///s.sock redis://h/0?password=********************&db=1")
+
+
+def test_search_pages_past_a_hundred_matches(mc: Client, qc: Any) -> None:
+    for i in range(230):
+        qc.queues["q"].put("app.jobs.Bulk", {}, jid=f"bulk-{i:03d}")
+    page = body(mc.get(url("search"), {"q": "app.jobs.Bulk"}))
+    assert page.count("<tr data-jid=") == 100 and "matches 1&ndash;100" in page
+    assert 'rel="next"' in page and 'rel="prev"' not in page
+    page = body(mc.get(url("search"), {"q": "app.jobs.Bulk", "page": "3"}))
+    assert page.count("<tr data-jid=") == 30 and "matches 201&ndash;230" in page
+    assert 'rel="next"' not in page and 'rel="prev"' in page
+    seen = set()
+    for number in (1, 2, 3):
+        text = body(mc.get(url("search"), {"q": "app.jobs.Bulk", "page": str(number)}))
+        seen |= set(re.findall(r'<tr data-jid="([^"]+)"', text))
+    assert len(seen) == 230
+
+
+def test_search_finds_class_by_substring_and_jid_by_prefix_in_any_case(mc: Client,
+                                                                       qc: Any) -> None:
+    jid = qc.queues["q"].put("app.reports.Monthly", {})
+    qc.queues["q"].put("app.reports.Weekly", {})
+    qc.queues["q"].put("app.mail.Send", {})
+    page = body(mc.get(url("search"), {"q": "reports"}))
+    assert page.count("<tr data-jid=") == 2
+    page = body(mc.get(url("search"), {"q": "app.Reports.M"}))  # substring, any case
+    assert page.count("<tr data-jid=") == 1 and "app.reports.Monthly" in page
+    page = body(mc.get(url("search"), {"q": "REPORTS.MONTHLY"}))
+    assert page.count("<tr data-jid=") == 1
+    page = body(mc.get(url("search"), {"q": jid[:8]}))  # a partial jid
+    assert f'<tr data-jid="{jid}"' in page
+    assert mc.get(url("search"), {"q": jid.upper()})["Location"] == url("job", jid)
+    page = body(mc.get(url("search"), {"q": jid[:8].upper()}))
+    assert f'<tr data-jid="{jid}"' in page
+
+
+def test_tag_with_a_state_filter_lists_its_jobs_or_says_what_the_filter_left_out(
+        mc: Client, qc: Any) -> None:
+    waiting = qc.queues["q"].put("app.Job", {}, tags=["nightly"])
+    failed = fail_job(qc, "q2", tags=("nightly",))
+    page = body(mc.get(url("search"), {"q": "nightly", "state": "failed"}))
+    assert f'<tr data-jid="{failed}"' in page and waiting not in page
+    page = body(mc.get(url("search"), {"q": "nightly", "state": "running"}))
+    assert "has no jobs" not in page and "Nothing found" not in page
+    assert "Tag" in page and "has 2 jobs, but none in state running" in page
+    assert "the filter left out 1 failed, 1 waiting" in page
+
+
+def test_job_page_shows_retries_with_their_reasons_and_says_retries_are_remaining(
+        mc: Client, qc: Any) -> None:
+    jid = qc.queues["q"].put("app.Flaky", {}, retries=3)
+    for attempt in (1, 2):
+        job = pop_job(qc, "q")
+        assert job.jid == jid
+        job.retry(0, "app.Flaky.Timeout", f"attempt {attempt} timed out")
+    page = body(mc.get(url("job", jid)))
+    timeline = page[page.index("<h2>History</h2>"):]
+    assert timeline.count("<strong>retry</strong>") == 2
+    assert "group=app.Flaky.Timeout" in timeline and "message=attempt 2 timed out" in timeline
+    assert "remaining=1" in timeline
+    assert "1 of 3 <span class=\"qless-help\">(remaining:" in page

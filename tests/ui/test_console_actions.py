@@ -77,9 +77,9 @@ def test_retry_all_failed_confirms_and_is_capped(mc: Client, qc: Any,
     monkeypatch.setattr(failed_views, "BULK_LIMIT", 2)
     response = mc.post(url("failed_retry_all"))
     assert texts(response) == ["Retried 2 failed jobs.",
-                               "1 more failed jobs remain: run “Retry all” again."]
+                               "1 more failed job remains: run “Retry all” again."]
     response = mc.post(url("failed_retry_all"))
-    assert texts(response)[-1] == "Retried 1 failed jobs."
+    assert texts(response)[-1] == "Retried 1 failed job."
     assert qc.jobs.failed() == {}
     assert texts(mc.post(url("failed_retry_all")))[-1] == (
         "There are no failed jobs: nothing to retry.")

@@ -89,7 +89,10 @@ def test_refused_config_stays_on_the_config_page(mc: Client, qc: Any) -> None:
                        "got 'banana'.")
     response = mc.post(url("config"), {"key": "max-job-history", "value": "2"})
     assert response["Location"] == url("config")
-    assert "must be 0 (unlimited) or >= 3" in last(response)
+    assert "must be 0 (unlimited) or an integer from 3 to 10000" in last(response)
+    response = mc.post(url("config"), {"key": "heartbeat", "value": "99999999999"})
+    assert last(response) == ("Option heartbeat was not changed: config heartbeat must be an "
+                              "integer from 1 to 604800 (seconds), got '99999999999'.")
     assert qc.config["heartbeat"] == 60 and "max-job-history" not in qc.config.all
 
 
@@ -121,7 +124,7 @@ def test_no_op_messages_say_nothing_changed(mc: Client, qc: Any) -> None:
     qc.jobs[jid].track()
     assert last(mc.post(url("job_track", jid))) == f"Job {jid} is already tracked."
     assert last(mc.post(url("config_unset"), {"key": "nonexistent"})) == \
-        "nonexistent is not set: nothing to reset."
+        "Option nonexistent is not set: nothing to reset."
     assert last(mc.post(url("job_untag", jid), {"tag": "t"})) == f"Removed tag t from {jid}."
 
 
@@ -137,7 +140,7 @@ def test_priority_and_move_are_refused_for_a_completed_job(mc: Client, qc: Any) 
     assert response["Location"] == url("job", jid)
     assert "is complete: a priority only orders jobs" in texts(response)[0]
     response = mc.post(url("job_move", jid), {"queue": "other"})
-    assert "can't be moved" in last(response)
+    assert "so it can't be moved" in last(response)
     job = qc.jobs[jid]
     assert (job.state, job.priority, job.queue_name) == ("complete", 3, "")
 
@@ -214,3 +217,64 @@ def test_dependent_added_during_a_cascade_cancels_nothing(mc: Client, qc: Any,
     assert response["Location"] == url("job_cancel", a)
     assert last(response).startswith("More jobs started to depend on this one meanwhile")
     assert all(qc.jobs.get(j) is not None for j in (a, b, c, "late"))
+
+
+def test_requeue_and_move_of_a_completed_job_say_the_same_true_thing(mc: Client,
+                                                                      qc: Any) -> None:
+    jid = completed(qc)
+    requeue = last(mc.post(url("job_retry", jid)))
+    move = last(mc.post(url("job_move", jid), {"queue": "other"}))
+    for text, done in ((requeue, "requeued"), (move, "moved")):
+        assert text == (f"Job {jid} is complete: it already ran, and a completed job is kept "
+                        f"only as a record, in no queue, so it can't be {done}. To run it "
+                        f"again, enqueue a new job.")
+        assert "move it" not in text
+    assert qc.jobs[jid].state == "complete"
+
+
+def test_forgetting_an_unknown_worker_says_so(mc: Client, qc: Any) -> None:
+    response = mc.post(url("worker_forget", "w-never"))
+    assert response["Location"] == url("workers")
+    assert last(response) == ("Worker w-never is not known (already forgotten, or never "
+                              "registered): nothing to forget.")
+    response = mc.get(url("worker_forget", "w-never"))
+    assert response.status_code == 302 and "nothing to forget" in last(response)
+    qc.workers.hello("w-real", "h", 1, ["q"])
+    assert last(mc.post(url("worker_forget", "w-real"))).startswith("Forgot worker w-real.")
+
+
+def test_resetting_an_option_at_its_default_says_nothing_changed(mc: Client, qc: Any) -> None:
+    assert last(mc.post(url("config_unset"), {"key": "grace-period"})) == \
+        "Option grace-period is already at its default (10): nothing to reset."
+    qc.config["grace-period"] = 30
+    assert last(mc.post(url("config_unset"), {"key": "grace-period"})) == \
+        "Reset option grace-period to its default (10)."
+    assert qc.config["grace-period"] == 10
+    qc.config["q-heartbeat"] = 30
+    assert last(mc.post(url("config_unset"), {"key": "q-heartbeat"})) == \
+        "Unset option q-heartbeat: the engine no longer reads a value."
+
+
+def test_refusals_keep_the_spelling_of_names(mc: Client, qc: Any) -> None:
+    from django_qless.core.exceptions import InvalidArgument
+    from django_qless.views.base import plain_error
+
+    assert plain_error(InvalidArgument("grace-period must be an integer")) == \
+        "grace-period must be an integer."
+    assert plain_error(InvalidArgument("heartbeat is too long")) == "heartbeat is too long."
+    assert plain_error(InvalidArgument("q.high is paused")) == "q.high is paused."
+    assert plain_error(InvalidArgument("priority must be an integer")) == \
+        "Priority must be an integer."
+
+
+@pytest.mark.parametrize("tid", ["a b", "café", "naïve-limit"])
+def test_throttle_ids_the_engine_refuses_are_explained_in_the_form(mc: Client, qc: Any,
+                                                                   tid: str) -> None:
+    response = mc.post(url("throttles"), {"id": tid, "maximum": "2"})
+    text = last(response)
+    assert text == (f"Throttle id: {tid!r} is not a throttle id: use 1 to 128 ASCII letters, "
+                    "digits or punctuation such as - _ . : (no spaces, no accented or other "
+                    "non-ASCII letters).")
+    assert "invalid throttle id" not in text and "Arg" not in text
+    response = mc.get(url("throttles"), {"id": tid})
+    assert response.status_code == 200 and "is not a throttle id" in texts(response)[-1]

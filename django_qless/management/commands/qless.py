@@ -184,6 +184,12 @@ class Command(BaseCommand):
         if o["state"] != "failed" and (o["since"] is not None or o["until"] is not None):
             raise CommandError("--since/--until apply to --state failed only")
         shards = self.alias_client(o["queue"]).clients()
+        if o["queue"] and (o["tag"] or o["state"] == "complete"):
+            # Tags and completed jobs are listed across queues: the engine keeps one list of
+            # each, and a completed job is in no queue. Say so rather than ignore the queue.
+            what = f"--tag {o['tag']}" if o["tag"] else "--state complete"
+            raise CommandError(f"list {what} lists every queue's jobs (the engine keeps no "
+                               f"list of them per queue): drop the queue {o['queue']!r}")
         if o["tag"]:
             reply = shard_reads.tagged(shards, o["tag"], o["offset"], o["count"])
             jids, total = reply["jobs"], reply["total"]
@@ -246,7 +252,7 @@ class Command(BaseCommand):
             if o["priority"] is not None:
                 raise CommandError("retry --priority needs jids (a group keeps its priorities)")
             count = self.client(o["queue"]).queues[o["queue"]].unfail(o["group"], o["count"])
-            self.emit({"retried": count}, f"{count} jobs requeued")
+            self.emit({"retried": count}, f"{count} job{'' if count == 1 else 's'} requeued")
             return
         if not o["jids"]:
             raise CommandError("retry needs jids or --group")
@@ -400,6 +406,13 @@ class Command(BaseCommand):
         o, sharded = self.options, self.alias_client(self.options["queue"])
         if not isinstance(sharded, ShardedClient):
             raise CommandError("move-queue needs a sharded (CLUSTER) alias")
+        queue = o["queue"]
+        placement = sharded.placement
+        if not (queue in placement.explicit or queue in placement.recorded()
+                or any(queue in c.queues.names() for c in sharded.clients())):
+            # (moving it would record a placement for a queue nobody uses)
+            raise CommandError(f"no queue {queue!r} on any shard (no jobs, no placement): "
+                               f"nothing to move", returncode=2)
         done = QueueMove(sharded, o["queue"], o["shard"],
                          report=lambda p: self.stderr.write(p.line())).run()
         where = sharded.shard_of(o["queue"])
