@@ -22,6 +22,7 @@ from .exceptions import InvalidArgument, QlessConnectionError, QlessError
 from .hotpath import WorkerCalls
 from .jobs import Jobs
 from .queues import Queues
+from .ratelimit import RateLimits
 from .serialization import (
     check_jid,
     check_worker,
@@ -116,6 +117,7 @@ class Client:
         self.workers = Workers(self)
         self.config = Config(self)
         self.throttles = Throttles(self)
+        self.rate_limits = RateLimits(self)
         self.tags = Tags(self)
 
     def __repr__(self) -> str:

@@ -40,6 +40,7 @@ MANIFEST: tuple[str, ...] = (
     "spawn.lua",
     "recur.lua",
     "timers.lua",
+    "ratelimit.lua",
     "queuescan.lua",
     "lapse.lua",
     "pop.lua",

@@ -1,0 +1,6 @@
+"""Rate limit tests: the engine called raw (tests/core's harness) and through the client."""
+
+from __future__ import annotations
+
+from tests.core.handoff_listener import listen  # noqa: F401 (fixture)
+from tests.core.conftest import client, clock, events, lua, q  # noqa: F401 (fixtures)
