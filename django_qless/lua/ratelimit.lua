@@ -125,13 +125,15 @@ Q.mod.ratelimit = function()
       if k then need[#need + 1] = k end
     end
     local budgets, opening = {}, nil
-    for _, d in ipairs(need) do
+    for i, d in ipairs(need) do
       local log, value = d.base .. '-log', nil
       if d.key ~= '' then
         value = key_value(h.data, d.key)
         log = log .. ':' .. value
       end
-      local _, at = look(log, d, now)
+      -- (the queue's own unkeyed budget was looked at by Q.rate_room, which capped the count)
+      local at = nil
+      if i > 1 or not q or d.key ~= '' then at = select(2, look(log, d, now)) end
       if at then
         if not opening or at > opening then opening = at end
       else
