@@ -4,3 +4,4 @@ from __future__ import annotations
 
 from tests.core.conftest import client, clock, events, lua, q  # noqa: F401 (fixtures)
 from tests.core.handoff_listener import listen  # noqa: F401 (fixture)
+from tests.worker.conftest import start_worker, work_dir  # noqa: F401 (fixtures)
