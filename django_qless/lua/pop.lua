@@ -30,8 +30,7 @@
 --   ql:f:<group>               list  (LRANGE, LLEN, LTRIM)
 --   ql:s:stats|wait|run:<day>:<queue>  hash (HMGET, HINCRBY, via Q.sample)
 --   ql:config                  hash  (HMGET of the queue's options and of the hidden fields
---                                    #throttle:<q>, #due:<q>, #rate:<q>, #rate-kinds, #marks;
---                                    HSET of them)
+--                                    #throttle:<q>, #due:<q>, #rate, #marks; HSET of them)
 --   ql:th:ql:q:<queue>         hash  (EXISTS: is there a queue throttle)
 --   channels: ql:log, ql:w:<worker>, ql:popped, ql:stalled, ql:failed, ql:wake:<queue>
 
@@ -100,7 +99,7 @@ Q.mod.pop = function()
       if first ~= 0 or completing then
         table.insert(names, 'heartbeat'); table.insert(names, 'grace-period')
         table.insert(names, 'max-job-history'); table.insert(names, '#idle-ttl')
-        table.insert(names, '#rate-kinds')
+        table.insert(names, '#rate')
       end
       if completing then
         table.insert(names, 'jobs-history'); table.insert(names, 'jobs-history-count')
@@ -113,7 +112,6 @@ Q.mod.pop = function()
         table.insert(names, qn.heartbeat)
         table.insert(names, qn.throttle)
         table.insert(names, qn.due)
-        table.insert(names, qn.rate)
       end
       if nnames >= 1024 then names_of, nnames = {}, 0 end
       by_queue = names_of[completing or '']
@@ -163,7 +161,7 @@ Q.mod.pop = function()
     local mkey = qn.due
     -- (a queue after the first one Q.pop_config chose reads its fields here, with one HMGET)
     if not ctx.cfgv or ctx.cfgv[mkey] == nil then
-      Q.load_config({ qn.heartbeat, qn.maxc, qn.throttle, mkey, qn.rate })
+      Q.load_config({ qn.heartbeat, qn.maxc, qn.throttle, mkey })
     end
     -- ql:paused_queues is read on every pop: other writers (qless-core) may pause or unpause.
     if rcall('SISMEMBER', K.paused_queues, queue) == 1 then drop_mark(queue); return 0 end
@@ -197,14 +195,17 @@ Q.mod.pop = function()
       count = math.min(count, math.max(0, maxc - running))
       if count <= 0 then drop_mark(queue); return 0 end
     end
-    -- Rate limits (ratelimit.lua: a module, loaded only where a limit is set): the queue's
-    -- own caps the count; a job over any limit waits out of the work set for its window.
-    local rated = Q.cfgraw(qn.rate)
-    local kinds = Q.cfgraw('#rate-kinds')
-    kinds = kinds and kinds ~= '0'
-    local rating = rated or kinds
+    -- Rate limits (ratelimit.lua: a module, loaded only in a keyspace where a limit is set,
+    -- '#rate'): the queue's own caps the count; a job over any limit waits out of the work
+    -- set for its window.
+    local rating = ctx.cfgv['#rate']
+    if rating == nil then rating = Q.cfgraw('#rate') end
+    local kinds = false
     if rating then
       Q.need('ratelimit')
+      local rated
+      rated, kinds = Q.rate_flags(qn.rate)
+      rating = rated or kinds
       if rated then
         count = Q.rate_room(now, queue, count)
         if count <= 0 then drop_mark(queue); return 0 end

@@ -34,12 +34,15 @@
 --                                         ZRANGE, ZADD, PEXPIRE); <v>: the key's value
 --   ql:rl:<scope>:<name>-keys       zset  key value -> last start (keyed budgets only)
 --   ql:rl-kinds                     set   job classes with a limit (SADD, SREM, SMEMBERS)
+--   ql:rl-queues                    set   queues with a limit (SADD, SREM, SCARD)
 --   ql:q:<queue>-ratelimited        zset  jids over a limit -> time their window opens
 --                                         (their job hashes stay `waiting`)
 --   ql:q:<queue>-work               zset  (ZADD of jobs whose window opened)
 --   ql:j:<jid>                      hash  (HMGET state queue priority time)
---   ql:config                       hash  hidden fields #rate:<queue> ('1': the queue has a
---                                         limit) and #rate-kinds (how many classes have one)
+--   ql:config                       hash  hidden fields #rate ('1': the keyspace has a limit;
+--                                         the only one an unlimited pop reads), #rate:<queue>
+--                                         ('1': the queue has one), #rate-kinds (how many
+--                                         classes have one)
 
 Q.mod.ratelimit = function()
   local rcall = Q.rcall
@@ -102,6 +105,13 @@ Q.mod.ratelimit = function()
     end
     if t == 'boolean' then return tostring(v) end
     return ''
+  end
+
+  -- Whether the queue (its config field `field`, '#rate:<queue>') and the keyspace's job
+  -- classes have limits.
+  function Q.rate_flags(field)
+    local kinds = Q.cfgraw('#rate-kinds')
+    return Q.cfgraw(field) and true or false, (kinds and kinds ~= '0') and true or false
   end
 
   -- The unkeyed queue limit of `queue` caps how many jobs a pop may take: returns the count
@@ -224,8 +234,15 @@ Q.mod.ratelimit = function()
     return v
   end
 
-  local function count_kinds()
-    rcall('HSET', K.config, '#rate-kinds', rcall('SCARD', KP .. 'rl-kinds'))
+  -- Keep the hidden fields that tell pop whether to load this module in step with the sets.
+  local function count_limits()
+    local kinds = rcall('SCARD', KP .. 'rl-kinds')
+    rcall('HSET', K.config, '#rate-kinds', kinds)
+    if kinds + rcall('SCARD', KP .. 'rl-queues') > 0 then
+      rcall('HSET', K.config, '#rate', '1')
+    else
+      rcall('HDEL', K.config, '#rate')
+    end
   end
 
   C['rate.set'] = { 'RateSet', function(now, args)
@@ -241,10 +258,11 @@ Q.mod.ratelimit = function()
     rcall('HSET', krl(scope, name), 'max', max, 'period', args[4], 'key', key)
     if scope == 'queue' then
       rcall('HSET', K.config, Q.mfield('rate', name), '1')
+      rcall('SADD', KP .. 'rl-queues', name)
     else
       rcall('SADD', KP .. 'rl-kinds', name)
-      count_kinds()
     end
+    count_limits()
   end }
 
   C['rate.delete'] = { 'RateDelete', function(now, args)
@@ -253,11 +271,12 @@ Q.mod.ratelimit = function()
     rcall('DEL', krl(scope, name))
     if scope == 'queue' then
       rcall('HDEL', K.config, Q.mfield('rate', name))
+      rcall('SREM', KP .. 'rl-queues', name)
       Q.rate_release(math.huge, name, true)
     else
       rcall('SREM', KP .. 'rl-kinds', name)
-      count_kinds()
     end
+    count_limits()
   end }
 
   C['rate.get'] = { 'RateGet', function(now, args)
