@@ -28,6 +28,7 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from asgiref.sync import async_to_sync, sync_to_async
 
+from django_qless.core.ratelimit import RateLimitError
 from django_qless.core.registry import klass_name_of
 from django_qless.options import (
     ACTIVE_STATES,
@@ -45,6 +46,7 @@ from django_qless.options import (
     to_json,
     unique_jid,
 )
+from django_qless.ratelimits import DATA_KEY, ensure_kind_limit, function_rate_key
 from django_qless.registry import register_job
 from django_qless.retries import RetryPriority
 from django_qless.running import RetryScheduled, eager_active, perform_function, run_eager
@@ -66,6 +68,7 @@ class _Sender:
 
     klass: str
     options: JobOptions
+    rate_path = ""  # the data path a keyed kind limit reads (JobFunction: DATA_KEY)
 
     def _send(self, data: dict[str, Any], options: JobOptions, *,
               delay: Delay | None = None, when: When | None = None,
@@ -90,7 +93,8 @@ class _Sender:
         def send() -> None:
             try:
                 handle.status = _put(self.klass, data, options, delay=delay, when=when,
-                                     interval=interval)
+                                     interval=interval,
+                                     rate_path=self.rate_path or options.rate_key or "")
             except BaseException:
                 handle.status = "error"
                 raise
@@ -101,7 +105,7 @@ class _Sender:
 
 
 def _put(klass: str, data: dict[str, Any], options: JobOptions, *, delay: Delay | None,
-         when: When | None, interval: Delay | None) -> str:
+         when: When | None, interval: Delay | None, rate_path: str = "") -> str:
     """Send one job to Redis now; return the handle status."""
     from django_qless.clients import get_client
 
@@ -110,6 +114,8 @@ def _put(klass: str, data: dict[str, Any], options: JobOptions, *, delay: Delay 
     client = get_client(options.alias).for_queue(options.queue)
     queue = client.queues[options.queue]
     assert options.jid is not None
+    if options.rate_limit is not None:
+        ensure_kind_limit(client, klass, options.rate_limit, rate_path if options.rate_key else "")
     if interval is not None:
         seconds = interval.total_seconds() if isinstance(interval, timedelta) else interval
         queue.recur(klass, data, seconds, offset=options.offset, jid=options.jid,
@@ -175,6 +181,10 @@ class JobFunction(_Sender, Generic[P, R]):
         self.options = options
         self.klass = name or klass_name_of(func)
         self.signature = inspect.signature(func)
+        self.rate_path = DATA_KEY
+        if options.rate_key is not None and options.rate_key not in self.signature.parameters:
+            raise RateLimitError(f"{self.klass}: rate_key {options.rate_key!r} is not a "
+                                 f"parameter of the function")
         self.__wrapped__ = func
         self.__name__ = func.__name__
         self.__qualname__ = func.__qualname__
@@ -198,7 +208,11 @@ class JobFunction(_Sender, Generic[P, R]):
 
     def _data(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         out_args, out_kwargs = encode_arguments(self.klass, self.signature, args, kwargs)
-        return {"args": out_args, "kwargs": out_kwargs}
+        data: dict[str, Any] = {"args": out_args, "kwargs": out_kwargs}
+        if self.options.rate_key is not None:
+            data[DATA_KEY] = function_rate_key(self.klass, self.signature,
+                                               self.options.rate_key, args, kwargs)
+        return data
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
         """Put a job running this function with these arguments."""
@@ -342,8 +356,8 @@ def job(*, queue: str = ..., priority: int = ..., tags: Iterable[str] = ...,
         commit_mode: str | None = ..., on_commit: bool | None = ...,
         retry_on: Iterable[type[BaseException]] | type[BaseException] | None = ...,
         backoff: Backoff | float | None = ..., retry_priority: RetryPriority | None = ...,
-        track: bool = ..., name: str | None = ...,
-        **options: Any) -> _JobDecorator: ...
+        track: bool = ..., name: str | None = ..., rate_limit: str | None = ...,
+        rate_key: str | None = ..., **options: Any) -> _JobDecorator: ...
 
 
 def job(target: Any = None, /, *, name: str | None = None, **options: Any) -> Any:
