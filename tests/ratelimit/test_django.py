@@ -3,9 +3,12 @@ by the engine at pop."""
 
 from __future__ import annotations
 
+import io
+import json
 from collections.abc import Iterator
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.test import override_settings
 
 from django_qless import job
@@ -66,3 +69,31 @@ def test_bad_rate_options_are_refused_at_decoration(options: dict[str, str], tex
 def test_a_rate_key_argument_must_be_text_or_a_number() -> None:
     with pytest.raises(RateLimitError, match="must be a string or a number"):
         jobs.charge.enqueue(["a"])
+
+
+def qless_cli(*args: str) -> dict[str, object]:
+    out = io.StringIO()
+    call_command("qless", *args, "--json", stdout=out)
+    return dict(json.loads(out.getvalue()))
+
+
+def test_the_cli_sets_reads_and_clears_a_queue_limit() -> None:
+    assert qless_cli("rate-limit", "get", "reports")["rate"] is None
+    shown = qless_cli("rate-limit", "set", "reports", "100/m", "--key", "customer")
+    assert (shown["rate"], shown["key"], shown["used"]) == ("100/m", "customer", 0)
+    assert get_client().queues["reports"].rate_limit() is not None
+    assert qless_cli("rate-limit", "clear", "reports")["rate"] is None
+    kind = qless_cli("rate-limit", "set", "app.Mail", "5/s", "--kind")
+    assert kind["scope"] == "kind" and kind["rate"] == "5/s"
+
+
+@pytest.mark.parametrize(("args", "text"), [
+    (("set", "reports"), "rate-limit set needs NAME RATE"),
+    (("set", "reports", "5 a minute"), "is not N/unit"),
+    (("set", "reports", "5/m", "--key", "a..b"), "must be a dotted path"),
+    (("set", "bad queue", "5/m"), "queue"),
+])
+def test_the_cli_refuses_bad_input(args: tuple[str, ...], text: str) -> None:
+    with pytest.raises(CommandError, match=text):
+        qless_cli("rate-limit", *args)
+    assert get_client().queues["reports"].rate_limit() is None
