@@ -23,16 +23,18 @@
 --   rate.kinds                                 -> JSON array of the job classes with a limit
 --
 -- Algorithm: a sliding-window log per budget. Each start is a member of a sorted set scored
--- by its time; a budget has room when fewer than `max` starts lie in (now - period, now]. The
--- exact guarantee (never more than `max` starts in any window of `period`) and the exact
--- time the window opens (the start `max` places back, plus `period`) are why: the worker
--- sleeps until that very moment. Memory is `max` entries per active budget.
+-- by its time in whole milliseconds; a budget has room when fewer than `max` starts lie in
+-- the last `period`. The exact guarantee (never more than `max` starts in any window of
+-- `period`) and the exact time the window opens (the start `max` places back, plus `period`)
+-- are why: the worker sleeps until that very moment. Memory is `max` entries per active
+-- budget. (Integer scores: a small sorted set stores them as integers, so an insert compares
+-- them without parsing decimal text.)
 --
 -- Keys:
 --   ql:rl:<scope>:<name>            hash  {max, period, key} (HSET, HMGET, DEL)
---   ql:rl:<scope>:<name>-log[:<v>]  zset  start member -> time (ZREMRANGEBYSCORE, ZCARD,
+--   ql:rl:<scope>:<name>-log[:<v>]  zset  start member -> time in ms (ZREMRANGEBYSCORE, ZCARD,
 --                                         ZRANGE, ZADD, PEXPIRE); <v>: the key's value
---   ql:rl:<scope>:<name>-keys       zset  key value -> last start (keyed budgets only)
+--   ql:rl:<scope>:<name>-keys       zset  key value -> last start in ms (keyed budgets only)
 --   ql:rl-kinds                     set   job classes with a limit (SADD, SREM, SMEMBERS)
 --   ql:rl-queues                    set   queues with a limit (SADD, SREM, SCARD)
 --   ql:q:<queue>-ratelimited        zset  jids over a limit -> time their window opens
@@ -70,7 +72,8 @@ Q.mod.ratelimit = function()
       local v = rcall('HMGET', base, 'max', 'period', 'key')
       local max, period = tonumber(v[1]), tonumber(v[2])
       if max and period and max >= 1 and period > 0 then
-        d = { max = max, period = period, key = v[3] or '', base = base }
+        d = { max = max, period = period, pms = floor(period * 1000 + 0.5), key = v[3] or '',
+          base = base }
       else
         d = false
       end
@@ -81,12 +84,18 @@ Q.mod.ratelimit = function()
 
   -- Forget starts older than the window; return (starts in it, time the budget opens: nil
   -- when it has room).
+  -- (times in the logs are whole milliseconds; a window opens half a millisecond after its
+  -- last start leaves it, so `now` then rounds down past it)
+  local function ms(now) return floor(now * 1000) end
+  local function opens(score, d) return (score + d.pms + 0.5) / 1000 end
+
   local function look(log, d, now)
-    rcall('ZREMRANGEBYSCORE', log, '-inf', now - d.period)
+    local t = ms(now)
+    rcall('ZREMRANGEBYSCORE', log, '-inf', Q.int_arg(t - d.pms))
     local n = rcall('ZCARD', log)
     if n < d.max then return n, nil end
     local e = rcall('ZRANGE', log, n - d.max, n - d.max, 'WITHSCORES')
-    return n, (tonumber(e[2]) or now) + d.period
+    return n, opens(tonumber(e[2]) or t, d)
   end
 
   -- The value at dotted `path` in a job's data JSON ('' when absent or not a scalar).
@@ -155,18 +164,24 @@ Q.mod.ratelimit = function()
   end
 
   -- Record a start in each budget (Q.rate_check's list).
+  -- An unkeyed budget's log is one key, pruned by every look and deleted with its limit; a
+  -- keyed one's logs expire a second after their last start (a key may never come back).
+  -- The index of keys is pruned when a new key joins it (repeat keys cost one ZADD).
   function Q.rate_take(jid, budgets, now)
     local member = jid .. ' ' .. (ctx.now_text or string.format('%.17g', now))
+    local t = ms(now)
+    local score = Q.int_arg(t)
     for _, b in ipairs(budgets) do
       local d, log, value = b[1], b[2], b[3]
-      local ttl = floor(d.period * 1000) + 1000
-      rcall('ZADD', log, now, member)
-      rcall('PEXPIRE', log, ttl)
+      rcall('ZADD', log, score, member)
       if value then
+        local ttl = floor(d.period * 1000) + 1000
+        rcall('PEXPIRE', log, ttl)
         local keys = d.base .. '-keys'
-        rcall('ZREMRANGEBYSCORE', keys, '-inf', now - d.period)
-        rcall('ZADD', keys, now, value)
-        rcall('PEXPIRE', keys, ttl)
+        if rcall('ZADD', keys, score, value) == 1 then
+          rcall('ZREMRANGEBYSCORE', keys, '-inf', Q.int_arg(t - d.pms))
+          rcall('PEXPIRE', keys, ttl)
+        end
       end
     end
   end
@@ -268,7 +283,7 @@ Q.mod.ratelimit = function()
   C['rate.delete'] = { 'RateDelete', function(now, args)
     local scope = scope_arg(args[1])
     local name = name_arg(scope, args[2])
-    rcall('DEL', krl(scope, name))
+    rcall('DEL', krl(scope, name), krl(scope, name) .. '-log')
     if scope == 'queue' then
       rcall('HDEL', K.config, Q.mfield('rate', name))
       rcall('SREM', KP .. 'rl-queues', name)
@@ -292,18 +307,18 @@ Q.mod.ratelimit = function()
     else
       local keys = d.base .. '-keys'
       -- (read only: the keys seen in the window, at most 1000 of them looked at)
-      local values = rcall('ZRANGEBYSCORE', keys, '(' .. string.format('%.17g', now - d.period),
+      local values = rcall('ZRANGEBYSCORE', keys, '(' .. Q.int_arg(ms(now) - d.pms),
         '+inf', 'LIMIT', 0, 1000)
       out.keys = #values
       for i, value in ipairs(values) do logs[i] = d.base .. '-log:' .. value end
     end
     for _, log in ipairs(logs) do
-      local n = rcall('ZCOUNT', log, '(' .. string.format('%.17g', now - d.period), '+inf')
+      local n = rcall('ZCOUNT', log, '(' .. Q.int_arg(ms(now) - d.pms), '+inf')
       if n > out.used then out.used = n end
       if n >= d.max then
         local e = rcall('ZREVRANGEBYSCORE', log, '+inf', '-inf', 'WITHSCORES', 'LIMIT',
           d.max - 1, 1)
-        local at = (tonumber(e[2]) or now) + d.period - now
+        local at = opens(tonumber(e[2]) or ms(now), d) - now
         if at > out.next then out.next = at end
       end
     end

@@ -83,7 +83,7 @@ def test_the_window_opening_wakes_an_idle_worker_that_asks_redis_nothing_meanwhi
     time.sleep(3.0)  # the supervisor's first reap (soon after its start) is behind us
     first = q.put("tests.worker.jobs.ok", {})
     second = q.put("tests.worker.jobs.ok", {})
-    t0 = float(wait_until(lambda: ledger(qless_client.redis, "started", first), 10)[0]["t"])
+    t0 = float(wait_until(lambda: ledger(qless_client.redis, "started", first), 20)[0]["t"])
     # the worker is idle again, told the window opens 4 s after t0: count what it sends
     time.sleep(max(0.0, t0 + 0.8 - time.time()))
     before = command_calls(qless_client.redis)
@@ -92,6 +92,6 @@ def test_the_window_opening_wakes_an_idle_worker_that_asks_redis_nothing_meanwhi
     sent = {name: n - before.get(name, 0) for name, n in after.items()
             if n != before.get(name, 0) and name != "cmdstat_info"}
     assert sent == {}
-    t1 = float(wait_until(lambda: ledger(qless_client.redis, "started", second), 10)[0]["t"])
+    t1 = float(wait_until(lambda: ledger(qless_client.redis, "started", second), 20)[0]["t"])
     assert t0 + 4.0 - SLACK <= t1 <= t0 + 4.0 + LATE
     worker.quit()
