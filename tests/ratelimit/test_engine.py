@@ -136,3 +136,14 @@ def test_bad_arguments_are_refused_before_any_write(lua: Any, r: redis.Redis,
     with pytest.raises(redis.ResponseError, match=text.replace("[", r"\[").replace(".", r"\.")):
         lua("rate.set", 0, *args)
     assert r.keys("*") == []
+
+
+def test_the_audit_accepts_a_job_set_aside_for_its_window(lua: Any, r: redis.Redis) -> None:
+    from django_qless.core.audit.auditor import Auditor
+
+    lua("rate.set", 0, "queue", "q", 1, 60, "c")
+    put(lua, 81, "a1", {"c": 1})
+    put(lua, 82, "a2", {"c": 1})
+    assert pop(lua, 100) == ["a1"]
+    assert r.zscore("ql:q:q-ratelimited", "a2") is not None
+    assert [v for v in Auditor(r).run() if "a2" in v.subject] == []
