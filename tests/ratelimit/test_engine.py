@@ -7,6 +7,10 @@ from typing import Any
 import pytest
 import redis
 
+from django_qless.core.audit.auditor import Auditor
+from django_qless.core.engine.keyspace import Keyspace
+from tests.core.keyspace_mode import KEYSPACE, PREFIX
+
 __all__: list[str] = []
 
 
@@ -53,7 +57,7 @@ def test_a_keyed_limit_gives_each_key_its_own_budget(lua: Any, r: redis.Redis) -
     assert sorted(pop(lua, 100)) == ["a1", "b1", "n1"]
     # a2 waits for A's window, still `waiting`, out of the work set
     assert lua.json("get", 100, "a2")["state"] == "waiting"
-    assert r.zscore("ql:q:q-ratelimited", "a2") == pytest.approx(110, abs=0.001)
+    assert r.zscore(f"{PREFIX}q:q-ratelimited", "a2") == pytest.approx(110, abs=0.001)
     reply = lua.json("reserve", 101, "w1", 1, "q")
     assert reply["wake"] == pytest.approx(9, abs=0.001)
     status = lua.json("rate.get", 105, "queue", "q")
@@ -115,7 +119,7 @@ def test_an_idle_worker_learns_when_the_window_opens(lua: Any, events: Any,
     assert reply["jobs"] == [] and reply["wake"] == pytest.approx(29, abs=0.001)
     events()
     put(lua, 102, "j3")  # the limit is full: no hand-off, no wake-up for the idle worker
-    assert [c for c, _ in events() if c == "ql:wake:q"] == []
+    assert [c for c, _ in events() if c == f"{PREFIX}wake:q"] == []
     assert hand.jobs() == []
     assert lua.json("reserve.wait", 130, "w2", 60, 1, "q")["jobs"][0]["jid"] == "j2"
 
@@ -139,11 +143,9 @@ def test_bad_arguments_are_refused_before_any_write(lua: Any, r: redis.Redis,
 
 
 def test_the_audit_accepts_a_job_set_aside_for_its_window(lua: Any, r: redis.Redis) -> None:
-    from django_qless.core.audit.auditor import Auditor
-
     lua("rate.set", 0, "queue", "q", 1, 60, "c")
     put(lua, 81, "a1", {"c": 1})
     put(lua, 82, "a2", {"c": 1})
     assert pop(lua, 100) == ["a1"]
-    assert r.zscore("ql:q:q-ratelimited", "a2") is not None
-    assert [v for v in Auditor(r).run() if "a2" in v.subject] == []
+    assert r.zscore(f"{PREFIX}q:q-ratelimited", "a2") is not None
+    assert [v for v in Auditor(r, Keyspace(KEYSPACE)).run() if "a2" in v.subject] == []
