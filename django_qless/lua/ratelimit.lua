@@ -8,7 +8,7 @@
 --@ command rate.kinds
 --
 -- Commands (after `now`):
---   rate.set     scope name max period [key]   -> nil
+--   rate.set     scope name max period [key]   -> nil (a queue's idle workers are woken)
 --                scope: 'queue' or 'kind'; name: the queue or the job class; max: integer in
 --                [1, 100000]; period: seconds in [0.001, 2678400]; key: '' (one budget) or a
 --                dotted path into the job's data JSON object ('customer', 'kwargs.user_id'):
@@ -18,8 +18,9 @@
 --                budget of the fullest key when keyed; next: seconds until that budget opens
 --                again, 0 when it has room; keys: keys with starts in the window; limited:
 --                jobs of the queue waiting for their window, 'queue' scope only), or nil
---   rate.delete  scope name                    -> nil (jobs waiting for a window go back to
---                work when their window opens)
+--   rate.delete  scope name                    -> nil (a queue's jobs waiting for a window go
+--                back to work at once, its idle workers are woken; a kind's go back when their
+--                window opens)
 --   rate.kinds                                 -> JSON array of the job classes with a limit
 --
 -- Algorithm: a sliding-window log per budget. Each start is a member of a sorted set scored
@@ -274,6 +275,8 @@ Q.mod.ratelimit = function()
     if scope == 'queue' then
       rcall('HSET', K.config, Q.mfield('rate', name), '1')
       rcall('SADD', KP .. 'rl-queues', name)
+      -- (idle workers sleeping until the old limit's window learn the new one)
+      Q.wake(name)
     else
       rcall('SADD', KP .. 'rl-kinds', name)
     end
@@ -287,7 +290,8 @@ Q.mod.ratelimit = function()
     if scope == 'queue' then
       rcall('HDEL', K.config, Q.mfield('rate', name))
       rcall('SREM', KP .. 'rl-queues', name)
-      Q.rate_release(math.huge, name, true)
+      Q.rate_release(math.huge, name, false)
+      Q.wake(name)
     else
       rcall('SREM', KP .. 'rl-kinds', name)
     end

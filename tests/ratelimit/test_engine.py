@@ -149,3 +149,15 @@ def test_the_audit_accepts_a_job_set_aside_for_its_window(lua: Any, r: redis.Red
     assert pop(lua, 100) == ["a1"]
     assert r.zscore(f"{PREFIX}q:q-ratelimited", "a2") is not None
     assert [v for v in Auditor(r, Keyspace(KEYSPACE)).run() if "a2" in v.subject] == []
+
+
+def test_changing_a_queue_limit_wakes_its_idle_workers(lua: Any, events: Any,
+                                                       listen: Any) -> None:
+    lua("rate.set", 0, "queue", "q", 1, 3600)
+    put(lua, 81, "j1")
+    put(lua, 82, "j2")
+    assert pop(lua, 100) == ["j1"]
+    hand = listen("w2")
+    assert lua.json("reserve.wait", 101, "w2", 60, 1, "q")["jobs"] == []
+    lua("rate.set", 102, "queue", "q", 2, 3600)  # room for j2 now: handed to the idle worker
+    assert [job["jid"] for job in hand.jobs()] == ["j2"]
