@@ -9,17 +9,25 @@ job from a queue with:
 - `keyed`: a queue limit with one budget per value of the job's `customer` field (20 keys);
 - `kind`: a limit on the job class;
 
-and, with `--unlimited-only`, just `none` (run it with the engine of another tree on
-PYTHONPATH to compare unlimited pops before and after a change). `--mode fcall` calls the
-Redis 7 function library, `bundle` the per-command scripts by EVALSHA (Redis 6.2).
-Instruction counts do not depend on the machine's load.
+and, with `--unlimited-only`, just `none`. `--mode fcall` calls the Redis 7 function
+library, `bundle` the per-command scripts by EVALSHA (Redis 6.2). Instruction counts do not
+depend on the machine's load, but they vary by a percent or two from one server process to
+the next (hash seeds, allocator state).
+
+`--paired-with <tree>` compares unlimited pops by this engine and by the engine of another
+checkout of the project (Redis 7): both function libraries are loaded into one server, and
+blocks of pops by each alternate on two like queues, so the two counts share that noise.
+
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -84,6 +92,57 @@ def measure(binary: str, calls: int, mode: str, variants: tuple[str, ...]) -> di
     return {variant: totals.get(variant, 0) / calls for variant in variants}
 
 
+_LIBRARY = ("import json; from django_qless.core.engine.lua import function_name, library_text;"
+            "print(json.dumps([function_name(), library_text()]))")
+
+
+def other_library(tree: str) -> tuple[str, str]:
+    """Return (function name, library text) of the engine in checkout `tree`."""
+    out = subprocess.run([sys.executable, "-c", _LIBRARY], capture_output=True, text=True,
+                         check=True, cwd=tree, env={**os.environ, "PYTHONPATH": tree}).stdout
+    name, text = json.loads(out)
+    return str(name), str(text)
+
+
+def paired(binary: str, tree: str, calls: int, blocks: int) -> dict[str, float]:
+    """Return instructions per unlimited pop by this engine and by `tree`'s, alternating."""
+    other = other_library(tree)
+    ours = (function_name(), library_text())
+    try:
+        with callgrind_redis(binary, prefix="bench-rl-pair-") as cg:
+            r = redis.Redis(unix_socket_path=cg.sock, decode_responses=True)
+            clock = Clock(0.0001)
+            for _, text in (ours, other):
+                r.function_load(text, replace=True)
+            # (each engine its own queue and worker: like sets of like sizes)
+            engines = {"this tree": ours[0], "other tree": other[0]}
+            total = calls * blocks + 20
+            for label, fn in engines.items():
+                queue = "qa" if label == "this tree" else "qb"
+                for i in range(total):
+                    data = json.dumps({"customer": f"c{i % 20}", "n": i})
+                    r.fcall(fn, 0, "put", repr(clock()), "", queue, f"{queue}-{i}", "K", data, "0")
+                for _ in range(20):
+                    r.fcall(fn, 0, "pop", repr(clock()), queue, "w" + queue, "1")
+            # (the engine that runs first in a block pays a few percent more, whichever it
+            # is: the order alternates)
+            for block in range(blocks):
+                order = list(engines.items())
+                for label, fn in order if block % 2 == 0 else order[::-1]:
+                    queue = "qa" if label == "this tree" else "qb"
+                    cg.counting(True)
+                    for _ in range(calls):
+                        r.fcall(fn, 0, "pop", repr(clock()), queue, "w" + queue, "1")
+                    cg.counting(False)
+                    cg.control("-d", f"{label}/{block}")
+            cg.stop()
+            totals = cg.dump_totals()
+    except CallgrindError as exc:
+        raise SystemExit(str(exc)) from exc
+    return {label: sum(totals.get(f"{label}/{b}", 0) for b in range(blocks)) / (calls * blocks)
+            for label in engines}
+
+
 def report(costs: dict[str, float], emit: Callable[[str], None]) -> None:
     """Print instructions per pop and what each limit adds."""
     base = costs.get("none")
@@ -99,7 +158,16 @@ def main() -> None:
     p.add_argument("--calls", type=int, default=200)
     p.add_argument("--mode", choices=("fcall", "bundle"), default="fcall")
     p.add_argument("--unlimited-only", action="store_true")
+    p.add_argument("--paired-with", default=None, metavar="TREE",
+                   help="compare unlimited pops with the engine of this checkout")
+    p.add_argument("--blocks", type=int, default=10, help="alternations with --paired-with")
     args = p.parse_args()
+    if args.paired_with:
+        costs = paired(args.redis_server, args.paired_with, args.calls, args.blocks)
+        ours, theirs = costs["this tree"], costs["other tree"]
+        print(f"this tree:  {ours:,.0f} instructions per unlimited pop")
+        print(f"other tree: {theirs:,.0f} ({100 * (ours - theirs) / theirs:+.2f} % this tree)")
+        return
     variants = ("none",) if args.unlimited_only else VARIANTS
     report(measure(args.redis_server, args.calls, args.mode, variants), print)
 
