@@ -11,7 +11,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.test import override_settings
 
-from django_qless import job
+from django_qless import job, ratelimits
 from django_qless.clients import clients, get_client
 from django_qless.core.ratelimit import RateLimitError
 from tests.ratelimit import jobs
@@ -21,7 +21,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture(autouse=True)
 def qless_settings(redis_url: str) -> Iterator[str]:
-    """Use the flushed test database as the default alias (and forget cached clients)."""
+    """Use the flushed test database as the default alias (and forget cached clients and
+    the limits this process defined: the database is new)."""
+    ratelimits._defined.clear()
     with override_settings(QLESS={"default": {"URL": redis_url}}):
         yield redis_url
     clients.close_all()
