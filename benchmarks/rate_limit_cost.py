@@ -147,7 +147,7 @@ def report(costs: dict[str, float], emit: Callable[[str], None]) -> None:
     """Print instructions per pop and what each limit adds."""
     base = costs.get("none")
     for variant, cost in costs.items():
-        extra = f"  (+{cost - base:,.0f}, {100 * (cost - base) / base:+.1f} %)" \
+        extra = f"  ({cost - base:+,.0f}, {100 * (cost - base) / base:+.1f} %)" \
             if base and variant != "none" else ""
         emit(f"{variant:>6}: {cost:,.0f} instructions per pop{extra}")
 
