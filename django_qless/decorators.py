@@ -115,7 +115,8 @@ def _put(klass: str, data: dict[str, Any], options: JobOptions, *, delay: Delay 
     queue = client.queues[options.queue]
     assert options.jid is not None
     if options.rate_limit is not None:
-        ensure_kind_limit(client, klass, options.rate_limit, rate_path if options.rate_key else "")
+        ensure_kind_limit(client, klass, options.rate_limit,
+                          rate_path if options.rate_key else "", options.queue)
     if interval is not None:
         seconds = interval.total_seconds() if isinstance(interval, timedelta) else interval
         queue.recur(klass, data, seconds, offset=options.offset, jid=options.jid,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tests.app.test_cluster_django import local, on_cluster  # noqa: F401 (fixtures)
 from tests.cluster.conftest import cluster, rc  # noqa: F401 (fixtures)
 from tests.cluster.shard_workers import sharded, start  # noqa: F401 (fixtures)
 from tests.core.conftest import client, clock, events, lua, q  # noqa: F401 (fixtures)
