@@ -130,7 +130,13 @@ Q.mod.ratelimit = function()
     local d = def('queue', queue)
     if not d or d.key ~= '' then return count end
     local n, opening = look(d.base .. '-log', d, now)
-    if opening then state().open[queue] = opening; return 0 end
+    if opening then
+      state().open[queue] = opening
+      -- Idle workers that registered while the queue was empty never heard of this window:
+      -- a timer, so they are woken to learn it if they would otherwise sleep past it.
+      Q.note_timer(queue, opening, nil)
+      return 0
+    end
     return math.min(count, d.max - n)
   end
 

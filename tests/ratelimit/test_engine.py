@@ -118,10 +118,27 @@ def test_an_idle_worker_learns_when_the_window_opens(lua: Any, events: Any,
     reply = lua.json("reserve.wait", 101, "w2", 60, 1, "q")
     assert reply["jobs"] == [] and reply["wake"] == pytest.approx(29, abs=0.001)
     events()
-    put(lua, 102, "j3")  # the limit is full: no hand-off, no wake-up for the idle worker
-    assert [c for c, _ in events() if c == f"{PREFIX}wake:q"] == []
+    put(lua, 102, "j3")  # the limit is full: nothing handed to the idle worker
     assert hand.jobs() == []
     assert lua.json("reserve.wait", 130, "w2", 60, 1, "q")["jobs"][0]["jid"] == "j2"
+
+
+def test_an_idle_worker_that_registered_on_an_empty_queue_learns_the_window(
+        lua: Any, events: Any, listen: Any) -> None:
+    lua("rate.set", 0, "queue", "q", 1, 30)
+    put(lua, 81, "j1")
+    assert pop(lua, 100) == ["j1"]
+    hand = listen("w2")
+    # nothing waits: the worker hears of no timer and would sleep until its re-check
+    assert lua.json("reserve.wait", 101, "w2", 60, 1, "q") == {"jobs": [], "wake": 59}
+    lua("complete", 101, "j1", "w1", "q", {})
+    assert lua.json("reserve.wait", 101, "w2", 60, 1, "q") == {"jobs": [], "wake": -1}
+    events()
+    put(lua, 102, "j2")  # over the limit until 130: the idle worker must learn of it
+    assert hand.jobs() == []
+    assert [c for c, _ in events() if c == "ql:wake:q"] == ["ql:wake:q"]
+    reply = lua.json("reserve.wait", 102, "w2", 60, 1, "q")
+    assert reply["jobs"] == [] and reply["wake"] == pytest.approx(28, abs=0.001)
 
 
 @pytest.mark.parametrize(("args", "text"), [
