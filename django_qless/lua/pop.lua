@@ -207,7 +207,7 @@ Q.mod.pop = function()
       rated, kinds = Q.rate_flags(qn.rate)
       rating = rated or kinds
       if rated then
-        count = Q.rate_room(now, queue, count)
+        count = Q.rate_room(now, queue, count, lean == true)
         if count <= 0 then drop_mark(queue); return 0 end
       end
     end

@@ -125,16 +125,19 @@ Q.mod.ratelimit = function()
   end
 
   -- The unkeyed queue limit of `queue` caps how many jobs a pop may take: returns the count
-  -- allowed (0: full, its opening noted for the wake hint and the hand-off).
-  function Q.rate_room(now, queue, count)
+  -- allowed (0: full, its opening noted for the wake hint and the hand-off). `handing`: the
+  -- pop of a hand-off to an idle worker (handoff.lua).
+  function Q.rate_room(now, queue, count, handing)
     local d = def('queue', queue)
     if not d or d.key ~= '' then return count end
     local n, opening = look(d.base .. '-log', d, now)
     if opening then
       state().open[queue] = opening
       -- Idle workers that registered while the queue was empty never heard of this window:
-      -- a timer, so they are woken to learn it if they would otherwise sleep past it.
-      Q.note_timer(queue, opening, nil)
+      -- when a job arrives for them it is a timer, so they are woken to learn it if they
+      -- would otherwise sleep past it. (Not on a worker's own reserve: it learns the window
+      -- from the reply, and a wake-up would send it straight back.)
+      if handing then Q.note_timer(queue, opening, nil) end
       return 0
     end
     return math.min(count, d.max - n)

@@ -139,6 +139,8 @@ def test_an_idle_worker_that_registered_on_an_empty_queue_learns_the_window(
     assert [c for c, _ in events() if c == "ql:wake:q"] == ["ql:wake:q"]
     reply = lua.json("reserve.wait", 102, "w2", 60, 1, "q")
     assert reply["jobs"] == [] and reply["wake"] == pytest.approx(28, abs=0.001)
+    # the worker learned the window from its reply: its own call wakes nobody
+    assert [c for c, _ in events() if c == "ql:wake:q"] == []
 
 
 @pytest.mark.parametrize(("args", "text"), [
