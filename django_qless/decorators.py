@@ -31,6 +31,7 @@ from asgiref.sync import async_to_sync, sync_to_async
 from django_qless.core.client import Client
 from django_qless.core.job import Job
 from django_qless.core.queue import Queue
+from django_qless.core.ratelimit import RateLimitError
 from django_qless.core.registry import klass_name_of
 from django_qless.handle import warn_if_not_installed
 from django_qless.options import (
@@ -49,6 +50,7 @@ from django_qless.options import (
     to_json,
     unique_jid,
 )
+from django_qless.ratelimits import DATA_KEY, ensure_kind_limit, function_rate_key
 from django_qless.registry import register_job
 from django_qless.retries import RetryPriority
 from django_qless.running import RetryScheduled, eager_active, perform_function, run_eager
@@ -74,6 +76,7 @@ class _Sender:
 
     klass: str
     options: JobOptions
+    rate_path = ""  # the data path a keyed kind limit reads (JobFunction: DATA_KEY)
 
     def _send(self, data: dict[str, Any], options: JobOptions, *,
               delay: Delay | None = None, when: When | None = None,
@@ -99,7 +102,8 @@ class _Sender:
         def send() -> None:
             try:
                 handle.status = _put(self.klass, data, options, delay=delay, when=when,
-                                     interval=interval)
+                                     interval=interval,
+                                     rate_path=self.rate_path or options.rate_key or "")
             except BaseException:
                 handle.status = "error"
                 raise
@@ -110,7 +114,7 @@ class _Sender:
 
 
 def _put(klass: str, data: dict[str, Any], options: JobOptions, *, delay: Delay | None,
-         when: When | None, interval: Delay | None) -> str:
+         when: When | None, interval: Delay | None, rate_path: str = "") -> str:
     """Send one job to Redis now; return the handle status."""
     from django_qless.clients import get_client
 
@@ -119,6 +123,9 @@ def _put(klass: str, data: dict[str, Any], options: JobOptions, *, delay: Delay 
     client = get_client(options.alias).for_queue(options.queue)
     queue = client.queues[options.queue]
     assert options.jid is not None
+    if options.rate_limit is not None:
+        ensure_kind_limit(client, klass, options.rate_limit,
+                          rate_path if options.rate_key else "", options.queue)
     if interval is not None:
         seconds = interval.total_seconds() if isinstance(interval, timedelta) else interval
         queue.recur(klass, data, seconds, offset=options.offset, jid=options.jid,
@@ -184,6 +191,10 @@ class JobFunction(_Sender, Generic[P, R]):
         self.options = options
         self.klass = name or klass_name_of(func)
         self.signature = inspect.signature(func)
+        self.rate_path = DATA_KEY
+        if options.rate_key is not None and options.rate_key not in self.signature.parameters:
+            raise RateLimitError(f"{self.klass}: rate_key {options.rate_key!r} is not a "
+                                 f"parameter of the function")
         self.__wrapped__ = func
         self.__name__ = func.__name__
         self.__qualname__ = func.__qualname__
@@ -207,7 +218,11 @@ class JobFunction(_Sender, Generic[P, R]):
 
     def _data(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         out_args, out_kwargs = encode_arguments(self.klass, self.signature, args, kwargs)
-        return {"args": out_args, "kwargs": out_kwargs}
+        data: dict[str, Any] = {"args": out_args, "kwargs": out_kwargs}
+        if self.options.rate_key is not None:
+            data[DATA_KEY] = function_rate_key(self.klass, self.signature,
+                                               self.options.rate_key, args, kwargs)
+        return data
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
         """Put a job running this function with these arguments."""
@@ -386,8 +401,8 @@ def job(*, queue: str = ..., priority: int = ..., tags: Iterable[str] = ...,
         retry_on: Iterable[type[BaseException]] | type[BaseException] | None = ...,
         backoff: Backoff | float | None = ..., retry_priority: RetryPriority | None = ...,
         track: bool = ..., name: str | None = ..., cron: str = ..., timezone: str = ...,
-        missed: str = ..., catchup: int = ..., grace: int = ...,
-        **options: Any) -> _JobDecorator: ...
+        missed: str = ..., catchup: int = ..., grace: int = ..., rate_limit: str | None = ...,
+        rate_key: str | None = ..., **options: Any) -> _JobDecorator: ...
 
 
 def job(target: Any = None, /, *, name: str | None = None, **options: Any) -> Any:

@@ -132,6 +132,33 @@ class QueueSettingsForm(forms.Form):
                   "limit).")
 
 
+class QueueRateLimitForm(forms.Form):
+    """A queue's rate limit: N jobs started per period, optionally one budget per key."""
+
+    rate = forms.CharField(
+        max_length=32, required=False, label="Rate limit",
+        help_text="At most this many of the queue's jobs start per period, across all workers: "
+                  "'100/m', '10/s', '1000/h', '5/30s'. Blank removes the limit.")
+    key = forms.CharField(
+        max_length=128, required=False, label="Per key",
+        help_text="Optional: a dotted path into the job data ('customer', 'kwargs.user_id'); "
+                  "each value gets its own budget.")
+
+    def clean(self) -> dict[str, Any]:
+        from django_qless.core.ratelimit import RateLimitError, check_key, parse_rate
+
+        cleaned = super().clean() or {}
+        rate, key = (cleaned.get("rate") or "").strip(), (cleaned.get("key") or "").strip()
+        try:
+            cleaned["rate"] = parse_rate(rate) if rate else None
+            cleaned["key"] = check_key(key) or None
+        except RateLimitError as exc:
+            raise ValidationError(str(exc)) from None
+        if key and not rate:
+            raise ValidationError("A key needs a rate: set both, or clear the rate.")
+        return cleaned
+
+
 class StatsDateForm(forms.Form):
     """Pick the day whose statistics a queue page shows."""
 

@@ -23,6 +23,7 @@ from django_qless.conf import get_settings
 from django_qless.core.exceptions import InvalidArgument
 from django_qless.errors import InvalidJobArgument, JobFailedError, ResultNotReady
 from django_qless.handle import RESULT_KEY, JobHandle, dispatch
+from django_qless.ratelimits import check_rate_options
 from django_qless.retries import Backoff, RetryPolicy
 
 __all__ = [
@@ -70,6 +71,8 @@ class JobOptions:
     track: bool = False
     offset: float = 0.0
     backlog: int = 1  # at most backlog + 1 catch-up children after an outage (0 = unlimited)
+    rate_limit: str | None = None  # e.g. "10/s": a limit on this job kind (ratelimits.py)
+    rate_key: str | None = None  # one budget per value: a parameter name, or a data path
     retry: RetryPolicy | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -92,6 +95,7 @@ class JobOptions:
                              f"not {self.commit_mode!r}")
         if isinstance(self.delay, timedelta):
             object.__setattr__(self, "delay", self.delay.total_seconds())
+        check_rate_options(self.rate_limit, self.rate_key)
 
     def merge(self, changes: Mapping[str, Any]) -> JobOptions:
         """Return a copy with ``changes`` applied (unknown names raise TypeError)."""

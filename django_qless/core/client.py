@@ -23,6 +23,7 @@ from .flows import Flows
 from .hotpath import WorkerCalls
 from .jobs import Jobs
 from .queues import Queues
+from .ratelimit import RateLimits
 from .serialization import (
     check_jid,
     check_worker,
@@ -118,6 +119,7 @@ class Client:
         self.workers = Workers(self)
         self.config = Config(self)
         self.throttles = Throttles(self)
+        self.rate_limits = RateLimits(self)
         self.tags = Tags(self)
         self.flows = Flows(self)
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, overload
 
 from . import integrations
 from .job import Job
+from .ratelimit import RateLimit, RateLimitStatus
 from .routing import check_dependencies, check_throttle_homes
 from .serialization import (
     MAX_INTERVAL,
@@ -367,6 +368,18 @@ class Queue:
     def set_throttle(self, maximum: int) -> None:
         """Cap this queue's running jobs through its own throttle (0 = unlimited)."""
         self.client.call("queue.throttle.set", self.name, check_int("maximum", maximum, 0))
+
+    def set_rate_limit(self, rate: str | RateLimit, *, key: str | None = None) -> RateLimit:
+        """Start at most `rate` ("100/m") of this queue's jobs, one budget per `key` value."""
+        return self.client.rate_limits.set("queue", self.name, rate, key=key)
+
+    def rate_limit(self) -> RateLimitStatus | None:
+        """Return this queue's rate limit and its use now (None: no limit)."""
+        return self.client.rate_limits.get("queue", self.name)
+
+    def clear_rate_limit(self) -> None:
+        """Remove this queue's rate limit (jobs waiting for a window go back to work)."""
+        self.client.rate_limits.delete("queue", self.name)
 
     def unfail(self, group: str, count: int = 25) -> int:
         """Move up to `count` of the oldest failed jobs of `group` into this queue."""

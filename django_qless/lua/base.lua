@@ -42,7 +42,7 @@ Q.ctx = ctx
 function Q.begin(op, now, now_text, prefix)
   if prefix ~= KP then KP, K = prefix, keyspace(prefix) end
   ctx.op, ctx.now, ctx.now_text = op, now, now_text
-  ctx.cfgv, ctx.worker_seen, ctx.qth, ctx.due = nil, nil, nil, nil
+  ctx.cfgv, ctx.worker_seen, ctx.qth, ctx.due, ctx.rl = nil, nil, nil, nil, nil
   if ctx.woken_list[1] then
     ctx.woken = {}
     ctx.woken_list = {}
@@ -120,7 +120,7 @@ function Q.qn(queue)
   if K.nq >= 256 then names_by_queue, K.nq = {}, 0; K.qn = names_by_queue end
   n = { work = KP .. 'q:' .. queue .. '-work', locks = KP .. 'q:' .. queue .. '-locks',
     heartbeat = queue .. '-heartbeat', maxc = queue .. '-max-concurrency',
-    due = '#due:' .. queue, throttle = '#throttle:' .. queue }
+    due = '#due:' .. queue, throttle = '#throttle:' .. queue, rate = '#rate:' .. queue }
   names_by_queue[queue] = n
   K.nq = K.nq + 1
   return n

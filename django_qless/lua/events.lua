@@ -103,7 +103,8 @@ function Q.flush_wake(now)
       if ctx.woken_list == list then ctx.woken, ctx.woken_list = {}, {} end
       Q.need(HANDOFF_MODS)
       Q.hand_off(now, queue, idle)
-      ready = rcall('ZCARD', Q.kq(queue, 'work')) > 0
+      -- (a queue whose rate limit is full has nothing ready, whatever waits in it)
+      ready = not (ctx.rl and ctx.rl.open[queue]) and rcall('ZCARD', Q.kq(queue, 'work')) > 0
     end
     if ready then
       dirty = true
@@ -170,7 +171,7 @@ function Q.flush_timers(now, sent)
         news = soonest ~= nil and tonumber(soonest) > lock[queue]
       end
       if news then
-        for _, kind in ipairs({ 'locks', 'recur', 'scheduled' }) do
+        for _, kind in ipairs({ 'locks', 'recur', 'scheduled', 'ratelimited' }) do
           local head = tonumber(rcall('ZRANGE', Q.kq(queue, kind), 0, 0, 'WITHSCORES')[2])
           if head and head < first[queue] then news = false; break end
         end

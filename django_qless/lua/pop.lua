@@ -17,6 +17,7 @@
 --
 -- Keys:
 --   ql:q:<queue>-work|locks|scheduled|depends|recur|throttled  zset (ZRANGE*, ZADD, ZREM, ZCARD, ZCOUNT)
+--   ql:q:<queue>-ratelimited, ql:rl:*   jobs over a rate limit, the limits (ratelimit.lua)
 --   ql:j:<jid>                 hash  (HMGET, HSET, HDEL)
 --   ql:j:<jid>-history         list  (via Q.history)
 --   ql:paused_queues           set   (SISMEMBER, SADD, SREM)
@@ -29,7 +30,7 @@
 --   ql:f:<group>               list  (LRANGE, LLEN, LTRIM)
 --   ql:s:stats|wait|run:<day>:<queue>  hash (HMGET, HINCRBY, via Q.sample)
 --   ql:config                  hash  (HMGET of the queue's options and of the hidden fields
---                                    #throttle:<q>, #due:<q>, #marks; HSET of them)
+--                                    #throttle:<q>, #due:<q>, #rate, #marks; HSET of them)
 --   ql:th:ql:q:<queue>         hash  (EXISTS: is there a queue throttle)
 --   channels: ql:log, ql:w:<worker>, ql:popped, ql:stalled, ql:failed, ql:wake:<queue>
 
@@ -98,6 +99,7 @@ Q.mod.pop = function()
       if first ~= 0 or completing then
         table.insert(names, 'heartbeat'); table.insert(names, 'grace-period')
         table.insert(names, 'max-job-history'); table.insert(names, '#idle-ttl')
+        table.insert(names, '#rate')
       end
       if completing then
         table.insert(names, 'jobs-history'); table.insert(names, 'jobs-history-count')
@@ -193,6 +195,23 @@ Q.mod.pop = function()
       count = math.min(count, math.max(0, maxc - running))
       if count <= 0 then drop_mark(queue); return 0 end
     end
+    -- Rate limits (ratelimit.lua: a module, loaded only in a keyspace where a limit is set,
+    -- '#rate'): the queue's own caps the count; a job over any limit waits out of the work
+    -- set for its window.
+    local rating = ctx.cfgv['#rate']
+    if rating == nil then rating = Q.cfgraw('#rate') end
+    local kinds = false
+    if rating then
+      Q.need('ratelimit')
+      local rated
+      rated, kinds = Q.rate_flags(qn.rate)
+      rating = rated or kinds
+      if rated then
+        count = Q.rate_room(now, queue, count, lean == true)
+        if count <= 0 then drop_mark(queue); return 0 end
+      end
+    end
+    local parked, nparked = nil, 0  -- (the earliest window of the jobs parked, how many)
     local selected = {}
     if heads and heads[1] <= now then invalidate(now, queue, count, selected) end
     local want = count - #selected
@@ -200,6 +219,7 @@ Q.mod.pop = function()
     if want > 0 then
       if heads and heads[2] <= now then Q.need('spawn'); Q.spawn(now, queue, want, false) end
       if heads and heads[3] <= now then Q.promote(now, queue, want, false) end
+      if heads and heads[4] <= now then Q.need('ratelimit'); Q.rate_release(now, queue, false) end
       -- ZPOPMAX takes the highest scores first, ties in reverse member order: exactly
       -- ZREVRANGE + ZREM of what we examine (ghosts and throttled jobs leave work too).
       local work = qn.work
@@ -214,7 +234,15 @@ Q.mod.pop = function()
         for _, jid in ipairs(jids) do
           examined = examined + 1
           local h = Q.read_pop(jid)
-          if h then
+          local opening, budgets = nil, nil
+          if h and rating then opening, budgets = Q.rate_check(h, queue, kinds, now) end
+          if opening then
+            Q.rate_park(jid, queue, opening)
+            if not parked or opening < parked then parked = opening end
+            -- (jobs parked cost the count nothing, up to a bound per call)
+            nparked = nparked + 1
+            if nparked <= 100 then budget = budget + 1 end
+          elseif h then
             -- (no throttles of its own and no queue throttle: nothing to ask, no call)
             local tids = NO_TIDS
             if h.throttles or ctx.qth[queue] then
@@ -227,12 +255,18 @@ Q.mod.pop = function()
               Q.throttle_job(jid, queue, full, now)
             else
               if #tids > 0 then h.held = cjson.encode(tids) end
+              if budgets then Q.rate_take(jid, budgets, now) end
               table.insert(selected, { jid, h })
               want = want - 1
             end
           end
         end
         if #jids < asked then drained = true; break end
+      end
+      if nparked > 0 then
+        Q.note_timer(queue, parked, nil)
+        -- (stopped with work left: the queue is due again at once)
+        if not drained and want > 0 then Q.rate_busy(queue) end
       end
     end
     local taken = 0
@@ -294,8 +328,9 @@ Q.mod.pop = function()
     if heads then
       -- The heads read before this pop stay lower bounds (it only removed or raised entries);
       -- anything left over because of count limits keeps the bound <= now: rescan next pop.
-      newdue = math.min(now + Q.HORIZON, heads[1], heads[2], heads[3])
+      newdue = math.min(now + Q.HORIZON, heads[1], heads[2], heads[3], heads[4])
     end
+    if parked and parked < newdue then newdue = parked end
     if taken > 0 then
       if expires < newdue then newdue = expires end
       -- News to idle workers? Only if a registration may outlast the lock by its grace
@@ -310,9 +345,10 @@ Q.mod.pop = function()
     if drained and due > now then
       local at = nil
       if heads then
-        at = math.min(heads[1], heads[2], heads[3])
+        at = math.min(heads[1], heads[2], heads[3], heads[4])
         if taken > 0 and expires < at then at = expires end
       end
+      if at and parked and parked < at then at = parked end
       set_mark(queue, due, at)
     else
       drop_mark(queue)

@@ -1,19 +1,23 @@
--- timers.lua: the timers of a queue: the heads of its locks, recurring and scheduled sets,
--- and the promotion of due scheduled jobs to its work set.
+-- timers.lua: the timers of a queue: the heads of its locks, recurring, scheduled and
+-- rate-limited sets (ratelimit.lua), and the promotion of due scheduled jobs to its work set.
 --
 -- Commands: none (helpers only).
 -- Keys:
---   ql:q:<queue>-locks|recur|scheduled  zset (ZRANGE 0 0 WITHSCORES, ZRANGEBYSCORE, ZREM)
+--   ql:q:<queue>-locks|recur|scheduled|ratelimited  zset (ZRANGE 0 0 WITHSCORES,
+--                              ZRANGEBYSCORE, ZREM)
 --   ql:q:<queue>-work          zset  (ZADD of promoted jobs)
 --   ql:j:<jid>                 hash  (HMGET state priority, HSET state)
 
 Q.mod.timers = function()
   local rcall = Q.rcall
 
-  -- Lowest score of a queue's locks, recurring and scheduled sets (math.huge when empty).
+  -- Lowest score of a queue's locks, recurring, scheduled and rate-limited sets (math.huge
+  -- when empty).
+  local KINDS = { 'locks', 'recur', 'scheduled', 'ratelimited' }
+  Q.TIMER_KINDS = KINDS
   function Q.timer_heads(queue)
     local out = {}
-    for i, kind in ipairs({ 'locks', 'recur', 'scheduled' }) do
+    for i, kind in ipairs(KINDS) do
       local first = rcall('ZRANGE', Q.kq(queue, kind), 0, 0, 'WITHSCORES')
       out[i] = tonumber(first[2]) or math.huge
     end

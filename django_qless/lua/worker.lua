@@ -88,14 +88,19 @@ Q.mod.worker = function()
         if not m.at then
           Q.need('timers')
           local heads = Q.timer_heads(queue)
-          m.at = math.min(heads[1], heads[2], heads[3])
+          m.at = math.min(heads[1], heads[2], heads[3], heads[4])
         end
         if m.at < best then best = m.at end
       -- (a queue with a `#due` noted by this call's pop passed its pause check already)
       elseif (ctx.due and ctx.due[queue]) or rcall('SISMEMBER', K.paused_queues, queue) == 0 then
         Q.need('timers')  -- (a module, as in Q.pop_queue)
         local heads = Q.timer_heads(queue)
-        local exact = math.min(heads[1], heads[2], heads[3])
+        local exact = math.min(heads[1], heads[2], heads[3], heads[4])
+        -- (a full rate limit opens at a time no set holds: ratelimit.lua)
+        local opens = ctx.rl and Q.rate_due(queue)
+        if opens and opens < exact and rcall('EXISTS', Q.qn(queue).work) == 1 then
+          exact = math.max(opens, now)
+        end
         local bound = math.min(exact, now + Q.HORIZON)
         -- The stored bound stays if it is still one (ahead of now, not past the earliest
         -- timer): an idle reserve over many empty queues writes nothing.

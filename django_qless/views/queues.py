@@ -19,6 +19,7 @@ from django_qless.views.base import (
     redirect_back,
     render_page,
 )
+from django_qless.views.rate_limits import rate_limit_context
 from django_qless.views.shards import queue_client
 
 __all__ = ["queue_detail", "queue_pause", "queue_settings", "queue_tab", "queue_unpause"]
@@ -69,6 +70,7 @@ def queue_detail(request: HttpRequest, name: str) -> HttpResponse:
         "tabs": _tabs(request, name, counts), "settings_form": settings_form,
         "queue_shard": client.shard,
     }
+    context.update(rate_limit_context(queue))
     return render_page(request, "django_qless/queue.html", context, title=f"Queue {name}",
                        crumbs=[(name, None)])
 

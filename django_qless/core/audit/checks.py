@@ -91,6 +91,8 @@ def check_jobs(a: Auditor) -> None:
             if queue:
                 for kind in QUEUE_KINDS:
                     probe(kind, a.key(f"q:{queue}-{kind}"))
+                if state == "waiting":  # (or set aside for its rate limit's window)
+                    probe("ratelimited", a.key(f"q:{queue}-ratelimited"))
             worker = h.get("worker", "")
             if state == "running" and worker:
                 probe("wset", a.key(f"w:{worker}:jobs"))
@@ -126,8 +128,11 @@ def judge_job(a: Auditor, jid: str, h: dict[str, str], got: list[tuple[str, str,
     """Apply the per-job rules to one job and its probe results."""
     state, queue, worker = h["state"], h.get("queue", ""), h.get("worker", "")
     res = {label: value for label, _, value in got if label in (*QUEUE_KINDS, "wset", "fpos",
-                                                                 "completed", "deps", "tracked")}
+                                                                 "completed", "deps", "tracked",
+                                                                 "ratelimited")}
     expected = STATE_INDEX.get(state)
+    if state == "waiting" and res.get("ratelimited") is not None and res.get("work") is None:
+        expected = None  # set aside until its rate limit's window opens (ratelimit.lua)
     if expected and not queue:
         a.add("index.missing", jid, f"state {state} but no queue", fixable=False)
     if queue:

@@ -41,6 +41,7 @@ MANIFEST: tuple[str, ...] = (
     "recur.lua",
     "cron.lua",
     "timers.lua",
+    "ratelimit.lua",
     "queuescan.lua",
     "lapse.lua",
     "pop.lua",

@@ -127,6 +127,17 @@ def add_arguments(parser: CommandParser) -> None:
     schedules.add_argument("--sync", action="store_true",
                            help="register the declared schedules, remove undeclared ones")
     schedules.add_argument("--run", metavar="NAME", default=None, help="run one now")
+    rate = sub.add_parser("rate-limit", help="a queue's or job kind's rate limit "
+                                            "(get/set/clear)")
+    rate.add_argument("op", choices=("get", "set", "clear"))
+    rate.add_argument("name", help="the queue (or the job class, with --kind)")
+    rate.add_argument("rate", nargs="?", help="N per period: 100/m, 10/s, 1000/h, 5/30s")
+    rate.add_argument("--key", default=None,
+                      help="one budget per value of this dotted path into the job data")
+    rate.add_argument("--kind", action="store_true",
+                      help="NAME is a job class: limit that kind of job")
+    rate.add_argument("--queue", default=None,
+                      help="with --kind on a sharded alias: the shard of this queue")
     move_queue = sub.add_parser("move-queue", help="move a queue to another shard online")
     move_queue.add_argument("queue")
     move_queue.add_argument("shard", help="the target shard: index, s<i> or tag")

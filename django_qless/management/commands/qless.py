@@ -2,6 +2,7 @@
 
 Actions: put, get, list, cancel, retry, move, priority, track, untrack, failed, stats,
 config (get/set/unset), pause, unpause, throttle (get/set), schedules (list, --sync, --run),
+rate-limit (get/set/clear),
 move-queue (to another shard).
 
 On a sharded alias every queue action goes to the queue's shard, a jid is looked up in every
@@ -12,7 +13,7 @@ changes apply to every shard.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
@@ -398,6 +399,42 @@ class Command(BaseCommand):
             info["shard"] = client.shard
             where = f" (shard {client.shard})"
         self.emit(info, f"{o['tid']}: maximum={info.get('maximum')} ttl={info.get('ttl')}{where}")
+
+    def do_rate_limit(self) -> None:
+        from django_qless.core.serialization import check_name
+
+        o = self.options
+        scope: Literal["queue", "kind"] = "kind" if o["kind"] else "queue"
+        if scope == "queue":
+            check_name("queue", o["name"])
+            client = self.client(o["name"])
+        elif o["queue"] is not None:
+            check_name("queue", o["queue"])
+            client = self.client(o["queue"])
+        else:
+            shards = self.shards()
+            if len(shards) > 1:
+                raise CommandError("rate-limit --kind on a sharded alias needs --queue: a kind's "
+                                   "limit counts the jobs of one shard")
+            client = shards[0]
+        limits = client.rate_limits
+        if o["op"] == "set":
+            if o["rate"] is None:
+                raise CommandError("rate-limit set needs NAME RATE (like 100/m)")
+            limits.set(scope, o["name"], o["rate"], key=o["key"])
+        elif o["op"] == "clear":
+            limits.delete(scope, o["name"])
+        status = limits.get(scope, o["name"])
+        if status is None:
+            self.emit({"scope": scope, "name": o["name"], "rate": None},
+                      f"{scope} {o['name']}: no rate limit")
+            return
+        info = {"scope": scope, "name": o["name"], "rate": status.rate, "key": status.key,
+                "used": status.used, "opens_in": status.opens_in, "keys": status.keys,
+                "limited": status.limited}
+        per = f" per {status.key}" if status.key else ""
+        self.emit(info, f"{scope} {o['name']}: {status.rate}{per}, {status.used} of "
+                        f"{status.limit} used in the window, {status.limited} waiting")
 
     def do_move_queue(self) -> None:
         from django_qless.core.cluster.queue_move import QueueMove
