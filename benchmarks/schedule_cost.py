@@ -29,7 +29,7 @@ import redis  # noqa: E402
 from callgrind_redis import CallgrindRedis, callgrind_redis  # noqa: E402
 
 from django_qless.core import Client  # noqa: E402
-from django_qless.core.schedules import Schedules  # noqa: E402
+from django_qless.core.scheduling.schedules import Schedules  # noqa: E402
 from testservers.redis_server import RedisServer, find_redis_server  # noqa: E402
 
 KLASS = "bench.noop"

@@ -31,8 +31,8 @@ from asgiref.sync import async_to_sync, sync_to_async
 from django_qless.core.client import Client
 from django_qless.core.job import Job
 from django_qless.core.queue import Queue
-from django_qless.core.ratelimit import RateLimitError
 from django_qless.core.registry import klass_name_of
+from django_qless.core.scheduling.ratelimit import RateLimitError
 from django_qless.handle import warn_if_not_installed
 from django_qless.options import (
     ACTIVE_STATES,

@@ -145,7 +145,7 @@ class QueueRateLimitForm(forms.Form):
                   "each value gets its own budget.")
 
     def clean(self) -> dict[str, Any]:
-        from django_qless.core.ratelimit import RateLimitError, check_key, parse_rate
+        from django_qless.core.scheduling.ratelimit import RateLimitError, check_key, parse_rate
 
         cleaned = super().clean() or {}
         rate, key = (cleaned.get("rate") or "").strip(), (cleaned.get("key") or "").strip()

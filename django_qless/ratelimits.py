@@ -18,7 +18,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from django_qless.core.ratelimit import RateLimitError, check_key, parse_rate
+from django_qless.core.scheduling.ratelimit import RateLimitError, check_key, parse_rate
 
 __all__ = ["DATA_KEY", "check_home", "check_rate_options", "ensure_kind_limit",
            "function_rate_key", "home_id"]

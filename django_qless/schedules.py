@@ -17,9 +17,9 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
-from django_qless.core.cron import check_cron, check_timezone
 from django_qless.core.exceptions import InvalidArgument
-from django_qless.core.schedules import MISSED, CronSchedule, SyncReport
+from django_qless.core.scheduling.cron import check_cron, check_timezone
+from django_qless.core.scheduling.schedules import MISSED, CronSchedule, SyncReport
 
 __all__ = ["CRON_OPTIONS", "declare", "declared_schedules", "pop_cron_options",
            "schedule_name", "schedule_rows", "sync_schedules"]

@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "django_qless"
 # Where a bare file name in a guide may live (the guide says which layer it is in).
 BASES = [ROOT, PACKAGE, PACKAGE / "core", PACKAGE / "core" / "workers", PACKAGE / "lua",
+         PACKAGE / "core" / "integrations",
          PACKAGE / "management" / "commands"]
 GUIDES = ["docs/architecture.md", "docs/client-api.md"]
 CODE = re.compile(r"`([^`\s]+)`")

@@ -23,7 +23,7 @@ from .flows import Flows
 from .hotpath import WorkerCalls
 from .jobs import Jobs
 from .queues import Queues
-from .ratelimit import RateLimits
+from .scheduling.ratelimit import RateLimits
 from .serialization import (
     check_jid,
     check_worker,
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from .job import Job
     from .recurring import RecurringJob
     from .routing import Router
-    from .schedules import Schedules
+    from .scheduling.schedules import Schedules
 
 __all__ = ["Client"]
 
@@ -129,7 +129,7 @@ class Client:
     @property
     def schedules(self) -> Schedules:
         """Return the cron schedules of this deployment."""
-        from .schedules import Schedules
+        from .scheduling.schedules import Schedules
 
         return Schedules(self)
 

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import redis
 
 from .engine.deferred import DeferredCall
+from .engine.worker_reply import decode_worker_reply
 from .exceptions import InvalidArgument, QlessConnectionError, QlessError, error_from_reply
 from .job import Job
 from .serialization import as_list, check_int, check_name, check_number, check_worker, num
-from .worker_reply import decode_worker_reply
 
 if TYPE_CHECKING:
     from .client import Client

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any, overload
 
 from . import integrations
 from .job import Job
-from .ratelimit import RateLimit, RateLimitStatus
 from .routing import check_dependencies, check_throttle_homes
+from .scheduling.ratelimit import RateLimit, RateLimitStatus
 from .serialization import (
     MAX_INTERVAL,
     PRIORITY_MAX,

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from .client import Client
     from .job import Job
     from .recurring import RecurringJob
-    from .schedules import Schedules
+    from .scheduling.schedules import Schedules
 
 __all__ = ["AnyJob", "QlessClient"]
 

@@ -27,7 +27,7 @@ local K = { config = 'ql:config', queues = 'ql:queues', completed = 'ql:complete
 local DEFAULT_K = K
 -- The shards' tables (made on the first shard call: nothing to allocate for the default).
 -- At most MAX_KEYSPACES, then all are dropped and made again as calls come: as many as the
--- shard tags a deployment can have (core/placement.py), since one cluster primary may hold
+-- shard tags a deployment can have (core/cluster/placement.py), since one cluster primary may hold
 -- every shard, and calls alternating over more keyspaces than the bound would drop every
 -- table (its name caches and memos) again and again.
 local keyspaces, nkeyspaces = nil, 0

@@ -142,7 +142,7 @@ Q.mod.samples = function()
   -- past them is written out at once; so is a call's generation when all of them together
   -- hold more than MAX_HELD samples or MAX_HELD_HASHES hashes (a few MB of Lua memory at
   -- most). At most MAX_GENS generations: as many as the shard tags a deployment can have
-  -- (core/placement.py), since one cluster primary may hold every shard and each live shard
+  -- (core/cluster/placement.py), since one cluster primary may hold every shard and each live shard
   -- must keep its samples until its next call.
   local GEN = '#marks'
   local MAX_HASHES, MAX_SAMPLES, MAX_GENS = 256, 8192, 1024

@@ -45,7 +45,7 @@ def test_a_limited_queue_on_a_shard_drains_at_the_limited_rate(
 @pytest.mark.django_db(transaction=True)
 def test_a_kind_limit_has_a_home_shard_and_refuses_jobs_of_another(on_cluster: Any) -> None:
     from django_qless.clients import get_client
-    from django_qless.core.ratelimit import RateLimitError
+    from django_qless.core.scheduling.ratelimit import RateLimitError
     from tests.ratelimit import jobs
 
     ratelimits._defined.clear()

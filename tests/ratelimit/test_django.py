@@ -13,7 +13,7 @@ from django.test import override_settings
 
 from django_qless import job, ratelimits
 from django_qless.clients import clients, get_client
-from django_qless.core.ratelimit import RateLimitError
+from django_qless.core.scheduling.ratelimit import RateLimitError
 from tests.ratelimit import jobs
 
 pytestmark = pytest.mark.django_db(transaction=True)

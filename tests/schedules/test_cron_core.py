@@ -10,7 +10,7 @@ import redis
 
 from django_qless.core.client import Client
 from django_qless.core.exceptions import InvalidArgument, QlessError
-from django_qless.core.schedules import TICKS, CronSchedule, keep_schedules
+from django_qless.core.scheduling.schedules import TICKS, CronSchedule, keep_schedules
 from tests.schedules.conftest import Clock, drain
 
 __all__: list[str] = []

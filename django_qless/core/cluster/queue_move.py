@@ -24,7 +24,7 @@ from typing import Any
 from ..client import Client
 from ..exceptions import JobExists, QlessError
 from ..job import Job
-from ..schedules import move_schedule
+from ..scheduling.schedules import move_schedule
 from ..serialization import as_list, carry_options, num, put_options
 from .placement import check_queue
 from .sharded import ShardedClient

@@ -35,7 +35,7 @@ from .shard_channel import ShardChannel, open_shard_channel
 from .transport import ClusterTransport
 
 if TYPE_CHECKING:
-    from ..schedules import Schedules
+    from ..scheduling.schedules import Schedules
 
 __all__ = ["ShardedClient"]
 
@@ -84,7 +84,7 @@ class ShardedClient:
     @property
     def schedules(self) -> Schedules:
         """Return the cron schedules of this deployment (each in its queue's shard)."""
-        from ..schedules import Schedules
+        from ..scheduling.schedules import Schedules
 
         return Schedules(self)
 

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from django_qless.core.schedules import keep_schedules
+from django_qless.core.scheduling.schedules import keep_schedules
 
 if TYPE_CHECKING:
     from django_qless.core.workers.shards import Deployment

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .exceptions import InvalidArgument
-from .serialization import check_jid, new_jid
+from ..exceptions import InvalidArgument
+from ..serialization import check_jid, new_jid
 
 __all__ = [
     "FLOW_KEY", "MAX_MEMBERS", "STEP_OPTIONS", "Chain", "Group", "Node", "Placed", "Step",

@@ -21,9 +21,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import integrations
-from .exceptions import InvalidArgument, QlessError
-from .flow_shapes import (
+from .. import integrations
+from ..exceptions import InvalidArgument, QlessError
+from ..put_many import check_utf8
+from ..serialization import check_klass, check_name
+from .shapes import (
     FLOW_KEY,
     MAX_MEMBERS,
     STEP_OPTIONS,
@@ -39,12 +41,10 @@ from .flow_shapes import (
     new_flow_id,
     plan,
 )
-from .put_many import check_utf8
-from .serialization import check_klass, check_name
 
 if TYPE_CHECKING:
-    from .client import Client
-    from .job import Job
+    from ..client import Client
+    from ..job import Job
 
 __all__ = [
     "FLOW_KEY", "MAX_MEMBERS", "RESULT_KEY", "Chain", "FlowMember", "FlowState", "Flows",

@@ -15,7 +15,7 @@ import math
 import re
 from typing import Any
 
-from .exceptions import QlessError
+from ..exceptions import QlessError
 
 __all__ = ["REPLY_SHAPE", "decode_worker_reply"]
 

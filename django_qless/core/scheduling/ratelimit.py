@@ -12,11 +12,11 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from .exceptions import InvalidArgument
-from .serialization import check_text
+from ..exceptions import InvalidArgument
+from ..serialization import check_text
 
 if TYPE_CHECKING:
-    from .client import Client
+    from ..client import Client
 
 __all__ = [
     "RateLimit",

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from .exceptions import InvalidArgument
+from ..exceptions import InvalidArgument
 
 __all__ = ["check_cron", "check_timezone", "due_ticks", "next_ticks"]
 

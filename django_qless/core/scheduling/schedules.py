@@ -17,9 +17,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .cron import check_cron, check_timezone, due_ticks, next_ticks
-from .exceptions import InvalidArgument
-from .serialization import (
+from ..exceptions import InvalidArgument
+from ..serialization import (
     PRIORITY_MAX,
     PRIORITY_MIN,
     check_int,
@@ -31,9 +30,10 @@ from .serialization import (
     dumps,
     dumps_data,
 )
+from .cron import check_cron, check_timezone, due_ticks, next_ticks
 
 if TYPE_CHECKING:
-    from .client import Client
+    from ..client import Client
 
 __all__ = ["MISSED", "CronSchedule", "ScheduleState", "Schedules", "SyncReport",
            "keep_schedules", "move_schedule"]

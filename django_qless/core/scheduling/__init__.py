@@ -1,0 +1,1 @@
+"""Time in the engine: cron schedules and rate limits."""
