@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, overload
 from . import integrations
 from .job import Job
 from .put_many import put_many
+from .queue_admin import EmptyCursor, EmptyStep, QueueContents, count_contents, empty_step
 from .routing import check_dependencies, check_throttle_homes
 from .serialization import (
     MAX_INTERVAL,
@@ -372,6 +373,15 @@ class Queue:
         check_text("group", group, 256)
         return int(self.client.call("unfail", self.name, group,
                                     check_int("count", count, 0, 500)))
+
+    def empty(self, batch: int = 500, cursor: EmptyCursor | None = None) -> EmptyStep:
+        """Cancel up to `batch` of the queue's jobs (and recurring templates, and its failed
+        jobs); call again with the returned ``cursor`` until ``done`` (core/queue_admin.py)."""
+        return empty_step(self.client, self.name, batch=batch, cursor=cursor)
+
+    def contents(self) -> QueueContents:
+        """Count what `empty` would remove, by state (failed jobs read from their groups)."""
+        return count_contents(self.client, self.name)
 
     def forget(self) -> None:
         """Hide the queue from the queue list (its jobs are untouched)."""
