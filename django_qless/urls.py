@@ -22,6 +22,7 @@ from django_qless.views import (
     live,
     metrics,
     overview,
+    queue_empty,
     queues,
     recurring,
     schedules,
@@ -120,6 +121,14 @@ def get_urlpatterns(wrap: Callable[[Any], Any] | None = None) -> list[URLPattern
         page("bulk/jobs/", bulk.jobs_bulk, "jobs_bulk"),
         page("failed/retry-all/", failed.failed_retry_all, "failed_retry_all"),
         *_console_patterns(page, token),
+        *_operator_patterns(page),
+    ]
+
+
+def _operator_patterns(page: Callable[..., URLPattern]) -> list[URLPattern]:
+    """Operator's tools: empty or delete a queue with jobs."""
+    return [
+        page("queues/<qless_queue:name>/empty/", queue_empty.queue_empty, "queue_empty"),
     ]
 
 
