@@ -14,6 +14,7 @@ from django.urls import URLPattern, path, register_converter
 from django_qless.views import (
     api,
     bulk,
+    bulk_all,
     completed,
     engine_config,
     failed,
@@ -126,8 +127,9 @@ def get_urlpatterns(wrap: Callable[[Any], Any] | None = None) -> list[URLPattern
 
 
 def _operator_patterns(page: Callable[..., URLPattern]) -> list[URLPattern]:
-    """Operator's tools: empty or delete a queue with jobs."""
+    """Operator's tools: empty or delete a queue with jobs, act on all matching jobs."""
     return [
+        page("bulk/all/", bulk_all.jobs_all, "jobs_all"),
         page("queues/<qless_queue:name>/empty/", queue_empty.queue_empty, "queue_empty"),
     ]
 

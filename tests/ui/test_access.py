@@ -115,7 +115,7 @@ def test_viewer_gets_every_page(name: str, viewer: Any, as_user: Any,
     manage_only = {"job_cancel", "failed_retry", "failed_cancel", "recurring_cancel",
                    "failed_retry_all"}
     manage_only |= {"worker_forget", "queue_forget"}  # the console's confirmation pages
-    manage_only |= {"queue_empty"}  # the operator tools' confirmation pages
+    manage_only |= {"queue_empty", "jobs_all"}  # the operator tools' confirmation pages
     post_only = {"queue_pause", "queue_unpause", "queue_settings", "job_retry", "job_move",
                  "job_priority", "job_track", "job_untrack", "job_tag", "job_untag",
                  "job_timeout", "job_undepend", "config_unset", "throttle_delete", "jobs_bulk",
