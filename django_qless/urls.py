@@ -26,6 +26,7 @@ from django_qless.views import (
     queue_empty,
     queues,
     recurring,
+    recurring_run,
     schedules,
     tags,
     throttles,
@@ -127,9 +128,11 @@ def get_urlpatterns(wrap: Callable[[Any], Any] | None = None) -> list[URLPattern
 
 
 def _operator_patterns(page: Callable[..., URLPattern]) -> list[URLPattern]:
-    """Operator's tools: empty or delete a queue with jobs, act on all matching jobs."""
+    """Operator's tools: empty or delete a queue, act on all matching jobs, run a recurring
+    job now."""
     return [
         page("bulk/all/", bulk_all.jobs_all, "jobs_all"),
+        page("recurring/<qless_jid:jid>/run/", recurring_run.recurring_run, "recurring_run"),
         page("queues/<qless_queue:name>/empty/", queue_empty.queue_empty, "queue_empty"),
     ]
 

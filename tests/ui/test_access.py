@@ -119,7 +119,7 @@ def test_viewer_gets_every_page(name: str, viewer: Any, as_user: Any,
     post_only = {"queue_pause", "queue_unpause", "queue_settings", "job_retry", "job_move",
                  "job_priority", "job_track", "job_untrack", "job_tag", "job_untag",
                  "job_timeout", "job_undepend", "config_unset", "throttle_delete", "jobs_bulk",
-                 "schedule_run"}
+                 "schedule_run", "recurring_run"}
     if name in manage_only:
         assert response.status_code == 403
     elif name in post_only:
