@@ -24,6 +24,7 @@ from django_qless.views import (
     metrics,
     overview,
     queue_empty,
+    queue_failed,
     queues,
     recurring,
     recurring_run,
@@ -132,6 +133,7 @@ def _operator_patterns(page: Callable[..., URLPattern]) -> list[URLPattern]:
     job now."""
     return [
         page("bulk/all/", bulk_all.jobs_all, "jobs_all"),
+        page("queues/<qless_queue:name>/failed/", queue_failed.queue_failed, "queue_failed"),
         page("recurring/<qless_jid:jid>/run/", recurring_run.recurring_run, "recurring_run"),
         page("queues/<qless_queue:name>/empty/", queue_empty.queue_empty, "queue_empty"),
     ]
