@@ -47,7 +47,9 @@ def tag_detail(request: HttpRequest, tag: str) -> HttpResponse:
     rows = [job_row(job, now) for job in load_jobs(clients, found.get("jobs") or [])]
     return render_page(request, "django_qless/tag.html",
                        {"tag": tag, "rows": rows, "pager": pager, "total": total,
-                        "tag_query": tag},
+                        "tag_query": tag,
+                        "live_src": qurl(request, "api_tag", tag, query={
+                            k: v for k, v in request.GET.items() if k in ("page", "shard")})},
                        title=f"Tag {tag}", crumbs=[("Tags", qurl(request, "tags")), (tag, None)])
 
 
