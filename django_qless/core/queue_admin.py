@@ -1,9 +1,9 @@
 """Empty a queue that holds jobs: count what would go, then cancel it in bounded batches.
 
-Every step is a few bounded engine calls (at most ``batch`` jobs canceled, at most
-``FAILED_SCAN`` failure-group entries read), so an operator's request or a CLI loop never
-sends one unbounded call. A step returns an ``EmptyCursor`` to pass to the next one; the
-queue is empty when a step reports ``done``.
+Every step is a few bounded engine calls (about ``batch`` jobs canceled, never more than
+``BULK_MAX``; at most ``FAILED_SCAN`` failure-group entries read), so an operator's request
+or a CLI loop never sends one unbounded call. A step returns an ``EmptyCursor`` to pass to
+the next one; the queue is empty when a step reports ``done``.
 
 Running jobs are canceled like the others: the engine tells their workers on
 ``ql:w:<worker>`` (a ``canceled`` event), and they abandon the job. A job that a job of
@@ -43,6 +43,7 @@ CANCEL_ORDER = ("depends", "throttled", "scheduled", "stalled", "waiting", "runn
 FAILED_SCAN = 5000  # failure-group entries read per step (failed jobs are indexed by group)
 KEPT_MAX = 500  # jobs kept because other queues need them, carried from step to step
 _PAGE = 500  # jids per listing call
+_EXTEND_ROUNDS = 20  # levels of same-queue dependents a batch takes in
 
 
 @dataclass(frozen=True)
@@ -142,11 +143,24 @@ def _state_jids(client: Client, name: str, state: str, room: int,
 
 def _choose(client: Client, name: str, jids: Sequence[str], kept: dict[str, str]
             ) -> dict[str, Job]:
-    """Return the jobs among ``jids`` the engine will cancel together: a job whose dependent
-    is outside the batch waits for a later step (same queue) or is kept (another queue)."""
+    """Return the jobs among ``jids`` the engine will cancel together. The batch first takes
+    in the queue's own jobs that depend on them (up to BULK_MAX jobs, so a chain longer than
+    a batch still goes); a job another queue's job depends on is kept; a job whose same-queue
+    dependent did not fit waits for a later step."""
     jobs = {job.jid: job for job in client.jobs.get_many(*jids)} if jids else {}
-    outside = {d for job in jobs.values() for d in job.dependents if d not in jobs}
-    homes = {job.jid: job.queue_name for job in client.jobs.get_many(*outside)} if outside else {}
+    homes: dict[str, str] = {}
+    for _ in range(_EXTEND_ROUNDS):
+        outside = {d for job in jobs.values() for d in job.dependents
+                   if d not in jobs and d not in homes}
+        if not outside:
+            break
+        extra = client.jobs.get_many(*outside)
+        homes.update({job.jid: job.queue_name for job in extra})
+        own = [job for job in extra if job.queue_name == name and job.jid not in kept]
+        room = BULK_MAX - len(jobs)
+        if not own or room <= 0:
+            break
+        jobs.update({job.jid: job for job in own[:room]})
     changed = True
     while changed:
         changed = False
@@ -165,7 +179,8 @@ def _choose(client: Client, name: str, jids: Sequence[str], kept: dict[str, str]
 def empty_step(client: Client, name: str, *, batch: int = BULK_MAX,
                cursor: EmptyCursor | None = None) -> EmptyStep:
     """Cancel up to ``batch`` jobs of queue ``name`` (recurring templates first, then its
-    jobs by state, dependents first, then its failed jobs) and say where to resume."""
+    jobs by state, dependents first, then its failed jobs) and say where to resume; the
+    queue's own jobs depending on those are taken along, up to BULK_MAX in all."""
     check_name("queue", name)
     room = check_int("batch", batch, 1, BULK_MAX)
     step = EmptyStep(cursor=cursor or EmptyCursor())
@@ -194,7 +209,7 @@ def empty_step(client: Client, name: str, *, batch: int = BULK_MAX,
         except QlessError:  # a dependent appeared meanwhile: nothing canceled, try again
             canceled = []
         for jid in canceled:
-            state = wanted.get(jid, "waiting")
+            state = wanted.get(jid) or (chosen[jid].state if jid in chosen else "waiting")
             step.canceled[state] = step.canceled.get(state, 0) + 1
         _rewind(step.cursor, canceled, found)
     elif wanted and not templates:

@@ -115,3 +115,13 @@ def test_batch_and_cursor_are_checked(client: Client, q: Queue) -> None:
     with pytest.raises(InvalidArgument):
         EmptyCursor.loads('{"groups": {"g": -5}}')
     assert q.empty().done
+
+
+def test_a_dependency_chain_longer_than_a_batch_goes_entirely(client: Client, q: Queue) -> None:
+    q.put("K", {}, jid="c0")
+    for i in range(1, 8):  # c7 depends on c6 ... on c0
+        q.put("K", {}, jid=f"c{i}", depends=[f"c{i - 1}"])
+    steps, cursor = run_to_end(q, batch=2)
+    assert cursor.kept == {}
+    assert all(client.jobs.get(f"c{i}") is None for i in range(8))
+    assert sum(sum(s.canceled.values()) for s in steps) == 8
