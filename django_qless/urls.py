@@ -13,7 +13,9 @@ from django.urls import URLPattern, path, register_converter
 
 from django_qless.views import (
     api,
+    api_tag,
     bulk,
+    bulk_all,
     completed,
     engine_config,
     failed,
@@ -23,9 +25,12 @@ from django_qless.views import (
     live,
     metrics,
     overview,
+    queue_empty,
+    queue_failed,
     queues,
     rate_limits,
     recurring,
+    recurring_run,
     schedules,
     tags,
     throttles,
@@ -127,6 +132,20 @@ def get_urlpatterns(wrap: Callable[[Any], Any] | None = None) -> list[URLPattern
         page("bulk/jobs/", bulk.jobs_bulk, "jobs_bulk"),
         page("failed/retry-all/", failed.failed_retry_all, "failed_retry_all"),
         *_console_patterns(page, token),
+        *_operator_patterns(page, token),
+    ]
+
+
+def _operator_patterns(page: Callable[..., URLPattern],
+                       token: Callable[..., URLPattern]) -> list[URLPattern]:
+    """Operator's tools: empty or delete a queue, act on all matching jobs, run a recurring
+    job now."""
+    return [
+        page("bulk/all/", bulk_all.jobs_all, "jobs_all"),
+        page("queues/<qless_queue:name>/failed/", queue_failed.queue_failed, "queue_failed"),
+        page("recurring/<qless_jid:jid>/run/", recurring_run.recurring_run, "recurring_run"),
+        token("api/tags/<qless_tag:tag>", api_tag.api_tag, "api_tag"),
+        page("queues/<qless_queue:name>/empty/", queue_empty.queue_empty, "queue_empty"),
     ]
 
 

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any, overload
 from . import integrations
 from .job import Job
 from .routing import check_dependencies, check_throttle_homes
-from .scheduling.ratelimit import RateLimit, RateLimitStatus
 from .serialization import (
     MAX_INTERVAL,
     PRIORITY_MAX,
@@ -37,6 +36,8 @@ from .throttle import Throttle, ThrottleInfo, queue_throttle_id
 
 if TYPE_CHECKING:
     from .client import Client
+    from .queue_admin import EmptyCursor, EmptyStep, QueueContents
+    from .scheduling.ratelimit import RateLimit, RateLimitStatus
 
 __all__ = ["Queue", "QueueJobs", "QueueSettings"]
 
@@ -386,6 +387,19 @@ class Queue:
         check_text("group", group, 256)
         return int(self.client.call("unfail", self.name, group,
                                     check_int("count", count, 0, 500)))
+
+    def empty(self, batch: int = 500, cursor: EmptyCursor | None = None) -> EmptyStep:
+        """Cancel up to `batch` of the queue's jobs (and recurring templates, and its failed
+        jobs); call again with the returned ``cursor`` until ``done`` (core/queue_admin.py)."""
+        from .queue_admin import empty_step
+
+        return empty_step(self.client, self.name, batch=batch, cursor=cursor)
+
+    def contents(self) -> QueueContents:
+        """Count what `empty` would remove, by state (failed jobs read from their groups)."""
+        from .queue_admin import count_contents
+
+        return count_contents(self.client, self.name)
 
     def forget(self) -> None:
         """Hide the queue from the queue list (its jobs are untouched)."""

@@ -18,6 +18,7 @@ from django_qless.core.console import (
     server_report,
 )
 from django_qless.views.base import dashboard_view, qurl, redirect_back, render_page
+from django_qless.views.chart_scale import y_scale
 from django_qless.views.data import QUEUE_STATES, Clients, as_clients, queue_counts
 from django_qless.views.shards import is_sharded, page_clients, queue_client
 from django_qless.views.workers import utc_text
@@ -31,16 +32,17 @@ def bar_chart(values: list[int], labels: list[str], *, width: int = 600, height:
               every: int = 1) -> dict[str, Any]:
     """Lay counts out as SVG bars (numbers and plain labels only, escaped by the template)."""
     peak = max(values) if values else 0
+    scale = y_scale(peak, height)  # bars are drawn against a round top, labelled
     step = width / max(len(values), 1)
     bars = []
     for i, (value, label) in enumerate(zip(values, labels, strict=True)):
-        h = 0.0 if peak == 0 or value == 0 else max(1.0, value / peak * (height - 14))
+        h = 0.0 if value == 0 else max(1.0, value / scale["top"] * (height - 14))
         bars.append({"x": round(i * step, 2), "y": round(height - h, 2),
                      "w": round(max(step - 1, 1), 2), "h": round(h, 2), "value": value,
                      "label": label})
     ticks = [{"x": round(i * step, 2), "label": labels[i]} for i in range(0, len(labels), every)]
     return {"bars": bars, "peak": peak, "width": width, "height": height, "ticks": ticks,
-            "total": sum(values)}
+            "total": sum(values), "scale": scale}
 
 
 def _sum(rows: list[list[int]]) -> list[int]:

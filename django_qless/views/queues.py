@@ -41,8 +41,10 @@ def _counts(client: Client, name: str) -> dict[str, Any]:
 
 
 def _tabs(request: HttpRequest, name: str, counts: dict[str, Any]) -> list[dict[str, Any]]:
-    return [{"state": s, "count": counts.get(s, 0), "url": qurl(request, "queue_tab", name, s)}
-            for s in data.QUEUE_STATES]
+    from django_qless.views.queue_failed import failed_tab
+
+    return [*({"state": s, "count": counts.get(s, 0), "url": qurl(request, "queue_tab", name, s)}
+              for s in data.QUEUE_STATES), failed_tab(request, name)]
 
 
 @dashboard_view()

@@ -7,10 +7,11 @@ from typing import Any
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 
+from django_qless.core.tag_counts import tag_counts
 from django_qless.forms import TagForm, first_error
 from django_qless.views.base import dashboard_view, get_pager, qurl, render_page
 from django_qless.views.data import job_row, load_jobs
-from django_qless.views.shards import page_clients
+from django_qless.views.shards import merge_counts, page_clients
 
 __all__ = ["tag_detail", "tags"]
 
@@ -24,8 +25,11 @@ def tags(request: HttpRequest) -> HttpResponse:
         if form.is_valid():
             return HttpResponseRedirect(qurl(request, "tag", form.cleaned_data["tag"]))
         messages.error(request, first_error(form))
-    top = top_tags(page_clients(request))
-    return render_page(request, "django_qless/tags.html", {"top": top, "tag_query": query or ""},
+    clients = page_clients(request)
+    top = top_tags(clients)
+    counts = merge_counts(tag_counts(client, top) for client in clients)
+    rows = [(tag, counts.get(tag, 0)) for tag in top]
+    return render_page(request, "django_qless/tags.html", {"top": rows, "tag_query": query or ""},
                        title="Tags", crumbs=[("Tags", None)])
 
 
@@ -43,7 +47,9 @@ def tag_detail(request: HttpRequest, tag: str) -> HttpResponse:
     rows = [job_row(job, now) for job in load_jobs(clients, found.get("jobs") or [])]
     return render_page(request, "django_qless/tag.html",
                        {"tag": tag, "rows": rows, "pager": pager, "total": total,
-                        "tag_query": tag},
+                        "tag_query": tag,
+                        "live_src": qurl(request, "api_tag", tag, query={
+                            k: v for k, v in request.GET.items() if k in ("page", "shard")})},
                        title=f"Tag {tag}", crumbs=[("Tags", qurl(request, "tags")), (tag, None)])
 
 

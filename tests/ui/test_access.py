@@ -117,11 +117,12 @@ def test_viewer_gets_every_page(name: str, viewer: Any, as_user: Any,
                    "failed_retry_all"}
     manage_only |= {"worker_forget", "queue_forget"}  # the console's confirmation pages
     manage_only |= {"flow_retry", "flow_cancel"}  # POST-only actions that need manage
+    manage_only |= {"queue_empty", "jobs_all"}  # the operator tools' confirmation pages
     post_only = {"queue_pause", "queue_unpause", "queue_settings", "queue_rate_limit",
                  "job_retry", "job_move",
                  "job_priority", "job_track", "job_untrack", "job_tag", "job_untag",
                  "job_timeout", "job_undepend", "config_unset", "throttle_delete", "jobs_bulk",
-                 "schedule_run"}
+                 "schedule_run", "recurring_run"}
     if name in manage_only:
         assert response.status_code == 403
     elif name in post_only:

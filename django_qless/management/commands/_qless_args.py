@@ -138,6 +138,14 @@ def add_arguments(parser: CommandParser) -> None:
                       help="NAME is a job class: limit that kind of job")
     rate.add_argument("--queue", default=None,
                       help="with --kind on a sharded alias: the shard of this queue")
+    empty = sub.add_parser("empty-queue",
+                           help="cancel every job of a queue (and its recurring templates "
+                                "and failed jobs) in batches of 500, on every shard")
+    empty.add_argument("queue")
+    empty.add_argument("--delete", action="store_true",
+                       help="then forget the queue (unless jobs were kept)")
+    empty.add_argument("--yes", action="store_true",
+                       help="do it (without --yes, print what would go and change nothing)")
     move_queue = sub.add_parser("move-queue", help="move a queue to another shard online")
     move_queue.add_argument("queue")
     move_queue.add_argument("shard", help="the target shard: index, s<i> or tag")

@@ -436,6 +436,44 @@ class Command(BaseCommand):
         self.emit(info, f"{scope} {o['name']}: {status.rate}{per}, {status.used} of "
                         f"{status.limit} used in the window, {status.limited} waiting")
 
+    def do_empty_queue(self) -> None:
+        from django_qless.core.queue_admin import EmptyCursor
+
+        o = self.options
+        _check_queues([o["queue"]])
+        name, shards = o["queue"], self.shards()
+        if not o["yes"]:
+            counts: dict[str, int] = {}
+            for client in shards:
+                for state, n in client.queues[name].contents().counts.items():
+                    counts[state] = counts.get(state, 0) + n
+            shown = ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "nothing"
+            self.emit({"would_remove": counts},
+                      f"queue {name} holds {shown}; add --yes to cancel it all")
+            raise CommandError("nothing was changed (add --yes)")
+        totals: dict[str, int] = {}
+        kept: dict[str, str] = {}
+        for client in shards:
+            cursor = EmptyCursor(kept=kept)
+            while True:
+                step = client.queues[name].empty(cursor=cursor)
+                for state, n in step.canceled.items():
+                    totals[state] = totals.get(state, 0) + n
+                totals["recurring"] = totals.get("recurring", 0) + step.unrecurred
+                cursor = step.cursor
+                if step.done:
+                    break
+            kept = cursor.kept
+        deleted = bool(o["delete"]) and not kept
+        if deleted:
+            for client in shards:
+                client.queues[name].forget()
+        for jid, why in kept.items():
+            self.stderr.write(f"kept {jid}: {why}")
+        done = ", ".join(f"{n} {s}" for s, n in totals.items() if n) or "nothing"
+        self.emit({"removed": totals, "kept": kept, "deleted": deleted},
+                  f"{'deleted' if deleted else 'emptied'} queue {name}: removed {done}")
+
     def do_move_queue(self) -> None:
         from django_qless.core.cluster.queue_move import QueueMove
         from django_qless.core.cluster.sharded import ShardedClient

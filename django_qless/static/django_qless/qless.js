@@ -158,8 +158,15 @@
   var containers = Array.prototype.slice.call(document.querySelectorAll("[data-live-src]"));
   var failures = 0;
 
+  // The user's live-refresh choices (qless-live.js writes them): paused, and an interval.
+  function stored(key) {
+    try { return window.localStorage.getItem("qless." + key); } catch (e) { return null; }
+  }
+
   function poll() {
-    if (document.hidden || containers.length === 0) { schedule(); return; }
+    if (document.hidden || containers.length === 0 || stored("livePaused") === "1") {
+      schedule(); return;
+    }
     var pending = containers.map(function (container) {
       return fetch(container.getAttribute("data-live-src"), {
         credentials: "same-origin",
@@ -184,7 +191,9 @@
   }
 
   function schedule() {
-    window.setTimeout(poll, interval * Math.min(1 + failures, 10));
+    var chosen = parseInt(stored("liveInterval"), 10);
+    var every = chosen >= 1000 && chosen <= 600000 ? chosen : interval;
+    window.setTimeout(poll, every * Math.min(1 + failures, 10));
   }
 
   if (containers.length) {

@@ -1,0 +1,44 @@
+"""Charts carry a y-axis scale: a round top above the peak, gridlines with their values."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from django_qless.views.chart_scale import nice_top
+from django_qless.views.console import bar_chart
+
+
+@pytest.mark.parametrize(("peak", "top"), [(0, 1), (1, 1), (3, 5), (7, 10), (10, 10),
+                                           (11, 20), (230, 500), (5001, 10000)])
+def test_nice_top(peak: int, top: int) -> None:
+    assert nice_top(peak) == top
+
+
+def test_bars_are_drawn_against_the_round_top() -> None:
+    chart = bar_chart([0, 7, 3], ["a", "b", "c"], width=300, height=114)
+    assert chart["scale"]["top"] == 10
+    assert [b["h"] for b in chart["bars"]] == [0.0, 70.0, 30.0]
+    assert [g["value"] for g in chart["scale"]["lines"]] == [0, 5, 10]
+    assert [g["y"] for g in chart["scale"]["lines"]] == [114.0, 64.0, 14.0]
+
+
+def test_charts_page_labels_the_y_axis(mc: Client, qc: Any) -> None:
+    qc.queues["q"].put("tests.Job", {})
+    job = qc.queues["q"].pop()
+    job.complete()
+    page = mc.get("/qless/charts/").content.decode()
+    assert re.search(r'class="qless-tick qless-y-tick">1</text>', page)
+
+
+@pytest.mark.browser
+def test_browser_charts_show_y_ticks(page: Any, qc: Any) -> None:
+    for _ in range(3):
+        qc.queues["q"].put("tests.Job", {})
+        qc.queues["q"].pop().complete()
+    page.goto(f"{page.base}/qless/charts/")
+    ticks = page.locator("#qless-chart-minute .qless-y-tick").all_text_contents()
+    assert ticks == ["5"]  # (2.5 is not a whole number of jobs: no line for it)
