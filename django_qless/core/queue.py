@@ -36,7 +36,7 @@ from .throttle import Throttle, ThrottleInfo, queue_throttle_id
 
 if TYPE_CHECKING:
     from .client import Client
-    from .queue_admin import EmptyCursor, EmptyStep, QueueContents
+    from .console.queue_admin import EmptyCursor, EmptyStep, QueueContents
     from .scheduling.ratelimit import RateLimit, RateLimitStatus
 
 __all__ = ["Queue", "QueueJobs", "QueueSettings"]
@@ -390,14 +390,14 @@ class Queue:
 
     def empty(self, batch: int = 500, cursor: EmptyCursor | None = None) -> EmptyStep:
         """Cancel up to `batch` of the queue's jobs (and recurring templates, and its failed
-        jobs); call again with the returned ``cursor`` until ``done`` (core/queue_admin.py)."""
-        from .queue_admin import empty_step
+        jobs); call again with the returned ``cursor`` until ``done`` (core/console/queue_admin.py)."""
+        from .console.queue_admin import empty_step
 
         return empty_step(self.client, self.name, batch=batch, cursor=cursor)
 
     def contents(self) -> QueueContents:
         """Count what `empty` would remove, by state (failed jobs read from their groups)."""
-        from .queue_admin import count_contents
+        from .console.queue_admin import count_contents
 
         return count_contents(self.client, self.name)
 

@@ -13,8 +13,8 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
 
 from django_qless.core.client import Client
+from django_qless.core.console.sweep import LISTED_STATES, Selection, sweep_step
 from django_qless.core.exceptions import InvalidArgument
-from django_qless.core.sweep import LISTED_STATES, Selection, sweep_step
 from django_qless.forms import FailedFilterForm, MoveForm, PriorityForm, first_error
 from django_qless.views.base import dashboard_view, logger, qurl, render_page, user_of
 from django_qless.views.shards import queue_client, shard_clients

@@ -10,7 +10,7 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 
 from django_qless.core.client import Client
-from django_qless.core.queue_admin import EmptyCursor, EmptyStep, QueueContents
+from django_qless.core.console.queue_admin import EmptyCursor, EmptyStep, QueueContents
 from django_qless.views.base import dashboard_view, logger, qurl, render_page, user_of
 from django_qless.views.shards import shard_clients
 

@@ -7,7 +7,7 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 
 from django_qless.core.client import Client
-from django_qless.core.queue_failed import FailedOfQueues, failed_of_queues
+from django_qless.core.console.queue_failed import FailedOfQueues, failed_of_queues
 from django_qless.views.base import dashboard_view, get_pager, qurl, render_page
 from django_qless.views.data import job_row, load_jobs
 from django_qless.views.shards import queue_client, shard_clients

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 
-from django_qless.core.recurring_run import run_recurring_now
+from django_qless.core.console.recurring_run import run_recurring_now
 from django_qless.views.base import dashboard_view, qurl, redirect_back
 from django_qless.views.recurring import get_recurring
 from django_qless.views.shards import shard_clients

@@ -7,7 +7,7 @@ from typing import Any
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 
-from django_qless.core.tag_counts import tag_counts
+from django_qless.core.console.tag_counts import tag_counts
 from django_qless.forms import TagForm, first_error
 from django_qless.views.base import dashboard_view, get_pager, qurl, render_page
 from django_qless.views.data import job_row, load_jobs

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from django_qless.core import Client, Queue
+from django_qless.core.console.queue_admin import EmptyCursor, EmptyStep
 from django_qless.core.exceptions import InvalidArgument
-from django_qless.core.queue_admin import EmptyCursor, EmptyStep
 
 
 def fill(client: Client, q: Queue) -> None:
@@ -90,7 +90,7 @@ def test_a_job_another_queue_needs_is_kept_and_reported(client: Client, q: Queue
 def test_failed_jobs_past_the_scan_are_found_on_later_steps(client: Client, q: Queue,
                                                             monkeypatch: pytest.MonkeyPatch
                                                             ) -> None:
-    from django_qless.core import queue_admin
+    from django_qless.core.console import queue_admin
 
     monkeypatch.setattr(queue_admin, "FAILED_SCAN", 4)
     other = client.queues["other"]

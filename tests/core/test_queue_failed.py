@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django_qless.core import Client, Queue
-from django_qless.core.queue_failed import failed_of_queues
+from django_qless.core.console.queue_failed import failed_of_queues
 
 
 def test_failed_jobs_are_sorted_by_queue_and_capped(client: Client, q: Queue) -> None:

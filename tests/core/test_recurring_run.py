@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django_qless.core import Client, Queue
-from django_qless.core.recurring_run import run_recurring_now
+from django_qless.core.console.recurring_run import run_recurring_now
 
 
 def test_run_now_puts_a_child_like_job_and_keeps_the_schedule(client: Client, q: Queue

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from django_qless.core import Client, Queue
+from django_qless.core.console.sweep import Selection, sweep_step
 from django_qless.core.exceptions import InvalidArgument
-from django_qless.core.sweep import Selection, sweep_step
 
 
 def sweep(client: Client, selection: Selection, action: str, batch: int, **kw: object

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django_qless.core import Client, Queue
-from django_qless.core.tag_counts import tag_counts
+from django_qless.core.console.tag_counts import tag_counts
 
 
 def test_tag_counts_follow_the_jobs(client: Client, q: Queue) -> None:

@@ -437,7 +437,7 @@ class Command(BaseCommand):
                         f"{status.limit} used in the window, {status.limited} waiting")
 
     def do_empty_queue(self) -> None:
-        from django_qless.core.queue_admin import EmptyCursor
+        from django_qless.core.console.queue_admin import EmptyCursor
 
         o = self.options
         _check_queues([o["queue"]])

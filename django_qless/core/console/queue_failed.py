@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .serialization import as_list, check_int, check_name
+from ..serialization import as_list, check_int, check_name
 
 if TYPE_CHECKING:
-    from .client import Client
+    from ..client import Client
 
 __all__ = ["SCAN", "FailedOfQueues", "failed_of_queues"]
 

@@ -21,10 +21,10 @@ from typing import Any
 
 import redis
 
-from .engine.bundles import bundle_sha
-from .engine.lua import function_name, routes, script_sha
-from .health import SAFE_POLICY, eviction_policy
-from .serialization import check_int
+from ..engine.bundles import bundle_sha
+from ..engine.lua import function_name, routes, script_sha
+from ..health import SAFE_POLICY, eviction_policy
+from ..serialization import check_int
 
 __all__ = [
     "KLASS_SCAN_CAP",

@@ -15,12 +15,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .bulk import BULK_MAX, BulkResult
-from .exceptions import InvalidArgument
-from .serialization import check_int, check_name, check_text
+from ..bulk import BULK_MAX, BulkResult
+from ..exceptions import InvalidArgument
+from ..serialization import check_int, check_name, check_text
 
 if TYPE_CHECKING:
-    from .client import Client
+    from ..client import Client
 
 __all__ = ["ACTIONS", "FAILED_SCAN", "LISTED_STATES", "Selection", "SweepStep", "sweep_step"]
 

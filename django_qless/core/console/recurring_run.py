@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .serialization import new_jid, put_options
+from ..serialization import new_jid, put_options
 
 if TYPE_CHECKING:
-    from .recurring import RecurringJob
+    from ..recurring import RecurringJob
 
 __all__ = ["run_recurring_now"]
 

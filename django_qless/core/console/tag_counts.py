@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .serialization import check_text
+from ..serialization import check_text
 
 if TYPE_CHECKING:
-    from .client import Client
+    from ..client import Client
 
 __all__ = ["tag_counts"]
 

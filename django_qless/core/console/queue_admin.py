@@ -18,13 +18,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .bulk import BULK_MAX
-from .exceptions import InvalidArgument, QlessError
-from .serialization import as_list, check_int, check_jid, check_name
+from ..bulk import BULK_MAX
+from ..exceptions import InvalidArgument, QlessError
+from ..serialization import as_list, check_int, check_jid, check_name
 
 if TYPE_CHECKING:
-    from .client import Client
-    from .job import Job
+    from ..client import Client
+    from ..job import Job
 
 __all__ = [
     "CANCEL_ORDER",
