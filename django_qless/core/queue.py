@@ -390,7 +390,8 @@ class Queue:
 
     def empty(self, batch: int = 500, cursor: EmptyCursor | None = None) -> EmptyStep:
         """Cancel up to `batch` of the queue's jobs (and recurring templates, and its failed
-        jobs); call again with the returned ``cursor`` until ``done`` (core/console/queue_admin.py)."""
+        jobs); call again with the returned ``cursor`` until ``done``
+        (core/console/queue_admin.py)."""
         from .console.queue_admin import empty_step
 
         return empty_step(self.client, self.name, batch=batch, cursor=cursor)
