@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -19,11 +20,9 @@ from .engine.keyspace import Keyspace
 from .engine.pool import make_redis
 from .engine_config import Config
 from .exceptions import InvalidArgument, QlessConnectionError, QlessError
-from .flows import Flows
 from .hotpath import WorkerCalls
 from .jobs import Jobs
 from .queues import Queues
-from .scheduling.ratelimit import RateLimits
 from .serialization import (
     check_jid,
     check_worker,
@@ -37,9 +36,11 @@ if TYPE_CHECKING:
 
     from .cluster.transport import ClusterTransport
     from .events import Events
+    from .flows import Flows
     from .job import Job
     from .recurring import RecurringJob
     from .routing import Router
+    from .scheduling.ratelimit import RateLimits
     from .scheduling.schedules import Schedules
 
 __all__ = ["Client"]
@@ -119,12 +120,25 @@ class Client:
         self.workers = Workers(self)
         self.config = Config(self)
         self.throttles = Throttles(self)
-        self.rate_limits = RateLimits(self)
         self.tags = Tags(self)
-        self.flows = Flows(self)
 
     def __repr__(self) -> str:
         return f"<Client {self.channel!r}>"
+
+    @functools.cached_property
+    def rate_limits(self) -> RateLimits:
+        """Return the rate limits of this keyspace's queues and job kinds (loaded on first
+        use: a put or a worker without limits never imports them)."""
+        from .scheduling.ratelimit import RateLimits
+
+        return RateLimits(self)
+
+    @functools.cached_property
+    def flows(self) -> Flows:
+        """Return the workflows of this keyspace (chains, groups, chords)."""
+        from .flows import Flows
+
+        return Flows(self)
 
     @property
     def schedules(self) -> Schedules:

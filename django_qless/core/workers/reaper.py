@@ -26,8 +26,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from django_qless.core.scheduling.schedules import keep_schedules
-
 if TYPE_CHECKING:
     from django_qless.core.workers.shards import Deployment
 
@@ -124,6 +122,8 @@ class LeaseReaper:
                 delay = self.period
             for client in clients:
                 jids += client.reap(self.queues)
+            from django_qless.core.scheduling.schedules import keep_schedules
+
             keep_schedules(self._connection())  # cron ticks running low (every 5 min at most)
             self.calls += 1
             self.reaped += len(jids)
