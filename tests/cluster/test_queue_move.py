@@ -267,7 +267,7 @@ def test_a_moved_job_keeps_its_history_and_retries_left(sharded: ShardedClient) 
     old = source.jobs[jid]
     assert old is not None and old.retries == 2
     before = old.history
-    assert [e["what"] for e in before] == ["put", "popped", "checked"]
+    assert [e["what"] for e in before] == ["put", "popped", "checked", "retry"]
     [progress] = QueueMove(sharded, Q, 1, settle=0.1, poll=0.05, drain_timeout=5).run()
     assert progress.copied == 1
     moved = target.jobs[jid]
@@ -278,7 +278,7 @@ def test_a_moved_job_keeps_its_history_and_retries_left(sharded: ShardedClient) 
     assert after[-1]["what"] == "put" and after[-1]["q"] == Q
     again = target.queues[Q].pop()
     assert again is not None and again.retry() == 1  # the budget goes on counting down
-    assert [e["what"] for e in target.jobs[jid].history][-2:] == ["put", "popped"]
+    assert [e["what"] for e in target.jobs[jid].history][-3:] == ["put", "popped", "retry"]
 
 
 def test_a_move_resumes_after_a_crash_at_any_step(sharded: ShardedClient) -> None:
