@@ -213,8 +213,12 @@ _SCHEMES = ("redis", "rediss", "unix")
 
 
 def check_queue_specs(specs: Iterable[str]) -> None:
-    """Refuse a queue name or glob pattern the engine could never serve (ValueError)."""
-    for spec in " ".join(specs).replace(",", " ").split():
+    """Refuse no queue at all, or a queue name or glob pattern the engine could never serve
+    (ValueError)."""
+    given = " ".join(specs).replace(",", " ").split()
+    if not given:
+        raise ValueError("argument queues: no queues given")
+    for spec in given:
         if any(ch in spec for ch in "*?["):
             if not _PATTERN.fullmatch(spec):
                 raise ValueError(f"argument queues: invalid queue pattern {spec[:80]!r}: use "
@@ -281,7 +285,8 @@ def config_from_args(args: argparse.Namespace) -> WorkerConfig:
     from django_qless.core.registry import default_registry
 
     _check_url(args.url)
-    check_queue_specs(args.queues)
+    if args.queues or not args.print_options:
+        check_queue_specs(args.queues)
     exec_command = split_command(args.exec_command)
     check_imports(args.imports)
     if args.allow_module:
