@@ -148,40 +148,55 @@ def run_worker(
 
 
 def wait_for_redis(config: WorkerConfig) -> bool:
-    """Ping Redis until it answers or `config.start_timeout` seconds pass (False: gave up)."""
+    """Ping Redis until it answers or `config.start_timeout` seconds pass (False: gave up).
+
+    Each attempt's socket timeouts are bounded by the time left (the first by 1 s, so a
+    server that accepts connections and never answers is reported at once), and a failed
+    attempt is not retried within it: such a server cannot stretch the wait past the limit.
+    """
     limit = config.start_timeout
     deadline = time.monotonic() + limit
-    delay = 0.1
-    first_error: float | None = None
+    delay, patience = 0.1, 1.0  # the pause between attempts; an attempt's socket timeout
+    warned = False
     told_at = 0.0
     while True:
         left = deadline - time.monotonic()
-        client = config.make_client(socket_timeout=min(5.0, max(0.2, left)))
-        try:
-            for shard in client.clients()[:1]:  # a cluster: its transport knows every node
-                shard.read(lambda r: r.ping())
-            if first_error is not None:
+        error = _ping(config, min(patience, max(0.2, left)) if limit else 5.0)
+        patience = min(patience * 2, 5.0)
+        if error is None:
+            if warned:
                 log.info("Redis at %s is reachable now", config.safe_url)
             return True
-        except (QlessError, redis.RedisError, OSError) as exc:
-            error = exc
-        finally:
-            client.close()
         now = time.monotonic()
         if now >= deadline:
             log.error("Redis at %s is still unreachable after %gs (%s); giving up "
                       "(--start-timeout)", config.safe_url, limit, error)
             return False
-        if first_error is None:
-            first_error = told_at = now
-            log.warning("Redis at %s is unreachable (%s); waiting up to %gs for it",
-                        config.safe_url, error, limit)
+        if not warned:
+            warned, told_at = True, now
+            log.warning("waiting for Redis at %s: unreachable (%s); trying for up to %gs "
+                        "(--start-timeout)", config.safe_url, error, limit)
         elif now - told_at >= 10.0:
             told_at = now
             log.warning("still waiting for Redis at %s (%.0fs left)", config.safe_url,
                         deadline - now)
         time.sleep(min(delay, max(0.0, deadline - now)))
         delay = min(delay * 2, 2.0)
+
+
+def _ping(config: WorkerConfig, timeout: float) -> Exception | None:
+    """Ping Redis once with `timeout`-second socket timeouts; return the error, if any."""
+    client = None
+    try:
+        client = config.make_client(socket_timeout=timeout)
+        for shard in client.clients()[:1]:  # a cluster: its transport knows every node
+            shard.read(lambda r: r.ping(), attempts=1)
+        return None
+    except (QlessError, redis.RedisError, OSError) as exc:
+        return exc
+    finally:
+        if client is not None:
+            client.close()
 
 
 def warn_about_eviction(config: WorkerConfig) -> None:
