@@ -32,6 +32,7 @@ import redis
 
 from django_qless.core.exceptions import InvalidArgument, QlessError
 from django_qless.core.health import check_eviction, clock_skew
+from django_qless.core.probe import HealthFile
 from django_qless.core.serialization import check_name
 from django_qless.core.workers.hooks import WorkerHooksProtocol
 from django_qless.core.workers.option_specs import (
@@ -44,7 +45,7 @@ from django_qless.core.workers.option_specs import (
 )
 from django_qless.core.workers.shards import QueueSelection, known_queues
 from django_qless.core.workers.shutdown import ExitCode
-from django_qless.core.workers.worker_config import WorkerConfig
+from django_qless.core.workers.worker_config import WorkerConfig, default_worker_name
 
 if TYPE_CHECKING:
     from django_qless.core.workers.forking import ForkingWorker
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "build_parser",
+    "check_health_file",
     "check_imports",
     "check_queue_specs",
     "config_from_args",
@@ -136,6 +138,8 @@ def run_worker(
     if not config.queues:
         out.write("no queues given\n")
         return ExitCode.USAGE
+    if config.health_file and not config.dry_run:
+        HealthFile(config.health_file, config.name or default_worker_name()).write("starting")
     import_modules(config.import_modules)
     if config.dry_run:
         return dry_run(config, out)
@@ -159,7 +163,11 @@ def wait_for_redis(config: WorkerConfig) -> bool:
     delay, patience = 0.1, 1.0  # the pause between attempts; an attempt's socket timeout
     warned = False
     told_at = 0.0
+    name = config.name or default_worker_name()
+    health = HealthFile(config.health_file, name) if config.health_file else None
     while True:
+        if health is not None:
+            health.beat("starting")  # alive, not ready: a liveness probe holds meanwhile
         left = deadline - time.monotonic()
         error = _ping(config, min(patience, max(0.2, left)) if limit else 5.0)
         patience = min(patience * 2, 5.0)
@@ -269,6 +277,15 @@ def check_imports(modules: Iterable[str]) -> None:
             raise ValueError(f"argument --import: no module named {name!r}")
 
 
+def check_health_file(path: str | None) -> None:
+    """Refuse a --health-file whose directory does not exist or cannot be written to."""
+    if not path:
+        return
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory) or not os.access(directory, os.W_OK | os.X_OK):
+        raise ValueError(f"argument --health-file: cannot write in {directory!r}")
+
+
 def _check_url(url: str) -> None:
     """Refuse a Redis URL whose scheme redis-py does not know (never echo the URL)."""
     scheme = urlsplit(url).scheme
@@ -304,6 +321,7 @@ def config_from_args(args: argparse.Namespace) -> WorkerConfig:
         check_queue_specs(args.queues)
     exec_command = split_command(args.exec_command)
     check_imports(args.imports)
+    check_health_file(args.health_file)
     if args.allow_module:
         default_registry.allow_module_prefixes(*args.allow_module)
     given = {**option_values(vars(args)), "exec_command": exec_command}

@@ -188,6 +188,10 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("start_timeout", 30.0, "seconds to wait for Redis at start, then exit 1 "
                "(default 30; 0: no wait)", ("--start-timeout",), "number", 0,
                setting="START_TIMEOUT", setting_minimum=0, env="QLESS_WORKER_START_TIMEOUT"),
+    OptionSpec("health_file", None, "rewrite PATH every few seconds with the worker's state "
+               "and the time, for liveness/readiness probes (python -m django_qless.core.probe "
+               "PATH)", ("--health-file",), metavar="PATH", setting="HEALTH_FILE",
+               env="QLESS_WORKER_HEALTH_FILE"),
     OptionSpec("name", None, "worker name (default host-pid)", ("--name",), parse=worker_name),
     # The Django command takes the connection (one server or a cluster) from its alias.
     OptionSpec("cluster", (), "serve queues placed over the shards of the Redis Cluster with "

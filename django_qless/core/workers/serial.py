@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from django_qless import __version__
 from django_qless.core.client import Client
 from django_qless.core.exceptions import QlessError
+from django_qless.core.probe import start_beat
 from django_qless.core.workers.base import JobLoop
 from django_qless.core.workers.hand import release_job
 from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol
@@ -101,9 +102,12 @@ class SerialWorker(JobLoop):
             listener.start()
         for listener in self.listeners:
             listener.add(self.name)
+        health = start_beat(self.config.health_file, self.name, self.signals)
         try:
             self.run()
         finally:
+            if health is not None:
+                health.stop()
             for listener in self.listeners:
                 listener.stop()
             if self.install_signals:

@@ -93,6 +93,8 @@ class WorkerConfig:
     reap_interval: float | None = default_of("reap_interval")
     # How long to wait for Redis at start before giving up with exit code 1 (0: no wait).
     start_timeout: float = default_of("start_timeout")
+    # A file the serial worker or the supervisor keeps fresh with its state (core/probe.py).
+    health_file: str | None = default_of("health_file")
     # Redis socket timeout for worker connections: a half-open TCP connection must not
     # block a worker forever (None: block).
     socket_timeout: float | None = 30.0

@@ -15,7 +15,12 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_qless.clients import build_client, build_redis
 from django_qless.conf import AliasSettings, get_settings
-from django_qless.core.workers.cli import check_imports, check_queue_specs, split_command
+from django_qless.core.workers.cli import (
+    check_health_file,
+    check_imports,
+    check_queue_specs,
+    split_command,
+)
 from django_qless.core.workers.option_specs import add_options, option_values
 from django_qless.core.workers.worker_config import WorkerConfig
 
@@ -140,6 +145,7 @@ class Command(BaseCommand):
         fields = WorkerConfig.__dataclass_fields__
         values = {n: v for n, v in merged.items() if n in fields and n != "queues"}
         try:
+            check_health_file(values.get("health_file"))
             return AliasWorkerConfig(
                 alias=alias,
                 url=conf.aliases[alias].display,
