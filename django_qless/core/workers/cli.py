@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 
 import redis
 
+from django_qless import __version__
 from django_qless.core.exceptions import InvalidArgument, QlessError
 from django_qless.core.health import check_eviction, clock_skew
 from django_qless.core.probe import HealthFile
@@ -43,7 +44,7 @@ from django_qless.core.workers.option_specs import (
     number,
     option_values,
 )
-from django_qless.core.workers.shards import QueueSelection, known_queues
+from django_qless.core.workers.shards import QueueSelection, is_pattern, known_queues
 from django_qless.core.workers.shutdown import ExitCode
 from django_qless.core.workers.worker_config import WorkerConfig, default_worker_name
 
@@ -60,6 +61,7 @@ __all__ = [
     "dry_run",
     "import_modules",
     "integer",
+    "log_start",
     "main",
     "make_worker",
     "non_negative_int",
@@ -148,7 +150,42 @@ def run_worker(
     if not wait_for_redis(config):
         return ExitCode.ERROR
     warn_about_eviction(config)
+    log_start(config)
     return kind(config, hooks).run_forever()
+
+
+def log_start(config: WorkerConfig) -> None:
+    """Log the start line (mode, queues, Redis), then warn about the registered job kinds
+    whose queues this worker does not serve."""
+    role, mode = "worker", "serial"
+    if not config.serial:
+        role, mode = "supervisor", f"forking, {config.process_count} children"
+        mode += ", fork per job" if config.fork_per_job else ""
+    log.info("django-qless %s %s %s (pid %d) starting: %s, queues %s%s, Redis %s", __version__,
+             role, config.name or default_worker_name(), os.getpid(), mode,
+             ",".join(config.queues), _resolved(config), config.safe_url)
+    selection = QueueSelection(config.queues, list)
+    unserved = sorted((kind, queue) for kind, queue in config.job_queues.items()
+                      if not selection.matches(queue))
+    if unserved:
+        listed = ", ".join(f"{kind} (queue {queue})" for kind, queue in unserved[:20])
+        more = f" and {len(unserved) - 20} more" if len(unserved) > 20 else ""
+        log.warning("registered job kinds whose queues this worker does not serve (their jobs "
+                    "wait for another worker): %s%s", listed, more)
+
+
+def _resolved(config: WorkerConfig) -> str:
+    """Return what the queue patterns match now, for the start line ("" without patterns)."""
+    if not any(is_pattern(spec) for spec in config.queues):
+        return ""
+    client = config.make_client(socket_timeout=5.0)
+    try:
+        names = QueueSelection(config.queues, known_queues(client)).names()
+    except (QlessError, redis.RedisError) as exc:
+        return f" (not resolved: {exc})"
+    finally:
+        client.close()
+    return f" (now {','.join(names) or 'no queue yet'})"
 
 
 def wait_for_redis(config: WorkerConfig) -> bool:

@@ -21,7 +21,6 @@ import time
 
 import redis
 
-from django_qless import __version__
 from django_qless.core.client import Client
 from django_qless.core.exceptions import QlessError
 from django_qless.core.probe import HealthFile, state_of
@@ -122,9 +121,6 @@ class ForkingWorker(ChildDisposal, ChildWatch):
         if not isinstance(self.client, Client):  # queues may move between shards
             self._follower = ShardFollower(self.client, self.config.queues,
                                            self.config.queue_refresh, holders=self._names)
-        log.info("django-qless %s supervisor %s (pid %d) starting: forking, %d children%s, "
-                 "queues %s", __version__, self.name, os.getpid(), self.wanted,
-                 ", fork per job" if self.config.fork_per_job else "", ",".join(self.queues))
         first = True
         try:
             while True:

@@ -9,12 +9,10 @@ finishes the job first; USR1 fails the running job as `django_qless.JobKilled`.
 from __future__ import annotations
 
 import logging
-import os
 import signal
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from django_qless import __version__
 from django_qless.core.client import Client
 from django_qless.core.exceptions import QlessError
 from django_qless.core.probe import start_beat
@@ -96,8 +94,6 @@ class SerialWorker(JobLoop):
         """Serve jobs until stopped; return the exit code."""
         if self.install_signals:
             self.arm_signals(self._on_signal)
-        log.info("django-qless %s worker %s (pid %d) starting: serial, queues %s",
-                 __version__, self.name, os.getpid(), ",".join(self.queues))
         for listener in self.listeners:
             listener.start()
         for listener in self.listeners:

@@ -25,6 +25,7 @@ from django_qless.core.workers.option_specs import add_options, option_values
 from django_qless.core.workers.worker_config import WorkerConfig
 
 if TYPE_CHECKING:
+    from django_qless.core.registry import Registry
     from django_qless.core.workers.shards import Deployment
 
 __all__ = ["AliasWorkerConfig", "Command", "alias_connector", "with_timeout"]
@@ -77,6 +78,23 @@ class AliasWorkerConfig(WorkerConfig):
         return WorkerConfig.make_client(replace(self, connect=connect), worker_name=worker_name)
 
 
+def job_queues(registry: Registry) -> dict[str, str]:
+    """Return the queue each registered @job function or class and django.tasks task is
+    put in by default (other registered targets name no queue)."""
+    found: dict[str, str] = {}
+    for name in registry.names():
+        target = registry.resolve(name).target
+        # @job functions register their bound `process`, classes carry `qless_job`, tasks
+        # are wrapped in a TaskJob.
+        options = getattr(getattr(target, "__self__", None), "options", None) or getattr(
+            getattr(target, "qless_job", None), "options", None)
+        queue = getattr(options, "queue", None) or getattr(
+            getattr(target, "task", None), "queue_name", None)
+        if isinstance(queue, str):
+            found[name] = queue
+    return found
+
+
 def config_error(message: str) -> CommandError:
     """Return a configuration error: exit code 2, so a supervisor does not restart in vain."""
     from django_qless.core.workers.shutdown import ExitCode
@@ -123,6 +141,7 @@ class Command(BaseCommand):
         from django_qless.registry import get_registry
 
         conf = get_settings()
+        registry = get_registry()
         queues = tuple(options["queues"]) or conf.worker.queues
         try:
             check_queue_specs(queues)
@@ -153,7 +172,8 @@ class Command(BaseCommand):
                 settings=conf.aliases[alias],
                 queues=queues,
                 verbosity=options["verbosity"],
-                registry=get_registry(),
+                registry=registry,
+                job_queues=job_queues(registry),
                 **values,
             )
         except ValueError as exc:
