@@ -33,7 +33,6 @@ import redis
 from django_qless import __version__
 from django_qless.core.exceptions import InvalidArgument, QlessError
 from django_qless.core.health import check_eviction, clock_skew
-from django_qless.core.probe import HealthFile
 from django_qless.core.serialization import check_name
 from django_qless.core.workers.hooks import WorkerHooksProtocol
 from django_qless.core.workers.option_specs import (
@@ -49,6 +48,7 @@ from django_qless.core.workers.shutdown import ExitCode
 from django_qless.core.workers.worker_config import WorkerConfig, default_worker_name
 
 if TYPE_CHECKING:
+    from django_qless.core.probe import HealthFile
     from django_qless.core.workers.forking import ForkingWorker
     from django_qless.core.workers.serial import SerialWorker
 
@@ -140,8 +140,9 @@ def run_worker(
     if not config.queues:
         out.write("no queues given\n")
         return ExitCode.USAGE
-    if config.health_file and not config.dry_run:
-        HealthFile(config.health_file, config.name or default_worker_name()).write("starting")
+    health = None if config.dry_run else _health_file(config)
+    if health is not None:
+        health.write("starting")
     import_modules(config.import_modules)
     if config.dry_run:
         return dry_run(config, out)
@@ -200,8 +201,7 @@ def wait_for_redis(config: WorkerConfig) -> bool:
     delay, patience = 0.1, 1.0  # the pause between attempts; an attempt's socket timeout
     warned = False
     told_at = 0.0
-    name = config.name or default_worker_name()
-    health = HealthFile(config.health_file, name) if config.health_file else None
+    health = _health_file(config)
     while True:
         if health is not None:
             health.beat("starting")  # alive, not ready: a liveness probe holds meanwhile
@@ -227,6 +227,15 @@ def wait_for_redis(config: WorkerConfig) -> bool:
                         deadline - now)
         time.sleep(min(delay, max(0.0, deadline - now)))
         delay = min(delay * 2, 2.0)
+
+
+def _health_file(config: WorkerConfig) -> HealthFile | None:
+    """Return the health file the worker keeps (None: no --health-file)."""
+    if not config.health_file:
+        return None
+    from django_qless.core.probe import HealthFile  # (loaded only when asked for)
+
+    return HealthFile(config.health_file, config.name or default_worker_name())
 
 
 def _ping(config: WorkerConfig, timeout: float) -> Exception | None:

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 from django_qless.core.client import Client
 from django_qless.core.exceptions import QlessError
-from django_qless.core.probe import start_beat
 from django_qless.core.workers.base import JobLoop
 from django_qless.core.workers.hand import release_job
 from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol
@@ -98,7 +97,11 @@ class SerialWorker(JobLoop):
             listener.start()
         for listener in self.listeners:
             listener.add(self.name)
-        health = start_beat(self.config.health_file, self.name, self.signals)
+        health = None
+        if self.config.health_file:  # (the probe module is loaded only when asked for)
+            from django_qless.core.probe import start_beat
+
+            health = start_beat(self.config.health_file, self.name, self.signals)
         try:
             self.run()
         finally:
