@@ -256,3 +256,27 @@ def test_worker_serving_every_queue_warns_about_no_job_kind(redis_url):
     assert result.returncode == 0, result.stderr
     assert "does not serve" not in result.stderr
     assert "queues * (now " in result.stderr
+
+
+def test_worker_command_keeps_a_health_file_the_probe_reads(redis_url, tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    from tests.app.helpers import ROOT, spawn
+    from tests.helpers import wait_until
+
+    path = tmp_path / "health"
+    proc = spawn(redis_url, "qless_worker", "default", "-p", "1", "--health-file", str(path))
+    try:
+        wait_until(lambda: path.exists() and json.loads(path.read_text())["state"] == "ready",
+                   timeout=30)
+        ready = subprocess.run([sys.executable, "-m", "django_qless.core.probe", str(path),
+                                "--ready"], cwd=ROOT, capture_output=True, text=True, check=False)
+        assert ready.returncode == 0 and " is ready " in ready.stdout, ready.stderr
+        proc.send_signal(signal.SIGQUIT)
+        assert proc.wait(timeout=30) == 0
+        assert not path.exists()
+    finally:
+        proc.kill()
+        proc.communicate()

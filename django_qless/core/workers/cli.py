@@ -179,13 +179,15 @@ def _resolved(config: WorkerConfig) -> str:
     """Return what the queue patterns match now, for the start line ("" without patterns)."""
     if not any(is_pattern(spec) for spec in config.queues):
         return ""
-    client = config.make_client(socket_timeout=5.0)
+    client = None
     try:
+        client = config.make_client(socket_timeout=5.0)
         names = QueueSelection(config.queues, known_queues(client)).names()
     except (QlessError, redis.RedisError) as exc:
         return f" (not resolved: {exc})"
     finally:
-        client.close()
+        if client is not None:
+            client.close()
     return f" (now {','.join(names) or 'no queue yet'})"
 
 
