@@ -18,8 +18,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from django_qless.core.exceptions import QlessError
+from django_qless.core.exceptions import QlessError, SoftTimeLimitExceeded
 from django_qless.core.integrations import with_installed_hooks
+from django_qless.core.registry import NO_LIMITS
 from django_qless.core.workers.budget import JobBudget, SharedJobPool
 from django_qless.core.workers.hand import JobHand
 from django_qless.core.workers.heartbeat import Heartbeater
@@ -57,6 +58,8 @@ class JobLoop:
 
     #: Wait at most this long while idle (the engine keeps an idle registration <= 3600 s).
     idle_cap = 3599.0
+    #: Whether the heartbeat thread stops a job at its hard limit (not a child: its supervisor).
+    hard_limit_in_thread = False
 
     def __init__(
         self,
@@ -93,6 +96,7 @@ class JobLoop:
         self.done = 0
         self.failed = 0
         self.current: Job | None = None
+        self.limits = NO_LIMITS  # the running job's (JobRunner.limits_of)
         # Only where no supervisor does it (the serial worker); see reaper.py.
         self.reaper = reaper
         self._build_parts(leadership)
@@ -120,7 +124,7 @@ class JobLoop:
         )
         self.hand.taker = self.taker
         self.heartbeater = Heartbeater(
-            self._on_lock_lost, timeout=self._thread_timeout(), on_timeout=self._on_timeout,
+            self._on_lock_lost, on_limit=self._on_limit, hard=self.hard_limit_in_thread,
             on_tick=self._tick, on_long=self._on_long, long_after=HAND_BACK_AFTER,
         )
 
@@ -151,18 +155,22 @@ class JobLoop:
         self.signals.uninstall()
 
     # -- overridables -----------------------------------------------------------------------
-    def _thread_timeout(self) -> float:
-        """Return the per-job time limit the heartbeat thread enforces (0: none)."""
-        return 0.0
-
     def _on_lock_lost(self, job: Job, why: str) -> None:
         """Called from the heartbeat thread when the engine refused a heartbeat."""
         if self.current is job:
             self.guard.abort("lock_lost")
 
-    def _on_timeout(self, job: Job) -> None:
-        """Called from the heartbeat thread when the job ran past its time limit."""
-        self.guard.abort("timeout")
+    def _on_limit(self, job: Job, which: str) -> None:
+        """Heartbeat thread: `job` reached its soft limit (raise inside it) or hard one."""
+        if self.current is not job:
+            return
+        if which == "soft":
+            log_job(logging.WARNING, job, "job %s: soft time limit of %gs reached, raising "
+                    "SoftTimeLimitExceeded in it", job.jid, self.limits.soft)
+            self.guard.interrupt(SoftTimeLimitExceeded(
+                f"job {job.jid} reached its soft time limit of {self.limits.soft:g}s"))
+        else:
+            self.guard.abort("timeout")  # (logged by _aborted)
 
     def on_job_start(self, job: Job) -> None:
         """Called right before a job runs."""
@@ -287,11 +295,12 @@ class JobLoop:
         # No title here: the heartbeat thread sets "running" once it notices the job (within
         # its check interval), so a stream of short jobs costs no setproctitle per job.
         self.current = job
+        self.limits = self.runner.limits_of(job)
         self.taker.idling = False
         self.hand.taken += 1
         self.on_job_start(job)
         started = time.monotonic()
-        self.heartbeater.watch(job)
+        self.heartbeater.watch(job, self.limits)
         self.taker.pass_turn(soon=True)  # as the job starts: the next idle child leads
         try:
             outcome = self.runner.run(job, self._pre_abort)
@@ -317,7 +326,7 @@ class JobLoop:
         reason = self.guard.reason or "aborted"
         if reason == "timeout":
             log_job(logging.ERROR, job, "job %s timed out: still running after its limit of "
-                    "%gs", job.jid, self.config.timeout)
+                    "%gs", job.jid, self.limits.hard)
         else:
             log_job(logging.WARNING, job, "job %s aborted: %s", job.jid, reason)
         return self.on_aborted(job, reason)

@@ -30,9 +30,10 @@ from django_qless.core.exceptions import (
     JobNotFound,
     LostLockError,
     QlessError,
+    SoftTimeLimitExceeded,
     UnregisteredJobClass,
 )
-from django_qless.core.registry import UNKNOWN_JOB_GROUP, Registry
+from django_qless.core.registry import UNKNOWN_JOB_GROUP, Registry, TimeLimits
 from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol, compose
 from django_qless.core.workers.shutdown import AbortGuard, JobAborted
 from django_qless.core.workers.worker_config import WorkerConfig
@@ -56,6 +57,7 @@ __all__ = [
     "job_extra",
     "log_job",
     "log_raised",
+    "stopped_failure",
     "set_current_sandbox",
 ]
 
@@ -80,6 +82,13 @@ class Outcome(enum.Enum):
     FAILED = "failed"  # raised (or unknown klass): we failed it
     LOST = "lost"  # the engine refused our fail: the lock is gone
     ABORTED = "aborted"  # stopped from outside; `AbortGuard.reason` says why
+
+
+def stopped_failure(reason: str, limit: float) -> tuple[str, str]:
+    """Return the failure group and message of a job stopped at its time limit or by USR1."""
+    if reason == "timeout":
+        return TIMEOUT_GROUP, f"job exceeded its time limit of {limit:g}s"
+    return KILLED_GROUP, "job killed by USR1"
 
 
 def error_group(exc: BaseException) -> str:
@@ -154,7 +163,23 @@ class JobRunner:
         if config.exec_command:  # (the module is loaded only for --exec)
             from django_qless.core.workers.execmode import ExecRunner
 
-            self.exec_runner = ExecRunner(config.exec_command, config.timeout, config.kill_grace)
+            self.exec_runner = ExecRunner(config.exec_command, config.kill_grace)
+
+    def limits_of(self, job: Job) -> TimeLimits:
+        """Return the time limits of `job`: its kind's, else the worker's --timeout.
+
+        Every enforcement point (heartbeat thread, supervisor, signal handlers, failure
+        messages) uses what this returns for the job. An --exec worker runs one command
+        for every klass: only --timeout applies.
+        """
+        default = self.config.timeout
+        if self.exec_runner is not None:
+            return TimeLimits(default)
+        try:
+            entry = self.registry.resolve(job.klass_name)
+        except UnregisteredJobClass:
+            return TimeLimits(default)  # (failed at once by run())
+        return entry.limits.over(default)
 
     def _target(self, job: Job) -> tuple[Callable[[Job], Any], tuple[Any, ...]]:
         """Return the callable and its per-job middleware (UnregisteredJobClass if none)."""
@@ -246,8 +271,8 @@ class JobRunner:
 
     def _raised(self, job: Job, exc: Exception) -> Outcome:
         """Log a job that raised and fail it, unless it settled itself first."""
-        timed_out = self.exec_runner is not None and self.exec_runner.timed_out(exc)
-        group = TIMEOUT_GROUP if timed_out else error_group(exc)
+        # A job that lets its soft limit's exception out failed for its time limit.
+        group = TIMEOUT_GROUP if isinstance(exc, SoftTimeLimitExceeded) else error_group(exc)
         log_raised(job, exc, group)
         if job.state != "running":
             # It settled itself first (a retry policy retries, then raises to say so):
