@@ -112,9 +112,11 @@ class TimeLimits:
                                   "one stops it")
         return cls(hard, soft)
 
-    def over(self, default: float) -> TimeLimits:
-        """Return these limits, with the worker's --timeout where no hard limit is set."""
-        return self if self.hard or not default else TimeLimits(default, self.soft)
+    def over(self, default: TimeLimits) -> TimeLimits:
+        """Return these limits, with the worker's (`default`) hard limit if none is set."""
+        if self.hard or not default.hard:
+            return self
+        return TimeLimits(default.hard, self.soft) if self.soft else default
 
 
 NO_LIMITS = TimeLimits()

@@ -75,7 +75,7 @@ def test_time_limits_fire_once_each_for_the_watched_job(held):
     _, job = held
     fired: list[tuple[str, str]] = []
     beater = Heartbeater(lambda j, why: None, check=0.02,
-                         on_limit=lambda j, which: fired.append((j.jid, which)))
+                         on_due=lambda j, what: fired.append((j.jid, what)))
     beater.start()
     try:
         started = time.monotonic()
@@ -96,7 +96,7 @@ def test_time_limits_fire_once_each_for_the_watched_job(held):
 def test_a_forked_childs_thread_leaves_the_hard_limit_to_its_supervisor(held):
     _, job = held
     fired: list[str] = []
-    beater = Heartbeater(lambda j, why: None, on_limit=lambda j, which: fired.append(which),
+    beater = Heartbeater(lambda j, why: None, on_due=lambda j, what: fired.append(what),
                          hard=False, check=0.02)
     beater.start()
     try:

@@ -130,9 +130,11 @@ def test_a_kind_keeps_its_limits_in_the_registry():
     registry.register("plain", lambda job: None)
     assert registry.resolve("both").limits == TimeLimits(300.0, 280.0)
     # The worker's --timeout fills in a missing hard limit, never one the kind set.
-    assert registry.resolve("both").limits.over(60.0) == TimeLimits(300.0, 280.0)
-    assert registry.resolve("soft").limits.over(60.0) == TimeLimits(60.0, 2.5)
-    assert registry.resolve("plain").limits.over(0.0) == TimeLimits()
+    worker = TimeLimits(60.0)
+    assert registry.resolve("both").limits.over(worker) == TimeLimits(300.0, 280.0)
+    assert registry.resolve("soft").limits.over(worker) == TimeLimits(60.0, 2.5)
+    assert registry.resolve("plain").limits.over(worker) == worker
+    assert registry.resolve("plain").limits.over(TimeLimits()) == TimeLimits()
     assert issubclass(SoftTimeLimitExceeded, Exception)
 
 

@@ -124,8 +124,8 @@ class JobLoop:
         )
         self.hand.taker = self.taker
         self.heartbeater = Heartbeater(
-            self._on_lock_lost, on_limit=self._on_limit, hard=self.hard_limit_in_thread,
-            on_tick=self._tick, on_long=self._on_long, long_after=HAND_BACK_AFTER,
+            self._on_lock_lost, on_due=self._on_due, long_after=HAND_BACK_AFTER,
+            hard=self.hard_limit_in_thread, on_tick=self._tick,
         )
 
     @property
@@ -160,16 +160,19 @@ class JobLoop:
         if self.current is job:
             self.guard.abort("lock_lost")
 
-    def _on_limit(self, job: Job, which: str) -> None:
-        """Heartbeat thread: `job` reached its soft limit (raise inside it) or hard one."""
-        if self.current is not job:
-            return
-        if which == "soft":
+    def _on_due(self, job: Job, what: str) -> None:
+        """Heartbeat thread: `job` runs long (the jobs held ahead go back to waiting), or
+        reached its soft limit (raise inside it) or its hard one ("timeout")."""
+        hand = self.hand
+        if what == "long" and (len(hand) or hand.in_flight or hand.kept):
+            log.debug("job %s runs long: handing back the jobs held ahead", job.jid)
+            hand.hand_back()
+        elif what == "soft" and self.current is job:
             log_job(logging.WARNING, job, "job %s: soft time limit of %gs reached, raising "
                     "SoftTimeLimitExceeded in it", job.jid, self.limits.soft)
             self.guard.interrupt(SoftTimeLimitExceeded(
                 f"job {job.jid} reached its soft time limit of {self.limits.soft:g}s"))
-        else:
+        elif what == "timeout" and self.current is job:
             self.guard.abort("timeout")  # (logged by _aborted)
 
     def on_job_start(self, job: Job) -> None:
@@ -351,13 +354,6 @@ class JobLoop:
         calls in flight (job thread)."""
         self.hand.adopt_handed()
         self.hand.hand_back()
-
-    def _on_long(self, job: Job) -> None:
-        """Heartbeat thread: `job` runs long, so the jobs held ahead go back to waiting."""
-        hand = self.hand
-        if len(hand) or hand.in_flight or hand.kept:
-            log.debug("job %s runs long: handing back the jobs held ahead", job.jid)
-            hand.hand_back()
 
     def _will_take_after(self) -> bool:
         """Tell whether the loop will want another job once the running one is done."""

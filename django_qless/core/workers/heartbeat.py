@@ -10,8 +10,9 @@ thread for every job (a condition notify, then the thread fighting the job for t
 more than a no-op job itself. While jobs flow the thread looks every `check` seconds (a job
 is noticed at most that late; the first beat is due a third of a lease after `watch`, at
 least 0.2 s); after `park_after` seconds without a job it sleeps until the next `watch`.
-`on_limit(job, "soft" or "timeout")` is called at the job's limits (the hard one only with
-`hard`: a forked child's supervisor enforces it instead).
+`on_due(job, what)` is called once for each of the job's times: "long" after `long_after`
+seconds (the jobs held ahead go back), "soft" at its soft limit, "timeout" at its hard one
+(only with `hard`: a forked child's supervisor enforces it instead).
 """
 
 from __future__ import annotations
@@ -55,24 +56,21 @@ class Heartbeater(threading.Thread):
         self,
         on_lost: Callable[[Job, str], None],
         *,
-        on_limit: Callable[[Job, str], None] | None = None,
+        on_due: Callable[[Job, str], None] | None = None,
+        long_after: float | None = None,
         hard: bool = True,
         on_tick: Callable[[Job, float], None] | None = None,
-        on_long: Callable[[Job], None] | None = None,
-        long_after: float = 0.1,
         check: float = 0.05,
         park_after: float = 1.0,
     ) -> None:
         super().__init__(name="qless-heartbeat", daemon=True)
         self.on_lost = on_lost
-        self.on_limit = on_limit
+        self.on_due = on_due
+        self.long_after = long_after
         self.hard = hard
         # Called when the thread first notices a job, then about once a second, with the
         # job's elapsed time (process titles).
         self.on_tick = on_tick
-        # Called once when a job has run `long_after` seconds (jobs held ahead go back).
-        self.on_long = on_long
-        self.long_after = long_after
         self.check = check
         self.park_after = park_after
         self._cond = threading.Condition()
@@ -188,7 +186,7 @@ class Heartbeater(threading.Thread):
     def _due(self, since: float, limits: TimeLimits) -> list[tuple[float, str]]:
         """Return what falls due while the job runs, soonest first: "long" (hand the held
         jobs back), "soft" and "timeout" (the hard limit, if this thread enforces it)."""
-        due = [(since + self.long_after, "long")] if self.on_long is not None else []
+        due = [(since + self.long_after, "long")] if self.long_after is not None else []
         if limits.soft:
             due.append((since + limits.soft, "soft"))
         if limits.hard and self.hard:
@@ -196,12 +194,8 @@ class Heartbeater(threading.Thread):
         return sorted(due)
 
     def _fire(self, job: Job, generation: int, what: str) -> None:
-        if not self.is_current(generation):
-            return
-        try:
-            if what == "long" and self.on_long is not None:
-                self.on_long(job)
-            elif what != "long" and self.on_limit is not None:
-                self.on_limit(job, what)
-        except Exception:
-            log.exception("job %s: acting on its %r time failed", job.jid, what)
+        if self.is_current(generation) and self.on_due is not None:
+            try:
+                self.on_due(job, what)
+            except Exception:
+                log.exception("job %s: acting on its %r time failed", job.jid, what)

@@ -159,6 +159,7 @@ class JobRunner:
         self._bare = type(hooks) is WorkerHooks and not config.middleware
         # (klass, queue) -> (registry entry, handler): resolving a handler inspects the target.
         self._handlers: dict[tuple[str, str], tuple[Any, Callable[[Job], Any]]] = {}
+        self._default_limits = TimeLimits(config.timeout)
         self.exec_runner: ExecRunner | None = None
         if config.exec_command:  # (the module is loaded only for --exec)
             from django_qless.core.workers.execmode import ExecRunner
@@ -166,20 +167,15 @@ class JobRunner:
             self.exec_runner = ExecRunner(config.exec_command, config.kill_grace)
 
     def limits_of(self, job: Job) -> TimeLimits:
-        """Return the time limits of `job`: its kind's, else the worker's --timeout.
-
-        Every enforcement point (heartbeat thread, supervisor, signal handlers, failure
-        messages) uses what this returns for the job. An --exec worker runs one command
-        for every klass: only --timeout applies.
-        """
-        default = self.config.timeout
+        """Return the time limits of `job` (its kind's, else --timeout): the one source every
+        enforcement point and failure message uses. --exec runs one command for all klasses."""
         if self.exec_runner is not None:
-            return TimeLimits(default)
+            return self._default_limits
         try:
             entry = self.registry.resolve(job.klass_name)
         except UnregisteredJobClass:
-            return TimeLimits(default)  # (failed at once by run())
-        return entry.limits.over(default)
+            return self._default_limits  # (failed at once by run())
+        return entry.limits.over(self._default_limits)
 
     def _target(self, job: Job) -> tuple[Callable[[Job], Any], tuple[Any, ...]]:
         """Return the callable and its per-job middleware (UnregisteredJobClass if none)."""
@@ -413,7 +409,7 @@ def log_raised(job: Job, exc: BaseException, group: str) -> None:
                     job.klass_name, group, _message(exc), when, _retries_left(job),
                     extra=extra)
     elif state in ("running", "failed"):
-        spent = state == "failed" or (_retries(job) <= 0 < _original_retries(job))
+        spent = state == "failed" or (_retries(job) <= 0 < _retries(job, "original_retries"))
         why = "failed, no retries left" if spent else "failed"
         log.error("job %s (%s) %s: %s: %s", job.jid, job.klass_name, why, group,
                   _message(exc), exc_info=(type(exc), exc, exc.__traceback__), extra=extra)
@@ -428,16 +424,9 @@ def log_job(level: int, job: Job, message: str, *args: Any) -> None:
         log.log(level, message, *args, extra=job_extra(job))
 
 
-def _retries(job: Job) -> int:
+def _retries(job: Job, field: str = "retries") -> int:
     try:
-        return int(job.retries)
-    except (AttributeError, TypeError, ValueError):
-        return 0
-
-
-def _original_retries(job: Job) -> int:
-    try:
-        return int(job.original_retries)
+        return int(getattr(job, field))
     except (AttributeError, TypeError, ValueError):
         return 0
 
