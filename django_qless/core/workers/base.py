@@ -173,7 +173,9 @@ class JobLoop:
             self.guard.interrupt(SoftTimeLimitExceeded(
                 f"job {job.jid} reached its soft time limit of {self.limits.soft:g}s"))
         elif what == "timeout" and self.current is job:
-            self.guard.abort("timeout")  # (logged by _aborted)
+            log_job(logging.WARNING, job, "job %s: time limit of %gs reached, stopping it",
+                    job.jid, self.limits.hard)
+            self.guard.abort("timeout")
 
     def on_job_start(self, job: Job) -> None:
         """Called right before a job runs."""
