@@ -164,3 +164,12 @@ def test_an_embedded_worker_without_signal_handlers_raises_the_soft_limit(
         worker.request_stop()
         thread.join(10)
     assert len(seen) == 1  # (raised as an asynchronous exception: a class, no message)
+
+
+def test_a_soft_limit_let_out_is_reported_as_timed_out(qless_client):
+    from django_qless.core.integrations.jobinfo import outcome_of
+
+    qless_client.queues["q"].put("tests.worker.jobs.noop", {})
+    job = qless_client.queues["q"].pop()
+    assert outcome_of(job, SoftTimeLimitExceeded("soft")) == "timed_out"
+    assert outcome_of(job, ValueError("bad")) == "failed"
