@@ -11,6 +11,7 @@ from datetime import timedelta
 import pytest
 
 from django_qless.core.exceptions import InvalidArgument, SoftTimeLimitExceeded
+from django_qless.core.integrations.jobinfo import outcome_of
 from django_qless.core.registry import Registry, TimeLimits
 from django_qless.core.workers import SerialWorker, WorkerConfig
 from tests.worker.conftest import wait_until
@@ -167,8 +168,6 @@ def test_an_embedded_worker_without_signal_handlers_raises_the_soft_limit(
 
 
 def test_a_soft_limit_let_out_is_reported_as_timed_out(qless_client):
-    from django_qless.core.integrations.jobinfo import outcome_of
-
     qless_client.queues["q"].put("tests.worker.jobs.noop", {})
     job = qless_client.queues["q"].pop()
     assert outcome_of(job, SoftTimeLimitExceeded("soft")) == "timed_out"
