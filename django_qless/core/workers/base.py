@@ -125,7 +125,7 @@ class JobLoop:
         self.hand.taker = self.taker
         self.heartbeater = Heartbeater(
             self._on_lock_lost, on_due=self._on_due, long_after=HAND_BACK_AFTER,
-            hard=self.hard_limit_in_thread, on_tick=self._tick,
+            on_tick=self._tick,
         )
 
     @property
@@ -172,7 +172,7 @@ class JobLoop:
                     "SoftTimeLimitExceeded in it", job.jid, self.limits.soft)
             self.guard.interrupt(SoftTimeLimitExceeded(
                 f"job {job.jid} reached its soft time limit of {self.limits.soft:g}s"))
-        elif what == "timeout" and self.current is job:
+        elif what == "timeout" and self.current is job and self.hard_limit_in_thread:
             log_job(logging.WARNING, job, "job %s: time limit of %gs reached, stopping it",
                     job.jid, self.limits.hard)
             self.guard.abort("timeout")

@@ -11,8 +11,7 @@ more than a no-op job itself. While jobs flow the thread looks every `check` sec
 is noticed at most that late; the first beat is due a third of a lease after `watch`, at
 least 0.2 s); after `park_after` seconds without a job it sleeps until the next `watch`.
 `on_due(job, what)` is called once for each of the job's times: "long" after `long_after`
-seconds (the jobs held ahead go back), "soft" at its soft limit, "timeout" at its hard one
-(only with `hard`: a forked child's supervisor enforces it instead).
+seconds (the jobs held ahead go back), "soft" at its soft limit, "timeout" at its hard one.
 """
 
 from __future__ import annotations
@@ -58,7 +57,6 @@ class Heartbeater(threading.Thread):
         *,
         on_due: Callable[[Job, str], None] | None = None,
         long_after: float | None = None,
-        hard: bool = True,
         on_tick: Callable[[Job, float], None] | None = None,
         check: float = 0.05,
         park_after: float = 1.0,
@@ -67,7 +65,6 @@ class Heartbeater(threading.Thread):
         self.on_lost = on_lost
         self.on_due = on_due
         self.long_after = long_after
-        self.hard = hard
         # Called when the thread first notices a job, then about once a second, with the
         # job's elapsed time (process titles).
         self.on_tick = on_tick
@@ -184,13 +181,10 @@ class Heartbeater(threading.Thread):
         return time.monotonic() + max(_MIN_PERIOD, min(period, 1.0))
 
     def _due(self, since: float, limits: TimeLimits) -> list[tuple[float, str]]:
-        """Return what falls due while the job runs, soonest first: "long" (hand the held
-        jobs back), "soft" and "timeout" (the hard limit, if this thread enforces it)."""
+        """Return what falls due while the job runs, soonest first."""
         due = [(since + self.long_after, "long")] if self.long_after is not None else []
-        if limits.soft:
-            due.append((since + limits.soft, "soft"))
-        if limits.hard and self.hard:
-            due.append((since + limits.hard, "timeout"))
+        due += [(since + at, what) for at, what in ((limits.soft, "soft"),
+                                                    (limits.hard, "timeout")) if at]
         return sorted(due)
 
     def _fire(self, job: Job, generation: int, what: str) -> None:
