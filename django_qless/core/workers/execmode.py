@@ -77,9 +77,7 @@ class ExecRunner:
 
 def _kill(proc: subprocess.Popen[bytes], grace: float) -> None:
     """TERM the command's process group, then KILL it after `grace` seconds."""
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-        if grace <= 0 and sig == signal.SIGTERM:
-            continue
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0))[grace <= 0:]:
         try:
             os.killpg(proc.pid, sig)
         except (ProcessLookupError, PermissionError):

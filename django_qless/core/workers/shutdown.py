@@ -271,13 +271,12 @@ class AbortGuard:
         return True
 
     def interrupt(self, warning: Exception) -> bool:
-        """Raise `warning` in the job thread without aborting the job (it may catch it and
-        go on, and a later abort still stops it); return False if no job is running."""
+        """Raise `warning` in the job thread, not an abort: the job may catch it and go on."""
         with self._lock:
             if not self._in_job or self.reason is not None:
                 return False
+            self._warning = warning
             if self.kick is not None:
-                self._warning = warning
                 self._kicked = True
                 self.kick(self.thread_id)
             else:
@@ -294,9 +293,8 @@ class AbortGuard:
             if not (self._in_job and self._kicked):
                 return  # the job ended first, or a stray URG
             self._kicked = False
-            warning, self._warning = self._warning, None
-        if self.reason is None and warning is not None:
-            raise warning
+        if self.reason is None and self._warning is not None:
+            raise self._warning  # (interrupt: only once a job, so never raised twice)
         raise JobAborted(self.reason or "aborted")
 
 
