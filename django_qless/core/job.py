@@ -114,6 +114,10 @@ class Job(JobSnapshot):
         # The queue is kept locally on a plain complete so a repeated call gets the
         # engine's "not currently running" refusal rather than a missing-argument error.
         self._released(state, next or self._queue)
+        if next is None and self.client.router is not None:
+            from .flows.gates import release_after  # (flow members waiting in other shards)
+
+            release_after(self)
         return state
 
     def _complete_into(
