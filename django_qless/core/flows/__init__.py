@@ -4,7 +4,9 @@ A flow is a tree of `Step` (one job), `Chain` (each part after the one before su
 `Group` (parts that run together). `chord(group, callback)` is a chain of a group and a step.
 Putting a flow gives every step a jid `<flow id>-<n>` and puts every job in one pipelined
 round trip, each with `depends` on the steps it follows, so the engine releases a step when
-all of them complete; nothing in the engine is specific to flows.
+all of them complete; nothing in the engine is specific to flows. Across the shards of a
+`ShardedClient` the puts are one round trip per shard, and a step waiting on a step of
+another shard waits behind a gate in its own shard (gates.py).
 
 Each member's data carries ``FLOW_KEY``: ``{"id": <flow id>, "parents": [jids], "gather":
 bool, "pass": bool}``. ``parents`` are the steps it waits for, ``gather`` says they were a
@@ -12,7 +14,7 @@ group (the step receives a list), ``pass`` that the step wants their results. A 
 result is what its job stored under ``RESULT_KEY`` in its data before completing (the
 Django runner stores return values there); `received(job)` reads the parents' results in
 one call. The flow id ends in the number of members, so `Flows.get` reads the whole flow
-with one multi-get and no record of its own.
+with one multi-get (per shard holding members) and no record of its own.
 """
 
 from __future__ import annotations
