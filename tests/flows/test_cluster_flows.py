@@ -177,3 +177,15 @@ def test_the_sweep_releases_a_member_its_completer_left_held_exactly_once(
     assert [e["what"] for e in found.history].count("popped") == 1
     state = flows.get(flow_id)
     assert state is not None and state.status == "complete"
+
+
+def test_a_group_over_two_shards_needs_no_gate(sharded: ShardedClient) -> None:
+    flows = Flows(sharded)
+    flow_id = flows.put(group(Step("k", {"n": 1}, "a"), Step("k", {"n": 2}, "b")))
+    assert gates_left(sharded) == 0
+    assert states(flows, flow_id) == ["waiting", "waiting"]
+    for queue in ("a", "b"):
+        [job] = pop(sharded, queue)
+        run(job)
+    state = flows.get(flow_id)
+    assert state is not None and state.status == "complete" and state.result() == [1, 2]
