@@ -431,7 +431,7 @@ def render(doc: dict[str, Any]) -> str:
         from limits_cost import format_limits
 
         lines += ["", format_limits(doc["limits"])]
-    if ran or doc["idle"]:
+    if ran or doc.get("idle"):
         lines += ["", format_capacity(doc)]
     return "\n".join(lines)
 
