@@ -114,7 +114,17 @@ class Job(JobSnapshot):
         # The queue is kept locally on a plain complete so a repeated call gets the
         # engine's "not currently running" refusal rather than a missing-argument error.
         self._released(state, next or self._queue)
+        if next is None:
+            self.open_gates()
         return state
+
+    def open_gates(self) -> None:
+        """Release the flow members of other shards that wait on this completed job (a
+        flow across shards: flows/gates.py); nothing to do in one keyspace."""
+        if self.client.router is not None:
+            from .flows.gates import release_after
+
+            release_after(self)
 
     def _complete_into(
         self, target: Client, next: str, delay: float | None, depends: Iterable[str] | None,

@@ -329,6 +329,8 @@ class JobLoop:
                 self.failed += 1
             elif outcome in (Outcome.COMPLETED, Outcome.SETTLED):
                 self.done += 1
+        if outcome is Outcome.COMPLETED:
+            job.open_gates()  # flow members of other shards waiting on it
         elapsed = self._ran.pop(job.jid, None)
         # A job that settled itself (retried, moved, ...) was logged by whoever did it.
         level = self._done_level if outcome is Outcome.COMPLETED else logging.DEBUG
