@@ -19,12 +19,10 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from django_qless.core.exceptions import QlessError
-from django_qless.core.integrations import with_installed_hooks
 from django_qless.core.workers.budget import JobBudget, SharedJobPool
 from django_qless.core.workers.hand import JobHand
 from django_qless.core.workers.heartbeat import Heartbeater
-from django_qless.core.workers.hooks import WorkerHooksProtocol
-from django_qless.core.workers.proctitle import child_title, set_title
+from django_qless.core.workers.hooks import WorkerHooksProtocol, with_integrations
 from django_qless.core.workers.reaper import LeaseReaper
 from django_qless.core.workers.runner import JobRunner, Outcome, Sandbox, log_job
 from django_qless.core.workers.shards import (
@@ -72,7 +70,7 @@ class JobLoop:
         leadership: Leadership | None = None,
     ) -> None:
         self.config = config
-        self.hooks = hooks = with_installed_hooks(hooks)  # integrations (observability.md)
+        self.hooks = hooks = with_integrations(hooks)  # integrations (observability.md)
         self.name = name
         self.signals = signals
         self.resume = resume
@@ -386,6 +384,8 @@ class JobLoop:
     # -- titles ----------------------------------------------------------------------------
     def _tick(self, job: Job, elapsed: float) -> None:
         """Show the running job (heartbeat thread: on noticing the job, then every second)."""
+        from django_qless.core.workers.proctitle import child_title, set_title  # (first title)
+
         with self._title_lock:
             if self.current is job:
                 set_title(child_title(self.name, self.config.queues, jid=job.jid,
@@ -393,6 +393,8 @@ class JobLoop:
                                       elapsed=elapsed))
 
     def _idle_title(self) -> None:
+        from django_qless.core.workers.proctitle import child_title, set_title
+
         with self._title_lock:
             set_title(child_title(self.name, self.config.queues, paused=self.signals.paused))
 
