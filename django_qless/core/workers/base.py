@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -22,7 +23,7 @@ from django_qless.core.exceptions import QlessError
 from django_qless.core.workers.budget import JobBudget, SharedJobPool
 from django_qless.core.workers.hand import JobHand
 from django_qless.core.workers.heartbeat import Heartbeater
-from django_qless.core.workers.hooks import WorkerHooksProtocol, with_integrations
+from django_qless.core.workers.hooks import WorkerHooksProtocol
 from django_qless.core.workers.reaper import LeaseReaper
 from django_qless.core.workers.runner import JobRunner, Outcome, Sandbox, log_job
 from django_qless.core.workers.shards import (
@@ -70,7 +71,9 @@ class JobLoop:
         leadership: Leadership | None = None,
     ) -> None:
         self.config = config
-        self.hooks = hooks = with_integrations(hooks)  # integrations (observability.md)
+        if "django_qless.core.integrations" in sys.modules:  # (else none are installed)
+            hooks = sys.modules["django_qless.core.integrations"].with_installed_hooks(hooks)
+        self.hooks = hooks  # with the integrations' (observability.md)
         self.name = name
         self.signals = signals
         self.resume = resume
@@ -385,7 +388,6 @@ class JobLoop:
     def _tick(self, job: Job, elapsed: float) -> None:
         """Show the running job (heartbeat thread: on noticing the job, then every second)."""
         from django_qless.core.workers.proctitle import child_title, set_title  # (first title)
-
         with self._title_lock:
             if self.current is job:
                 set_title(child_title(self.name, self.config.queues, jid=job.jid,
@@ -394,7 +396,6 @@ class JobLoop:
 
     def _idle_title(self) -> None:
         from django_qless.core.workers.proctitle import child_title, set_title
-
         with self._title_lock:
             set_title(child_title(self.name, self.config.queues, paused=self.signals.paused))
 

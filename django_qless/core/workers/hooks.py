@@ -9,7 +9,6 @@ subclass overrides only what it needs.
 from __future__ import annotations
 
 import logging
-import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -19,7 +18,7 @@ if TYPE_CHECKING:
     from django_qless.core.job import Job
 
 __all__ = ["CompositeHooks", "Middleware", "WorkerHooks", "WorkerHooksProtocol", "WorkerInfo",
-           "compose", "with_integrations"]
+           "compose"]
 
 log = logging.getLogger("django_qless.worker")
 
@@ -142,14 +141,3 @@ def compose(
         return middleware[index](job, lambda: call(index + 1))
 
     return lambda: call(0)
-
-
-def with_integrations(hooks: WorkerHooksProtocol) -> WorkerHooksProtocol:
-    """Return `hooks` inside the hooks integrations installed (`hooks` itself if none are)."""
-    # Integrations install their hooks through core.integrations: until it is loaded none
-    # are installed, and a worker without any need not load it to find that out.
-    if "django_qless.core.integrations" not in sys.modules:
-        return hooks
-    from django_qless.core.integrations import with_installed_hooks
-
-    return with_installed_hooks(hooks)

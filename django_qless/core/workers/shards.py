@@ -182,8 +182,7 @@ def served_clients(deployment: Deployment, specs: Sequence[str]) -> list[Client]
 def known_queues(deployment: Deployment) -> Callable[[], list[str]]:
     """Return a function listing the queues known in every shard (patterns expand on it)."""
     if isinstance(deployment, Client):
-        client = deployment
-        return lambda: client.queues.names()  # (client.queues loaded when patterns expand)
+        return lambda: deployment.queues.names()  # (client.queues made when patterns expand)
 
     def names() -> list[str]:
         found: set[str] = set()
