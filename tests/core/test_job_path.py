@@ -10,6 +10,9 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+import redis
+
+from testservers.redis_server import RedisServer
 
 __all__: list[str] = []
 
@@ -31,15 +34,12 @@ def job_path_script() -> ModuleType:
 
 
 @pytest.fixture(scope="module")
-def one_job(redis_server: object) -> tuple[set[str], set[str]]:
+def one_job(redis_server: RedisServer) -> tuple[set[str], set[str]]:
     """The files a put and a serial worker's run of that one job entered."""
-    import redis
-
-    url = str(redis_server.url)  # type: ignore[attr-defined]
-    conn = redis.Redis.from_url(url)
+    conn = redis.Redis(unix_socket_path=redis_server.socket_path)
     conn.flushall()
     conn.close()
-    put, worker = job_path_script().measure(url)
+    put, worker = job_path_script().measure(redis_server.url)
     return set(put), set(worker)
 
 
