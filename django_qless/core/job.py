@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 from .exceptions import InvalidArgument, JobExists, JobNotFound
 from .job_snapshot import JobSnapshot
-from .routing import check_dependencies, check_throttle_homes
 from .serialization import (
     PRIORITY_MAX,
     PRIORITY_MIN,
@@ -131,6 +130,8 @@ class Job(JobSnapshot):
     ) -> str:
         """Put this job into `next` on `target` (another shard) unless a live copy is there
         already, then complete it here; return the state it has in `next`."""
+        from .routing import check_dependencies, check_throttle_homes  # (sharded only)
+
         deps = [] if depends is None else check_depends(depends, self.jid)
         states = check_dependencies(target, next, deps)
         check_throttle_homes(target, next, self._throttles)
@@ -288,6 +289,8 @@ class Job(JobSnapshot):
         if not deps:
             raise InvalidArgument("depend needs at least one jid")
         if self.client.router is not None:
+            from .routing import check_dependencies
+
             check_dependencies(self.client, self._queue, deps)
         self._dependencies = None
         return bool(self.client.call("depends", self.jid, "on", *deps))
