@@ -19,7 +19,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from django_qless.core.exceptions import QlessError
+from django_qless.core.exceptions import QlessError, SoftTimeLimitExceeded
+from django_qless.core.registry import NO_LIMITS
 from django_qless.core.workers.budget import JobBudget, SharedJobPool
 from django_qless.core.workers.hand import JobHand
 from django_qless.core.workers.heartbeat import Heartbeater
@@ -56,6 +57,8 @@ class JobLoop:
 
     #: Wait at most this long while idle (the engine keeps an idle registration <= 3600 s).
     idle_cap = 3599.0
+    #: Whether the heartbeat thread stops a job at its hard limit (not a child: its supervisor).
+    hard_limit_in_thread = False
 
     def __init__(
         self,
@@ -94,6 +97,7 @@ class JobLoop:
         self.done = 0
         self.failed = 0
         self.current: Job | None = None
+        self.limits = NO_LIMITS  # the running job's (JobRunner.limits_of)
         # Only where no supervisor does it (the serial worker); see reaper.py.
         self.reaper = reaper
         self._build_parts(leadership)
@@ -121,8 +125,8 @@ class JobLoop:
         )
         self.hand.taker = self.taker
         self.heartbeater = Heartbeater(
-            self._on_lock_lost, timeout=self._thread_timeout(), on_timeout=self._on_timeout,
-            on_tick=self._tick, on_long=self._on_long, long_after=HAND_BACK_AFTER,
+            self._on_lock_lost, on_due=self._on_due, long_after=HAND_BACK_AFTER,
+            on_tick=self._tick,
         )
 
     @property
@@ -152,18 +156,27 @@ class JobLoop:
         self.signals.uninstall()
 
     # -- overridables -----------------------------------------------------------------------
-    def _thread_timeout(self) -> float:
-        """Return the per-job time limit the heartbeat thread enforces (0: none)."""
-        return 0.0
-
     def _on_lock_lost(self, job: Job, why: str) -> None:
         """Called from the heartbeat thread when the engine refused a heartbeat."""
         if self.current is job:
             self.guard.abort("lock_lost")
 
-    def _on_timeout(self, job: Job) -> None:
-        """Called from the heartbeat thread when the job ran past its time limit."""
-        self.guard.abort("timeout")
+    def _on_due(self, job: Job, what: str) -> None:
+        """Heartbeat thread: `job` runs long (the jobs held ahead go back to waiting), or
+        reached its soft limit (raise inside it) or its hard one ("timeout")."""
+        hand = self.hand
+        if what == "long" and (len(hand) or hand.in_flight or hand.kept):
+            log.debug("job %s runs long: handing back the jobs held ahead", job.jid)
+            hand.hand_back()
+        elif what == "soft" and self.current is job:
+            log_job(logging.WARNING, job, "job %s: soft time limit of %gs reached, raising "
+                    "SoftTimeLimitExceeded in it", job.jid, self.limits.soft)
+            self.guard.interrupt(SoftTimeLimitExceeded(
+                f"job {job.jid} reached its soft time limit of {self.limits.soft:g}s"))
+        elif what == "timeout" and self.current is job and self.hard_limit_in_thread:
+            log_job(logging.WARNING, job, "job %s: time limit of %gs reached, stopping it",
+                    job.jid, self.limits.hard)
+            self.guard.abort("timeout")
 
     def on_job_start(self, job: Job) -> None:
         """Called right before a job runs."""
@@ -288,11 +301,12 @@ class JobLoop:
         # No title here: the heartbeat thread sets "running" once it notices the job (within
         # its check interval), so a stream of short jobs costs no setproctitle per job.
         self.current = job
+        self.limits = self.runner.limits_of(job)
         self.taker.idling = False
         self.hand.taken += 1
         self.on_job_start(job)
         started = time.monotonic()
-        self.heartbeater.watch(job)
+        self.heartbeater.watch(job, self.limits)
         self.taker.pass_turn(soon=True)  # as the job starts: the next idle child leads
         try:
             outcome = self.runner.run(job, self._pre_abort)
@@ -318,7 +332,7 @@ class JobLoop:
         reason = self.guard.reason or "aborted"
         if reason == "timeout":
             log_job(logging.ERROR, job, "job %s timed out: still running after its limit of "
-                    "%gs", job.jid, self.config.timeout)
+                    "%gs", job.jid, self.limits.hard)
         else:
             log_job(logging.WARNING, job, "job %s aborted: %s", job.jid, reason)
         return self.on_aborted(job, reason)
@@ -345,13 +359,6 @@ class JobLoop:
         calls in flight (job thread)."""
         self.hand.adopt_handed()
         self.hand.hand_back()
-
-    def _on_long(self, job: Job) -> None:
-        """Heartbeat thread: `job` runs long, so the jobs held ahead go back to waiting."""
-        hand = self.hand
-        if len(hand) or hand.in_flight or hand.kept:
-            log.debug("job %s runs long: handing back the jobs held ahead", job.jid)
-            hand.hand_back()
 
     def _will_take_after(self) -> bool:
         """Tell whether the loop will want another job once the running one is done."""
