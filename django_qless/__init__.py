@@ -21,6 +21,7 @@ _LAZY = {
     "get_client_for_queue": "django_qless.clients",
     "client": "django_qless.clients",
     "enqueue": "django_qless.decorators",
+    "SoftTimeLimitExceeded": "django_qless.core.exceptions",
 }
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "JobFunction",
     "JobHandle",
     "RetryPolicy",
+    "SoftTimeLimitExceeded",
     "__version__",
     "client",
     "enqueue",
@@ -38,6 +40,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from django_qless.clients import client, get_client, get_client_for_queue
+    from django_qless.core.exceptions import SoftTimeLimitExceeded
     from django_qless.decorators import JobFunction, enqueue, job
     from django_qless.options import Backoff, JobHandle, RetryPolicy
 

@@ -31,11 +31,12 @@ from asgiref.sync import async_to_sync, sync_to_async
 from django_qless.core.client import Client
 from django_qless.core.job import Job
 from django_qless.core.queue import Queue
-from django_qless.core.registry import klass_name_of
+from django_qless.core.registry import TimeLimits, klass_name_of
 from django_qless.core.scheduling.ratelimit import RateLimitError
 from django_qless.handle import warn_if_not_installed
 from django_qless.options import (
     ACTIVE_STATES,
+    KIND_LIMITS,
     Backoff,
     Delay,
     InvalidJobArgument,
@@ -184,7 +185,7 @@ class JobFunction(_Sender, Generic[P, R]):
     """A function registered as a job: call it, or enqueue it with ``.enqueue(...)``."""
 
     def __init__(self, func: Callable[P, R], options: JobOptions, *, name: str | None = None,
-                 register: bool = True) -> None:
+                 register: bool = True, limits: Mapping[str, Any] | None = None) -> None:
         if not inspect.isfunction(func) or "<locals>" in func.__qualname__:
             raise TypeError(f"@job needs a module-level function, not {func!r}")
         self.func: Callable[P, R] = func
@@ -201,7 +202,7 @@ class JobFunction(_Sender, Generic[P, R]):
         self.__module__ = func.__module__
         self.__doc__ = func.__doc__
         if register:
-            register_job(self.klass, self.process)
+            register_job(self.klass, self.process, **(limits or {}))
 
     def __repr__(self) -> str:
         return f"<JobFunction {self.klass} queue={self.options.queue!r}>"
@@ -348,12 +349,13 @@ class JobClass(_Sender):
         return self._send(payload, options, interval=interval)
 
 
-def _decorate_class(cls: C, options: JobOptions, name: str | None) -> C:
+def _decorate_class(cls: C, options: JobOptions, name: str | None,
+                    limits: Mapping[str, Any]) -> C:
     enqueuer = JobClass(cls, options, name=name)
     for attr in ("enqueue", "enqueue_in", "enqueue_at", "recur", "using", "s", "si"):
         setattr(cls, attr, getattr(enqueuer, attr))
     cls.qless_job = enqueuer  # type: ignore[attr-defined]
-    register_job(enqueuer.klass, cls)
+    register_job(enqueuer.klass, cls, **limits)
     return cls
 
 
@@ -361,10 +363,13 @@ class _JobDecorator:
     """The result of ``@job(...)`` with arguments."""
 
     def __init__(self, options: JobOptions, name: str | None,
-                 cron: dict[str, Any] | None = None) -> None:
+                 cron: dict[str, Any] | None = None,
+                 limits: Mapping[str, Any] | None = None) -> None:
         self.options = options
         self.name = name
         self.cron = cron  # @job(cron=...): a schedule to declare (schedules.py)
+        # @job(timeout=..., soft_timeout=...): the kind's time limits, kept in the registry
+        self.limits = dict(limits or {})
 
     @overload
     def __call__(self, target: C) -> C: ...  # type: ignore[overload-overlap]
@@ -376,10 +381,11 @@ class _JobDecorator:
         made: Any
         job_of: Any
         if inspect.isclass(target):
-            made = _decorate_class(target, self.options, self.name)
+            made = _decorate_class(target, self.options, self.name, self.limits)
             job_of = made.qless_job
         else:
-            made = job_of = JobFunction(target, self.options, name=self.name)
+            made = job_of = JobFunction(target, self.options, name=self.name,
+                                        limits=self.limits)
         if self.cron is not None:
             declare(job_of, self.cron)
         return made
@@ -402,16 +408,20 @@ def job(*, queue: str = ..., priority: int = ..., tags: Iterable[str] = ...,
         backoff: Backoff | float | None = ..., retry_priority: RetryPriority | None = ...,
         track: bool = ..., name: str | None = ..., cron: str = ..., timezone: str = ...,
         missed: str = ..., catchup: int = ..., grace: int = ..., rate_limit: str | None = ...,
-        rate_key: str | None = ..., **options: Any) -> _JobDecorator: ...
+        rate_key: str | None = ..., timeout: Delay | None = ...,
+        soft_timeout: Delay | None = ..., **options: Any) -> _JobDecorator: ...
 
 
 def job(target: Any = None, /, *, name: str | None = None, **options: Any) -> Any:
     """Register a function or class as a job; usable bare (``@job``) or called.
 
     ``cron=`` (with ``timezone``, ``missed``, ``catchup``, ``grace``) also declares a cron
-    schedule running it (docs/scheduling.md)."""
+    schedule running it (docs/scheduling.md); ``timeout`` and ``soft_timeout`` are the time
+    limits of its jobs, over the worker's ``--timeout`` (docs/worker.md)."""
     cron = pop_cron_options(options)
-    decorator = _JobDecorator(_options_from(options), name, cron)
+    limits = {key: options.pop(key) for key in KIND_LIMITS if key in options}
+    TimeLimits.of(**limits)  # refused here, at the decorator
+    decorator = _JobDecorator(_options_from(options), name, cron, limits)
     if target is None:
         return decorator
     return decorator(target)

@@ -34,6 +34,7 @@ __all__ = [
     "JobFailedError",
     "JobHandle",
     "JobOptions",
+    "KIND_LIMITS",
     "ResultNotReady",
     "RetryPolicy",
     "check_timing",
@@ -50,6 +51,8 @@ When = datetime | float | int
 UniquePolicy = Literal["replace", "skip", "raise_priority"]
 UNIQUE_POLICIES = ("replace", "skip", "raise_priority")
 ACTIVE_STATES = frozenset({"waiting", "scheduled", "depends", "running", "stalled", "throttled"})
+# A job kind's time limits: kept in the worker's registry, so never per call.
+KIND_LIMITS = ("timeout", "soft_timeout")
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,10 @@ class JobOptions:
             flag = changes.pop("on_commit")
             if flag is not None:
                 changes["commit_mode"] = "on_commit" if flag else "immediate"
+        kind_only = [name for name in KIND_LIMITS if name in changes]
+        if kind_only:
+            raise TypeError(f"{kind_only[0]} is a time limit of the job kind: give it to "
+                            "@job(...), not per call")
         unknown = sorted(set(changes) - known)
         if unknown:
             raise TypeError(f"unknown job option(s): {', '.join(unknown)}; "

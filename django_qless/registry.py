@@ -12,6 +12,7 @@ defines ``django.tasks`` tasks and registers every task of that backend it finds
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
@@ -27,9 +28,12 @@ _lock = threading.Lock()
 _done = False
 
 
-def register_job(name: str, target: Any) -> None:
-    """Register a job target under its klass name (re-registration replaces it)."""
-    default_registry.register(name, target, replace=True)
+def register_job(name: str, target: Any, *, timeout: float | timedelta | None = None,
+                 soft_timeout: float | timedelta | None = None) -> None:
+    """Register a job target under its klass name, with its kind's time limits
+    (re-registration replaces it)."""
+    default_registry.register(name, target, replace=True, timeout=timeout,
+                              soft_timeout=soft_timeout)
 
 
 def autodiscover() -> None:

@@ -19,6 +19,7 @@ __all__ = [
     "QlessConnectionError",
     "ScriptError",
     "ClusterNodeError",
+    "SoftTimeLimitExceeded",
     "CALL_ERRORS",
     "error_from_reply",
     "strip_script_error",
@@ -75,6 +76,14 @@ class ScriptError(QlessError):
 
 class ClusterNodeError(QlessError):
     """A client of one server reached a node of a Redis Cluster (configure the cluster)."""
+
+
+class SoftTimeLimitExceeded(Exception):
+    """Raised inside a running job at its soft time limit, so it can clean up and stop.
+
+    A job that catches it and returns completes normally; one that lets it propagate fails
+    with the time-limit group; one that keeps running meets its hard limit.
+    """
 
 
 CLUSTER_NODE_MESSAGE = (

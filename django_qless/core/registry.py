@@ -7,18 +7,23 @@ refused with `UnregisteredJobClass` and is never imported.
 
 A target is either a qless-style job class (a static or class method named after the queue,
 if the class itself defines one, else `process(job)`) or a plain callable `handler(job)`.
+
+A registered name may carry its kind's time limits (`timeout`, `soft_timeout`): the worker
+reads them here, where it looks the job up anyway, so they cost no Redis call.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import math
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from django_qless.core.exceptions import UnregisteredJobClass
+from django_qless.core.exceptions import InvalidArgument, UnregisteredJobClass
 
 if TYPE_CHECKING:
     from django_qless.core.job import Job
@@ -26,9 +31,11 @@ if TYPE_CHECKING:
 __all__ = [
     "Handler",
     "Middleware",
+    "NO_LIMITS",
     "UNKNOWN_JOB_GROUP",
     "Registry",
     "RegisteredJob",
+    "TimeLimits",
     "default_registry",
     "klass_name_of",
     "register",
@@ -70,13 +77,59 @@ def _queue_method(cls: type, queue: str | None) -> Callable[..., Any] | None:
     return None
 
 
+def _seconds(name: str, value: object) -> float:
+    """Return a limit as positive seconds (a number or a timedelta), or raise InvalidArgument."""
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise InvalidArgument(f"{name} must be a number of seconds or a timedelta, "
+                              f"got {value!r}")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise InvalidArgument(f"{name} must be a positive number of seconds, got {value!r}")
+    return float(seconds)
+
+
+@dataclass(frozen=True)
+class TimeLimits:
+    """How long a job may run, in seconds (0: no limit).
+
+    `hard` stops the job (serial: `JobAborted` raised in it; forking: TERM, then KILL after
+    --kill-grace) and fails it as `django_qless.JobTimeout`; `soft` raises
+    `SoftTimeLimitExceeded` inside it first, so it can clean up.
+    """
+
+    hard: float = 0.0
+    soft: float = 0.0
+
+    @classmethod
+    def of(cls, timeout: float | timedelta | None = None,
+           soft_timeout: float | timedelta | None = None) -> TimeLimits:
+        """Check a job kind's limits (positive seconds or timedeltas, soft below hard)."""
+        hard = 0.0 if timeout is None else _seconds("timeout", timeout)
+        soft = 0.0 if soft_timeout is None else _seconds("soft_timeout", soft_timeout)
+        if hard and soft and soft >= hard:
+            raise InvalidArgument(f"soft_timeout ({soft:g}s) must be shorter than timeout "
+                                  f"({hard:g}s): the soft limit warns the job before the hard "
+                                  "one stops it")
+        return cls(hard, soft)
+
+    def over(self, default: TimeLimits) -> TimeLimits:
+        """Return these limits, with the worker's (`default`) hard limit if none is set."""
+        if self.hard or not default.hard:
+            return self
+        return TimeLimits(default.hard, self.soft) if self.soft else default
+
+
+NO_LIMITS = TimeLimits()
+
+
 @dataclass(frozen=True)
 class RegisteredJob:
-    """A registry entry: the target and the per-job middleware around it."""
+    """A registry entry: the target, the per-job middleware around it, its time limits."""
 
     name: str
     target: object
     middleware: tuple[Middleware, ...] = field(default=())
+    limits: TimeLimits = NO_LIMITS
 
     def handler(self, queue: str | None = None) -> Handler:
         """Return the callable that performs a job of this class popped from `queue`."""
@@ -121,14 +174,21 @@ class Registry:
         *,
         middleware: Sequence[Middleware] = (),
         replace: bool = False,
+        timeout: float | timedelta | None = None,
+        soft_timeout: float | timedelta | None = None,
     ) -> T:
-        """Register `target` under `name` (default: its `module.QualName`); return the target."""
+        """Register `target` under `name` (default: its `module.QualName`); return the target.
+
+        `timeout` and `soft_timeout` (seconds or timedelta) are this kind's time limits; a
+        worker's --timeout applies where `timeout` is not given.
+        """
         key = klass_name_of(target) if name is None else name
         if not isinstance(key, str) or not key or len(key) > _MAX_NAME:
             raise ValueError(f"job name must be 1-{_MAX_NAME} characters: {key!r}")
         if not (inspect.isclass(target) or callable(target)):
             raise TypeError(f"job target must be a class or a callable: {target!r}")
-        entry = RegisteredJob(key, target, tuple(middleware))
+        limits = TimeLimits.of(timeout, soft_timeout)
+        entry = RegisteredJob(key, target, tuple(middleware), limits)
         with self._lock:
             old = self._entries.get(key)
             if old is not None and old.target is not target and not replace:
@@ -137,12 +197,15 @@ class Registry:
         return target
 
     def job(
-        self, name: str | None = None, *, middleware: Sequence[Middleware] = ()
+        self, name: str | None = None, *, middleware: Sequence[Middleware] = (),
+        timeout: float | timedelta | None = None, soft_timeout: float | timedelta | None = None,
     ) -> Callable[[T], T]:
         """Return a decorator registering a class or function (`@registry.job()`)."""
+        TimeLimits.of(timeout, soft_timeout)  # refused at the decorator, not at its use
 
         def decorate(target: T) -> T:
-            return self.register(name, target, middleware=middleware)
+            return self.register(name, target, middleware=middleware, timeout=timeout,
+                                 soft_timeout=soft_timeout)
 
         return decorate
 
@@ -252,7 +315,9 @@ default_registry = Registry()
 
 
 def register(
-    name: str | None = None, *, middleware: Sequence[Middleware] = ()
+    name: str | None = None, *, middleware: Sequence[Middleware] = (),
+    timeout: float | timedelta | None = None, soft_timeout: float | timedelta | None = None,
 ) -> Callable[[T], T]:
     """Register a class or function in the default registry (decorator)."""
-    return default_registry.job(name, middleware=middleware)
+    return default_registry.job(name, middleware=middleware, timeout=timeout,
+                                soft_timeout=soft_timeout)

@@ -8,7 +8,7 @@ import os
 import time
 from typing import Any
 
-from django_qless import job
+from django_qless import SoftTimeLimitExceeded, job
 from django_qless.core.registry import default_registry
 from django_qless.decorators import Backoff
 
@@ -120,6 +120,28 @@ class Thumbnail:
     @classmethod
     def default_job_options(cls, data: dict[str, Any]) -> dict[str, Any]:
         return {"tags": ["thumb", f"w{data.get('width', 0)}"]}
+
+
+@job(queue="limits", timeout=30, soft_timeout=1)
+def tidy_up(steps: int) -> str:
+    """Work in steps; at the soft limit stop cleanly and say how far it got."""
+    done = 0
+    try:
+        while done < steps:
+            time.sleep(0.05)
+            done += 1
+    except SoftTimeLimitExceeded:
+        return f"stopped cleanly after {done} steps"
+    return "finished"
+
+
+@job(queue="limits", timeout=datetime.timedelta(seconds=1))
+class Overrun:
+    """A class job that runs past its kind's limit."""
+
+    @staticmethod
+    def process(job: Any) -> None:
+        time.sleep(30)
 
 
 @job

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from django_qless.core.client import Client
+from django_qless.core.registry import TimeLimits
 from django_qless.core.workers.child import parse_status_line, status_line
 from django_qless.core.workers.heartbeat import Heartbeater
 from tests.worker.conftest import wait_until
@@ -70,22 +71,23 @@ def test_refused_heartbeat_reports_the_lost_lock(held):
         beater.join(5)
 
 
-def test_time_limit_fires_once_for_the_watched_job(held):
+def test_time_limits_fire_once_each_for_the_watched_job(held):
     _, job = held
-    fired: list[str] = []
-    beater = Heartbeater(lambda j, why: None, timeout=0.3, on_timeout=lambda j: fired.append(j.jid),
-                         check=0.02)
+    fired: list[tuple[str, str]] = []
+    beater = Heartbeater(lambda j, why: None, check=0.02,
+                         on_due=lambda j, what: fired.append((j.jid, what)))
     beater.start()
     try:
         started = time.monotonic()
-        beater.watch(job)
-        wait_until(lambda: fired, timeout=5)
+        beater.watch(job, TimeLimits(0.3, 0.1))
+        wait_until(lambda: len(fired) == 2, timeout=5)
         assert 0.25 <= time.monotonic() - started < 1.0
         time.sleep(0.4)
-        assert fired == [job.jid]
+        assert fired == [(job.jid, "soft"), (job.jid, "timeout")]
         beater.unwatch()
-        beater.watch(job)  # a new watch is a new job: its own time limit
-        wait_until(lambda: len(fired) == 2, timeout=5)
+        beater.watch(job, TimeLimits(0.3))  # a new watch is a new job: its own time limits
+        wait_until(lambda: len(fired) == 3, timeout=5)
+        assert fired[2] == (job.jid, "timeout")
     finally:
         beater.stop()
         beater.join(5)

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from django_qless.core.exceptions import SoftTimeLimitExceeded
 from django_qless.core.integrations import TRACE_KEY
 
 if TYPE_CHECKING:
@@ -78,7 +79,8 @@ def outcome_of(job: Job, error: BaseException | None) -> str:
         return _FAILING_ABORTS.get(str(error), "aborted")
     state = job.state
     if state in ("running", "failed"):
-        return "failed"
+        # A soft limit's exception let out fails the job for its time limit.
+        return "timed_out" if isinstance(error, SoftTimeLimitExceeded) else "failed"
     if state == "complete":
         return "completed"
     return "retried"

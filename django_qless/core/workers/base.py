@@ -13,18 +13,18 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from django_qless.core.exceptions import QlessError
-from django_qless.core.integrations import with_installed_hooks
+from django_qless.core.exceptions import QlessError, SoftTimeLimitExceeded
+from django_qless.core.registry import NO_LIMITS
 from django_qless.core.workers.budget import JobBudget, SharedJobPool
 from django_qless.core.workers.hand import JobHand
 from django_qless.core.workers.heartbeat import Heartbeater
 from django_qless.core.workers.hooks import WorkerHooksProtocol
-from django_qless.core.workers.proctitle import child_title, set_title
 from django_qless.core.workers.reaper import LeaseReaper
 from django_qless.core.workers.runner import JobRunner, Outcome, Sandbox, log_job
 from django_qless.core.workers.shards import (
@@ -57,6 +57,8 @@ class JobLoop:
 
     #: Wait at most this long while idle (the engine keeps an idle registration <= 3600 s).
     idle_cap = 3599.0
+    #: Whether the heartbeat thread stops a job at its hard limit (not a child: its supervisor).
+    hard_limit_in_thread = False
 
     def __init__(
         self,
@@ -72,7 +74,9 @@ class JobLoop:
         leadership: Leadership | None = None,
     ) -> None:
         self.config = config
-        self.hooks = hooks = with_installed_hooks(hooks)  # integrations (observability.md)
+        if "django_qless.core.integrations" in sys.modules:  # (else none are installed)
+            hooks = sys.modules["django_qless.core.integrations"].with_installed_hooks(hooks)
+        self.hooks = hooks  # with the integrations' (observability.md)
         self.name = name
         self.signals = signals
         self.resume = resume
@@ -93,6 +97,7 @@ class JobLoop:
         self.done = 0
         self.failed = 0
         self.current: Job | None = None
+        self.limits = NO_LIMITS  # the running job's (JobRunner.limits_of)
         # Only where no supervisor does it (the serial worker); see reaper.py.
         self.reaper = reaper
         self._build_parts(leadership)
@@ -120,8 +125,8 @@ class JobLoop:
         )
         self.hand.taker = self.taker
         self.heartbeater = Heartbeater(
-            self._on_lock_lost, timeout=self._thread_timeout(), on_timeout=self._on_timeout,
-            on_tick=self._tick, on_long=self._on_long, long_after=HAND_BACK_AFTER,
+            self._on_lock_lost, on_due=self._on_due, long_after=HAND_BACK_AFTER,
+            on_tick=self._tick,
         )
 
     @property
@@ -151,18 +156,27 @@ class JobLoop:
         self.signals.uninstall()
 
     # -- overridables -----------------------------------------------------------------------
-    def _thread_timeout(self) -> float:
-        """Return the per-job time limit the heartbeat thread enforces (0: none)."""
-        return 0.0
-
     def _on_lock_lost(self, job: Job, why: str) -> None:
         """Called from the heartbeat thread when the engine refused a heartbeat."""
         if self.current is job:
             self.guard.abort("lock_lost")
 
-    def _on_timeout(self, job: Job) -> None:
-        """Called from the heartbeat thread when the job ran past its time limit."""
-        self.guard.abort("timeout")
+    def _on_due(self, job: Job, what: str) -> None:
+        """Heartbeat thread: `job` runs long (the jobs held ahead go back to waiting), or
+        reached its soft limit (raise inside it) or its hard one ("timeout")."""
+        hand = self.hand
+        if what == "long" and (len(hand) or hand.in_flight or hand.kept):
+            log.debug("job %s runs long: handing back the jobs held ahead", job.jid)
+            hand.hand_back()
+        elif what == "soft" and self.current is job:
+            log_job(logging.WARNING, job, "job %s: soft time limit of %gs reached, raising "
+                    "SoftTimeLimitExceeded in it", job.jid, self.limits.soft)
+            self.guard.interrupt(SoftTimeLimitExceeded(
+                f"job {job.jid} reached its soft time limit of {self.limits.soft:g}s"))
+        elif what == "timeout" and self.current is job and self.hard_limit_in_thread:
+            log_job(logging.WARNING, job, "job %s: time limit of %gs reached, stopping it",
+                    job.jid, self.limits.hard)
+            self.guard.abort("timeout")
 
     def on_job_start(self, job: Job) -> None:
         """Called right before a job runs."""
@@ -287,11 +301,12 @@ class JobLoop:
         # No title here: the heartbeat thread sets "running" once it notices the job (within
         # its check interval), so a stream of short jobs costs no setproctitle per job.
         self.current = job
+        self.limits = self.runner.limits_of(job)
         self.taker.idling = False
         self.hand.taken += 1
         self.on_job_start(job)
         started = time.monotonic()
-        self.heartbeater.watch(job)
+        self.heartbeater.watch(job, self.limits)
         self.taker.pass_turn(soon=True)  # as the job starts: the next idle child leads
         try:
             outcome = self.runner.run(job, self._pre_abort)
@@ -317,7 +332,7 @@ class JobLoop:
         reason = self.guard.reason or "aborted"
         if reason == "timeout":
             log_job(logging.ERROR, job, "job %s timed out: still running after its limit of "
-                    "%gs", job.jid, self.config.timeout)
+                    "%gs", job.jid, self.limits.hard)
         else:
             log_job(logging.WARNING, job, "job %s aborted: %s", job.jid, reason)
         return self.on_aborted(job, reason)
@@ -329,6 +344,8 @@ class JobLoop:
                 self.failed += 1
             elif outcome in (Outcome.COMPLETED, Outcome.SETTLED):
                 self.done += 1
+        if outcome is Outcome.COMPLETED:
+            job.open_gates()  # flow members of other shards waiting on it
         elapsed = self._ran.pop(job.jid, None)
         # A job that settled itself (retried, moved, ...) was logged by whoever did it.
         level = self._done_level if outcome is Outcome.COMPLETED else logging.DEBUG
@@ -342,13 +359,6 @@ class JobLoop:
         calls in flight (job thread)."""
         self.hand.adopt_handed()
         self.hand.hand_back()
-
-    def _on_long(self, job: Job) -> None:
-        """Heartbeat thread: `job` runs long, so the jobs held ahead go back to waiting."""
-        hand = self.hand
-        if len(hand) or hand.in_flight or hand.kept:
-            log.debug("job %s runs long: handing back the jobs held ahead", job.jid)
-            hand.hand_back()
 
     def _will_take_after(self) -> bool:
         """Tell whether the loop will want another job once the running one is done."""
@@ -386,6 +396,7 @@ class JobLoop:
     # -- titles ----------------------------------------------------------------------------
     def _tick(self, job: Job, elapsed: float) -> None:
         """Show the running job (heartbeat thread: on noticing the job, then every second)."""
+        from django_qless.core.workers.proctitle import child_title, set_title  # (first title)
         with self._title_lock:
             if self.current is job:
                 set_title(child_title(self.name, self.config.queues, jid=job.jid,
@@ -393,6 +404,7 @@ class JobLoop:
                                       elapsed=elapsed))
 
     def _idle_title(self) -> None:
+        from django_qless.core.workers.proctitle import child_title, set_title
         with self._title_lock:
             set_title(child_title(self.name, self.config.queues, paused=self.signals.paused))
 

@@ -53,16 +53,17 @@ _CHECK_WITH_DEATH_SIGNAL = 10.0
 def status_line(event: str, *fields: str) -> str:
     """Return one status line: the event letter and its fields, tab-separated (no tab inside).
 
-    Events: `s jid queue klass token` (start; token: the pop's attempt token), `e jid outcome`
+    Events: `s jid queue klass token limit` (start; token: the pop's attempt token; limit:
+    the job's hard time limit in seconds, 0 for none), `e jid outcome`
     (end), `l jid why` (lock lost), `x why` (the child leaves on its own, e.g. at its bound).
     """
     return "\t".join((event, *(f.translate(_FIELD_CUT) for f in fields))) + "\n"
 
 
-def _start_line(job: Job) -> str:
+def _start_line(job: Job, limit: float) -> str:
     """Return the start line of `job` (hot path: jid and queue are engine-checked names)."""
     klass = job.klass_name[:200].translate(_FIELD_CUT)
-    return f"s\t{job.jid}\t{job.queue_name}\t{klass}\t{job.attempt_token}\n"
+    return f"s\t{job.jid}\t{job.queue_name}\t{klass}\t{job.attempt_token}\t{limit!r}\n"
 
 
 def parse_status_line(line: bytes) -> tuple[str, list[str]]:
@@ -165,14 +166,14 @@ class ForkChild(JobLoop):
     def _on_signal(self, signum: int) -> None:
         if signum == signal.SIGTERM:
             # The supervisor sends TERM at the time limit too; the job has then run that long.
-            limit = self.config.timeout
+            limit = self.limits.hard
             over = limit and time.monotonic() - self._job_started >= limit
             self.guard.abort("timeout" if over else "shutdown", same_thread=True)
 
     # -- job events ---------------------------------------------------------------------------
     def on_job_start(self, job: Job) -> None:
         self._job_started = time.monotonic()
-        self.report(_start_line(job))
+        self.report(_start_line(job, self.limits.hard))
 
     def on_job_end(self, job: Job, outcome: Outcome) -> None:
         # A settled job's end rides along with the next start; an aborted or lost job

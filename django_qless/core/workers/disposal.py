@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from django_qless.core.exceptions import QlessConnectionError, QlessError
 from django_qless.core.workers.hand import release_job
-from django_qless.core.workers.runner import KILLED_GROUP, TIMEOUT_GROUP, child_extra
+from django_qless.core.workers.runner import child_extra, stopped_failure
 from django_qless.core.workers.shards import served_clients
 from django_qless.core.workers.shutdown import ExitCode
 
@@ -142,10 +142,7 @@ class ChildDisposal:
         reply = client.call_json("get", child.jid)
         if not reply or reply.get("state") != "running" or reply.get("worker") != child.name:
             return
-        if reason == "timeout":
-            group, text = TIMEOUT_GROUP, f"job exceeded its time limit of {self.config.timeout:g}s"
-        else:
-            group, text = KILLED_GROUP, "job killed by USR1"
+        group, text = stopped_failure(reason, child.limit)
         client.call("fail", child.jid, child.name, group,
                          f"{text} on worker {child.name} (pid {child.pid})")
         self.failed += 1

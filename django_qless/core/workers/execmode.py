@@ -2,7 +2,8 @@
 
 The job's data (its JSON text, verbatim) goes to the command's stdin and the jid is appended
 as the last argument. Exit status 0 completes the job; anything else fails it with the tail of
-stderr. A per-job time limit kills the command (TERM, then KILL after the grace period).
+stderr. The worker's time limit aborts the job like any other (`JobAborted`); the command's
+process group then gets TERM, then KILL after the grace period.
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from django_qless.core.workers.runner import current_sandbox
+from django_qless.core.workers.shutdown import JobAborted
 
 if TYPE_CHECKING:
     from django_qless.core.job import Job
 
-__all__ = ["ExecFailed", "ExecRunner", "ExecTimeout"]
+__all__ = ["ExecFailed", "ExecRunner"]
 
 _TAIL = 8192
 
@@ -27,29 +29,19 @@ class ExecFailed(Exception):
     """The command exited with a non-zero status."""
 
 
-class ExecTimeout(Exception):
-    """The command ran past the time limit and was killed."""
-
-
 class ExecRunner:
     """Callable job target that runs `command ... <jid>` with the job data on stdin."""
 
-    def __init__(self, command: Sequence[str], timeout: float = 0.0, grace: float = 5.0) -> None:
+    def __init__(self, command: Sequence[str], grace: float = 5.0) -> None:
         if not command:
             raise ValueError("exec mode needs a command")
         self.command = tuple(command)
-        self.timeout = timeout
         self.grace = grace
 
     @staticmethod
-    def timed_out(exc: BaseException) -> bool:
-        """Tell whether `exc` says the command ran past the time limit."""
-        return isinstance(exc, ExecTimeout)
-
-    @staticmethod
     def failed(exc: BaseException) -> bool:
-        """Tell whether `exc` is the command's own failure (or time-out), not the worker's."""
-        return isinstance(exc, (ExecTimeout, ExecFailed))
+        """Tell whether `exc` is the command's own failure, not the worker's."""
+        return isinstance(exc, ExecFailed)
 
     def __call__(self, job: Job) -> None:
         env = dict(os.environ)
@@ -71,17 +63,12 @@ class ExecRunner:
             start_new_session=True,
         )
         try:
-            _, err = proc.communicate(
-                job.raw_data.encode("utf-8"), timeout=self.timeout or None
-            )
-        except subprocess.TimeoutExpired:
-            _kill(proc, self.grace)
-            raise ExecTimeout(
-                f"{self.command[0]} exceeded the time limit of {self.timeout:g}s and was killed"
-            ) from None
-        except BaseException:
-            # The job is being aborted (shutdown, lock lost): do not leave the command behind.
-            _kill(proc, 0.0)
+            _, err = proc.communicate(job.raw_data.encode("utf-8"))
+        except BaseException as exc:
+            # The job is being aborted: do not leave the command behind. At its time limit
+            # it may stop cleanly first; on a shutdown or a lost lock it is killed at once.
+            timed_out = isinstance(exc, JobAborted) and exc.args[:1] == ("timeout",)
+            _kill(proc, self.grace if timed_out else 0.0)
             raise
         if proc.returncode != 0:
             tail = err[-_TAIL:].decode("utf-8", "replace")
@@ -90,9 +77,7 @@ class ExecRunner:
 
 def _kill(proc: subprocess.Popen[bytes], grace: float) -> None:
     """TERM the command's process group, then KILL it after `grace` seconds."""
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-        if grace <= 0 and sig == signal.SIGTERM:
-            continue
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0))[grace <= 0:]:
         try:
             os.killpg(proc.pid, sig)
         except (ProcessLookupError, PermissionError):

@@ -283,8 +283,9 @@ class ForkingWorker(ChildDisposal, ChildWatch):
             self._on_status(child, event, fields)
 
     def _on_status(self, child: ChildProc, event: str, fields: list[str]) -> None:
-        if event == "s" and len(fields) == 4:
-            child.jid, child.queue, child.klass, child.token = fields
+        if event == "s" and len(fields) == 5:
+            child.jid, child.queue, child.klass, child.token, limit = fields
+            child.limit = float(limit)
             child.job_started = time.monotonic()
             assert self.channels is not None
             # Re-checked in Redis (by the attempt token) once the channels are confirmed:
@@ -383,17 +384,15 @@ class ForkingWorker(ChildDisposal, ChildWatch):
             for child in self.children.values():
                 log.warning("child %s did not stop in time; killing it", child.name)
                 self._kill(child, "forced", signal.SIGKILL)
-        timeout = self.config.timeout
-        if timeout and self.config.exec_command:
-            # The child kills its command at the limit and reports it; step in only if not.
-            timeout += self.config.kill_grace + 1.0
+        # An --exec child gives its command --kill-grace to stop after TERM, then kills it.
+        grace = self.config.kill_grace + (1.0 if self.config.exec_command else 0.0)
         for child in self.children.values():
-            if child.kill_reason == "timeout" and now - child.term_sent >= self.config.kill_grace:
+            if child.kill_reason == "timeout" and now - child.term_sent >= grace:
                 self._kill(child, "timeout", signal.SIGKILL)
-            elif timeout and child.jid and child.kill_reason is None:
-                if now - child.job_started >= timeout:
+            elif child.limit and child.jid and child.kill_reason is None:
+                if now - child.job_started >= child.limit:
                     log.warning("job %s on %s exceeded its time limit of %gs; stopping it",
-                                child.jid, child.name, timeout, extra=child_extra(child))
+                                child.jid, child.name, child.limit, extra=child_extra(child))
                     self._kill(child, "timeout", signal.SIGTERM)
         if self.signals.stopping:
             return

@@ -1,4 +1,4 @@
-"""Keep the running job's lock alive from a background thread, and enforce a time limit.
+"""Keep the running job's lock alive from a background thread, and enforce its time limits.
 
 One long-lived thread per job-running process. `watch(job)` starts beating for a job,
 `unwatch()` stops. The lock is renewed at about a third of its lifetime, so two beats can be
@@ -10,6 +10,8 @@ thread for every job (a condition notify, then the thread fighting the job for t
 more than a no-op job itself. While jobs flow the thread looks every `check` seconds (a job
 is noticed at most that late; the first beat is due a third of a lease after `watch`, at
 least 0.2 s); after `park_after` seconds without a job it sleeps until the next `watch`.
+`on_due(job, what)` is called once for each of the job's times: "long" after `long_after`
+seconds (the jobs held ahead go back), "soft" at its soft limit, "timeout" at its hard one.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from django_qless.core.exceptions import (
     LostLockError,
     QlessError,
 )
+from django_qless.core.registry import NO_LIMITS, TimeLimits
 from django_qless.core.signalmask import block_async_signals
 from django_qless.core.workers.runner import log_job
 
@@ -40,54 +43,49 @@ log = logging.getLogger("django_qless.worker")
 _MIN_PERIOD = 0.2
 _TICK = 1.0
 
-# (generation, job or None, monotonic time of watch/unwatch): replaced as a whole, so the
-# thread always reads a consistent triple without taking a lock.
-_Current = tuple[int, "Job | None", float]
+# (generation, job or None, monotonic time of watch/unwatch, the job's limits): replaced as
+# a whole, so the thread always reads a consistent tuple without taking a lock.
+_Current = tuple[int, "Job | None", float, TimeLimits]
 
 
 class Heartbeater(threading.Thread):
-    """Background heartbeat (and optional time limit) for the job being run."""
+    """Background heartbeat (and time limits) for the job being run."""
 
     def __init__(
         self,
         on_lost: Callable[[Job, str], None],
         *,
-        timeout: float = 0.0,
-        on_timeout: Callable[[Job], None] | None = None,
+        on_due: Callable[[Job, str], None] | None = None,
+        long_after: float | None = None,
         on_tick: Callable[[Job, float], None] | None = None,
-        on_long: Callable[[Job], None] | None = None,
-        long_after: float = 0.1,
         check: float = 0.05,
         park_after: float = 1.0,
     ) -> None:
         super().__init__(name="qless-heartbeat", daemon=True)
         self.on_lost = on_lost
-        self.timeout = timeout
-        self.on_timeout = on_timeout
+        self.on_due = on_due
+        self.long_after = long_after
         # Called when the thread first notices a job, then about once a second, with the
         # job's elapsed time (process titles).
         self.on_tick = on_tick
-        # Called once when a job has run `long_after` seconds (jobs held ahead go back).
-        self.on_long = on_long
-        self.long_after = long_after
         self.check = check
         self.park_after = park_after
         self._cond = threading.Condition()
-        self._current: _Current = (0, None, time.monotonic())
+        self._current: _Current = (0, None, time.monotonic(), NO_LIMITS)
         self._stopped = False
         self._parked = False
         self.beats = 0
 
-    def watch(self, job: Job) -> None:
-        """Start heartbeating `job` (replaces any previous job)."""
-        self._current = (self._current[0] + 1, job, time.monotonic())
+    def watch(self, job: Job, limits: TimeLimits = NO_LIMITS) -> None:
+        """Start heartbeating and timing `job` (replaces any previous job)."""
+        self._current = (self._current[0] + 1, job, time.monotonic(), limits)
         if self._parked:
             with self._cond:
                 self._cond.notify_all()
 
     def unwatch(self) -> None:
         """Stop heartbeating the current job."""
-        self._current = (self._current[0] + 1, None, time.monotonic())
+        self._current = (self._current[0] + 1, None, time.monotonic(), NO_LIMITS)
 
     def stop(self) -> None:
         """End the thread."""
@@ -129,10 +127,9 @@ class Heartbeater(threading.Thread):
         block_async_signals()
         seen = -1
         period = next_beat = next_tick = 0.0
-        deadline: float | None = None
-        long_at: float | None = None
+        due: list[tuple[float, str]] = []  # (when, what) still to come for the job
         while not self._stopped:
-            generation, job, since = self._current
+            generation, job, since, limits = self._current
             now = time.monotonic()
             if job is None:
                 if now - since >= self.park_after:
@@ -144,8 +141,7 @@ class Heartbeater(threading.Thread):
                 seen = generation
                 period = self.period_for(job)
                 next_beat = since + period
-                deadline = since + self.timeout if self.timeout > 0 else None
-                long_at = since + self.long_after if self.on_long is not None else None
+                due = self._due(since, limits)
                 next_tick = now  # the first tick (title) as soon as the job is noticed
             if self.on_tick is not None and now >= next_tick:
                 next_tick = now + _TICK
@@ -153,19 +149,11 @@ class Heartbeater(threading.Thread):
                     self.on_tick(job, now - since)
                 except Exception:  # noqa: S110 - a title is cosmetic
                     pass
-            if deadline is not None and now >= deadline:
-                deadline = None
-                self._fire_timeout(job, generation)
-            if long_at is not None and now >= long_at:
-                long_at = None
-                self._fire_long(job, generation)
+            while due and now >= due[0][0]:
+                self._fire(job, generation, due.pop(0)[1])
             if now >= next_beat and self.is_current(generation):
                 next_beat = self._beat(job, generation, period)
-            wake_at = min(now + self.check, next_beat, next_tick)
-            if deadline is not None:
-                wake_at = min(wake_at, deadline)
-            if long_at is not None:
-                wake_at = min(wake_at, long_at)
+            wake_at = min(now + self.check, next_beat, next_tick, *(at for at, _ in due[:1]))
             self._sleep(wake_at - time.monotonic())
 
     def _beat(self, job: Job, generation: int, period: float) -> float:
@@ -192,15 +180,16 @@ class Heartbeater(threading.Thread):
             log.warning("job %s: heartbeat failed (%s); retrying", job.jid, exc)
         return time.monotonic() + max(_MIN_PERIOD, min(period, 1.0))
 
-    def _fire_long(self, job: Job, generation: int) -> None:
-        if self.is_current(generation) and self.on_long is not None:
-            try:
-                self.on_long(job)
-            except Exception:
-                log.exception("job %s: handing back the jobs held ahead failed", job.jid)
+    def _due(self, since: float, limits: TimeLimits) -> list[tuple[float, str]]:
+        """Return what falls due while the job runs, soonest first."""
+        due = [(since + self.long_after, "long")] if self.long_after is not None else []
+        due += [(since + at, what) for at, what in ((limits.soft, "soft"),
+                                                    (limits.hard, "timeout")) if at]
+        return sorted(due)
 
-    def _fire_timeout(self, job: Job, generation: int) -> None:
-        if self.is_current(generation) and self.on_timeout is not None:
-            log_job(logging.WARNING, job, "job %s: time limit of %.1fs reached, stopping it",
-                    job.jid, self.timeout)
-            self.on_timeout(job)
+    def _fire(self, job: Job, generation: int, what: str) -> None:
+        if self.is_current(generation) and self.on_due is not None:
+            try:
+                self.on_due(job, what)
+            except Exception:
+                log.exception("job %s: acting on its %r time failed", job.jid, what)

@@ -30,9 +30,10 @@ from django_qless.core.exceptions import (
     JobNotFound,
     LostLockError,
     QlessError,
+    SoftTimeLimitExceeded,
     UnregisteredJobClass,
 )
-from django_qless.core.registry import UNKNOWN_JOB_GROUP, Registry
+from django_qless.core.registry import UNKNOWN_JOB_GROUP, Registry, TimeLimits
 from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol, compose
 from django_qless.core.workers.shutdown import AbortGuard, JobAborted
 from django_qless.core.workers.worker_config import WorkerConfig
@@ -56,6 +57,7 @@ __all__ = [
     "job_extra",
     "log_job",
     "log_raised",
+    "stopped_failure",
     "set_current_sandbox",
 ]
 
@@ -80,6 +82,13 @@ class Outcome(enum.Enum):
     FAILED = "failed"  # raised (or unknown klass): we failed it
     LOST = "lost"  # the engine refused our fail: the lock is gone
     ABORTED = "aborted"  # stopped from outside; `AbortGuard.reason` says why
+
+
+def stopped_failure(reason: str, limit: float) -> tuple[str, str]:
+    """Return the failure group and message of a job stopped at its time limit or by USR1."""
+    if reason == "timeout":
+        return TIMEOUT_GROUP, f"job exceeded its time limit of {limit:g}s"
+    return KILLED_GROUP, "job killed by USR1"
 
 
 def error_group(exc: BaseException) -> str:
@@ -150,11 +159,23 @@ class JobRunner:
         self._bare = type(hooks) is WorkerHooks and not config.middleware
         # (klass, queue) -> (registry entry, handler): resolving a handler inspects the target.
         self._handlers: dict[tuple[str, str], tuple[Any, Callable[[Job], Any]]] = {}
+        self._default_limits = TimeLimits(config.timeout)
         self.exec_runner: ExecRunner | None = None
         if config.exec_command:  # (the module is loaded only for --exec)
             from django_qless.core.workers.execmode import ExecRunner
 
-            self.exec_runner = ExecRunner(config.exec_command, config.timeout, config.kill_grace)
+            self.exec_runner = ExecRunner(config.exec_command, config.kill_grace)
+
+    def limits_of(self, job: Job) -> TimeLimits:
+        """Return the time limits of `job` (its kind's, else --timeout): the one source every
+        enforcement point and failure message uses. --exec runs one command for all klasses."""
+        if self.exec_runner is not None:
+            return self._default_limits
+        try:
+            entry = self.registry.resolve(job.klass_name)
+        except UnregisteredJobClass:
+            return self._default_limits  # (failed at once by run())
+        return entry.limits.over(self._default_limits)
 
     def _target(self, job: Job) -> tuple[Callable[[Job], Any], tuple[Any, ...]]:
         """Return the callable and its per-job middleware (UnregisteredJobClass if none)."""
@@ -246,8 +267,8 @@ class JobRunner:
 
     def _raised(self, job: Job, exc: Exception) -> Outcome:
         """Log a job that raised and fail it, unless it settled itself first."""
-        timed_out = self.exec_runner is not None and self.exec_runner.timed_out(exc)
-        group = TIMEOUT_GROUP if timed_out else error_group(exc)
+        # A job that lets its soft limit's exception out failed for its time limit.
+        group = TIMEOUT_GROUP if isinstance(exc, SoftTimeLimitExceeded) else error_group(exc)
         log_raised(job, exc, group)
         if job.state != "running":
             # It settled itself first (a retry policy retries, then raises to say so):
@@ -388,7 +409,7 @@ def log_raised(job: Job, exc: BaseException, group: str) -> None:
                     job.klass_name, group, _message(exc), when, _retries_left(job),
                     extra=extra)
     elif state in ("running", "failed"):
-        spent = state == "failed" or (_retries(job) <= 0 < _original_retries(job))
+        spent = state == "failed" or (_retries(job) <= 0 < _retries(job, "original_retries"))
         why = "failed, no retries left" if spent else "failed"
         log.error("job %s (%s) %s: %s: %s", job.jid, job.klass_name, why, group,
                   _message(exc), exc_info=(type(exc), exc, exc.__traceback__), extra=extra)
@@ -403,16 +424,9 @@ def log_job(level: int, job: Job, message: str, *args: Any) -> None:
         log.log(level, message, *args, extra=job_extra(job))
 
 
-def _retries(job: Job) -> int:
+def _retries(job: Job, field: str = "retries") -> int:
     try:
-        return int(job.retries)
-    except (AttributeError, TypeError, ValueError):
-        return 0
-
-
-def _original_retries(job: Job) -> int:
-    try:
-        return int(job.original_retries)
+        return int(getattr(job, field))
     except (AttributeError, TypeError, ValueError):
         return 0
 

@@ -24,7 +24,7 @@ from django_qless.core.workers.listener import (
     WorkerChannelListener,
     attempts_still_owned,
 )
-from django_qless.core.workers.runner import KILLED_GROUP, TIMEOUT_GROUP, Outcome, log_job
+from django_qless.core.workers.runner import Outcome, log_job, stopped_failure
 from django_qless.core.workers.shards import ShardFollower
 from django_qless.core.workers.shutdown import ExitCode, SignalState
 from django_qless.core.workers.worker_config import WorkerConfig, default_worker_name
@@ -39,6 +39,8 @@ log = logging.getLogger("django_qless.worker")
 
 class SerialWorker(JobLoop):
     """Run jobs one at a time in the calling process."""
+
+    hard_limit_in_thread = True
 
     def __init__(
         self,
@@ -120,9 +122,6 @@ class SerialWorker(JobLoop):
         return ExitCode.OK
 
     # -- abort sources ----------------------------------------------------------------------
-    def _thread_timeout(self) -> float:
-        return self.config.timeout if not self.config.exec_command else 0.0
-
     def _on_signal(self, signum: int) -> None:
         """Runs in the main thread, inside the job if one runs: raise into it if needed."""
         if signum in (signal.SIGTERM, signal.SIGINT):
@@ -187,12 +186,7 @@ class SerialWorker(JobLoop):
                 self.unreleased += 1
             return True
         if reason in ("timeout", "killed"):
-            group = TIMEOUT_GROUP if reason == "timeout" else KILLED_GROUP
-            message = (
-                f"job exceeded its time limit of {self.config.timeout:g}s"
-                if reason == "timeout"
-                else "job killed by USR1"
-            )
+            group, message = stopped_failure(reason, self.limits.hard)
             outcome = self.runner.fail(job, group, f"{message} on worker {self.name}")
             if outcome is Outcome.FAILED:
                 self.failed += 1

@@ -224,6 +224,7 @@ class AbortGuard:
         # asynchronous exception, which lands at the job's next Python instruction.
         self.kick: Callable[[int], None] | None = None
         self._kicked = False
+        self._warning: Exception | None = None  # raised by `deliver` instead (interrupt)
 
     def enter(self) -> None:
         """Mark the start of job code (call from the job-running thread)."""
@@ -232,6 +233,7 @@ class AbortGuard:
             self.reason = None
             self._pending = False
             self._kicked = False
+            self._warning = None
             self._in_job = True
 
     def leave(self) -> None:
@@ -268,6 +270,19 @@ class AbortGuard:
                 self._pending = _set_async_exc(self.thread_id, JobAborted)
         return True
 
+    def interrupt(self, warning: Exception) -> bool:
+        """Raise `warning` in the job thread, not an abort: the job may catch it and go on."""
+        with self._lock:
+            if not self._in_job or self.reason is not None:
+                return False
+            self._warning = warning
+            if self.kick is not None:
+                self._kicked = True
+                self.kick(self.thread_id)
+            else:
+                self._pending = _set_async_exc(self.thread_id, type(warning))
+        return True
+
     def kick_by_signal(self) -> None:
         """Deliver aborts from other threads by URG (call where the handlers are installed)."""
         self.kick = _send_urg
@@ -278,6 +293,8 @@ class AbortGuard:
             if not (self._in_job and self._kicked):
                 return  # the job ended first, or a stray URG
             self._kicked = False
+        if self.reason is None and self._warning is not None:
+            raise self._warning  # (interrupt: only once a job, so never raised twice)
         raise JobAborted(self.reason or "aborted")
 
 

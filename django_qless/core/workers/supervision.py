@@ -62,6 +62,7 @@ class ChildProc:
     klass: str | None = None
     queue: str | None = None
     job_started: float = 0.0
+    limit: float = 0.0  # `jid`'s hard time limit in seconds (0: none), from its start line
     kill_reason: str | None = None
     term_sent: float = 0.0
     left: str | None = None  # why the child says it leaves on its own (status line `x`)
