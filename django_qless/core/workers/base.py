@@ -24,7 +24,7 @@ from django_qless.core.workers.budget import JobBudget, SharedJobPool
 from django_qless.core.workers.hand import JobHand
 from django_qless.core.workers.heartbeat import Heartbeater
 from django_qless.core.workers.hooks import WorkerHooksProtocol
-from django_qless.core.workers.proctitle import child_title, set_title
+from django_qless.core.workers.proctitle import child_title, set_title, stop_note
 from django_qless.core.workers.reaper import LeaseReaper
 from django_qless.core.workers.runner import JobRunner, Outcome, Sandbox, log_job
 from django_qless.core.workers.shards import (
@@ -390,7 +390,7 @@ class JobLoop:
             if self.current is job:
                 set_title(child_title(self.name, self.config.queues, jid=job.jid,
                                       klass=job.klass_name, queue=job.queue_name,
-                                      elapsed=elapsed))
+                                      elapsed=elapsed, note=stop_note(self.signals)))
 
     def _idle_title(self) -> None:
         with self._title_lock:

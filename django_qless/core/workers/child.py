@@ -5,9 +5,10 @@ The child takes and runs jobs itself and tells the supervisor what it is doing o
 line is deferred and written together with the next job's start line (one write per job), or as
 soon as the child reserves on its own, pauses or leaves, so the supervisor never believes an
 idle child is still running a job. The supervisor is the watchdog: it kills the
-child on lock loss, time limit, USR1 or a second TERM, and disposes of the job (release or
-fail). On TERM the child aborts its job and leaves without touching it, unless the
-supervisor is gone, in which case it releases the job itself.
+child on lock loss, time limit, USR1 or a forced stop, and disposes of the job (release or
+fail). The supervisor drains a child with QUIT (it finishes its job and leaves); on TERM the
+child aborts its job and leaves without touching it, unless the supervisor is gone, in which
+case it releases the job itself.
 """
 
 from __future__ import annotations
@@ -282,7 +283,7 @@ def _await_go(go_fd: int, child: ForkChild, bound: float = 10.0) -> None:
     `go_fd`), a stop or the supervisor's death, or `bound` seconds (a stuck supervisor)."""
     deadline = time.monotonic() + bound
     try:
-        while time.monotonic() < deadline and not child.signals.stop_requests:
+        while time.monotonic() < deadline and not child.signals.stopping:
             if select.select([go_fd], [], [], 0.25)[0] or child.orphaned():
                 return
     finally:

@@ -1,6 +1,6 @@
 """What a supervisor does when a child dies: dispose of its jobs, plan its replacement.
 
-A child stopped by TERM (or killed by a second one) has every job it held released: back to
+A child stopped by TERM (or killed by a further one) has every job it held released: back to
 waiting, no retry spent. A child killed for its time limit or by USR1 has its running job
 failed. In every case the jobs it held ahead and never started are released, while the job
 it ran after a crash or lock loss is left to its lease (a crash spends a retry, so a job
@@ -54,7 +54,8 @@ class ChildDisposal:
         assert self.client is not None and self.channels is not None
         self.channels.remove(child.name)
         reason = child.kill_reason
-        if reason is None and self.signals.stop_requests and code == ExitCode.CHILD_ABORTED:
+        # (a TERM that reached the child itself too, e.g. sent to the whole process group)
+        if reason is None and self.signals.stopping and code == ExitCode.CHILD_ABORTED:
             reason = "shutdown"
         if code == 0 and reason is None:
             # Not a crash: it reached its bound, or was told to stop.

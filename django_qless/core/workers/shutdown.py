@@ -1,8 +1,9 @@
 """OS signals: handlers only record what was asked; the worker loops act on it.
 
-TERM/INT stop now, QUIT finishes the running jobs, USR1 kills the running job(s), USR2
-pauses and dumps stacks, CONT resumes (docs/worker.md, "OS signals and exit codes"); never an
-interactive console. Exit codes are `ExitCode`.
+TERM/INT let the running jobs finish within the term grace, then give them back (a second
+one gives them back now, a third forces); QUIT finishes the running jobs, USR1 kills the
+running job(s), USR2 pauses and dumps stacks, CONT resumes (docs/worker.md, "OS signals and
+exit codes"); never an interactive console. Exit codes are `ExitCode`.
 
 URG is the worker's own: another thread sends it to the job thread to abort the running job
 (`AbortGuard`), because an exception scheduled from that thread would land in whatever Python
@@ -18,6 +19,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from types import FrameType
 
@@ -27,10 +29,10 @@ __all__ = ["AbortGuard", "ExitCode", "JobAborted", "SignalState", "WakePipe", "r
 class ExitCode(enum.IntEnum):
     """Process exit codes of the worker (supervisor and serial worker)."""
 
-    OK = 0  # stopped as asked (QUIT, TERM/INT with jobs released, max-jobs, max-duration)
+    OK = 0  # stopped as asked (QUIT, TERM/INT with jobs finished or released, max-jobs, ...)
     ERROR = 1  # fatal error (cannot reach Redis at start, hooks raised, ...)
     USAGE = 2  # bad options
-    FORCED = 3  # a second TERM/INT: children were killed without waiting
+    FORCED = 3  # one TERM/INT more than gives jobs back: children killed without waiting
     UNRELEASED = 4  # stopped, but some in-flight jobs could not be released (lease expiry)
     # Child-only codes (seen by the supervisor, never by a shell).
     CHILD_ABORTED = 75  # the child aborted its job on TERM; the supervisor disposes of it
@@ -71,7 +73,12 @@ class WakePipe:
 
 
 class SignalState:
-    """Flags set by signal handlers, read by the loop; optional per-signal callback."""
+    """Flags set by signal handlers, read by the loop; optional per-signal callback.
+
+    With a `term_grace`, the first TERM/INT drains (as QUIT does) until that many seconds
+    have passed, when `drain_over` turns it into a stop that gives the jobs back; each
+    further TERM/INT counts as one more stop request.
+    """
 
     HANDLED = (
         signal.SIGTERM,
@@ -83,10 +90,12 @@ class SignalState:
         signal.SIGURG,
     )
 
-    def __init__(self, wake: WakePipe | None = None) -> None:
+    def __init__(self, wake: WakePipe | None = None, *, term_grace: float = 0.0) -> None:
         self.wake_pipe = wake or WakePipe()
-        self.stop_requests = 0  # TERM/INT count
-        self.graceful = False  # QUIT
+        self.term_grace = term_grace
+        self.stop_requests = 0  # stops that give the running jobs back (TERM/INT, grace over)
+        self.graceful = False  # QUIT, or TERM/INT draining
+        self.drain_deadline: float | None = None  # (monotonic) set by a draining TERM/INT
         self.kill_current = False  # USR1 (cleared by the loop once acted on)
         self.paused = False  # USR2 / CONT
         self.dump_stacks = False  # USR2 (cleared by the loop)
@@ -97,6 +106,7 @@ class SignalState:
         self._deferred: list[int] = []  # signals that arrived during our own handler
         self._previous: dict[int, object] = {}
         self._installed = False
+        self._terminated = False  # a TERM/INT arrived (see uninstall)
         self._old_wakeup_fd = -1
 
     # -- requests that do not come from a signal (tests, max-jobs, Django command) -----
@@ -112,6 +122,35 @@ class SignalState:
     def stopping(self) -> bool:
         """Tell whether the loop should take no more jobs and leave."""
         return self.graceful or self.stop_requests > 0
+
+    @property
+    def draining(self) -> bool:
+        """Tell whether running jobs are being let finish before the exit (TERM/INT or QUIT)."""
+        return self.graceful and not self.stop_requests
+
+    def drain_left(self) -> float | None:
+        """Return the seconds a draining TERM/INT still lets jobs run (None: no such drain)."""
+        if self.drain_deadline is None or not self.draining:
+            return None
+        return max(0.0, self.drain_deadline - time.monotonic())
+
+    def drain_over(self) -> bool:
+        """Turn a drain whose grace ran out into a stop that gives the jobs back; return
+        True when it did (call from the loop)."""
+        left = self.drain_left()
+        if left is None or left > 0:
+            return False
+        self.stop_requests += 1
+        self.wake_pipe.wake()
+        return True
+
+    def _on_term(self) -> None:
+        """Count a TERM/INT: the first with a grace drains, every other one stops."""
+        if self.term_grace > 0 and self.drain_deadline is None and not self.stop_requests:
+            self.graceful = True
+            self.drain_deadline = time.monotonic() + self.term_grace
+        else:
+            self.stop_requests += 1
 
     # -- installation -------------------------------------------------------------------
     def install(self, faulthandler_signal: bool = True) -> None:
@@ -129,7 +168,12 @@ class SignalState:
         self._installed = True
 
     def uninstall(self) -> None:
-        """Restore the previous handlers."""
+        """Restore the previous handlers; after a TERM/INT, ignore those two instead.
+
+        The process was told to end and is on its way out: a repeated TERM must not end it
+        by the signal (exit 143) instead of its own exit code. (Ignored, not handled: the
+        interpreter resets Python handlers to the default as it exits, not SIG_IGN.)
+        """
         if not self._installed:
             return
         try:
@@ -137,6 +181,8 @@ class SignalState:
         except (RuntimeError, ValueError):
             pass
         for signum, previous in self._previous.items():
+            if self._terminated and signum in (signal.SIGTERM, signal.SIGINT):
+                previous = signal.SIG_IGN
             signal.signal(signum, previous)  # type: ignore[arg-type]
         signal.set_wakeup_fd(self._old_wakeup_fd)
         self._installed = False
@@ -146,7 +192,8 @@ class SignalState:
         (set_wakeup_fd writes it)."""
         self.last_signal = signum
         if signum in (signal.SIGTERM, signal.SIGINT):
-            self.stop_requests += 1
+            self._terminated = True
+            self._on_term()
         elif signum == signal.SIGQUIT:
             self.graceful = True
         elif signum == signal.SIGUSR1:
