@@ -362,11 +362,8 @@ class ForkingWorker(ChildDisposal, ChildWatch):
             for child in self.children.values():
                 self._kill(child, "shutdown", signal.SIGTERM)
         elif sig.graceful and not self._quit_sent:
-            if sig.drain_deadline is not None:
-                log.info("TERM: taking no new job; letting running jobs finish for up to %gs",
-                         self.config.term_grace)
-            else:
-                log.info("graceful stop: finishing running jobs")
+            log.info("graceful stop: finishing running jobs%s", "" if sig.drain_deadline is None
+                     else f" for up to {self.config.term_grace:g}s (TERM)")
             self._quit_sent = True
             self._signal_all(signal.SIGQUIT)
         if sig.kill_current:

@@ -75,9 +75,8 @@ class WakePipe:
 class SignalState:
     """Flags set by signal handlers, read by the loop; optional per-signal callback.
 
-    With a `term_grace`, the first TERM/INT drains (as QUIT does) until that many seconds
-    have passed, when `drain_over` turns it into a stop that gives the jobs back; each
-    further TERM/INT counts as one more stop request.
+    With a `term_grace`, the first TERM/INT drains as QUIT does, until `drain_over`; every
+    other TERM/INT is one more stop request (1: give the jobs back, 2: force).
     """
 
     HANDLED = (
@@ -137,20 +136,10 @@ class SignalState:
     def drain_over(self) -> bool:
         """Turn a drain whose grace ran out into a stop that gives the jobs back; return
         True when it did (call from the loop)."""
-        left = self.drain_left()
-        if left is None or left > 0:
+        if self.drain_left() != 0.0:  # (None: no such drain)
             return False
         self.stop_requests += 1
-        self.wake_pipe.wake()
         return True
-
-    def _on_term(self) -> None:
-        """Count a TERM/INT: the first with a grace drains, every other one stops."""
-        if self.term_grace > 0 and self.drain_deadline is None and not self.stop_requests:
-            self.graceful = True
-            self.drain_deadline = time.monotonic() + self.term_grace
-        else:
-            self.stop_requests += 1
 
     # -- installation -------------------------------------------------------------------
     def install(self, faulthandler_signal: bool = True) -> None:
@@ -193,7 +182,11 @@ class SignalState:
         self.last_signal = signum
         if signum in (signal.SIGTERM, signal.SIGINT):
             self._terminated = True
-            self._on_term()
+            if self.term_grace > 0 and self.drain_deadline is None and not self.stop_requests:
+                self.graceful = True
+                self.drain_deadline = time.monotonic() + self.term_grace
+            else:
+                self.stop_requests += 1
         elif signum == signal.SIGQUIT:
             self.graceful = True
         elif signum == signal.SIGUSR1:
