@@ -119,3 +119,29 @@ def test_the_signal_state_says_whether_it_drains():
     assert not stop.draining and stop.stopping
     for state in (quiet, stop):
         state.wake_pipe.close()
+
+
+@pytest.mark.parametrize("seconds, state", [(2, "complete"), (30, "waiting")])
+def test_a_term_to_the_whole_process_group_drains_the_children_too(
+    qless_client, start_worker, seconds, state
+):
+    """systemd's default KillMode=control-group, foreman or Heroku signal every process."""
+    worker = start_worker("q", "-n", "2", "--term-grace", "4")
+    kids = worker.wait_children(2)
+    jid, child = start_job(qless_client, seconds)
+    os.killpg(worker.pid, signal.SIGTERM)
+    title_says(child, "draining")
+    assert worker.wait(timeout=20) == 0
+    assert not any(alive(k) for k in kids)
+    job = qless_client.jobs[jid]
+    assert job.state == state and job.retries == 3
+    assert len(ledger(qless_client.redis, "done", jid)) == (state == "complete")
+
+
+def test_hup_gives_the_running_job_back_at_once(qless_client, start_worker, mode):
+    worker = start_worker("q", *mode, "--term-grace", "60")
+    jid, _ = start_job(qless_client, 30)
+    worker.signal(signal.SIGHUP)
+    assert worker.wait(timeout=10) == 0
+    job = qless_client.jobs[jid]
+    assert job.state == "waiting" and job.retries == 3

@@ -96,7 +96,7 @@ def test_second_term_kills_children_at_once(qless_client, start_worker):
 def test_term_to_whole_process_group(qless_client, start_worker):
     """systemd KillMode=control-group sends TERM to every process at once."""
     q = qless_client.queues["q"]
-    worker = start_worker("q", "-n", "2")
+    worker = start_worker("q", "-n", "2", "--term-grace", "0")  # (the job is given back now)
     kids = worker.wait_children(2)
     jid = q.put("tests.worker.jobs.sleepy", {"seconds": 30})
     wait_until(lambda: ledger(qless_client.redis, "started", jid))

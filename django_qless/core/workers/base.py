@@ -385,7 +385,12 @@ class JobLoop:
 
     # -- titles ----------------------------------------------------------------------------
     def _tick(self, job: Job, elapsed: float) -> None:
-        """Show the running job (heartbeat thread: on noticing the job, then every second)."""
+        """Give the job back once the term grace is over; show it (heartbeat thread: on
+        noticing the job, then every second)."""
+        if self.signals.drain_over():
+            log_job(logging.WARNING, job, "job %s still running after the %gs term grace; "
+                    "giving it back", job.jid, self.config.term_grace)
+            self.guard.abort("shutdown")
         with self._title_lock:
             if self.current is job:
                 set_title(child_title(self.name, self.config.queues, jid=job.jid,

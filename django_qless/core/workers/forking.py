@@ -344,7 +344,7 @@ class ForkingWorker(ChildDisposal, ChildWatch):
 
     # -- signals and limits --------------------------------------------------------------------
     def _act_on_signals(self) -> None:
-        """Drain (QUIT to children), give back (TERM), force (KILL): the further the stop
+        """Drain (QUIT to children), give back (HUP), force (KILL): the further the stop
         requests go, the harder the children are stopped (see SignalState)."""
         sig = self.signals
         if sig.drain_over() and self.children:
@@ -360,7 +360,7 @@ class ForkingWorker(ChildDisposal, ChildWatch):
             self._stop_sent = 1
             self._shutdown_deadline = time.monotonic() + self.config.shutdown_grace
             for child in self.children.values():
-                self._kill(child, "shutdown", signal.SIGTERM)
+                self._kill(child, "shutdown", signal.SIGHUP)
         elif sig.graceful and not self._quit_sent:
             log.info("graceful stop: finishing running jobs%s", "" if sig.drain_deadline is None
                      else f" for up to {self.config.term_grace:g}s (TERM)")

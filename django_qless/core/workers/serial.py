@@ -3,8 +3,8 @@
 For development, tests and small deployments. Aborts (lock lost, canceled, moved, time limit)
 are raised into the job-running thread as `JobAborted`; signals raise it directly from the
 handler. TERM/INT let the running job finish within the term grace, then release it back to
-waiting (no retry spent) and stop (a second TERM/INT releases it at once); QUIT finishes the
-job first; USR1 fails the running job as `django_qless.JobKilled`.
+waiting (no retry spent) and stop (a second TERM/INT, or HUP, releases it at once); QUIT
+finishes the job first; USR1 fails the running job as `django_qless.JobKilled`.
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ class SerialWorker(JobLoop):
 
     def _on_signal(self, signum: int) -> None:
         """Runs in the main thread, inside the job if one runs: raise into it if needed."""
-        if signum in (signal.SIGTERM, signal.SIGINT):
+        if signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             if self.signals.stop_requests:
                 self.guard.abort("shutdown", same_thread=True)
             elif self.current is not None:
@@ -134,14 +134,6 @@ class SerialWorker(JobLoop):
             self.guard.abort("killed", same_thread=True)
         elif signum == signal.SIGUSR2:
             log.warning("USR2: paused; send CONT to resume")
-
-    def _tick(self, job: Job, elapsed: float) -> None:
-        """Heartbeat thread: give the job back once the term grace is over; show it."""
-        if self.signals.drain_over():
-            log_job(logging.WARNING, job, "job %s still running after the %gs term grace; "
-                    "giving it back", job.jid, self.config.term_grace)
-            self.guard.abort("shutdown")
-        super()._tick(job, elapsed)
 
     def _on_channel_event(self, worker: str, payload: dict[str, Any]) -> None:
         event, jid = payload.get("event"), payload.get("jid")

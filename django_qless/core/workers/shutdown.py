@@ -1,9 +1,10 @@
 """OS signals: handlers only record what was asked; the worker loops act on it.
 
 TERM/INT let the running jobs finish within the term grace, then give them back (a second
-one gives them back now, a third forces); QUIT finishes the running jobs, USR1 kills the
-running job(s), USR2 pauses and dumps stacks, CONT resumes (docs/worker.md, "OS signals and
-exit codes"); never an interactive console. Exit codes are `ExitCode`.
+one gives them back now, a third forces); HUP gives them back now; QUIT finishes the running
+jobs, USR1 kills the running job(s), USR2 pauses and dumps stacks, CONT resumes
+(docs/worker.md, "OS signals and exit codes"); never an interactive console. Exit codes are
+`ExitCode`.
 
 URG is the worker's own: another thread sends it to the job thread to abort the running job
 (`AbortGuard`), because an exception scheduled from that thread would land in whatever Python
@@ -35,7 +36,7 @@ class ExitCode(enum.IntEnum):
     FORCED = 3  # one TERM/INT more than gives jobs back: children killed without waiting
     UNRELEASED = 4  # stopped, but some in-flight jobs could not be released (lease expiry)
     # Child-only codes (seen by the supervisor, never by a shell).
-    CHILD_ABORTED = 75  # the child aborted its job on TERM; the supervisor disposes of it
+    CHILD_ABORTED = 75  # the child aborted its job to stop; the supervisor disposes of it
     CHILD_CRASHED = 70  # unexpected exception in the child's loop
     CHILD_ORPHANED = 76  # the supervisor died; the child released its job and left
 
@@ -76,11 +77,12 @@ class SignalState:
     """Flags set by signal handlers, read by the loop; optional per-signal callback.
 
     With a `term_grace`, the first TERM/INT drains as QUIT does, until `drain_over`; every
-    other TERM/INT is one more stop request (1: give the jobs back, 2: force).
+    other TERM/INT, and each HUP, is one more stop request (1: give the jobs back, 2: force).
     """
 
     HANDLED = (
         signal.SIGTERM,
+        signal.SIGHUP,
         signal.SIGINT,
         signal.SIGQUIT,
         signal.SIGUSR1,
@@ -92,7 +94,7 @@ class SignalState:
     def __init__(self, wake: WakePipe | None = None, *, term_grace: float = 0.0) -> None:
         self.wake_pipe = wake or WakePipe()
         self.term_grace = term_grace
-        self.stop_requests = 0  # stops that give the running jobs back (TERM/INT, grace over)
+        self.stop_requests = 0  # stops that give the running jobs back (TERM/INT/HUP, grace)
         self.graceful = False  # QUIT, or TERM/INT draining
         self.drain_deadline: float | None = None  # (monotonic) set by a draining TERM/INT
         self.kill_current = False  # USR1 (cleared by the loop once acted on)
@@ -157,7 +159,7 @@ class SignalState:
         self._installed = True
 
     def uninstall(self) -> None:
-        """Restore the previous handlers; after a TERM/INT, ignore those two instead.
+        """Restore the previous handlers; after a TERM/INT/HUP, ignore those instead.
 
         The process was told to end and is on its way out: a repeated TERM must not end it
         by the signal (exit 143) instead of its own exit code. (Ignored, not handled: the
@@ -170,7 +172,7 @@ class SignalState:
         except (RuntimeError, ValueError):
             pass
         for signum, previous in self._previous.items():
-            if self._terminated and signum in (signal.SIGTERM, signal.SIGINT):
+            if self._terminated and signum in _ENDING:
                 previous = signal.SIG_IGN
             signal.signal(signum, previous)  # type: ignore[arg-type]
         signal.set_wakeup_fd(self._old_wakeup_fd)
@@ -180,9 +182,10 @@ class SignalState:
         """Record the request, then act on it; never do I/O beyond the wake byte
         (set_wakeup_fd writes it)."""
         self.last_signal = signum
-        if signum in (signal.SIGTERM, signal.SIGINT):
+        if signum in _ENDING:
             self._terminated = True
-            if self.term_grace > 0 and self.drain_deadline is None and not self.stop_requests:
+            if (signum != signal.SIGHUP and self.term_grace > 0 and self.drain_deadline is None
+                    and not self.stop_requests):
                 self.graceful = True
                 self.drain_deadline = time.monotonic() + self.term_grace
             else:
@@ -225,6 +228,7 @@ def _inside_handler(frame: FrameType | None) -> bool:
 
 
 _HANDLE_CODE = SignalState._handle.__code__
+_ENDING = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def reset_child_signals() -> None:
