@@ -6,16 +6,13 @@ from collections.abc import Callable, Sequence
 
 from django_qless.core.workers.shutdown import SignalState
 
-__all__ = ["child_title", "get_title", "set_title", "stop_note", "supervisor_title"]
+__all__ = ["child_title", "set_title", "stop_note", "supervisor_title"]
 
 _set: Callable[[str], None] | None
-_get: Callable[[], str] | None
 try:
-    from setproctitle import getproctitle as _get
     from setproctitle import setproctitle as _set
 except ImportError:  # pragma: no cover - setproctitle is a dependency; stay usable without it
     _set = None
-    _get = None
 
 _last = ""
 
@@ -28,11 +25,6 @@ def set_title(title: str) -> None:
     _last = title
     if _set is not None:
         _set(title)
-
-
-def get_title() -> str:
-    """Return this process's title as last set."""
-    return _get() if _get is not None else _last
 
 
 def _queues(queues: Sequence[str]) -> str:

@@ -100,7 +100,6 @@ class SignalState:
         self.kill_current = False  # USR1 (cleared by the loop once acted on)
         self.paused = False  # USR2 / CONT
         self.dump_stacks = False  # USR2 (cleared by the loop)
-        self.last_signal: int | None = None
         self.callback: Callable[[int], None] | None = None
         # Run on URG (in the main thread): delivers an abort another thread asked for.
         self.on_kick: Callable[[], None] | None = None
@@ -181,7 +180,6 @@ class SignalState:
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         """Record the request, then act on it; never do I/O beyond the wake byte
         (set_wakeup_fd writes it)."""
-        self.last_signal = signum
         if signum in _ENDING:
             self._terminated = True
             if (signum != signal.SIGHUP and self.term_grace > 0 and self.drain_deadline is None
