@@ -29,15 +29,60 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-import redis
-from callgrind_redis import CallgrindError, Clock, callgrind_redis
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE / "adapters"), str(HERE.parent)]
 
-from django_qless.core.engine.bundles import bundle_text
-from django_qless.core.engine.lua import function_name, library_text
+import redis  # noqa: E402
+from _common import redis_cpu  # noqa: E402
+from callgrind_redis import CallgrindError, Clock, callgrind_redis  # noqa: E402
+
+from django_qless.core.engine.bundles import bundle_text  # noqa: E402
+from django_qless.core.engine.lua import function_name, library_text  # noqa: E402
 
 VARIANTS = ("none", "queue", "keyed", "kind")
+
+
+def _caller(r: redis.Redis, mode: str, clock: Clock) -> Callable[..., Any]:
+    """Return a function that runs one engine command on `r` (Redis 7 FCALL or EVALSHA)."""
+    if mode == "fcall":
+        r.function_load(library_text(), replace=True)
+        fn = function_name()
+
+        def call(command: str, *args: Any) -> Any:
+            return r.fcall(fn, 0, command, repr(clock()), *args)
+
+        return call
+    shas: dict[str, str] = {}
+
+    def call_bundle(command: str, *args: Any) -> Any:
+        if command not in shas:
+            text = bundle_text(command)
+            assert text is not None, command
+            shas[command] = r.script_load(text)
+        return r.evalsha(shas[command], 0, command, repr(clock()), *args)
+
+    return call_bundle
+
+
+def _prepare(call: Callable[..., Any], variant: str, calls: int) -> str:
+    """Set `variant`'s limit, put its jobs and pop 20 (warm-up); return its queue."""
+    queue = f"q-{variant}"
+    if variant == "queue":
+        call("rate.set", "queue", queue, 100000, 3600)
+    elif variant == "keyed":
+        call("rate.set", "queue", queue, 100000, 3600, "customer")
+    elif variant == "kind":
+        call("rate.set", "kind", "Limited", 100000, 3600)
+    klass = "Limited" if variant == "kind" else "K"
+    for i in range(calls + 20):
+        data = json.dumps({"customer": f"c{i % 20}", "n": i})
+        call("put", "", queue, f"{variant}-{i}", klass, data, "0")
+    for _ in range(20):  # warm-up: loaders, memos, first keys
+        call("pop", queue, "w1", "1")
+    return queue
 
 
 def measure(binary: str, calls: int, mode: str, variants: tuple[str, ...]) -> dict[str, float]:
@@ -47,37 +92,9 @@ def measure(binary: str, calls: int, mode: str, variants: tuple[str, ...]) -> di
             r = redis.Redis(unix_socket_path=cg.sock, decode_responses=True)
             # (a steady client clock: the engine's once-a-second work comes at the pace of a
             # full-speed run, not of valgrind's, so runs count the same work)
-            clock = Clock(0.0001)
-            if mode == "fcall":
-                r.function_load(library_text(), replace=True)
-                fn = function_name()
-
-                def call(command: str, *args: Any) -> Any:
-                    return r.fcall(fn, 0, command, repr(clock()), *args)
-            else:
-                shas: dict[str, str] = {}
-
-                def call(command: str, *args: Any) -> Any:
-                    if command not in shas:
-                        text = bundle_text(command)
-                        assert text is not None, command
-                        shas[command] = r.script_load(text)
-                    return r.evalsha(shas[command], 0, command, repr(clock()), *args)
-
+            call = _caller(r, mode, Clock(0.0001))
             for variant in variants:
-                queue = f"q-{variant}"
-                if variant == "queue":
-                    call("rate.set", "queue", queue, 100000, 3600)
-                elif variant == "keyed":
-                    call("rate.set", "queue", queue, 100000, 3600, "customer")
-                elif variant == "kind":
-                    call("rate.set", "kind", "Limited", 100000, 3600)
-                klass = "Limited" if variant == "kind" else "K"
-                for i in range(calls + 20):
-                    data = json.dumps({"customer": f"c{i % 20}", "n": i})
-                    call("put", "", queue, f"{variant}-{i}", klass, data, "0")
-                for _ in range(20):  # warm-up: loaders, memos, first keys
-                    call("pop", queue, "w1", "1")
+                queue = _prepare(call, variant, calls)
                 cg.counting(True)
                 for _ in range(calls):
                     call("pop", queue, "w1", "1")
@@ -90,6 +107,34 @@ def measure(binary: str, calls: int, mode: str, variants: tuple[str, ...]) -> di
     except CallgrindError as exc:
         raise SystemExit(str(exc)) from exc
     return {variant: totals.get(variant, 0) / calls for variant in variants}
+
+
+def timed(url: str, calls: int, variants: tuple[str, ...] = VARIANTS
+          ) -> dict[str, dict[str, float]]:
+    """Return Redis commands (the engine's own included) and Redis main-thread CPU µs per
+    pop for each variant, on a native server (a flushed database at `url`)."""
+    r = redis.Redis.from_url(url, decode_responses=True)
+    r.flushall()
+    call = _caller(r, "fcall", Clock(0.0001))
+    out: dict[str, dict[str, float]] = {}
+    for variant in variants:
+        queue = _prepare(call, variant, calls)
+        before, cpu = _calls(r), redis_cpu(r)
+        for _ in range(calls):
+            call("pop", queue, "w1", "1")
+        spent, after = redis_cpu(r) - cpu, _calls(r)
+        # (INFO itself runs once between the two readings)
+        out[variant] = {"commands": (after - before - 1) / calls,
+                        "redis_us": spent * 1e6 / calls}
+        if variant == "kind":
+            call("rate.delete", "kind", "Limited")
+    r.close()
+    return out
+
+
+def _calls(r: redis.Redis) -> int:
+    """Return how many commands Redis ran so far (INFO commandstats, scripts' included)."""
+    return sum(int(v["calls"]) for v in r.info("commandstats").values())
 
 
 _LIBRARY = ("import json; from django_qless.core.engine.lua import function_name, library_text;"

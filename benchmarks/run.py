@@ -3,7 +3,8 @@
 Usage: `make bench ARGS="--quick"` or `.venv/bin/python benchmarks/run.py [--quick|--full]
 [--rounds N] [--systems a,b] [--skip-scale] [--skip-idle] [--idle-only] [--idle-seconds S]
 [--skip-idle-callgrind] [--skip-worker-callgrind] [--skip-scale-callgrind] [--skip-62]
-[--body noop|incr] [--no-install] [--jobs N]`. `--compare-tree PATH` measures only
+[--skip-limits] [--limits-only] [--skip-limits-callgrind] [--body noop|incr] [--no-install]
+[--jobs N]`. `--compare-tree PATH` measures only
 django-qless, this tree against the checkout at PATH (benchmarks/compare.py); `--cluster`
 only one node against three shards (benchmarks/cluster.py). See benchmarks/README.md.
 """
@@ -46,14 +47,16 @@ def sizes(args: argparse.Namespace) -> dict[str, Any]:
         s = {"enqueue": 5000, "drain": 5000, "worker": 2000, "latency": 50,
              "scale": "10000,50000", "probe": 1000, "rounds": 1,
              "idle_seconds": 10.0, "idle_monitor": 3.0, "idle_samples": 30,
-             "idle_callgrind_seconds": 8.0, "idle_callgrind_repeats": 1}
+             "idle_callgrind_seconds": 8.0, "idle_callgrind_repeats": 1,
+             "limits_ticks": 128, "limits_pops": 500, "limits_window": 5.0}
     else:
         # (latency samples: a p99 of 100 is the second-largest sample, one hiccup; of 400,
         # the fifth-largest)
         s = {"enqueue": 20_000, "drain": 20_000, "worker": 5000, "latency": 400,
              "scale": "10000,1000000" if args.full else "10000,200000", "probe": 2000, "rounds": 3,
              "idle_seconds": 20.0, "idle_monitor": 5.0, "idle_samples": 400,
-             "idle_callgrind_seconds": 30.0, "idle_callgrind_repeats": 2}
+             "idle_callgrind_seconds": 30.0, "idle_callgrind_repeats": 2,
+             "limits_ticks": 640, "limits_pops": 2000, "limits_window": 10.0}
     if args.jobs:
         # (a check that the harness works, not a measurement)
         n = args.jobs
@@ -127,6 +130,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "in the scaling table's cases (benchmarks/scale_cost.py; ~1.5 min with "
                         "--full, its 1M-job fill under valgrind)")
     p.add_argument("--skip-62", action="store_true", help="skip the Redis 6.2 leg")
+    p.add_argument("--skip-limits", action="store_true",
+                   help="skip what a cron schedule and a rate limit add per job and a limited "
+                        "queue's wait (limits_cost.py)")
+    p.add_argument("--limits-only", action="store_true",
+                   help="measure only the cron schedule and rate limit rows (limits_cost.py)")
+    p.add_argument("--skip-limits-callgrind", action="store_true",
+                   help="count the limits rows' commands and µs, not their instructions")
     p.add_argument("--body", choices=("incr", "noop"), default="incr",
                    help="worker job body: one INCR (default) or none")
     p.add_argument("--redis62", default=None,
@@ -172,6 +182,10 @@ def main(argv: list[str] | None = None) -> int:
         return compare_trees(args, s)
     if args.idle_only:
         s["rounds"], args.skip_scale, args.skip_62, args.skip_idle = 0, True, True, False
+    if args.limits_only:
+        s["rounds"], args.skip_scale, args.skip_62, args.skip_idle = 0, True, True, True
+        args.skip_worker_callgrind, args.skip_limits = True, False
+        args.systems = peers.OURS
     names = [n.strip() for n in args.systems.split(",") if n.strip()]
     unknown = [n for n in names if n not in SYSTEMS]
     if unknown:
@@ -251,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
             binary, SYSTEMS["django-qless"], s["callgrind_jobs"])
         scale_cg = None if args.skip_scale or args.skip_scale_callgrind or \
             "django-qless" not in names else scale_instructions(binary, s)
+        limits = None if args.skip_limits or "django-qless" not in names else \
+            limits_rows(binary, s, callgrind=not args.skip_limits_callgrind)
     info["loadavg_end"] = list(os.getloadavg())
     info["total_seconds"] = round(time.monotonic() - started, 1)
     agg = aggregate(rounds)
@@ -262,6 +278,8 @@ def main(argv: list[str] | None = None) -> int:
         doc["worker_callgrind"] = worker_cg
     if scale_cg is not None:
         doc["scale_callgrind"] = scale_cg
+    if limits is not None:
+        doc["limits"] = limits
     if leg62 is not None:
         doc["leg62"] = {"redis_version": leg62["redis_version"], "binary": leg62["binary"],
                         "rounds": leg62["rounds"],
@@ -363,6 +381,17 @@ def scale_instructions(binary: str, s: dict[str, Any]) -> dict[str, Any] | None:
     return doc
 
 
+def limits_rows(binary: str, s: dict[str, Any], *, callgrind: bool) -> dict[str, Any]:
+    """Measure what a cron schedule and a rate limit add per job, and a limited queue's idle
+    wait (limits_cost.py)."""
+    import limits_cost
+
+    doc = limits_cost.measure(binary, ticks=s["limits_ticks"], pops=s["limits_pops"],
+                              window=s["limits_window"], callgrind=callgrind)
+    print("limits               done", flush=True)
+    return doc
+
+
 def render(doc: dict[str, Any]) -> str:
     """Return the full text report of a saved run."""
     info, s = doc["machine"], doc["sizes"]
@@ -378,7 +407,9 @@ def render(doc: dict[str, Any]) -> str:
     for name, n in doc["notes"].items():
         lines += [f"note {name} {key}: {text}" for key, text in n.items()]
     names = doc.get("systems") or list(doc["rounds"])
-    lines += ["", format_report(doc["aggregate"], names)]
+    ran = any(doc["rounds"].values())  # (none with --idle-only or --limits-only)
+    if ran:
+        lines += ["", format_report(doc["aggregate"], names)]
     if doc["scale"]:
         lines += ["", f"scaling (us per single put / per pop+complete, median of 5 batches; "
                   f"depth_N: N jobs waiting in one queue; queues_N: {s['scale'].split(',')[0]} "
@@ -396,7 +427,12 @@ def render(doc: dict[str, Any]) -> str:
         from idle_cost import format_idle_cost
 
         lines += ["", format_idle_cost(doc["idle_callgrind"])]
-    lines += ["", format_capacity(doc)]
+    if doc.get("limits"):
+        from limits_cost import format_limits
+
+        lines += ["", format_limits(doc["limits"])]
+    if ran or doc.get("idle"):
+        lines += ["", format_capacity(doc)]
     return "\n".join(lines)
 
 

@@ -28,6 +28,9 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 import redis  # noqa: E402
 from callgrind_redis import CallgrindRedis, callgrind_redis  # noqa: E402
 
+sys.path.insert(0, str(HERE / "adapters"))
+from _common import redis_cpu  # noqa: E402
+
 from django_qless.core import Client  # noqa: E402
 from django_qless.core.scheduling.schedules import Schedules  # noqa: E402
 from testservers.redis_server import RedisServer, find_redis_server  # noqa: E402
@@ -53,12 +56,14 @@ class Clock:
 
 class Meter:
     """Count what an action costs Redis: commands (INFO commandstats deltas, INFO itself
-    left out) and, on a server under callgrind, instructions (one labelled dump an action)."""
+    left out), Redis's main-thread CPU (`cpu_us`, by label) and, on a server under callgrind,
+    instructions (one labelled dump an action)."""
 
     def __init__(self, conn: redis.Redis, callgrind: CallgrindRedis | None = None) -> None:
         self.conn = conn
         self.callgrind = callgrind
         self.dumps = 0
+        self.cpu_us: Counter[str] = Counter()
 
     def _stats(self) -> Counter[str]:
         raw = self.conn.info("commandstats")
@@ -69,7 +74,9 @@ class Meter:
         before = self._stats()
         if self.callgrind is not None:
             self.callgrind.counting(True)
+        cpu = redis_cpu(self.conn)
         action()
+        self.cpu_us[label] += (redis_cpu(self.conn) - cpu) * 1e6
         if self.callgrind is not None:
             self.callgrind.counting(False)
             self.dumps += 1
@@ -80,9 +87,10 @@ class Meter:
         return +after
 
 
-def measure(url: str, ticks: int, callgrind: CallgrindRedis | None = None
-            ) -> dict[str, Counter[str]]:
-    """Count the scheduled run, the baseline, the top-ups and the idle check."""
+def measure(url: str, ticks: int, callgrind: CallgrindRedis | None = None,
+            cpu_us: dict[str, float] | None = None) -> dict[str, Counter[str]]:
+    """Count the scheduled run, the baseline, the top-ups and the idle check; fill `cpu_us`
+    with Redis's CPU time of each (µs in all)."""
     conn = redis.Redis.from_url(url, decode_responses=True)
     meter = Meter(conn, callgrind)
     clock = Clock()
@@ -124,6 +132,8 @@ def measure(url: str, ticks: int, callgrind: CallgrindRedis | None = None
 
     out[BASE] = meter.count(BASE, baseline)
     out[IDLE] = meter.count(IDLE, lambda: schedules.refill())
+    if cpu_us is not None:
+        cpu_us.update(meter.cpu_us)
     client.close()
     conn.close()
     return out

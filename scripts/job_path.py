@@ -5,6 +5,7 @@ subprocess), then runs `python -m django_qless.core.workers -n 0 --max-jobs 1` o
 another subprocess). Both run under a tracer that notes every code object that starts
 executing (a module's top level included), in every thread. Prints how many files under
 `django_qless/` each side ran, and their union; `--list` prints the files too.
+`tests/core/test_job_path.py` runs `measure` and keeps the counts from growing.
 
     python scripts/job_path.py [--list]
 """
@@ -18,6 +19,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+import redis
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -73,11 +76,32 @@ def traced(args: list[str], workdir: str, env: dict[str, str]) -> set[str]:
                           capture_output=True, text=True, timeout=120, check=False)
     if proc.returncode not in (0, None):
         sys.stderr.write(proc.stderr)
-        raise SystemExit(f"{args[0]} exited with {proc.returncode}")
+        raise RuntimeError(f"{args[0]} exited with {proc.returncode}")
     with open(out) as f:
         files = json.load(f)
     return {os.path.relpath(p, ROOT) for p in files
             if os.path.abspath(p).startswith(PACKAGE)}
+
+
+def measure(url: str) -> tuple[set[str], set[str]]:
+    """Put one job and run it with a serial worker on the empty database at `url`; return
+    the package files (relative to the repository) each side ran."""
+    with tempfile.TemporaryDirectory(prefix="job-path-") as workdir:
+        Path(workdir, "job_path_jobs.py").write_text(JOBS)
+        path = os.pathsep.join([workdir, str(ROOT), os.environ.get("PYTHONPATH", "")])
+        env = {**os.environ, "PYTHONPATH": path}
+        env.pop("DJANGO_SETTINGS_MODULE", None)
+        put = traced(["put", url, QUEUE], workdir, env)
+        worker = traced(["worker", "--url", url, "-n", "0", "--max-jobs", "1",
+                         "--import", "job_path_jobs", QUEUE], workdir, env)
+    conn = redis.Redis.from_url(url, decode_responses=True)
+    try:
+        done = conn.zcard("ql:completed")
+    finally:
+        conn.close()
+    if done != 1:
+        raise RuntimeError(f"the job did not complete (ql:completed holds {done})")
+    return put, worker
 
 
 def main() -> int:
@@ -86,22 +110,8 @@ def main() -> int:
     parser.add_argument("--list", action="store_true", help="print the files too")
     parser.add_argument("--redis-server", default=os.environ.get("QLESS_REDIS_SERVER"))
     options = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="job-path-") as workdir, \
-            RedisServer(options.redis_server) as server:
-        Path(workdir, "job_path_jobs.py").write_text(JOBS)
-        path = os.pathsep.join([workdir, str(ROOT), os.environ.get("PYTHONPATH", "")])
-        env = {**os.environ, "PYTHONPATH": path}
-        env.pop("DJANGO_SETTINGS_MODULE", None)
-        put = traced(["put", server.url, QUEUE], workdir, env)
-        worker = traced(["worker", "--url", server.url, "-n", "0", "--max-jobs", "1",
-                         "--import", "job_path_jobs", QUEUE], workdir, env)
-        import redis
-
-        conn = redis.Redis(unix_socket_path=server.socket_path, decode_responses=True)
-        done = conn.zcard("ql:completed")
-        conn.close()
-    if done != 1:
-        raise SystemExit(f"the job did not complete (ql:completed holds {done})")
+    with RedisServer(options.redis_server) as server:
+        put, worker = measure(server.url)
     print(f"put: {len(put)} files, worker: {len(worker)} files, total: {len(put | worker)}")
     if options.list:
         for name in sorted(put | worker):

@@ -11,37 +11,37 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from redis import Redis
 
-from .accessors import Tags, Workers
 from .clock import ServerClock
 from .engine.channel import TRANSPORT_ERRORS, Channel, NodeChannel, connection_error
-from .engine.deferred import DeferredCall
 from .engine.invoke import READ_ONLY_COMMANDS, Invoker
 from .engine.keyspace import Keyspace
 from .engine.pool import make_redis
-from .engine_config import Config
 from .exceptions import InvalidArgument, QlessConnectionError, QlessError
-from .hotpath import WorkerCalls
-from .jobs import Jobs
-from .queues import Queues
 from .serialization import (
     check_jid,
     check_worker,
     dumps,
     num,
 )
-from .throttle import Throttles
 
 if TYPE_CHECKING:
     from redis.cluster import RedisCluster
 
+    from .accessors import Tags, Workers
     from .cluster.transport import ClusterTransport
+    from .engine.deferred import DeferredCall
+    from .engine_config import Config
     from .events import Events
     from .flows import Flows
+    from .hotpath import WorkerCalls
     from .job import Job
+    from .jobs import Jobs
+    from .queues import Queues
     from .recurring import RecurringJob
     from .routing import Router
     from .scheduling.ratelimit import RateLimits
     from .scheduling.schedules import Schedules
+    from .throttle import Throttles
 
 __all__ = ["Client"]
 
@@ -114,16 +114,60 @@ class Client:
         # The deployment of a shard made by ShardedClient (routing.py); None: this keyspace
         # is the whole deployment.
         self.router: Router | None = None
-        self._hot = WorkerCalls(self)
-        self.queues = Queues(self)
-        self.jobs = Jobs(self)
-        self.workers = Workers(self)
-        self.config = Config(self)
-        self.throttles = Throttles(self)
-        self.tags = Tags(self)
 
     def __repr__(self) -> str:
         return f"<Client {self.channel!r}>"
+
+    # The accessors are made on first use, each module loaded then: a put loads no worker
+    # calls, a worker no job listings (afterwards each is a plain instance attribute).
+
+    @functools.cached_property
+    def _hot(self) -> WorkerCalls:
+        from .hotpath import WorkerCalls
+
+        return WorkerCalls(self)
+
+    @functools.cached_property
+    def queues(self) -> Queues:
+        """Return the queues of this keyspace, by name."""
+        from .queues import Queues
+
+        return Queues(self)
+
+    @functools.cached_property
+    def jobs(self) -> Jobs:
+        """Return the jobs of this keyspace, by jid."""
+        from .jobs import Jobs
+
+        return Jobs(self)
+
+    @functools.cached_property
+    def workers(self) -> Workers:
+        """Return the workers known to this keyspace."""
+        from .accessors import Workers
+
+        return Workers(self)
+
+    @functools.cached_property
+    def config(self) -> Config:
+        """Return the engine's settings in this keyspace."""
+        from .engine_config import Config
+
+        return Config(self)
+
+    @functools.cached_property
+    def throttles(self) -> Throttles:
+        """Return the named throttles of this keyspace."""
+        from .throttle import Throttles
+
+        return Throttles(self)
+
+    @functools.cached_property
+    def tags(self) -> Tags:
+        """Return the tags of this keyspace's jobs."""
+        from .accessors import Tags
+
+        return Tags(self)
 
     @functools.cached_property
     def rate_limits(self) -> RateLimits:

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 
-from .engine.deferred import DeferredCall
 from .engine.worker_reply import decode_worker_reply
 from .exceptions import InvalidArgument, QlessConnectionError, QlessError, error_from_reply
 from .job import Job
@@ -22,6 +21,7 @@ from .serialization import as_list, check_int, check_name, check_number, check_w
 if TYPE_CHECKING:
     from .client import Client
     from .engine.channel import Pending
+    from .engine.deferred import DeferredCall
 
 __all__ = ["EARLIER_MAX", "RESERVE_QUEUES_MAX", "WorkerCalls"]
 
@@ -213,6 +213,8 @@ class WorkerCalls:
 
         Lets a worker run a job it already holds while Redis completes the previous one.
         """
+        from .engine.deferred import DeferredCall  # (loaded by the first job sent ahead)
+
         args = self._complete_reserve_args(job, queues, count)
         client = self._client
         pending = client.channel.defer(("complete.reserve", repr(client.now()), *args))
@@ -240,6 +242,8 @@ class WorkerCalls:
         self, jobs: Sequence[Job], queues: Sequence[str], count: int = 1
     ) -> DeferredCall[tuple[list[str | QlessError], list[Job], float | None]]:
         """Send `complete_many_and_reserve` now; its `result()` reads the reply later, once."""
+        from .engine.deferred import DeferredCall
+
         args = self._complete_many_args(jobs, queues, count)
         client = self._client
         pending = client.channel.defer(("complete.reserve", repr(client.now()), *args))

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 from .exceptions import InvalidArgument, JobExists, JobNotFound
 from .job_snapshot import JobSnapshot
-from .routing import check_dependencies, check_throttle_homes
 from .serialization import (
     PRIORITY_MAX,
     PRIORITY_MIN,
@@ -114,13 +113,25 @@ class Job(JobSnapshot):
         # The queue is kept locally on a plain complete so a repeated call gets the
         # engine's "not currently running" refusal rather than a missing-argument error.
         self._released(state, next or self._queue)
+        if next is None:
+            self.open_gates()
         return state
+
+    def open_gates(self) -> None:
+        """Release the flow members of other shards that wait on this completed job (a
+        flow across shards: flows/gates.py); nothing to do in one keyspace."""
+        if self.client.router is not None:
+            from .flows.gates import release_after
+
+            release_after(self)
 
     def _complete_into(
         self, target: Client, next: str, delay: float | None, depends: Iterable[str] | None,
     ) -> str:
         """Put this job into `next` on `target` (another shard) unless a live copy is there
         already, then complete it here; return the state it has in `next`."""
+        from .routing import check_dependencies, check_throttle_homes  # (sharded only)
+
         deps = [] if depends is None else check_depends(depends, self.jid)
         states = check_dependencies(target, next, deps)
         check_throttle_homes(target, next, self._throttles)
@@ -278,6 +289,8 @@ class Job(JobSnapshot):
         if not deps:
             raise InvalidArgument("depend needs at least one jid")
         if self.client.router is not None:
+            from .routing import check_dependencies
+
             check_dependencies(self.client, self._queue, deps)
         self._dependencies = None
         return bool(self.client.call("depends", self.jid, "on", *deps))

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
 
-from . import integrations
-from .job import Job
-from .routing import check_dependencies, check_throttle_homes
 from .serialization import (
     MAX_INTERVAL,
     PRIORITY_MAX,
@@ -32,14 +30,19 @@ from .serialization import (
     num,
     put_options,
 )
-from .throttle import Throttle, ThrottleInfo, queue_throttle_id
 
 if TYPE_CHECKING:
     from .client import Client
     from .console.queue_admin import EmptyCursor, EmptyStep, QueueContents
+    from .job import Job
     from .scheduling.ratelimit import RateLimit, RateLimitStatus
+    from .throttle import Throttle, ThrottleInfo
 
 __all__ = ["Queue", "QueueJobs", "QueueSettings"]
+
+# Instrumentation installs its put middleware through this module (docs/observability.md):
+# until it is loaded nothing is installed, and a put need not load it to find that out.
+_INTEGRATIONS = f"{__package__}.integrations"
 
 def with_throttled(counts: Any) -> dict[str, Any]:
     """Return a queue's counts with "throttled" present (the engine omits it when 0)."""
@@ -158,14 +161,18 @@ class Queue:
         `depends_missing="ignore"` (qless-core's behaviour: it is dropped). On a shard, a
         dependency or named throttle living in another shard is refused (InvalidArgument).
         """
-        if integrations.put_middleware():
-            # Installed instrumentation (docs/observability.md) wraps the put and may add
-            # propagation headers to the data.
-            pending = integrations.PendingPut(self, check_klass(klass), jid or new_jid(), data)
-            return integrations.around_put(pending, lambda sent: self._put(
-                pending.klass, sent, jid=pending.jid, priority=priority, tags=tags,
-                delay=delay, retries=retries, depends=depends, throttles=throttles,
-                depends_missing=depends_missing))
+        if _INTEGRATIONS in sys.modules:
+            from . import integrations
+
+            if integrations.put_middleware():
+                # Installed instrumentation wraps the put and may add propagation headers to
+                # the data.
+                pending = integrations.PendingPut(self, check_klass(klass), jid or new_jid(),
+                                                  data)
+                return integrations.around_put(pending, lambda sent: self._put(
+                    pending.klass, sent, jid=pending.jid, priority=priority, tags=tags,
+                    delay=delay, retries=retries, depends=depends, throttles=throttles,
+                    depends_missing=depends_missing))
         return self._put(klass, data, jid=jid, priority=priority, tags=tags, delay=delay,
                          retries=retries, depends=depends, throttles=throttles,
                          depends_missing=depends_missing)
@@ -189,6 +196,8 @@ class Queue:
     def check_shard(self, depends: Iterable[str], throttles: Iterable[str]) -> None:
         """Refuse dependencies and named throttles that live in another shard than this
         queue's (a client of a ShardedClient only; docs/scaling.md)."""
+        from .routing import check_dependencies, check_throttle_homes
+
         deps = [check_jid(d) for d in depends]
         if deps:
             check_dependencies(self.client, self.name, deps)
@@ -261,6 +270,8 @@ class Queue:
 
     def pop(self, count: int | None = None) -> Job | None | list[Job]:
         """Take jobs for this client's worker: one Job (or None), or a list if count given."""
+        from .job import Job
+
         n = 1 if count is None else check_int("count", count, 1, 1000)
         worker = self.client.worker_name
         reply = as_list(self.client.call_json("pop", self.name, worker, n))
@@ -276,6 +287,8 @@ class Queue:
 
     def peek(self, count: int | None = None, offset: int = 0) -> Job | None | list[Job]:
         """Look at the next jobs without taking them."""
+        from .job import Job
+
         n = 1 if count is None else check_int("count", count, 0, 500)
         off = check_int("offset", offset, 0)
         args: list[Any] = [self.name, n] + ([off] if off else [])
@@ -348,6 +361,8 @@ class Queue:
 
     def settings(self) -> QueueSettings:
         """Return heartbeat, max concurrency and the queue throttle in one round trip."""
+        from .throttle import ThrottleInfo, queue_throttle_id
+
         tid = queue_throttle_id(self.name)
         config, throttle = self.client.pipeline_calls(
             [("config.get", ()), ("throttle.get", (tid,))]
@@ -364,6 +379,8 @@ class Queue:
     @property
     def throttle(self) -> Throttle:
         """Return the queue's own throttle (read it, or list its holders and waiters)."""
+        from .throttle import Throttle, queue_throttle_id
+
         return Throttle(self.client, queue_throttle_id(self.name))
 
     def set_throttle(self, maximum: int) -> None:

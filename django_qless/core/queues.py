@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 from .queue import Queue, with_throttled
 from .serialization import as_list, check_name, check_number, num
-from .throttle import ThrottleInfo
 
 if TYPE_CHECKING:
     from .client import Client
+    from .throttle import ThrottleInfo
 
 __all__ = ["Queues"]
 

@@ -32,6 +32,10 @@ class Router(Protocol):
         """Return the shard tag of each of `jids` found in any shard (absent: nowhere)."""
         ...
 
+    def shard(self, shard: int | str) -> Client:
+        """Return the client of shard `shard` (an index or a tag)."""
+        ...
+
     def throttle_home(self, tid: str, shard: str) -> str:
         """Return the home shard of throttle `tid`, recording `shard` at its first use."""
         ...

@@ -163,6 +163,24 @@ def test_results_of_jobs_run_on_several_shards(on_cluster):
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_workflow_across_three_shards_passes_every_result(on_cluster):
+    from django_qless.workflows import chain, chord, group
+    from tests.flows.jobs import total
+
+    flow = chain(chord(group(jobs.add.using(queue="alpha").s(1, 2),
+                             jobs.add.using(queue="beta").s(3, 4)),
+                       total.using(queue="gamma").s()),
+                 jobs.add.using(queue="alpha").s(10))
+    handle = flow.enqueue()
+    done = run_queued(["alpha", "beta", "gamma"])
+    assert [o.outcome for o in done] == ["completed"] * 4
+    assert handle.result(timeout=5) == 20  # (1 + 2) + (3 + 4), then + 10
+    state = handle.state()
+    assert state.status == "complete"
+    assert [m.queue for m in state.members] == ["alpha", "beta", "gamma", "alpha"]
+
+
+@pytest.mark.django_db(transaction=True)
 def test_enqueue_on_commit_and_unique_jobs_on_a_shard(on_cluster):
     with transaction.atomic():
         handle = jobs.echo.using(queue="gamma").enqueue("later")

@@ -63,6 +63,27 @@ def test_a_client_of_one_server_loads_no_cluster_module(redis_url: str) -> None:
     assert run_python(code) == "[]"
 
 
+def test_a_serial_worker_of_one_server_loads_only_the_pubsub_hub(redis_url: str) -> None:
+    """Run one job with a serial worker of one server: of the cluster package, only the
+    pub/sub hub it listens through (node_pubsub, node_conn) is loaded."""
+    code = (
+        "import sys\n"
+        "from django_qless.core import Client\n"
+        "from django_qless.core.registry import register\n"
+        "from django_qless.core.workers.cli import main\n"
+        "register('shop.Job')(lambda job: None)\n"
+        f"client = Client({redis_url!r})\n"
+        "client.queues['q'].put('shop.Job', {'n': 1})\n"
+        f"assert main(['--url', {redis_url!r}, '-n', '0', '--max-jobs', '1', 'q']) == 0\n"
+        "assert client.redis.zcard('ql:completed') == 1\n"
+        "print(sorted(m for m in sys.modules if m.startswith('django_qless.core.cluster')))\n"
+    )
+    assert run_python(code) == str(sorted([
+        "django_qless.core.cluster", "django_qless.core.cluster.node_conn",
+        "django_qless.core.cluster.node_pubsub",
+    ]))
+
+
 def test_core_is_django_free() -> None:
     """Import every core module in a fresh interpreter; django must stay unimported."""
     modules = core_modules()

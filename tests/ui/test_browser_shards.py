@@ -139,3 +139,35 @@ def test_the_live_events_page_follows_every_shard(sharded: ShardedClient, page: 
     buffer = event_buffer._current
     wait_until(lambda: buffer is None or buffer._readers == 0, 10)
     time.sleep(0.2)  # the response's own end (request_finished) follows the detach
+
+
+def test_a_flow_across_shards_on_its_page_retries_then_cancels(sharded: ShardedClient,
+                                                               page: Any) -> None:
+    """emails (s0) -> reports (s1) -> emails: the page reads every shard; retry and cancel
+    reach the member's shard and the gate the last member waits behind."""
+    from django_qless.core.flows import Flows, Step, chain
+    from django_qless.core.flows.gates import GATES_QUEUE
+
+    flows = Flows(sharded)
+    flow_id = flows.put(chain(Step("app.jobs.a", {}, "emails"), Step("app.jobs.b", {}, "reports"),
+                              Step("app.jobs.c", {}, "emails")))
+    emails, reports = sharded.for_queue("emails"), sharded.for_queue("reports")
+    first = emails.queues["emails"].pop(10)
+    [member] = [job for job in first if job.jid == f"{flow_id}-0"]
+    member.complete()  # releases the member on the reports shard
+    [second] = [job for job in reports.queues["reports"].pop(10) if job.jid == f"{flow_id}-1"]
+    second.fail("flows.Boom", "boom")
+    page.goto(f"{page.base}/qless/flows/{flow_id}/")
+    assert page.inner_text(".qless-flow-status") == f"failed at {flow_id}-1"
+    states = page.locator("tr.qless-flow-member").evaluate_all(
+        "rows => rows.map(r => r.dataset.state)")
+    assert states == ["complete", "failed", "depends"]
+    page.click("button:text('Retry failed members')")
+    page.wait_for_selector("text=Retried 1 failed member.")
+    assert reports.jobs[f"{flow_id}-1"].state == "waiting"
+    page.accept = True
+    page.click("button:text('Cancel the flow')")
+    page.wait_for_selector("text=Canceled 2 members.")
+    assert page.inner_text(".qless-flow-status") == "canceled"
+    assert emails.queues[GATES_QUEUE].jobs.scheduled() == []
+    assert len(page.dialogs) == 1  # the cancel confirmation only

@@ -14,7 +14,6 @@ import redis
 from redis.exceptions import NoScriptError
 
 from ..exceptions import InvalidArgument
-from .bundles import bundle_sha, bundle_text
 from .lua import function_name, library_text, script_sha, script_text
 
 __all__ = ["Invoker", "READ_ONLY_COMMANDS"]
@@ -87,6 +86,9 @@ class Invoker:
         """Return the sha to EVALSHA for `command`: its bundle's, else the full script's."""
         sha = text = None
         if isinstance(command, str):
+            # (loaded here: once per command, and only by a client that EVALSHAs bundles)
+            from .bundles import bundle_sha, bundle_text
+
             sha = bundle_sha(command, self.caller_time)
             text = bundle_text(command, self.caller_time)
         if sha is None or text is None:

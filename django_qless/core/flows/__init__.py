@@ -4,7 +4,9 @@ A flow is a tree of `Step` (one job), `Chain` (each part after the one before su
 `Group` (parts that run together). `chord(group, callback)` is a chain of a group and a step.
 Putting a flow gives every step a jid `<flow id>-<n>` and puts every job in one pipelined
 round trip, each with `depends` on the steps it follows, so the engine releases a step when
-all of them complete; nothing in the engine is specific to flows.
+all of them complete; nothing in the engine is specific to flows. Across the shards of a
+`ShardedClient` the puts are one round trip per shard, and a step waiting on a step of
+another shard waits behind a gate in its own shard (gates.py).
 
 Each member's data carries ``FLOW_KEY``: ``{"id": <flow id>, "parents": [jids], "gather":
 bool, "pass": bool}``. ``parents`` are the steps it waits for, ``gather`` says they were a
@@ -12,7 +14,7 @@ group (the step receives a list), ``pass`` that the step wants their results. A 
 result is what its job stored under ``RESULT_KEY`` in its data before completing (the
 Django runner stores return values there); `received(job)` reads the parents' results in
 one call. The flow id ends in the number of members, so `Flows.get` reads the whole flow
-with one multi-get and no record of its own.
+with one multi-get (per shard holding members) and no record of its own.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from .. import integrations
 from ..exceptions import InvalidArgument, QlessError
 from ..put_many import check_utf8
 from ..serialization import check_klass, check_name
+from .gates import spread
 from .shapes import (
     FLOW_KEY,
     MAX_MEMBERS,
@@ -103,47 +106,42 @@ class Flows:
         self.client = client
 
     def put(self, flow: Node, *, flow_id: str | None = None) -> str:
-        """Put every member of `flow` in one round trip; return the flow id.
+        """Put every member of `flow` (one round trip per keyspace); return the flow id.
 
-        Everything is checked before anything is sent. Members must live in one keyspace:
-        across shards a flow is refused (InvalidArgument naming the shards). `flow_id`
-        (from `new_flow_id`) lets a caller know the member jids before the put.
+        Everything is checked before anything is sent. On a `ShardedClient` members may live
+        in queues of different shards: a member waiting on a parent of another shard waits
+        behind a gate in its own shard (gates.py). `flow_id` (from `new_flow_id`) lets a
+        caller know the member jids before the put.
         """
         placed, ends, gathered = plan(flow, flow_id)
         flow_id = placed[0].jid.rpartition("-")[0]
-        target = self._one_keyspace(placed)
-        puts = [_put_args(target, item, flow_id, ends, gathered) for item in placed]
-        now = target.now()
-        # The arguments are validated text already: send them as they are, each put a
-        # microsecond after the one before so the members keep their order.
-        replies = target.channel.invoke_many(
-            [("put", repr(now + index * _STAGGER), *args) for index, args in enumerate(puts)])
-        refused = [reply for reply in replies if isinstance(reply, QlessError)]
-        if refused:
-            # Refused midway (after the checks here passed): take back what was put.
-            self._cancel(target, [p.jid for p in placed])
-            raise refused[0]
-        return flow_id
-
-    def _one_keyspace(self, placed: Sequence[Placed]) -> Client:
-        """Return the one client holding every member's queue; refuse a flow across shards."""
-        shards: dict[str | None, list[str]] = {}
-        first: Client | None = None
         for item in placed:
-            step = item.step
-            check_name("queue", step.queue)
-            client = self._for_queue(step.queue)
-            first = first or client
-            queues = shards.setdefault(client.shard, [])
-            if step.queue not in queues:
-                queues.append(step.queue)
-        if len(shards) > 1:
-            where = "; ".join(f"shard {tag}: {', '.join(q)}" for tag, q in shards.items())
-            raise InvalidArgument(
-                f"a flow's queues must share one shard (dependencies do not cross shards), "
-                f"got {where}")
-        assert first is not None
-        return first
+            check_name("queue", item.step.queue)
+        where = spread(placed, self._for_queue)
+        puts: dict[str, list[list[str]]] = {}
+        for item in placed:
+            client = where.client[item.jid]
+            puts.setdefault(str(client.shard), []).extend([
+                *where.gate_puts(item, flow_id),
+                _put_args(client, item, flow_id, ends, gathered, where.depends(item),
+                          where.record(item))])
+        sent: list[tuple[Client, list[str]]] = []
+        for shard in where.shard_order(placed):
+            target = next(c for c in where.client.values() if str(c.shard) == shard)
+            now = target.now()
+            # The arguments are validated text already: send them as they are, each put a
+            # microsecond after the one before so the members keep their order.
+            replies = target.channel.invoke_many(
+                [("put", repr(now + index * _STAGGER), *args)
+                 for index, args in enumerate(puts[shard])])
+            sent.append((target, [args[2] for args in puts[shard]]))
+            refused = [reply for reply in replies if isinstance(reply, QlessError)]
+            if refused:
+                # Refused midway (after the checks here passed): take back what was put.
+                for client, jids in sent:
+                    self._cancel(client, jids)
+                raise refused[0]
+        return flow_id
 
     def _for_queue(self, queue: str) -> Client:
         """Return the client of `queue`'s keyspace (asking the deployment from a shard)."""
@@ -159,23 +157,30 @@ class Flows:
         clients: list[Client] = owner.clients()
         return clients
 
-    def _client_of(self, flow_id: str) -> tuple[Client, list[Job]]:
-        """Return the keyspace holding the flow and its members found there."""
+    def _found(self, flow_id: str) -> list[tuple[Client, list[Job]]]:
+        """Return each keyspace holding members of the flow, with the members found there
+        (across shards: one look-up per primary, then one multi-get per shard)."""
         jids = member_ids(flow_id)
-        keyspaces = self._keyspaces()
-        for client in keyspaces:
-            found = client.jobs.get_many(*jids)
-            if found:
-                return client, found
-        return keyspaces[0], []
+        router = getattr(self.client, "router", None) or self.client
+        if hasattr(router, "locate"):
+            by_shard: dict[str, list[str]] = {}
+            for jid, tag in router.locate(jids).items():
+                by_shard.setdefault(tag, []).append(jid)
+            return [(router.shard(tag), router.shard(tag).jobs.get_many(*found))
+                    for tag, found in by_shard.items()]
+        for client in self._keyspaces():
+            jobs = client.jobs.get_many(*jids)
+            if jobs:
+                return [(client, jobs)]
+        return []
 
     def get(self, flow_id: str) -> FlowState | None:
-        """Return the flow's state (one multi-get in its keyspace), None if no member is left."""
+        """Return the flow's state (one multi-get in each keyspace holding members), None if
+        no member is left."""
         jids = member_ids(flow_id)
-        _, found = self._client_of(flow_id)
-        if not found:
+        by_jid = {job.jid: job for _, found in self._found(flow_id) for job in found}
+        if not by_jid:
             return None
-        by_jid = {job.jid: job for job in found}
         members = []
         ends: tuple[str, ...] = ()
         gathered = False
@@ -197,14 +202,23 @@ class Flows:
 
     def retry(self, flow_id: str) -> list[str]:
         """Put every failed member back into its queue (the flow resumes); return their jids."""
-        client, found = self._client_of(flow_id)
-        failed = [job.jid for job in found if job.state == "failed"]
-        return client.jobs.retry_many(failed).done if failed else []
+        retried: list[str] = []
+        for client, found in self._found(flow_id):
+            failed = [job.jid for job in found if job.state == "failed"]
+            retried += client.jobs.retry_many(failed).done if failed else []
+        return retried
 
     def cancel(self, flow_id: str) -> list[str]:
-        """Cancel every member not complete, in one engine call; return the jids canceled."""
-        client, found = self._client_of(flow_id)
-        return self._cancel(client, [job.jid for job in found if job.state != "complete"])
+        """Cancel every member not complete (and the gates they wait behind), one engine call
+        per keyspace; return the member jids canceled."""
+        canceled: list[str] = []
+        for client, found in self._found(flow_id):
+            left = [job for job in found if job.state != "complete"]
+            gates = [str(g) for job in left for g in (flow_of(job) or {}).get("gates", ())]
+            jids = [job.jid for job in left]
+            done = set(self._cancel(client, [*jids, *gates]))
+            canceled += [jid for jid in jids if jid in done]
+        return canceled
 
     @staticmethod
     def _cancel(client: Client, jids: Sequence[str]) -> list[str]:
@@ -214,7 +228,7 @@ class Flows:
 
 
 def _put_args(client: Client, item: Placed, flow_id: str, ends: Sequence[str],
-              gathered: bool) -> list[str]:
+              gathered: bool, depends: Sequence[str], extra: Mapping[str, Any]) -> list[str]:
     """Validate one member's put and return its arguments."""
     step = item.step
     check_klass(step.klass)
@@ -225,7 +239,7 @@ def _put_args(client: Client, item: Placed, flow_id: str, ends: Sequence[str],
     if not isinstance(step.data, Mapping) or FLOW_KEY in step.data:
         raise InvalidArgument(f"step {step.klass}: data must be a dict without {FLOW_KEY!r}")
     record: dict[str, Any] = {"id": flow_id, "parents": item.parents, "gather": item.gather,
-                              "pass": step.receive}
+                              "pass": step.receive, **extra}
     if item.jid == f"{flow_id}-0":
         # The first member says how the flow ends, so a read of the flow knows its result.
         record.update(ends=list(ends), gathered=gathered)
@@ -243,7 +257,7 @@ def _put_args(client: Client, item: Placed, flow_id: str, ends: Sequence[str],
 
         integrations.around_put(pending, keep)
         data = sent[0] if sent else data
-    args = queue.put_args(step.klass, data, jid=item.jid, depends=item.parents,
+    args = queue.put_args(step.klass, data, jid=item.jid, depends=depends,
                           **dict(step.options))
     if not "".join(args).isascii():
         for arg in args:
@@ -288,6 +302,14 @@ def parent_results(job: Job) -> list[Any]:
     if not parents:
         return []
     found = {p.jid: p for p in job.client.jobs.get_many(*parents)}
+    router = job.client.router
+    if len(found) < len(parents) and router is not None:
+        # Parents in other shards (a flow across shards): one look-up per primary.
+        elsewhere: dict[str, list[str]] = {}
+        for jid, tag in router.locate([p for p in parents if p not in found]).items():
+            elsewhere.setdefault(tag, []).append(jid)
+        for tag, jids in elsewhere.items():
+            found.update((p.jid, p) for p in router.shard(tag).jobs.get_many(*jids))
     out = []
     for jid in parents:
         parent = found.get(jid)

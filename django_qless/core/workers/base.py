@@ -13,18 +13,17 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from django_qless.core.exceptions import QlessError
-from django_qless.core.integrations import with_installed_hooks
 from django_qless.core.workers.budget import JobBudget, SharedJobPool
 from django_qless.core.workers.hand import JobHand
 from django_qless.core.workers.heartbeat import Heartbeater
 from django_qless.core.workers.hooks import WorkerHooksProtocol
-from django_qless.core.workers.proctitle import child_title, set_title, stop_note
 from django_qless.core.workers.reaper import LeaseReaper
 from django_qless.core.workers.runner import JobRunner, Outcome, Sandbox, log_job
 from django_qless.core.workers.shards import (
@@ -72,7 +71,9 @@ class JobLoop:
         leadership: Leadership | None = None,
     ) -> None:
         self.config = config
-        self.hooks = hooks = with_installed_hooks(hooks)  # integrations (observability.md)
+        if "django_qless.core.integrations" in sys.modules:  # (else none are installed)
+            hooks = sys.modules["django_qless.core.integrations"].with_installed_hooks(hooks)
+        self.hooks = hooks  # with the integrations' (observability.md)
         self.name = name
         self.signals = signals
         self.resume = resume
@@ -329,6 +330,8 @@ class JobLoop:
                 self.failed += 1
             elif outcome in (Outcome.COMPLETED, Outcome.SETTLED):
                 self.done += 1
+        if outcome is Outcome.COMPLETED:
+            job.open_gates()  # flow members of other shards waiting on it
         elapsed = self._ran.pop(job.jid, None)
         # A job that settled itself (retried, moved, ...) was logged by whoever did it.
         level = self._done_level if outcome is Outcome.COMPLETED else logging.DEBUG
@@ -387,6 +390,8 @@ class JobLoop:
     def _tick(self, job: Job, elapsed: float) -> None:
         """Give the job back once the term grace is over; show it (heartbeat thread: on
         noticing the job, then every second)."""
+        from django_qless.core.workers.proctitle import child_title, set_title, stop_note
+
         if self.signals.drain_over():
             log_job(logging.WARNING, job, "job %s still running after the %gs term grace; "
                     "giving it back", job.jid, self.config.term_grace)
@@ -398,6 +403,7 @@ class JobLoop:
                                       elapsed=elapsed, note=stop_note(self.signals)))
 
     def _idle_title(self) -> None:
+        from django_qless.core.workers.proctitle import child_title, set_title
         with self._title_lock:
             set_title(child_title(self.name, self.config.queues, paused=self.signals.paused))
 

@@ -21,7 +21,6 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from django_qless.core.engine.deferred import DeferredCall
 from django_qless.core.exceptions import (
     InvalidArgument,
     InvalidStateTransition,
@@ -35,6 +34,7 @@ from django_qless.core.workers.runner import Outcome, fail_refused_outcome, log_
 
 if TYPE_CHECKING:
     from django_qless.core.client import Client
+    from django_qless.core.engine.deferred import DeferredCall
     from django_qless.core.job import Job
     from django_qless.core.workers.budget import JobBudget
     from django_qless.core.workers.taking import JobTaker

@@ -125,6 +125,10 @@ class LeaseReaper:
             from django_qless.core.scheduling.schedules import keep_schedules
 
             keep_schedules(self._connection())  # cron ticks running low (every 5 min at most)
+            if len(clients) > 1:  # flow members a dead completer held (flows/gates.py)
+                from django_qless.core.flows.gates import sweep_gates
+
+                sweep_gates(self._connection(), idle=idle)
             self.calls += 1
             self.reaped += len(jids)
             if jids:

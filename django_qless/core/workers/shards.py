@@ -182,7 +182,7 @@ def served_clients(deployment: Deployment, specs: Sequence[str]) -> list[Client]
 def known_queues(deployment: Deployment) -> Callable[[], list[str]]:
     """Return a function listing the queues known in every shard (patterns expand on it)."""
     if isinstance(deployment, Client):
-        return deployment.queues.names
+        return lambda: deployment.queues.names()  # (client.queues made when patterns expand)
 
     def names() -> list[str]:
         found: set[str] = set()
