@@ -121,7 +121,7 @@ def test_a_worker_stopped_mid_task_does_not_report_it_failed(redis_url, tmp_path
 
     log = tmp_path / "tasks.jsonl"
     result = tasks.sleepy.enqueue(30)
-    proc = spawn(redis_url, "qless_worker", "default", "--processes", "0",
+    proc = spawn(redis_url, "qless_worker", "default", "--processes", "0", "--term-grace", "0",
                  QLESS_TEST_DB=str(tmp_path / "db"), QLESS_TEST_SIGNAL_LOG=str(log))
     try:
         deadline = time.monotonic() + 20

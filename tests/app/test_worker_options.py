@@ -53,6 +53,19 @@ def test_a_new_spec_appears_in_both_command_lines_and_the_settings(monkeypatch):
     assert [p.key for p in problems] == ["QLESS['WORKER']['PROBE_LIMIT']"]
 
 
+def test_the_term_grace_comes_from_the_flag_the_setting_or_the_environment():
+    assert cli.config_from_args(cli.build_parser().parse_args(
+        ["--term-grace", "40", "q"])).term_grace == 40.0
+    assert django_parser().parse_args(["--term-grace", "0"]).term_grace == 0.0
+    conf, problems = parse({"WORKER": {"TERM_GRACE": 50}}, env())
+    assert problems == [] and conf.worker.values["term_grace"] == 50.0
+    conf, problems = parse({}, env(QLESS_WORKER_TERM_GRACE="0"))
+    assert problems == [] and conf.worker.values["term_grace"] == 0.0
+    _, problems = parse({"WORKER": {"TERM_GRACE": -1}}, env())
+    assert [p.key for p in problems] == ["QLESS['WORKER']['TERM_GRACE']"]
+    assert WorkerConfig().term_grace == 15.0
+
+
 def test_the_health_file_comes_from_the_option_the_setting_or_the_environment(tmp_path):
     conf, problems = parse({"WORKER": {"HEALTH_FILE": "/run/qless/health"}}, env())
     assert problems == [] and conf.worker.values["health_file"] == "/run/qless/health"

@@ -120,7 +120,7 @@ def test_term_at_any_moment_never_orphans_a_popped_job(
 ):
     q = qless_client.queues["q"]
     jids = [q.put(WORK, {"seconds": 0.05}) for _ in range(40)]
-    worker = start_worker("q", "-n", "2")
+    worker = start_worker("q", "-n", "2", "--term-grace", "0")
     wait_until(lambda: ledger.rows("started"), timeout=15)
     time.sleep(delay)
     worker.signal(signal.SIGTERM)
@@ -278,7 +278,8 @@ def test_term_while_redis_is_unreachable_job_returns_by_lease(
 ):
     qless_client = short_leases
     q = qless_client.queues["q"]
-    worker = start_worker("q", "-n", "1", "--shutdown-grace", "2", url=proxy.url)
+    worker = start_worker("q", "-n", "1", "--shutdown-grace", "2", "--term-grace", "0",
+                          url=proxy.url)
     jid = q.put(WORK, {"seconds": 30}, retries=3)
     wait_until(lambda: ledger.rows("started", jid), timeout=15)
     if outage == "closed":
@@ -326,7 +327,7 @@ def test_helper_threads_leave_signals_to_the_job_thread(qless_client, start_work
     """Every thread but the one running the job blocks TERM, so a TERM (or the parent-death
     signal) interrupts the job's sleep at once instead of waiting for it to end."""
     q = qless_client.queues["q"]
-    worker = start_worker("q", "-n", "1")
+    worker = start_worker("q", "-n", "1", "--term-grace", "0")
     worker.wait_children(1)
     jid = q.put(WORK, {"seconds": 5})
     child = wait_until(lambda: ledger.rows("started", jid))[0]["pid"]

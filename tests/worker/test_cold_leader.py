@@ -58,7 +58,8 @@ def cold_worker(
     return once only the leader is connected."""
     qless_client.queues["other"].put("tests.worker.jobs.ok", {})  # (opens the test's conns)
     before = client_ids(r)
-    worker = start_worker("q", "-n", str(n), "--name", "cold", "--idle-disconnect", "0.5")
+    worker = start_worker("q", "-n", str(n), "--name", "cold", "--idle-disconnect", "0.5",
+                          "--term-grace", "0")
     worker.wait_children(n)
     wait_until(lambda: registered(qless_client), timeout=15)
     time.sleep(1.0)  # (each waiting child listens until the lead is 0.5 s old)

@@ -79,7 +79,7 @@ def test_poison_job_exhausts_retries_while_others_complete(short_leases, start_w
 def test_second_term_kills_children_at_once(qless_client, start_worker):
     q = qless_client.queues["q"]
     # A job that ignores the first TERM's abort for a while (it sleeps in C, not Python).
-    worker = start_worker("q", "-n", "1", "--shutdown-grace", "30")
+    worker = start_worker("q", "-n", "1", "--shutdown-grace", "30", "--term-grace", "0")
     kids = worker.wait_children(1)
     jid = q.put("tests.worker.jobs.sleepy", {"seconds": 30})
     wait_until(lambda: ledger(qless_client.redis, "started", jid))
@@ -96,7 +96,7 @@ def test_second_term_kills_children_at_once(qless_client, start_worker):
 def test_term_to_whole_process_group(qless_client, start_worker):
     """systemd KillMode=control-group sends TERM to every process at once."""
     q = qless_client.queues["q"]
-    worker = start_worker("q", "-n", "2")
+    worker = start_worker("q", "-n", "2", "--term-grace", "0")  # (the job is given back now)
     kids = worker.wait_children(2)
     jid = q.put("tests.worker.jobs.sleepy", {"seconds": 30})
     wait_until(lambda: ledger(qless_client.redis, "started", jid))

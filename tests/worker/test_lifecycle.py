@@ -97,7 +97,7 @@ def test_term_and_int_release_running_job_without_spending_a_retry(
     qless_client, start_worker, mode, signum
 ):
     q = qless_client.queues["q"]
-    worker = start_worker("q", *mode)
+    worker = start_worker("q", *mode, "--term-grace", "0")
     jid = q.put("tests.worker.jobs.sleepy", {"seconds": 30}, retries=3, priority=7,
                 tags=["keep"])
     wait_until(lambda: ledger(qless_client.redis, "started", jid))

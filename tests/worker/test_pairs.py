@@ -134,7 +134,7 @@ def test_term_mid_stream_loses_nothing(
     q = qless_client.queues["q"]
     jids = q.put_many([{"klass": "tests.worker.jobs.brief", "data": {"n": i}}
                        for i in range(400)])
-    worker = pair_worker("q", "-n", "2")
+    worker = pair_worker("q", "-n", "2", "--term-grace", "0")  # (aborts, not drains)
     wait_until(lambda: len(ledger(r, "done")) >= 50)
     worker.signal(signal.SIGTERM)
     assert worker.wait(timeout=20) == 0

@@ -221,7 +221,7 @@ def test_term_while_short_jobs_flow_leaves_nothing_held(
     q = qless_client.queues["q"]
     jids = q.put_many([{"klass": "tests.worker.jobs.brief", "data": {"n": i}}
                        for i in range(400)])
-    worker = start_worker("q", "-n", "2")
+    worker = start_worker("q", "-n", "2", "--term-grace", "0")  # (aborts, not drains)
     wait_until(lambda: ledger(qless_client.redis, "done"))
     time.sleep(delay)
     worker.signal(signal.SIGTERM)

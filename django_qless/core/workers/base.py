@@ -395,13 +395,19 @@ class JobLoop:
 
     # -- titles ----------------------------------------------------------------------------
     def _tick(self, job: Job, elapsed: float) -> None:
-        """Show the running job (heartbeat thread: on noticing the job, then every second)."""
-        from django_qless.core.workers.proctitle import child_title, set_title  # (first title)
+        """Give the job back once the term grace is over; show it (heartbeat thread: on
+        noticing the job, then every second)."""
+        from django_qless.core.workers.proctitle import child_title, set_title, stop_note
+
+        if self.signals.drain_over():
+            log_job(logging.WARNING, job, "job %s still running after the %gs term grace; "
+                    "giving it back", job.jid, self.config.term_grace)
+            self.guard.abort("shutdown")
         with self._title_lock:
             if self.current is job:
                 set_title(child_title(self.name, self.config.queues, jid=job.jid,
                                       klass=job.klass_name, queue=job.queue_name,
-                                      elapsed=elapsed))
+                                      elapsed=elapsed, note=stop_note(self.signals)))
 
     def _idle_title(self) -> None:
         from django_qless.core.workers.proctitle import child_title, set_title

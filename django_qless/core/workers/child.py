@@ -5,9 +5,12 @@ The child takes and runs jobs itself and tells the supervisor what it is doing o
 line is deferred and written together with the next job's start line (one write per job), or as
 soon as the child reserves on its own, pauses or leaves, so the supervisor never believes an
 idle child is still running a job. The supervisor is the watchdog: it kills the
-child on lock loss, time limit, USR1 or a second TERM, and disposes of the job (release or
-fail). On TERM the child aborts its job and leaves without touching it, unless the
-supervisor is gone, in which case it releases the job itself.
+child on lock loss, time limit, USR1 or a forced stop, and disposes of the job (release or
+fail). A child drains as its supervisor does: on QUIT, and on a TERM that reaches it too (sent
+to the whole process group), it finishes its job (a TERM: within the term grace) and leaves.
+On HUP (the supervisor's "give it back now", or the kernel's when the supervisor dies) it
+aborts its job and leaves without touching it, unless the supervisor is gone, in which case
+it releases the job itself.
 """
 
 from __future__ import annotations
@@ -103,8 +106,8 @@ class ForkChild(JobLoop):
         leadership = (open_leadership(leader_token, config.leader_hold)
                       if leader_token is not None else None)
         super().__init__(
-            config, hooks, name, SignalState(), resume=resume, max_jobs=config.jobs_per_child,
-            pool=pool, leadership=leadership,
+            config, hooks, name, SignalState(term_grace=config.term_grace), resume=resume,
+            max_jobs=config.jobs_per_child, pool=pool, leadership=leadership,
         )
         self.status_fd = status_fd
         self.supervisor_pid = supervisor_pid
@@ -156,7 +159,8 @@ class ForkChild(JobLoop):
 
     # -- signals ------------------------------------------------------------------------------
     def install_signals(self) -> None:
-        """TERM aborts the job; QUIT finishes it; USR2/CONT pause/resume; INT is ignored."""
+        """TERM drains, HUP aborts the job; QUIT finishes it; USR2/CONT pause/resume; INT is
+        ignored."""
         self.arm_signals(self._on_signal)
         # Ctrl-C reaches the whole process group: the supervisor decides, not the children.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -164,11 +168,13 @@ class ForkChild(JobLoop):
         signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 
     def _on_signal(self, signum: int) -> None:
-        if signum == signal.SIGTERM:
-            # The supervisor sends TERM at the time limit too; the job has then run that long.
+        if signum in (signal.SIGTERM, signal.SIGHUP):
+            # The supervisor sends TERM at the time limit; the job has then run that long.
             limit = self.limits.hard
-            over = limit and time.monotonic() - self._job_started >= limit
-            self.guard.abort("timeout" if over else "shutdown", same_thread=True)
+            if limit and time.monotonic() - self._job_started >= limit:
+                self.guard.abort("timeout", same_thread=True)
+            elif self.signals.stop_requests:
+                self.guard.abort("shutdown", same_thread=True)
 
     # -- job events ---------------------------------------------------------------------------
     def on_job_start(self, job: Job) -> None:
@@ -252,7 +258,7 @@ def child_main(
     """
     try:
         reset_child_signals()
-        armed = set_parent_death_signal(signal.SIGTERM)
+        armed = set_parent_death_signal(signal.SIGHUP)
         random.seed()
         hooks.after_fork_child()
         name = f"{config.name}-{slot}" if config.name else default_worker_name()
@@ -283,7 +289,7 @@ def _await_go(go_fd: int, child: ForkChild, bound: float = 10.0) -> None:
     `go_fd`), a stop or the supervisor's death, or `bound` seconds (a stuck supervisor)."""
     deadline = time.monotonic() + bound
     try:
-        while time.monotonic() < deadline and not child.signals.stop_requests:
+        while time.monotonic() < deadline and not child.signals.stopping:
             if select.select([go_fd], [], [], 0.25)[0] or child.orphaned():
                 return
     finally:

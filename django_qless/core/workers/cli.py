@@ -1,15 +1,17 @@
 """Command line: `qless-worker` / `python -m django_qless.core.workers`, and `run_worker`.
 
-Signals: TERM/INT stop now (running jobs are aborted and released to waiting without
-spending a retry; a second TERM/INT kills the children at once); QUIT finishes running jobs
-and exits; USR1 kills the running job(s) (failed as django_qless.JobKilled) and carries on;
-USR2 stops taking jobs and writes every process's stack to stderr; CONT resumes.
+Signals: TERM/INT take no new job and let running jobs finish for up to --term-grace
+seconds, then abort them and release them to waiting without spending a retry (with
+--term-grace 0 at once; a second TERM/INT releases them now, one more kills the children);
+QUIT finishes running jobs and exits; USR1 kills the running job(s) (failed as
+django_qless.JobKilled) and carries on; USR2 stops taking jobs and writes every process's
+stack to stderr; CONT resumes.
 
-Exit codes: 0 stopped as asked (QUIT, TERM/INT with jobs released, --max-jobs,
+Exit codes: 0 stopped as asked (QUIT, TERM/INT with jobs finished or released, --max-jobs,
 --max-duration, --dry-run, --print-options); 1 fatal error (e.g. Redis still unreachable
-after --start-timeout); 2 bad options; 3 forced stop
-(a second TERM/INT killed the children); 4 stopped but some jobs could not be released
-(they come back when their lease expires).
+after --start-timeout); 2 bad options; 3 forced stop (a TERM/INT after the one that released
+the jobs killed the children); 4 stopped but some jobs could not be released (they come back
+when their lease expires).
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """What a supervisor does when a child dies: dispose of its jobs, plan its replacement.
 
-A child stopped by TERM (or killed by a second one) has every job it held released: back to
-waiting, no retry spent. A child killed for its time limit or by USR1 has its running job
-failed. In every case the jobs it held ahead and never started are released, while the job
-it ran after a crash or lock loss is left to its lease (a crash spends a retry, so a job
-that kills its worker fails once its retries are gone). A child that dies right after its
-start, again and again, is respawned with a growing back-off.
+A child stopped to give its job back (HUP, its term grace over, or killed by a forced stop)
+has every job it held released: back to waiting, no retry spent. A child killed for its time
+limit or by USR1 has its running job failed. In every case the jobs it held ahead and never
+started are released, while the job it ran after a crash or lock loss is left to its lease
+(a crash spends a retry, so a job that kills its worker fails once its retries are gone). A
+child that dies right after its start, again and again, is respawned with a growing back-off.
 """
 
 from __future__ import annotations
@@ -54,7 +54,8 @@ class ChildDisposal:
         assert self.client is not None and self.channels is not None
         self.channels.remove(child.name)
         reason = child.kill_reason
-        if reason is None and self.signals.stop_requests and code == ExitCode.CHILD_ABORTED:
+        # (it gave up its job to stop: its own term grace ran out, or a HUP reached it)
+        if reason is None and code == ExitCode.CHILD_ABORTED:
             reason = "shutdown"
         if code == 0 and reason is None:
             # Not a crash: it reached its bound, or was told to stop.

@@ -29,7 +29,7 @@ from django_qless.core.workers.child import child_main, parse_status_line
 from django_qless.core.workers.disposal import ChildDisposal
 from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol
 from django_qless.core.workers.leadership import TokenFile
-from django_qless.core.workers.proctitle import set_title, supervisor_title
+from django_qless.core.workers.proctitle import set_title, stop_note, supervisor_title
 from django_qless.core.workers.runner import child_extra
 from django_qless.core.workers.shards import Deployment, ShardFollower, served_clients
 from django_qless.core.workers.shutdown import ExitCode, SignalState
@@ -56,7 +56,7 @@ class ForkingWorker(ChildDisposal, ChildWatch):
         self.hooks = hooks or WorkerHooks()
         self.name = config.name or default_worker_name()
         self.wanted = config.process_count
-        self.signals = SignalState()
+        self.signals = SignalState(term_grace=config.term_grace)
         self.client: Deployment | None = None
         self._releaser: Deployment | None = None
         self._redis_down = False
@@ -348,9 +348,14 @@ class ForkingWorker(ChildDisposal, ChildWatch):
 
     # -- signals and limits --------------------------------------------------------------------
     def _act_on_signals(self) -> None:
+        """Drain (QUIT to children), give back (HUP), force (KILL): the further the stop
+        requests go, the harder the children are stopped (see SignalState)."""
         sig = self.signals
+        if sig.drain_over() and self.children:
+            log.warning("the %gs term grace is over: giving the running jobs back",
+                        self.config.term_grace)
         if sig.stop_requests >= 2 and not self._forced:
-            log.warning("second stop request: killing children now")
+            log.warning("another stop request: killing children now")
             self._forced = True
             for child in self.children.values():
                 self._kill(child, "forced", signal.SIGKILL)
@@ -359,9 +364,10 @@ class ForkingWorker(ChildDisposal, ChildWatch):
             self._stop_sent = 1
             self._shutdown_deadline = time.monotonic() + self.config.shutdown_grace
             for child in self.children.values():
-                self._kill(child, "shutdown", signal.SIGTERM)
+                self._kill(child, "shutdown", signal.SIGHUP)
         elif sig.graceful and not self._quit_sent:
-            log.info("graceful stop: finishing running jobs")
+            log.info("graceful stop: finishing running jobs%s", "" if sig.drain_deadline is None
+                     else f" for up to {self.config.term_grace:g}s (TERM)")
             self._quit_sent = True
             self._signal_all(signal.SIGQUIT)
         if sig.kill_current:
@@ -424,7 +430,8 @@ class ForkingWorker(ChildDisposal, ChildWatch):
             return
         self._title_at = now
         set_title(supervisor_title(self.queues, len(self.children), self.wanted,
-                                   self.signals.paused, self.done, self.failed))
+                                   self.signals.paused, self.done, self.failed,
+                                   stop_note(self.signals)))
 
     def _cleanup(self) -> None:
         for child in self.children.values():

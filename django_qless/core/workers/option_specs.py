@@ -181,8 +181,13 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "argument", ("--exec",), "str", metavar="COMMAND"),
     OptionSpec("kill_grace", 5.0, "seconds between TERM and KILL for a job over its limit",
                ("--kill-grace",), "number", 0),
-    OptionSpec("shutdown_grace", 10.0, "seconds TERM waits for children before killing them",
-               ("--shutdown-grace",), "number", 0),
+    # 15 + --shutdown-grace 10 fits Kubernetes' default 30 s termination grace period.
+    OptionSpec("term_grace", 15.0, "seconds TERM/INT lets running jobs finish before giving "
+               "them back to waiting (0: give them back at once)", ("--term-grace",),
+               "number", 0, setting="TERM_GRACE", setting_minimum=0,
+               env="QLESS_WORKER_TERM_GRACE"),
+    OptionSpec("shutdown_grace", 10.0, "seconds children get to give their jobs back before "
+               "they are killed", ("--shutdown-grace",), "number", 0),
     OptionSpec("reap_interval", None, "seconds between lease reaper runs (default: from the "
                "heartbeat and grace-period config; 0 = off)", ("--reap-interval",), "number", 0),
     OptionSpec("start_timeout", 30.0, "seconds to wait for Redis at start, then exit 1 "

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-__all__ = ["child_title", "get_title", "set_title", "supervisor_title"]
+from django_qless.core.workers.shutdown import SignalState
+
+__all__ = ["child_title", "set_title", "stop_note", "supervisor_title"]
 
 _set: Callable[[str], None] | None
-_get: Callable[[], str] | None
 try:
-    from setproctitle import getproctitle as _get
     from setproctitle import setproctitle as _set
 except ImportError:  # pragma: no cover - setproctitle is a dependency; stay usable without it
     _set = None
-    _get = None
 
 _last = ""
 
@@ -28,23 +27,30 @@ def set_title(title: str) -> None:
         _set(title)
 
 
-def get_title() -> str:
-    """Return this process's title as last set."""
-    return _get() if _get is not None else _last
-
-
 def _queues(queues: Sequence[str]) -> str:
     return ",".join(queues) if queues else "-"
 
 
+def stop_note(signals: SignalState) -> str:
+    """Say how a process stops: `draining (12s left)`, `draining`, `stopping` or ''."""
+    if signals.draining:
+        left = signals.drain_left()
+        return "draining" if left is None else f"draining ({left:.0f}s left)"
+    return "stopping" if signals.stop_requests else ""
+
+
+def _with(title: str, note: str) -> str:
+    return f"{title}, {note}" if note else title
+
+
 def supervisor_title(
-    queues: Sequence[str], alive: int, wanted: int, paused: bool, done: int, failed: int
+    queues: Sequence[str], alive: int, wanted: int, paused: bool, done: int, failed: int,
+    note: str = "",
 ) -> str:
-    """Return the supervisor's title."""
-    return (
+    """Return the supervisor's title (`note`: see stop_note)."""
+    return _with(
         f"qless_worker: supervisor queues={_queues(queues)} children={alive}/{wanted} "
-        f"paused={'yes' if paused else 'no'} done={done} failed={failed}"
-    )
+        f"paused={'yes' if paused else 'no'} done={done} failed={failed}", note)
 
 
 def child_title(
@@ -56,10 +62,12 @@ def child_title(
     queue: str | None = None,
     elapsed: float = 0.0,
     paused: bool = False,
+    note: str = "",
 ) -> str:
-    """Return a job-running process's title: running, idle or paused."""
+    """Return a job-running process's title: running (`note`: see stop_note), idle or paused."""
     if jid is not None:
-        return f"qless_worker[{name}]: running {jid[:4]}.. {klass} q={queue} {elapsed:.1f}s"
+        return _with(f"qless_worker[{name}]: running {jid[:4]}.. {klass} q={queue} "
+                     f"{elapsed:.1f}s", note)
     if paused:
         return f"qless_worker[{name}]: paused"
     return f"qless_worker[{name}]: idle waiting on {_queues(queues)}"

@@ -2,7 +2,8 @@
 
 For development, tests and small deployments. Aborts (lock lost, canceled, moved, time limit)
 are raised into the job-running thread as `JobAborted`; signals raise it directly from the
-handler. TERM/INT release the running job back to waiting (no retry spent) and stop; QUIT
+handler. TERM/INT let the running job finish within the term grace, then release it back to
+waiting (no retry spent) and stop (a second TERM/INT, or HUP, releases it at once); QUIT
 finishes the job first; USR1 fails the running job as `django_qless.JobKilled`.
 """
 
@@ -51,7 +52,7 @@ class SerialWorker(JobLoop):
     ) -> None:
         name = config.name or default_worker_name()
         super().__init__(
-            config, hooks or WorkerHooks(), name, SignalState(),
+            config, hooks or WorkerHooks(), name, SignalState(term_grace=config.term_grace),
             resume=config.resume, max_jobs=config.max_jobs, reaper=config.make_reaper(name),
         )
         self.install_signals = install_signals
@@ -124,8 +125,12 @@ class SerialWorker(JobLoop):
     # -- abort sources ----------------------------------------------------------------------
     def _on_signal(self, signum: int) -> None:
         """Runs in the main thread, inside the job if one runs: raise into it if needed."""
-        if signum in (signal.SIGTERM, signal.SIGINT):
-            self.guard.abort("shutdown", same_thread=True)
+        if signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            if self.signals.stop_requests:
+                self.guard.abort("shutdown", same_thread=True)
+            elif self.current is not None:
+                log.info("TERM: taking no new job; letting the running one finish for up to "
+                         "%gs", self.config.term_grace)
         elif signum == signal.SIGUSR1:
             self.signals.kill_current = False
             self.guard.abort("killed", same_thread=True)

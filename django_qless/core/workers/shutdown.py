@@ -1,8 +1,10 @@
 """OS signals: handlers only record what was asked; the worker loops act on it.
 
-TERM/INT stop now, QUIT finishes the running jobs, USR1 kills the running job(s), USR2
-pauses and dumps stacks, CONT resumes (docs/worker.md, "OS signals and exit codes"); never an
-interactive console. Exit codes are `ExitCode`.
+TERM/INT let the running jobs finish within the term grace, then give them back (a second
+one gives them back now, a third forces); HUP gives them back now; QUIT finishes the running
+jobs, USR1 kills the running job(s), USR2 pauses and dumps stacks, CONT resumes
+(docs/worker.md, "OS signals and exit codes"); never an interactive console. Exit codes are
+`ExitCode`.
 
 URG is the worker's own: another thread sends it to the job thread to abort the running job
 (`AbortGuard`), because an exception scheduled from that thread would land in whatever Python
@@ -18,6 +20,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from types import FrameType
 
@@ -27,13 +30,13 @@ __all__ = ["AbortGuard", "ExitCode", "JobAborted", "SignalState", "WakePipe", "r
 class ExitCode(enum.IntEnum):
     """Process exit codes of the worker (supervisor and serial worker)."""
 
-    OK = 0  # stopped as asked (QUIT, TERM/INT with jobs released, max-jobs, max-duration)
+    OK = 0  # stopped as asked (QUIT, TERM/INT with jobs finished or released, max-jobs, ...)
     ERROR = 1  # fatal error (cannot reach Redis at start, hooks raised, ...)
     USAGE = 2  # bad options
-    FORCED = 3  # a second TERM/INT: children were killed without waiting
+    FORCED = 3  # one TERM/INT more than gives jobs back: children killed without waiting
     UNRELEASED = 4  # stopped, but some in-flight jobs could not be released (lease expiry)
     # Child-only codes (seen by the supervisor, never by a shell).
-    CHILD_ABORTED = 75  # the child aborted its job on TERM; the supervisor disposes of it
+    CHILD_ABORTED = 75  # the child aborted its job to stop; the supervisor disposes of it
     CHILD_CRASHED = 70  # unexpected exception in the child's loop
     CHILD_ORPHANED = 76  # the supervisor died; the child released its job and left
 
@@ -71,10 +74,15 @@ class WakePipe:
 
 
 class SignalState:
-    """Flags set by signal handlers, read by the loop; optional per-signal callback."""
+    """Flags set by signal handlers, read by the loop; optional per-signal callback.
+
+    With a `term_grace`, the first TERM/INT drains as QUIT does, until `drain_over`; every
+    other TERM/INT, and each HUP, is one more stop request (1: give the jobs back, 2: force).
+    """
 
     HANDLED = (
         signal.SIGTERM,
+        signal.SIGHUP,
         signal.SIGINT,
         signal.SIGQUIT,
         signal.SIGUSR1,
@@ -83,20 +91,22 @@ class SignalState:
         signal.SIGURG,
     )
 
-    def __init__(self, wake: WakePipe | None = None) -> None:
+    def __init__(self, wake: WakePipe | None = None, *, term_grace: float = 0.0) -> None:
         self.wake_pipe = wake or WakePipe()
-        self.stop_requests = 0  # TERM/INT count
-        self.graceful = False  # QUIT
+        self.term_grace = term_grace
+        self.stop_requests = 0  # stops that give the running jobs back (TERM/INT/HUP, grace)
+        self.graceful = False  # QUIT, or TERM/INT draining
+        self.drain_deadline: float | None = None  # (monotonic) set by a draining TERM/INT
         self.kill_current = False  # USR1 (cleared by the loop once acted on)
         self.paused = False  # USR2 / CONT
         self.dump_stacks = False  # USR2 (cleared by the loop)
-        self.last_signal: int | None = None
         self.callback: Callable[[int], None] | None = None
         # Run on URG (in the main thread): delivers an abort another thread asked for.
         self.on_kick: Callable[[], None] | None = None
         self._deferred: list[int] = []  # signals that arrived during our own handler
         self._previous: dict[int, object] = {}
         self._installed = False
+        self._terminated = False  # a TERM/INT arrived (see uninstall)
         self._old_wakeup_fd = -1
 
     # -- requests that do not come from a signal (tests, max-jobs, Django command) -----
@@ -112,6 +122,25 @@ class SignalState:
     def stopping(self) -> bool:
         """Tell whether the loop should take no more jobs and leave."""
         return self.graceful or self.stop_requests > 0
+
+    @property
+    def draining(self) -> bool:
+        """Tell whether running jobs are being let finish before the exit (TERM/INT or QUIT)."""
+        return self.graceful and not self.stop_requests
+
+    def drain_left(self) -> float | None:
+        """Return the seconds a draining TERM/INT still lets jobs run (None: no such drain)."""
+        if self.drain_deadline is None or not self.draining:
+            return None
+        return max(0.0, self.drain_deadline - time.monotonic())
+
+    def drain_over(self) -> bool:
+        """Turn a drain whose grace ran out into a stop that gives the jobs back; return
+        True when it did (call from the loop)."""
+        if self.drain_left() != 0.0:  # (None: no such drain)
+            return False
+        self.stop_requests += 1
+        return True
 
     # -- installation -------------------------------------------------------------------
     def install(self, faulthandler_signal: bool = True) -> None:
@@ -129,7 +158,12 @@ class SignalState:
         self._installed = True
 
     def uninstall(self) -> None:
-        """Restore the previous handlers."""
+        """Restore the previous handlers; after a TERM/INT/HUP, ignore those instead.
+
+        The process was told to end and is on its way out: a repeated TERM must not end it
+        by the signal (exit 143) instead of its own exit code. (Ignored, not handled: the
+        interpreter resets Python handlers to the default as it exits, not SIG_IGN.)
+        """
         if not self._installed:
             return
         try:
@@ -137,6 +171,8 @@ class SignalState:
         except (RuntimeError, ValueError):
             pass
         for signum, previous in self._previous.items():
+            if self._terminated and signum in _ENDING:
+                previous = signal.SIG_IGN
             signal.signal(signum, previous)  # type: ignore[arg-type]
         signal.set_wakeup_fd(self._old_wakeup_fd)
         self._installed = False
@@ -144,9 +180,14 @@ class SignalState:
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         """Record the request, then act on it; never do I/O beyond the wake byte
         (set_wakeup_fd writes it)."""
-        self.last_signal = signum
-        if signum in (signal.SIGTERM, signal.SIGINT):
-            self.stop_requests += 1
+        if signum in _ENDING:
+            self._terminated = True
+            if (signum != signal.SIGHUP and self.term_grace > 0 and self.drain_deadline is None
+                    and not self.stop_requests):
+                self.graceful = True
+                self.drain_deadline = time.monotonic() + self.term_grace
+            else:
+                self.stop_requests += 1
         elif signum == signal.SIGQUIT:
             self.graceful = True
         elif signum == signal.SIGUSR1:
@@ -185,6 +226,7 @@ def _inside_handler(frame: FrameType | None) -> bool:
 
 
 _HANDLE_CODE = SignalState._handle.__code__
+_ENDING = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def reset_child_signals() -> None:

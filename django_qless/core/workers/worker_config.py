@@ -75,7 +75,9 @@ class WorkerConfig:
     # their connections (taking.py), and how long the supervisor goes without a job before
     # it closes its worker channels' connection (supervision.py).
     idle_disconnect: float = default_of("idle_disconnect")
-    # How long TERM/INT waits for children to unwind before SIGKILL.
+    # How long TERM/INT lets running jobs finish before giving them back (0: at once).
+    term_grace: float = default_of("term_grace")
+    # How long children get to give their jobs back before SIGKILL.
     shutdown_grace: float = default_of("shutdown_grace")
     name: str | None = default_of("name")
     # Queues placed over the shards of a Redis Cluster with these nodes (instead of `url`).
@@ -133,8 +135,8 @@ class WorkerConfig:
                 raise ValueError(f"{name} must be >= 0")
         if self.reap_interval is not None and not self.reap_interval >= 0:
             raise ValueError(f"reap_interval must be >= 0: {self.reap_interval}")
-        for name in ("max_duration", "timeout", "kill_grace", "shutdown_grace", "start_timeout",
-                     "leader_hold", "idle_disconnect"):
+        for name in ("max_duration", "timeout", "kill_grace", "term_grace", "shutdown_grace",
+                     "start_timeout", "leader_hold", "idle_disconnect"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
         if self.shards != default_of("shards"):
