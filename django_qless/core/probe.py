@@ -40,15 +40,17 @@ class _Flags(Protocol):
     """What a worker's signal state tells (SignalState)."""
 
     stop_requests: int
-    graceful: bool
     paused: bool
+
+    @property
+    def draining(self) -> bool: ...
 
 
 def state_of(flags: _Flags, serving: bool = True) -> str:
     """Return the state of a worker with these signal flags (`serving`: it can take jobs,
     e.g. a supervisor has a child)."""
-    if getattr(flags, "draining", flags.graceful):
-        return "draining"  # finishing its running jobs, taking no new one
+    if flags.draining:
+        return "draining"  # finishing its running jobs, taking no new one (QUIT, TERM's grace)
     if flags.stop_requests:
         return "stopping"
     if not serving:

@@ -116,16 +116,18 @@ def test_the_file_stays_fresh_idle_and_while_a_long_job_runs(
     assert not path.exists()  # a worker that left has no health file
 
 
-@pytest.mark.parametrize("processes", ["0", "1"], ids=["serial", "forking"])
+@pytest.mark.parametrize("processes, signum", [("0", signal.SIGQUIT), ("1", signal.SIGQUIT),
+                                               ("0", signal.SIGTERM), ("1", signal.SIGTERM)],
+                         ids=["serial-quit", "forking-quit", "serial-term", "forking-term"])
 def test_draining_fails_readiness_while_liveness_holds(
-    qless_client: Any, start_worker: Any, work_dir: Path, processes: str
+    qless_client: Any, start_worker: Any, work_dir: Path, processes: str, signum: int
 ) -> None:
     path = work_dir / "health"
-    worker = start_worker("-n", processes, "--health-file", str(path), "q")
+    worker = start_worker("-n", processes, "--health-file", str(path), "--term-grace", "30", "q")
     wait_until(lambda: state(path) == "ready", timeout=15)
     jid = qless_client.queues["q"].put(SLEEPY, {"seconds": 4})
     wait_until(lambda: ledger(qless_client.redis, "started", jid), timeout=15)
-    worker.signal(signal.SIGQUIT)  # finish the running job, take no new one
+    worker.signal(signum)  # finish the running job, take no new one
     wait_until(lambda: state(path) == "draining", timeout=5)
     assert probe(path, "--max-age", "30").returncode == 0
     not_ready = probe(path, "--max-age", "30", "--ready")
