@@ -137,7 +137,7 @@ def start_beat(path: str | None, worker: str, flags: _Flags) -> HealthBeat | Non
     return beat
 
 
-def check(path: str, max_age: float, ready: bool, now: float | None = None) -> tuple[bool, str]:
+def check(path: str, max_age: float, ready: bool) -> tuple[bool, str]:
     """Tell whether the worker writing `path` is alive (and with `ready`, ready); say why."""
     try:
         with open(path) as fh:
@@ -147,7 +147,7 @@ def check(path: str, max_age: float, ready: bool, now: float | None = None) -> t
         return False, f"no health file at {path}: the worker is not running, or not started"
     except (OSError, ValueError, KeyError, TypeError) as exc:
         return False, f"cannot read the health file {path}: {exc}"
-    age = (time.time() if now is None else now) - written
+    age = time.time() - written
     who = f"worker {record.get('worker') or '?'} (pid {record.get('pid', '?')})"
     if age > max_age:
         return False, f"{who} is stale: last heard {age:.0f}s ago ({state}), more than {max_age:g}s"

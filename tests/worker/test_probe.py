@@ -136,6 +136,21 @@ def test_draining_fails_readiness_while_liveness_holds(
     assert qless_client.jobs[jid].state == "complete"
 
 
+@pytest.mark.parametrize("processes", ["0", "1"], ids=["serial", "forking"])
+def test_a_paused_worker_is_alive_but_not_ready(start_worker: Any, work_dir: Path,
+                                                processes: str) -> None:
+    path = work_dir / "health"
+    worker = start_worker("-n", processes, "--health-file", str(path), "q")
+    wait_until(lambda: state(path) == "ready", timeout=15)
+    worker.signal(signal.SIGUSR2)
+    wait_until(lambda: state(path) == "paused", timeout=5)
+    assert probe(path, "--max-age", "30").returncode == 0
+    assert probe(path, "--max-age", "30", "--ready").returncode == 1
+    worker.signal(signal.SIGCONT)
+    wait_until(lambda: state(path) == "ready", timeout=5)
+    worker.quit()
+
+
 def test_the_worker_says_starting_while_it_waits_for_redis(work_dir: Path) -> None:
     from tests.helpers import WorkerProcess, free_port
 
