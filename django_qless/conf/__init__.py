@@ -35,7 +35,8 @@ Environment (django-environ; a value in settings always wins): ``QLESS_URL`` (de
 ``QLESS_<ALIAS>_PASSWORD``, ``QLESS_COMMIT_MODE``, ``QLESS_EAGER``,
 ``QLESS_WORKER_QUEUES`` (comma list), ``QLESS_WORKER_PROCESSES``, ``QLESS_WORKER_RESERVER``,
 ``QLESS_WORKER_INTERVAL``, ``QLESS_WORKER_TIMEOUT``, ``QLESS_WORKER_HEARTBEAT``,
-``QLESS_WORKER_PREFETCH``, ``QLESS_WORKER_START_TIMEOUT``, ``QLESS_WORKER_TERM_GRACE``.
+``QLESS_WORKER_PREFETCH``, ``QLESS_WORKER_START_TIMEOUT``, ``QLESS_WORKER_TERM_GRACE``,
+``QLESS_WORKER_HEALTH_FILE``.
 Without any setting or variable the default alias is ``redis://localhost:6379/0``.
 
 The package's modules import one way: ``model`` (the dataclasses) <- ``reporter`` (raw

@@ -6,6 +6,7 @@ one direction (``model`` -> ``reporter`` -> ``cluster`` -> ``aliases`` -> ``pars
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,13 +55,17 @@ SCHEMES = ("redis", "rediss", "unix")
 
 
 def mask_url(url: str) -> str:
-    """Return the URL with any password replaced by ``***``."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.netloc.rsplit("@", 1)[1]
-    return parts._replace(netloc=f"{user}:***@{host}").geturl()
+    """Return the URL with any password (in its user part or a ``password=`` query
+    parameter, as redis-py reads them) replaced by ``***``."""
+    base, mark, query = url.partition("?")
+    parts = urlsplit(base)
+    if parts.password is not None:
+        host = parts.netloc.rsplit("@", 1)[1]
+        base = parts._replace(netloc=f"{parts.username or ''}:***@{host}").geturl()
+    return base + mark + _QUERY_PASSWORD.sub(r"\1***", query)
+
+
+_QUERY_PASSWORD = re.compile(r"(?i)((?:^|&)password=)[^&]*")
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,10 @@ def worker_value(p: Reporter, spec: OptionSpec, raw: Mapping[str, Any]) -> Any:
         return float(found) if found is not None and spec.kind == "number" else found
     if spec.kind in ("flag", "no_flag"):
         return p.bool_(key, value)
+    if spec.kind == "str" and value is not None and not isinstance(value, str):
+        p.error(key, f"{key} must be a string, not {type(value).__name__}.",
+                'Use a path such as "/tmp/qless-worker.health".', 33)
+        return None
     return value
 
 

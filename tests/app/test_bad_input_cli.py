@@ -154,8 +154,8 @@ WORKER_OPTION_CASES: list[Any] = [
     # (option argv, message) shared by manage.py qless_worker and qless-worker
     pytest.param(["--processes", "-1"], r"--processes: must be an integer >= 0", id="processes=-1"),
     pytest.param(["--processes", "two"], r"--processes: must be an integer", id="processes=two"),
-    pytest.param(["--interval", "0"], r"interval must be > 0: 0", id="interval=0"),
-    pytest.param(["--interval", "-1"], r"interval must be > 0: -1", id="interval=-1"),
+    pytest.param(["--interval", "0"], r"--interval: must be > 0, got '0'", id="interval=0"),
+    pytest.param(["--interval", "-1"], r"--interval: must be > 0, got '-1'", id="interval=-1"),
     pytest.param(["--interval", "nan"], r"--interval: must be a finite number", id="interval=nan"),
     pytest.param(["--interval", "inf"], r"--interval: must be a finite number", id="interval=inf"),
     pytest.param(["--timeout", "nan"], r"--timeout: must be a finite number", id="timeout=nan"),
@@ -175,7 +175,8 @@ WORKER_OPTION_CASES: list[Any] = [
     pytest.param(["--start-timeout", "nan"], r"--start-timeout: must be a finite number",
                  id="start-timeout=nan"),
     pytest.param(["--reserver", "bogus"], r"--reserver: invalid choice: 'bogus'", id="reserver"),
-    *[pytest.param(["--name", v], r"worker name must be printable ASCII without ' ' or ':'",
+    *[pytest.param(["--name", v],
+                   r"--name: must be 1-128 printable ASCII characters without ' ' or ':'",
                    id=f"c49 name={v[:6]!r}") for v in ("a:b", "", "a b", "x" * 129, "a\x01")],
     *[pytest.param([v], r"argument queues: (queue|invalid queue pattern)", id=f"c20 queue={v!r}")
       for v in ("a:b", "<script>", "q" * 65, "a:*", "a/b")],
@@ -301,9 +302,11 @@ SUBPROCESS_CASES: list[Any] = [
     pytest.param(["qless", "cancel", "exists", "nope"], "no job nope", id="qless cancel partial"),
     pytest.param(["qless", "config", "set", "heartbeat", "0"], "heartbeat",
                  id="qless config heartbeat 0"),
-    pytest.param(["qless_worker", "default", "--interval", "0"], "interval must be > 0",
+    pytest.param(["qless_worker", "default", "--interval", "0"], "--interval: must be > 0",
                  id="qless_worker --interval 0"),
     pytest.param(["qless_worker", "a:b", "--processes", "0"], "queue", id="qless_worker a:b"),
+    pytest.param(["qless_worker", "", "--processes", "0"], "argument queues: no queues given",
+                 id="qless_worker empty queue"),
     pytest.param(["qless_worker", "default", "--import", "no.such.module"], "--import",
                  id="qless_worker --import"),
 ]

@@ -218,3 +218,13 @@ def test_password_setting_overrides_the_url_credentials():
     assert (kwargs["username"], kwargs["password"]) == ("app", "setpw")
     plain = build_redis(AliasSettings("y", "redis://:urlpw@db.example.com:6379/0"))
     assert plain.connection_pool.connection_kwargs["password"] == "urlpw"
+
+
+def test_a_password_in_the_query_is_masked_in_the_display_and_the_worker_logs():
+    from django_qless.conf.model import mask_url
+    from django_qless.core.workers.worker_config import WorkerConfig
+
+    url = "unix:///run/redis.sock?db=0&password=s3cret"
+    assert mask_url(url) == "unix:///run/redis.sock?db=0&password=***"
+    assert WorkerConfig(url=url).safe_url == "unix:///run/redis.sock?db=0&password=***"
+    assert mask_url("unix:///run/redis.sock?db=1") == "unix:///run/redis.sock?db=1"

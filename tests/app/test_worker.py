@@ -231,3 +231,52 @@ def test_worker_command_logs_a_scheduled_retry_as_one_plain_line(redis_url, tmp_
                    if flaky.jid in line and "done in" not in line]
     assert len(about_retry) == 1 and "retried in" in about_retry[0], result.stderr
     assert "Traceback" not in result.stderr and "RetryScheduled" not in result.stderr
+
+
+def test_worker_start_line_names_the_alias_and_the_job_kinds_it_does_not_serve(redis_url):
+    result = manage(redis_url, "qless_worker", "default", "emails", "-p", "0",
+                    "--max-duration", "0.3", "--reap-interval", "0")
+    assert result.returncode == 0, result.stderr
+    [line] = [x for x in result.stderr.splitlines() if " starting: " in x]
+    assert " INFO " in line and "starting: serial, queues default,emails, Redis " in line
+    assert line.endswith(" (QLESS alias 'default')"), line
+    [warning] = [x for x in result.stderr.splitlines() if "does not serve" in x]
+    assert " WARNING " in warning
+    unserved = warning.split("): ", 1)[1]
+    for kind in ("tests.app.jobs.echo (queue other)", "tests.app.jobs.Thumbnail (queue classes)",
+                 "tests.app.tasks.urgent (queue tasks)"):
+        assert kind in unserved, warning
+    for served in ("tests.app.jobs.add ", "tests.app.jobs.send_mail ", "tests.app.tasks.multiply "):
+        assert served not in unserved, warning
+
+
+def test_worker_serving_every_queue_warns_about_no_job_kind(redis_url):
+    result = manage(redis_url, "qless_worker", "*", "--alias", "default", "-p", "0",
+                    "--max-duration", "0.3", "--reap-interval", "0")
+    assert result.returncode == 0, result.stderr
+    assert "does not serve" not in result.stderr
+    assert "queues * (now " in result.stderr
+
+
+def test_worker_command_keeps_a_health_file_the_probe_reads(redis_url, tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    from tests.app.helpers import ROOT, spawn
+    from tests.helpers import wait_until
+
+    path = tmp_path / "health"
+    proc = spawn(redis_url, "qless_worker", "default", "-p", "1", "--health-file", str(path))
+    try:
+        wait_until(lambda: path.exists() and json.loads(path.read_text())["state"] == "ready",
+                   timeout=30)
+        ready = subprocess.run([sys.executable, "-m", "django_qless.core.probe", str(path),
+                                "--ready"], cwd=ROOT, capture_output=True, text=True, check=False)
+        assert ready.returncode == 0 and " is ready " in ready.stdout, ready.stderr
+        proc.send_signal(signal.SIGQUIT)
+        assert proc.wait(timeout=30) == 0
+        assert not path.exists()
+    finally:
+        proc.kill()
+        proc.communicate()

@@ -64,3 +64,16 @@ def test_the_term_grace_comes_from_the_flag_the_setting_or_the_environment():
     _, problems = parse({"WORKER": {"TERM_GRACE": -1}}, env())
     assert [p.key for p in problems] == ["QLESS['WORKER']['TERM_GRACE']"]
     assert WorkerConfig().term_grace == 15.0
+
+
+def test_the_health_file_comes_from_the_option_the_setting_or_the_environment(tmp_path):
+    conf, problems = parse({"WORKER": {"HEALTH_FILE": "/run/qless/health"}}, env())
+    assert problems == [] and conf.worker.values["health_file"] == "/run/qless/health"
+    conf, problems = parse({}, env(QLESS_WORKER_HEALTH_FILE="/tmp/h"))
+    assert problems == [] and conf.worker.values["health_file"] == "/tmp/h"
+    _, problems = parse({"WORKER": {"HEALTH_FILE": 5}}, env())
+    assert [(p.key, p.id) for p in problems] == [("QLESS['WORKER']['HEALTH_FILE']",
+                                                  "django_qless.E033")]
+    args = django_parser().parse_args(["--health-file", str(tmp_path / "h")])
+    assert Command().build_config({**vars(args), "queues": ["q"]}).health_file == str(
+        tmp_path / "h")

@@ -15,12 +15,36 @@ pytestmark = pytest.mark.timeout(60)
 NOOP = "tests.worker.jobs.noop"
 
 
-def test_serial_worker_logs_a_start_line(start_worker):
+def start_lines(log: str) -> list[str]:
+    return [line for line in log.splitlines() if " starting: " in line]
+
+
+def test_serial_worker_logs_one_start_line(start_worker, redis_url):
     worker = start_worker("-n", "0", "--max-duration", "0.3", "--reap-interval", "0", "q")
     assert worker.wait() == 0
+    [line] = start_lines(worker.stderr())
+    assert f" INFO django_qless.worker: django-qless {__version__} worker " in line
+    assert line.endswith(f"starting: serial, queues q, Redis {redis_url}"), line
+
+
+def test_the_start_line_names_the_mode_what_patterns_match_and_no_password(
+    start_worker, qless_client, redis_url, r
+):
+    for queue in ("img.a", "img.b", "other"):
+        qless_client.queues[queue].put(NOOP, {}, delay=3600)  # known queues, nothing to run
+    r.acl_setuser("starter", enabled=True, passwords=["+pw-s3cret"], keys=["*"],
+                  channels=["*"], commands=["+@all"])
+    try:
+        url = redis_url.replace("://", "://starter:pw-s3cret@", 1)
+        worker = start_worker("--url", url, "-n", "2", "--max-duration", "0.5", "q,img.*")
+        assert worker.wait() == 0
+    finally:
+        r.acl_deluser("starter")
     log = worker.stderr()
-    assert f"django-qless {__version__} worker " in log
-    assert "starting: serial, queues q" in log
+    [line] = start_lines(log)
+    assert " supervisor " in line and "starting: forking, 2 children, " in line, line
+    assert "queues q,img.* (now q,img.a,img.b), Redis " in line, line
+    assert "pw-s3cret" not in log and "starter:***@" in line, line
 
 
 @pytest.mark.parametrize("processes", ["0", "1"], ids=["serial", "forking"])

@@ -117,7 +117,7 @@ def test_dry_run_and_print_options(qless_client, start_worker):
 def test_bad_options_exit_with_usage_code(start_worker):
     worker = start_worker("q", "--interval", "0")
     assert worker.wait() == 2
-    assert "interval must be > 0" in worker.stderr()
+    assert "argument --interval: must be > 0" in worker.stderr()
     worker = start_worker("--name", "bad name")
     assert worker.wait() == 2
 

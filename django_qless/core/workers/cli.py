@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 
 import redis
 
+from django_qless import __version__
 from django_qless.core.exceptions import InvalidArgument, QlessError
 from django_qless.core.health import check_eviction, clock_skew
 from django_qless.core.serialization import check_name
@@ -44,22 +45,25 @@ from django_qless.core.workers.option_specs import (
     number,
     option_values,
 )
-from django_qless.core.workers.shards import QueueSelection, known_queues
+from django_qless.core.workers.shards import QueueSelection, is_pattern, known_queues
 from django_qless.core.workers.shutdown import ExitCode
-from django_qless.core.workers.worker_config import WorkerConfig
+from django_qless.core.workers.worker_config import WorkerConfig, default_worker_name
 
 if TYPE_CHECKING:
+    from django_qless.core.probe import HealthFile
     from django_qless.core.workers.forking import ForkingWorker
     from django_qless.core.workers.serial import SerialWorker
 
 __all__ = [
     "build_parser",
+    "check_health_file",
     "check_imports",
     "check_queue_specs",
     "config_from_args",
     "dry_run",
     "import_modules",
     "integer",
+    "log_start",
     "main",
     "make_worker",
     "non_negative_int",
@@ -138,6 +142,9 @@ def run_worker(
     if not config.queues:
         out.write("no queues given\n")
         return ExitCode.USAGE
+    health = None if config.dry_run else _health_file(config)
+    if health is not None:
+        health.write("starting")
     import_modules(config.import_modules)
     if config.dry_run:
         return dry_run(config, out)
@@ -146,44 +153,108 @@ def run_worker(
     if not wait_for_redis(config):
         return ExitCode.ERROR
     warn_about_eviction(config)
+    log_start(config)
     return kind(config, hooks).run_forever()
 
 
+def log_start(config: WorkerConfig) -> None:
+    """Log the start line (mode, queues, Redis), then warn about the registered job kinds
+    whose queues this worker does not serve."""
+    role, mode = "worker", "serial"
+    if not config.serial:
+        role, mode = "supervisor", f"forking, {config.process_count} children"
+        mode += ", fork per job" if config.fork_per_job else ""
+    log.info("django-qless %s %s %s (pid %d) starting: %s, queues %s%s, Redis %s", __version__,
+             role, config.name or default_worker_name(), os.getpid(), mode,
+             ",".join(config.queues), _resolved(config), config.safe_url)
+    selection = QueueSelection(config.queues, list)
+    unserved = sorted((kind, queue) for kind, queue in config.job_queues.items()
+                      if not selection.matches(queue))
+    if unserved:
+        listed = ", ".join(f"{kind} (queue {queue})" for kind, queue in unserved[:20])
+        more = f" and {len(unserved) - 20} more" if len(unserved) > 20 else ""
+        log.warning("registered job kinds whose queues this worker does not serve (their jobs "
+                    "wait for another worker): %s%s", listed, more)
+
+
+def _resolved(config: WorkerConfig) -> str:
+    """Return what the queue patterns match now, for the start line ("" without patterns)."""
+    if not any(is_pattern(spec) for spec in config.queues):
+        return ""
+    client = None
+    try:
+        client = config.make_client(socket_timeout=5.0)
+        names = QueueSelection(config.queues, known_queues(client)).names()
+    except (QlessError, redis.RedisError) as exc:
+        return f" (not resolved: {exc})"
+    finally:
+        if client is not None:
+            client.close()
+    return f" (now {','.join(names) or 'no queue yet'})"
+
+
 def wait_for_redis(config: WorkerConfig) -> bool:
-    """Ping Redis until it answers or `config.start_timeout` seconds pass (False: gave up)."""
+    """Ping Redis until it answers or `config.start_timeout` seconds pass (False: gave up).
+
+    Each attempt's socket timeouts are bounded by the time left (the first by 1 s, so a
+    server that accepts connections and never answers is reported at once), and a failed
+    attempt is not retried within it: such a server cannot stretch the wait past the limit.
+    """
     limit = config.start_timeout
     deadline = time.monotonic() + limit
-    delay = 0.1
-    first_error: float | None = None
+    delay, patience = 0.1, 1.0  # the pause between attempts; an attempt's socket timeout
+    warned = False
     told_at = 0.0
+    health = _health_file(config)
     while True:
+        if health is not None:
+            health.beat("starting")  # alive, not ready: a liveness probe holds meanwhile
         left = deadline - time.monotonic()
-        client = config.make_client(socket_timeout=min(5.0, max(0.2, left)))
-        try:
-            for shard in client.clients()[:1]:  # a cluster: its transport knows every node
-                shard.read(lambda r: r.ping())
-            if first_error is not None:
+        error = _ping(config, min(patience, max(0.2, left)) if limit else 5.0)
+        patience = min(patience * 2, 5.0)
+        if error is None:
+            if warned:
                 log.info("Redis at %s is reachable now", config.safe_url)
             return True
-        except (QlessError, redis.RedisError, OSError) as exc:
-            error = exc
-        finally:
-            client.close()
         now = time.monotonic()
         if now >= deadline:
             log.error("Redis at %s is still unreachable after %gs (%s); giving up "
                       "(--start-timeout)", config.safe_url, limit, error)
             return False
-        if first_error is None:
-            first_error = told_at = now
-            log.warning("Redis at %s is unreachable (%s); waiting up to %gs for it",
-                        config.safe_url, error, limit)
+        if not warned:
+            warned, told_at = True, now
+            log.warning("waiting for Redis at %s: unreachable (%s); trying for up to %gs "
+                        "(--start-timeout)", config.safe_url, error, limit)
         elif now - told_at >= 10.0:
             told_at = now
             log.warning("still waiting for Redis at %s (%.0fs left)", config.safe_url,
                         deadline - now)
         time.sleep(min(delay, max(0.0, deadline - now)))
         delay = min(delay * 2, 2.0)
+
+
+def _health_file(config: WorkerConfig) -> HealthFile | None:
+    """Return the health file the worker keeps (None: no --health-file)."""
+    if not config.health_file:
+        return None
+    from django_qless.core.probe import HealthFile  # (loaded only when asked for)
+
+    return HealthFile(config.health_file, config.name or default_worker_name())
+
+
+def _ping(config: WorkerConfig, timeout: float) -> Exception | None:
+    """Ping Redis once with `timeout`-second socket timeouts; return the error, if any."""
+    client = None
+    try:
+        client = config.make_client(socket_timeout=timeout)
+        for shard in client.clients()[:1]:  # a cluster: its transport knows every node
+            shard.read(lambda r: r.ping(), attempts=1)
+        return None
+    except (QlessError, redis.RedisError, OSError) as exc:
+        return exc
+    finally:
+        if client is not None:
+            client.close()
 
 
 def warn_about_eviction(config: WorkerConfig) -> None:
@@ -215,8 +286,12 @@ _SCHEMES = ("redis", "rediss", "unix")
 
 
 def check_queue_specs(specs: Iterable[str]) -> None:
-    """Refuse a queue name or glob pattern the engine could never serve (ValueError)."""
-    for spec in " ".join(specs).replace(",", " ").split():
+    """Refuse no queue at all, or a queue name or glob pattern the engine could never serve
+    (ValueError)."""
+    given = " ".join(specs).replace(",", " ").split()
+    if not given:
+        raise ValueError("argument queues: no queues given")
+    for spec in given:
         if any(ch in spec for ch in "*?["):
             if not _PATTERN.fullmatch(spec):
                 raise ValueError(f"argument queues: invalid queue pattern {spec[:80]!r}: use "
@@ -252,6 +327,15 @@ def check_imports(modules: Iterable[str]) -> None:
             raise ValueError(f"argument --import: no module named {name!r}")
 
 
+def check_health_file(path: str | None) -> None:
+    """Refuse a --health-file whose directory does not exist or cannot be written to."""
+    if not path:
+        return
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory) or not os.access(directory, os.W_OK | os.X_OK):
+        raise ValueError(f"argument --health-file: cannot write in {directory!r}")
+
+
 def _check_url(url: str) -> None:
     """Refuse a Redis URL whose scheme redis-py does not know (never echo the URL)."""
     scheme = urlsplit(url).scheme
@@ -283,9 +367,11 @@ def config_from_args(args: argparse.Namespace) -> WorkerConfig:
     from django_qless.core.registry import default_registry
 
     _check_url(args.url)
-    check_queue_specs(args.queues)
+    if args.queues or not args.print_options:
+        check_queue_specs(args.queues)
     exec_command = split_command(args.exec_command)
     check_imports(args.imports)
+    check_health_file(args.health_file)
     if args.allow_module:
         default_registry.allow_module_prefixes(*args.allow_module)
     given = {**option_values(vars(args)), "exec_command": exec_command}

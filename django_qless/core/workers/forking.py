@@ -21,9 +21,9 @@ import time
 
 import redis
 
-from django_qless import __version__
 from django_qless.core.client import Client
 from django_qless.core.exceptions import QlessError
+from django_qless.core.probe import HealthFile, state_of
 from django_qless.core.workers.budget import SharedJobPool
 from django_qless.core.workers.child import child_main, parse_status_line
 from django_qless.core.workers.disposal import ChildDisposal
@@ -87,6 +87,8 @@ class ForkingWorker(ChildDisposal, ChildWatch):
         # The idle-leader token's file (leadership.py), in a private directory of ours.
         self._token_dir = ""
         self._leader_token: TokenFile | None = None
+        # Rewritten from the loop, never by the jobs: fresh while every child is busy.
+        self.health = HealthFile(config.health_file, self.name) if config.health_file else None
 
     @property
     def queues(self) -> tuple[str, ...]:
@@ -119,9 +121,6 @@ class ForkingWorker(ChildDisposal, ChildWatch):
         if not isinstance(self.client, Client):  # queues may move between shards
             self._follower = ShardFollower(self.client, self.config.queues,
                                            self.config.queue_refresh, holders=self._names)
-        log.info("django-qless %s supervisor %s (pid %d) starting: forking, %d children%s, "
-                 "queues %s", __version__, self.name, os.getpid(), self.wanted,
-                 ", fork per job" if self.config.fork_per_job else "", ",".join(self.queues))
         first = True
         try:
             while True:
@@ -136,10 +135,14 @@ class ForkingWorker(ChildDisposal, ChildWatch):
                 self._enforce_limits()
                 self._reap_leases()
                 self._title()
+                if self.health is not None:
+                    self.health.beat(state_of(self.signals, serving=bool(self.children)))
                 if self.stopping and not self.children:
                     break
         finally:
             self._cleanup()
+            if self.health is not None:
+                self.health.remove()
         if self._forced:
             return ExitCode.FORCED
         if self._unreleased:

@@ -25,8 +25,11 @@ __all__ = [
     "non_negative_number",
     "number",
     "option_values",
+    "positive_number",
     "setting_keys",
+    "shard_count",
     "url_list",
+    "worker_name",
 ]
 
 Kind = Literal["int", "number", "choice", "flag", "no_flag", "append", "str", "queues", "urls"]
@@ -78,6 +81,35 @@ def non_negative_number(text: str) -> float:
     return value
 
 
+def positive_number(text: str) -> float:
+    """Parse a finite number > 0 (argparse type)."""
+    value = number(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
+    return value
+
+
+def shard_count(text: str) -> int:
+    """Parse a shard count the placement can use (argparse type)."""
+    from django_qless.core.cluster.placement import MAX_SHARDS
+
+    value = integer(text)
+    if not 1 <= value <= MAX_SHARDS:
+        raise argparse.ArgumentTypeError(f"must be in [1, {MAX_SHARDS}], got {text!r}")
+    return value
+
+
+def worker_name(text: str) -> str:
+    """Parse a worker name: 1-128 printable ASCII characters, no space or ':'."""
+    if not _NAME_TEXT.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"must be 1-128 printable ASCII characters without ' ' or ':', got {text[:140]!r}")
+    return text
+
+
+_NAME_TEXT = re.compile(r"[\x21-\x39\x3b-\x7e]{1,128}")
+
+
 @dataclass(frozen=True)
 class OptionSpec:
     """One worker option: its default, its command-line form and its setting."""
@@ -95,6 +127,7 @@ class OptionSpec:
     setting: str | None = None  # the QLESS["WORKER"] key
     setting_minimum: float | None = None  # settings: smallest value accepted
     env: str | None = None  # read when the setting is absent
+    parse: Any = None  # the command line's argparse type, when the kind's is not enough
 
     @property
     def key(self) -> str:
@@ -117,7 +150,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("interval", 60.0, "idle safety re-check in seconds (wake-ups and due times "
                "arrive on pubsub)",
                ("--interval",), "number", setting="INTERVAL", setting_minimum=0,
-               env="QLESS_WORKER_INTERVAL"),
+               env="QLESS_WORKER_INTERVAL", parse=positive_number),
     OptionSpec("timeout", 0.0, "per-job time limit (seconds)", ("--timeout",), "number", 0,
                setting="TIMEOUT", setting_minimum=0.001, env="QLESS_WORKER_TIMEOUT"),
     OptionSpec("heartbeat", None, kind="int", cli="none", setting="HEARTBEAT",
@@ -160,13 +193,17 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("start_timeout", 30.0, "seconds to wait for Redis at start, then exit 1 "
                "(default 30; 0: no wait)", ("--start-timeout",), "number", 0,
                setting="START_TIMEOUT", setting_minimum=0, env="QLESS_WORKER_START_TIMEOUT"),
-    OptionSpec("name", None, "worker name (default host-pid)", ("--name",)),
+    OptionSpec("health_file", None, "rewrite PATH every few seconds with the worker's state "
+               "and the time, for liveness/readiness probes (python -m django_qless.core.probe "
+               "PATH)", ("--health-file",), metavar="PATH", setting="HEALTH_FILE",
+               env="QLESS_WORKER_HEALTH_FILE"),
+    OptionSpec("name", None, "worker name (default host-pid)", ("--name",), parse=worker_name),
     # The Django command takes the connection (one server or a cluster) from its alias.
     OptionSpec("cluster", (), "serve queues placed over the shards of the Redis Cluster with "
                "these nodes (comma-separated URLs) instead of --url", ("--cluster",), "urls",
                cli="core", metavar="URLS"),
     OptionSpec("shards", 16, "with --cluster: the number of shards queues are placed over",
-               ("--shards",), "int", 1, cli="core"),
+               ("--shards",), "int", 1, cli="core", parse=shard_count),
     OptionSpec("sandbox_root", None, "parent of per-worker sandboxes", ("--sandbox-root",)),
 )
 
@@ -182,6 +219,8 @@ def setting_keys() -> frozenset[str]:
 
 
 def _argparse_type(spec: OptionSpec) -> Any:
+    if spec.parse is not None:
+        return spec.parse
     if spec.kind == "int":
         return non_negative_int if spec.minimum == 0 else integer
     if spec.kind == "number":

@@ -10,12 +10,10 @@ finishes the job first; USR1 fails the running job as `django_qless.JobKilled`.
 from __future__ import annotations
 
 import logging
-import os
 import signal
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from django_qless import __version__
 from django_qless.core.client import Client
 from django_qless.core.exceptions import QlessError
 from django_qless.core.workers.base import JobLoop
@@ -98,15 +96,20 @@ class SerialWorker(JobLoop):
         """Serve jobs until stopped; return the exit code."""
         if self.install_signals:
             self.arm_signals(self._on_signal)
-        log.info("django-qless %s worker %s (pid %d) starting: serial, queues %s",
-                 __version__, self.name, os.getpid(), ",".join(self.queues))
         for listener in self.listeners:
             listener.start()
         for listener in self.listeners:
             listener.add(self.name)
+        health = None
+        if self.config.health_file:  # (the probe module is loaded only when asked for)
+            from django_qless.core.probe import start_beat
+
+            health = start_beat(self.config.health_file, self.name, self.signals)
         try:
             self.run()
         finally:
+            if health is not None:
+                health.stop()
             for listener in self.listeners:
                 listener.stop()
             if self.install_signals:

@@ -6,7 +6,7 @@ import os
 import re
 import socket
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
@@ -95,9 +95,14 @@ class WorkerConfig:
     reap_interval: float | None = default_of("reap_interval")
     # How long to wait for Redis at start before giving up with exit code 1 (0: no wait).
     start_timeout: float = default_of("start_timeout")
+    # A file the serial worker or the supervisor keeps fresh with its state (core/probe.py).
+    health_file: str | None = default_of("health_file")
     # Redis socket timeout for worker connections: a half-open TCP connection must not
     # block a worker forever (None: block).
     socket_timeout: float | None = 30.0
+    # The queue each registered job kind is put in, where a framework knows it (the Django
+    # command passes its @job and django.tasks kinds): the start line names those not served.
+    job_queues: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
     middleware: tuple[Middleware, ...] = field(default=(), compare=False)
     registry: Registry = field(default=default_registry, compare=False, repr=False)
     # Build the connection yourself (Sentinel, client certificates, a cluster, ...) instead
@@ -214,7 +219,7 @@ class WorkerConfig:
         data = {
             f.name: getattr(self, f.name)
             for f in fields(self)
-            if f.name not in ("middleware", "registry", "connect")
+            if f.name not in ("middleware", "registry", "connect", "job_queues")
         }
         data["url"] = self.safe_url
         data["cluster"] = [_masked(url) for url in self.cluster]
@@ -234,11 +239,11 @@ def _split_queues(values: tuple[str, ...]) -> list[str]:
 
 
 def _masked(url: str) -> str:
-    """Return `url` with any password masked."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    """Return `url` with any password (user part, or `password=` in the query) masked."""
+    base, mark, query = url.partition("?")
+    parts = urlsplit(base)
+    if parts.password is not None:
+        user, host = parts.username or "", parts.hostname or ""
+        netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
+        base = urlunsplit(parts._replace(netloc=netloc))
+    return base + mark + re.sub(r"(?i)((?:^|&)password=)[^&]*", r"\1***", query)

@@ -7,19 +7,28 @@ import os
 import signal
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, TextIO, cast
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_qless.clients import build_client, build_redis
 from django_qless.conf import AliasSettings, get_settings
-from django_qless.core.workers.cli import check_imports, check_queue_specs, split_command
+from django_qless.core.workers.cli import (
+    check_health_file,
+    check_imports,
+    check_queue_specs,
+    split_command,
+)
 from django_qless.core.workers.option_specs import add_options, option_values
 from django_qless.core.workers.worker_config import WorkerConfig
 
-__all__ = ["AliasWorkerConfig", "Command", "alias_connector"]
+if TYPE_CHECKING:
+    from django_qless.core.registry import Registry
+    from django_qless.core.workers.shards import Deployment
+
+__all__ = ["AliasWorkerConfig", "Command", "alias_connector", "with_timeout"]
 
 WORKER_SOCKET_TIMEOUT = 30.0
 
@@ -39,16 +48,51 @@ def alias_connector(conf: AliasSettings) -> Callable[[], Any]:
     return partial(build_redis, conf)
 
 
+def with_timeout(conf: AliasSettings, seconds: float) -> AliasSettings:
+    """Return the alias's settings with every socket timeout set to `seconds` (the alias's
+    OPTIONS included), for calls that must not wait longer."""
+    bounded = {"socket_timeout": seconds, "socket_connect_timeout": seconds}
+    sentinel = {**conf.sentinel_kwargs, **bounded} if conf.sentinels else conf.sentinel_kwargs
+    return replace(conf, socket_timeout=seconds, options={**conf.options, **bounded},
+                   sentinel_kwargs=sentinel)
+
+
 @dataclass(frozen=True)
 class AliasWorkerConfig(WorkerConfig):
     """A worker config built from a QLESS alias: logs name the alias and its masked URL."""
 
     alias: str = ""
+    settings: AliasSettings | None = field(default=None, compare=False, repr=False)
 
     @property
     def safe_url(self) -> str:
         """Return the alias's credential-free URL and its name (for logs)."""
         return f"{self.url} (QLESS alias {self.alias!r})"
+
+    def make_client(self, *, worker_name: str | None = None,
+                    socket_timeout: float | None = -1.0) -> Deployment:
+        """Return a new client; a socket timeout given here bounds the alias's own."""
+        if self.settings is None or socket_timeout is None or socket_timeout == -1.0:
+            return super().make_client(worker_name=worker_name)
+        connect = alias_connector(with_timeout(self.settings, socket_timeout))
+        return WorkerConfig.make_client(replace(self, connect=connect), worker_name=worker_name)
+
+
+def job_queues(registry: Registry) -> dict[str, str]:
+    """Return the queue each registered @job function or class and django.tasks task is
+    put in by default (other registered targets name no queue)."""
+    found: dict[str, str] = {}
+    for name in registry.names():
+        target = registry.resolve(name).target
+        # @job functions register their bound `process`, classes carry `qless_job`, tasks
+        # are wrapped in a TaskJob.
+        options = getattr(getattr(target, "__self__", None), "options", None) or getattr(
+            getattr(target, "qless_job", None), "options", None)
+        queue = getattr(options, "queue", None) or getattr(
+            getattr(target, "task", None), "queue_name", None)
+        if isinstance(queue, str):
+            found[name] = queue
+    return found
 
 
 def config_error(message: str) -> CommandError:
@@ -97,6 +141,7 @@ class Command(BaseCommand):
         from django_qless.registry import get_registry
 
         conf = get_settings()
+        registry = get_registry()
         queues = tuple(options["queues"]) or conf.worker.queues
         try:
             check_queue_specs(queues)
@@ -119,13 +164,16 @@ class Command(BaseCommand):
         fields = WorkerConfig.__dataclass_fields__
         values = {n: v for n, v in merged.items() if n in fields and n != "queues"}
         try:
+            check_health_file(values.get("health_file"))
             return AliasWorkerConfig(
                 alias=alias,
                 url=conf.aliases[alias].display,
                 connect=alias_connector(conf.aliases[alias]),
+                settings=conf.aliases[alias],
                 queues=queues,
                 verbosity=options["verbosity"],
-                registry=get_registry(),
+                registry=registry,
+                job_queues=job_queues(registry),
                 **values,
             )
         except ValueError as exc:
