@@ -125,7 +125,8 @@ def test_draining_fails_readiness_while_liveness_holds(
     path = work_dir / "health"
     worker = start_worker("-n", processes, "--health-file", str(path), "--term-grace", "30", "q")
     wait_until(lambda: state(path) == "ready", timeout=15)
-    jid = qless_client.queues["q"].put(SLEEPY, {"seconds": 4})
+    # The job outlasts the probes below even on a loaded machine (each probe is a new Python).
+    jid = qless_client.queues["q"].put(SLEEPY, {"seconds": 8})
     wait_until(lambda: ledger(qless_client.redis, "started", jid), timeout=15)
     worker.signal(signum)  # finish the running job, take no new one
     wait_until(lambda: state(path) == "draining", timeout=5)
