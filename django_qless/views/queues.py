@@ -20,6 +20,7 @@ from django_qless.views.base import (
     render_page,
 )
 from django_qless.views.rate_limits import rate_limit_context
+from django_qless.views.recurring import recurring_row
 from django_qless.views.shards import queue_client
 
 __all__ = ["queue_detail", "queue_pause", "queue_settings", "queue_tab", "queue_unpause"]
@@ -89,7 +90,8 @@ def queue_tab(request: HttpRequest, name: str, state: str) -> HttpResponse:
     if state == "recurring":
         rows: list[dict[str, Any]] = []
         recurring = [client.jobs.recurring(jid) for jid in jids]
-        context: dict[str, Any] = {"recurring": [r for r in recurring if r is not None]}
+        context: dict[str, Any] = {"recurring": [recurring_row(r, now) for r in recurring
+                                                 if r is not None]}
     else:
         rows = [data.job_row(job, now) for job in data.load_jobs([client], jids)]
         context = {"rows": rows}

@@ -10,6 +10,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django_qless.core.recurring import RecurringJob
 from django_qless.forms import RecurringForm, first_error
 from django_qless.views.base import (
+    api_view,
     client_for,
     dashboard_view,
     get_pager,
@@ -19,9 +20,10 @@ from django_qless.views.base import (
     render_page,
 )
 from django_qless.views.data import Clients, as_clients, jobs_by_state, queue_counts
+from django_qless.views.live_blocks import live_block, live_json
 from django_qless.views.shards import page_clients
 
-__all__ = ["recurring", "recurring_cancel", "recurring_detail"]
+__all__ = ["api_recurring", "recurring", "recurring_cancel", "recurring_detail", "recurring_row"]
 
 
 def get_recurring(client: Clients, jid: str) -> RecurringJob:
@@ -33,9 +35,8 @@ def get_recurring(client: Clients, jid: str) -> RecurringJob:
     raise Http404(f"There is no recurring job {jid!r}.")
 
 
-@dashboard_view()
-def recurring(request: HttpRequest) -> HttpResponse:
-    """List every queue's recurring jobs, paginated across queues."""
+def _listing(request: HttpRequest) -> tuple[list[dict[str, Any]], Any, int]:
+    """Return one page of every queue's recurring jobs as rows, the pager and the total."""
     clients = page_clients(request)
     counts = [(q, q["recurring"]) for q in queue_counts(clients) if q["recurring"]]
     total = sum(n for _, n in counts)
@@ -56,10 +57,33 @@ def recurring(request: HttpRequest) -> HttpResponse:
         skip = 0
         if len(jids) >= want:
             break
-    rows = [r for r in found if r is not None]
-    return render_page(request, "django_qless/recurring.html",
-                       {"recurring": rows, "pager": pager, "total": total},
+    now = float(clients[0].now())
+    return [recurring_row(r, now) for r in found if r is not None], pager, total
+
+
+def recurring_row(job: RecurringJob, now: float) -> dict[str, Any]:
+    """Return what the pages show of a recurring job (``due``: its next run has passed)."""
+    return {"jid": job.jid, "klass_name": job.klass_name, "queue_name": job.queue_name,
+            "interval": job.interval, "next_run": job.next_run, "priority": job.priority,
+            "retries": job.retries, "tags": list(job.tags or ()), "count": job.count,
+            "due": float(job.next_run or 0) <= now}
+
+
+@dashboard_view()
+def recurring(request: HttpRequest) -> HttpResponse:
+    """List every queue's recurring jobs, paginated across queues."""
+    rows, pager, total = _listing(request)
+    context = {"recurring": rows, "pager": pager, "total": total}
+    context.update(live_block(request, "api_recurring", {"recurring": rows, "total": total}))
+    return render_page(request, "django_qless/recurring.html", context,
                        title="Recurring jobs", crumbs=[("Recurring", None)])
+
+
+@api_view
+def api_recurring(request: HttpRequest) -> HttpResponse:
+    """One page (``?page=``) of every queue's recurring jobs, the total and a version."""
+    rows, _, total = _listing(request)
+    return live_json({"recurring": rows, "total": total})
 
 
 @dashboard_view()
@@ -89,8 +113,9 @@ def recurring_detail(request: HttpRequest, jid: str) -> HttpResponse:
         return redirect_back(request, qurl(request, "recurring_detail", jid))
     form = RecurringForm(initial={"interval": job.interval, "priority": job.priority,
                                   "retries": job.retries, "tags": ", ".join(job.tags or ())})
+    due = recurring_row(job, float(job.client.now()))["due"]
     return render_page(request, "django_qless/recurring_detail.html",
-                       {"rj": job, "form": form},
+                       {"rj": job, "form": form, "due": due},
                        title=f"Recurring job {jid}",
                        crumbs=[("Recurring", qurl(request, "recurring")), (jid, None)])
 
