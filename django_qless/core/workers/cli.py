@@ -109,7 +109,7 @@ def dry_run(config: WorkerConfig, out: TextIO) -> int:
         return ExitCode.ERROR
     finally:
         client.close()
-    mode = "serial" if config.serial else f"forking, {config.process_count} children"
+    mode = "serial" if config.serial else f"forking, children: {config.process_count}"
     out.write(f"dry run: would serve {', '.join(queues) or '(no queue yet)'} ({mode})\n")
     for queue, info in counts.items():
         waiting = info.get("waiting", 0) if isinstance(info, dict) else "?"

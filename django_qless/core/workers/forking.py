@@ -119,7 +119,7 @@ class ForkingWorker(ChildDisposal, ChildWatch):
         if not isinstance(self.client, Client):  # queues may move between shards
             self._follower = ShardFollower(self.client, self.config.queues,
                                            self.config.queue_refresh, holders=self._names)
-        log.info("django-qless %s supervisor %s (pid %d) starting: forking, %d children%s, "
+        log.info("django-qless %s supervisor %s (pid %d) starting: forking, children: %d%s, "
                  "queues %s", __version__, self.name, os.getpid(), self.wanted,
                  ", fork per job" if self.config.fork_per_job else "", ",".join(self.queues))
         first = True
@@ -395,7 +395,7 @@ class ForkingWorker(ChildDisposal, ChildWatch):
         if self.signals.stopping:
             return
         if self.jobs_exhausted and not self.children:
-            log.info("--max-jobs reached (%d jobs): stopping", self.config.max_jobs)
+            log.info("--max-jobs reached (%d in all): stopping", self.config.max_jobs)
             self.signals.request_stop(graceful=True)
         elif self.config.max_duration and now - self.started >= self.config.max_duration:
             log.info("--max-duration reached (%gs): stopping gracefully", self.config.max_duration)
