@@ -55,11 +55,14 @@ def queue_detail(request: HttpRequest, name: str) -> HttpResponse:
     queue = known_queue(client, name)
     counts = _counts(client, name)
     form = StatsDateForm(request.GET or None)
-    day = dt.datetime.fromtimestamp(float(client.now()), tz=dt.UTC).date()
+    today = day = dt.datetime.fromtimestamp(float(client.now()), tz=dt.UTC).date()
     if form.is_bound and form.is_valid() and form.cleaned_data.get("date"):
         day = form.cleaned_data["date"]
     elif form.is_bound and not form.is_valid():
         messages.warning(request, f"{first_error(form)} Showing today instead.")
+    if day > today:
+        messages.info(request, f"{day:%Y-%m-%d} has not begun yet (UTC): showing today.")
+        day = today
     stats = data.stats_for_day(client, name, day)
     settings = queue.settings()
     settings_form = QueueSettingsForm(initial={
@@ -69,7 +72,8 @@ def queue_detail(request: HttpRequest, name: str) -> HttpResponse:
     })
     context = {
         "queue": name, "counts": counts, "stats": stats, "day": day,
-        "prev_day": day - dt.timedelta(days=1), "next_day": day + dt.timedelta(days=1),
+        "prev_day": day - dt.timedelta(days=1),
+        "next_day": day + dt.timedelta(days=1) if day < today else None,  # never the future
         "tabs": _tabs(request, name, counts), "settings_form": settings_form,
         "queue_shard": client.shard,
     }
