@@ -75,7 +75,10 @@ def api_queue(request: HttpRequest, name: str) -> HttpResponse:
     stats = data.stats_for_day(client, name, day)
     for kind in ("wait", "run"):
         stats[kind].pop("chart", None)
-    return _json({"name": name, "counts": counts, "stats": stats, "day": day.isoformat()})
+    from django_qless.views.queue_failed import failed_tab
+
+    return _json({"name": name, "counts": counts, "stats": stats, "day": day.isoformat(),
+                  "failed": failed_tab(request, name)["count"]})
 
 
 @api_view

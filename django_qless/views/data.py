@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, TypeAlias
 
 from django_qless.core.client import Client
+from django_qless.core.console.queue_failed import failed_of_queues
 from django_qless.core.job import Job
 from django_qless.core.types import QlessClient
 from django_qless.views.shards import is_sharded, merge_counts
@@ -17,6 +18,7 @@ __all__ = [
     "Clients",
     "as_clients",
     "completed_per_minute",
+    "failed_by_queue",
     "histogram_bars",
     "job_row",
     "jobs_by_state",
@@ -35,6 +37,7 @@ Clients: TypeAlias = QlessClient | Sequence[Client]
 
 QUEUE_STATES = ("running", "waiting", "scheduled", "stalled", "depends", "recurring", "throttled")
 OVERVIEW_LIMIT = 10
+FAILED_SCAN = 2000  # failure-group entries read for per-queue failed counts (then "N+")
 
 
 def _num(value: Any, default: float = 0) -> float:
@@ -229,6 +232,19 @@ def failed_groups(clients: Clients) -> dict[str, int]:
     return merge_counts(client.jobs.failed() or {} for client in as_clients(clients))
 
 
+def failed_by_queue(clients: Clients, scan: int = FAILED_SCAN) -> tuple[dict[str, int], bool]:
+    """Return queue -> failed jobs (the engine keeps failures by group: at most ``scan``
+    group entries a shard are read) and whether the reading stopped early."""
+    counts: dict[str, int] = {}
+    capped = False
+    for client in as_clients(clients):
+        found = failed_of_queues(client, scan=scan)
+        capped = capped or found.capped
+        for queue, jids in found.jids.items():
+            counts[queue] = counts.get(queue, 0) + len(jids)
+    return counts, capped
+
+
 def overview(clients: Clients) -> dict[str, Any]:
     """Gather the overview: queues, failure groups, tracked jobs, workers, throughput (every
     shard's, summed and merged)."""
@@ -244,6 +260,10 @@ def overview(clients: Clients) -> dict[str, Any]:
     workers = worker_counts(shards)
     per_minute = completed_per_minute(shards)
     totals = {key: sum(q[key] for q in queues) for key in QUEUE_STATES}
+    by_queue, capped = failed_by_queue(shards) if groups else ({}, False)
+    for q in queues:
+        n = by_queue.get(q["name"], 0)
+        q["failed"] = f"{n}+" if capped else n  # a lower bound when the reading stopped
     return {
         "queues": queues,
         "totals": totals,
