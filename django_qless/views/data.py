@@ -11,6 +11,7 @@ from django_qless.core.client import Client
 from django_qless.core.console.queue_failed import failed_of_queues
 from django_qless.core.job import Job
 from django_qless.core.types import QlessClient
+from django_qless.views.chart_scale import y_scale
 from django_qless.views.shards import is_sharded, merge_counts
 
 __all__ = [
@@ -153,10 +154,11 @@ def histogram_bars(histogram: list[Any], width: int = 592, height: int = 120) ->
     """Lay a 148-bucket histogram out as SVG bars (numbers only, safe to render)."""
     values = [int(_num(v)) for v in histogram][:148]
     peak = max(values) if values else 0
+    scale = y_scale(peak, height)  # bars are drawn against a round top, labelled
     step = width / max(len(values), 1)
     bars = []
     for i, value in enumerate(values):
-        h = 0.0 if peak == 0 else max(1.0, value / peak * (height - 14))
+        h = 0.0 if value == 0 else max(1.0, value / scale["top"] * (height - 14))
         if i < 60:
             label = f"{i}s"
         elif i < 119:
@@ -168,7 +170,7 @@ def histogram_bars(histogram: list[Any], width: int = 592, height: int = 120) ->
         bars.append({"x": round(i * step, 2), "y": round(height - h, 2),
                      "w": round(max(step - 1, 1), 2), "h": round(h, 2),
                      "value": value, "label": label})
-    return {"bars": bars, "peak": peak, "width": width, "height": height,
+    return {"bars": bars, "peak": peak, "width": width, "height": height, "scale": scale,
             "ticks": [{"x": round(i * step, 2), "label": t}
                       for i, t in ((0, "0s"), (60, "1m"), (119, "1h"), (142, "1d"))]}
 
