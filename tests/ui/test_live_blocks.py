@@ -98,3 +98,13 @@ def test_browser_paused_config_page_stays_as_it_was(page: Any, qc: Any) -> None:
     page.click("button[data-live-toggle]")
     page.wait_for_function("() => document.querySelector('#qless-config-live')"
                            ".innerText.includes('Reset to default')")
+
+
+@pytest.mark.parametrize("query", ["page=abc", "page=-1", "page=99999999999", "shard=nosuch",
+                                   "page=%00", "id=%3Cscript%3E"])
+@pytest.mark.parametrize(("page", "api", "key"), LIVE_PAGES)
+def test_bad_queries_never_answer_500(mc: Client, qc: Any, page: str, api: str, key: str,
+                                      query: str) -> None:
+    qc.queues["q"].recur("tests.Job", {}, 3600)
+    for path in (f"{page}?{query}", f"{api}?{query}"):
+        assert mc.get(path).status_code in (200, 302, 400, 404), path
