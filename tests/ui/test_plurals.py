@@ -1,4 +1,4 @@
-"""With one of everything, no page, message or command line says "1 jobs", "1 children"..."""
+"""Counts of one read in the singular on every page and command line; durations drop zeros."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from django.urls import reverse
 from django_qless.conf.model import AliasSettings, ClusterSettings
 from django_qless.core.audit.auditor import AuditReport
 from django_qless.core.client import Client as CoreClient
+from django_qless.templatetags.qless_tags import duration
 from django_qless.urls import urlpatterns
 from tests.ui.conftest import fail_job
 from tests.ui.test_access import PAGE_NAMES, url_for
@@ -65,3 +66,16 @@ def test_command_line_texts_count_one_in_the_singular() -> None:
     alias = AliasSettings(alias="default", url=None, cluster=ClusterSettings(
         nodes=("redis://h:7000",), shards=1))
     assert "(cluster, 1 shard)" in alias.display
+
+
+@pytest.mark.parametrize(("seconds", "text"), [
+    (0, "0.00s"), (0.25, "0.25s"), (5, "5s"), (5.5, "5.50s"), (12, "12s"), (300, "5m"),
+    (301, "5m 1s"), (3600, "1h"), (3660, "1h 1m"), (86400, "1d"), (90000, "1d 1h"),
+    (-300, "-5m")])
+def test_durations_leave_out_zero_parts(seconds: float, text: str) -> None:
+    assert duration(seconds) == text
+
+
+def test_recurring_page_says_every_5m(mc: Client, qc: Any) -> None:
+    qc.queues["q"].recur("tests.Job", {}, 300, offset=300)
+    assert "<td>5m</td>" in mc.get("/qless/recurring/").content.decode()
