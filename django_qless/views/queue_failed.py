@@ -50,10 +50,7 @@ def queue_failed(request: HttpRequest, name: str) -> HttpResponse:
     rows = [job_row(job, now) for job in
             load_jobs(clients, jids[pager.offset:pager.offset + pager.per_page])]
     counts = _counts(client, name)
-    tabs = _tabs(request, name, counts)
-    for tab in tabs:
-        if tab["state"] == "failed":
-            tab["count"] = f"{len(jids)}+" if found.capped else len(jids)
+    tabs = _tabs(request, name, counts)  # (the tab counts as the live header does)
     return render_page(request, "django_qless/queue_failed.html",
                        {"queue": name, "state": "failed", "counts": counts, "tabs": tabs,
                         "rows": rows, "pager": pager, "capped": found.capped,

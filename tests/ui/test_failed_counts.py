@@ -48,3 +48,15 @@ def test_browser_failed_counts_refresh_live(page: Any, qc: Any) -> None:
     assert page.inner_text(badge) == "2"
     fail_job(qc, "q")
     page.wait_for_function(f"() => document.querySelector(\"{badge}\").textContent === '3'")
+
+
+def test_the_failed_tab_counts_as_its_live_refresh_does(mc: Client, qc: Any,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from django_qless.views import queue_failed
+
+    monkeypatch.setattr(queue_failed, "TAB_SCAN", 2)
+    jids = [fail_job(qc, "q") for _ in range(3)]
+    page = mc.get("/qless/queues/q/failed/").content.decode()
+    assert 'data-live-text="failed">2+</span>' in page
+    assert mc.get("/qless/api/queues/q/").json()["failed"] == "2+"
+    assert all(f'data-jid="{jid}"' in page for jid in jids)  # the listing reads further
