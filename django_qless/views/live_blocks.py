@@ -20,10 +20,12 @@ def fingerprint(shown: Any) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
 
-def live_block(request: HttpRequest, api_name: str, shown: dict[str, Any]) -> dict[str, str]:
-    """Return the template context of a live block: its poll URL (with the page's query, so
-    the same page and shard are digested), its version and the page to re-read."""
-    return {"live_src": qurl(request, api_name, query=request.GET.dict()),
+def live_block(request: HttpRequest, api_name: str, shown: dict[str, Any],
+               *args: str) -> dict[str, str]:
+    """Return the template context of a live block: its poll URL (``args`` for the route,
+    and the page's query, so the same page and shard are digested), its version and the page
+    to re-read."""
+    return {"live_src": qurl(request, api_name, *args, query=request.GET.dict()),
             "live_version": fingerprint(shown),
             "live_page": request.get_full_path()}
 

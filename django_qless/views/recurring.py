@@ -23,7 +23,8 @@ from django_qless.views.data import Clients, as_clients, jobs_by_state, queue_co
 from django_qless.views.live_blocks import live_block, live_json
 from django_qless.views.shards import page_clients
 
-__all__ = ["api_recurring", "recurring", "recurring_cancel", "recurring_detail", "recurring_row"]
+__all__ = ["api_recurring", "api_recurring_job", "recurring", "recurring_cancel",
+           "recurring_detail", "recurring_row"]
 
 
 def get_recurring(client: Clients, jid: str) -> RecurringJob:
@@ -113,11 +114,23 @@ def recurring_detail(request: HttpRequest, jid: str) -> HttpResponse:
         return redirect_back(request, qurl(request, "recurring_detail", jid))
     form = RecurringForm(initial={"interval": job.interval, "priority": job.priority,
                                   "retries": job.retries, "tags": ", ".join(job.tags or ())})
-    due = recurring_row(job, float(job.client.now()))["due"]
+    shown = _detail(job)
     return render_page(request, "django_qless/recurring_detail.html",
-                       {"rj": job, "form": form, "due": due},
+                       {"rj": job, "form": form, "due": shown["job"]["due"],
+                        **live_block(request, "api_recurring_job", shown, jid)},
                        title=f"Recurring job {jid}",
                        crumbs=[("Recurring", qurl(request, "recurring")), (jid, None)])
+
+
+def _detail(job: RecurringJob) -> dict[str, Any]:
+    """Return what a recurring job's page shows: its row and its children's data."""
+    return {"job": recurring_row(job, float(job.client.now())), "data": job.raw_data}
+
+
+@api_view
+def api_recurring_job(request: HttpRequest, jid: str) -> HttpResponse:
+    """One recurring job (its row and data) and a version of its page."""
+    return live_json(_detail(get_recurring(client_for(request), jid)))
 
 
 @dashboard_view(manage=True)

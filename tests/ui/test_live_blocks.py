@@ -108,3 +108,26 @@ def test_bad_queries_never_answer_500(mc: Client, qc: Any, page: str, api: str, 
     qc.queues["q"].recur("tests.Job", {}, 3600)
     for path in (f"{page}?{query}", f"{api}?{query}"):
         assert mc.get(path).status_code in (200, 302, 400, 404), path
+
+
+def test_recurring_job_api_gives_its_row_data_and_page_version(mc: Client, qc: Any) -> None:
+    jid = qc.queues["q"].recur("tests.Job", {"n": 1}, 3600, offset=3600)
+    html = mc.get(f"/qless/recurring/{jid}/").content.decode()
+    assert f'data-live-src="/qless/api/recurring/{jid}/"' in html
+    got = mc.get(f"/qless/api/recurring/{jid}/").json()
+    assert got["version"] == _version(html) and got["job"]["interval"] == 3600
+    assert mc.get("/qless/api/recurring/nosuch/").status_code == 404
+
+
+@pytest.mark.browser
+def test_browser_recurring_job_page_follows_changes_and_its_end(page: Any, qc: Any) -> None:
+    jid = qc.queues["q"].recur("tests.Job", {}, 3600, offset=3600)
+    page.goto(f"{page.base}/qless/recurring/{jid}/")
+    wait_live(page)
+    page.fill("#id_priority", "5")  # the edit form is outside the refreshed block
+    qc.jobs.recurring(jid).update(interval=300)
+    page.wait_for_function("() => /Every\\s+5m/.test("
+                           "document.querySelector('#qless-recurring-job-live').innerText)")
+    assert page.input_value("#id_priority") == "5"
+    qc.jobs.recurring(jid).cancel()
+    page.wait_for_selector("text=There is no recurring job")
