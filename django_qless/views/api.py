@@ -164,10 +164,11 @@ def api_tracked(request: HttpRequest) -> HttpResponse:
 
 @api_view
 def api_tags(request: HttpRequest) -> HttpResponse:
-    """The most used tags."""
-    from django_qless.views.tags import top_tags
+    """The most used tags, how many jobs carry each, and a version of the Tags page."""
+    from django_qless.views.live_blocks import live_json
+    from django_qless.views.tags import top_tags_counted
 
-    return _json({"tags": top_tags(page_clients(request))})
+    return live_json(top_tags_counted(page_clients(request)))
 
 
 @api_view

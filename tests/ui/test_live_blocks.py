@@ -131,3 +131,24 @@ def test_browser_recurring_job_page_follows_changes_and_its_end(page: Any, qc: A
     assert page.input_value("#id_priority") == "5"
     qc.jobs.recurring(jid).cancel()
     page.wait_for_selector("text=There is no recurring job")
+
+
+def test_tags_api_counts_and_versions_the_tags_page(mc: Client, qc: Any) -> None:
+    for _ in range(2):
+        qc.queues["q"].put("tests.Job", {}, tags=["pair"])
+    html = mc.get("/qless/tags/").content.decode()
+    got = mc.get("/qless/api/tags/").json()
+    assert got["tags"] == ["pair"] and got["counts"] == {"pair": 2}
+    assert 'data-live-src="/qless/api/tags/"' in html and got["version"] == _version(html)
+
+
+@pytest.mark.browser
+def test_browser_tags_page_refreshes(page: Any, qc: Any) -> None:
+    for _ in range(2):
+        qc.queues["q"].put("tests.Job", {}, tags=["pair"])
+    page.goto(f"{page.base}/qless/tags/")
+    wait_live(page)
+    assert page.inner_text("#qless-tags-live [data-tag-count]") == "2"
+    qc.queues["q"].put("tests.Job", {}, tags=["pair"])
+    page.wait_for_function("() => document.querySelector('#qless-tags-live [data-tag-count]')"
+                           ".textContent === '3'")
