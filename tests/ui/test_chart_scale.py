@@ -61,3 +61,18 @@ def test_browser_queue_histograms_show_y_ticks(page: Any, qc: Any) -> None:
     wait_for = "svg[aria-label='Wait time histogram'] .qless-y-tick"
     assert page.locator(wait_for).all_text_contents() == ["5"]
     assert page.locator("svg[aria-label='Run time histogram'] .qless-y-tick").count() == 0
+
+
+def test_overview_sparkline_labels_its_round_top(mc: Client, qc: Any) -> None:
+    assert "qless-y-tick" not in mc.get("/qless/").content.decode()  # nothing completed yet
+    from django_qless.core.client import Client as CoreClient
+
+    when = float(qc.now()) - 90  # all three in one minute of the last hour
+    at = CoreClient(qc.redis, worker_name="w1", _clock=lambda: when)
+    for _ in range(3):
+        at.queues["q"].put("tests.Job", {})
+        at.queues["q"].pop().complete()
+    page = mc.get("/qless/").content.decode()
+    assert re.search(r'<line x1="0" y1="12\.0" x2="360" y2="12\.0" class="qless-grid"></line>'
+                     r'<text [^>]*class="qless-tick qless-y-tick">5/min</text>', page)
+    assert re.search(r'<rect x="\d+" y="24" width="5" height="18" class="qless-bar">', page)
