@@ -145,6 +145,10 @@ def _operator_patterns(page: Callable[..., URLPattern],
         page("queues/<qless_queue:name>/failed/", queue_failed.queue_failed, "queue_failed"),
         page("recurring/<qless_jid:jid>/run/", recurring_run.recurring_run, "recurring_run"),
         token("api/tags/<qless_tag:tag>", api_tag.api_tag, "api_tag"),
+        token("api/recurring/", recurring.api_recurring, "api_recurring"),
+        token("api/recurring/<qless_jid:jid>/", recurring.api_recurring_job, "api_recurring_job"),
+        token("api/throttles/", throttles.api_throttles, "api_throttles"),
+        token("api/config/", engine_config.api_config, "api_config"),
         page("queues/<qless_queue:name>/empty/", queue_empty.queue_empty, "queue_empty"),
     ]
 

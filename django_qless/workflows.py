@@ -202,7 +202,8 @@ def _enqueue(flow: Part) -> FlowHandle:
             if step_options.track:
                 member.client.track(member.jid)
 
-    dispatch(first, send, f"flow {flow_id} of {len(members)} steps", members[0])
+    steps = f"{len(members)} step{'s' * (len(members) != 1)}"
+    dispatch(first, send, f"flow {flow_id} of {steps}", members[0])
     return handle
 
 

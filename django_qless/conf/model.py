@@ -141,7 +141,8 @@ class AliasSettings:
         """Return a credential-free description of where this alias points."""
         if self.cluster is not None:
             hosts = ",".join(f"{h}:{p}" for h, p in self.cluster.addresses)
-            return f"{self.cluster.scheme}://{hosts} (cluster, {self.cluster.shards} shards)"
+            n = self.cluster.shards
+            return f"{self.cluster.scheme}://{hosts} (cluster, {n} shard{'s' * (n != 1)})"
         if self.sentinels:
             hosts = ",".join(f"{h}:{p}" for h, p in self.sentinels)
             return f"sentinel://{hosts}/{self.master_name}"

@@ -55,7 +55,7 @@ def epoch(value: Any) -> dt.datetime | None:
 
 @register.filter
 def duration(value: Any) -> str:
-    """Format seconds as ``1d 2h``, ``3m 4s`` or ``0.25s``."""
+    """Format seconds as ``1d 2h``, ``3m 4s``, ``5m``, ``5s`` or ``0.25s``."""
     try:
         seconds = float(value)
     except (TypeError, ValueError):
@@ -64,18 +64,19 @@ def duration(value: Any) -> str:
         seconds = 0.0
     sign = "-" if seconds < 0 else ""
     seconds = abs(seconds)
-    if seconds < 10:
+    if seconds < 10 and (seconds < 1 or seconds != int(seconds)):
         return f"{sign}{seconds:.2f}s"
     whole = int(seconds)
     days, rest = divmod(whole, 86400)
     hours, rest = divmod(rest, 3600)
     minutes, secs = divmod(rest, 60)
+    # A zero second part is left out: a recurring job runs "every 5m", not "every 5m 0s".
     if days:
-        return f"{sign}{days}d {hours}h"
+        return f"{sign}{days}d" + (f" {hours}h" if hours else "")
     if hours:
-        return f"{sign}{hours}h {minutes}m"
+        return f"{sign}{hours}h" + (f" {minutes}m" if minutes else "")
     if minutes:
-        return f"{sign}{minutes}m {secs}s"
+        return f"{sign}{minutes}m" + (f" {secs}s" if secs else "")
     return f"{sign}{secs}s"
 
 

@@ -75,7 +75,10 @@ def api_queue(request: HttpRequest, name: str) -> HttpResponse:
     stats = data.stats_for_day(client, name, day)
     for kind in ("wait", "run"):
         stats[kind].pop("chart", None)
-    return _json({"name": name, "counts": counts, "stats": stats, "day": day.isoformat()})
+    from django_qless.views.queue_failed import failed_tab
+
+    return _json({"name": name, "counts": counts, "stats": stats, "day": day.isoformat(),
+                  "failed": failed_tab(request, name)["count"]})
 
 
 @api_view
@@ -161,10 +164,11 @@ def api_tracked(request: HttpRequest) -> HttpResponse:
 
 @api_view
 def api_tags(request: HttpRequest) -> HttpResponse:
-    """The most used tags."""
-    from django_qless.views.tags import top_tags
+    """The most used tags, how many jobs carry each, and a version of the Tags page."""
+    from django_qless.views.live_blocks import live_json
+    from django_qless.views.tags import top_tags_counted
 
-    return _json({"tags": top_tags(page_clients(request))})
+    return live_json(top_tags_counted(page_clients(request)))
 
 
 @api_view

@@ -11,7 +11,7 @@ from django_qless.core.bulk import BULK_MAX, BulkResult
 from django_qless.core.exceptions import InvalidArgument
 from django_qless.core.jobs import Jobs
 from django_qless.forms import MoveForm, PriorityForm, first_error
-from django_qless.views.base import dashboard_view, qurl, redirect_back
+from django_qless.views.base import counted, dashboard_view, qurl, redirect_back
 from django_qless.views.job_state import MOVABLE, PRIORITY_STATES
 from django_qless.views.shards import shard_clients
 
@@ -25,20 +25,17 @@ ACTIONS = {
 SHOWN_REFUSALS = 10  # refused jids listed in the message; the rest are counted
 
 
-def _jobs(count: int) -> str:
-    return f"{count} job{'s' if count != 1 else ''}"
-
-
 def _report(request: HttpRequest, action: str, result: BulkResult, suffix: str = "") -> None:
     """Say what was done, and each refused jid with why, in plain words."""
     if result.done:
-        messages.success(request, f"{ACTIONS[action]} {_jobs(len(result.done))}{suffix}.")
+        messages.success(request, f"{ACTIONS[action]} {counted(len(result.done), 'job')}{suffix}.")
     if result.refused:
         items = list(result.refused.items())
         shown = "; ".join(f"{jid}: {why}" for jid, why in items[:SHOWN_REFUSALS])
         more = f" (and {len(items) - SHOWN_REFUSALS} more)" if len(items) > SHOWN_REFUSALS else ""
         level = messages.error if not result.done else messages.warning
-        level(request, f"{_jobs(len(items))} not {ACTIONS[action].lower()}: {shown}{more}.")
+        level(request,
+              f"{counted(len(items), 'job')} not {ACTIONS[action].lower()}: {shown}{more}.")
 
 
 def _by_shard(clients: list[Any], jids: list[str]) -> list[tuple[Any, list[str]]]:

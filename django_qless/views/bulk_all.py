@@ -16,7 +16,7 @@ from django_qless.core.client import Client
 from django_qless.core.console.sweep import LISTED_STATES, Selection, sweep_step
 from django_qless.core.exceptions import InvalidArgument
 from django_qless.forms import FailedFilterForm, MoveForm, PriorityForm, first_error
-from django_qless.views.base import dashboard_view, logger, qurl, render_page, user_of
+from django_qless.views.base import counted, dashboard_view, logger, qurl, render_page, user_of
 from django_qless.views.shards import queue_client, shard_clients
 
 __all__ = ["BATCH", "REQUEST_SECONDS", "jobs_all"]
@@ -27,10 +27,6 @@ SHOWN_REFUSALS = 10
 COUNT_SCAN = 20_000  # failure-group entries read to count a filtered group
 LABELS = {"retry": "Retried", "cancel": "Canceled", "move": "Moved", "priority": "Reprioritized"}
 SELECTION_FIELDS = ("queue", "state", "group", "since", "until")
-
-
-def _plural(count: int, word: str = "job") -> str:
-    return f"{count} {word}{'' if count == 1 else 's'}"
 
 
 def _selection(params: QueryDict) -> tuple[Selection, dict[str, str], str]:
@@ -127,13 +123,13 @@ def _progress(request: HttpRequest, shards: int) -> tuple[int, int, dict[str, An
 def _report(request: HttpRequest, action: str, suffix: str, totals: dict[str, Any]) -> None:
     label = LABELS[action]
     if totals["done"] or not totals["refused"]:
-        messages.success(request, f"{label} {_plural(totals['done'])}{suffix}.")
+        messages.success(request, f"{label} {counted(totals['done'], 'job')}{suffix}.")
     if totals["refused"]:
         why = totals["why"]
         shown = "; ".join(f"{jid}: {text}" for jid, text in list(why.items())[:SHOWN_REFUSALS])
         more = totals["refused"] - min(len(why), SHOWN_REFUSALS)
         tail = f" (and {more} more)" if more > 0 else ""
-        messages.warning(request, f"{_plural(totals['refused'])} not {label.lower()}: "
+        messages.warning(request, f"{counted(totals['refused'], 'job')} not {label.lower()}: "
                                   f"{shown}{tail}.")
 
 

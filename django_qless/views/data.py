@@ -8,8 +8,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any, TypeAlias
 
 from django_qless.core.client import Client
+from django_qless.core.console.queue_failed import failed_of_queues
 from django_qless.core.job import Job
 from django_qless.core.types import QlessClient
+from django_qless.views.chart_scale import y_scale
 from django_qless.views.shards import is_sharded, merge_counts
 
 __all__ = [
@@ -17,6 +19,7 @@ __all__ = [
     "Clients",
     "as_clients",
     "completed_per_minute",
+    "failed_by_queue",
     "histogram_bars",
     "job_row",
     "jobs_by_state",
@@ -35,6 +38,7 @@ Clients: TypeAlias = QlessClient | Sequence[Client]
 
 QUEUE_STATES = ("running", "waiting", "scheduled", "stalled", "depends", "recurring", "throttled")
 OVERVIEW_LIMIT = 10
+FAILED_SCAN = 2000  # failure-group entries read for per-queue failed counts (then "N+")
 
 
 def _num(value: Any, default: float = 0) -> float:
@@ -150,10 +154,11 @@ def histogram_bars(histogram: list[Any], width: int = 592, height: int = 120) ->
     """Lay a 148-bucket histogram out as SVG bars (numbers only, safe to render)."""
     values = [int(_num(v)) for v in histogram][:148]
     peak = max(values) if values else 0
+    scale = y_scale(peak, height)  # bars are drawn against a round top, labelled
     step = width / max(len(values), 1)
     bars = []
     for i, value in enumerate(values):
-        h = 0.0 if peak == 0 else max(1.0, value / peak * (height - 14))
+        h = 0.0 if value == 0 else max(1.0, value / scale["top"] * (height - 14))
         if i < 60:
             label = f"{i}s"
         elif i < 119:
@@ -165,7 +170,7 @@ def histogram_bars(histogram: list[Any], width: int = 592, height: int = 120) ->
         bars.append({"x": round(i * step, 2), "y": round(height - h, 2),
                      "w": round(max(step - 1, 1), 2), "h": round(h, 2),
                      "value": value, "label": label})
-    return {"bars": bars, "peak": peak, "width": width, "height": height,
+    return {"bars": bars, "peak": peak, "width": width, "height": height, "scale": scale,
             "ticks": [{"x": round(i * step, 2), "label": t}
                       for i, t in ((0, "0s"), (60, "1m"), (119, "1h"), (142, "1d"))]}
 
@@ -229,6 +234,19 @@ def failed_groups(clients: Clients) -> dict[str, int]:
     return merge_counts(client.jobs.failed() or {} for client in as_clients(clients))
 
 
+def failed_by_queue(clients: Clients, scan: int = FAILED_SCAN) -> tuple[dict[str, int], bool]:
+    """Return queue -> failed jobs (the engine keeps failures by group: at most ``scan``
+    group entries a shard are read) and whether the reading stopped early."""
+    counts: dict[str, int] = {}
+    capped = False
+    for client in as_clients(clients):
+        found = failed_of_queues(client, scan=scan)
+        capped = capped or found.capped
+        for queue, jids in found.jids.items():
+            counts[queue] = counts.get(queue, 0) + len(jids)
+    return counts, capped
+
+
 def overview(clients: Clients) -> dict[str, Any]:
     """Gather the overview: queues, failure groups, tracked jobs, workers, throughput (every
     shard's, summed and merged)."""
@@ -244,6 +262,10 @@ def overview(clients: Clients) -> dict[str, Any]:
     workers = worker_counts(shards)
     per_minute = completed_per_minute(shards)
     totals = {key: sum(q[key] for q in queues) for key in QUEUE_STATES}
+    by_queue, capped = failed_by_queue(shards) if groups else ({}, False)
+    for q in queues:
+        n = by_queue.get(q["name"], 0)
+        q["failed"] = f"{n}+" if capped else n  # a lower bound when the reading stopped
     return {
         "queues": queues,
         "totals": totals,

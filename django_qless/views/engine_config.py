@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 
+from django_qless.core.client import Client
 from django_qless.core.engine_config import (
     DEFAULTS,
     KNOWN_OPTIONS,
@@ -14,17 +17,21 @@ from django_qless.core.engine_config import (
 )
 from django_qless.forms import ConfigForm, first_error
 from django_qless.views.base import (
+    api_view,
     dashboard_view,
     logger,
     qurl,
     redirect_back,
     render_page,
 )
+from django_qless.views.live_blocks import live_block, live_json
 from django_qless.views.shards import shard_clients
 
-__all__ = ["config", "config_unset"]
+__all__ = ["api_config", "config", "config_unset"]
 
 DEFAULT_KEYS = tuple(sorted(KNOWN_OPTIONS))
+
+
 @dashboard_view()
 def config(request: HttpRequest) -> HttpResponse:
     """List the config (defaults overlaid with stored values); POST sets one option."""
@@ -46,16 +53,28 @@ def config(request: HttpRequest) -> HttpResponse:
                                       "engine knows: it changes nothing. Check the spelling "
                                       "against the known options below.")
         return redirect_back(request, qurl(request, "config"))
-    values = client.config.all or {}
-    rows = [{"key": str(k), "value": v, "known": is_known_option(str(k)),
-             "allowed": allowed_text(str(k)),
-             "default": str(k) in DEFAULTS and str(v) == str(DEFAULTS[str(k)])}
-            for k, v in sorted(values.items())]
+    listing = _listing(client)
     return render_page(request, "django_qless/config.html",
-                       {"rows": rows, "form": ConfigForm(),
+                       {**listing, "form": ConfigForm(),
+                        **live_block(request, "api_config", listing),
                         "known": [(k, allowed_text(k)) for k in DEFAULT_KEYS],
                         "queue_rules": queue_option_rules()},
                        title="Config", crumbs=[("Config", None)])
+
+
+def _listing(client: Client) -> dict[str, Any]:
+    """Return every option with its value, whether it is the default, and its bounds."""
+    values = client.config.all or {}
+    return {"rows": [{"key": str(k), "value": v, "known": is_known_option(str(k)),
+                      "allowed": allowed_text(str(k)),
+                      "default": str(k) in DEFAULTS and str(v) == str(DEFAULTS[str(k)])}
+                     for k, v in sorted(values.items())]}
+
+
+@api_view
+def api_config(request: HttpRequest) -> HttpResponse:
+    """Every option (``rows``: key, value, default or set, allowed values) and a version."""
+    return live_json(_listing(shard_clients(request)[0]))
 
 
 @dashboard_view(post_only=True)

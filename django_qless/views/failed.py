@@ -65,7 +65,7 @@ def group_newest(clients: list[Any], group: str) -> Any:
 
 def group_snapshot(total: int, newest: Any) -> str:
     """Describe what a failure group's page shows: it changes whenever the page would."""
-    text = f"{total} failed job{'' if total == 1 else 's'}"
+    text = counted(total, "failed job")
     return f"{text}, the newest {newest.jid}" if newest is not None else text
 
 

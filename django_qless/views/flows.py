@@ -10,7 +10,7 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 
 from django_qless.core.exceptions import InvalidArgument
 from django_qless.core.flows import Flows, FlowState, member_ids
-from django_qless.views.base import dashboard_view, qurl, render_page
+from django_qless.views.base import counted, dashboard_view, qurl, render_page
 from django_qless.views.shards import deployment
 
 __all__ = ["flow_cancel", "flow_detail", "flow_retry"]
@@ -58,7 +58,7 @@ def flow_retry(request: HttpRequest, flow_id: str) -> HttpResponse:
     """Put the flow's failed members back in their queues."""
     flows, _ = _flows(request, flow_id)
     done = flows.retry(flow_id)
-    messages.success(request, f"Retried {len(done)} failed member{'s' * (len(done) != 1)}.")
+    messages.success(request, f"Retried {counted(len(done), 'failed member')}.")
     return HttpResponseRedirect(qurl(request, "flow", flow_id))
 
 
@@ -67,5 +67,5 @@ def flow_cancel(request: HttpRequest, flow_id: str) -> HttpResponse:
     """Cancel every member of the flow that is not complete."""
     flows, _ = _flows(request, flow_id)
     done = flows.cancel(flow_id)
-    messages.success(request, f"Canceled {len(done)} member{'s' * (len(done) != 1)}.")
+    messages.success(request, f"Canceled {counted(len(done), 'member')}.")
     return HttpResponseRedirect(qurl(request, "flow", flow_id))

@@ -123,8 +123,7 @@ MAX_CASCADE = 500  # like the bulk actions: one request cancels at most this man
 
 def _dependents_text(jids: list[str]) -> str:
     shown = ", ".join(jids[:5]) + (", …" if len(jids) > 5 else "")
-    return f"{len(jids)} job{'s' if len(jids) != 1 else ''} depend{'' if len(jids) != 1 else 's'}" \
-        f" on it ({shown})"
+    return f"{counted(len(jids), 'job')} depend{'s' if len(jids) == 1 else ''} on it ({shown})"
 
 
 def _closure(job: Job) -> tuple[list[str], str | None]:

@@ -67,7 +67,9 @@ def _stream(client: QlessClient, seconds: float, last_id: str,
 def events_stream(request: HttpRequest) -> HttpResponse:
     """Stream engine events as ``text/event-stream`` (staff session or bearer token)."""
     seconds = float(ui_settings().get("EVENTS_STREAM_SECONDS", 25))
-    last_id = request.headers.get("Last-Event-ID", "")[:64]
+    # ``?last=`` is where a page resuming after a pause asks to start (the browser's own
+    # reconnects send the header, which wins).
+    last_id = (request.headers.get("Last-Event-ID") or request.GET.get("last", ""))[:64]
     # Every shard's log is buffered; ``?shard=`` narrows what this response relays.
     response = StreamingHttpResponse(
         _stream(deployment(request), seconds, last_id, shard_filter(request)),

@@ -11,7 +11,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 
 from django_qless.core.client import Client
 from django_qless.core.console.queue_admin import EmptyCursor, EmptyStep, QueueContents
-from django_qless.views.base import dashboard_view, logger, qurl, render_page, user_of
+from django_qless.views.base import counted, dashboard_view, logger, qurl, render_page, user_of
 from django_qless.views.shards import shard_clients
 
 __all__ = ["BATCH", "REQUEST_SECONDS", "queue_empty"]
@@ -19,10 +19,6 @@ __all__ = ["BATCH", "REQUEST_SECONDS", "queue_empty"]
 BATCH = 500  # jobs canceled per engine call
 REQUEST_SECONDS = 2.0  # work per request before the progress page takes over
 STATES = ("waiting", "scheduled", "depends", "throttled", "stalled", "running", "failed")
-
-
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}{'' if count == 1 else 's'}"
 
 
 def _contents(clients: list[Client], name: str) -> QueueContents:
@@ -63,9 +59,9 @@ def _add(totals: dict[str, int], step: EmptyStep) -> None:
 def _summary(totals: dict[str, int]) -> str:
     parts = [f"{totals[s]} {s}" for s in STATES if totals.get(s)]
     jobs = sum(totals.get(s, 0) for s in STATES)
-    text = f"canceled {_plural(jobs, 'job')}" + (f" ({', '.join(parts)})" if parts else "")
+    text = f"canceled {counted(jobs, 'job')}" + (f" ({', '.join(parts)})" if parts else "")
     if totals.get("recurring"):
-        text += f" and removed {_plural(totals['recurring'], 'recurring job template')}"
+        text += f" and removed {counted(totals['recurring'], 'recurring job template')}"
     return text
 
 
@@ -74,7 +70,7 @@ def _finish(request: HttpRequest, name: str, clients: list[Client], totals: dict
     """Report the outcome; forget the queue when asked and nothing was kept."""
     if kept:
         shown = "; ".join(f"{jid}: {why}" for jid, why in list(kept.items())[:10])
-        messages.warning(request, f"{_plural(len(kept), 'job')} kept in queue {name}: {shown}.")
+        messages.warning(request, f"{counted(len(kept), 'job')} kept in queue {name}: {shown}.")
     if delete and not kept:
         for client in clients:
             if name in set(client.queues.names()):

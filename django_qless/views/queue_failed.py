@@ -9,12 +9,12 @@ from django.http import HttpRequest, HttpResponse
 from django_qless.core.client import Client
 from django_qless.core.console.queue_failed import FailedOfQueues, failed_of_queues
 from django_qless.views.base import dashboard_view, get_pager, qurl, render_page
-from django_qless.views.data import job_row, load_jobs
+from django_qless.views.data import FAILED_SCAN, job_row, load_jobs
 from django_qless.views.shards import queue_client, shard_clients
 
 __all__ = ["TAB_SCAN", "failed_tab", "queue_failed"]
 
-TAB_SCAN = 2000  # failure-group entries read for the tab's count on every queue page
+TAB_SCAN = FAILED_SCAN  # failure-group entries read for the tab's count on every queue page
 
 
 def _found(clients: list[Client], name: str, scan: int) -> FailedOfQueues:
@@ -50,10 +50,7 @@ def queue_failed(request: HttpRequest, name: str) -> HttpResponse:
     rows = [job_row(job, now) for job in
             load_jobs(clients, jids[pager.offset:pager.offset + pager.per_page])]
     counts = _counts(client, name)
-    tabs = _tabs(request, name, counts)
-    for tab in tabs:
-        if tab["state"] == "failed":
-            tab["count"] = f"{len(jids)}+" if found.capped else len(jids)
+    tabs = _tabs(request, name, counts)  # (the tab counts as the live header does)
     return render_page(request, "django_qless/queue_failed.html",
                        {"queue": name, "state": "failed", "counts": counts, "tabs": tabs,
                         "rows": rows, "pager": pager, "capped": found.capped,

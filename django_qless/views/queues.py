@@ -20,6 +20,7 @@ from django_qless.views.base import (
     render_page,
 )
 from django_qless.views.rate_limits import rate_limit_context
+from django_qless.views.recurring import recurring_row
 from django_qless.views.shards import queue_client
 
 __all__ = ["queue_detail", "queue_pause", "queue_settings", "queue_tab", "queue_unpause"]
@@ -54,11 +55,14 @@ def queue_detail(request: HttpRequest, name: str) -> HttpResponse:
     queue = known_queue(client, name)
     counts = _counts(client, name)
     form = StatsDateForm(request.GET or None)
-    day = dt.datetime.fromtimestamp(float(client.now()), tz=dt.UTC).date()
+    today = day = dt.datetime.fromtimestamp(float(client.now()), tz=dt.UTC).date()
     if form.is_bound and form.is_valid() and form.cleaned_data.get("date"):
         day = form.cleaned_data["date"]
     elif form.is_bound and not form.is_valid():
         messages.warning(request, f"{first_error(form)} Showing today instead.")
+    if day > today:
+        messages.info(request, f"{day:%Y-%m-%d} has not begun yet (UTC): showing today.")
+        day = today
     stats = data.stats_for_day(client, name, day)
     settings = queue.settings()
     settings_form = QueueSettingsForm(initial={
@@ -68,7 +72,8 @@ def queue_detail(request: HttpRequest, name: str) -> HttpResponse:
     })
     context = {
         "queue": name, "counts": counts, "stats": stats, "day": day,
-        "prev_day": day - dt.timedelta(days=1), "next_day": day + dt.timedelta(days=1),
+        "prev_day": day - dt.timedelta(days=1),
+        "next_day": day + dt.timedelta(days=1) if day < today else None,  # never the future
         "tabs": _tabs(request, name, counts), "settings_form": settings_form,
         "queue_shard": client.shard,
     }
@@ -89,7 +94,8 @@ def queue_tab(request: HttpRequest, name: str, state: str) -> HttpResponse:
     if state == "recurring":
         rows: list[dict[str, Any]] = []
         recurring = [client.jobs.recurring(jid) for jid in jids]
-        context: dict[str, Any] = {"recurring": [r for r in recurring if r is not None]}
+        context: dict[str, Any] = {"recurring": [recurring_row(r, now) for r in recurring
+                                                 if r is not None]}
     else:
         rows = [data.job_row(job, now) for job in data.load_jobs([client], jids)]
         context = {"rows": rows}

@@ -10,6 +10,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django_qless.core.recurring import RecurringJob
 from django_qless.forms import RecurringForm, first_error
 from django_qless.views.base import (
+    api_view,
     client_for,
     dashboard_view,
     get_pager,
@@ -19,9 +20,11 @@ from django_qless.views.base import (
     render_page,
 )
 from django_qless.views.data import Clients, as_clients, jobs_by_state, queue_counts
+from django_qless.views.live_blocks import live_block, live_json
 from django_qless.views.shards import page_clients
 
-__all__ = ["recurring", "recurring_cancel", "recurring_detail"]
+__all__ = ["api_recurring", "api_recurring_job", "recurring", "recurring_cancel",
+           "recurring_detail", "recurring_row"]
 
 
 def get_recurring(client: Clients, jid: str) -> RecurringJob:
@@ -33,9 +36,8 @@ def get_recurring(client: Clients, jid: str) -> RecurringJob:
     raise Http404(f"There is no recurring job {jid!r}.")
 
 
-@dashboard_view()
-def recurring(request: HttpRequest) -> HttpResponse:
-    """List every queue's recurring jobs, paginated across queues."""
+def _listing(request: HttpRequest) -> tuple[list[dict[str, Any]], Any, int]:
+    """Return one page of every queue's recurring jobs as rows, the pager and the total."""
     clients = page_clients(request)
     counts = [(q, q["recurring"]) for q in queue_counts(clients) if q["recurring"]]
     total = sum(n for _, n in counts)
@@ -56,10 +58,33 @@ def recurring(request: HttpRequest) -> HttpResponse:
         skip = 0
         if len(jids) >= want:
             break
-    rows = [r for r in found if r is not None]
-    return render_page(request, "django_qless/recurring.html",
-                       {"recurring": rows, "pager": pager, "total": total},
+    now = float(clients[0].now())
+    return [recurring_row(r, now) for r in found if r is not None], pager, total
+
+
+def recurring_row(job: RecurringJob, now: float) -> dict[str, Any]:
+    """Return what the pages show of a recurring job (``due``: its next run has passed)."""
+    return {"jid": job.jid, "klass_name": job.klass_name, "queue_name": job.queue_name,
+            "interval": job.interval, "next_run": job.next_run, "priority": job.priority,
+            "retries": job.retries, "tags": list(job.tags or ()), "count": job.count,
+            "due": float(job.next_run or 0) <= now}
+
+
+@dashboard_view()
+def recurring(request: HttpRequest) -> HttpResponse:
+    """List every queue's recurring jobs, paginated across queues."""
+    rows, pager, total = _listing(request)
+    context = {"recurring": rows, "pager": pager, "total": total}
+    context.update(live_block(request, "api_recurring", {"recurring": rows, "total": total}))
+    return render_page(request, "django_qless/recurring.html", context,
                        title="Recurring jobs", crumbs=[("Recurring", None)])
+
+
+@api_view
+def api_recurring(request: HttpRequest) -> HttpResponse:
+    """One page (``?page=``) of every queue's recurring jobs, the total and a version."""
+    rows, _, total = _listing(request)
+    return live_json({"recurring": rows, "total": total})
 
 
 @dashboard_view()
@@ -89,10 +114,23 @@ def recurring_detail(request: HttpRequest, jid: str) -> HttpResponse:
         return redirect_back(request, qurl(request, "recurring_detail", jid))
     form = RecurringForm(initial={"interval": job.interval, "priority": job.priority,
                                   "retries": job.retries, "tags": ", ".join(job.tags or ())})
+    shown = _detail(job)
     return render_page(request, "django_qless/recurring_detail.html",
-                       {"rj": job, "form": form},
+                       {"rj": job, "form": form, "due": shown["job"]["due"],
+                        **live_block(request, "api_recurring_job", shown, jid)},
                        title=f"Recurring job {jid}",
                        crumbs=[("Recurring", qurl(request, "recurring")), (jid, None)])
+
+
+def _detail(job: RecurringJob) -> dict[str, Any]:
+    """Return what a recurring job's page shows: its row and its children's data."""
+    return {"job": recurring_row(job, float(job.client.now())), "data": job.raw_data}
+
+
+@api_view
+def api_recurring_job(request: HttpRequest, jid: str) -> HttpResponse:
+    """One recurring job (its row and data) and a version of its page."""
+    return live_json(_detail(get_recurring(client_for(request), jid)))
 
 
 @dashboard_view(manage=True)

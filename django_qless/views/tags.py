@@ -11,9 +11,10 @@ from django_qless.core.console.tag_counts import tag_counts
 from django_qless.forms import TagForm, first_error
 from django_qless.views.base import dashboard_view, get_pager, qurl, render_page
 from django_qless.views.data import job_row, load_jobs
+from django_qless.views.live_blocks import live_block
 from django_qless.views.shards import merge_counts, page_clients
 
-__all__ = ["tag_detail", "tags"]
+__all__ = ["tag_detail", "tags", "top_tags_counted"]
 
 
 @dashboard_view()
@@ -25,12 +26,19 @@ def tags(request: HttpRequest) -> HttpResponse:
         if form.is_valid():
             return HttpResponseRedirect(qurl(request, "tag", form.cleaned_data["tag"]))
         messages.error(request, first_error(form))
-    clients = page_clients(request)
+    shown = top_tags_counted(page_clients(request))
+    rows = [(tag, shown["counts"].get(tag, 0)) for tag in shown["tags"]]
+    return render_page(request, "django_qless/tags.html",
+                       {"top": rows, "tag_query": query or "",
+                        **live_block(request, "api_tags", shown)},
+                       title="Tags", crumbs=[("Tags", None)])
+
+
+def top_tags_counted(clients: list[Any]) -> dict[str, Any]:
+    """Return the most used tags, most used first, and how many jobs carry each."""
     top = top_tags(clients)
     counts = merge_counts(tag_counts(client, top) for client in clients)
-    rows = [(tag, counts.get(tag, 0)) for tag in top]
-    return render_page(request, "django_qless/tags.html", {"top": rows, "tag_query": query or ""},
-                       title="Tags", crumbs=[("Tags", None)])
+    return {"tags": top, "counts": {tag: counts.get(tag, 0) for tag in top}}
 
 
 @dashboard_view()

@@ -12,15 +12,17 @@ from django_qless.core.exceptions import InvalidArgument
 from django_qless.core.throttle import ThrottleInfo, queue_throttle_id
 from django_qless.forms import THROTTLE_ID_RE, THROTTLE_ID_RULE, ThrottleForm, first_error
 from django_qless.views.base import (
+    api_view,
     dashboard_view,
     logger,
     qurl,
     redirect_back,
     render_page,
 )
+from django_qless.views.live_blocks import live_block, live_json
 from django_qless.views.shards import deployment, is_sharded, page_clients, queue_client
 
-__all__ = ["throttle_delete", "throttle_info", "throttles"]
+__all__ = ["api_throttles", "throttle_delete", "throttle_info", "throttles"]
 
 
 def throttle_info(client: Client, tids: list[str]) -> list[dict[str, Any]]:
@@ -69,12 +71,7 @@ def throttles(request: HttpRequest) -> HttpResponse:
         messages.success(request, f"Throttle {tid}: maximum {maximum}"
                          + (f", expires in {ttl}s." if ttl else "."))
         return redirect_back(request, qurl(request, "throttles"))
-    sharded = is_sharded(clients)
-    listed = [(c, t) for c in clients for t in c.throttles.list(limit=LIST_LIMIT + 1)]
-    rows = [{"id": t.id, "maximum": t.maximum, "ttl": t.ttl, "running": t.running,
-             "pending": t.pending, "defined": t.defined, "queue": _queue_of(t.id),
-             **({"shard": c.shard} if sharded else {})}
-            for c, t in listed[:LIST_LIMIT]]
+    listing = _listing(clients)
     lookup = None
     wanted = request.GET.get("id", "").strip()
     if wanted and not THROTTLE_ID_RE.fullmatch(wanted):
@@ -89,11 +86,29 @@ def throttles(request: HttpRequest) -> HttpResponse:
         lookup["pending"] = [j for c in owners for j in c.throttles[wanted].pending()][:100]
     initial = {"id": wanted} if wanted else {}
     return render_page(request, "django_qless/throttles.html",
-                       {"rows": rows, "truncated": len(listed) > LIST_LIMIT,
-                        "sharded": sharded,
+                       {**listing, "sharded": is_sharded(clients),
                         "list_limit": LIST_LIMIT, "lookup": lookup, "wanted": wanted,
-                        "form": ThrottleForm(initial=initial)},
+                        "form": ThrottleForm(initial=initial),
+                        **live_block(request, "api_throttles", listing)},
                        title="Throttles", crumbs=[("Throttles", None)])
+
+
+def _listing(clients: list[Client]) -> dict[str, Any]:
+    """Return every throttle the engine knows (at most LIST_LIMIT rows) and whether more
+    exist."""
+    sharded = is_sharded(clients)
+    listed = [(c, t) for c in clients for t in c.throttles.list(limit=LIST_LIMIT + 1)]
+    rows = [{"id": t.id, "maximum": t.maximum, "ttl": t.ttl, "running": t.running,
+             "pending": t.pending, "defined": t.defined, "queue": _queue_of(t.id),
+             **({"shard": c.shard} if sharded else {})}
+            for c, t in listed[:LIST_LIMIT]]
+    return {"rows": rows, "truncated": len(listed) > LIST_LIMIT}
+
+
+@api_view
+def api_throttles(request: HttpRequest) -> HttpResponse:
+    """Every throttle the engine knows (``rows``), whether more exist, and a version."""
+    return live_json(_listing(page_clients(request)))
 
 
 @dashboard_view(post_only=True)

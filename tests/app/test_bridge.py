@@ -113,7 +113,7 @@ def test_qless_events_command_runs_receivers_until_sigterm(redis_url, tmp_path):
         proc.send_signal(os_signal.SIGTERM)
         out, err = proc.communicate(timeout=15)
         assert proc.returncode == 0, err
-        assert "stopped after 1 signals" in out
+        assert "stopped after 1 signal\n" in out
     finally:
         if proc.poll() is None:
             proc.kill()

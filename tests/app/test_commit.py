@@ -136,3 +136,16 @@ def test_invalid_options_fail_at_enqueue_not_after_commit(redis_url):
         with pytest.raises(LimitExceeded, match="1 MiB"):
             jobs.echo.enqueue("x" * (1024 * 1024 + 10))
     assert all_jobs(redis_url) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_one_step_flow_failing_after_commit_is_logged_in_the_singular(tmp_path, caplog):
+    from django_qless.workflows import chain
+
+    with override_settings(QLESS={"default": {"URL": f"unix://{tmp_path}/gone.sock?db=0"}}):
+        caplog.set_level(logging.ERROR, logger="django_qless")
+        with pytest.raises(Exception, match="gone.sock|Connection|connect"):
+            with transaction.atomic():
+                chain(jobs.add.s(41, b=1)).enqueue()
+    record = next(r for r in caplog.records if "enqueue after commit failed" in r.getMessage())
+    assert record.getMessage().endswith(" of 1 step")

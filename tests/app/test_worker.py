@@ -123,6 +123,8 @@ def test_worker_heartbeat_setting_and_dry_run(redis_url, tmp_path):
     result = manage(redis_url, "qless_worker", "--dry-run")
     assert result.returncode == 0, result.stderr
     assert "default: 1 waiting" in result.stdout and "tests.app.jobs.add" in result.stdout
+    one = manage(redis_url, "qless_worker", "--dry-run", "--processes", "1")
+    assert "(forking, children: 1)" in one.stdout, one.stdout  # never "1 children"
     worker(redis_url, "--processes", "0", "--max-jobs", "1",
            QLESS_WORKER_HEARTBEAT="17", QLESS_TEST_DB=str(tmp_path / "db"))
     assert get_client().config["heartbeat"] == 17

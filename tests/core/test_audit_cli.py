@@ -38,7 +38,7 @@ def test_clean_database_prints_the_report_and_exits_0(redis_url, client):
     client.queues["q"].put("K", {}, jid="real")
     result = audit_cli("--url", redis_url)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("audit: 1 jobs, ") and "0 violations" in result.stdout
+    assert result.stdout.startswith("audit: 1 job, ") and "0 violations" in result.stdout
 
 
 def test_violations_exit_1_and_fix_repairs_them(redis_url, client, r: redis.Redis):

@@ -47,7 +47,7 @@ def world(qc: Any) -> dict[str, str]:
 
 def url_for(name: str, world: dict[str, str]) -> str:
     pattern = next(p for p in urlpatterns if p.name == name)
-    jid = world["recur"] if name.startswith("recurring_") else world["jid"]
+    jid = world["recur"] if name.startswith(("recurring_", "api_recurring_")) else world["jid"]
     return reverse(f"django_qless:{name}", args=_args(pattern, jid))
 
 

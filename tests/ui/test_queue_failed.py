@@ -13,7 +13,7 @@ from tests.ui.conftest import fail_job
 
 
 def failed_badge(html: str) -> str:
-    found = re.search(r'href="/qless/queues/q/failed/">failed <span class="qless-badge">'
+    found = re.search(r'href="/qless/queues/q/failed/">failed <span class="qless-badge"[^>]*>'
                       r'([^<]*)</span>', html)
     assert found, "no Failed tab"
     return found.group(1)

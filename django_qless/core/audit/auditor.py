@@ -29,7 +29,12 @@ import redis
 
 from ..engine.keyspace import DEFAULT, Keyspace
 
-__all__ = ["AuditReport", "Reads", "Violation", "audit", "audit_all"]
+__all__ = ["AuditReport", "Reads", "Violation", "audit", "audit_all", "counted"]
+
+
+def counted(n: int, word: str) -> str:
+    """Return "1 job", "2 jobs": a count with its noun in the right number."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
 BATCH = 500
 # Jobs checked per server-side read batch: about ten reads each, a few ms of Redis time.
@@ -92,8 +97,8 @@ class AuditReport:
 
     def __str__(self) -> str:
         where = "" if self.shard is None else f" of shard {self.shard}"
-        head = (f"audit{where}: {self.jobs} jobs, {self.keys} keys, "
-                f"{len(self.violations)} violations")
+        head = (f"audit{where}: {counted(self.jobs, 'job')}, {counted(self.keys, 'key')}, "
+                f"{counted(len(self.violations), 'violation')}")
         lines = [head, *(f"  {v}" for v in self.violations), *(f"  fixed: {f}" for f in self.fixed)]
         return "\n".join(lines)
 

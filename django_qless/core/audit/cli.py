@@ -20,7 +20,7 @@ import redis
 from redis.exceptions import RedisClusterException
 
 from ..exceptions import QlessError
-from .auditor import AuditReport, audit, audit_all
+from .auditor import AuditReport, audit, audit_all, counted
 
 __all__ = ["EXIT_CLEAN", "EXIT_ERROR", "EXIT_VIOLATIONS", "build_parser", "main", "render",
            "render_all", "short_error"]
@@ -49,8 +49,8 @@ def render_all(reports: Sequence[AuditReport], as_json: bool) -> str:
         return json.dumps({"ok": ok, "shards": {str(r.shard): r.as_dict() for r in reports}},
                           indent=2, sort_keys=True)
     broken = [str(r.shard) for r in reports if not r.ok]
-    summary = (f"{len(reports)} shards, all clean" if ok else
-               f"{len(reports)} shards, violations in {', '.join(broken)}")
+    shards = counted(len(reports), "shard")
+    summary = f"{shards}, all clean" if ok else f"{shards}, violations in {', '.join(broken)}"
     return "\n".join([*(str(r) for r in reports), summary])
 
 

@@ -206,7 +206,7 @@ class ForkChild(JobLoop):
         if budget.cap and budget.claimed >= budget.cap and self.taken >= budget.cap:
             if self.config.fork_per_job:
                 return "ran its job (--fork-per-job)"
-            return f"recycled after {self.taken} jobs (--child-max-jobs)"
+            return f"recycled after {self.taken} job{'s' * (self.taken != 1)} (--child-max-jobs)"
         if budget.pool is not None and budget.pool.remaining() == 0:
             return f"--max-jobs reached (this child ran {self.taken})"
         if self._time_left() <= 0:

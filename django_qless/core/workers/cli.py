@@ -115,7 +115,7 @@ def dry_run(config: WorkerConfig, out: TextIO) -> int:
         return ExitCode.ERROR
     finally:
         client.close()
-    mode = "serial" if config.serial else f"forking, {config.process_count} children"
+    mode = "serial" if config.serial else f"forking, children: {config.process_count}"
     out.write(f"dry run: would serve {', '.join(queues) or '(no queue yet)'} ({mode})\n")
     for queue, info in counts.items():
         waiting = info.get("waiting", 0) if isinstance(info, dict) else "?"
@@ -162,7 +162,8 @@ def log_start(config: WorkerConfig) -> None:
     whose queues this worker does not serve."""
     role, mode = "worker", "serial"
     if not config.serial:
-        role, mode = "supervisor", f"forking, {config.process_count} children"
+        count = config.process_count
+        role, mode = "supervisor", f"forking, {count} {'child' if count == 1 else 'children'}"
         mode += ", fork per job" if config.fork_per_job else ""
     log.info("django-qless %s %s %s (pid %d) starting: %s, queues %s%s, Redis %s", __version__,
              role, config.name or default_worker_name(), os.getpid(), mode,

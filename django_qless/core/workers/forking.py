@@ -403,7 +403,7 @@ class ForkingWorker(ChildDisposal, ChildWatch):
         if self.signals.stopping:
             return
         if self.jobs_exhausted and not self.children:
-            log.info("--max-jobs reached (%d jobs): stopping", self.config.max_jobs)
+            log.info("--max-jobs reached (%d in all): stopping", self.config.max_jobs)
             self.signals.request_stop(graceful=True)
         elif self.config.max_duration and now - self.started >= self.config.max_duration:
             log.info("--max-duration reached (%gs): stopping gracefully", self.config.max_duration)

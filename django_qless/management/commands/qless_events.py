@@ -6,6 +6,7 @@ import sys
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
+from django.template.defaultfilters import pluralize
 
 from django_qless.conf import DEFAULT_ALIAS
 
@@ -38,5 +39,5 @@ class Command(BaseCommand):
                      events=options["events"].split(",") if options["events"] else None,
                      health_check_interval=options["health_check_interval"], ready=ready)
         if verbose:
-            self.stdout.write(f"qless_events: stopped after {sent} signals")
+            self.stdout.write(f"qless_events: stopped after {sent} signal{pluralize(sent)}")
         sys.exit(0)

@@ -1,10 +1,12 @@
 /* django-qless: pause or resume live refresh and choose its interval, kept in localStorage
- * for every dashboard page (qless.js reads the same keys before each refresh). */
+ * for every dashboard page (qless.js reads the same keys before each refresh; the Events
+ * page's stream, which has no interval, closes while paused). */
 (function () {
   "use strict";
   var root = document.getElementById("qless");
   var status = root && root.querySelector("[data-live-status]");
-  if (!status || !document.querySelector("[data-live-src]")) { return; }
+  var polled = !!document.querySelector("[data-live-src]");
+  if (!status || !(polled || document.querySelector("[data-events-src]"))) { return; }
   var store;
   try { store = window.localStorage; store.getItem("qless.livePaused"); } catch (e) { return; }
   var CHOICES = [[1000, "1 s"], [3000, "3 s"], [5000, "5 s"], [10000, "10 s"],
@@ -49,13 +51,16 @@
   toggle.addEventListener("click", function () {
     if (paused()) { store.removeItem("qless.livePaused"); } else { store.setItem("qless.livePaused", "1"); }
     show();
+    document.dispatchEvent(new CustomEvent("qless:live"));
   });
   select.addEventListener("change", function () {
     store.setItem("qless.liveInterval", select.value);
   });
   box.appendChild(toggle);
-  box.appendChild(label);
-  box.appendChild(select);
+  if (polled) {  // a stream has no interval to choose
+    box.appendChild(label);
+    box.appendChild(select);
+  }
   status.parentNode.insertBefore(box, status.nextSibling);
   show();
 }());

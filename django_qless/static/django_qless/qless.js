@@ -202,10 +202,19 @@
     schedule();
   }
 
-  // The Events page: Server-Sent Events from the engine, rendered as text only.
+  // The Events page: Server-Sent Events from the engine, rendered as text only. Pausing live
+  // refresh closes the stream; resuming opens it from the last event seen (?last=), so the
+  // server replays what it still holds, or says where events may be missing.
   var stream = document.querySelector("[data-events-src]");
-  if (stream && window.EventSource) {
-    var source = new EventSource(stream.getAttribute("data-events-src"));
+  var source = null;
+  var lastEventId = "";
+
+  function openEvents() {
+    var src = stream.getAttribute("data-events-src");
+    if (lastEventId) {
+      src += (src.indexOf("?") < 0 ? "?" : "&") + "last=" + encodeURIComponent(lastEventId);
+    }
+    source = new EventSource(src);
     var cell = function (row, text, hrefTemplate) {
       var td = document.createElement("td");
       if (hrefTemplate && text) {
@@ -223,6 +232,7 @@
     source.addEventListener("gap", function () { eventsGap(stream); });
     source.addEventListener("qless", function (message) {
       var item;
+      lastEventId = message.lastEventId || lastEventId;
       try { item = JSON.parse(message.data); } catch (e) { return; }
       var empty = stream.querySelector(".qless-empty");
       if (empty) { empty.remove(); }
@@ -246,6 +256,23 @@
       stream.insertBefore(row, stream.firstChild);
       while (stream.rows.length > 200) { stream.deleteRow(stream.rows.length - 1); }
     });
+  }
+
+  function followPause() {
+    // qless-live.js announces a pause or resume with a "qless:live" event.
+    var paused = stored("livePaused") === "1";
+    if (paused && source) {
+      source.close();
+      source = null;
+      eventsDropped();
+    } else if (!paused && !source) {
+      openEvents();
+    }
+  }
+
+  if (stream && window.EventSource) {
+    document.addEventListener("qless:live", followPause);
+    if (stored("livePaused") !== "1") { openEvents(); }
   }
 
   // Buttons that change something important ask first (pages also work without this).
