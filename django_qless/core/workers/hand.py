@@ -1,20 +1,12 @@
 """`JobHand`: the jobs a loop holds but has not started, its unsettled completions, its tickets.
 
-While short jobs flow, a job's completion rides with a reserve for the jobs after it
-(`complete.reserve`) and is only sent: the job held ahead runs while Redis works, and the
-reply, read later, brings the next jobs. A short job whose next job is expected short too
-keeps its completion instead, and a later job's call carries up to BATCH of them (the
-engine's paired form). A job that runs long, fails or is aborted, an empty hand, another
-shard, a pause or a stop sends the kept ones at once; a job still running after a moment
-hands the held jobs back (engine `release`: no retry spent) so another worker takes them.
-
-A bound on jobs run (`--max-jobs`, `--child-max-jobs`) holds for the jobs asked for too: a
-loop asks for a job only with a ticket (`JobBudget`), from its own cap and, in a forking
-worker with `--max-jobs`, from a pool its children share (`SharedJobPool`). A job given back
-unstarted frees its ticket; a loop that leaves returns its spare ones.
-
-Every call about a job goes to its own client (its shard's). The job thread and the
-heartbeat thread both use the hand; one lock orders them.
+While short jobs flow, a completion rides with a reserve for the next jobs (`complete.reserve`)
+and is only sent: the job held ahead runs while Redis works. A short job followed by one
+expected short keeps its completion for a later job's call, which carries up to BATCH. A long,
+failed or aborted job, an empty hand, another shard, a pause or a stop sends the kept ones at
+once; a job still running after a moment releases the held jobs (no retry spent). A loop asks
+for a job only with a ticket (`JobBudget`: `--max-jobs`, `--child-max-jobs`, a forking
+worker's `SharedJobPool`). The job and heartbeat threads share the hand; one lock orders them.
 """
 
 from __future__ import annotations
@@ -27,16 +19,9 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from django_qless.core.exceptions import (
-    InvalidArgument,
-    InvalidStateTransition,
-    JobNotFound,
-    LostLockError,
-    QlessError,
-    ScriptError,
-)
+from django_qless.core.exceptions import InvalidArgument, QlessError, ScriptError
 from django_qless.core.serialization import check_jid, check_worker
-from django_qless.core.workers.runner import Outcome, fail_refused_outcome, log_job
+from django_qless.core.workers.runner import LOST, Outcome, fail_refused_outcome, log_job
 
 if TYPE_CHECKING:
     from django_qless.core.client import Client
@@ -71,7 +56,6 @@ _DRAIN_EVERY = 0.05
 COMPLETE_REFUSED_GROUP = "django_qless.CompleteRefused"
 # Error replies that say nothing about the call itself (failing would be refused too).
 _TRANSIENT_PREFIXES = ("OOM ", "NOPERM ")
-_LOST = (LostLockError, InvalidStateTransition, JobNotFound)
 _SEM_MAX = 2**31 - 1  # SEM_VALUE_MAX on Linux
 
 
@@ -133,7 +117,7 @@ def release_job(client: Client, jid: str, worker: str) -> bool:
     """Put a job held by `worker` back to waiting, spending no retry (False: not its own)."""
     try:
         client.call("release", check_jid(jid), check_worker(worker))
-    except _LOST:
+    except LOST:
         return False
     log.info("job %s released back to waiting", jid)
     return True
@@ -141,7 +125,7 @@ def release_job(client: Client, jid: str, worker: str) -> bool:
 
 def _refused(job: Job, exc: QlessError) -> Outcome:
     """Return the outcome of `job` once the engine refused its completion with `exc`."""
-    if isinstance(exc, _LOST):
+    if isinstance(exc, LOST):
         log_job(logging.WARNING, job, "job %s: not completed, this worker lost its lease: %s",
                 job.jid, exc)
         return Outcome.LOST
@@ -193,7 +177,7 @@ def _complete_alone(job: Job) -> Outcome:
 
 
 class _Planner(Protocol):
-    def plan(self) -> list[tuple[Client, list[str]]]: ...  # noqa: D102 (the reserve attempt)
+    def plan(self) -> list[tuple[Client, list[str]]]: ...
 
 
 class JobHand:
