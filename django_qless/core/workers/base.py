@@ -21,8 +21,7 @@ from typing import TYPE_CHECKING
 
 from django_qless.core.exceptions import QlessError, SoftTimeLimitExceeded
 from django_qless.core.registry import NO_LIMITS
-from django_qless.core.workers.budget import JobBudget, SharedJobPool
-from django_qless.core.workers.hand import JobHand
+from django_qless.core.workers.hand import JobBudget, JobHand, SharedJobPool
 from django_qless.core.workers.heartbeat import Heartbeater
 from django_qless.core.workers.hooks import WorkerHooksProtocol
 from django_qless.core.workers.reaper import LeaseReaper

@@ -29,8 +29,7 @@ from typing import TYPE_CHECKING
 
 from django_qless.core.exceptions import QlessError
 from django_qless.core.workers.base import JobLoop
-from django_qless.core.workers.budget import SharedJobPool
-from django_qless.core.workers.hand import release_job
+from django_qless.core.workers.hand import SharedJobPool, release_job
 from django_qless.core.workers.hooks import WorkerHooksProtocol
 from django_qless.core.workers.leadership import TokenFile, open_leadership
 from django_qless.core.workers.runner import Outcome

@@ -21,7 +21,7 @@ from django_qless.core.workers.shards import served_clients
 from django_qless.core.workers.shutdown import ExitCode
 
 if TYPE_CHECKING:
-    from django_qless.core.workers.budget import SharedJobPool
+    from django_qless.core.workers.hand import SharedJobPool
     from django_qless.core.workers.shards import Deployment
     from django_qless.core.workers.shutdown import SignalState
     from django_qless.core.workers.supervision import ChildChannels, ChildProc

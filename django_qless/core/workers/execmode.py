@@ -14,7 +14,6 @@ import subprocess
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from django_qless.core.workers.runner import current_sandbox
 from django_qless.core.workers.shutdown import JobAborted
 
 if TYPE_CHECKING:
@@ -44,24 +43,14 @@ class ExecRunner:
         return isinstance(exc, ExecFailed)
 
     def __call__(self, job: Job) -> None:
-        env = dict(os.environ)
-        env.update(
-            QLESS_JID=job.jid,
-            QLESS_QUEUE=job.queue_name,
-            QLESS_KLASS=job.klass_name,
-            QLESS_WORKER=str(job.worker_name or ""),
-        )
-        sandbox = current_sandbox()
-        if sandbox is not None:
-            env["QLESS_SANDBOX"] = sandbox
-        proc = subprocess.Popen(
-            [*self.command, job.jid],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            env=env,
-            start_new_session=True,
-        )
+        """Run the command for `job`; raise ExecFailed on a non-zero exit status."""
+        # (The runner binds the job's sandbox before it calls its target.)
+        env = {**os.environ, "QLESS_JID": job.jid, "QLESS_QUEUE": job.queue_name,
+               "QLESS_KLASS": job.klass_name, "QLESS_WORKER": str(job.worker_name or ""),
+               "QLESS_SANDBOX": job.sandbox}
+        proc = subprocess.Popen([*self.command, job.jid], stdin=subprocess.PIPE,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+                                start_new_session=True)
         try:
             _, err = proc.communicate(job.raw_data.encode("utf-8"))
         except BaseException as exc:

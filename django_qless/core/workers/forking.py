@@ -24,9 +24,9 @@ import redis
 from django_qless.core.client import Client
 from django_qless.core.exceptions import QlessError
 from django_qless.core.probe import HealthFile, state_of
-from django_qless.core.workers.budget import SharedJobPool
 from django_qless.core.workers.child import child_main, parse_status_line
 from django_qless.core.workers.disposal import ChildDisposal
+from django_qless.core.workers.hand import SharedJobPool
 from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol
 from django_qless.core.workers.leadership import TokenFile
 from django_qless.core.workers.proctitle import set_title, stop_note, supervisor_title

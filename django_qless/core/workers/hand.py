@@ -1,53 +1,42 @@
-"""`JobHand`: the jobs a worker holds but has not started, and its unsettled completions.
+"""`JobHand`: the jobs a loop holds but has not started, its unsettled completions, its tickets.
 
-While short jobs flow, a job's completion rides with a reserve for the jobs after it
-(`complete.reserve`) and is only sent: the job held ahead runs while Redis works, and the
-reply, read later, brings the next jobs. A short job whose next job is expected short too
-keeps its completion instead, and a later job's call carries up to BATCH of them (the
-engine's paired form). A job that runs long, fails or is aborted, an empty hand, another
-shard, a pause or a stop sends the kept ones at once; a job still running after a moment
-hands the held jobs back (engine `release`: no retry spent) so another worker takes them.
-
-Every call about a job goes to its own client (its shard's). The job thread and the
-heartbeat thread both use the hand; one lock orders them.
+While short jobs flow, a completion rides with a reserve for the next jobs (`complete.reserve`)
+and is only sent: the job held ahead runs while Redis works. A short job followed by one
+expected short keeps its completion for a later job's call, which carries up to BATCH. A long,
+failed or aborted job, an empty hand, another shard, a pause or a stop sends the kept ones at
+once; a job still running after a moment releases the held jobs (no retry spent). A loop asks
+for a job only with a ticket (`JobBudget`: `--max-jobs`, `--child-max-jobs`, a forking
+worker's `SharedJobPool`). The job and heartbeat threads share the hand; one lock orders them.
 """
 
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from django_qless.core.exceptions import (
-    InvalidArgument,
-    InvalidStateTransition,
-    JobNotFound,
-    LostLockError,
-    QlessError,
-    ScriptError,
-)
+from django_qless.core.exceptions import InvalidArgument, QlessError, ScriptError
 from django_qless.core.serialization import check_jid, check_worker
-from django_qless.core.workers.runner import Outcome, fail_refused_outcome, log_job
+from django_qless.core.workers.runner import LOST, Outcome, fail_refused_outcome, log_job
 
 if TYPE_CHECKING:
     from django_qless.core.client import Client
     from django_qless.core.engine.deferred import DeferredCall
     from django_qless.core.job import Job
-    from django_qless.core.workers.budget import JobBudget
-    from django_qless.core.workers.taking import JobTaker
     from django_qless.core.workers.wakeup import WakeWaiter
 
-__all__ = ["BATCH", "COMPLETE_REFUSED_GROUP", "PREFETCH_BELOW", "JobHand", "Settled",
-           "complete_alone", "release_job"]
+__all__ = ["BATCH", "COMPLETE_REFUSED_GROUP", "PREFETCH_BELOW", "JobBudget", "JobHand",
+           "SharedJobPool", "release_job"]
 
 log = logging.getLogger("django_qless.worker")
 
 _Reply = tuple[str, "list[Job]", "float | None"]
 _ManyReply = tuple["list[str | QlessError]", "list[Job]", "float | None"]
-Settled = tuple["Job", Outcome]
+_Settled = tuple["Job", Outcome]
 
 # A job that ran this briefly lets the loop hold the next job ahead and keep its completion.
 PREFETCH_BELOW = 0.005
@@ -57,6 +46,7 @@ BATCH = 8
 # enough for the call that carries BATCH of them to run on while it is in flight.
 _DEPTH = 2
 _DEPTH_KEPT = BATCH + 1
+_MAX_IN_FLIGHT = 2  # completions sent and not read yet (the job thread reads the older first)
 # While jobs flow, buffered wake-ups are consumed at most this often (the wake socket must
 # not fill up); the reserve that follows an empty complete+reserve drains anyway.
 _DRAIN_EVERY = 0.05
@@ -66,100 +56,132 @@ _DRAIN_EVERY = 0.05
 COMPLETE_REFUSED_GROUP = "django_qless.CompleteRefused"
 # Error replies that say nothing about the call itself (failing would be refused too).
 _TRANSIENT_PREFIXES = ("OOM ", "NOPERM ")
-_LOST = (LostLockError, InvalidStateTransition, JobNotFound)
+_SEM_MAX = 2**31 - 1  # SEM_VALUE_MAX on Linux
+
+
+class SharedJobPool:
+    """The jobs a whole forking worker may still start, shared with its children by fork."""
+
+    def __init__(self, total: int) -> None:
+        # A POSIX semaphore: no lock to leave held when a child is SIGKILLed.
+        self._sem = multiprocessing.get_context("fork").Semaphore(min(total, _SEM_MAX))
+
+    def claim(self, count: int) -> int:
+        """Take up to `count` tickets; return how many were left to take."""
+        got = 0
+        while got < count and self._sem.acquire(block=False):
+            got += 1
+        return got
+
+    def give_back(self, count: int) -> None:
+        """Return `count` tickets (unused, or of jobs given back unstarted)."""
+        for _ in range(count):
+            self._sem.release()
+
+    def remaining(self) -> int:
+        """Return how many tickets nobody holds."""
+        return int(self._sem.get_value())
+
+
+class JobBudget:
+    """The tickets one job loop holds: its jobs started, held, asked for, or spare."""
+
+    def __init__(self, cap: int = 0, pool: SharedJobPool | None = None) -> None:
+        self.cap = cap
+        self.pool = pool
+        self.limited = bool(cap) or pool is not None
+        self.claimed = 0
+
+    def grant(self, want: int, committed: int) -> int:
+        """Return how many of `want` more jobs may be asked for, `committed` holding tickets."""
+        if not self.limited:
+            return want
+        missing = want - (self.claimed - committed)
+        if missing > 0:
+            more = min(missing, self.cap - self.claimed) if self.cap else missing
+            if self.pool is not None and more > 0:
+                more = self.pool.claim(more)
+            self.claimed += max(0, more)
+        return max(0, min(want, self.claimed - committed))
+
+    def release_spare(self, committed: int) -> None:
+        """Give the tickets beyond `committed` back to the pool (the loop is leaving)."""
+        spare = self.claimed - committed
+        if spare > 0:
+            self.claimed = committed
+            if self.pool is not None:
+                self.pool.give_back(spare)
 
 
 def release_job(client: Client, jid: str, worker: str) -> bool:
     """Put a job held by `worker` back to waiting, spending no retry (False: not its own)."""
     try:
         client.call("release", check_jid(jid), check_worker(worker))
-    except _LOST:
+    except LOST:
         return False
     log.info("job %s released back to waiting", jid)
     return True
 
 
-def refused_for_good(exc: QlessError) -> bool:
-    """Tell whether a completion error means the call can never succeed as sent."""
-    if isinstance(exc, InvalidArgument):  # bad data, caught client-side or by the engine
-        return True
-    return isinstance(exc, ScriptError) and not str(exc).startswith(_TRANSIENT_PREFIXES)
-
-
-def fail_refused(job: Job, exc: QlessError) -> Outcome:
-    """Fail `job` because its completion was refused with `exc`; LOST if that is refused too."""
+def _refused(job: Job, exc: QlessError) -> Outcome:
+    """Return the outcome of `job` once the engine refused its completion with `exc`."""
+    if isinstance(exc, LOST):
+        log_job(logging.WARNING, job, "job %s: not completed, this worker lost its lease: %s",
+                job.jid, exc)
+        return Outcome.LOST
+    if not isinstance(exc, InvalidArgument) and not (
+            isinstance(exc, ScriptError) and not str(exc).startswith(_TRANSIENT_PREFIXES)):
+        log_job(logging.ERROR, job, "job %s: could not be completed: %s", job.jid, exc)
+        return Outcome.LOST
+    # It can never succeed as sent: fail the job with its data as stored (the changes are
+    # what was refused).
     log_job(logging.ERROR, job, "job %s: completion refused, failing the job: %s", job.jid,
             exc)
-    # The changes are what was refused: fail with the data as stored, which the engine took.
     job._drop_data_changes()
-    message = (
-        f"The worker could not complete this {job.klass_name} job: {exc}\n"
-        f"The job's changes to its data were not saved.\nworker: {job.worker_name}"
-    )
     try:
-        job.fail(COMPLETE_REFUSED_GROUP, message)
+        job.fail(COMPLETE_REFUSED_GROUP, f"The worker could not complete this {job.klass_name} "
+                 f"job: {exc}\nThe job's changes to its data were not saved.\nworker: "
+                 f"{job.worker_name}")
     except QlessError as again:
         return fail_refused_outcome(job, again)
     return Outcome.FAILED
 
 
-def complete_outcome(job: Job, reply: Callable[[], _Reply]) -> tuple[Outcome, list[Job]]:
+def _complete_outcome(job: Job, reply: Callable[[], _Reply]) -> tuple[Outcome, list[Job]]:
     """Read `job`'s complete+reserve reply: its outcome and the jobs it brought."""
     try:
         _, jobs, _ = reply()
-    except _LOST as exc:
-        log_job(logging.WARNING, job, "job %s: not completed, this worker lost its lease: %s",
-                job.jid, exc)
-        return Outcome.LOST, []
     except QlessError as exc:
-        if refused_for_good(exc):
-            return fail_refused(job, exc), []
-        log_job(logging.ERROR, job, "job %s: could not be completed: %s", job.jid, exc)
-        return Outcome.LOST, []
+        return _refused(job, exc), []
     return Outcome.COMPLETED, jobs
 
 
-def complete_alone(job: Job) -> Outcome:
-    """Complete `job` in a call of its own, reserving nothing; return its outcome."""
-    outcome, _ = complete_outcome(
-        job, lambda: job.client.complete_and_reserve(job, [job.queue_name], 0))
-    return outcome
-
-
-def complete_outcomes(
+def _complete_outcomes(
     jobs: Sequence[Job], reply: Callable[[], _ManyReply]
-) -> tuple[list[Settled], list[Job]]:
-    """Read a paired complete+reserve reply: each job's outcome and the jobs it brought.
-
-    A call refused as a whole wrote nothing (a bad argument): each job is completed alone.
-    """
+) -> tuple[list[_Settled], list[Job]]:
+    """Read a paired reply (a call refused as a whole wrote nothing: each job goes alone)."""
     try:
         results, more, _ = reply()
     except QlessError as exc:
         log.info("jobs %s: paired completion refused (%s); completing each alone",
                  " ".join(j.jid for j in jobs), exc)
-        return [(job, complete_alone(job)) for job in jobs], []
-    settled: list[Settled] = []
-    for job, result in zip(jobs, results, strict=True):
-        outcome = Outcome.COMPLETED
-        if isinstance(result, QlessError):
-            outcome, _ = complete_outcome(job, _raiser(result))
-        settled.append((job, outcome))
-    return settled, more
+        return [(job, _complete_alone(job)) for job in jobs], []
+    return [(job, _refused(job, r) if isinstance(r, QlessError) else Outcome.COMPLETED)
+            for job, r in zip(jobs, results, strict=True)], more
 
 
-def _raiser(exc: QlessError) -> Callable[[], _Reply]:
-    """A reply that raises `exc` (a job's own refusal within a paired reply)."""
-    def reply() -> _Reply:
-        raise exc
-    return reply
+def _complete_alone(job: Job) -> Outcome:
+    """Complete `job` in a call of its own, reserving nothing; return its outcome."""
+    return _complete_outcome(
+        job, lambda: job.client.complete_and_reserve(job, [job.queue_name], 0))[0]
+
+
+class _Planner(Protocol):
+    def plan(self) -> list[tuple[Client, list[str]]]: ...
 
 
 class JobHand:
     """The held jobs (FIFO), the completions in flight and the kept ones, of one job loop."""
-
-    #: Completions sent and not read yet, at most (the job thread reads the older first).
-    max_in_flight = 2
 
     def __init__(
         self,
@@ -177,16 +199,16 @@ class JobHand:
         self.prefetch = prefetch
         self.report = report  # each settled job goes here (counted and logged by the loop)
         self.will_take_after = will_take_after  # the loop wants a job after this one
-        self.taker: JobTaker | None = None  # (set by the loop: the reserve plan)
+        self.taker: _Planner | None = None  # (set by the loop: the reserve plan)
         self._lock = threading.Lock()
         self._jobs: deque[Job] = deque()
         # (jobs completed, jobs it asked for, the call), oldest first.
         self._inflight: deque[
             tuple[tuple[Job, ...], int, DeferredCall[_Reply] | DeferredCall[_ManyReply]]
         ] = deque()
-        self._coming = 0
+        self.coming = 0  # jobs the calls in flight asked for (they may bring fewer)
         # Finished jobs (of one client) whose completions wait to ride with a later one's.
-        self._kept: list[Job] = []
+        self.kept: list[Job] = []
         # Job classes whose last run was not short: no completion is kept for their call.
         self._slow: set[str] = set()
         self._drain_at = 0.0
@@ -205,19 +227,9 @@ class JobHand:
         """Return how many completions were sent and their replies not read yet."""
         return len(self._inflight)
 
-    @property
-    def coming(self) -> int:
-        """Return how many jobs the calls in flight asked for (they may bring fewer)."""
-        return self._coming
-
-    @property
-    def kept(self) -> list[Job]:
-        """Return the jobs whose completions are kept for a later call (a copy)."""
-        return list(self._kept)
-
     def committed(self) -> int:
         """Return the jobs that hold a budget ticket: started, held, and asked for."""
-        return self.taken + len(self._jobs) + self._coming
+        return self.taken + len(self._jobs) + self.coming
 
     def add(self, jobs: Iterable[Job]) -> None:
         """Hold `jobs` (after the ones already held)."""
@@ -238,7 +250,7 @@ class JobHand:
         """Return the next held job, reading replies in flight until one brings one."""
         job = self.take()
         while job is None and self._inflight:
-            self._report(self._settle_oldest() or [])
+            self._report(self._settle_oldest())
             job = self.take()
         return job
 
@@ -281,12 +293,18 @@ class JobHand:
 
     def settle_all(self) -> None:
         """Read every reply in flight, oldest first."""
-        while (some := self._settle_oldest()) is not None:
-            self._report(some)
+        while self._inflight:
+            self._report(self._settle_oldest())
 
     def flush_kept(self) -> None:
         """Complete the kept jobs now, in one call of their own (no job to take them along)."""
-        self._report(self._complete_kept(self._take_kept()))
+        jobs = self._take_kept()
+        if len(jobs) == 1:
+            self.report(jobs[0], _complete_alone(jobs[0]))
+        elif jobs:
+            last = jobs[-1]
+            self._report(_complete_outcomes(jobs, lambda: last.client.complete_many_and_reserve(
+                jobs, [last.queue_name], 0))[0])
 
     def complete(self, job: Job, elapsed: float) -> Outcome | None:
         """Complete `job` and, if the loop goes on, take the next jobs in the same call.
@@ -294,51 +312,39 @@ class JobHand:
         None: the completion was sent ahead or kept (reported when its reply is read).
         """
         ahead = self.prefetch and elapsed < PREFETCH_BELOW
+        if self.kept and self.kept[0].client is not job.client:
+            self.flush_kept()  # another shard: a call of their own
         kept = self._take_kept()
-        if kept and kept[0].client is not job.client:
-            self._report(self._complete_kept(kept))  # another shard: a call of their own
-            kept = []
         if not ahead:
             self.settle_all()  # a completion waited for comes after the ones in flight
-        elif len(self._inflight) >= self.max_in_flight:
-            self._report(self._settle_oldest() or [])
-        held = len(self._jobs) + self._coming
+        elif len(self._inflight) >= _MAX_IN_FLIGHT:
+            self._report(self._settle_oldest())
+        held = len(self._jobs) + self.coming
         taking = self.will_take_after()
         flowing = ahead and held > 0 and taking
         if flowing and len(kept) < BATCH - 1 and self.next_is_short():
-            self._keep([*kept, job])  # reported when the call that carries them is read
+            with self._lock:  # reported when the call that carries them is read
+                self.kept = [*kept, job]
+                self.carried += 1
             return None
         queues, want = self._reserve_plan(job, ahead, taking, held, bool(kept))
         if flowing:
-            return self._send_ahead(job, kept, queues, want)
-        return self._complete_now(job, kept, queues, want)
-
-    def _send_ahead(
-        self, job: Job, kept: list[Job], queues: list[str], want: int
-    ) -> Outcome | None:
-        """Send the completion of `kept` and `job` without waiting for the reply."""
-        try:
-            self._send([*kept, job], queues, want)
-            return None
-        except QlessError as exc:  # refused before sending (bad arguments)
-            if kept:  # each alone: each refusal is its own job's
-                self._report([(other, complete_alone(other)) for other in kept])
-                return complete_alone(job)
-            if refused_for_good(exc):
-                return fail_refused(job, exc)
-            log_job(logging.ERROR, job, "job %s: could not be completed: %s", job.jid, exc)
-            return Outcome.LOST
-
-    def _complete_now(self, job: Job, kept: list[Job], queues: list[str], want: int) -> Outcome:
-        """Complete `kept` and `job` and wait for the reply (it holds the next jobs)."""
+            try:
+                self._send([*kept, job], queues, want)
+                return None
+            except QlessError as exc:  # refused before sending (bad arguments)
+                if not kept:
+                    return _refused(job, exc)
+                self._report([(other, _complete_alone(other)) for other in kept])
+                return _complete_alone(job)  # each alone: each refusal is its own job's
         self.settle_all()
         if not kept:
-            outcome, jobs = complete_outcome(
+            outcome, jobs = _complete_outcome(
                 job, lambda: job.client.complete_and_reserve(job, queues, want))
             self.add(jobs)
             return outcome
         batch = [*kept, job]
-        outcomes, jobs = complete_outcomes(
+        outcomes, jobs = _complete_outcomes(
             batch, lambda: job.client.complete_many_and_reserve(batch, queues, want))
         self.add(jobs)
         self._report(outcomes[:-1])
@@ -373,41 +379,19 @@ class JobHand:
         return queues, want
 
     # -- the calls ----------------------------------------------------------------------------
-    def _report(self, settled: Iterable[Settled]) -> None:
+    def _report(self, settled: Iterable[_Settled]) -> None:
         for job, outcome in settled:
             self.report(job, outcome)
-
-    def _keep(self, jobs: Sequence[Job]) -> None:
-        """Keep the completions of `jobs` for a later call (none may be kept already)."""
-        with self._lock:
-            if self._kept:
-                raise RuntimeError("completions are kept already")
-            self._kept = list(jobs)
-            self.carried += 1
 
     def _take_kept(self) -> list[Job]:
         """Return the kept jobs, no longer kept (whoever takes them completes them)."""
         with self._lock:
-            jobs, self._kept = self._kept, []
+            jobs, self.kept = self.kept, []
             return jobs
-
-    @staticmethod
-    def _complete_kept(jobs: Sequence[Job]) -> list[Settled]:
-        """Complete `jobs` (kept, of one client) in one call reserving nothing."""
-        if not jobs:
-            return []
-        if len(jobs) == 1:
-            return [(jobs[0], complete_alone(jobs[0]))]
-        last = jobs[-1]
-        settled, _ = complete_outcomes(
-            jobs, lambda: last.client.complete_many_and_reserve(jobs, [last.queue_name], 0))
-        return settled
 
     def _send(self, jobs: Sequence[Job], queues: Sequence[str], count: int) -> None:
         """Send the completion of `jobs` (of one shard), reserving `count` more."""
         with self._lock:
-            if len(self._inflight) >= self.max_in_flight:
-                raise RuntimeError("too many completions in flight")
             last = jobs[-1]
             call: DeferredCall[_Reply] | DeferredCall[_ManyReply]
             if len(jobs) == 1:
@@ -416,20 +400,20 @@ class JobHand:
                 call = last.client.send_complete_many(jobs, queues, count)
                 self.paired += 1
             self._inflight.append((tuple(jobs), count, call))
-            self._coming += count
+            self.coming += count
             self.sent_ahead += len(jobs)
 
-    def _settle_oldest(self) -> list[Settled] | None:
-        """Read the oldest reply in flight (its jobs are held); None if none is in flight."""
+    def _settle_oldest(self) -> list[_Settled]:
+        """Read the oldest reply in flight (its jobs are held); [] if none is in flight."""
         with self._lock:
             if not self._inflight:
-                return None
+                return []
             jobs, count, call = self._inflight.popleft()
-            self._coming -= count
+            self.coming -= count
             if len(jobs) == 1:
-                outcome, more = complete_outcome(jobs[0], call.result)  # type: ignore[arg-type]
+                outcome, more = _complete_outcome(jobs[0], call.result)  # type: ignore[arg-type]
                 settled = [(jobs[0], outcome)]
             else:
-                settled, more = complete_outcomes(jobs, call.result)  # type: ignore[arg-type]
+                settled, more = _complete_outcomes(jobs, call.result)  # type: ignore[arg-type]
             self._jobs.extend(more)
         return settled

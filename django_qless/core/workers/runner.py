@@ -1,15 +1,11 @@
-"""Run one job: look up its target, wrap it in hooks and middleware, settle the outcome.
+"""Run one job: resolve its target, wrap it in hooks and middleware, settle the outcome.
 
 A job that raises is failed with group = the exception's `module.QualName` and message = the
-traceback (at most 64 KiB). A klass that is not in the registry is failed with group
-`django_qless.UnknownJob` and is never imported. A job that neither completes nor fails
-itself is completed by the caller (in the same round trip as the next reserve).
-
-Each job gets a private scratch directory (`Sandbox`, created on first use). Every record
-the worker logs about a job carries `jid`, `klass`, `queue`, `attempt` and `worker` as
-`extra` fields; `JobContextFilter` adds them to the records a job logs itself, from
-`current_job`, set while the job's code runs. A failure is an ERROR with its traceback, a
-retry a WARNING saying when the job runs again (docs/worker.md, "Logs").
+traceback (at most 64 KiB); an unregistered klass fails as `django_qless.UnknownJob`, never
+imported. A job that neither completes nor fails itself is completed by the caller. Each job
+gets a private scratch directory (`Sandbox`, created on first use). Records the worker logs
+about a job carry `jid`, `klass`, `queue`, `attempt` and `worker` as `extra` fields;
+`JobContextFilter` adds them to a job's own records (docs/worker.md, "Logs").
 """
 
 from __future__ import annotations
@@ -42,24 +38,10 @@ if TYPE_CHECKING:
     from django_qless.core.job import Job
     from django_qless.core.workers.execmode import ExecRunner
 
-__all__ = [
-    "FIELDS",
-    "JobContextFilter",
-    "JobRunner",
-    "Outcome",
-    "Sandbox",
-    "child_extra",
-    "current_job",
-    "current_sandbox",
-    "error_group",
-    "fail_refused_outcome",
-    "format_failure",
-    "job_extra",
-    "log_job",
-    "log_raised",
-    "stopped_failure",
-    "set_current_sandbox",
-]
+__all__ = ["FIELDS", "LOST", "JobContextFilter", "JobRunner", "Outcome", "Sandbox",
+           "child_extra", "current_job", "current_sandbox", "error_group",
+           "fail_refused_outcome", "format_failure", "job_extra", "log_job", "log_raised",
+           "stopped_failure"]
 
 log = logging.getLogger("django_qless.worker")
 
@@ -68,6 +50,7 @@ KILLED_GROUP = "django_qless.JobKilled"
 MAX_MESSAGE = 65536
 _HEAD = 4096
 _HANDLER_CACHE = 1024
+LOST = (LostLockError, InvalidStateTransition, JobNotFound)
 FIELDS = ("jid", "klass", "queue", "attempt", "worker")  # a job's fields on a log record
 # django_qless/ (with the separator, so a sibling "django_qless_x" is not ours).
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
@@ -103,13 +86,9 @@ def _ours(tb: TracebackType) -> bool:
 
 
 def format_failure(exc: BaseException) -> str:
-    """Return the traceback text from the job's own first frame, cut to at most 64 KiB.
-
-    The worker's frames above the job (runner, hooks, middleware chain, the @job wrapper)
-    are left out; if nothing but them is left, the whole traceback is kept.
-    """
+    """Return the traceback from the job's own first frame (all if none), at most 64 KiB."""
     tb = exc.__traceback__
-    while tb is not None and _ours(tb):
+    while tb is not None and _ours(tb):  # the runner, hooks, middleware, the @job wrapper
         tb = tb.tb_next
     text = "".join(traceback.format_exception(type(exc), exc, tb or exc.__traceback__))
     raw = text.encode("utf-8", "replace")
@@ -117,13 +96,12 @@ def format_failure(exc: BaseException) -> str:
         return text
     marker = b"\n... [truncated] ...\n"
     tail = MAX_MESSAGE - _HEAD - len(marker)
-    cut = raw[:_HEAD] + marker + raw[-tail:]
-    return cut.decode("utf-8", "ignore")
+    return (raw[:_HEAD] + marker + raw[-tail:]).decode("utf-8", "ignore")
 
 
 def fail_refused_outcome(job: Job, exc: QlessError) -> Outcome:
     """Log why the engine refused to fail `job` (a lost lock, or another error): LOST."""
-    if isinstance(exc, (LostLockError, InvalidStateTransition, JobNotFound)):
+    if isinstance(exc, LOST):
         log_job(logging.WARNING, job, "job %s: not failed, this worker lost its lease: %s",
                 job.jid, exc)
     else:
@@ -134,24 +112,15 @@ def fail_refused_outcome(job: Job, exc: QlessError) -> Outcome:
 class JobRunner:
     """Resolve and perform one job under hooks, middleware and a sandbox."""
 
-    def __init__(
-        self,
-        config: WorkerConfig,
-        hooks: WorkerHooksProtocol,
-        registry: Registry,
-        sandbox: Sandbox,
-        guard: AbortGuard,
-        *,
-        remember: bool = False,
-    ) -> None:
+    def __init__(self, config: WorkerConfig, hooks: WorkerHooksProtocol, registry: Registry,
+                 sandbox: Sandbox, guard: AbortGuard, *, remember: bool = False) -> None:
         self.config = config
         self.hooks = hooks
         self.registry = registry
         self.sandbox = sandbox
         self.guard = guard
-        # With `remember`, what the last job returned and raised (None if it did not), for
-        # callers that report on each job (run_queued, eager mode). The worker only needs
-        # the Outcome and must not keep a finished job's traceback (and its frames) alive.
+        # With `remember`, what the last job returned and raised, for callers that report on
+        # each job (run_queued, eager mode); the worker must not keep a traceback alive.
         self.remember = remember
         self.value: Any = None
         self.error: BaseException | None = None
@@ -167,8 +136,7 @@ class JobRunner:
             self.exec_runner = ExecRunner(config.exec_command, config.kill_grace)
 
     def limits_of(self, job: Job) -> TimeLimits:
-        """Return the time limits of `job` (its kind's, else --timeout): the one source every
-        enforcement point and failure message uses. --exec runs one command for all klasses."""
+        """Return `job`'s time limits (its kind's, else --timeout; --exec: --timeout)."""
         if self.exec_runner is not None:
             return self._default_limits
         try:
@@ -217,21 +185,22 @@ class JobRunner:
         `pre_abort` is asked once job code counts as running: a stop that arrived just
         before (too early for the signal handler to raise into the job) still aborts it.
         """
-        outcome = self._run(job, pre_abort)
-        if not self.remember:
-            self.value = self.error = None
-        return outcome
+        self.value = self.error = None
+        try:
+            return self._run(job, pre_abort)
+        finally:
+            if not self.remember:
+                self.value = self.error = None
 
     def _run(self, job: Job, pre_abort: Callable[[], str | None] | None) -> Outcome:
         """Perform `job`, noting its return value and exception; see `run`."""
-        self.value = self.error = None
         try:
             target, job_middleware = self._target(job)
         except UnregisteredJobClass as exc:
             self.error = exc
             log_job(logging.ERROR, job, "job %s: %s", job.jid, exc)
             return self.fail(job, UNKNOWN_JOB_GROUP, f"{exc}\nworker: {job.worker_name}")
-        set_current_sandbox(self.sandbox)
+        _current["sandbox"] = self.sandbox
         job.bind_sandbox(self.sandbox.get)
         running = current_job.set(job)
         try:
@@ -258,7 +227,7 @@ class JobRunner:
             return self._raised(job, exc)
         finally:
             current_job.reset(running)
-            set_current_sandbox(None)
+            _current["sandbox"] = None
             job.bind_sandbox(None)
             self.sandbox.cleanup()
         if self.guard.reason == "lock_lost":
@@ -271,12 +240,10 @@ class JobRunner:
         group = TIMEOUT_GROUP if isinstance(exc, SoftTimeLimitExceeded) else error_group(exc)
         log_raised(job, exc, group)
         if job.state != "running":
-            # It settled itself first (a retry policy retries, then raises to say so):
-            # that call is the outcome.
+            # It settled itself first (a retry policy retries, then raises to say so).
             return Outcome.SETTLED
         if self.exec_runner is not None and self.exec_runner.failed(exc):
-            # The traceback would only show the worker's own code: the command's status
-            # and stderr tail are the useful part.
+            # The command's status and stderr tail say more than the worker's own frames.
             return self.fail(job, group, str(exc))
         return self.fail(job, group, format_failure(exc))
 
@@ -300,13 +267,8 @@ class JobRunner:
             return fail_refused_outcome(job, exc)
 
 
-# -- the sandbox -------------------------------------------------------------------------
 class Sandbox:
-    """`<root>/<worker name>`: empty when a job first asks for it, removed after the job.
-
-    Created on first use (`current_sandbox()` / `job.sandbox`), so jobs that never touch it
-    cost no file-system work on the hot path. The worker never changes directory into it.
-    """
+    """`<root>/<worker name>`: empty when a job first asks for it, removed after the job."""
 
     def __init__(self, root: str, worker_name: str) -> None:
         self.path = os.path.join(root, worker_name)
@@ -316,7 +278,7 @@ class Sandbox:
 
     def get(self) -> str:
         """Return the sandbox directory, creating it empty on first use in a job."""
-        if not self._created:
+        if not self._created:  # (jobs that never ask cost no file-system work)
             if os.path.lexists(self.path):
                 self._remove()
             os.makedirs(self.path, mode=0o700, exist_ok=True)
@@ -342,21 +304,14 @@ class Sandbox:
 _current: dict[str, Sandbox | None] = {"sandbox": None}
 
 
-def set_current_sandbox(sandbox: Sandbox | None) -> None:
-    """Make `sandbox` the one `current_sandbox()` returns (the worker calls this)."""
-    _current["sandbox"] = sandbox
-
-
 def current_sandbox() -> str | None:
     """Return the running job's sandbox directory (empty at job start), or None."""
     sandbox = _current["sandbox"]
     return None if sandbox is None else sandbox.get()
 
 
-# -- what is logged about a job ----------------------------------------------------------
 #: The job running in this context (set by the worker around the job's code).
 current_job: ContextVar[Job | None] = ContextVar("django_qless_current_job", default=None)
-
 
 
 def job_extra(job: Job) -> dict[str, Any]:
@@ -391,12 +346,7 @@ class JobContextFilter(logging.Filter):
 
 
 def log_raised(job: Job, exc: BaseException, group: str) -> None:
-    """Log a job that raised: ERROR when it fails, WARNING when it will be retried.
-
-    Called once the job's state is settled: still running (the worker fails it next),
-    failed, or put back by a retry (waiting, or scheduled for later). An exception with a
-    true `logged` attribute says its retry was logged already.
-    """
+    """Log a job that raised (its state settled): ERROR when it fails, WARNING on a retry."""
     state = job.state
     if state in ("waiting", "scheduled") and getattr(exc, "logged", False):
         return  # a retry policy that logged the retry itself (the exception says so)
@@ -405,9 +355,10 @@ def log_raised(job: Job, exc: BaseException, group: str) -> None:
         extra["attempt"] = max(1, (extra["attempt"] or 2) - 1)  # (the retry counted it)
     if state in ("waiting", "scheduled"):
         when = "now" if state == "waiting" else "after its back-off"
-        log.warning("job %s (%s) raised %s: %s; retried, runs again %s (%s)", job.jid,
-                    job.klass_name, group, _message(exc), when, _retries_left(job),
-                    extra=extra)
+        left = _retries(job)
+        log.warning("job %s (%s) raised %s: %s; retried, runs again %s (%d retr%s left)",
+                    job.jid, job.klass_name, group, _message(exc), when, left,
+                    "y" if left == 1 else "ies", extra=extra)
     elif state in ("running", "failed"):
         spent = state == "failed" or (_retries(job) <= 0 < _retries(job, "original_retries"))
         why = "failed, no retries left" if spent else "failed"
@@ -438,8 +389,3 @@ def _message(exc: BaseException) -> str:
     if cause is not None and str(cause):
         text = f"{text}: {cause}"
     return text[:2000]
-
-
-def _retries_left(job: Job) -> str:
-    left = _retries(job)
-    return f"{left} retr{'y' if left == 1 else 'ies'} left"

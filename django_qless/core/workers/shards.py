@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from django_qless.core.client import Client
-from django_qless.core.engine.keyspace import DEFAULT, Keyspace
 
 if TYPE_CHECKING:
     # (Imported only by a worker given a cluster: one server needs no shard module.)
@@ -45,13 +44,8 @@ def is_pattern(spec: str) -> bool:
 class QueueSelection:
     """Resolve queue names and glob patterns into an ordered list of queue names."""
 
-    def __init__(
-        self,
-        specs: Sequence[str],
-        list_queues: Callable[[], list[str]],
-        refresh: float = 10.0,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
+    def __init__(self, specs: Sequence[str], list_queues: Callable[[], list[str]],
+                 refresh: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.specs = tuple(specs)
         self.names_given = tuple(s for s in self.specs if not is_pattern(s))
         self.patterns = tuple(s for s in self.specs if is_pattern(s))
@@ -61,105 +55,52 @@ class QueueSelection:
         self._resolved: list[str] = list(self.names_given)
         self._next_refresh = 0.0
 
-    def matches(self, queue: str) -> bool:
-        """Tell whether `queue` is selected by a name or a pattern."""
-        return queue in self.names_given or any(
-            fnmatch.fnmatchcase(queue, p) for p in self.patterns
-        )
-
-    def invalidate(self) -> None:
-        """Force the next `names()` to re-resolve patterns."""
-        self._next_refresh = 0.0
-
     def note_wake(self, queue: str) -> None:
         """React to a wake-up from `queue` (a new queue matching a pattern: refresh)."""
-        if queue not in self._resolved and self.matches(queue):
-            self.invalidate()
+        if queue not in self._resolved and any(fnmatch.fnmatchcase(queue, p)
+                                               for p in self.patterns):
+            self._next_refresh = 0.0
 
     def names(self) -> list[str]:
         """Return the selected queue names in spec order (patterns expand alphabetically)."""
-        if not self.patterns:
-            return list(self.names_given)
-        now = self._clock()
-        if now >= self._next_refresh:
+        if self.patterns and (now := self._clock()) >= self._next_refresh:
             known = sorted(self._list_queues())
-            resolved: list[str] = []
-            for spec in self.specs:
-                if not is_pattern(spec):
-                    candidates = [spec]
-                else:
-                    candidates = [q for q in known if fnmatch.fnmatchcase(q, spec)]
-                for queue in candidates:
-                    if queue not in resolved:
-                        resolved.append(queue)
-            self._resolved = resolved
+            self._resolved = list(dict.fromkeys(
+                q for spec in self.specs
+                for q in ([q for q in known if fnmatch.fnmatchcase(q, spec)]
+                          if is_pattern(spec) else [spec])))
             self._next_refresh = now + self._refresh
         return list(self._resolved)
 
-    def wake_channels(self, keyspace: Keyspace = DEFAULT) -> tuple[list[str], list[str]]:
-        """Return (channels, channel patterns) of `keyspace` that wake a worker for these
-        queues (plain pub/sub; wakeup.py also handles sharded channels)."""
-        return (
-            [keyspace.channel(f"wake:{name}") for name in self.names_given],
-            [keyspace.pattern(f"wake:{pattern}") for pattern in self.patterns],
-        )
+
+_KINDS = ("ordered", "round-robin", "shuffled")
 
 
 class Reserver:
-    """Order the selected queues for each reserve call."""
+    """Order the selected queues for each reserve call: as given, round-robin or shuffled."""
 
-    kind = "ordered"
-
-    def __init__(self, selection: QueueSelection) -> None:
+    def __init__(self, kind: str, selection: QueueSelection) -> None:
+        if kind not in _KINDS:
+            raise ValueError(f"unknown reserver {kind!r}: use one of {', '.join(_KINDS)}")
+        self.kind = kind
         self.selection = selection
-
-    def order(self) -> list[str]:
-        """Return the queues to try, in order, for the next reserve."""
-        return self.selection.names()
-
-
-class RoundRobinReserver(Reserver):
-    """Start each reserve at the next queue, so every queue gets its turn first."""
-
-    kind = "round-robin"
-
-    def __init__(self, selection: QueueSelection) -> None:
-        super().__init__(selection)
         self._start = 0
 
     def order(self) -> list[str]:
+        """Return the queues to try, in order, for the next reserve."""
         names = self.selection.names()
-        if not names:
-            return names
-        start = self._start % len(names)
-        self._start = start + 1
-        return names[start:] + names[:start]
-
-
-class ShuffledReserver(Reserver):
-    """Try the queues in a fresh random order on each reserve."""
-
-    kind = "shuffled"
-
-    def order(self) -> list[str]:
-        names = self.selection.names()
-        random.shuffle(names)
+        if self.kind == "shuffled":
+            random.shuffle(names)
+        elif self.kind == "round-robin" and names:  # every queue gets its turn first
+            start = self._start % len(names)
+            self._start = start + 1
+            names = names[start:] + names[:start]
         return names
-
-
-_KINDS: dict[str, type[Reserver]] = {
-    "ordered": Reserver,
-    "round-robin": RoundRobinReserver,
-    "shuffled": ShuffledReserver,
-}
 
 
 def make_reserver(kind: str, selection: QueueSelection) -> Reserver:
     """Return a reserver of the named kind."""
-    try:
-        return _KINDS[kind](selection)
-    except KeyError:
-        raise ValueError(f"unknown reserver {kind!r}: use one of {', '.join(_KINDS)}") from None
+    return Reserver(kind, selection)
 
 
 def served_clients(deployment: Deployment, specs: Sequence[str]) -> list[Client]:
@@ -196,17 +137,11 @@ def known_queues(deployment: Deployment) -> Callable[[], list[str]]:
 class QueueRoutes:
     """The selected queues with the client of the shard holding each (cached a while)."""
 
-    def __init__(
-        self,
-        deployment: Deployment,
-        selection: QueueSelection,
-        refresh: float = 10.0,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
+    def __init__(self, deployment: Deployment, selection: QueueSelection,
+                 refresh: float = 10.0) -> None:
         self.deployment = deployment
         self.selection = selection
         self._refresh = refresh
-        self._clock = clock
         self._clients: dict[str, list[Client]] = {}
         self._expires = 0.0
         # Bumped when the queues or their shards change (subscribers compare it).
@@ -222,11 +157,8 @@ class QueueRoutes:
 
     @property
     def single(self) -> Client | None:
-        """Return the client when every queue is in one keyspace (hand-offs work), else None.
-
-        A `Client` is one keyspace; a `ShardedClient` is when every queue is named (no
-        pattern) and placed in one shard (looked up once, at start).
-        """
+        """Return the client when every queue is in one keyspace (hand-offs work), else None
+        (a `ShardedClient`: every queue named and placed in one shard, looked up at start)."""
         if isinstance(self.deployment, Client):
             return self.deployment
         served = self.served()
@@ -238,7 +170,7 @@ class QueueRoutes:
         deployment = self.deployment
         if isinstance(deployment, Client):
             return [deployment]
-        now = self._clock()
+        now = time.monotonic()
         if now >= self._expires:
             # A queue may move to another shard (docs/scaling.md): look placements up again.
             self._clients = {}
@@ -254,11 +186,7 @@ class QueueRoutes:
         groups: dict[int, tuple[Client, list[str]]] = {}
         for queue in order:
             for client in self.clients_of(queue):
-                group = groups.get(id(client))
-                if group is None:
-                    groups[id(client)] = (client, [queue])
-                else:
-                    group[1].append(queue)
+                groups.setdefault(id(client), (client, []))[1].append(queue)
         return list(groups.values())
 
     def by_shard(self) -> list[tuple[Client, list[str]]]:
