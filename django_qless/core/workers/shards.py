@@ -57,9 +57,13 @@ class QueueSelection:
 
     def note_wake(self, queue: str) -> None:
         """React to a wake-up from `queue` (a new queue matching a pattern: refresh)."""
-        if queue not in self._resolved and any(fnmatch.fnmatchcase(queue, p)
-                                               for p in self.patterns):
+        if queue not in self._resolved and self.matches(queue):
             self._next_refresh = 0.0
+
+    def matches(self, queue: str) -> bool:
+        """Tell whether `queue` is selected by a name or a pattern."""
+        return queue in self.names_given or any(fnmatch.fnmatchcase(queue, p)
+                                                for p in self.patterns)
 
     def names(self) -> list[str]:
         """Return the selected queue names in spec order (patterns expand alphabetically)."""
