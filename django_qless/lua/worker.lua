@@ -24,6 +24,7 @@
 --
 -- Keys:
 --   ql:workers             zset  worker -> last seen (ZRANGEBYSCORE, ZREVRANGE, ZREM, ZADD)
+--   ql:wg:<group>          hash  (HGET seen: a worker whose group still beats is kept)
 --   ql:w:<worker>:jobs     zset  jid -> lock expiry (ZREVRANGEBYSCORE, ZCOUNT, DEL)
 --   ql:w:<worker>:info     hash  (HINCRBY done in complete.reserve; DEL with the worker)
 --   ql:q:<queue>-scheduled|recur|locks  zset (ZRANGE 0 0 WITHSCORES, for the wake hint)
@@ -38,15 +39,29 @@ Q.mod.worker = function()
   local floor = math.floor
 
 
-  local function collect_workers(now)
+  -- Forget (bounded work) workers unseen for `max-worker-age` seconds: neither their own calls
+  -- nor their group's beats (workerinfo.lua); one still beating for is seen again instead.
+  -- Their job sets and info go; the jobs' histories keep their names.
+  function Q.collect_workers(now)
     local age = Q.cfgnum('max-worker-age', 86400)
-    local dead = rcall('ZRANGEBYSCORE', K.workers, 0, now - age, 'LIMIT', 0, Q.CHUNK)
-    for _, w in ipairs(dead) do rcall('DEL', Q.kwjobs(w), KP .. 'w:' .. w .. ':info') end
+    local old = rcall('ZRANGEBYSCORE', K.workers, 0, now - age, 'LIMIT', 0, 100)
+    local dead = {}
+    for _, w in ipairs(old) do
+      local info = KP .. 'w:' .. w .. ':info'
+      local group = rcall('HGET', info, 'group')
+      local beat = group and tonumber(rcall('HGET', KP .. 'wg:' .. group, 'seen'))
+      if beat and beat > now - age then
+        rcall('ZADD', K.workers, beat, w)
+      else
+        rcall('DEL', Q.kwjobs(w), info)
+        dead[#dead + 1] = w
+      end
+    end
     if #dead > 0 then Q.chunked('ZREM', K.workers, dead) end
   end
 
   C['workers'] = { 'Workers', function(now, args)
-    collect_workers(now)
+    Q.collect_workers(now)
     if args[1] then
       local key = Q.kwjobs(Q.worker(args[1]))
       return cjson.encode({
