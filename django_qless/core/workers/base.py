@@ -74,6 +74,7 @@ class JobLoop:
         self.config = config
         self.hooks = hooks = with_installed_hooks(hooks)  # integrations (observability.md)
         self.name = name
+        self.group = name  # whose beats show this loop alive (a child: its supervisor's name)
         self.signals = signals
         self.resume = resume
         # Jobs this loop may still ask for: its own cap, and the worker's shared pool.
@@ -364,7 +365,7 @@ class JobLoop:
         for client in self.routes.served():
             try:
                 client.workers.hello(self.name, socket.gethostname()[:255] or "", os.getpid(),
-                                     queues)
+                                     queues, beat=self.config.beat, group=self.group)
             except QlessError as exc:  # the dashboard's info only: never stop a worker for it
                 log.warning("could not record worker info for %s: %s", self.name, exc)
 

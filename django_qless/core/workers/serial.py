@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from django_qless import __version__
+from django_qless.core.accessors import REQUESTS
 from django_qless.core.client import Client
 from django_qless.core.exceptions import QlessError
 from django_qless.core.workers.base import JobLoop
@@ -26,6 +27,7 @@ from django_qless.core.workers.listener import (
     WorkerChannelListener,
     attempts_still_owned,
 )
+from django_qless.core.workers.reaper import Beat, obey
 from django_qless.core.workers.runner import KILLED_GROUP, TIMEOUT_GROUP, Outcome, log_job
 from django_qless.core.workers.shards import ShardFollower
 from django_qless.core.workers.shutdown import ExitCode, SignalState
@@ -60,6 +62,8 @@ class SerialWorker(JobLoop):
         follow = self._shards_followed()
         self.listeners = [WorkerChannelListener(follow, self._on_channel_event,
                                                 on_reconnect=self._recheck_current)]
+        if self.reaper is not None:
+            self.reaper.beat = Beat(name, config.beat, self._beat_state, self._obey)
         self.released = 0
         self.unreleased = 0
         self.heard = HeardAborts()  # (written by the listener thread, read at a job's start)
@@ -101,6 +105,8 @@ class SerialWorker(JobLoop):
             listener.start()
         for listener in self.listeners:
             listener.add(self.name)
+        if self.reaper is not None:
+            self.reaper.start_beat()
         try:
             self.run()
         finally:
@@ -130,8 +136,17 @@ class SerialWorker(JobLoop):
         elif signum == signal.SIGUSR2:
             log.warning("USR2: paused; send CONT to resume")
 
+    def _beat_state(self) -> str:
+        return "quiet" if self.signals.graceful else "live"
+
+    def _obey(self, action: str) -> None:
+        obey(action, self.name, lambda graceful: self.request_stop(graceful))
+
     def _on_channel_event(self, worker: str, payload: dict[str, Any]) -> None:
         event, jid = payload.get("event"), payload.get("jid")
+        if event in REQUESTS:
+            self._obey(str(event))
+            return
         if event not in ABORT_EVENTS or not isinstance(jid, str):
             return
         current = self.current
