@@ -43,10 +43,11 @@ class Workers:
                           json.dumps(list(queues)), check_number("beat", beat, 0.001, 86400),
                           check_worker(group) if group else "")
 
-    def beat(self, group: str, state: str = "live", *, reap: bool = False,
-             queues: Sequence[str] | None = None) -> tuple[list[str], str]:
-        """Say the workers of `group` are alive (`state`: start, live or quiet); with `reap`,
-        also re-offer expired leases in `queues` (all known queues if None) as `reap` does.
+    def beat(self, group: str, state: str = "live", *, members: Sequence[str] = (),
+             reap: bool = False, queues: Sequence[str] | None = None) -> tuple[list[str], str]:
+        """Say `group` and its `members` (a supervisor's live children) are alive (`state`:
+        start, live or quiet); with `reap`, also re-offer expired leases in `queues` (all
+        known queues if None) as `reap` does.
 
         Returns the jids reaped and the request an operator left for the group ('quiet',
         'stop' or '').
@@ -54,7 +55,8 @@ class Workers:
         if state not in BEAT_STATES:
             raise InvalidArgument(f"state must be one of {', '.join(BEAT_STATES)}: {state!r}")
         names = [check_name("queue", q) for q in queues or ()]
-        reply = self._client.call_json("worker.beat", check_worker(group), state,
+        alive = " ".join(check_worker(m) for m in members)
+        reply = self._client.call_json("worker.beat", check_worker(group), state, alive,
                                        "1" if reap else "0", *names) or {}
         request = reply.get("request") if isinstance(reply, dict) else ""
         jids = as_list(reply.get("reaped")) if isinstance(reply, dict) else []

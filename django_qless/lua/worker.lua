@@ -24,7 +24,7 @@
 --
 -- Keys:
 --   ql:workers             zset  worker -> last seen (ZRANGEBYSCORE, ZREVRANGE, ZREM, ZADD)
---   ql:wg:<group>          hash  (HGET seen: a worker whose group still beats is kept)
+--   ql:wg:<group>          hash  (HMGET seen members: a worker its group still beats for is kept)
 --   ql:w:<worker>:jobs     zset  jid -> lock expiry (ZREVRANGEBYSCORE, ZCOUNT, DEL)
 --   ql:w:<worker>:info     hash  (HINCRBY done in complete.reserve; DEL with the worker)
 --   ql:q:<queue>-scheduled|recur|locks  zset (ZRANGE 0 0 WITHSCORES, for the wake hint)
@@ -49,7 +49,11 @@ Q.mod.worker = function()
     for _, w in ipairs(old) do
       local info = KP .. 'w:' .. w .. ':info'
       local group = rcall('HGET', info, 'group')
-      local beat = group and tonumber(rcall('HGET', KP .. 'wg:' .. group, 'seen'))
+      local g = group and rcall('HMGET', KP .. 'wg:' .. group, 'seen', 'members') or {}
+      local beat = tonumber(g[1])
+      if beat and group ~= w and not (' ' .. (g[2] or '') .. ' '):find(' ' .. w .. ' ', 1, true) then
+        beat = nil -- (no longer one of the group's members)
+      end
       if beat and beat > now - age then
         rcall('ZADD', K.workers, beat, w)
       else

@@ -11,9 +11,10 @@
 --                   group: the name its beats come under (its supervisor's; default its own)
 --   worker.info     [worker...]  -> JSON [{name, last_seen, host, pid, queues, started, done,
 --                   failed, beat, group, state, request}], most recent first
---   worker.beat     group state reap [queue...]  -> JSON {"reaped": [jid...], "request": r}
---                   the workers of `group` are alive (state: live or quiet, as the worker
---                   reports it; start: live, and the requests left for the name before go); reap 1: also re-offers expired leases as `reap` does; forgets
+--   worker.beat     group state members reap [queue...]  -> JSON {"reaped": [jid...],
+--                   "request": r}: `group` and its `members` (space-separated worker names,
+--                   a supervisor's live children) are alive (state: live or quiet, as the
+--                   worker reports it; start: live, and the requests left before go); reap 1: also re-offers expired leases as `reap` does; forgets
 --                   a few workers unseen for `max-worker-age` seconds (as `workers` does);
 --                   r: the request an operator left for the group ('quiet', 'stop' or '')
 --   worker.request  worker action  -> nil  (action: quiet or stop; stored for the worker's
@@ -21,14 +22,15 @@
 --
 -- A worker's state (worker.info): `dead` when unseen for more than 3 beats, `stale` when
 -- unseen for more than 1.5 beats, else `quiet` when its group reports so, else `live`. It is
--- seen by its own calls (ql:workers) and by its group's beats, whichever came last.
+-- seen by its own calls (ql:workers) and by the beats of its group that name it (the group
+-- itself, or one of its members: a child that died is no longer one), whichever came last.
 --
 -- Keys:
 --   ql:w:<worker>:info  hash  host, pid, queues (JSON text), started, done, failed, beat, group
 --                       (HSET, HGETALL, HMGET, DEL; `done` is counted by complete.reserve and
 --                       `failed` by fail, one HINCRBY each: worker.lua, job.lua)
 --   ql:workers          zset  worker -> last seen (ZADD by hello, ZREVRANGE, ZSCORE)
---   ql:wg:<group>       hash  seen, state, request (HSET, HGET, HMGET, HDEL, EXPIRE: kept
+--   ql:wg:<group>       hash  seen, state, members, request (HSET, HGET, HMGET, HDEL, EXPIRE: kept
 --                       `max-worker-age` seconds after the last beat)
 --   channels: ql:w:<worker> (PUBLISH)
 
@@ -44,12 +46,17 @@ Q.mod.workerinfo = function()
   local function group_key(group) return KP .. 'wg:' .. group end
   Q.group_key = group_key
 
-  -- The group's last beat (a number, or nil) and reported state of a worker's info row.
+  -- The last beat of the worker's group that names it (a number, or nil), the group's
+  -- reported state and pending request, for a worker's info row.
   local function group_of(row)
     local group = row.group
     if not group or group == '' then group = row.name end
-    local g = rcall('HMGET', group_key(group), 'seen', 'state', 'request')
-    return tonumber(g[1]), g[2] or '', g[3] or ''
+    local g = rcall('HMGET', group_key(group), 'seen', 'state', 'request', 'members')
+    local seen = tonumber(g[1])
+    if group ~= row.name and not (' ' .. (g[4] or '') .. ' '):find(' ' .. row.name .. ' ', 1, true) then
+      seen = nil -- (no longer one of its members: it died, or the group restarted)
+    end
+    return seen, g[2] or '', g[3] or ''
   end
 
   -- When the worker was last seen (its own calls or its group's beats) and its state.
@@ -125,9 +132,19 @@ Q.mod.workerinfo = function()
     if state ~= 'live' and state ~= 'quiet' and state ~= 'start' then
       Q.fail('Arg "state" must be start, live or quiet: ' .. tostring(state))
     end
-    if args[3] ~= '0' and args[3] ~= '1' then Q.fail('Arg "reap" must be 0 or 1') end
+    local members = args[3] or ''
+    if #members > 132000 then Q.fail('Arg "members" too large') end
+    local count = 0
+    for name in members:gmatch('%S+') do
+      Q.worker(name)
+      count = count + 1
+    end
+    if count > 1000 or members:find('[^%S ]') then
+      Q.fail('Arg "members" must be at most 1000 worker names separated by spaces')
+    end
+    if args[4] ~= '0' and args[4] ~= '1' then Q.fail('Arg "reap" must be 0 or 1') end
     local queues = {}
-    for i = 4, #args do queues[#queues + 1] = Q.queue(args[i]) end
+    for i = 5, #args do queues[#queues + 1] = Q.queue(args[i]) end
     if #queues > Q.MAX_LIST then Q.fail('at most ' .. Q.MAX_LIST .. ' queues') end
     local key = group_key(group)
     local request = rcall('HGET', key, 'request') or ''
@@ -137,11 +154,11 @@ Q.mod.workerinfo = function()
       request = ''
     end
     if state == 'start' then state = 'live' end
-    rcall('HSET', key, 'seen', Q.time_arg(now), 'state', state)
+    rcall('HSET', key, 'seen', Q.time_arg(now), 'state', state, 'members', members)
     rcall('EXPIRE', key, math.max(1, math.floor(Q.cfgnum('max-worker-age', 86400))))
     Q.collect_workers(now)
     local reaped = '[]'
-    if args[3] == '1' then reaped = C['reap'][2](now, queues) end
+    if args[4] == '1' then reaped = C['reap'][2](now, queues) end
     return '{"reaped":' .. reaped .. ',"request":' .. cjson.encode(request) .. '}'
   end }
 

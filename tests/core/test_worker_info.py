@@ -62,7 +62,7 @@ def test_states_follow_the_beats_of_the_group(client: Client, clock: FakeClock) 
     client.workers.hello("lone", "h", 3, ["q"], beat=10)
     for _ in range(6):
         clock.advance(9)
-        assert client.workers.beat("sup") == ([], "")
+        assert client.workers.beat("sup", members=["c1", "c2"]) == ([], "")
     states = {row["name"]: row["state"] for row in client.workers.info()}
     assert states == {"c1": "live", "c2": "live", "lone": "dead"}
     clock.advance(16)  # more than 1.5 beats without one
@@ -70,8 +70,16 @@ def test_states_follow_the_beats_of_the_group(client: Client, clock: FakeClock) 
     clock.advance(15)  # more than 3 beats
     [row] = client.workers.info("c1")
     assert row["state"] == "dead" and row["last_seen"] == 4_000_054.0
-    client.workers.beat("sup", "quiet")
+    client.workers.beat("sup", "quiet", members=["c1", "c2"])
     assert {row["state"] for row in client.workers.info("c1", "c2")} == {"quiet"}
+    # A child that died is no longer a member: the beats stop counting for it (its own
+    # last call was its hello, long ago).
+    client.workers.beat("sup", members=["c2"])
+    assert states_of(client) == {"c1": "dead", "c2": "live", "lone": "dead"}
+
+
+def states_of(client: Client) -> dict[str, str]:
+    return {row["name"]: row["state"] for row in client.workers.info()}
 
 
 def test_dead_workers_are_forgotten_after_retention_by_a_beat(
@@ -83,7 +91,7 @@ def test_dead_workers_are_forgotten_after_retention_by_a_beat(
     client.reserve(["q"])  # (its job keeps its history)
     for _ in range(11):
         clock.advance(10)
-        client.workers.beat("sup")
+        client.workers.beat("sup", members=["idle"])
     assert [row["name"] for row in client.workers.info()] == ["idle"]
     assert not r.exists(client.keyspace.key("w:w1:info"), client.keyspace.key("w:w1:jobs"))
     assert any(h.get("worker") == "w1" for h in client.jobs["a"].history)
@@ -102,6 +110,17 @@ def test_request_is_kept_for_the_group_and_published(
     assert client.workers.beat("sup", "quiet") == ([], "")  # done: the request goes
     client.workers.request("c1", "stop")
     assert client.workers.beat("sup", "start") == ([], "")  # a new start forgets it
+
+
+def test_beat_refuses_bad_input(client: Client, r: redis.Redis) -> None:
+    for call in (lambda: client.call("worker.beat", "g", "asleep", "", "0"),
+                 lambda: client.call("worker.beat", "g", "live", "a\tb", "0"),
+                 lambda: client.call("worker.beat", "g", "live", "", "2"),
+                 lambda: client.call("worker.beat", "g", "live", "a:b", "0"),
+                 lambda: client.call("worker.beat", "g", "live", "", "1", "bad queue")):
+        with pytest.raises(InvalidArgument):
+            call()
+    assert r.dbsize() == 0
 
 
 def test_request_refuses_unknown_and_dead_workers(client: Client, clock: FakeClock,

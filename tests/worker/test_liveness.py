@@ -98,3 +98,20 @@ def test_quiet_reaches_an_idle_worker(
     qless_client.workers.request(name, "quiet")
     assert worker.wait(30) == 0
     assert ledger(r) == []
+
+
+def test_a_child_killed_with_its_job_turns_dead_while_its_supervisor_beats(
+    qless_client: Client, start_worker: Callable[..., WorkerProcess], r: redis.Redis,
+) -> None:
+    worker = start_worker("q", "-n", "2", "--beat", BEAT)
+    started(qless_client, 2)
+    qless_client.queues["q"].put("tests.worker.jobs.sleepy", {"seconds": 60}, jid="long")
+    wait_until(lambda: ledger(r, "started"), timeout=30)
+    victim = str(qless_client.jobs["long"].worker_name)
+    [pid] = [row["pid"] for row in qless_client.workers.info(victim)]
+    os.kill(pid, signal.SIGKILL)  # (its job is left to its lease: the name stays listed)
+    wait_until(lambda: states(qless_client).get(victim) == "dead", timeout=30)
+    others = {n: s for n, s in states(qless_client).items() if n != victim}
+    assert others and set(others.values()) == {"live"}, others
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0

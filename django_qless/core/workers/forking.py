@@ -84,7 +84,8 @@ class ForkingWorker(ChildDisposal, ChildWatch):
         self._reap_at = 0.0
         self.reaper = config.make_reaper(self.name)
         # The supervisor's beats show its children alive (one call however many there are).
-        self.reaper.beat = Beat(self.name, config.beat, self._beat_state, self.obey)
+        self.reaper.beat = Beat(self.name, config.beat, self._beat_state, self.obey,
+                                members=self._names)
         # --max-jobs for all children together: each job asked for takes a ticket from it.
         self.pool = SharedJobPool(config.max_jobs) if config.max_jobs else None
         # The idle-leader token's file (leadership.py), in a private directory of ours.

@@ -18,7 +18,7 @@ The same periodic call tops up the ticks of cron schedules running low (schedule
 most every 5 minutes per process: one read per keyspace when none is low.
 
 It also carries the worker's beat (`Beat`, engine `worker.beat`): the reap is sent as part of
-the beat, so the beat costs no call of its own while the reaper calls at least every 0.6
+the beat, so the beat costs no call of its own while the reaper calls at least every 0.65
 beats (the defaults: a call every 30-36 s against a 60 s beat). With a longer period, or
 with reaping off, a beat goes alone when due. The beat's reply carries an operator's quiet or
 stop request for the worker (`Beat.on_request`).
@@ -47,7 +47,9 @@ IDLE_PERIOD = 30.0  # at least this long between calls while the worker is idle
 _JITTER = 0.2
 _ENGINE_LIMIT = 100  # leases per queue per call: a full batch means "call again soon"
 CONFIG_MAX_AGE = 300.0  # while idle, the engine config is re-read at most this often
-BEAT_SHARE = 0.6  # a beat is sent at most this share of the beat after the last one
+# A beat is sent at most this share of the beat after the last one: above the idle reaper's
+# longest spacing (30 s + 20 % of a 60 s beat), so an idle worker's beats ride on its reaps.
+BEAT_SHARE = 0.65
 
 
 @dataclass
@@ -59,6 +61,7 @@ class Beat:
     seconds: float
     state: Callable[[], str]  # "live" or "quiet" (finishing its jobs)
     on_request: Callable[[str], None]  # an operator asked for "quiet" or "stop"
+    members: Callable[[], Sequence[str]] = tuple  # the other names it beats for (children)
     started: bool = False  # the first beat (state "start") went through
 
 
@@ -212,11 +215,12 @@ class LeaseReaper:
         beat = self.beat
         assert beat is not None
         state = beat.state() if beat.started else "start"
+        members = beat.members()
         jids: list[str] = []
         requests = set()
         for client in clients:
-            reaped, request = client.workers.beat(beat.group, state, reap=reap,
-                                                  queues=self.queues)
+            reaped, request = client.workers.beat(beat.group, state, members=members,
+                                                  reap=reap, queues=self.queues)
             jids += reaped
             if request:
                 requests.add(request)
