@@ -24,7 +24,8 @@
 --
 -- Keys:
 --   ql:workers             zset  worker -> last seen (ZRANGEBYSCORE, ZREVRANGE, ZREM, ZADD)
---   ql:wg:<group>          hash  (HMGET seen members: a worker its group still beats for is kept)
+--   ql:wg:<group>          hash  (HMGET seen members: a worker its group still beats for is
+--                                kept; DEL with the worker of that name)
 --   ql:w:<worker>:jobs     zset  jid -> lock expiry (ZREVRANGEBYSCORE, ZCOUNT, DEL)
 --   ql:w:<worker>:info     hash  (HINCRBY done in complete.reserve; DEL with the worker)
 --   ql:q:<queue>-scheduled|recur|locks  zset (ZRANGE 0 0 WITHSCORES, for the wake hint)
@@ -90,7 +91,8 @@ Q.mod.worker = function()
     if #names == 0 then Q.fail('Arg "worker" missing') end
     if #names > Q.MAX_LIST then Q.fail('at most ' .. Q.MAX_LIST .. ' workers') end
     Q.chunked('ZREM', K.workers, names)
-    for _, w in ipairs(names) do rcall('DEL', KP .. 'w:' .. w .. ':info') end -- workerinfo.lua
+    -- (its info, and the beats of the group it leads: workerinfo.lua)
+    for _, w in ipairs(names) do rcall('DEL', KP .. 'w:' .. w .. ':info', KP .. 'wg:' .. w) end
   end }
 
   -- Seconds until something may become ready in these queues (-1 if nothing is pending).

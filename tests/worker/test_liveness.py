@@ -44,6 +44,7 @@ def test_an_idle_worker_stays_live_past_several_beats(
     worker.signal(signal.SIGTERM)
     assert worker.wait(30) == 0
     assert not set(names) & set(states(qless_client))  # a clean stop leaves the list at once
+    assert not [k for k in qless_client.redis.keys() if ":wg:" in k or k.startswith("ql:wg")]
 
 
 def test_a_killed_worker_turns_stale_then_dead_then_is_forgotten(
