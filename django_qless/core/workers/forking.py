@@ -426,7 +426,7 @@ class ForkingWorker(ChildDisposal, ChildWatch):
 
     def obey(self, action: str) -> None:
         """Act on a quiet or stop asked from the console (a beat's reply, or `w:<child>`)."""
-        obey(action, self.name, lambda graceful: self.signals.request_stop(graceful))
+        obey(action, self.name, self.signals, self.signals.request_stop)
 
     def _title(self) -> None:
         now = time.monotonic()

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from django_qless.core.workers.shards import Deployment
+    from django_qless.core.workers.shutdown import SignalState
 
 __all__ = ["BEAT_SHARE", "CONFIG_MAX_AGE", "IDLE_PERIOD", "Beat", "LeaseReaper", "obey",
            "reap_period"]
@@ -65,9 +66,13 @@ class Beat:
     started: bool = False  # the first beat (state "start") went through
 
 
-def obey(action: str, name: str, request_stop: Callable[[bool], None]) -> None:
+def obey(action: str, name: str, signals: SignalState,
+         request_stop: Callable[[bool], None]) -> None:
     """Act on an operator's request from the console: quiet (finish the running jobs, take
-    no new one, exit) as QUIT does, or stop as TERM does."""
+    no new one, exit) as QUIT does, or stop as TERM does; once (a request comes both on the
+    worker's channel and with every beat until the worker is gone)."""
+    if signals.stop_requests or (action == "quiet" and signals.graceful):
+        return
     if action == "quiet":
         log.warning("%s: asked from the console to be quiet: finishing running jobs", name)
     else:

@@ -140,7 +140,7 @@ class SerialWorker(JobLoop):
         return "quiet" if self.signals.graceful else "live"
 
     def _obey(self, action: str) -> None:
-        obey(action, self.name, lambda graceful: self.request_stop(graceful))
+        obey(action, self.name, self.signals, lambda graceful: self.request_stop(graceful))
 
     def _on_channel_event(self, worker: str, payload: dict[str, Any]) -> None:
         event, jid = payload.get("event"), payload.get("jid")
