@@ -49,16 +49,17 @@ Q.mod.worker = function()
     local dead = {}
     for _, w in ipairs(old) do
       local info = KP .. 'w:' .. w .. ':info'
-      local group = rcall('HGET', info, 'group')
-      local g = group and rcall('HMGET', KP .. 'wg:' .. group, 'seen', 'members') or {}
+      local group = rcall('HGET', info, 'group') or w
+      local gkey = KP .. 'wg:' .. group
+      local g = rcall('HMGET', gkey, 'seen', 'members')
       local beat = tonumber(g[1])
-      if beat and group ~= w and not (' ' .. (g[2] or '') .. ' '):find(' ' .. w .. ' ', 1, true) then
-        beat = nil -- (no longer one of the group's members)
-      end
-      if beat and beat > now - age then
+      local named = group == w or (' ' .. (g[2] or '') .. ' '):find(' ' .. w .. ' ', 1, true)
+      if beat and named and beat > now - age then
         rcall('ZADD', K.workers, beat, w)
       else
         rcall('DEL', Q.kwjobs(w), info)
+        -- (the group's beats stopped too: a supervisor or serial worker gone without a word)
+        if not (beat and beat > now - age) then rcall('DEL', gkey) end
         dead[#dead + 1] = w
       end
     end

@@ -2,7 +2,7 @@
 --
 --@ command worker.hello
 --@ command worker.info
---@ command worker.beat worker throttle samples pop
+--@ command worker.beat throttle samples pop
 --@ command worker.request
 --
 -- Commands (after `now`):
@@ -30,8 +30,9 @@
 --                       (HSET, HGETALL, HMGET, DEL; `done` is counted by complete.reserve and
 --                       `failed` by fail, one HINCRBY each: worker.lua, job.lua)
 --   ql:workers          zset  worker -> last seen (ZADD by hello, ZREVRANGE, ZSCORE)
---   ql:wg:<group>       hash  seen, state, members, request (HSET, HGET, HMGET, HDEL, EXPIRE: kept
---                       `max-worker-age` seconds after the last beat)
+--   ql:wg:<group>       hash  seen, state, members, calm, request (HSET, HGET, HMGET, HDEL;
+--                       DEL by worker.deregister of the group's name, and by the collection
+--                       of its dead workers once its beats stopped: worker.lua)
 --   channels: ql:w:<worker> (PUBLISH)
 
 Q.mod.workerinfo = function()
@@ -147,16 +148,18 @@ Q.mod.workerinfo = function()
     for i = 5, #args do queues[#queues + 1] = Q.queue(args[i]) end
     if #queues > Q.MAX_LIST then Q.fail('at most ' .. Q.MAX_LIST .. ' queues') end
     local key = group_key(group)
-    local request = rcall('HGET', key, 'request') or ''
-    -- Asked to be quiet, and it is: done. A starting worker forgets its name's old requests.
-    if request ~= '' and (request == state or state == 'start') then
+    -- A starting worker forgets its name's old requests; a quiet one its quiet request.
+    if state == 'start' or (state == 'quiet' and rcall('HGET', key, 'request') == 'quiet') then
       rcall('HDEL', key, 'request')
-      request = ''
     end
     if state == 'start' then state = 'live' end
-    rcall('HSET', key, 'seen', Q.time_arg(now), 'state', state, 'members', members)
-    rcall('EXPIRE', key, math.max(1, math.floor(Q.cfgnum('max-worker-age', 86400))))
-    Q.collect_workers(now)
+    -- One write a beat. `calm` is dropped by worker.request (and absent from a new hash):
+    -- only then is the request read, and returned once.
+    local request = ''
+    if rcall('HSET', key, 'seen', Q.time_arg(now), 'state', state, 'members', members,
+        'calm', '1') > 0 then
+      request = rcall('HGET', key, 'request') or ''
+    end
     local reaped = '[]'
     if args[4] == '1' then reaped = C['reap'][2](now, queues) end
     return '{"reaped":' .. reaped .. ',"request":' .. cjson.encode(request) .. '}'
@@ -178,6 +181,7 @@ Q.mod.workerinfo = function()
     local group = row.group
     if not group or group == '' then group = worker end
     rcall('HSET', group_key(group), 'request', action)
+    rcall('HDEL', group_key(group), 'calm') -- (the group's next beat reads the request)
     rcall(K.pub, KP .. 'w:' .. worker, cjson.encode({ event = action, worker = worker }))
   end }
 end
