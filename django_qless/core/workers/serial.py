@@ -53,11 +53,11 @@ class SerialWorker(JobLoop):
             resume=config.resume, max_jobs=config.max_jobs, reaper=config.make_reaper(name),
         )
         self.install_signals = install_signals
-        # One listener thread for every shard served (a job's events come on its own
+        # One listener thread, hearing every shard served (a job's events come on its own
         # shard's channel), following the queues to the shards they move to.
         follow = self._shards_followed()
-        self.listeners = [WorkerChannelListener(follow, self._on_channel_event,
-                                                on_reconnect=self._recheck_current)]
+        self.listener = WorkerChannelListener(follow, self._on_channel_event,
+                                              on_reconnect=self._recheck_current)
         if self.reaper is not None:
             self.reaper.beat = Beat(name, config.beat, self._beat_state, self._obey)
         self.released = 0
@@ -97,17 +97,14 @@ class SerialWorker(JobLoop):
             self.arm_signals(self._on_signal)
         log.info("django-qless %s worker %s (pid %d) starting: serial, queues %s",
                  __version__, self.name, os.getpid(), ",".join(self.queues))
-        for listener in self.listeners:
-            listener.start()
-        for listener in self.listeners:
-            listener.add(self.name)
+        self.listener.start()
+        self.listener.add(self.name)
         if self.reaper is not None:
             self.reaper.start_beat()
         try:
             self.run()
         finally:
-            for listener in self.listeners:
-                listener.stop()
+            self.listener.stop()
             if self.install_signals:
                 self.disarm_signals()
             self.signals.wake_pipe.close()
