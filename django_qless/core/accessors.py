@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .exceptions import InvalidArgument
 from .serialization import as_list, check_int, check_name, check_number, check_worker
@@ -12,10 +12,18 @@ from .serialization import as_list, check_int, check_name, check_number, check_w
 if TYPE_CHECKING:
     from .client import Client
 
-__all__ = ["BEAT_STATES", "REQUESTS", "Workers", "Tags"]
+__all__ = ["BEAT_STATES", "REQUESTS", "BeatReply", "Workers", "Tags"]
 
 BEAT_STATES = ("start", "live", "quiet")  # what a worker's beat reports
 REQUESTS = ("quiet", "stop")  # what an operator may ask of a worker
+
+
+class BeatReply(NamedTuple):
+    """What a worker's beat brings back."""
+
+    reaped: list[str]  # jids whose expired lease the beat's reap handled
+    request: str  # "quiet", "stop" or "": asked from the console since the last beat
+    members_lost: bool  # the members were sent as unchanged, but the engine lost them
 
 
 class Workers:
@@ -43,24 +51,25 @@ class Workers:
                           json.dumps(list(queues)), check_number("beat", beat, 0.001, 86400),
                           check_worker(group) if group else "")
 
-    def beat(self, group: str, state: str = "live", *, members: Sequence[str] = (),
-             reap: bool = False, queues: Sequence[str] | None = None) -> tuple[list[str], str]:
-        """Say `group` and its `members` (a supervisor's live children) are alive (`state`:
-        start, live or quiet); with `reap`, also re-offer expired leases in `queues` (all
-        known queues if None) as `reap` does.
+    def beat(self, group: str, state: str = "live", *, members: Sequence[str] | None = (),
+             reap: bool = False, queues: Sequence[str] | None = None) -> BeatReply:
+        """Say `group` and its `members` (a supervisor's live children; None: those of the
+        last beat, unchanged) are alive (`state`: start, live or quiet); with `reap`, also
+        re-offer expired leases in `queues` (all known queues if None) as `reap` does.
 
-        Returns the jids reaped and the request an operator left for the group ('quiet',
-        'stop' or '').
+        Returns the jids reaped, a request an operator left for the group since the last
+        beat ('quiet', 'stop' or ''), and whether members must be sent again.
         """
         if state not in BEAT_STATES:
             raise InvalidArgument(f"state must be one of {', '.join(BEAT_STATES)}: {state!r}")
         names = [check_name("queue", q) for q in queues or ()]
-        alive = " ".join(check_worker(m) for m in members)
+        alive = ":" if members is None else " ".join(check_worker(m) for m in members)
         reply = self._client.call_json("worker.beat", check_worker(group), state, alive,
-                                       "1" if reap else "0", *names) or {}
-        request = reply.get("request") if isinstance(reply, dict) else ""
-        jids = as_list(reply.get("reaped")) if isinstance(reply, dict) else []
-        return [str(jid) for jid in jids], str(request or "")
+                                       "1" if reap else "0", *names)
+        if not isinstance(reply, dict):
+            reply = {}
+        return BeatReply([str(jid) for jid in as_list(reply.get("reaped"))],
+                         str(reply.get("request") or ""), bool(reply.get("members_lost")))
 
     def request(self, name: str, action: str) -> None:
         """Ask a live worker to be quiet (finish its jobs, take no new ones, then exit) or to

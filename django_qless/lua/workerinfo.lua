@@ -12,9 +12,10 @@
 --   worker.info     [worker...]  -> JSON [{name, last_seen, host, pid, queues, started, done,
 --                   failed, beat, group, state, request}], most recent first
 --   worker.beat     group state members reap [queue...]  -> JSON {"reaped": [jid...],
---                   "request": r}: `group` and its `members` (space-separated worker names,
---                   a supervisor's live children) are alive (state: live or quiet, as the
---                   worker reports it; start: live, and the requests left before go); reap 1: also re-offers expired leases as `reap` does; forgets
+--                   "request": r[, "members_lost": true]}: `group` and its `members`
+--                   (space-separated worker names, a supervisor's live children; ':' those
+--                   sent before, unchanged) are alive (state: live or quiet, as the worker
+--                   reports it; start: live, and the requests left before go); reap 1: also re-offers expired leases as `reap` does; forgets
 --                   a few workers unseen for `max-worker-age` seconds (as `workers` does);
 --                   r: the request an operator left for the group ('quiet', 'stop' or '')
 --   worker.request  worker action  -> nil  (action: quiet or stop; stored for the worker's
@@ -134,14 +135,16 @@ Q.mod.workerinfo = function()
       Q.fail('Arg "state" must be start, live or quiet: ' .. tostring(state))
     end
     local members = args[3] or ''
-    if #members > 132000 then Q.fail('Arg "members" too large') end
-    local count = 0
-    for name in members:gmatch('%S+') do
-      Q.worker(name)
-      count = count + 1
-    end
-    if count > 1000 or members:find('[^%S ]') then
-      Q.fail('Arg "members" must be at most 1000 worker names separated by spaces')
+    if members ~= ':' then  -- (':' the members sent before, unchanged: no name has a ':')
+      if #members > 132000 then Q.fail('Arg "members" too large') end
+      local count = 0
+      for name in members:gmatch('%S+') do
+        Q.worker(name)
+        count = count + 1
+      end
+      if count > 1000 or members:find('[^%S ]') then
+        Q.fail('Arg "members" must be at most 1000 worker names separated by spaces')
+      end
     end
     if args[4] ~= '0' and args[4] ~= '1' then Q.fail('Arg "reap" must be 0 or 1') end
     local queues = {}
@@ -155,14 +158,20 @@ Q.mod.workerinfo = function()
     if state == 'start' then state = 'live' end
     -- One write a beat. `calm` is dropped by worker.request (and absent from a new hash):
     -- only then is the request read, and returned once.
-    local request = ''
-    if rcall('HSET', key, 'seen', Q.time_arg(now), 'state', state, 'members', members,
-        'calm', '1') > 0 then
+    local request, lost = '', false
+    local fields = { 'seen', Q.time_arg(now), 'state', state, 'calm', '1' }
+    if members ~= ':' then
+      fields[7], fields[8] = 'members', members
+    end
+    if rcall('HSET', key, unpack(fields)) > 0 then
       request = rcall('HGET', key, 'request') or ''
+      -- (a new hash: the members sent before are gone; the worker sends them again)
+      lost = members == ':' and rcall('HEXISTS', key, 'members') == 0
     end
     local reaped = '[]'
     if args[4] == '1' then reaped = C['reap'][2](now, queues) end
-    return '{"reaped":' .. reaped .. ',"request":' .. cjson.encode(request) .. '}'
+    return '{"reaped":' .. reaped .. ',"request":' .. cjson.encode(request) ..
+      (lost and ',"members_lost":true}' or '}')
   end }
 
   C['worker.request'] = { 'Request', function(now, args)

@@ -62,7 +62,7 @@ def test_states_follow_the_beats_of_the_group(client: Client, clock: FakeClock) 
     client.workers.hello("lone", "h", 3, ["q"], beat=10)
     for _ in range(6):
         clock.advance(9)
-        assert client.workers.beat("sup", members=["c1", "c2"]) == ([], "")
+        assert client.workers.beat("sup", members=["c1", "c2"]) == ([], "", False)
     states = {row["name"]: row["state"] for row in client.workers.info()}
     assert states == {"c1": "live", "c2": "live", "lone": "dead"}
     clock.advance(16)  # more than 1.5 beats without one
@@ -107,13 +107,26 @@ def test_request_is_kept_for_the_group_and_published(
     assert [(c, json.loads(d)) for c, d in events()] == [
         ("ql:w:c1", {"event": "quiet", "worker": "c1"})]
     assert client.workers.info("c1")[0]["request"] == "quiet"
-    assert client.workers.beat("sup") == ([], "quiet")
-    assert client.workers.beat("sup") == ([], "")  # (once)
+    assert client.workers.beat("sup").request == "quiet"
+    assert client.workers.beat("sup").request == ""  # (once)
     assert client.workers.info("c1")[0]["request"] == "quiet"  # pending until it is quiet
     client.workers.beat("sup", "quiet")
     assert client.workers.info("c1")[0]["request"] == ""
     client.workers.request("c1", "stop")
-    assert client.workers.beat("sup", "start") == ([], "")  # a new start forgets it
+    assert client.workers.beat("sup", "start").request == ""  # a new start forgets it
+
+
+def test_unchanged_members_are_kept_and_asked_again_once_lost(
+        client: Client, clock: FakeClock, r: redis.Redis) -> None:
+    client.workers.hello("c1", "h", 1, ["q"], beat=10, group="sup")
+    assert client.workers.beat("sup", members=["c1"]).members_lost is False
+    clock.advance(20)
+    assert client.workers.beat("sup", members=None).members_lost is False
+    assert states_of(client) == {"c1": "live"}
+    r.delete(client.keyspace.key("wg:sup"))
+    assert client.workers.beat("sup", members=None).members_lost is True
+    assert client.workers.beat("sup", members=["c1"]).members_lost is False
+    assert states_of(client) == {"c1": "live"}
 
 
 def test_beat_refuses_bad_input(client: Client, r: redis.Redis) -> None:

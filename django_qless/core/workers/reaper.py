@@ -64,6 +64,7 @@ class Beat:
     on_request: Callable[[str], None]  # an operator asked for "quiet" or "stop"
     members: Callable[[], Sequence[str]] = tuple  # the other names it beats for (children)
     started: bool = False  # the first beat (state "start") went through
+    sent: tuple[str, ...] | None = None  # the members the engine holds (None: send them)
 
 
 def obey(action: str, name: str, signals: SignalState,
@@ -220,15 +221,20 @@ class LeaseReaper:
         beat = self.beat
         assert beat is not None
         state = beat.state() if beat.started else "start"
-        members = beat.members()
+        members = tuple(beat.members())
+        # (unchanged members are not sent again: the engine keeps them)
+        send = None if members == beat.sent and beat.started else members
         jids: list[str] = []
         requests = set()
+        lost = False
         for client in clients:
-            reaped, request = client.workers.beat(beat.group, state, members=members,
-                                                  reap=reap, queues=self.queues)
-            jids += reaped
-            if request:
-                requests.add(request)
+            reply = client.workers.beat(beat.group, state, members=send, reap=reap,
+                                        queues=self.queues)
+            jids += reply.reaped
+            if reply.request:
+                requests.add(reply.request)
+            lost = lost or reply.members_lost
+        beat.sent = None if lost else members  # (lost: sent again with the next beat)
         beat.started = True
         self._beat_at = self._clock()
         for request in sorted(requests, key=("stop", "quiet").index):
