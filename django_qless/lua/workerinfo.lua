@@ -14,10 +14,11 @@
 --   worker.beat     group state members reap [queue...]  -> JSON {"reaped": [jid...],
 --                   "request": r[, "members_lost": true]}: `group` and its `members`
 --                   (space-separated worker names, a supervisor's live children; ':' those
---                   sent before, unchanged) are alive (state: live or quiet, as the worker
---                   reports it; start: live, and the requests left before go); reap 1: also re-offers expired leases as `reap` does; forgets
---                   a few workers unseen for `max-worker-age` seconds (as `workers` does);
---                   r: the request an operator left for the group ('quiet', 'stop' or '')
+--                   sent before, unchanged) are alive. state: live or quiet, as the worker
+--                   reports it; start: live, and the requests left before go. reap 1: also
+--                   re-offers expired leases as `reap` does. r: a request an operator left
+--                   for the group since the last beat ('quiet', 'stop' or ''). members_lost:
+--                   ':' was sent, but the group's hash had to be made anew.
 --   worker.request  worker action  -> nil  (action: quiet or stop; stored for the worker's
 --                   group and published on ql:w:<worker> as {"event": action, "worker": worker})
 --
@@ -46,7 +47,6 @@ Q.mod.workerinfo = function()
 
   local function info_key(worker) return KP .. 'w:' .. worker .. ':info' end
   local function group_key(group) return KP .. 'wg:' .. group end
-  Q.group_key = group_key
 
   -- The last beat of the worker's group that names it (a number, or nil), the group's
   -- reported state and pending request, for a worker's info row.
@@ -55,7 +55,8 @@ Q.mod.workerinfo = function()
     if not group or group == '' then group = row.name end
     local g = rcall('HMGET', group_key(group), 'seen', 'state', 'request', 'members')
     local seen = tonumber(g[1])
-    if group ~= row.name and not (' ' .. (g[4] or '') .. ' '):find(' ' .. row.name .. ' ', 1, true) then
+    local named = (' ' .. (g[4] or '') .. ' '):find(' ' .. row.name .. ' ', 1, true)
+    if group ~= row.name and not named then
       seen = nil -- (no longer one of its members: it died, or the group restarted)
     end
     return seen, g[2] or '', g[3] or ''
