@@ -155,10 +155,13 @@ def _operator_patterns(page: Callable[..., URLPattern],
 
 def _console_patterns(page: Callable[..., URLPattern],
                       token: Callable[..., URLPattern]) -> list[URLPattern]:
-    """Operator's console: worker liveness, search, charts, the Redis page, forgetting."""
+    """Operator's console: worker liveness, quiet and stop, search, charts, the Redis page,
+    forgetting."""
     return [
         # (a worker name may contain "/", so the name is the last part of the path)
         page("forget-worker/<qless_worker:name>", workers.worker_forget, "worker_forget"),
+        page("quiet-worker/<qless_worker:name>", workers.worker_quiet, "worker_quiet"),
+        page("stop-worker/<qless_worker:name>", workers.worker_stop, "worker_stop"),
         page("queues/<qless_queue:name>/forget/", console_views.queue_forget, "queue_forget"),
         page("search/", search_views.search, "search"),
         page("charts/", console_views.charts, "charts"),

@@ -3,14 +3,27 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .serialization import as_list, check_int, check_worker
+from .exceptions import InvalidArgument
+from .serialization import as_list, check_int, check_name, check_number, check_worker
 
 if TYPE_CHECKING:
     from .client import Client
 
-__all__ = ["Workers", "Tags"]
+__all__ = ["BEAT_STATES", "REQUESTS", "BeatReply", "Workers", "Tags"]
+
+BEAT_STATES = ("start", "live", "quiet")  # what a worker's beat reports
+REQUESTS = ("quiet", "stop")  # what an operator may ask of a worker
+
+
+class BeatReply(NamedTuple):
+    """What a worker's beat brings back."""
+
+    reaped: list[str]  # jids whose expired lease the beat's reap handled
+    request: str  # "quiet", "stop" or "": asked from the console since the last beat
+    members_lost: bool  # the members were sent as unchanged, but the engine lost them
 
 
 class Workers:
@@ -30,16 +43,49 @@ class Workers:
         reply = self._client.call_json("workers", check_worker(name)) or {}
         return {"jobs": as_list(reply.get("jobs")), "stalled": as_list(reply.get("stalled"))}
 
-    def hello(self, name: str, host: str, pid: int, queues: list[str]) -> None:
-        """Record a starting worker's host, pid and queues (resets its done/failed counts)."""
+    def hello(self, name: str, host: str, pid: int, queues: list[str], *,
+              beat: float = 60.0, group: str = "") -> None:
+        """Record a starting worker's host, pid and queues (resets its done/failed counts);
+        it promises a contact every `beat` seconds, by its own calls or its `group`'s beats."""
         self._client.call("worker.hello", check_worker(name), host, check_int("pid", pid, 0),
-                          json.dumps(list(queues)))
+                          json.dumps(list(queues)), check_number("beat", beat, 0.001, 86400),
+                          check_worker(group) if group else "")
+
+    def beat(self, group: str, state: str = "live", *, members: Sequence[str] | None = (),
+             reap: bool = False, queues: Sequence[str] | None = None) -> BeatReply:
+        """Say `group` and its `members` (a supervisor's live children; None: those of the
+        last beat, unchanged) are alive (`state`: start, live or quiet); with `reap`, also
+        re-offer expired leases in `queues` (all known queues if None) as `reap` does.
+
+        Returns the jids reaped, a request an operator left for the group since the last
+        beat ('quiet', 'stop' or ''), and whether members must be sent again.
+        """
+        if state not in BEAT_STATES:
+            raise InvalidArgument(f"state must be one of {', '.join(BEAT_STATES)}: {state!r}")
+        names = [check_name("queue", q) for q in queues or ()]
+        alive = ":" if members is None else " ".join(check_worker(m) for m in members)
+        reply = self._client.call_json("worker.beat", check_worker(group), state, alive,
+                                       "1" if reap else "0", *names)
+        if not isinstance(reply, dict):
+            reply = {}
+        return BeatReply([str(jid) for jid in as_list(reply.get("reaped"))],
+                         str(reply.get("request") or ""), bool(reply.get("members_lost")))
+
+    def request(self, name: str, action: str) -> None:
+        """Ask a live worker to be quiet (finish its jobs, take no new ones, then exit) or to
+        stop (as TERM does); raises InvalidArgument for an unknown or dead worker."""
+        if action not in REQUESTS:
+            raise InvalidArgument(f"action must be quiet or stop: {action!r}")
+        self._client.call("worker.request", check_worker(name), action)
 
     def info(self, *names: str) -> list[dict[str, Any]]:
-        """Return [{"name", "last_seen", "host", "pid", "queues", "started", "done", "failed"}].
+        """Return [{"name", "last_seen", "host", "pid", "queues", "started", "done", "failed",
+        "beat", "state", "request"}].
 
         Without names: every worker the engine knows (at most 1000), most recently seen
         first. Fields a worker never reported (a stock qless worker) are None; counts are 0.
+        `state` is live, quiet, stale (unseen for 1.5 beats) or dead (3 beats); `request` the
+        operator's pending quiet or stop ('' when none).
         """
         reply = as_list(self._client.call_json("worker.info", *(check_worker(n) for n in names)))
         return [_info_row(row) for row in reply if isinstance(row, dict)]
@@ -73,6 +119,9 @@ def _info_row(row: dict[str, Any]) -> dict[str, Any]:
         "started": _number(row.get("started")),
         "done": int(_number(row.get("done")) or 0),
         "failed": int(_number(row.get("failed")) or 0),
+        "beat": _number(row.get("beat")),
+        "state": str(row.get("state") or "live"),
+        "request": str(row.get("request") or ""),
     }
 
 

@@ -126,6 +126,7 @@ _INVALID = (
     "unrecognized option",
     "unknown type",
     "unknown action",
+    "no live worker",
     "schedule type",
     "cannot be used without",
     "first argument",

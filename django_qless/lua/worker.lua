@@ -24,6 +24,8 @@
 --
 -- Keys:
 --   ql:workers             zset  worker -> last seen (ZRANGEBYSCORE, ZREVRANGE, ZREM, ZADD)
+--   ql:wg:<group>          hash  (HMGET seen members: a worker its group still beats for is
+--                                kept; DEL with the worker of that name)
 --   ql:w:<worker>:jobs     zset  jid -> lock expiry (ZREVRANGEBYSCORE, ZCOUNT, DEL)
 --   ql:w:<worker>:info     hash  (HINCRBY done in complete.reserve; DEL with the worker)
 --   ql:q:<queue>-scheduled|recur|locks  zset (ZRANGE 0 0 WITHSCORES, for the wake hint)
@@ -38,15 +40,34 @@ Q.mod.worker = function()
   local floor = math.floor
 
 
-  local function collect_workers(now)
+  -- Forget (bounded work) workers unseen for `max-worker-age` seconds: neither their own calls
+  -- nor their group's beats (workerinfo.lua); one still beating for is seen again instead.
+  -- Their job sets and info go; the jobs' histories keep their names.
+  function Q.collect_workers(now)
     local age = Q.cfgnum('max-worker-age', 86400)
-    local dead = rcall('ZRANGEBYSCORE', K.workers, 0, now - age, 'LIMIT', 0, Q.CHUNK)
-    for _, w in ipairs(dead) do rcall('DEL', Q.kwjobs(w), KP .. 'w:' .. w .. ':info') end
+    local old = rcall('ZRANGEBYSCORE', K.workers, 0, now - age, 'LIMIT', 0, 100)
+    local dead = {}
+    for _, w in ipairs(old) do
+      local info = KP .. 'w:' .. w .. ':info'
+      local group = rcall('HGET', info, 'group') or w
+      local gkey = KP .. 'wg:' .. group
+      local g = rcall('HMGET', gkey, 'seen', 'members')
+      local beat = tonumber(g[1])
+      local named = group == w or (' ' .. (g[2] or '') .. ' '):find(' ' .. w .. ' ', 1, true)
+      if beat and named and beat > now - age then
+        rcall('ZADD', K.workers, beat, w)
+      else
+        rcall('DEL', Q.kwjobs(w), info)
+        -- (the group's beats stopped too: a supervisor or serial worker gone without a word)
+        if not (beat and beat > now - age) then rcall('DEL', gkey) end
+        dead[#dead + 1] = w
+      end
+    end
     if #dead > 0 then Q.chunked('ZREM', K.workers, dead) end
   end
 
   C['workers'] = { 'Workers', function(now, args)
-    collect_workers(now)
+    Q.collect_workers(now)
     if args[1] then
       local key = Q.kwjobs(Q.worker(args[1]))
       return cjson.encode({
@@ -71,7 +92,8 @@ Q.mod.worker = function()
     if #names == 0 then Q.fail('Arg "worker" missing') end
     if #names > Q.MAX_LIST then Q.fail('at most ' .. Q.MAX_LIST .. ' workers') end
     Q.chunked('ZREM', K.workers, names)
-    for _, w in ipairs(names) do rcall('DEL', KP .. 'w:' .. w .. ':info') end -- workerinfo.lua
+    -- (its info, and the beats of the group it leads: workerinfo.lua)
+    for _, w in ipairs(names) do rcall('DEL', KP .. 'w:' .. w .. ':info', KP .. 'wg:' .. w) end
   end }
 
   -- Seconds until something may become ready in these queues (-1 if nothing is pending).

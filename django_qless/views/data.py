@@ -30,7 +30,10 @@ __all__ = [
     "stats_many",
     "failed_groups",
     "tracked_jobs",
+    "WORKER_STATES",
+    "state_summary",
     "worker_counts",
+    "worker_states",
 ]
 
 #: What a listing reads: an alias's client (every shard of it), or chosen keyspace clients.
@@ -218,6 +221,28 @@ def worker_counts(clients: Clients) -> list[dict[str, Any]]:
     return list(merged.values())
 
 
+WORKER_STATES = ("live", "quiet", "stale", "dead")  # the engine's, in display order
+
+
+def worker_states(clients: Clients) -> dict[str, str]:
+    """Return each worker's state (live, quiet, stale, dead) as its latest shard says."""
+    latest: dict[str, tuple[float, str]] = {}
+    for client in as_clients(clients):
+        for info in client.workers.info():
+            seen = info["last_seen"] or 0.0
+            if info["name"] not in latest or seen > latest[info["name"]][0]:
+                latest[info["name"]] = (seen, info["state"])
+    return {name: state for name, (_, state) in latest.items()}
+
+
+def state_summary(rows: list[dict[str, Any]]) -> str:
+    """Return "3 live, 1 dead": how many workers are in each state ("" for none)."""
+    counts = dict.fromkeys(WORKER_STATES, 0)
+    for row in rows:
+        counts[row["state"]] = counts.get(row["state"], 0) + 1
+    return ", ".join(f"{n} {state}" for state, n in counts.items() if n)
+
+
 def tracked_jobs(clients: Clients) -> tuple[list[Job], list[str]]:
     """Return the tracked jobs of every shard, and the tracked jids that expired."""
     jobs: list[Job] = []
@@ -260,6 +285,10 @@ def overview(clients: Clients) -> dict[str, Any]:
     for job in tracked:
         tracked_by_state[job.state] = tracked_by_state.get(job.state, 0) + 1
     workers = worker_counts(shards)
+    states = worker_states(shards)
+    for row in workers:
+        row["state"] = states.get(row["name"], "live")
+        row["stale"] = row["state"] in ("stale", "dead")
     per_minute = completed_per_minute(shards)
     totals = {key: sum(q[key] for q in queues) for key in QUEUE_STATES}
     by_queue, capped = failed_by_queue(shards) if groups else ({}, False)
@@ -277,6 +306,7 @@ def overview(clients: Clients) -> dict[str, Any]:
         "tracked_count": len(tracked),
         "workers": workers[:OVERVIEW_LIMIT],
         "worker_count": len(workers),
+        "worker_summary": state_summary(workers),
         "completed_per_minute": per_minute,
         "completed_last_hour": sum(per_minute),
         "jobs_per_minute": round(sum(per_minute) / 60.0, 2),

@@ -68,8 +68,13 @@ def metrics(request: HttpRequest) -> HttpResponse:
     for group, count in sorted(data.failed_groups(clients).items()):
         out.sample("qless_failed_jobs", count, group=str(group))
     workers = data.worker_counts(clients)
-    out.family("qless_workers", "gauge", "Workers seen recently.")
+    out.family("qless_workers", "gauge", "Workers listed (dead ones until max-worker-age).")
     out.sample("qless_workers", len(workers))
+    states = data.worker_states(clients)
+    out.family("qless_workers_by_state", "gauge", "Workers by state: live, quiet, stale, dead.")
+    for state in data.WORKER_STATES:
+        out.sample("qless_workers_by_state", sum(1 for s in states.values() if s == state),
+                   state=state)
     out.family("qless_worker_jobs", "gauge", "Jobs held by a worker, by lock state.")
     for w in workers:
         out.sample("qless_worker_jobs", w.get("jobs", 0), worker=str(w.get("name")),

@@ -1,4 +1,4 @@
-"""Workers with liveness (host, pid, queues, counts, last seen, stale); one worker; forget."""
+"""Workers with liveness (live, quiet, stale, dead); one worker; quiet, stop, forget."""
 
 from __future__ import annotations
 
@@ -18,27 +18,18 @@ from django_qless.views.base import (
     redirect_back,
     render_page,
 )
-from django_qless.views.data import Clients, as_clients, job_row, load_jobs, worker_counts
+from django_qless.views.data import (
+    Clients,
+    as_clients,
+    job_row,
+    load_jobs,
+    state_summary,
+    worker_counts,
+)
 from django_qless.views.shards import page_clients, shard_clients
 
-__all__ = ["api_workers_info", "stale_after", "utc_text", "worker_detail", "worker_forget",
-           "worker_rows", "workers"]
-
-
-def stale_after(clients: Clients) -> float:
-    """Return the seconds without contact after which a worker is marked stale (the first
-    shard's settings)."""
-    client = as_clients(clients)[0]
-
-    def option(name: str, default: float) -> float:
-        try:
-            return float(client.config[name])
-        except (KeyError, TypeError, ValueError):
-            return default
-
-    # A live worker renews its leases within `heartbeat` and re-reserves every few seconds
-    # when idle; `grace-period` is the engine's own allowance on top of a lease.
-    return option("heartbeat", 60.0) + option("grace-period", 10.0)
+__all__ = ["api_workers_info", "utc_text", "worker_detail",
+           "worker_forget", "worker_quiet", "worker_rows", "worker_stop", "workers"]
 
 
 def utc_text(seconds: float | None) -> str:
@@ -71,7 +62,9 @@ def _merged_info(clients: list[Client], names: tuple[str, ...]) -> list[dict[str
                 continue
             if (info["last_seen"] or 0) > (seen["last_seen"] or 0):
                 seen.update(last_seen=info["last_seen"], host=info["host"] or seen["host"],
-                            pid=info["pid"] if info["pid"] is not None else seen["pid"])
+                            pid=info["pid"] if info["pid"] is not None else seen["pid"],
+                            state=info["state"], beat=info["beat"] or seen["beat"])
+            seen["request"] = seen["request"] or info["request"]
             starts = [s for s in (seen["started"], info["started"]) if s]
             seen["started"] = min(starts) if starts else None
             seen["queues"] = [*seen["queues"],
@@ -89,7 +82,6 @@ def worker_rows(clients: Clients, *names: str) -> list[dict[str, Any]]:
     over every shard."""
     shards = as_clients(clients)
     now = float(shards[0].now())
-    limit = stale_after(shards)
     counts = {str(w["name"]): w for w in worker_counts(shards)}
     rows = []
     for info in _merged_info(shards, names):
@@ -99,14 +91,17 @@ def worker_rows(clients: Clients, *names: str) -> list[dict[str, Any]]:
         held = counts.get(name, {})
         seen = info["last_seen"]
         age = (now - seen) if seen is not None else None
+        beat = info["beat"] or 60.0
         rows.append({
             "name": name, "host": info["host"] or "", "pid": info["pid"],
             "queues": info["queues"], "jobs": int(held.get("jobs", 0) or 0),
             "stalled": int(held.get("stalled", 0) or 0), "done": info["done"],
             "failed": info["failed"], "started": info["started"], "last_seen": seen,
             "started_text": utc_text(info["started"]), "last_seen_text": utc_text(seen),
-            "last_seen_ago": _ago(age), "stale": age is not None and age > limit,
-            "state": "stale" if age is not None and age > limit else "live",
+            "last_seen_ago": _ago(age), "state": info["state"],
+            "stale": info["state"] in ("stale", "dead"), "request": info["request"],
+            "request_text": f"{info['request']} asked" if info["request"] else "",
+            "beat": beat, "stale_after": beat * 1.5, "dead_after": beat * 3,
         })
     return rows
 
@@ -119,7 +114,7 @@ def workers(request: HttpRequest) -> HttpResponse:
     pager = get_pager(request, total=len(rows))
     return render_page(request, "django_qless/workers.html",
                        {"workers": rows[pager.offset:pager.offset + pager.per_page],
-                        "pager": pager, "total": len(rows), "stale_after": stale_after(clients),
+                        "pager": pager, "total": len(rows), "summary": state_summary(rows),
                         # Live rows only when everything fits on one page.
                         "live": not (pager.has_previous or pager.has_next),
                         "live_src": qurl(request, "api_workers_info", query={
@@ -160,7 +155,6 @@ def worker_detail(request: HttpRequest, name: str) -> HttpResponse:
         current.append(item)
     return render_page(request, "django_qless/worker.html",
                        {"name": name, "worker": row, "current": current,
-                        "stale_after": stale_after(clients),
                         "stalled": [job_row(j, now) for j in load_jobs(clients, stalled)]},
                        title=f"Worker {name}",
                        crumbs=[("Workers", qurl(request, "workers")), (name, None)])
@@ -185,8 +179,62 @@ def worker_forget(request: HttpRequest, name: str) -> HttpResponse:
     return redirect_back(request, qurl(request, "workers"))
 
 
+_ASKED = {
+    "quiet": ("Quiet worker {name}? It finishes the jobs it runs, takes no new ones and exits "
+              "(as on QUIT). A forking worker does so with all its children.",
+              "Yes, make it quiet",
+              "Asked worker {name} to be quiet: it finishes its running jobs, takes no new ones "
+              "and exits."),
+    "stop": ("Stop worker {name} now? It gives its running jobs back to their queues and "
+             "exits (as on TERM). A forking worker does so with all its children.",
+             "Yes, stop the worker",
+             "Asked worker {name} to stop: it gives its running jobs back and exits."),
+}
+
+
+def _ask(request: HttpRequest, name: str, action: str) -> HttpResponse:
+    """Confirm (GET), then ask a live worker to be quiet or to stop (POST)."""
+    back = qurl(request, "worker", name)
+    row = next(iter(worker_rows(shard_clients(request), name)), None)
+    if row is None or row["state"] == "dead":
+        why = "is not known" if row is None else "is dead (no contact for a while)"
+        messages.info(request, f"Worker {name} {why}: nothing to ask.")
+        return redirect_back(request, back, use_referer=True)
+    question, button, done = _ASKED[action]
+    if request.method != "POST":
+        return render_page(request, "django_qless/confirm.html", {
+            "question": question.format(name=name), "button": button, "back": back,
+            "action": qurl(request, f"worker_{action}", name),
+            "hidden": [("next", request.GET.get("next", ""))] if request.GET.get("next") else [],
+        }, title=f"{action.capitalize()} worker {name}?",
+            crumbs=[("Workers", qurl(request, "workers")), (name, back),
+                    (action.capitalize(), None)])
+    asked = 0
+    for client in shard_clients(request):  # a worker registers in every shard it serves
+        if client.workers.info(name):
+            client.workers.request(name, action)
+            asked += 1
+    if not asked:
+        messages.info(request, f"Worker {name} is not known: nothing to ask.")
+    else:
+        messages.success(request, done.format(name=name))
+    return redirect_back(request, back)
+
+
+@dashboard_view(manage=True)
+def worker_quiet(request: HttpRequest, name: str) -> HttpResponse:
+    """Confirm, then ask a worker to finish its jobs, take no new ones and exit (QUIT)."""
+    return _ask(request, name, "quiet")
+
+
+@dashboard_view(manage=True)
+def worker_stop(request: HttpRequest, name: str) -> HttpResponse:
+    """Confirm, then ask a worker to give its jobs back and exit (TERM)."""
+    return _ask(request, name, "stop")
+
+
 @api_view
 def api_workers_info(request: HttpRequest) -> HttpResponse:
     """Return the workers page's rows as JSON (what its live refresh polls)."""
     rows = worker_rows(page_clients(request))
-    return JsonResponse({"workers": rows, "total": len(rows)})
+    return JsonResponse({"workers": rows, "total": len(rows), "summary": state_summary(rows)})

@@ -116,6 +116,7 @@ def test_viewer_gets_every_page(name: str, viewer: Any, as_user: Any,
     manage_only = {"job_cancel", "failed_retry", "failed_cancel", "recurring_cancel",
                    "failed_retry_all"}
     manage_only |= {"worker_forget", "queue_forget"}  # the console's confirmation pages
+    manage_only |= {"worker_quiet", "worker_stop"}
     manage_only |= {"flow_retry", "flow_cancel"}  # POST-only actions that need manage
     manage_only |= {"queue_empty", "jobs_all"}  # the operator tools' confirmation pages
     post_only = {"queue_pause", "queue_unpause", "queue_settings", "queue_rate_limit",

@@ -33,7 +33,7 @@ def test_workers_liveness_live_refresh_and_forget(page: Any, qc: Any) -> None:
     busy = page.locator("tr", has=page.locator("a:text('w-busy')"))
     assert "q, reports" in busy.inner_text() and "live" in busy.inner_text()
     gone = page.locator("tr", has=page.locator("a:text('w-gone')"))
-    assert "stale" in gone.inner_text() and "qless-stale" in (gone.get_attribute("class") or "")
+    assert "dead" in gone.inner_text() and "qless-stale" in (gone.get_attribute("class") or "")
     wait_live(page)
     odd = "<i>w-new</i>"  # (worker names have no spaces)
     worker(qc, odd)  # a new worker appears by the live refresh, its name shown as text

@@ -40,20 +40,28 @@ def test_bar_chart_scales_to_the_peak() -> None:
     assert [b["h"] for b in chart["bars"]] == [0.0, 50.0, 100.0]
 
 
-def test_workers_page_shows_liveness_and_stale(mc: Client, qc: Any) -> None:
+def test_workers_page_shows_liveness_stale_and_dead(mc: Client, qc: Any) -> None:
     live = CoreClient(qc.redis, worker_name="w-live", _clock=qc.now)
     live.workers.hello("w-live", "host-1", 321, ["q", "q2"])
     qc.queues["q"].put("tests.Job", {}, jid="j1")
     live.reserve(["q"])
+    late = CoreClient(qc.redis, worker_name="w-late", _clock=lambda: qc.now() - 100)
+    late.workers.hello("w-late", "host-3", 98, ["q"])  # more than 1.5 beats of 60 s ago
     old = CoreClient(qc.redis, worker_name="w-old", _clock=lambda: qc.now() - 600)
     old.workers.hello("w-old", "host-2", 99, ["q"])
     page = body(mc.get(url("workers")))
     row = page.split(url("worker", "w-live"))[1].split("</tr>")[0]
     assert "host-1" in row and "321" in row and "q, q2" in row and ">live<" in row
-    stale = page.split(url("worker", "w-old"))[1].split("</tr>")[0]
-    assert ">stale<" in stale and "host-2" in stale
+    assert ">stale<" in page.split(url("worker", "w-late"))[1].split("</tr>")[0]
+    dead = page.split(url("worker", "w-old"))[1].split("</tr>")[0]
+    assert ">dead<" in dead and "host-2" in dead and "Stop" not in dead
+    assert "1 live, 1 stale, 1 dead" in page
     data = mc.get(url("api_workers_info")).json()
-    assert {w["name"]: w["stale"] for w in data["workers"]} == {"w-live": False, "w-old": True}
+    assert {w["name"]: w["state"] for w in data["workers"]} == {
+        "w-live": "live", "w-late": "stale", "w-old": "dead"}
+    assert data["summary"] == "1 live, 1 stale, 1 dead"
+    overview = mc.get(url("api_overview")).json()
+    assert overview["worker_summary"] == "1 live, 1 stale, 1 dead"
     detail = body(mc.get(url("worker", "w-live")))
     assert 'class="qless-jid" href="/qless/jobs/j1/"' in detail and "Running since" in detail
     assert "host-1" in detail and url("worker_forget", "w-live") in detail

@@ -175,6 +175,8 @@ def test_metrics_exposition(qc: Any, db: None) -> None:
     assert 'qless_queue_jobs{queue="q",state="waiting"} 1' in body
     assert 'qless_failed_jobs{group="odd \\"group\\"\\\\x"} 1' in body
     assert "qless_workers 1" in body
+    assert 'qless_workers_by_state{state="live"} 1' in body  # (the worker fail_job used)
+    assert 'qless_workers_by_state{state="dead"} 0' in body
     assert 'qless_stats_failures_today{queue="q"} 1' in body
     assert "# TYPE qless_queue_jobs gauge" in body
     for line in body.splitlines():

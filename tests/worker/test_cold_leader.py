@@ -74,6 +74,8 @@ def engine_calls_of(commands: list[str], name: str) -> list[str]:
     for line in commands:
         words = line.split()
         if words and words[0].upper() in ("FCALL", "EVALSHA") and name in words:
+            if words[3] == "worker.beat":
+                continue  # (the supervisor's beat, naming its children)
             out.append(words[3])  # FCALL fn 0 <command> ... / EVALSHA sha 0 <command> ...
         elif words and "SUBSCRIBE" in words[0].upper() and any(
                 w.endswith(f"hand:{name}") for w in words):

@@ -151,7 +151,7 @@ def test_reap_period_follows_the_engine_timing():
 
 
 def test_reap_interval_option():
-    assert WorkerConfig(queues=("q",), reap_interval=0).make_reaper("w") is None
+    assert WorkerConfig(queues=("q",), reap_interval=0).make_reaper("w").reaps is False  # beats
     fixed = WorkerConfig(queues=("q",), reap_interval=3).make_reaper("w")
     assert fixed is not None and fixed.period == 3 and fixed.fixed_period == 3
     auto = WorkerConfig(queues=("q",)).make_reaper("w")

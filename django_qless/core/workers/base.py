@@ -77,6 +77,7 @@ class JobLoop:
             hooks = sys.modules["django_qless.core.integrations"].with_installed_hooks(hooks)
         self.hooks = hooks  # with the integrations' (observability.md)
         self.name = name
+        self.group = name  # whose beats show this loop alive (a child: its supervisor's name)
         self.signals = signals
         self.resume = resume
         # Jobs this loop may still ask for: its own cap, and the worker's shared pool.
@@ -373,7 +374,7 @@ class JobLoop:
         for client in self.routes.served():
             try:
                 client.workers.hello(self.name, socket.gethostname()[:255] or "", os.getpid(),
-                                     queues)
+                                     queues, beat=self.config.beat, group=self.group)
             except QlessError as exc:  # the dashboard's info only: never stop a worker for it
                 log.warning("could not record worker info for %s: %s", self.name, exc)
 

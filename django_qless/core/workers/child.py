@@ -110,6 +110,7 @@ class ForkChild(JobLoop):
         )
         self.status_fd = status_fd
         self.supervisor_pid = supervisor_pid
+        self.group = config.name or default_worker_name(supervisor_pid)  # (its beats)
         self.exit_code = ExitCode.OK
         # Serializes the job thread's and the heartbeat thread's writes and the deferred line.
         self._status_lock = threading.Lock()

@@ -30,6 +30,7 @@ from django_qless.core.workers.hand import SharedJobPool
 from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol
 from django_qless.core.workers.leadership import TokenFile
 from django_qless.core.workers.proctitle import set_title, stop_note, supervisor_title
+from django_qless.core.workers.reaper import Beat, obey
 from django_qless.core.workers.runner import child_extra
 from django_qless.core.workers.shards import Deployment, ShardFollower, served_clients
 from django_qless.core.workers.shutdown import ExitCode, SignalState
@@ -82,6 +83,9 @@ class ForkingWorker(ChildDisposal, ChildWatch):
         self._child_exited = True
         self._reap_at = 0.0
         self.reaper = config.make_reaper(self.name)
+        # The supervisor's beats show its children alive (one call however many there are).
+        self.reaper.beat = Beat(self.name, config.beat, self._beat_state, self.obey,
+                                members=self._names)
         # --max-jobs for all children together: each job asked for takes a ticket from it.
         self.pool = SharedJobPool(config.max_jobs) if config.max_jobs else None
         # The idle-leader token's file (leadership.py), in a private directory of ours.
@@ -121,6 +125,7 @@ class ForkingWorker(ChildDisposal, ChildWatch):
         if not isinstance(self.client, Client):  # queues may move between shards
             self._follower = ShardFollower(self.client, self.config.queues,
                                            self.config.queue_refresh, holders=self._names)
+        self.reaper.start_beat()
         first = True
         try:
             while True:
@@ -421,8 +426,15 @@ class ForkingWorker(ChildDisposal, ChildWatch):
         assert self.channels is not None
         self.channels.health_check_interval = _IDLE_PING if idle else _BUSY_PING
         self.channels.settle(busy=not idle)
-        if self.reaper is not None and not self.stopping:
-            self.reaper.maybe_reap(idle=idle)
+        # (stopping: beats only, "quiet" while the children finish their jobs)
+        self.reaper.maybe_reap(idle=idle, reap=not self.stopping)
+
+    def _beat_state(self) -> str:
+        return "quiet" if self.signals.graceful else "live"
+
+    def obey(self, action: str) -> None:
+        """Act on a quiet or stop asked from the console (a beat's reply, or `w:<child>`)."""
+        obey(action, self.name, self.signals, self.signals.request_stop)
 
     def _title(self) -> None:
         now = time.monotonic()
@@ -442,8 +454,7 @@ class ForkingWorker(ChildDisposal, ChildWatch):
             time.sleep(0.01)
         if self.channels is not None:
             self.channels.close()
-        if self.reaper is not None:
-            self.reaper.close()
+        self.reaper.close()
         # Short timeouts from here on: a silent Redis must not hold up the exit, and a
         # Redis already found unreachable while releasing jobs is not asked again.
         try:

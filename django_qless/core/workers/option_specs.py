@@ -190,6 +190,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "they are killed", ("--shutdown-grace",), "number", 0),
     OptionSpec("reap_interval", None, "seconds between lease reaper runs (default: from the "
                "heartbeat and grace-period config; 0 = off)", ("--reap-interval",), "number", 0),
+    OptionSpec("beat", 60.0, "seconds within which a live worker tells Redis so, idle or busy "
+               "(the dashboard shows it stale after 1.5 beats, dead after 3)", ("--beat",),
+               "number", 1),
     OptionSpec("start_timeout", 30.0, "seconds to wait for Redis at start, then exit 1 "
                "(default 30; 0: no wait)", ("--start-timeout",), "number", 0,
                setting="START_TIMEOUT", setting_minimum=0, env="QLESS_WORKER_START_TIMEOUT"),

@@ -14,20 +14,18 @@ import signal
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from django_qless.core.accessors import REQUESTS
 from django_qless.core.client import Client
 from django_qless.core.exceptions import QlessError
 from django_qless.core.workers.base import JobLoop
 from django_qless.core.workers.hand import release_job
 from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol
-from django_qless.core.workers.listener import (
-    ABORT_EVENTS,
-    HeardAborts,
-    WorkerChannelListener,
-    attempts_still_owned,
-)
+from django_qless.core.workers.listener import ABORT_EVENTS, HeardAborts, attempts_still_owned
+from django_qless.core.workers.reaper import Beat, obey
 from django_qless.core.workers.runner import Outcome, log_job, stopped_failure
 from django_qless.core.workers.shards import ShardFollower
 from django_qless.core.workers.shutdown import ExitCode, SignalState
+from django_qless.core.workers.supervision import WorkerChannelListener
 from django_qless.core.workers.worker_config import WorkerConfig, default_worker_name
 
 if TYPE_CHECKING:
@@ -56,11 +54,13 @@ class SerialWorker(JobLoop):
             resume=config.resume, max_jobs=config.max_jobs, reaper=config.make_reaper(name),
         )
         self.install_signals = install_signals
-        # One listener thread for every shard served (a job's events come on its own
+        # One listener thread, hearing every shard served (a job's events come on its own
         # shard's channel), following the queues to the shards they move to.
         follow = self._shards_followed()
-        self.listeners = [WorkerChannelListener(follow, self._on_channel_event,
-                                                on_reconnect=self._recheck_current)]
+        self.listener = WorkerChannelListener(follow, self._on_channel_event,
+                                              on_reconnect=self._recheck_current)
+        if self.reaper is not None:
+            self.reaper.beat = Beat(name, config.beat, self._beat_state, self._obey)
         self.released = 0
         self.unreleased = 0
         self.heard = HeardAborts()  # (written by the listener thread, read at a job's start)
@@ -96,10 +96,10 @@ class SerialWorker(JobLoop):
         """Serve jobs until stopped; return the exit code."""
         if self.install_signals:
             self.arm_signals(self._on_signal)
-        for listener in self.listeners:
-            listener.start()
-        for listener in self.listeners:
-            listener.add(self.name)
+        self.listener.start()
+        self.listener.add(self.name)
+        if self.reaper is not None:
+            self.reaper.start_beat()
         health = None
         if self.config.health_file:  # (the probe module is loaded only when asked for)
             from django_qless.core.probe import start_beat
@@ -110,8 +110,7 @@ class SerialWorker(JobLoop):
         finally:
             if health is not None:
                 health.stop()
-            for listener in self.listeners:
-                listener.stop()
+            self.listener.stop()
             if self.install_signals:
                 self.disarm_signals()
             self.signals.wake_pipe.close()
@@ -137,8 +136,17 @@ class SerialWorker(JobLoop):
         elif signum == signal.SIGUSR2:
             log.warning("USR2: paused; send CONT to resume")
 
+    def _beat_state(self) -> str:
+        return "quiet" if self.signals.graceful else "live"
+
+    def _obey(self, action: str) -> None:
+        obey(action, self.name, self.signals, lambda graceful: self.request_stop(graceful))
+
     def _on_channel_event(self, worker: str, payload: dict[str, Any]) -> None:
         event, jid = payload.get("event"), payload.get("jid")
+        if event in REQUESTS:
+            self._obey(str(event))
+            return
         if event not in ABORT_EVENTS or not isinstance(jid, str):
             return
         current = self.current

@@ -1,11 +1,12 @@
-"""What the supervisor tracks per child, and its `w:<child>` channels (no thread).
+"""What the supervisor tracks per child, and the `w:<worker>` channels (`ChildChannels`: the
+one way workers hear them, polled by the supervisor, in a thread by the serial worker).
 
-No thread: the supervisor forks, and forking a multi-threaded process invites deadlocks in
-the child. The pubsub sockets (one per primary holding a shard the worker serves, shared by
-that primary's shards: node_pubsub.py) are polled with the other descriptors instead; a
-shard's subscription is re-made (on the primary of now) when its connection breaks or its
-slot moves, and pinged when quiet so a half-open socket is noticed. The shards followed
-grow as the served queues move (`follow`).
+No thread in the supervisor: it forks, and forking a multi-threaded process invites
+deadlocks in the child. The pubsub sockets (one per primary holding a shard the worker
+serves, shared by that primary's shards: node_pubsub.py) are polled with the other
+descriptors instead; a shard's subscription is re-made (on the primary of now) when its
+connection breaks or its slot moves, and pinged when quiet so a half-open socket is
+noticed. The shards followed grow as the served queues move (`follow`).
 
 Once no child has held a job for `rest_after` seconds (--idle-disconnect) the connections
 are closed (`settle`): an idle worker's channels carry nothing, and the connection is what
@@ -18,8 +19,9 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -28,13 +30,15 @@ from django_qless.core.cluster.node_pubsub import (
     PUBSUB_ERRORS,
     Hub,
     Subscription,
+    poll_readable,
 )
+from django_qless.core.signalmask import block_async_signals
 from django_qless.core.workers.listener import HeardAborts
 
 if TYPE_CHECKING:
     from django_qless.core.client import Client
 
-__all__ = ["ChildChannels", "ChildProc"]
+__all__ = ["ChildChannels", "ChildProc", "WorkerChannelListener"]
 
 log = logging.getLogger("django_qless.worker")
 
@@ -176,10 +180,12 @@ class ChildChannels:
         for shard in self.shards:
             shard.remove(name)
 
-    def listening(self, name: str) -> bool:
+    def listening(self, name: str, *, connected: bool = False) -> bool:
         """Tell whether Redis confirmed `name`'s channel in every shard connected now (a
-        shard reconnecting, or resting, is re-checked once back: `take_missed`)."""
-        return all(shard.listening(name) for shard in self.shards)
+        shard reconnecting, or resting, is re-checked once back: `take_missed`); with
+        `connected`, only if every shard is connected too."""
+        return all(shard.listening(name) and not (connected and shard.fileno() is None)
+                   for shard in self.shards)
 
     def filenos(self) -> list[int]:
         """Return the sockets to poll (of the connections up now)."""
@@ -197,6 +203,94 @@ class ChildChannels:
         """Drop the connections."""
         for shard in self.shards:
             shard.close()
+        self.hub.close()
+
+
+class WorkerChannelListener(threading.Thread):
+    """A daemon thread hearing the channels of worker names (the serial worker's own) in every
+    keyspace `shards()` names (asked in this thread only, each round), through ChildChannels:
+    `on_event(worker, payload)` for each message; `on_reconnect()` once a broken connection
+    is back and confirmed (events may have been missed meanwhile)."""
+
+    def __init__(
+        self,
+        shards: Callable[[], Sequence[Client]],
+        on_event: Callable[[str, dict[str, Any]], None],
+        *,
+        on_reconnect: Callable[[], None] | None = None,
+    ) -> None:
+        super().__init__(name="qless-worker-listener", daemon=True)
+        self.shards = shards
+        self.on_event = on_event
+        self.on_reconnect = on_reconnect
+        self._lock = threading.Lock()
+        self._wanted: dict[str, threading.Event] = {}  # name -> set once heard everywhere
+        self._changed = threading.Event()
+        self._stop_event = threading.Event()
+
+    def add(self, worker: str, wait: float = 5.0) -> bool:
+        """Listen for `worker`; wait until Redis confirmed it everywhere (True) or `wait`
+        passed: no event is lost between "job started" and "listening"."""
+        with self._lock:
+            event = self._wanted.setdefault(worker, threading.Event())
+        self._changed.set()
+        return self.is_alive() and event.wait(wait)
+
+    def remove(self, worker: str) -> None:
+        """Stop listening for `worker`."""
+        with self._lock:
+            self._wanted.pop(worker, None)
+        self._changed.set()
+
+    def stop(self) -> None:
+        """End the thread (it leaves within about a fifth of a second)."""
+        self._stop_event.set()
+        self._changed.set()
+
+    def run(self) -> None:
+        block_async_signals()
+        channels = ChildChannels([])
+        try:
+            while not self._stop_event.is_set():
+                self._round(channels)
+        finally:
+            channels.close()
+
+    def _round(self, channels: ChildChannels) -> None:
+        """Follow the shards and names wanted, wait up to 0.2 s, hand on what came."""
+        try:
+            channels.follow(list(self.shards()))
+        except Exception as exc:  # noqa: BLE001 - placements are read from Redis
+            log.warning("could not look up the queues' shards (%s)", exc)
+        with self._lock:
+            wanted = dict(self._wanted)
+        for name in wanted.keys() - channels.names:
+            channels.add(name)
+        for name in channels.names - wanted.keys():
+            channels.remove(name)
+        fds = channels.filenos()
+        if not channels.buffered():
+            if fds:
+                poll_readable(fds, 0.2)
+            else:
+                self._changed.wait(0.2)
+        self._changed.clear()
+        for worker, payload in channels.poll():
+            try:
+                self.on_event(worker, payload)
+            except Exception:
+                log.exception("worker-channel event handler failed for %r", payload)
+        if channels.take_missed() and self.on_reconnect is not None:
+            try:
+                self.on_reconnect()
+            except Exception:
+                log.exception("re-check after reconnect failed")
+        for name, heard in wanted.items():
+            if (channels.shards and channels.listening(name, connected=True)
+                    and not channels.confirming()):
+                heard.set()
+            else:
+                heard.clear()
 
 
 class _ShardChannels:

@@ -13,6 +13,7 @@ import logging
 import signal
 from typing import TYPE_CHECKING
 
+from django_qless.core.accessors import REQUESTS
 from django_qless.core.exceptions import QlessError
 from django_qless.core.workers.listener import ABORT_EVENTS, attempts_still_owned
 from django_qless.core.workers.runner import child_extra
@@ -35,6 +36,7 @@ class ChildWatch:
     children: dict[int, ChildProc]
 
     if TYPE_CHECKING:
+        def obey(self, action: str) -> None: ...
         def _read_all_status(self) -> None: ...
         def _kill(self, child: ChildProc, reason: str, signum: int) -> None: ...
 
@@ -52,6 +54,9 @@ class ChildWatch:
         for worker, payload in events:
             child = by_name.get(worker)
             event, jid = payload.get("event"), payload.get("jid")
+            if child is not None and event in REQUESTS:
+                self.obey(str(event))  # (a child's name stands for its whole worker)
+                continue
             if child is None or event not in ABORT_EVENTS or not isinstance(jid, str):
                 continue
             if jid == child.jid:

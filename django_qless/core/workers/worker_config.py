@@ -93,6 +93,9 @@ class WorkerConfig:
     # Recover expired leases on every known queue this often, in seconds (None: half of the
     # engine's min(heartbeat, grace-period), 1-30 s; 0: never). Supervisor/serial worker only.
     reap_interval: float | None = default_of("reap_interval")
+    # Seconds within which the worker tells Redis it is alive (its beat rides on the reaper's
+    # call): the dashboard shows it stale after 1.5 beats, dead after 3.
+    beat: float = default_of("beat")
     # How long to wait for Redis at start before giving up with exit code 1 (0: no wait).
     start_timeout: float = default_of("start_timeout")
     # A file the serial worker or the supervisor keeps fresh with its state (core/probe.py).
@@ -135,6 +138,8 @@ class WorkerConfig:
                 raise ValueError(f"{name} must be >= 0")
         if self.reap_interval is not None and not self.reap_interval >= 0:
             raise ValueError(f"reap_interval must be >= 0: {self.reap_interval}")
+        if not 1 <= self.beat <= 86400:
+            raise ValueError(f"beat must be >= 1 and <= 86400: {self.beat}")
         for name in ("max_duration", "timeout", "kill_grace", "term_grace", "shutdown_grace",
                      "start_timeout", "leader_hold", "idle_disconnect"):
             if getattr(self, name) < 0:
@@ -204,14 +209,13 @@ class WorkerConfig:
                                  worker_name=worker_name, socket_timeout=timeout)
         return Client(self.url, worker_name=worker_name, socket_timeout=timeout)
 
-    def make_reaper(self, worker_name: str) -> LeaseReaper | None:
-        """Return the periodic lease reaper for a supervisor or serial worker (None: off)."""
-        if self.reap_interval == 0:
-            return None
+    def make_reaper(self, worker_name: str) -> LeaseReaper:
+        """Return the periodic lease reaper for a supervisor or serial worker (with
+        `reap_interval` 0 it only carries the worker's beats)."""
         # Its own connection with a short timeout: a silent Redis must not stall the caller.
         return LeaseReaper(
             lambda: self.make_client(worker_name=worker_name, socket_timeout=_REAP_TIMEOUT),
-            period=self.reap_interval,
+            period=self.reap_interval or None, reaps=self.reap_interval != 0,
         )
 
     def as_dict(self) -> dict[str, Any]:
