@@ -111,6 +111,7 @@ class JobLoop:
         # The heartbeat thread sets the running title, the loop the idle one: this keeps a
         # late "running" from overwriting "idle".
         self._title_lock = threading.Lock()
+        self._told_draining = False
 
     def _build_parts(self, leadership: Leadership | None) -> None:
         """Build the hand (held jobs, completions), the taker and the heartbeat thread."""
@@ -402,6 +403,10 @@ class JobLoop:
             log_job(logging.WARNING, job, "job %s still running after the %gs term grace; "
                     "giving it back", job.jid, self.config.term_grace)
             self.guard.abort("shutdown")
+        if self.reaper is not None and self.signals.draining and not self._told_draining:
+            # The serial worker beats between jobs: say "draining" now, not after the job.
+            self._told_draining = True
+            self.reaper.reap(beat_only=True)
         with self._title_lock:
             if self.current is job:
                 set_title(child_title(self.name, self.config.queues, jid=job.jid,

@@ -426,11 +426,11 @@ class ForkingWorker(ChildDisposal, ChildWatch):
         assert self.channels is not None
         self.channels.health_check_interval = _IDLE_PING if idle else _BUSY_PING
         self.channels.settle(busy=not idle)
-        # (stopping: beats only, "quiet" while the children finish their jobs)
+        # (stopping: beats only, "draining" while the children finish their jobs)
         self.reaper.maybe_reap(idle=idle, reap=not self.stopping)
 
     def _beat_state(self) -> str:
-        return "quiet" if self.signals.graceful else "live"
+        return "draining" if self.signals.graceful else "live"
 
     def obey(self, action: str) -> None:
         """Act on a quiet or stop asked from the console (a beat's reply, or `w:<child>`)."""

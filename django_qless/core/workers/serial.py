@@ -136,7 +136,7 @@ class SerialWorker(JobLoop):
             log.warning("USR2: paused; send CONT to resume")
 
     def _beat_state(self) -> str:
-        return "quiet" if self.signals.graceful else "live"
+        return "draining" if self.signals.graceful else "live"
 
     def _obey(self, action: str) -> None:
         obey(action, self.name, self.signals, lambda graceful: self.request_stop(graceful))
