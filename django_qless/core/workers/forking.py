@@ -1,16 +1,13 @@
-"""`ForkingWorker`: a supervisor that pre-forks N children and keeps them alive.
+"""`ForkingWorker`: a supervisor that pre-forks N job-running children and keeps them alive.
 
-The supervisor never runs jobs. It forks the children (closing framework connections in
-`hooks.before_fork()` before every fork), respawns any that die (backing off when they die
-in a loop), watches `w:<child>` (in every shard served; while a child holds a job: see
-supervision.py) for lock_lost/canceled/put, enforces
-the per-job time limit, and turns OS signals into actions (see `shutdown.py`). It is
-single-threaded: one poll() over the signal pipe, the children's status pipes and its pubsub
-sockets.
+Single-threaded, it never runs jobs: one poll() over the signal pipe, the children's status
+pipes and the `w:<child>` sockets, then, in order: spawn, reap and dispose, kill children
+whose job was taken, act on signals (shutdown.py) and time limits, beat and reap leases.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import select
@@ -91,11 +88,6 @@ class ForkingWorker:
         self._leader_token: TokenFile | None = None
         # Rewritten from the loop, never by the jobs: fresh while every child is busy.
         self.health = HealthFile(config.health_file, self.name) if config.health_file else None
-
-    @property
-    def queues(self) -> tuple[str, ...]:
-        """Return the queue specs served."""
-        return self.config.queues
 
     @property
     def jobs_exhausted(self) -> bool:
@@ -358,17 +350,13 @@ class ForkingWorker:
             child.kill_reason = reason
         if signum == signal.SIGTERM:
             child.term_sent = time.monotonic()
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(child.pid, signum)
-        except ProcessLookupError:
-            pass
 
     def _signal_all(self, signum: int) -> None:
         for child in self.children.values():
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(child.pid, signum)
-            except ProcessLookupError:
-                pass
 
     def _on_sigchld(self, signum: int, frame: object) -> None:
         self._child_exited = True
@@ -485,13 +473,9 @@ class ForkingWorker:
             self.signals.request_stop(graceful=True)
 
     def _reap_leases(self) -> None:
-        """Recover expired leases on idle queues now and then (see reaper.py).
-
-        While no child holds a job, the reaper and the pubsub PING wait at least 30 s, and
-        after --idle-disconnect seconds the pubsub connection is closed until a child starts
-        a job: an idle worker costs Redis next to nothing (its idle leader calls the engine
-        once a minute; see leadership.py).
-        """
+        """Recover expired leases now and then (reaper.py); idle, ping and reap less often
+        and close the pubsub connections after --idle-disconnect (an idle worker costs Redis
+        next to nothing)."""
         idle = not any(child.jid for child in self.children.values())
         assert self.channels is not None
         self.channels.health_check_interval = _IDLE_PING if idle else _BUSY_PING
@@ -511,7 +495,7 @@ class ForkingWorker:
         if now - self._title_at < 0.5:
             return
         self._title_at = now
-        set_title(supervisor_title(self.queues, len(self.children), self.wanted,
+        set_title(supervisor_title(self.config.queues, len(self.children), self.wanted,
                                    self.signals.paused, self.done, self.failed,
                                    stop_note(self.signals)))
 
@@ -538,9 +522,7 @@ class ForkingWorker:
 def _close_go(child: ChildProc) -> None:
     """Tell the child it may take jobs (one byte, and the pipe closed)."""
     if child.go_fd >= 0:
-        try:
+        with contextlib.suppress(OSError):  # (the child is gone)
             os.write(child.go_fd, b"g")
-        except OSError:
-            pass  # the child is gone
         os.close(child.go_fd)
         child.go_fd = -1
