@@ -167,6 +167,7 @@ def _console_patterns(page: Callable[..., URLPattern],
         page("charts/", console_views.charts, "charts"),
         page("redis/", console_views.redis_page, "redis"),
         token("api/workers-info/", workers.api_workers_info, "api_workers_info"),
+        token("api/worker-page/<qless_worker:name>", workers.api_worker_page, "api_worker_page"),
     ]
 
 

@@ -26,9 +26,10 @@ from django_qless.views.data import (
     state_summary,
     worker_counts,
 )
+from django_qless.views.live_blocks import live_block, live_json
 from django_qless.views.shards import page_clients, shard_clients
 
-__all__ = ["api_workers_info", "utc_text", "worker_detail",
+__all__ = ["api_worker_page", "api_workers_info", "utc_text", "worker_detail",
            "worker_forget", "worker_quiet", "worker_rows", "worker_stop", "workers"]
 
 
@@ -133,9 +134,8 @@ def _since(job: Job) -> float | None:
     return None
 
 
-@dashboard_view()
-def worker_detail(request: HttpRequest, name: str) -> HttpResponse:
-    """Show one worker: liveness, counts and its running and stalled jobs."""
+def _worker_page(request: HttpRequest, name: str) -> dict[str, Any]:
+    """Return what one worker's page shows (404 when nothing is known of it)."""
     clients = shard_clients(request)
     running: list[str] = []
     stalled: list[str] = []
@@ -153,11 +153,35 @@ def worker_detail(request: HttpRequest, name: str) -> HttpResponse:
         item["since"] = _since(job)
         item["for"] = (now - item["since"]) if item["since"] else None
         current.append(item)
+    return {"name": name, "worker": row, "current": current,
+            "stalled": [job_row(j, now) for j in load_jobs(clients, stalled)]}
+
+
+def _worker_shown(page: dict[str, Any]) -> dict[str, Any]:
+    """Return what changes the worker page: state, request, counts, contact and its jobs."""
+    row = page["worker"] or {}
+    return {"worker": {key: row.get(key) for key in (
+                "state", "request", "host", "pid", "queues", "done", "failed", "last_seen",
+                "beat")},
+            "current": sorted(job["jid"] for job in page["current"]),
+            "stalled": sorted(job["jid"] for job in page["stalled"])}
+
+
+@dashboard_view()
+def worker_detail(request: HttpRequest, name: str) -> HttpResponse:
+    """Show one worker: liveness, counts and its running and stalled jobs (live)."""
+    page = _worker_page(request, name)
     return render_page(request, "django_qless/worker.html",
-                       {"name": name, "worker": row, "current": current,
-                        "stalled": [job_row(j, now) for j in load_jobs(clients, stalled)]},
+                       {**page, **live_block(request, "api_worker_page",
+                                             _worker_shown(page), name)},
                        title=f"Worker {name}",
                        crumbs=[("Workers", qurl(request, "workers")), (name, None)])
+
+
+@api_view
+def api_worker_page(request: HttpRequest, name: str) -> HttpResponse:
+    """One worker page's version (state, counts, jobs), polled by its live refresh."""
+    return live_json(_worker_shown(_worker_page(request, name)))
 
 
 @dashboard_view(manage=True)

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from django.contrib.messages import get_messages
 from django.test import Client
 from django.urls import reverse
 
 from django_qless.core.client import Client as CoreClient
+from tests.ui.browser import wait_live
 
 
 def url(name: str, *args: str) -> str:
@@ -73,3 +75,29 @@ def test_buttons_show_for_live_workers_only(mc: Client, qc: Any) -> None:
     page = mc.get(url("workers")).content.decode()
     assert url("worker_quiet", "w1") in page and url("worker_stop", "w1") in page
     assert url("worker_stop", "w-old") not in page
+
+
+def test_worker_page_version_follows_its_state(mc: Client, qc: Any, client: Client) -> None:
+    hello(qc, "w1")
+    html = mc.get(url("worker", "w1")).content.decode()
+    api = url("api_worker_page", "w1")
+    assert f'data-live-src="{api}"' in html
+    version = mc.get(api).json()["version"]
+    assert f'data-live-version="{version}"' in html
+    assert mc.get(api).json()["version"] == version  # nothing changed: no reload
+    qc.workers.beat("w1", "draining")
+    assert mc.get(api).json()["version"] != version
+    assert client.get(api).status_code == 401
+    assert mc.get(url("api_worker_page", "nobody")).status_code == 404
+
+
+@pytest.mark.browser
+def test_browser_worker_page_shows_draining_live(page: Any, qc: Any) -> None:
+    hello(qc, "w1")
+    page.goto(f"{page.base}{url('worker', 'w1')}")
+    wait_live(page)
+    assert "draining" not in page.inner_text("#qless-worker-live h2")
+    qc.workers.beat("w1", "draining")
+    page.wait_for_function("() => /draining/.test("
+                           "document.querySelector('#qless-worker-live h2').textContent)")
+    assert "This worker is draining" in page.inner_text("#qless-worker-live")
