@@ -53,11 +53,10 @@ def obey(action: str, name: str, signals: SignalState,
     """Act once on an operator's quiet (as QUIT) or stop (as TERM) request."""
     if signals.stop_requests or (action == "quiet" and signals.graceful):
         return
-    if action == "quiet":
-        log.warning("%s: asked from the console to be quiet: finishing running jobs", name)
-    else:
-        log.warning("%s: asked from the console to stop: releasing running jobs", name)
-    request_stop(action == "quiet")
+    quiet = action == "quiet"
+    log.warning("%s: asked from the console to %s", name,
+                "be quiet: finishing running jobs" if quiet else "stop: releasing running jobs")
+    request_stop(quiet)
 
 
 def reap_period(settings: dict[str, Any]) -> float:
