@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BEAT_STATES", "REQUESTS", "BeatReply", "Workers", "Tags"]
 
-BEAT_STATES = ("start", "live", "quiet")  # what a worker's beat reports
+BEAT_STATES = ("start", "live", "draining")  # what a worker's beat reports
 REQUESTS = ("quiet", "stop")  # what an operator may ask of a worker
 
 
@@ -54,7 +54,7 @@ class Workers:
     def beat(self, group: str, state: str = "live", *, members: Sequence[str] | None = (),
              reap: bool = False, queues: Sequence[str] | None = None) -> BeatReply:
         """Say `group` and its `members` (a supervisor's live children; None: those of the
-        last beat, unchanged) are alive (`state`: start, live or quiet); with `reap`, also
+        last beat, unchanged) are alive (`state`: start, live or draining); with `reap`, also
         re-offer expired leases in `queues` (all known queues if None) as `reap` does.
 
         Returns the jids reaped, a request an operator left for the group since the last
@@ -84,7 +84,7 @@ class Workers:
 
         Without names: every worker the engine knows (at most 1000), most recently seen
         first. Fields a worker never reported (a stock qless worker) are None; counts are 0.
-        `state` is live, quiet, stale (unseen for 1.5 beats) or dead (3 beats); `request` the
+        `state` is live, draining, stale (unseen for 1.5 beats) or dead (3 beats); `request` the
         operator's pending quiet or stop ('' when none).
         """
         reply = as_list(self._client.call_json("worker.info", *(check_worker(n) for n in names)))

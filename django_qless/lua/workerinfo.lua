@@ -14,7 +14,7 @@
 --   worker.beat     group state members reap [queue...]  -> JSON {"reaped": [jid...],
 --                   "request": r[, "members_lost": true]}: `group` and its `members`
 --                   (space-separated worker names, a supervisor's live children; ':' those
---                   sent before, unchanged) are alive. state: live or quiet, as the worker
+--                   sent before, unchanged) are alive. state: live or draining, as the worker
 --                   reports it; start: live, and the requests left before go. reap 1: also
 --                   re-offers expired leases as `reap` does. r: a request an operator left
 --                   for the group since the last beat ('quiet', 'stop' or ''). members_lost:
@@ -23,7 +23,7 @@
 --                   group and published on ql:w:<worker> as {"event": action, "worker": worker})
 --
 -- A worker's state (worker.info): `dead` when unseen for more than 3 beats, `stale` when
--- unseen for more than 1.5 beats, else `quiet` when its group reports so, else `live`. It is
+-- unseen for more than 1.5 beats, else `draining` when its group reports so, else `live`. It is
 -- seen by its own calls (ql:workers) and by the beats of its group that name it (the group
 -- itself, or one of its members: a child that died is no longer one), whichever came last.
 --
@@ -72,8 +72,8 @@ Q.mod.workerinfo = function()
       state = 'dead'
     elseif now - seen > STALE * beat then
       state = 'stale'
-    elseif reported == 'quiet' then
-      state = 'quiet'
+    elseif reported == 'draining' then
+      state = 'draining'
     end
     return seen, state, request
   end
@@ -132,8 +132,8 @@ Q.mod.workerinfo = function()
   C['worker.beat'] = { 'Beat', function(now, args)
     local group = Q.worker(args[1])
     local state = args[2]
-    if state ~= 'live' and state ~= 'quiet' and state ~= 'start' then
-      Q.fail('Arg "state" must be start, live or quiet: ' .. tostring(state))
+    if state ~= 'live' and state ~= 'draining' and state ~= 'start' then
+      Q.fail('Arg "state" must be start, live or draining: ' .. tostring(state))
     end
     local members = args[3] or ''
     if members ~= ':' then  -- (':' the members sent before, unchanged: no name has a ':')
@@ -152,8 +152,8 @@ Q.mod.workerinfo = function()
     for i = 5, #args do queues[#queues + 1] = Q.queue(args[i]) end
     if #queues > Q.MAX_LIST then Q.fail('at most ' .. Q.MAX_LIST .. ' queues') end
     local key = group_key(group)
-    -- A starting worker forgets its name's old requests; a quiet one its quiet request.
-    if state == 'start' or (state == 'quiet' and rcall('HGET', key, 'request') == 'quiet') then
+    -- A starting worker forgets its name's old requests; a draining one its quiet request.
+    if state == 'start' or (state == 'draining' and rcall('HGET', key, 'request') == 'quiet') then
       rcall('HDEL', key, 'request')
     end
     if state == 'start' then state = 'live' end

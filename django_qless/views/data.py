@@ -221,11 +221,11 @@ def worker_counts(clients: Clients) -> list[dict[str, Any]]:
     return list(merged.values())
 
 
-WORKER_STATES = ("live", "quiet", "stale", "dead")  # the engine's, in display order
+WORKER_STATES = ("live", "draining", "stale", "dead")  # the engine's, in display order
 
 
 def worker_states(clients: Clients) -> dict[str, str]:
-    """Return each worker's state (live, quiet, stale, dead) as its latest shard says."""
+    """Return each worker's state (live, draining, stale, dead) as its latest shard says."""
     latest: dict[str, tuple[float, str]] = {}
     for client in as_clients(clients):
         for info in client.workers.info():

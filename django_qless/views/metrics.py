@@ -71,7 +71,7 @@ def metrics(request: HttpRequest) -> HttpResponse:
     out.family("qless_workers", "gauge", "Workers listed (dead ones until max-worker-age).")
     out.sample("qless_workers", len(workers))
     states = data.worker_states(clients)
-    out.family("qless_workers_by_state", "gauge", "Workers by state: live, quiet, stale, dead.")
+    out.family("qless_workers_by_state", "gauge", "Workers by state: live, draining, stale, dead.")
     for state in data.WORKER_STATES:
         out.sample("qless_workers_by_state", sum(1 for s in states.values() if s == state),
                    state=state)

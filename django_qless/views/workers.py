@@ -1,4 +1,4 @@
-"""Workers with liveness (live, quiet, stale, dead); one worker; quiet, stop, forget."""
+"""Workers with liveness (live, draining, stale, dead); one worker; quiet, stop, forget."""
 
 from __future__ import annotations
 

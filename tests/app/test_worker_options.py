@@ -1,4 +1,4 @@
-"""Worker options are declared once (core/workers/option_specs.py): both command lines, the
+"""Worker options are declared once (core/workers/worker_config.py): both command lines, the
 ``WorkerConfig`` defaults and ``QLESS["WORKER"]`` come from that table."""
 
 from __future__ import annotations
@@ -6,9 +6,8 @@ from __future__ import annotations
 import environ
 
 from django_qless.conf import parse
-from django_qless.core.workers import cli, option_specs
-from django_qless.core.workers.option_specs import OPTIONS, OptionSpec
-from django_qless.core.workers.worker_config import WorkerConfig
+from django_qless.core.workers import cli, worker_config
+from django_qless.core.workers.worker_config import OPTIONS, OptionSpec, WorkerConfig
 from django_qless.management.commands.qless_worker import Command
 
 
@@ -42,7 +41,7 @@ def test_every_declared_option_is_on_both_command_lines_with_its_default():
 def test_a_new_spec_appears_in_both_command_lines_and_the_settings(monkeypatch):
     probe = OptionSpec("probe_limit", 3, "a probe", ("--probe-limit",), "int", 0,
                        setting="PROBE_LIMIT", setting_minimum=1, env="QLESS_WORKER_PROBE_LIMIT")
-    monkeypatch.setattr(option_specs, "OPTIONS", (*OPTIONS, probe))
+    monkeypatch.setattr(worker_config, "OPTIONS", (*OPTIONS, probe))
     assert cli.build_parser().parse_args(["--probe-limit", "4"]).probe_limit == 4
     assert django_parser().parse_args(["--probe-limit", "5"]).probe_limit == 5
     conf, problems = parse({"WORKER": {"PROBE_LIMIT": 2}}, env())

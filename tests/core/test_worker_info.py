@@ -70,8 +70,8 @@ def test_states_follow_the_beats_of_the_group(client: Client, clock: FakeClock) 
     clock.advance(15)  # more than 3 beats
     [row] = client.workers.info("c1")
     assert row["state"] == "dead" and row["last_seen"] == 4_000_054.0
-    client.workers.beat("sup", "quiet", members=["c1", "c2"])
-    assert {row["state"] for row in client.workers.info("c1", "c2")} == {"quiet"}
+    client.workers.beat("sup", "draining", members=["c1", "c2"])
+    assert {row["state"] for row in client.workers.info("c1", "c2")} == {"draining"}
     # A child that died is no longer a member: the beats stop counting for it (its own
     # last call was its hello, long ago).
     client.workers.beat("sup", members=["c2"])
@@ -110,7 +110,7 @@ def test_request_is_kept_for_the_group_and_published(
     assert client.workers.beat("sup").request == "quiet"
     assert client.workers.beat("sup").request == ""  # (once)
     assert client.workers.info("c1")[0]["request"] == "quiet"  # pending until it is quiet
-    client.workers.beat("sup", "quiet")
+    client.workers.beat("sup", "draining")
     assert client.workers.info("c1")[0]["request"] == ""
     client.workers.request("c1", "stop")
     assert client.workers.beat("sup", "start").request == ""  # a new start forgets it

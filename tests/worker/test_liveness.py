@@ -135,3 +135,18 @@ def test_a_request_heard_on_the_channel_and_in_beats_is_obeyed_once() -> None:
     assert (quiet.stop_requests, quiet.graceful) == (1, True)
     signals.wake_pipe.close()
     quiet.wake_pipe.close()
+
+
+@pytest.mark.parametrize("processes", ["0", "2"])
+def test_a_worker_finishing_its_jobs_after_term_shows_draining(
+    qless_client: Client, start_worker: Callable[..., WorkerProcess], processes: str,
+    r: redis.Redis,
+) -> None:
+    worker = start_worker("q", "-n", processes, "--beat", BEAT, "--term-grace", "30")
+    qless_client.queues["q"].put("tests.worker.jobs.sleepy", {"seconds": 6}, jid="slow")
+    wait_until(lambda: ledger(r, "started"), timeout=30)
+    name = qless_client.jobs["slow"].worker_name
+    worker.signal(signal.SIGTERM)
+    wait_until(lambda: states(qless_client).get(name) == "draining", timeout=15)
+    assert worker.wait(30) == 0
+    assert qless_client.jobs["slow"].state == "complete"

@@ -7,6 +7,7 @@ Entry points: `run_worker(config, hooks)` (what the CLI and the Django command c
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from django_qless.core.workers.cli import import_modules, make_worker, run_worker
@@ -19,33 +20,14 @@ if TYPE_CHECKING:
     from django_qless.core.workers.forking import ForkingWorker
     from django_qless.core.workers.serial import SerialWorker
 
-__all__ = [
-    "CompositeHooks",
-    "ExitCode",
-    "ForkingWorker",
-    "JobAborted",
-    "JobContextFilter",
-    "SerialWorker",
-    "WorkerConfig",
-    "WorkerHooks",
-    "WorkerHooksProtocol",
-    "current_job",
-    "current_sandbox",
-    "default_worker_name",
-    "import_modules",
-    "make_worker",
-    "run_worker",
-]
+__all__ = ["CompositeHooks", "ExitCode", "ForkingWorker", "JobAborted", "JobContextFilter",
+           "SerialWorker", "WorkerConfig", "WorkerHooks", "WorkerHooksProtocol", "current_job",
+           "current_sandbox", "default_worker_name", "import_modules", "make_worker",
+           "run_worker"]
 
 
 def __getattr__(name: str) -> Any:
     """Load a worker class on first use: a serial worker needs none of the forking code."""
-    if name == "ForkingWorker":
-        from django_qless.core.workers.forking import ForkingWorker
-
-        return ForkingWorker
-    if name == "SerialWorker":
-        from django_qless.core.workers.serial import SerialWorker
-
-        return SerialWorker
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name not in ("ForkingWorker", "SerialWorker"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{name[:-6].lower()}"), name)

@@ -1,7 +1,5 @@
 """`python -m django_qless.core.workers`: the worker CLI."""
 
-from __future__ import annotations
-
 import sys
 
 from django_qless.core.workers.cli import main

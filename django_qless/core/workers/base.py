@@ -111,6 +111,7 @@ class JobLoop:
         # The heartbeat thread sets the running title, the loop the idle one: this keeps a
         # late "running" from overwriting "idle".
         self._title_lock = threading.Lock()
+        self._told_draining = False
 
     def _build_parts(self, leadership: Leadership | None) -> None:
         """Build the hand (held jobs, completions), the taker and the heartbeat thread."""
@@ -236,8 +237,8 @@ class JobLoop:
         """Reserve jobs (or wait for them while idle); return the first, holding the rest."""
         self.hand.flush_kept()  # no next job to take them along
         self.between_jobs()
-        if self.budget.grant(1, self.hand.committed()) == 0:
-            return None  # out of tickets: the loop's check ends it
+        if self._out_of_tickets():
+            return None  # the loop's check ends it
         if not self.taker.await_turn():
             return None  # another child is the idle leader; a signal woke us
         jobs, wake = self.taker.reserve()
@@ -263,11 +264,13 @@ class JobLoop:
 
     def _limit_reached(self) -> bool:
         """Tell whether the loop is done: out of tickets with nothing held, or out of time."""
-        hand = self.hand
-        if self.budget.limited and not len(hand) and not hand.coming:
-            if self.budget.grant(1, hand.committed()) == 0:
-                return True
+        if not len(self.hand) and not self.hand.coming and self._out_of_tickets():
+            return True
         return self._time_left() <= 0
+
+    def _out_of_tickets(self) -> bool:
+        """Tell whether the budget grants this loop no further job."""
+        return self.budget.limited and self.budget.grant(1, self.hand.committed()) == 0
 
     def _time_left(self) -> float:
         """Return the seconds left before --max-duration (infinite without one)."""
@@ -277,13 +280,10 @@ class JobLoop:
         return duration - (time.monotonic() - self.started)
 
     def _woken_as_left(self) -> bool:
-        """Tell whether an idle loop woken by a message may reserve again without going
-        round the loop: nothing it checks there can have changed during the wait.
+        """Tell whether an idle loop woken by a message may reserve again at once.
 
-        Idle, the loop holds no job, keeps no completion, has written its status and keeps
-        the ticket it was granted; a signal, --max-duration and the supervisor's death are
-        looked at here instead, the reaper (serial worker) runs here if due, the token is
-        taken in `await_turn`.
+        Idle, it holds no job, keeps no completion and keeps its ticket: only a signal,
+        --max-duration, the supervisor's death, the reaper and the token need a look.
         """
         signals = self.signals
         if signals.graceful or signals.stop_requests or signals.paused:
@@ -364,7 +364,7 @@ class JobLoop:
         """Tell whether the loop will want another job once the running one is done."""
         if self.signals.stopping or self.signals.paused or not self.should_continue():
             return False
-        if self.budget.limited and self.budget.grant(1, self.hand.committed()) == 0:
+        if self._out_of_tickets():
             return False
         return not self.config.max_duration or self._time_left() > 0
 
@@ -403,6 +403,10 @@ class JobLoop:
             log_job(logging.WARNING, job, "job %s still running after the %gs term grace; "
                     "giving it back", job.jid, self.config.term_grace)
             self.guard.abort("shutdown")
+        if self.reaper is not None and self.signals.draining and not self._told_draining:
+            # The serial worker beats between jobs: say "draining" now, not after the job.
+            self._told_draining = True
+            self.reaper.reap(beat_only=True)
         with self._title_lock:
             if self.current is job:
                 set_title(child_title(self.name, self.config.queues, jid=job.jid,
@@ -413,7 +417,3 @@ class JobLoop:
         from django_qless.core.workers.proctitle import child_title, set_title
         with self._title_lock:
             set_title(child_title(self.name, self.config.queues, paused=self.signals.paused))
-
-    def pid(self) -> int:
-        """Return this process's id."""
-        return os.getpid()

@@ -1,20 +1,14 @@
 """The life of one forked child: fresh state after fork, a job loop, `os._exit`.
 
-The child takes and runs jobs itself and tells the supervisor what it is doing over a pipe
-(one tab-separated line per event: start, end, lost, leaving; see `status_line`). A job's end
-line is deferred and written together with the next job's start line (one write per job), or as
-soon as the child reserves on its own, pauses or leaves, so the supervisor never believes an
-idle child is still running a job. The supervisor is the watchdog: it kills the
-child on lock loss, time limit, USR1 or a forced stop, and disposes of the job (release or
-fail). A child drains as its supervisor does: on QUIT, and on a TERM that reaches it too (sent
-to the whole process group), it finishes its job (a TERM: within the term grace) and leaves.
-On HUP (the supervisor's "give it back now", or the kernel's when the supervisor dies) it
-aborts its job and leaves without touching it, unless the supervisor is gone, in which case
-it releases the job itself.
+The child runs jobs and reports each over a pipe (`status_line`); a job's end line rides
+with the next start line (one write per job) unless the child idles, pauses or leaves.
+QUIT, or a TERM to the process group, drains; HUP (the supervisor's "give it back", or the
+kernel's when the supervisor dies) aborts the job, released by the child only if orphaned.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
@@ -138,12 +132,9 @@ class ForkChild(JobLoop):
                 self._write(text)
 
     def _write(self, text: str) -> None:
-        # Fields are capped (jid, queue: 64; klass: 200; why: 500), so a write stays well
-        # under PIPE_BUF and is atomic.
-        try:
+        # Fields are capped (jid, queue: 64; klass: 200; why: 500): under PIPE_BUF, atomic.
+        with contextlib.suppress(OSError):  # (the supervisor is gone: should_continue)
             os.write(self.status_fd, text.encode("utf-8"))
-        except OSError:
-            pass  # the supervisor is gone; should_continue() notices
 
     def orphaned(self) -> bool:
         """Tell whether the supervisor has died (no Redis: checked every second while idle,
@@ -277,11 +268,9 @@ def child_main(
         log.exception("worker child crashed")
         return ExitCode.CHILD_CRASHED
     finally:
-        try:
+        with contextlib.suppress(Exception):  # (leaving anyway)
             sys.stdout.flush()
             sys.stderr.flush()
-        except Exception:  # noqa: S110 - leaving anyway
-            pass
 
 
 def _await_go(go_fd: int, child: ForkChild, bound: float = 10.0) -> None:

@@ -37,44 +37,24 @@ from django_qless.core.exceptions import InvalidArgument, QlessError
 from django_qless.core.health import check_eviction, clock_skew
 from django_qless.core.serialization import check_name
 from django_qless.core.workers.hooks import WorkerHooksProtocol
-from django_qless.core.workers.option_specs import (
-    add_options,
-    integer,
-    non_negative_int,
-    non_negative_number,
-    number,
-    option_values,
-)
 from django_qless.core.workers.shards import QueueSelection, is_pattern, known_queues
 from django_qless.core.workers.shutdown import ExitCode
-from django_qless.core.workers.worker_config import WorkerConfig, default_worker_name
+from django_qless.core.workers.worker_config import (
+    WorkerConfig,
+    add_options,
+    default_worker_name,
+    option_values,
+)
 
 if TYPE_CHECKING:
     from django_qless.core.probe import HealthFile
     from django_qless.core.workers.forking import ForkingWorker
     from django_qless.core.workers.serial import SerialWorker
 
-__all__ = [
-    "build_parser",
-    "check_health_file",
-    "check_imports",
-    "check_queue_specs",
-    "config_from_args",
-    "dry_run",
-    "import_modules",
-    "integer",
-    "log_start",
-    "main",
-    "make_worker",
-    "non_negative_int",
-    "non_negative_number",
-    "number",
-    "run_worker",
-    "split_command",
-    "wait_for_redis",
-    "warn_about_eviction",
-    "worker_class",
-]
+__all__ = ["build_parser", "check_health_file", "check_imports", "check_queue_specs",
+           "config_from_args", "dry_run", "import_modules", "log_start", "main", "make_worker",
+           "run_worker", "split_command", "wait_for_redis", "warn_about_eviction",
+           "worker_class"]
 
 log = logging.getLogger("django_qless.worker")
 
@@ -86,7 +66,7 @@ def import_modules(names: tuple[str, ...]) -> None:
 
 
 def worker_class(config: WorkerConfig) -> type[SerialWorker] | type[ForkingWorker]:
-    """Return SerialWorker (processes=0) or ForkingWorker, importing only that kind's modules."""
+    """Return SerialWorker (processes=0) or ForkingWorker, importing only that one."""
     if config.serial:
         from django_qless.core.workers.serial import SerialWorker
 
@@ -158,8 +138,7 @@ def run_worker(
 
 
 def log_start(config: WorkerConfig) -> None:
-    """Log the start line (mode, queues, Redis), then warn about the registered job kinds
-    whose queues this worker does not serve."""
+    """Log the start line, then warn about registered job kinds whose queues are not served."""
     role, mode = "worker", "serial"
     if not config.serial:
         count = config.process_count
@@ -195,17 +174,14 @@ def _resolved(config: WorkerConfig) -> str:
 
 
 def wait_for_redis(config: WorkerConfig) -> bool:
-    """Ping Redis until it answers or `config.start_timeout` seconds pass (False: gave up).
-
-    Each attempt's socket timeouts are bounded by the time left (the first by 1 s, so a
-    server that accepts connections and never answers is reported at once), and a failed
-    attempt is not retried within it: such a server cannot stretch the wait past the limit.
-    """
+    """Ping Redis until it answers or `config.start_timeout` seconds pass (False: gave up)."""
+    # Each attempt's socket timeouts are bounded by the time left (the first by 1 s, so a
+    # server that accepts connections and never answers is reported at once): such a server
+    # cannot stretch the wait past the limit.
     limit = config.start_timeout
     deadline = time.monotonic() + limit
     delay, patience = 0.1, 1.0  # the pause between attempts; an attempt's socket timeout
-    warned = False
-    told_at = 0.0
+    warned, told_at = False, 0.0
     health = _health_file(config)
     while True:
         if health is not None:
@@ -283,12 +259,10 @@ def warn_about_eviction(config: WorkerConfig) -> None:
 
 # A glob queue pattern: the name charset plus the glob characters fnmatch understands.
 _PATTERN = re.compile(r"[A-Za-z0-9_.\-*?\[\]!]{1,128}")
-_SCHEMES = ("redis", "rediss", "unix")
 
 
 def check_queue_specs(specs: Iterable[str]) -> None:
-    """Refuse no queue at all, or a queue name or glob pattern the engine could never serve
-    (ValueError)."""
+    """Refuse no queue, or a queue name or glob pattern the engine cannot serve (ValueError)."""
     given = " ".join(specs).replace(",", " ").split()
     if not given:
         raise ValueError("argument queues: no queues given")
@@ -321,26 +295,24 @@ def check_imports(modules: Iterable[str]) -> None:
     """Refuse an --import module that cannot be found, before anything starts."""
     for name in modules:
         try:
-            found = importlib.util.find_spec(name)
+            found = importlib.util.find_spec(name) is not None
         except (ImportError, ValueError):
-            found = None
-        if found is None:
+            found = False
+        if not found:
             raise ValueError(f"argument --import: no module named {name!r}")
 
 
 def check_health_file(path: str | None) -> None:
     """Refuse a --health-file whose directory does not exist or cannot be written to."""
-    if not path:
-        return
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory) or not os.access(directory, os.W_OK | os.X_OK):
+    directory = os.path.dirname(os.path.abspath(path or "."))
+    if path and not (os.path.isdir(directory) and os.access(directory, os.W_OK | os.X_OK)):
         raise ValueError(f"argument --health-file: cannot write in {directory!r}")
 
 
 def _check_url(url: str) -> None:
     """Refuse a Redis URL whose scheme redis-py does not know (never echo the URL)."""
     scheme = urlsplit(url).scheme
-    if scheme not in _SCHEMES:
+    if scheme not in ("redis", "rediss", "unix"):
         raise ValueError(f"argument --url: must start with redis://, rediss:// or unix://, "
                          f"got scheme {scheme[:20]!r}")
 
@@ -377,8 +349,7 @@ def config_from_args(args: argparse.Namespace) -> WorkerConfig:
         default_registry.allow_module_prefixes(*args.allow_module)
     given = {**option_values(vars(args)), "exec_command": exec_command}
     values = {n: v for n, v in given.items() if n in WorkerConfig.__dataclass_fields__}
-    return WorkerConfig(url=args.url, queues=tuple(args.queues), verbosity=args.verbose,
-                        **values)
+    return WorkerConfig(url=args.url, queues=tuple(args.queues), verbosity=args.verbose, **values)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -398,9 +369,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.USAGE
     try:
         return run_worker(config)
-    except ImportError as exc:
-        sys.stderr.write(f"qless-worker: cannot import job module: {exc}\n")
-        return ExitCode.ERROR
-    except QlessError as exc:
-        sys.stderr.write(f"qless-worker: {exc}\n")
+    except (ImportError, QlessError) as exc:
+        why = "cannot import job module: " if isinstance(exc, ImportError) else ""
+        sys.stderr.write(f"qless-worker: {why}{exc}\n")
         return ExitCode.ERROR

@@ -1,16 +1,13 @@
-"""`ForkingWorker`: a supervisor that pre-forks N children and keeps them alive.
+"""`ForkingWorker`: a supervisor that pre-forks N job-running children and keeps them alive.
 
-The supervisor never runs jobs. It forks the children (closing framework connections in
-`hooks.before_fork()` before every fork), respawns any that die (backing off when they die
-in a loop), watches `w:<child>` (in every shard served; while a child holds a job: see
-supervision.py) for lock_lost/canceled/put, enforces
-the per-job time limit, and turns OS signals into actions (see `shutdown.py`). It is
-single-threaded: one poll() over the signal pipe, the children's status pipes and its pubsub
-sockets.
+Single-threaded, it never runs jobs: one poll() over the signal pipe, the children's status
+pipes and the `w:<child>` sockets, then, in order: spawn, reap and dispose, kill children
+whose job was taken, act on signals (shutdown.py) and time limits, beat and reap leases.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import select
@@ -25,7 +22,7 @@ from django_qless.core.client import Client
 from django_qless.core.exceptions import QlessError
 from django_qless.core.probe import HealthFile, state_of
 from django_qless.core.workers.child import child_main, parse_status_line
-from django_qless.core.workers.disposal import ChildDisposal
+from django_qless.core.workers.disposal import Disposer
 from django_qless.core.workers.hand import SharedJobPool
 from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol
 from django_qless.core.workers.leadership import TokenFile
@@ -35,7 +32,7 @@ from django_qless.core.workers.runner import child_extra
 from django_qless.core.workers.shards import Deployment, ShardFollower, served_clients
 from django_qless.core.workers.shutdown import ExitCode, SignalState
 from django_qless.core.workers.supervision import ChildChannels, ChildProc
-from django_qless.core.workers.watch import ChildWatch
+from django_qless.core.workers.watch import read_events, taken_away
 from django_qless.core.workers.worker_config import WorkerConfig, default_worker_name
 
 __all__ = ["ForkingWorker"]
@@ -49,7 +46,7 @@ _BUSY_PING, _IDLE_PING = 10.0, 30.0  # PING a quiet pubsub connection this often
 _GO_WITHIN = 5.0
 
 
-class ForkingWorker(ChildDisposal, ChildWatch):
+class ForkingWorker:
     """Pre-fork N job-running children and supervise them."""
 
     def __init__(self, config: WorkerConfig, hooks: WorkerHooksProtocol | None = None) -> None:
@@ -59,8 +56,7 @@ class ForkingWorker(ChildDisposal, ChildWatch):
         self.wanted = config.process_count
         self.signals = SignalState(term_grace=config.term_grace)
         self.client: Deployment | None = None
-        self._releaser: Deployment | None = None
-        self._redis_down = False
+        self.disposer: Disposer | None = None
         self.channels: ChildChannels | None = None
         self._follower: ShardFollower | None = None
         self.children: dict[int, ChildProc] = {}
@@ -74,7 +70,6 @@ class ForkingWorker(ChildDisposal, ChildWatch):
         self._quit_sent = False
         self._paused_sent = False
         self._forced = False
-        self._unreleased = 0
         self._shutdown_deadline = 0.0
         self._title_at = 0.0
         self._status_at = 0.0
@@ -95,11 +90,6 @@ class ForkingWorker(ChildDisposal, ChildWatch):
         self.health = HealthFile(config.health_file, self.name) if config.health_file else None
 
     @property
-    def queues(self) -> tuple[str, ...]:
-        """Return the queue specs served."""
-        return self.config.queues
-
-    @property
     def jobs_exhausted(self) -> bool:
         """Tell whether every --max-jobs ticket is taken (children leave once theirs are run)."""
         return self.pool is not None and self.pool.remaining() == 0
@@ -116,6 +106,7 @@ class ForkingWorker(ChildDisposal, ChildWatch):
         # A Python-level SIGCHLD handler makes child deaths write to the wake pipe too.
         signal.signal(signal.SIGCHLD, self._on_sigchld)
         self.client = self.config.make_client(worker_name=self.name)
+        self.disposer = Disposer(self.config, self.name, self.client, self.pool)
         if self.wanted > 1:
             # (one child is always its own leader: no token, no unlock as each job starts)
             self._token_dir = tempfile.mkdtemp(prefix="django-qless-")
@@ -150,7 +141,7 @@ class ForkingWorker(ChildDisposal, ChildWatch):
                 self.health.remove()
         if self._forced:
             return ExitCode.FORCED
-        if self._unreleased:
+        if self.disposer is not None and self.disposer.unreleased:
             return ExitCode.UNRELEASED
         return ExitCode.OK
 
@@ -197,6 +188,49 @@ class ForkingWorker(ChildDisposal, ChildWatch):
             self.channels.follow(self._follower.clients())
         except (QlessError, redis.RedisError, OSError) as exc:
             log.warning("could not look up the queues' shards (%s)", exc)
+
+    def _handle_events(self) -> None:
+        """Obey console requests; kill children whose job was taken (heard, or after a gap)."""
+        assert self.channels is not None
+        events = self.channels.poll()  # (reads the confirmations take_missed waits for)
+        missed = self.channels.take_missed()
+        if missed or events:
+            # Status lines are read in batches: catch up so child.jid is the current job.
+            self._read_all_status()
+        if missed:
+            self._recheck_running_jobs()
+        requests, lost = read_events(events, self.children.values())
+        for action in requests:
+            self.obey(action)
+        for child, event in lost:
+            log.warning("child %s: %s for job %s; killing it", child.name, event, child.jid,
+                        extra=child_extra(child))
+            self._kill(child, "lock_lost", signal.SIGKILL)
+        if any(c.unsure for c in self.children.values()) and not self.channels.confirming():
+            self._recheck_running_jobs(only_unsure=True)
+
+    def _recheck_running_jobs(self, *, only_unsure: bool = False) -> None:
+        """After a pubsub gap, kill children whose job is no longer theirs in Redis;
+        `only_unsure`: only those whose job started while its events might be missed."""
+        assert self.client is not None and self.channels is not None
+        if self.channels.resting:
+            return  # (re-checked once a job wakes the channels and Redis confirms them)
+        checked = [c for c in self.children.values() if c.unsure or not only_unsure]
+        for c in checked:
+            c.unsure = False
+        try:
+            lost = taken_away(self.client, checked)
+        except QlessError as exc:
+            log.warning("could not re-check the running jobs: %s", exc)
+            return
+        if lost:
+            self._read_all_status()  # a child that moved on since is not running that job
+        for child, jid in lost:
+            if child.jid == jid and child.kill_reason is None and child.pid in self.children:
+                log.warning("child %s: job %s is no longer its own in Redis (taken away "
+                            "unheard, or before its start was reported); killing it",
+                            child.name, jid, extra=child_extra(child))
+                self._kill(child, "lock_lost", signal.SIGKILL)
 
     def _read_all_status(self) -> None:
         self._status_at = time.monotonic()
@@ -316,17 +350,13 @@ class ForkingWorker(ChildDisposal, ChildWatch):
             child.kill_reason = reason
         if signum == signal.SIGTERM:
             child.term_sent = time.monotonic()
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(child.pid, signum)
-        except ProcessLookupError:
-            pass
 
     def _signal_all(self, signum: int) -> None:
         for child in self.children.values():
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(child.pid, signum)
-            except ProcessLookupError:
-                pass
 
     def _on_sigchld(self, signum: int, frame: object) -> None:
         self._child_exited = True
@@ -350,6 +380,34 @@ class ForkingWorker(ChildDisposal, ChildWatch):
             os.close(child.status_fd)
             _close_go(child)
             self._after_death(child, os.waitstatus_to_exitcode(status))
+
+    def _after_death(self, child: ChildProc, code: int) -> None:
+        """Log a dead child, dispose of its jobs, and plan its replacement (backing off)."""
+        assert self.channels is not None and self.disposer is not None
+        self.channels.remove(child.name)
+        reason = child.kill_reason
+        if reason is None and code == ExitCode.CHILD_ABORTED:
+            reason = "shutdown"  # it gave its job back: its term grace ran out, or a HUP
+        if code == 0 and reason is None:
+            why = child.left or ("stopped as asked" if self.stopping else "left")
+            log.info("child %s (pid %d) finished: %s", child.name, child.pid, why)
+        else:
+            level = logging.INFO if code == 0 or reason else logging.ERROR
+            log.log(level, "child %s (pid %d) exited with %d (%s)%s", child.name, child.pid,
+                    code, reason or "unexpected", f", job {child.jid}" if child.jid else "",
+                    extra=child_extra(child) if child.jid else None)
+        self.failed += self.disposer.dispose(child, reason, code)
+        slot = child.slot
+        if code != 0 and reason is None and \
+                time.monotonic() - child.started < self.config.respawn_min_uptime:
+            self.slot_failures[slot] += 1
+            delay = min(0.1 * 2 ** self.slot_failures[slot], self.config.respawn_max_backoff)
+            log.warning("child slot %d dies quickly; respawning in %.1fs", slot, delay)
+            self.slot_ready_at[slot] = time.monotonic() + delay
+        else:
+            self.slot_failures[slot] = 0
+            self.slot_ready_at[slot] = 0.0
+        self.free_slots.append(slot)
 
     # -- signals and limits --------------------------------------------------------------------
     def _act_on_signals(self) -> None:
@@ -415,22 +473,18 @@ class ForkingWorker(ChildDisposal, ChildWatch):
             self.signals.request_stop(graceful=True)
 
     def _reap_leases(self) -> None:
-        """Recover expired leases on idle queues now and then (see reaper.py).
-
-        While no child holds a job, the reaper and the pubsub PING wait at least 30 s, and
-        after --idle-disconnect seconds the pubsub connection is closed until a child starts
-        a job: an idle worker costs Redis next to nothing (its idle leader calls the engine
-        once a minute; see leadership.py).
-        """
+        """Recover expired leases now and then (reaper.py); idle, ping and reap less often
+        and close the pubsub connections after --idle-disconnect (an idle worker costs Redis
+        next to nothing)."""
         idle = not any(child.jid for child in self.children.values())
         assert self.channels is not None
         self.channels.health_check_interval = _IDLE_PING if idle else _BUSY_PING
         self.channels.settle(busy=not idle)
-        # (stopping: beats only, "quiet" while the children finish their jobs)
+        # (stopping: beats only, "draining" while the children finish their jobs)
         self.reaper.maybe_reap(idle=idle, reap=not self.stopping)
 
     def _beat_state(self) -> str:
-        return "quiet" if self.signals.graceful else "live"
+        return "draining" if self.signals.graceful else "live"
 
     def obey(self, action: str) -> None:
         """Act on a quiet or stop asked from the console (a beat's reply, or `w:<child>`)."""
@@ -441,7 +495,7 @@ class ForkingWorker(ChildDisposal, ChildWatch):
         if now - self._title_at < 0.5:
             return
         self._title_at = now
-        set_title(supervisor_title(self.queues, len(self.children), self.wanted,
+        set_title(supervisor_title(self.config.queues, len(self.children), self.wanted,
                                    self.signals.paused, self.done, self.failed,
                                    stop_note(self.signals)))
 
@@ -455,17 +509,8 @@ class ForkingWorker(ChildDisposal, ChildWatch):
         if self.channels is not None:
             self.channels.close()
         self.reaper.close()
-        # Short timeouts from here on: a silent Redis must not hold up the exit, and a
-        # Redis already found unreachable while releasing jobs is not asked again.
-        try:
-            if self.client is not None and not self._redis_down:
-                for shard in served_clients(self._release_client(), self.config.queues):
-                    shard.workers.deregister(self.name)
-        except (QlessError, redis.RedisError):
-            pass
-        for client in (self.client, self._releaser):
-            if client is not None:
-                client.close()
+        if self.disposer is not None:
+            self.disposer.close()
         self.signals.uninstall()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         if self._leader_token is not None:
@@ -477,9 +522,7 @@ class ForkingWorker(ChildDisposal, ChildWatch):
 def _close_go(child: ChildProc) -> None:
     """Tell the child it may take jobs (one byte, and the pipe closed)."""
     if child.go_fd >= 0:
-        try:
+        with contextlib.suppress(OSError):  # (the child is gone)
             os.write(child.go_fd, b"g")
-        except OSError:
-            pass  # the child is gone
         os.close(child.go_fd)
         child.go_fd = -1

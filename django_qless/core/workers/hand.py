@@ -213,7 +213,6 @@ class JobHand:
         self._slow: set[str] = set()
         self._drain_at = 0.0
         self.taken = 0  # jobs started (what the budget counts)
-        self.paired = 0  # calls sent ahead that carried more than one completion
         self.carried = 0  # completions kept to ride with a later job's call
         self.sent_ahead = 0  # completions sent without waiting (a call may carry several)
         self.handed_back = 0  # jobs held ahead and released unstarted
@@ -398,7 +397,6 @@ class JobHand:
                 call = last.client.send_complete_and_reserve(last, queues, count)
             else:
                 call = last.client.send_complete_many(jobs, queues, count)
-                self.paired += 1
             self._inflight.append((tuple(jobs), count, call))
             self.coming += count
             self.sent_ahead += len(jobs)

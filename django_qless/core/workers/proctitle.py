@@ -27,10 +27,6 @@ def set_title(title: str) -> None:
         _set(title)
 
 
-def _queues(queues: Sequence[str]) -> str:
-    return ",".join(queues) if queues else "-"
-
-
 def stop_note(signals: SignalState) -> str:
     """Say how a process stops: `draining (12s left)`, `draining`, `stopping` or ''."""
     if signals.draining:
@@ -39,18 +35,14 @@ def stop_note(signals: SignalState) -> str:
     return "stopping" if signals.stop_requests else ""
 
 
-def _with(title: str, note: str) -> str:
-    return f"{title}, {note}" if note else title
-
-
 def supervisor_title(
     queues: Sequence[str], alive: int, wanted: int, paused: bool, done: int, failed: int,
     note: str = "",
 ) -> str:
     """Return the supervisor's title (`note`: see stop_note)."""
-    return _with(
-        f"qless_worker: supervisor queues={_queues(queues)} children={alive}/{wanted} "
-        f"paused={'yes' if paused else 'no'} done={done} failed={failed}", note)
+    return (f"qless_worker: supervisor queues={','.join(queues) or '-'} "
+            f"children={alive}/{wanted} paused={'yes' if paused else 'no'} done={done} "
+            f"failed={failed}" + (f", {note}" if note else ""))
 
 
 def child_title(
@@ -66,8 +58,8 @@ def child_title(
 ) -> str:
     """Return a job-running process's title: running (`note`: see stop_note), idle or paused."""
     if jid is not None:
-        return _with(f"qless_worker[{name}]: running {jid[:4]}.. {klass} q={queue} "
-                     f"{elapsed:.1f}s", note)
+        return (f"qless_worker[{name}]: running {jid[:4]}.. {klass} q={queue} {elapsed:.1f}s"
+                + (f", {note}" if note else ""))
     if paused:
         return f"qless_worker[{name}]: paused"
-    return f"qless_worker[{name}]: idle waiting on {_queues(queues)}"
+    return f"qless_worker[{name}]: idle waiting on {','.join(queues) or '-'}"

@@ -41,7 +41,7 @@ class Beat:
 
     group: str
     seconds: float
-    state: Callable[[], str]  # "live" or "quiet" (finishing its jobs)
+    state: Callable[[], str]  # "live" or "draining" (finishing its jobs)
     on_request: Callable[[str], None]  # an operator asked for "quiet" or "stop"
     members: Callable[[], Sequence[str]] = tuple  # the other names it beats for (children)
     started: bool = False  # the first beat (state "start") went through

@@ -61,7 +61,6 @@ class SerialWorker(JobLoop):
                                               on_reconnect=self._recheck_current)
         if self.reaper is not None:
             self.reaper.beat = Beat(name, config.beat, self._beat_state, self._obey)
-        self.released = 0
         self.unreleased = 0
         self.heard = HeardAborts()  # (written by the listener thread, read at a job's start)
 
@@ -137,7 +136,7 @@ class SerialWorker(JobLoop):
             log.warning("USR2: paused; send CONT to resume")
 
     def _beat_state(self) -> str:
-        return "quiet" if self.signals.graceful else "live"
+        return "draining" if self.signals.graceful else "live"
 
     def _obey(self, action: str) -> None:
         obey(action, self.name, self.signals, lambda graceful: self.request_stop(graceful))
@@ -192,8 +191,7 @@ class SerialWorker(JobLoop):
     def on_aborted(self, job: Job, reason: str) -> bool:
         if reason == "shutdown":
             try:
-                if release_job(job.client, job.jid, self.name):
-                    self.released += 1
+                release_job(job.client, job.jid, self.name)
             except QlessError as exc:
                 log.error("job %s: could not release (%s); its lease will expire", job.jid, exc)
                 self.unreleased += 1

@@ -299,30 +299,27 @@ class AbortGuard:
         thread the job thread is sent URG (see `kick`), or without signals the exception is
         scheduled with PyThreadState_SetAsyncExc.
         """
+        return self._raise_in_job(reason, None, same_thread)
+
+    def interrupt(self, warning: Exception) -> bool:
+        """Raise `warning` in the job thread, not an abort: the job may catch it and go on."""
+        return self._raise_in_job(None, warning, False)
+
+    def _raise_in_job(self, reason: str | None, warning: Exception | None,
+                      same_thread: bool) -> bool:
+        """Deliver an abort (`reason`) or a `warning` to the running job, once per job."""
         with self._lock:
             if not self._in_job or self.reason is not None:
                 return False
-            self.reason = reason
-            if same_thread:
+            self.reason, self._warning = reason, warning
+            if same_thread and reason is not None:
                 raise JobAborted(reason)
             if self.kick is not None:
                 self._kicked = True
                 self.kick(self.thread_id)
             else:
-                self._pending = _set_async_exc(self.thread_id, JobAborted)
-        return True
-
-    def interrupt(self, warning: Exception) -> bool:
-        """Raise `warning` in the job thread, not an abort: the job may catch it and go on."""
-        with self._lock:
-            if not self._in_job or self.reason is not None:
-                return False
-            self._warning = warning
-            if self.kick is not None:
-                self._kicked = True
-                self.kick(self.thread_id)
-            else:
-                self._pending = _set_async_exc(self.thread_id, type(warning))
+                self._pending = _set_async_exc(
+                    self.thread_id, JobAborted if warning is None else type(warning))
         return True
 
     def kick_by_signal(self) -> None:

@@ -1,18 +1,11 @@
 """What the supervisor tracks per child, and the `w:<worker>` channels (`ChildChannels`: the
 one way workers hear them, polled by the supervisor, in a thread by the serial worker).
 
-No thread in the supervisor: it forks, and forking a multi-threaded process invites
-deadlocks in the child. The pubsub sockets (one per primary holding a shard the worker
-serves, shared by that primary's shards: node_pubsub.py) are polled with the other
-descriptors instead; a shard's subscription is re-made (on the primary of now) when its
-connection breaks or its slot moves, and pinged when quiet so a half-open socket is
-noticed. The shards followed grow as the served queues move (`follow`).
-
-Once no child has held a job for `rest_after` seconds (--idle-disconnect) the connections
-are closed (`settle`): an idle worker's channels carry nothing, and the connection is what
-costs Redis. A child that starts a job reopens them, and the supervisor re-checks the running
-jobs once Redis has confirmed every channel again (`take_missed`), as after a broken
-connection: an event published before the confirmation is read in the job's state instead.
+No thread in the supervisor (forking a threaded process invites deadlocks): its pubsub
+sockets, one per primary (node_pubsub.py), are polled with its other descriptors, re-made
+when broken or moved, pinged when quiet. After --idle-disconnect seconds with no job held
+they are closed (`settle`); reopened, like a broken one, the running jobs are re-checked in
+Redis once every channel is confirmed again (`take_missed`).
 """
 
 from __future__ import annotations

@@ -21,8 +21,7 @@ from django_qless.core.workers.cli import (
     check_queue_specs,
     split_command,
 )
-from django_qless.core.workers.option_specs import add_options, option_values
-from django_qless.core.workers.worker_config import WorkerConfig
+from django_qless.core.workers.worker_config import WorkerConfig, add_options, option_values
 
 if TYPE_CHECKING:
     from django_qless.core.registry import Registry
