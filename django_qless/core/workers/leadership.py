@@ -1,18 +1,11 @@
 """The idle-leader token: only one idle child of a forking worker waits on the engine.
 
-Only the holder of the token (the leader) registers as idle, listens for hand-offs and
-wake-ups and re-checks; the other idle children wait for the token without touching Redis.
 The token is an exclusive `flock` on a file the supervisor opens before forking; each child
-opens it again (through the inherited descriptor where /proc allows), so the locks are per
-child, and the kernel drops a lock when its holder dies, even by SIGKILL.
-
-A leader gives the token up as its job starts. The unlock is left to a helper thread, which
-runs once the job lets go of the interpreter, so the next leader's registration does not
-compete with the job's start; the helper then keeps the token `hold` seconds
-(`--leader-hold`) unless a wake-up arrives, so short jobs put one at a time run on one warm
-child instead of going round every idle child. The blocking `flock` runs in that helper
-(signals blocked); the job thread waits for it in short slices on a pipe, so signals and
-the supervisor check still work. A token that arrives when it is no longer wanted is
+reopens it (its own open file description), and the kernel drops a lock when its holder dies,
+even by SIGKILL. A leader gives the token up as its job starts: a helper thread unlocks it
+once the job lets go of the interpreter, after `hold` seconds (`--leader-hold`) unless a
+wake-up comes first, so short jobs put one at a time stay on one warm child. The blocking
+`flock` runs in that helper (signals blocked); a token that comes when no longer wanted is
 passed straight on.
 """
 
@@ -34,8 +27,7 @@ __all__ = ["Leadership", "TokenFile", "open_leadership"]
 
 log = logging.getLogger("django_qless.worker")
 
-# The token file holds when the token last changed hands (CLOCK_MONOTONIC, the same in every
-# process of the machine), written by each new leader while it holds the lock.
+# When the token last changed hands (CLOCK_MONOTONIC, shared by the machine's processes).
 _STAMP = struct.Struct("d")
 
 
@@ -44,11 +36,9 @@ class TokenFile:
 
     def __init__(self, directory: str) -> None:
         self.path = os.path.join(directory, "leader")
-        # Kept open (children inherit it): a child reopens the file through this descriptor.
         self.fd = os.open(self.path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
         if os.path.exists(f"/proc/self/fd/{self.fd}"):
-            # The descriptor is all children need: remove the path now, so a worker killed
-            # by SIGKILL leaves nothing behind and a temp cleaner has nothing to remove.
+            # Children reopen it through the descriptor: nothing is left behind by a SIGKILL.
             os.unlink(self.path)
             os.rmdir(directory)
             self.path = ""
@@ -59,11 +49,9 @@ class TokenFile:
 
 
 def open_leadership(token: TokenFile, hold: float = 0.0) -> Leadership | None:
-    """Open this child's own claim on `token` (in the child); None if it cannot be opened
-    (the child then waits on the engine as every idle child did before the token)."""
+    """Open this child's own claim on `token`; None if it cannot (it then always registers)."""
     try:
         try:
-            # A new open file description of the same file, even if its path is gone.
             fd = os.open(f"/proc/self/fd/{token.fd}", os.O_RDWR | os.O_CLOEXEC)
         except OSError:
             if not token.path:
@@ -80,18 +68,23 @@ def open_leadership(token: TokenFile, hold: float = 0.0) -> Leadership | None:
     return Leadership(fd, hold)
 
 
+def _poke(fd: int) -> None:
+    try:
+        os.write(fd, b"!")
+    except BlockingIOError:
+        pass  # readable already
+
+
 class Leadership:
     """This child's claim on the idle-leader token (job thread API; one helper thread)."""
 
     def __init__(self, fd: int, hold: float = 0.0) -> None:
-        # Our own open file description: flock locks are per description, not per process.
-        self._fd = fd
-        self._hold = hold  # seconds a token given up at a job's start is kept (see above)
-        self._watch: tuple[int, ...] = ()  # sockets whose messages end that hold
-        self._notify_r, self._notify_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
-        # The helper sleeps in a read of this pipe until the job thread gives it work (a byte
-        # after each change of the state below): a write and a plain lock cost the job thread
-        # less at a job's start than a Condition's Python-level notify.
+        self._fd = fd  # flock locks are per open file description, not per process
+        self._hold = hold
+        self._watch: tuple[int, ...] = ()  # sockets whose messages end a hold
+        self.notify_fd, self._notify_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        # The helper sleeps in a read of this pipe: a write costs the job thread less at a
+        # job's start than a Condition's notify.
         self._work_r, self._work_w = os.pipe2(os.O_CLOEXEC)
         os.set_blocking(self._work_w, False)
         self._lock = threading.Lock()  # guards the state below
@@ -99,10 +92,10 @@ class Leadership:
         self._wanted = False
         self._locking = False  # the helper is inside flock(): the job thread must not call it
         self._letting_go = False  # released by the job thread, still to unlock in the helper
-        self._releases = 0  # soon-releases so far: a hold belongs to the one it started for
+        self._releases = 0  # a hold belongs to the release it started for
         self._thread: threading.Thread | None = None
-        # A job that forks (without exec) must not take our lock's description with it: a
-        # grandchild outliving us would keep the token held.
+        # A job that forks must not take our lock's description along: a grandchild
+        # outliving us would keep the token held.
         os.register_at_fork(after_in_child=self._forget)
 
     @property
@@ -111,20 +104,12 @@ class Leadership:
         with self._lock:
             return self._held
 
-    @property
-    def notify_fd(self) -> int:
-        """Return a file descriptor that becomes readable when the token was taken."""
-        return self._notify_r
-
     def try_take(self) -> bool:
         """Take the token if it is free (no wait); return whether this child holds it."""
-        if self._held:
-            # Only this thread sets `_held` false (`release`), so no lock is needed to see it
-            # true.
+        if self._held:  # (only this thread sets it false)
             return True
         with self._lock:
-            if self._letting_go:
-                # Given up, but the helper has not unlocked yet: the lock is still ours.
+            if self._letting_go:  # given up, not unlocked yet: still ours
                 self._letting_go = False
                 self._held = True
             if self._held or self._locking:
@@ -145,17 +130,19 @@ class Leadership:
         with self._lock:
             self._wanted = wanted
             if wanted:
-                self._drain()
+                try:
+                    while os.read(self.notify_fd, 64):
+                        pass
+                except BlockingIOError:
+                    pass
                 self._start_helper()
-                self._wake_helper()
+                _poke(self._work_w)
 
     def release(
         self, *, soon: bool = False, watch: Callable[[], Sequence[int]] | None = None
     ) -> None:
-        """Give the token up (the next child waiting for it becomes leader); with `soon`,
-        the helper thread unlocks it once this thread lets it run (a job starts now), after
-        the hold, or at once when one of the sockets `watch()` names becomes readable
-        (asked only if the token is held; never read there: only polled)."""
+        """Give the token up; `soon`: the helper unlocks it after the hold, or when a socket
+        `watch()` names becomes readable (polled only)."""
         with self._lock:
             if not self._held:
                 return
@@ -164,7 +151,7 @@ class Leadership:
                 self._letting_go = True
                 self._releases += 1
                 self._watch = tuple(watch()) if watch is not None else ()
-                self._wake_helper()
+                _poke(self._work_w)
                 return
             self._letting_go = False
             fcntl.flock(self._fd, fcntl.LOCK_UN)
@@ -184,42 +171,44 @@ class Leadership:
                 self._locking = not letting_go and self._wanted and not self._held
                 idle = not letting_go and not self._locking
             if idle:
-                self._await_work()
-                continue
-            if letting_go:
+                try:
+                    os.read(self._work_r, 64)  # until the job thread changes the state
+                except InterruptedError:
+                    pass
+            elif letting_go:
                 self._let_go()
-                continue
-            try:
-                fcntl.flock(self._fd, fcntl.LOCK_EX)  # blocks until the leader lets go
-            except OSError as exc:
-                log.error("waiting for the idle-leader token failed: %s", exc)
-                with self._lock:
-                    self._locking = False
-                    self._wanted = False  # the job thread's next want() retries
-                self._notify()
-                continue
+            else:
+                self._lock_when_free()
+
+    def _lock_when_free(self) -> None:
+        """Helper thread: block in flock; keep the token if still wanted, else pass it on."""
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+        except OSError as exc:
+            log.error("waiting for the idle-leader token failed: %s", exc)
             with self._lock:
-                self._locking = False
-                if self._wanted:
-                    self._held = True
-                    self._wanted = False
-                    self._stamp()
-                else:
-                    fcntl.flock(self._fd, fcntl.LOCK_UN)  # no longer wanted: pass it on
-                    continue
-            self._notify()
+                self._locking = self._wanted = False  # the job thread's next want() retries
+            _poke(self._notify_w)
+            return
+        with self._lock:
+            self._locking = False
+            if not self._wanted:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+                return
+            self._held = True
+            self._wanted = False
+            self._stamp()
+        _poke(self._notify_w)
 
     def _let_go(self) -> None:
-        """Unlock the token given up at a job's start, after the hold (unless the job thread
-        took it back meanwhile); a message on a watched socket ends the hold at once."""
+        """Unlock a token given up at a job's start after the hold, unless taken back."""
         with self._lock:
             release, watch = self._releases, self._watch
         if self._hold > 0:
             poll_readable(list(watch), self._hold)
         with self._lock:
-            # A hold taken back and given up again meanwhile (the next job started) is that
-            # job's hold, started afresh by the helper's loop: a message that ended this
-            # poll, such as that job's own hand-off, must not cut it short.
+            # Taken back and given up again meanwhile: that later job's hold starts afresh,
+            # and a message that ended this poll (its own hand-off) must not cut it short.
             if self._letting_go and self._releases == release:
                 self._letting_go = False
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
@@ -232,45 +221,17 @@ class Leadership:
             return 0.0
         if len(data) < _STAMP.size:
             return 0.0
-        (changed,) = _STAMP.unpack(data)
-        return max(0.0, time.monotonic() - float(changed))
+        return max(0.0, time.monotonic() - float(_STAMP.unpack(data)[0]))
 
     def _stamp(self) -> None:
-        """Note that the token changed hands now (the lock is ours: nobody else writes)."""
         try:
             os.pwrite(self._fd, _STAMP.pack(time.monotonic()), 0)
         except OSError as exc:
             log.debug("could not note the token's change of hands: %s", exc)
 
-    def _wake_helper(self) -> None:
-        try:
-            os.write(self._work_w, b"!")
-        except BlockingIOError:
-            pass  # the helper has bytes to read already
-
-    def _await_work(self) -> None:
-        """Helper thread: sleep until the job thread changed the state (a byte arrived)."""
-        try:
-            os.read(self._work_r, 64)
-        except InterruptedError:
-            pass
-
-    def _notify(self) -> None:
-        try:
-            os.write(self._notify_w, b"!")
-        except BlockingIOError:
-            pass  # already readable
-
-    def _drain(self) -> None:
-        try:
-            while os.read(self._notify_r, 64):
-                pass
-        except BlockingIOError:
-            pass
-
     def _forget(self) -> None:
         """In a process forked by a job: drop the inherited descriptors (the lock stays ours)."""
-        for fd in (self._fd, self._notify_r, self._notify_w, self._work_r, self._work_w):
+        for fd in (self._fd, self.notify_fd, self._notify_w, self._work_r, self._work_w):
             try:
                 os.close(fd)
             except OSError:

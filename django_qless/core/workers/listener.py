@@ -1,12 +1,9 @@
-"""What the events on `w:<worker>` mean for a running job, and how to check one in Redis.
+"""The events on `w:<worker>` that stop a running job, and how to check one in Redis.
 
-The engine publishes `lock_lost` (the lease expired and the job was offered elsewhere, or it
-was timed out, or re-put by someone else), `canceled` and `put` there: each is a reason to
-stop the job at once, its result would be refused anyway. (It also publishes an operator's
-`quiet` and `stop` there.) The channels are heard by one implementation, `ChildChannels`
-(supervision.py): polled by the supervisor, and by the serial worker's listener thread.
+`lock_lost`, `canceled` and `put` each mean the job's result would be refused anyway (the
+channel also carries an operator's `quiet` and `stop`); `ChildChannels` (supervision.py)
+hears them for the supervisor and the serial worker.
 """
-
 from __future__ import annotations
 
 import time
@@ -21,9 +18,7 @@ if TYPE_CHECKING:
 __all__ = ["ABORT_EVENTS", "HeardAborts", "attempts_still_owned"]
 
 ABORT_EVENTS = frozenset({"lock_lost", "canceled", "put"})
-# How long, and for how many jobs, an abort event naming a job not running yet is kept: a
-# job starts within a round trip of its pop, or after the job before it (one held ahead is
-# handed back once that one passes 0.1 s); a supervisor reads status lines in batches.
+# How long, and for how many jobs, an abort event naming a job not started yet is kept.
 _ABORT_MEMORY = 30.0
 _ABORTS_KEPT = 64
 
@@ -31,11 +26,8 @@ _ABORTS_KEPT = 64
 def attempts_still_owned(client: Client, attempts: Sequence[tuple[str, str, str]]) -> list[bool]:
     """Tell, for each (jid, worker, token), whether that pop still holds the job or ended it.
 
-    A worker's own view of its job lags behind Redis (a child reports the end of a job after
-    it sent the completion), so "not running for this worker" alone cannot tell a job taken
-    away from one the worker has just completed, failed or retried itself. The engine records
-    the attempt token with the outcome it accepted, which settles the question in one read.
-    `client` is the jobs' keyspace (their shard's client).
+    "Not running for this worker" cannot tell a job taken away from one it just ended
+    itself; the engine records the attempt token with the outcome it accepted.
     """
     keyspace = client.keyspace
 
@@ -54,10 +46,8 @@ def attempts_still_owned(client: Client, attempts: Sequence[tuple[str, str, str]
 
 
 class HeardAborts:
-    """Abort events heard for jobs not running yet: popped (the reply on its way, or the
-    start not reported yet) or held ahead. Such a job may start yet; when it does, Redis is
-    asked whether the attempt still holds it (`attempts_still_owned`, by attempt token, so a
-    job popped again after the event is not taken for the one it named)."""
+    """Abort events heard for jobs popped or held but not started yet (checked by
+    `attempts_still_owned` when they start)."""
 
     def __init__(self) -> None:
         self._heard: dict[str, float] = {}  # jid -> when (dict operations are atomic)

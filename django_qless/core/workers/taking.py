@@ -1,16 +1,11 @@
 """How an idle job loop gets its next job: a hand-off, else a reserve, else a wait.
 
-The loop listens on its wake-up channels, and its hand-off channel when it serves one
-keyspace (wakeup.py), before it reserves. A reserve makes one engine call per shard, shards
-in the order the reserver gives their first queue (shards.py). When the worker serves one
-keyspace, a reserve that finds nothing registers it as idle (`reserve.wait`), so the engine
-pops the next ready job for it and publishes it on `hand:<worker>`; the loop takes such jobs
-before reserving, and otherwise blocks until a message, a signal, or the next due time (the
-engine tells it when a scheduled job, a recurring spawn or a lock expiry is due, and
-publishes the queue's wake-up when a call writes an earlier one), or `--interval` (60 s) at
-the latest. An idle loop therefore calls the engine about once a minute.
+The loop subscribes to its wake-ups (wakeup.py) before it reserves: one engine call per
+shard, in the reserver's order (shards.py). Serving one keyspace, a reserve that finds
+nothing registers the worker as idle (`reserve.wait`): the engine then pops the next ready
+job for it onto `hand:<worker>`. Otherwise the loop blocks until a message, a signal, the
+next due time the engine reported, or `--interval` (60 s): about one engine call a minute.
 """
-
 from __future__ import annotations
 
 import logging
@@ -34,11 +29,10 @@ if TYPE_CHECKING:
     from django_qless.core.workers.shards import QueueRoutes, Reserver
     from django_qless.core.workers.wakeup import WakeWaiter
 
-__all__ = ["MAX_QUEUES_PER_CALL", "JobTaker"]
+__all__ = ["JobTaker"]
 
 log = logging.getLogger("django_qless.worker")
 
-MAX_QUEUES_PER_CALL = RESERVE_QUEUES_MAX
 _TRANSIENT = (QlessConnectionError, redis.ConnectionError, redis.TimeoutError, OSError)
 
 
@@ -71,31 +65,20 @@ class JobTaker:
         self.idle_cap = idle_cap
         self.time_left = time_left
         self.on_idle = on_idle  # called before an idle wait (the loop shows its idle title)
-        # Asked every second of an idle wait, without Redis (a child: is the supervisor there).
-        self.keep_waiting = keep_waiting
+        self.keep_waiting = keep_waiting  # asked without Redis while idle (supervisor there?)
+        self.check_every = 1.0  # seconds between those checks while waiting for the token
         self.idling = False  # the last reserve found nothing (no job started since)
         self.reaper = reaper  # its next run bounds an idle wait
-        # A forked child registers with the engine only while it holds the idle-leader
-        # token (leadership.py); None: always (the serial worker).
-        self.leadership = leadership
+        self.leadership = leadership  # None: always registers when idle (serial worker)
         self._listening = False  # subscribed once while waiting for the token
-        # A child waiting for the token closes its connections once the token has stayed
-        # with one leader this long (0: never).
-        self.idle_disconnect = idle_disconnect
+        self.idle_disconnect = idle_disconnect  # see _disconnect (0: never)
         self._disconnected = False
-        # Closed its connections since it last reserved: the next reserve comes before the
-        # subscribe (see `reserve`).
-        self._cold = False
+        self._cold = False  # connections closed since the last reserve (see `reserve`)
         self._backoff = 0.0
-        # Seconds between two keep_waiting checks while waiting for the token (a child whose
-        # supervisor's death is signalled by the kernel checks less often).
-        self.check_every = 1.0
 
     def await_turn(self) -> bool:
-        """Wait, without Redis, until this loop may reserve: it holds the idle-leader token,
-        or jobs were handed to it meanwhile; False if a signal, the supervisor's death or
-        the end of the wait (--interval, --max-duration) came first (the loop re-checks).
-        """
+        """Wait, without Redis, for the idle-leader token or a hand-off; False if a signal,
+        the supervisor's death or the end of the wait came first (the loop re-checks)."""
         lead = self.leadership
         if lead is None or lead.try_take():
             self._disconnected = False
@@ -104,8 +87,7 @@ class JobTaker:
             if self._until_quiet(lead) <= 0:
                 self._disconnect()  # (a new child of an idle worker: nothing to listen for)
             else:
-                # Once, at the start: a child's first turn as leader then needs no subscribe
-                # round trip while the previous leader's job starts.
+                # Once: the first turn as leader then needs no subscribe round trip.
                 self._listening = True
                 self.waiter.ensure_subscribed()
         self.idling = True
@@ -118,7 +100,6 @@ class JobTaker:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
-                # Slices of check_every: the supervisor is checked without Redis (keep_waiting).
                 step = min(left, self.check_every)
                 if not self._disconnected:
                     quiet_in = self._until_quiet(lead)
@@ -136,22 +117,17 @@ class JobTaker:
             lead.want(False)  # the token, if it comes now, goes on to the next child
 
     def _until_quiet(self, lead: Leadership) -> float:
-        """Return the seconds until the token will have stayed with one leader
-        `idle_disconnect` seconds (0 or less: it has; infinity: never, the option is 0)."""
+        """Return the seconds until the token stayed `idle_disconnect` with one leader."""
         if not self.idle_disconnect:
             return math.inf
         return self.idle_disconnect - lead.steady_for()
 
     def _disconnect(self) -> None:
-        """Close this child's connections while it waits for the token: until it leads, it
-        has nothing to say to Redis and nothing to hear.
+        """Close this child's connections until it leads (it has nothing to say or hear).
 
-        Only once the token has stayed with one leader `idle_disconnect` seconds (the worker
-        is idle, or one child runs its short jobs): an idle connection costs Redis CPU (its
-        cron visits each one about once a second above 50 connections), but reopening one
-        costs as much as minutes of that, so children that take turns leading keep theirs.
-        The first turn as leader reserves as it reconnects, and subscribes only if that
-        finds nothing (`reserve`).
+        Only once the token stayed `idle_disconnect` seconds with one leader: an idle
+        connection costs Redis CPU (its cron visits each), but reopening one costs minutes
+        of that, so children that take turns leading keep theirs.
         """
         self._disconnected = True
         self._cold = True
@@ -162,29 +138,17 @@ class JobTaker:
                   self.idle_disconnect)
 
     def pass_turn(self, *, soon: bool = False) -> None:
-        """Give the idle-leader token up: the next idle child leads.
-
-        `soon` (a job starts now): the unlock is left to the token's helper thread, which
-        runs once the job lets go of the interpreter, so the next leader's wake-up and
-        registration do not delay the job's start (leadership.py).
-        """
+        """Give the idle-leader token up (`soon`: a job starts; the helper unlocks it)."""
         if self.leadership is not None:
             self.leadership.release(soon=soon, watch=self.waiter.sockets)
 
     def reserve(self) -> tuple[list[Job], float | None]:
-        """Take jobs from the selected queues (subscribing to wake-ups first); also return
-        the seconds until due work when there is none.
+        """Take a hand-off, else jobs held but lost, else reserve (subscribed first); also
+        return the seconds until due work when there is none.
 
-        Buffered messages are read first: a hand-off (a job the engine popped for this idle
-        worker) is taken as is; wake-ups consumed before the reserve mean, when one arrives
-        while we wait, new work. After a broken subscription, hand-offs may have been lost:
-        the jobs the engine says this worker holds are taken back first.
-
-        A child that let its connections go (`_disconnect`) reserves once before it
-        subscribes: a job put while the token came to it then starts after one reconnect
-        and one call, not after the pub/sub connection's too. That reserve cannot register
-        (nothing listens for a hand-off yet); if it finds nothing, the usual subscribe and
-        reserve follow, so a job put in between is found by the second reserve.
+        A child that closed its connections (`_disconnect`) reserves once before it
+        subscribes, without registering: a waiting job then starts after one reconnect; if
+        that finds nothing, the usual subscribe and reserve follow.
         """
         cold, self._cold = self._cold, False
         # (After a lost hand-off, the jobs it holds come first, once subscribed.)
@@ -203,9 +167,8 @@ class JobTaker:
             return jobs, None
         jobs, wake = self._reserve_once()
         if jobs and self.waiter.subscribed:
-            # Still registered as idle while this reserve ran, the worker may have been
-            # handed a job too: hold it now, so it goes back to waiting if the job taken runs
-            # long (instead of waiting, unheld, behind it).
+            # Registered as idle meanwhile, it may have been handed a job too: hold it, so
+            # it goes back to waiting if this job runs long.
             self.waiter.drain()
             self.hand.adopt_handed()
         return jobs, wake
@@ -218,18 +181,16 @@ class JobTaker:
 
     def plan(self) -> list[tuple[Client, list[str]]]:
         """Return this attempt's engine calls: (shard client, its queues in order)."""
-        return [(client, queues[start:start + MAX_QUEUES_PER_CALL])
+        return [(client, queues[start:start + RESERVE_QUEUES_MAX])
                 for client, queues in self.routes.plan(self.reserver.order())
-                for start in range(0, len(queues), MAX_QUEUES_PER_CALL)]
+                for start in range(0, len(queues), RESERVE_QUEUES_MAX)]
 
     def _reserve_once(self) -> tuple[list[Job], float | None]:
         try:
             plan = self.plan()
             wake: float | None = None
-            # Wait for a hand-off while idle: one keyspace, one registration (one call).
+            # Register for a hand-off only in the shard whose channel the waiter hears.
             ttl = None
-            # Only in the shard whose hand-off channel the waiter listens to (a queue may
-            # have moved to another shard since the worker started).
             if (len(plan) == 1 and plan[0][0] is self.waiter.hand_client
                     and self.waiter.subscribed):
                 ttl = self.recheck_after() + 1.0
@@ -261,16 +222,14 @@ class JobTaker:
         self.on_idle()
         timeout = min(self.recheck_after(), max(self.time_left(), 0.005))
         if wake is not None:
-            # A lock expiring "now" can report 0 repeatedly during its grace: do not spin.
+            # (a lock expiring "now" reports 0 during its grace: do not spin)
             timeout = min(timeout, max(wake, 0.005))
         if self.reaper is not None:
             timeout = min(timeout, max(self.reaper.seconds_left(idle=True), 0.005))
-        # The supervisor is checked every second meanwhile, without Redis (keep_waiting).
         return self.waiter.wait(timeout, self.keep_waiting)
 
     def held_jobs(self) -> list[Job]:
-        """Return the jobs this worker name still holds in its shards (`resume`, or
-        hand-offs missed)."""
+        """Return the jobs this worker still holds in its shards (resume, hand-offs lost)."""
         held: list[Job] = []
         for client in self.routes.served():
             try:

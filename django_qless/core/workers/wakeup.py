@@ -1,16 +1,13 @@
 """Block an idle worker until a queue it serves gets work (no sleep-polling).
 
-The engine publishes the queue name on `wake:<queue>` of the queue's keyspace whenever jobs
-become ready there. The waiter subscribes to those channels (one connection per primary:
-node_pubsub.py) and waits for the confirmations *before* the worker's first reserve, so a
-put landing between "reserve found nothing" and "start waiting" is already buffered on the
-socket. Sharded channels have no pattern form: a pattern is then listened to as the queues
-it matches now. With all its queues in one keyspace it also listens on `hand:<worker>`,
-where the engine publishes the jobs it pops for the idle worker (`reserve.wait`); they are
-kept in `handed` until taken. A broken hand-off subscription sets `lost`, and the worker
-then looks up the jobs it holds.
+The engine publishes the queue name on `wake:<queue>` whenever jobs become ready there. The
+waiter subscribes (one connection per primary: node_pubsub.py) and waits for the
+confirmations before the worker's first reserve, so a put landing before the wait is
+buffered. Sharded channels have no patterns: a pattern is listened to as the queues it
+matches now. With all its queues in one keyspace it also listens on `hand:<worker>` for the
+jobs the engine pops for it while idle (`reserve.wait`), kept in `handed`; a broken
+hand-off subscription sets `lost` (the worker then looks up the jobs it holds).
 """
-
 from __future__ import annotations
 
 import json
@@ -39,11 +36,8 @@ __all__ = ["WakeWaiter"]
 log = logging.getLogger("django_qless.worker")
 
 _Wanted = tuple[frozenset[str], frozenset[str]]
-# What ended one wait (see WakeWaiter._wait_once).
-_MESSAGE, _SIGNAL, _TIMEOUT = "message", "signal", "timeout"
-# While subscribed, the queues' shards (patterns re-resolved, queues moved) are looked at
-# again this often.
-_RECHECK = 1.0
+_MESSAGE, _SIGNAL, _TIMEOUT = "message", "signal", "timeout"  # what ended one wait
+_RECHECK = 1.0  # seconds between looks at the queues' shards while subscribed
 
 
 class WakeWaiter:
@@ -53,8 +47,7 @@ class WakeWaiter:
         self.routes = routes
         self.selection = routes.selection
         self.pipe = pipe
-        # Hand-offs only when every queue is in one keyspace: an idle worker registered in
-        # several shards could be handed a job by each at once.
+        # Hand-offs only with one keyspace: several shards could each hand a job at once.
         self.hand_client: Client | None = routes.single if worker else None
         self.hand_channel = (self.hand_client.keyspace.channel(f"hand:{worker}")
                              if self.hand_client is not None else "")
@@ -73,7 +66,6 @@ class WakeWaiter:
         """Tell whether every wake channel (and the hand-off channel) is listened to now."""
         return self._ready and all(self._subs[tag].connected for tag in self._wanted)
 
-    # -- subscription ---------------------------------------------------------------------
     def _plan(self) -> None:
         """Work out which channels each shard's subscription needs (after a re-resolve)."""
         groups = self.routes.by_shard()
@@ -83,8 +75,7 @@ class WakeWaiter:
         single = self.routes.single
         clients = {c.shard: c for c, _ in groups}
         if single is not None:
-            # Patterns may match nothing yet: listen there anyway; and where a queue moved
-            # since the start (its new shard is in the groups).
+            # Listen there even if patterns match nothing yet (and where queues moved).
             clients = {single.shard: single, **clients}
         queues = {c.shard: names for c, names in groups}
         wanted: dict[str | None, _Wanted] = {}
@@ -98,7 +89,7 @@ class WakeWaiter:
         self._wanted = wanted
 
     def _channels(self, sub: Subscription, queues: list[str]) -> _Wanted:
-        """Return (channels, patterns) for one keyspace; `sub.sharded` None: not known yet."""
+        """Return (channels, patterns) for one keyspace."""
         ks = sub.keyspace
         if sub.sharded is False:
             channels = {ks.channel(f"wake:{q}") for q in queues if q in self.selection.names_given}
@@ -113,10 +104,7 @@ class WakeWaiter:
         return frozenset(channels), frozenset(patterns)
 
     def ensure_subscribed(self) -> None:
-        """Subscribe to the wake channels (waiting for Redis to confirm) where not done yet.
-
-        Cheap while subscribed: the queues' shards are looked at again at most once a second.
-        """
+        """Subscribe (confirmed) where not done yet; shards re-checked once a second at most."""
         now = time.monotonic()
         if (self._ready and now < self._recheck_at) or now < self._broken_until:
             return
@@ -146,18 +134,26 @@ class WakeWaiter:
         self._close(sub)
         sub.connect()
         channels, patterns = self._wanted[tag] = self._channels(sub, self._queues_of(tag))
-        pending = sub.subscribe(channels, patterns)
-        deadline = time.monotonic() + 5.0
-        while pending and time.monotonic() < deadline:
-            msg = sub.get(timeout=max(0.0, deadline - time.monotonic()))
-            if msg is None:
-                continue
-            if Subscription.confirms(msg):
-                pending -= 1
-            elif msg["type"] in MESSAGE_TYPES:
-                self._take(msg)
-        if pending:
+        pending = [sub.subscribe(channels, patterns)]
+
+        def confirmed(msg: dict[str, Any]) -> bool:
+            pending[0] -= Subscription.confirms(msg)
+            return pending[0] <= 0
+
+        if pending[0] and not self._read_until(sub, 5.0, confirmed):
             raise redis.TimeoutError("no subscribe confirmation from Redis")
+
+    def _read_until(self, sub: Subscription, seconds: float,
+                    done: Callable[[dict[str, Any]], bool]) -> bool:
+        """Read `sub` (taking its messages) until `done` says so (True) or `seconds` pass."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            msg = sub.get(timeout=left)
+            if msg is not None and msg["type"] in MESSAGE_TYPES:
+                self._take(msg)
+            elif msg is not None and done(msg):
+                return True
+        return False
 
     def _queues_of(self, tag: str | None) -> list[str]:
         return next((names for c, names in self.routes.by_shard() if c.shard == tag), [])
@@ -173,32 +169,25 @@ class WakeWaiter:
         for sub in self._subs.values():
             self._close(sub)
 
-    # -- waiting --------------------------------------------------------------------------
-    def drain(self) -> list[str]:
-        """Consume buffered wake-ups without blocking; return the queue names they named."""
-        names: list[str] = []
+    def drain(self) -> None:
+        """Consume buffered messages without blocking (wake-ups noted, hand-offs kept)."""
         for sub in list(self._subs.values()):
             try:
                 while (msg := sub.get(timeout=0.0)) is not None:
                     if msg["type"] in MESSAGE_TYPES:
-                        name = self._take(msg)
-                        if name is not None:
-                            names.append(name)
+                        self._take(msg)
             except PUBSUB_ERRORS as exc:
                 log.warning("wake-up connection lost (%s); resubscribing", exc)
                 self._close(sub)
-        return names
 
-    def _take(self, msg: dict[str, Any]) -> str | None:
-        """Keep a hand-off, or note a wake-up; return the queue a wake-up names."""
-        channel = str(msg.get("channel", ""))
+    def _take(self, msg: dict[str, Any]) -> None:
+        """Keep a hand-off, or note the queue a wake-up names."""
+        channel, data = str(msg.get("channel", "")), msg.get("data")
         if channel == self.hand_channel:
-            self._keep_handed(msg.get("data"))
-            return None
-        data = msg.get("data")
-        name = data if isinstance(data, str) and data else channel.rpartition("wake:")[2]
-        self.selection.note_wake(name)
-        return name
+            self._keep_handed(data)
+        else:
+            self.selection.note_wake(data if isinstance(data, str) and data
+                                     else channel.rpartition("wake:")[2])
 
     def _keep_handed(self, data: Any) -> None:
         try:
@@ -210,11 +199,10 @@ class WakeWaiter:
             self.handed.append(job)
 
     def stop_hand_offs(self) -> None:
-        """Unsubscribe from the hand-off channel, keeping what arrived before (leaving).
+        """Unsubscribe from hand-offs (leaving); once confirmed, `handed` is complete.
 
-        Redis confirms the unsubscribe after every message published before it, and hands
-        nothing to a worker nobody listens for: afterwards `handed` is complete. If that
-        cannot be confirmed, the subscription is closed with `lost` set.
+        Redis confirms after every message published before, and hands nothing to a worker
+        nobody listens for; unconfirmed, the subscription is closed with `lost` set.
         """
         hand = self.hand_client
         sub = None if hand is None else self._subs.get(hand.shard)
@@ -222,23 +210,15 @@ class WakeWaiter:
             return
         try:
             sub.unsubscribe([self.hand_channel])
-            deadline = time.monotonic() + 2.0
-            while time.monotonic() < deadline:
-                msg = sub.get(timeout=max(0.0, deadline - time.monotonic()))
-                if msg is None or msg.get("channel") != self.hand_channel:
-                    continue
-                if msg["type"] in ("unsubscribe", "sunsubscribe"):
-                    return
-                if msg["type"] in MESSAGE_TYPES:
-                    self._keep_handed(msg.get("data"))
+            if self._read_until(sub, 2.0, lambda msg: msg.get("channel") == self.hand_channel
+                                and msg["type"] in ("unsubscribe", "sunsubscribe")):
+                return
         except PUBSUB_ERRORS as exc:
             log.warning("could not stop hand-offs cleanly (%s)", exc)
         self._close(sub)
 
     def disconnect(self) -> None:
-        """Close every pub/sub connection, losing nothing: hand-offs are stopped first
-        (`stop_hand_offs`), and wake-ups matter only to a loop that reserves next, which
-        subscribes again before it does (`ensure_subscribed`)."""
+        """Close every pub/sub connection, losing nothing (hand-offs stopped first)."""
         self.stop_hand_offs()
         for sub in self._subs.values():
             sub.close()  # (not _close: with hand-offs stopped cleanly nothing was lost)
@@ -249,64 +229,57 @@ class WakeWaiter:
         jobs, self.handed = self.handed, []
         return jobs
 
-    def wait(
-        self, timeout: float, keep_waiting: Callable[[], bool] | None = None, every: float = 1.0
-    ) -> bool:
-        """Block until a wake-up message, a wake-pipe byte, or `timeout`; True if a message.
-
-        With `keep_waiting`, the wait is cut into slices of `every` seconds and ends after the
-        first slice for which it answers False (a check that costs Redis nothing, such as "is
-        the supervisor still there"), so a long wait stays cheap without going deaf.
-        """
+    def wait(self, timeout: float, keep_waiting: Callable[[], bool] | None = None) -> bool:
+        """Block until a wake-up, a wake-pipe byte, or `timeout`; True if a message.
+        `keep_waiting` (costing Redis nothing) is asked every second; False ends the wait."""
         deadline = time.monotonic() + max(0.0, timeout)
         version = self.routes.version
         while True:
             left = deadline - time.monotonic()
-            if keep_waiting is None or left <= every:
+            if keep_waiting is None or left <= 1.0:
                 return self._wait_once(left) == _MESSAGE
-            woke = self._wait_once(every)
+            woke = self._wait_once(1.0)
             if woke != _TIMEOUT or not keep_waiting():
                 return woke == _MESSAGE
-            # A queue changed shards (a move): listen there too, and reserve again now
-            # (jobs may be waiting there already). Looked at once a second at most.
+            # A queue moved shards: listen there too, and reserve again now.
             self.ensure_subscribed()
             if self.routes.version != version:
                 return True
 
     def sockets(self) -> list[int]:
         """Return the subscriptions' sockets, for another thread to poll (never to read)."""
-        fds: list[int] = []
-        for sub in self._subs.values():
-            try:
-                fd = sub.fileno()
-            except PUBSUB_ERRORS:
-                continue
-            if fd is not None:
-                fds.append(fd)
-        return fds
+        socks = self._sockets(quiet=True)
+        return [] if isinstance(socks, str) else list(socks)
 
-    def wait_quietly(self, fd: int, timeout: float) -> bool:
-        """Block until `fd` is readable, a signal, or `timeout`, without sending Redis
-        anything (an idle child waiting for the leader token); True if a signal woke us.
-
-        Messages on subscriptions already open are read meanwhile (so a busy moment's
-        wake-ups do not pile up on the server), wake-ups noted, hand-offs kept in `handed`.
-        """
-        socks = []
+    def _sockets(self, quiet: bool = False) -> set[int] | str:
+        """Return the sockets to poll, or what ended the wait already: data buffered by
+        redis-py (invisible to poll) or, unless `quiet`, a broken subscription."""
+        socks = set()
         for sub in list(self._subs.values()):
             try:
-                if sub.buffered():
-                    self.drain()
-                    return False
-                sock = sub.fileno()
+                if not quiet and sub.buffered():
+                    return _MESSAGE
+                fd = sub.fileno()
             except PUBSUB_ERRORS as exc:
-                log.warning("wake-up connection lost (%s); resubscribing later", exc)
+                if quiet:
+                    continue
+                log.warning("wake-up connection lost (%s); resubscribing", exc)
                 self._close(sub)
-                continue
-            if sock is not None:
-                socks.append(sock)
+                return _SIGNAL  # back to the loop at once: it resubscribes and reserves
+            if fd is not None:
+                socks.add(fd)
+        return socks
+
+    def wait_quietly(self, fd: int, timeout: float) -> bool:
+        """Block until `fd` is readable, a signal, or `timeout`, sending Redis nothing (a
+        child waiting for the leader token); True if a signal woke us. Messages that come
+        meanwhile are read (noted, hand-offs kept), so they do not pile up on the server."""
+        socks = self._sockets()
+        if isinstance(socks, str):
+            self.drain()
+            return False
         ready = poll_readable([*socks, fd, self.pipe.read_fd], max(0.0, timeout))
-        if any(sock in ready for sock in socks):
+        if not ready.isdisjoint(socks):
             self.drain()
         if self.pipe.read_fd in ready:
             self.pipe.drain()
@@ -323,18 +296,9 @@ class WakeWaiter:
             if self.subscribed:
                 return _MESSAGE
             timeout = min(timeout, 1.0)
-        socks: dict[int, Subscription] = {}
-        for sub in self._subs.values():
-            try:
-                if sub.buffered():
-                    return _MESSAGE  # data already read by redis-py is invisible to poll()
-                fd = sub.fileno()
-            except PUBSUB_ERRORS as exc:
-                log.warning("wake-up wait failed (%s); resubscribing", exc)
-                self._close(sub)
-                return _SIGNAL  # back to the loop at once: it resubscribes and reserves
-            if fd is not None:
-                socks[fd] = sub
+        socks = self._sockets()
+        if isinstance(socks, str):
+            return socks
         ready = poll_readable([*socks, self.pipe.read_fd], timeout)
         if self.pipe.read_fd in ready:
             self.pipe.drain()
