@@ -61,8 +61,8 @@ from callgrind_redis import CallgrindRedis, callgrind_redis, total_instructions 
 from django_qless.core.registry import register  # noqa: E402
 from testservers.redis_server import RedisServer, find_redis_server  # noqa: E402
 
-__all__ = ["PARTS", "calibrate", "client_only_commands", "count_commands", "measure",
-           "split_functions"]
+__all__ = ["PARTS", "calibrate", "client_only_commands", "core_worker", "count_commands",
+           "measure", "split_functions"]
 
 QUEUE = "idle-cost"
 KLASS = "bench.idle_noop"
@@ -289,14 +289,16 @@ def calibrate(binary: str, cg: CallgrindRedis, conns: int = 4000, seconds: float
 
 
 @contextmanager
-def _worker(url: str, children: int, log_path: str) -> Iterator[subprocess.Popen[bytes]]:
+def core_worker(url: str, children: int, log_path: str,
+                queue: str = QUEUE) -> Iterator[subprocess.Popen[bytes]]:
+    """Run the core worker (importing this module's jobs) on `queue`; stop it on leaving."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     # The library next to this file (a `git archive` of another revision measures that one).
     env["PYTHONPATH"] = os.pathsep.join((str(HERE), str(HERE.parent)))
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "django_qless.core.workers", "--url", url,
-             "-n", str(children), "--import", "idle_cost", QUEUE],
+             "-n", str(children), "--import", "idle_cost", queue],
             env=env, cwd=HERE, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
             start_new_session=True)
         try:
@@ -307,7 +309,7 @@ def _worker(url: str, children: int, log_path: str) -> Iterator[subprocess.Popen
                 try:
                     proc.wait(timeout=30)
                 except subprocess.TimeoutExpired:
-                    pass
+                    os.killpg(proc.pid, 9)
             try:
                 os.killpg(proc.pid, 9)
             except ProcessLookupError:
@@ -368,7 +370,7 @@ def measure(binary: str, children: list[int], seconds: float, *, repeats: int = 
         log_path = os.path.join(tempfile.gettempdir(), f"idle-cost-{os.getpid()}.log")
         for n in children:
             r.flushall()
-            with _worker(cg.url, n, log_path) as proc:
+            with core_worker(cg.url, n, log_path) as proc:
                 _settle(r, proc, base, timeout, log_path)
                 _warm_up(cg.url, timeout)
                 time.sleep(wait)

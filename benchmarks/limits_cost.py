@@ -21,18 +21,16 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE / "adapters"), str(HERE.parent)]
 
+import idle_cost  # noqa: E402
 import rate_limit_cost  # noqa: E402
 import redis  # noqa: E402
 import schedule_cost  # noqa: E402
@@ -71,28 +69,6 @@ def _schedule_instructions(binary: str, ticks: int) -> dict[str, float]:
             / ticks, "without": instr.get(schedule_cost.BASE, 0) / ticks}
 
 
-@contextmanager
-def _worker(url: str, log_path: str) -> Iterator[subprocess.Popen[bytes]]:
-    """Run the core worker (1 child) on the limited queue; stop it on leaving."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env["PYTHONPATH"] = os.pathsep.join((str(HERE), str(HERE.parent)))
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "django_qless.core.workers", "--url", url, "-n", "1",
-             "--import", "idle_cost", QUEUE],
-            env=env, cwd=HERE, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-            start_new_session=True)
-        try:
-            yield proc
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, 15)
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, 9)
-
-
 def _started(client: Client, jid: str) -> float | None:
     """Return now if `jid` left the waiting state, else None."""
     job = client.find_job(jid)
@@ -120,7 +96,7 @@ def wait_cost(url: str, window: float) -> dict[str, Any]:
     queue = client.queues[QUEUE]
     jids = [queue.put(KLASS, {"i": i}) for i in range(3)]
     log_path = os.path.join(tempfile.gettempdir(), f"limits-cost-{os.getpid()}.log")
-    with _worker(url, log_path):
+    with idle_cost.core_worker(url, 1, log_path, QUEUE):
         _until(lambda: _started(client, jids[0]), 60, "the first job")
         time.sleep(1.5)  # its completion and the worker's next ask for work
         status = client.rate_limits.get("queue", QUEUE)
