@@ -265,6 +265,8 @@ def test_worker_reports_an_evicting_redis_at_start(qless_client, rconn, start_wo
         worker = start_worker("q", "-n", "1")
         wait_until(lambda: "maxmemory-policy" in worker.stderr(), timeout=15)
         assert "allkeys-lru" in worker.stderr() and "noeviction" in worker.stderr()
+        # The warning comes before the signal handlers are installed: QUIT once they are.
+        wait_until(lambda: "started child" in worker.stderr(), timeout=15)
         worker.signal(signal.SIGQUIT)
         assert worker.wait() == 0
     finally:
