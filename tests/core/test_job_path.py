@@ -38,7 +38,10 @@ def one_job(redis_server: RedisServer) -> tuple[set[str], set[str]]:
     """The files a put and a serial worker's run of that one job entered."""
     conn = redis.Redis(unix_socket_path=redis_server.socket_path)
     conn.flushall()
+    major = int(str(conn.info("server")["redis_version"]).split(".")[0])
     conn.close()
+    if major < 7:  # under EVALSHA a put also builds the script bundles (engine/reach.py)
+        pytest.skip("the path is counted where the engine runs as a Redis 7 function")
     put, worker = job_path_script().measure(redis_server.url)
     return set(put), set(worker)
 
