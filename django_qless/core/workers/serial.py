@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 from django_qless.core.accessors import REQUESTS
 from django_qless.core.client import Client
 from django_qless.core.exceptions import QlessError
-from django_qless.core.workers.base import JobLoop
 from django_qless.core.workers.hand import release_job
 from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol
 from django_qless.core.workers.listener import ABORT_EVENTS, HeardAborts, attempts_still_owned
+from django_qless.core.workers.loop import JobLoop
 from django_qless.core.workers.reaper import Beat, obey
 from django_qless.core.workers.runner import Outcome, log_job, stopped_failure
 from django_qless.core.workers.shards import ShardFollower
