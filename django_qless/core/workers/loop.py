@@ -1,8 +1,8 @@
 """`JobLoop`: take a job, run it, report it; the loop of the serial worker and of each child.
 
 A job comes from the hand (held ahead, or brought by a completion's reply), else from a
-hand-off or a reserve per shard in the reserver's order, else after an idle wait. Running it
-is `JobRunner.run`; its completion goes through the hand, which returns what settled.
+hand-off or a reserve per shard in the reserver's order, else after an idle wait. Its
+completion goes through the hand (hand.py), which returns what settled for `report`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import redis
@@ -48,8 +48,8 @@ __all__ = ["HAND_BACK_AFTER", "JobLoop"]
 
 log = logging.getLogger("django_qless.worker")
 
-# A job that runs this long hands the jobs held ahead back and sends the kept completions.
-HAND_BACK_AFTER = 0.1
+HAND_BACK_AFTER = 0.1  # a job running this long hands the held jobs back
+IDLE_CAP = 3599.0  # the longest idle wait (the engine keeps a registration <= 3600 s)
 _DONE = {Outcome.COMPLETED: "done", Outcome.SETTLED: "settled by the job itself"}
 _TRANSIENT = (QlessConnectionError, redis.ConnectionError, redis.TimeoutError, OSError)
 
@@ -57,23 +57,14 @@ _TRANSIENT = (QlessConnectionError, redis.ConnectionError, redis.TimeoutError, O
 class JobLoop:
     """Take jobs and run them in this process until told to stop."""
 
-    idle_cap = 3599.0  # the longest idle wait (the engine keeps a registration <= 3600 s)
-    hard_limit_in_thread = False  # stop a job at its hard limit here (a child's supervisor)
+    hard_limit_in_thread = False  # stop a job at its hard limit here (a child: its supervisor)
 
-    def __init__(
-        self,
-        config: WorkerConfig,
-        hooks: WorkerHooksProtocol,
-        name: str,
-        signals: SignalState,
-        *,
-        resume: bool = False,
-        max_jobs: int = 0,
-        pool: SharedJobPool | None = None,
-        reaper: LeaseReaper | None = None,
-        leadership: Leadership | None = None,
-    ) -> None:
+    def __init__(self, config: WorkerConfig, hooks: WorkerHooksProtocol, name: str,
+                 signals: SignalState, *, resume: bool = False, max_jobs: int = 0,
+                 pool: SharedJobPool | None = None, reaper: LeaseReaper | None = None,
+                 leadership: Leadership | None = None) -> None:
         self.config = config
+        self.queues = config.queues  # (WorkerInfo)
         if "django_qless.core.integrations" in sys.modules:  # (else none are installed)
             hooks = sys.modules["django_qless.core.integrations"].with_installed_hooks(hooks)
         self.hooks = hooks
@@ -82,11 +73,10 @@ class JobLoop:
         self.signals = signals
         self.resume = resume
         self.client: Deployment = config.make_client(worker_name=name)
-        self.selection = QueueSelection(
-            config.queues, known_queues(self.client), refresh=config.queue_refresh
-        )
-        self.routes = QueueRoutes(self.client, self.selection, refresh=config.queue_refresh)
-        self.reserver = make_reserver(config.reserver, self.selection)
+        selection = QueueSelection(config.queues, known_queues(self.client),
+                                   refresh=config.queue_refresh)
+        self.routes = QueueRoutes(self.client, selection, refresh=config.queue_refresh)
+        self.reserver = make_reserver(config.reserver, selection)
         self.guard = AbortGuard()
         self.runner = JobRunner(config, hooks, config.registry,
                                 Sandbox(config.sandbox_root, name), self.guard)
@@ -98,35 +88,21 @@ class JobLoop:
         self.reaper = reaper  # only where no supervisor reaps (the serial worker)
         self.leadership = leadership  # None: always registers when idle (serial worker)
         self.started = time.monotonic()
-        self.done = 0
-        self.failed = 0
+        self.done = self.failed = 0
         self.current: Job | None = None
         self.limits = NO_LIMITS  # the running job's (JobRunner.limits_of)
         self._ran: dict[str, float] = {}  # run time of each job until its outcome is read
         self._done_level = logging.INFO if config.verbosity >= 1 else logging.DEBUG
-        # Outcomes are counted by the job thread and by the heartbeat thread (a long job
-        # hands the held jobs back, reading the completions in flight).
+        # The job and heartbeat threads both report (a long job hands the held jobs back);
+        # the heartbeat thread sets the running title, the loop the idle one.
         self._count_lock = threading.Lock()
-        # The heartbeat thread sets the running title, the loop the idle one: a late
-        # "running" must not overwrite "idle".
         self._title_lock = threading.Lock()
         self._told_draining = False
         self.check_every = 1.0  # seconds between supervisor checks waiting for the token
         self.idling = False  # the last reserve found nothing (no job started since)
         self._listening = False  # subscribed once while waiting for the token
-        self._disconnected = False
-        self._cold = False  # connections closed since the last reserve (see `_reserve`)
+        self._disconnected = self._cold = False  # (see _disconnect)
         self._backoff = 0.0
-
-    @property
-    def taken(self) -> int:
-        """Return how many jobs this loop started."""
-        return self.hand.taken
-
-    @property
-    def queues(self) -> Sequence[str]:
-        """Return the queue specs this loop serves (WorkerInfo)."""
-        return self.config.queues
 
     def arm_signals(self, on_signal: Callable[[int], None]) -> None:
         """Install the handlers (main thread); aborts from other threads come as URG."""
@@ -221,8 +197,7 @@ class JobLoop:
             return None  # (round the loop: it looks at signals and limits first)
         jobs, wake = self._reserve()
         while not jobs and self._idle(wake) and self._woken_as_left():
-            # A message woke the idle loop (a hand-off, mostly): take it now.
-            jobs, wake = self._reserve()
+            jobs, wake = self._reserve()  # woken by a message (a hand-off, mostly)
         if not jobs:
             return None
         if len(jobs) == 1 and not len(self.hand):
@@ -254,7 +229,7 @@ class JobLoop:
         self.hand.ran(job, elapsed)
         stop = False
         if outcome is Outcome.COMPLETED:
-            settled = self.hand.complete(job, elapsed, self._plan, self._will_take_after())
+            settled = self.hand.complete(job, elapsed, self._plan, self._going_on())
         else:
             self._report(self.hand.flush_kept())  # kept completions wait for short jobs only
             stop = outcome is Outcome.ABORTED and self._aborted(job)
@@ -282,7 +257,7 @@ class JobLoop:
         self._hand_back()  # held ahead, or handed over after registering as idle
         self.between_jobs()
         self._idle_title()
-        self.waiter.wait(min(self.config.interval, self.idle_cap, self._time_left()),
+        self.waiter.wait(min(self.config.interval, IDLE_CAP, self._time_left()),
                          self.should_continue)
         self.waiter.drain()  # wake-ups while paused must not make wait() spin
 
@@ -301,52 +276,41 @@ class JobLoop:
     def _time_left(self) -> float:
         """Return the seconds left before --max-duration (infinite without one)."""
         duration = self.config.max_duration
-        if not duration:
-            return math.inf
-        return duration - (time.monotonic() - self.started)
+        return duration - (time.monotonic() - self.started) if duration else math.inf
 
-    def _will_take_after(self) -> bool:
-        """Tell whether the loop will want another job once the running one is done."""
+    def _going_on(self) -> bool:
+        """Tell whether the loop will want another job (no stop, pause, or limit reached)."""
         if self.signals.stopping or self.signals.paused or not self.should_continue():
             return False
-        if self.hand.out_of_tickets():
-            return False
-        return not self.config.max_duration or self._time_left() > 0
+        return not self.hand.out_of_tickets() and self._time_left() > 0
 
     def _woken_as_left(self) -> bool:
-        """Tell whether an idle loop woken by a message may reserve again at once (idle, it
-        holds nothing: only signals, the limits, the reaper and the token need a look)."""
-        signals = self.signals
-        if signals.graceful or signals.stop_requests or signals.paused:
-            return False
-        if not self.should_continue():
+        """Tell whether an idle loop woken by a message may reserve again at once."""
+        if not self._going_on():
             return False
         if self.reaper is not None:
             self.reaper.maybe_reap(idle=self.idling)
-        if self.config.max_duration and self._time_left() <= 0:
-            return False
         return self._await_turn()
 
     # -- heartbeat thread -------------------------------------------------------------------
     def _on_due(self, job: Job, what: str) -> None:
-        """`job` runs long (the jobs held ahead go back), or reached its soft limit (raise
-        inside it) or its hard one ("timeout")."""
+        """`job` runs long (the held jobs go back), or reached its soft or hard limit."""
+        limits = self.limits
         if what == "long" and self.hand.holding():
             log.debug("job %s runs long: handing back the jobs held ahead", job.jid)
             self._report(self.hand.hand_back())
         elif what == "soft" and self.current is job:
             log_job(logging.WARNING, job, "job %s: soft time limit of %gs reached, raising "
-                    "SoftTimeLimitExceeded in it", job.jid, self.limits.soft)
+                    "SoftTimeLimitExceeded in it", job.jid, limits.soft)
             self.guard.interrupt(SoftTimeLimitExceeded(
-                f"job {job.jid} reached its soft time limit of {self.limits.soft:g}s"))
+                f"job {job.jid} reached its soft time limit of {limits.soft:g}s"))
         elif what == "timeout" and self.current is job and self.hard_limit_in_thread:
             log_job(logging.WARNING, job, "job %s: time limit of %gs reached, stopping it",
-                    job.jid, self.limits.hard)
+                    job.jid, limits.hard)
             self.guard.abort("timeout")
 
     def _tick(self, job: Job, elapsed: float) -> None:
-        """Give the job back once the term grace is over; show it (on noticing the job,
-        then every second)."""
+        """End the term grace, and show the job (on noticing it, then every second)."""
         from django_qless.core.workers.proctitle import child_title, set_title, stop_note
 
         if self.signals.drain_over():
@@ -354,12 +318,11 @@ class JobLoop:
                     "giving it back", job.jid, self.config.term_grace)
             self.guard.abort("shutdown")
         if self.reaper is not None and self.signals.draining and not self._told_draining:
-            # The serial worker beats between jobs: say "draining" now, not after the job.
-            self._told_draining = True
+            self._told_draining = True  # (the serial worker beats between jobs: say it now)
             self.reaper.reap(beat_only=True)
         with self._title_lock:
             if self.current is job:
-                set_title(child_title(self.name, self.config.queues, jid=job.jid,
+                set_title(child_title(self.name, self.queues, jid=job.jid,
                                       klass=job.klass_name, queue=job.queue_name,
                                       elapsed=elapsed, note=stop_note(self.signals)))
 
@@ -367,12 +330,12 @@ class JobLoop:
         from django_qless.core.workers.proctitle import child_title, set_title
 
         with self._title_lock:
-            set_title(child_title(self.name, self.config.queues, paused=self.signals.paused))
+            set_title(child_title(self.name, self.queues, paused=self.signals.paused))
 
     # -- idle: the leader token, reserves, waits ----------------------------------------------
     def _await_turn(self) -> bool:
         """Wait, without Redis, for the idle-leader token or a hand-off; False if a signal,
-        the supervisor's death or the end of the wait came first (the loop re-checks)."""
+        the supervisor's death or the end of the wait came first."""
         lead = self.leadership
         if lead is None or lead.try_take():
             self._disconnected = False
@@ -380,8 +343,7 @@ class JobLoop:
         if not self._listening and not self._disconnected:
             if self._until_quiet(lead) <= 0:
                 self._disconnect()  # (a new child of an idle worker: nothing to listen for)
-            else:
-                # Once: the first turn as leader then needs no subscribe round trip.
+            else:  # once: the first turn as leader then needs no subscribe round trip
                 self._listening = True
                 self.waiter.ensure_subscribed()
         self.idling = True
@@ -391,10 +353,9 @@ class JobLoop:
             deadline = time.monotonic() + min(self._recheck_after(),
                                               max(self._time_left(), 0.005))
             while not lead.held and not self.waiter.handed:
-                left = deadline - time.monotonic()
-                if left <= 0:
+                step = min(deadline - time.monotonic(), self.check_every)
+                if step <= 0:
                     return False
-                step = min(left, self.check_every)
                 if not self._disconnected:
                     quiet_in = self._until_quiet(lead)
                     if quiet_in <= 0:
@@ -419,8 +380,7 @@ class JobLoop:
         An idle connection costs Redis CPU (its cron visits each), but reopening one costs
         minutes of that: only a child the token stayed away from for `idle_disconnect`.
         """
-        self._disconnected = True
-        self._cold = True
+        self._disconnected = self._cold = True
         self._listening = False  # subscribe again at the start of the next wait
         self.waiter.disconnect()
         self.routes.deployment.disconnect()
@@ -439,13 +399,13 @@ class JobLoop:
         A child that closed its connections reserves once before it subscribes, without
         registering: a waiting job then starts after one reconnect.
         """
+        waiter = self.waiter
         cold, self._cold = self._cold, False
         # (After a lost hand-off, the jobs it holds come first, once subscribed.)
-        if cold and not self.waiter.subscribed and not self.waiter.lost:
+        if cold and not waiter.subscribed and not waiter.lost:
             jobs, _ = self._reserve_once()
             if jobs:
                 return jobs, None
-        waiter = self.waiter
         waiter.ensure_subscribed()
         waiter.drain()  # (a reply read in part is read whole: NodeConnection.pump)
         messages, client = waiter.take_handed(), waiter.hand_client
@@ -471,9 +431,11 @@ class JobLoop:
                 for start in range(0, len(queues), RESERVE_QUEUES_MAX)]
 
     def _reserve_once(self) -> tuple[list[Job], float | None]:
+        """Reserve one job from the first shard that has one; else the next due time."""
+        jobs: list[Job] = []
+        wake: float | None = None
         try:
             plan = self._plan()
-            wake: float | None = None
             # Register for a hand-off only in the shard whose channel the waiter hears.
             ttl = None
             if (len(plan) == 1 and plan[0][0] is self.waiter.hand_client
@@ -482,12 +444,9 @@ class JobLoop:
             for client, queues in plan:
                 jobs, due = client.reserve(queues, 1, self.name, wait=ttl)
                 if jobs:
-                    self._backoff = 0.0
-                    return jobs, None
+                    break
                 if due is not None:
                     wake = due if wake is None else min(wake, due)
-            self._backoff = 0.0
-            return [], wake
         except _TRANSIENT as exc:
             self._backoff = min(max(self._backoff * 2, 0.1), 10.0)
             log.warning("reserve failed (%s); retrying in %.1fs", exc, self._backoff)
@@ -496,18 +455,19 @@ class JobLoop:
             self._backoff = min(max(self._backoff * 2, 0.5), 10.0)
             log.error("reserve refused (%s); retrying in %.1fs", exc, self._backoff)
             return [], self._backoff
+        self._backoff = 0.0
+        return (jobs, None) if jobs else ([], wake)
 
     def _recheck_after(self) -> float:
         """Return how long an idle wait lasts at most (the safety re-check: --interval)."""
-        return min(self.config.interval, self.idle_cap)
+        return min(self.config.interval, IDLE_CAP)
 
     def _idle(self, wake: float | None) -> bool:
         """Block until a wake-up, a signal, or the next due time; True if a message came."""
         self.idling = True
         self._idle_title()
         timeout = min(self._recheck_after(), max(self._time_left(), 0.005))
-        if wake is not None:
-            # (a lock expiring "now" reports 0 during its grace: do not spin)
+        if wake is not None:  # (a lock expiring "now" reports 0 during its grace: no spin)
             timeout = min(timeout, max(wake, 0.005))
         if self.reaper is not None:
             timeout = min(timeout, max(self.reaper.seconds_left(idle=True), 0.005))
@@ -531,7 +491,7 @@ class JobLoop:
     # -- start and end ----------------------------------------------------------------------
     def _hello(self) -> None:
         """Tell the engine this worker's host, pid and queues (shown by the dashboard)."""
-        queues = [str(q) for q in self.config.queues][:100]
+        queues = [str(q) for q in self.queues][:100]
         for client in self.routes.served():
             try:
                 client.workers.hello(self.name, socket.gethostname()[:255] or "", os.getpid(),
