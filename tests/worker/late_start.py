@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from django_qless.core.workers.base import JobLoop
 from django_qless.core.workers.child import ForkChild
+from django_qless.core.workers.loop import JobLoop
 from django_qless.core.workers.serial import SerialWorker
 from tests.worker.jobs import note
 

@@ -1,7 +1,7 @@
 """An idle child woken by a hand-off still honours a signal that came with it.
 
 Woken by a message, the idle loop reserves again without going round the loop's checks
-(base.py `_woken_as_left`); a QUIT that lands in the same wake-up must still keep the
+(loop.py `_woken_as_left`); a QUIT that lands in the same wake-up must still keep the
 handed job from starting: it goes back to waiting, unstarted, and the worker leaves.
 """
 

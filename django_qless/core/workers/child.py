@@ -22,10 +22,10 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from django_qless.core.exceptions import QlessError
-from django_qless.core.workers.base import JobLoop
 from django_qless.core.workers.hand import SharedJobPool, release_job
 from django_qless.core.workers.hooks import WorkerHooksProtocol
 from django_qless.core.workers.leadership import TokenFile, open_leadership
+from django_qless.core.workers.loop import JobLoop
 from django_qless.core.workers.runner import Outcome
 from django_qless.core.workers.shutdown import ExitCode, SignalState, reset_child_signals
 from django_qless.core.workers.worker_config import WorkerConfig, default_worker_name
@@ -106,35 +106,23 @@ class ForkChild(JobLoop):
         self.supervisor_pid = supervisor_pid
         self.group = config.name or default_worker_name(supervisor_pid)  # (its beats)
         self.exit_code = ExitCode.OK
-        # Serializes the job thread's and the heartbeat thread's writes and the deferred line.
+        # Orders the job thread's and the heartbeat thread's writes and the deferred line.
         self._status_lock = threading.Lock()
         self._deferred = ""
         self._job_started = 0.0
         if death_signal:
-            self.taker.check_every = _CHECK_WITH_DEATH_SIGNAL
+            self.check_every = _CHECK_WITH_DEATH_SIGNAL
 
-    # -- supervisor link --------------------------------------------------------------------
-    def report(self, line: str, *, defer: bool = False) -> None:
-        """Send a status line (after any deferred one); with `defer`, keep it for the next write."""
+    def tell(self, line: str, *, defer: bool = False) -> None:
+        """Send a status line after any deferred one (`defer`: keep it for the next write)."""
         with self._status_lock:
-            text = self._deferred + line
+            text, self._deferred = self._deferred + line, ""
             if defer:
                 self._deferred = text
-                return
-            self._deferred = ""
-            self._write(text)
-
-    def flush_status(self) -> None:
-        """Write the deferred status line, if any."""
-        with self._status_lock:
-            if self._deferred:
-                text, self._deferred = self._deferred, ""
-                self._write(text)
-
-    def _write(self, text: str) -> None:
-        # Fields are capped (jid, queue: 64; klass: 200; why: 500): under PIPE_BUF, atomic.
-        with contextlib.suppress(OSError):  # (the supervisor is gone: should_continue)
-            os.write(self.status_fd, text.encode("utf-8"))
+            elif text:
+                # Fields are capped (jid, queue: 64; klass: 200; why: 500): under PIPE_BUF.
+                with contextlib.suppress(OSError):  # (the supervisor is gone: should_continue)
+                    os.write(self.status_fd, text.encode("utf-8"))
 
     def orphaned(self) -> bool:
         """Tell whether the supervisor has died (no Redis: checked every second while idle,
@@ -148,10 +136,8 @@ class ForkChild(JobLoop):
             return False
         return True
 
-    # -- signals ------------------------------------------------------------------------------
     def install_signals(self) -> None:
-        """TERM drains, HUP aborts the job; QUIT finishes it; USR2/CONT pause/resume; INT is
-        ignored."""
+        """TERM drains, HUP aborts the job; QUIT finishes it; USR2/CONT pause/resume."""
         self.arm_signals(self._on_signal)
         # Ctrl-C reaches the whole process group: the supervisor decides, not the children.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -167,63 +153,58 @@ class ForkChild(JobLoop):
             elif self.signals.stop_requests:
                 self.guard.abort("shutdown", same_thread=True)
 
-    # -- job events ---------------------------------------------------------------------------
     def on_job_start(self, job: Job) -> None:
         self._job_started = time.monotonic()
-        self.report(_start_line(job, self.limits.hard))
+        self.tell(_start_line(job, self.limits.hard))
 
-    def on_job_end(self, job: Job, outcome: Outcome) -> None:
+    def report(self, job: Job, outcome: Outcome) -> None:
+        super().report(job, outcome)
         # A settled job's end rides along with the next start; an aborted or lost job
         # matters to the supervisor now.
-        self.report(f"e\t{job.jid}\t{outcome.value}\n", defer=outcome in _DEFERRED)
+        self.tell(f"e\t{job.jid}\t{outcome.value}\n", defer=outcome in _DEFERRED)
 
     def between_jobs(self) -> None:
-        self.flush_status()
+        self.tell("")
 
     def _finish(self) -> None:
         why = self._leaving_reason()
-        if why:
-            self.report(status_line("x", why))
-        self.flush_status()
+        self.tell(status_line("x", why) if why else "")
         super()._finish()
 
     def _leaving_reason(self) -> str:
         """Say why the loop ended on its own (empty: stopped, orphaned or crashed)."""
+        budget, taken = self.hand.budget, self.hand.taken
         if self.signals.stop_requests:
             return ""
         if self.signals.graceful:
             return "stopped as asked (QUIT)"
-        budget = self.budget
-        if budget.cap and budget.claimed >= budget.cap and self.taken >= budget.cap:
+        if budget.cap and budget.claimed >= budget.cap and taken >= budget.cap:
             if self.config.fork_per_job:
                 return "ran its job (--fork-per-job)"
-            return f"recycled after {self.taken} job{'s' * (self.taken != 1)} (--child-max-jobs)"
+            return f"recycled after {taken} job{'s' * (taken != 1)} (--child-max-jobs)"
         if budget.pool is not None and budget.pool.remaining() == 0:
-            return f"--max-jobs reached (this child ran {self.taken})"
+            return f"--max-jobs reached (this child ran {taken})"
         if self._time_left() <= 0:
             return "--max-duration reached"
         return ""
 
     def _on_lock_lost(self, job: Job, why: str) -> None:
         # The supervisor kills us: aborting here could race it onto the next job.
-        self.report(status_line("l", job.jid, why[:500]))
+        self.tell(status_line("l", job.jid, why[:500]))
         if self.orphaned():
             self.guard.abort("lock_lost")
 
     def on_aborted(self, job: Job, reason: str) -> bool:
-        if reason == "timeout":
-            self.exit_code = ExitCode.CHILD_ABORTED  # the supervisor fails the job
-            return True
-        if reason == "shutdown":
-            self.exit_code = ExitCode.CHILD_ABORTED
-            if self.orphaned():
-                self.exit_code = ExitCode.CHILD_ORPHANED
-                try:
-                    release_job(job.client, job.jid, self.name)
-                except QlessError as exc:
-                    log.error("job %s: could not release (%s)", job.jid, exc)
-            return True
-        return False
+        if reason not in ("timeout", "shutdown"):
+            return False
+        self.exit_code = ExitCode.CHILD_ABORTED  # (at a timeout, the supervisor fails the job)
+        if reason == "shutdown" and self.orphaned():
+            self.exit_code = ExitCode.CHILD_ORPHANED
+            try:
+                release_job(job.client, job.jid, self.name)
+            except QlessError as exc:
+                log.error("job %s: could not release (%s)", job.jid, exc)
+        return True
 
 
 def child_main(

@@ -1,12 +1,8 @@
-"""`JobHand`: the jobs a loop holds but has not started, its unsettled completions, its tickets.
+"""`JobHand`: the jobs a loop holds unstarted, its unsettled completions and its tickets.
 
-While short jobs flow, a completion rides with a reserve for the next jobs (`complete.reserve`)
-and is only sent: the job held ahead runs while Redis works. A short job followed by one
-expected short keeps its completion for a later job's call, which carries up to BATCH. A long,
-failed or aborted job, an empty hand, another shard, a pause or a stop sends the kept ones at
-once; a job still running after a moment releases the held jobs (no retry spent). A loop asks
-for a job only with a ticket (`JobBudget`: `--max-jobs`, `--child-max-jobs`, a forking
-worker's `SharedJobPool`). The job and heartbeat threads share the hand; one lock orders them.
+Every call that settles jobs returns them as `(job, outcome)` pairs for the loop to report.
+The job thread and the heartbeat thread (a long job hands the held jobs back) share the
+hand; one lock orders them. docs/worker.md describes prefetching and kept completions.
 """
 
 from __future__ import annotations
@@ -17,7 +13,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any
 
 from django_qless.core.exceptions import InvalidArgument, QlessError, ScriptError
 from django_qless.core.serialization import check_jid, check_worker
@@ -30,13 +26,12 @@ if TYPE_CHECKING:
     from django_qless.core.workers.wakeup import WakeWaiter
 
 __all__ = ["BATCH", "COMPLETE_REFUSED_GROUP", "PREFETCH_BELOW", "JobBudget", "JobHand",
-           "SharedJobPool", "release_job"]
+           "Settled", "SharedJobPool", "release_job"]
 
 log = logging.getLogger("django_qless.worker")
 
-_Reply = tuple[str, "list[Job]", "float | None"]
-_ManyReply = tuple["list[str | QlessError]", "list[Job]", "float | None"]
-_Settled = tuple["Job", Outcome]
+Settled = list[tuple["Job", Outcome]]
+Plan = Callable[[], "list[tuple[Client, list[str]]]"]
 
 # A job that ran this briefly lets the loop hold the next job ahead and keep its completion.
 PREFETCH_BELOW = 0.005
@@ -47,15 +42,14 @@ BATCH = 8
 _DEPTH = 2
 _DEPTH_KEPT = BATCH + 1
 _MAX_IN_FLIGHT = 2  # completions sent and not read yet (the job thread reads the older first)
-# While jobs flow, buffered wake-ups are consumed at most this often (the wake socket must
-# not fill up); the reserve that follows an empty complete+reserve drains anyway.
+# While jobs flow, buffered wake-ups are read at most this often (the wake socket must not
+# fill up); the reserve that follows an empty complete+reserve drains anyway.
 _DRAIN_EVERY = 0.05
 # A completion refused for a reason other than a lost lease or the transport can never
 # succeed (data over 1 MiB, not JSON): the job is failed at once, in this group, rather than
 # left to expire and run again until its retries are gone.
 COMPLETE_REFUSED_GROUP = "django_qless.CompleteRefused"
-# Error replies that say nothing about the call itself (failing would be refused too).
-_TRANSIENT_PREFIXES = ("OOM ", "NOPERM ")
+_TRANSIENT_PREFIXES = ("OOM ", "NOPERM ")  # error replies that say nothing about the call
 _SEM_MAX = 2**31 - 1  # SEM_VALUE_MAX on Linux
 
 
@@ -133,8 +127,7 @@ def _refused(job: Job, exc: QlessError) -> Outcome:
             isinstance(exc, ScriptError) and not str(exc).startswith(_TRANSIENT_PREFIXES)):
         log_job(logging.ERROR, job, "job %s: could not be completed: %s", job.jid, exc)
         return Outcome.LOST
-    # It can never succeed as sent: fail the job with its data as stored (the changes are
-    # what was refused).
+    # It can never succeed as sent: fail the job with its data as stored.
     log_job(logging.ERROR, job, "job %s: completion refused, failing the job: %s", job.jid,
             exc)
     job._drop_data_changes()
@@ -147,88 +140,67 @@ def _refused(job: Job, exc: QlessError) -> Outcome:
     return Outcome.FAILED
 
 
-def _complete_outcome(job: Job, reply: Callable[[], _Reply]) -> tuple[Outcome, list[Job]]:
-    """Read `job`'s complete+reserve reply: its outcome and the jobs it brought."""
-    try:
-        _, jobs, _ = reply()
-    except QlessError as exc:
-        return _refused(job, exc), []
-    return Outcome.COMPLETED, jobs
+def _calling(jobs: Sequence[Job], queues: Sequence[str], count: int) -> Callable[[], Any]:
+    """Return the call that completes `jobs` (of one shard) and reserves `count` more."""
+    last = jobs[-1]
+    if len(jobs) == 1:
+        return lambda: last.client.complete_and_reserve(last, queues, count)
+    return lambda: last.client.complete_many_and_reserve(jobs, queues, count)
 
 
-def _complete_outcomes(
-    jobs: Sequence[Job], reply: Callable[[], _ManyReply]
-) -> tuple[list[_Settled], list[Job]]:
-    """Read a paired reply (a call refused as a whole wrote nothing: each job goes alone)."""
+def _read(jobs: Sequence[Job], reply: Callable[[], Any]) -> tuple[Settled, list[Job]]:
+    """Read a completion's reply: each job's outcome and the jobs it brought."""
     try:
         results, more, _ = reply()
     except QlessError as exc:
+        if len(jobs) == 1:
+            return [(jobs[0], _refused(jobs[0], exc))], []
+        # A paired call refused as a whole wrote nothing: each job goes alone.
         log.info("jobs %s: paired completion refused (%s); completing each alone",
                  " ".join(j.jid for j in jobs), exc)
-        return [(job, _complete_alone(job)) for job in jobs], []
+        return [_read([job], _calling([job], [job.queue_name], 0))[0][0] for job in jobs], []
+    if len(jobs) == 1:
+        return [(jobs[0], Outcome.COMPLETED)], more
     return [(job, _refused(job, r) if isinstance(r, QlessError) else Outcome.COMPLETED)
             for job, r in zip(jobs, results, strict=True)], more
-
-
-def _complete_alone(job: Job) -> Outcome:
-    """Complete `job` in a call of its own, reserving nothing; return its outcome."""
-    return _complete_outcome(
-        job, lambda: job.client.complete_and_reserve(job, [job.queue_name], 0))[0]
-
-
-class _Planner(Protocol):
-    def plan(self) -> list[tuple[Client, list[str]]]: ...
 
 
 class JobHand:
     """The held jobs (FIFO), the completions in flight and the kept ones, of one job loop."""
 
-    def __init__(
-        self,
-        worker: str,
-        waiter: WakeWaiter,
-        budget: JobBudget,
-        *,
-        prefetch: bool,
-        report: Callable[[Job, Outcome], None],
-        will_take_after: Callable[[], bool],
-    ) -> None:
+    def __init__(self, worker: str, waiter: WakeWaiter, budget: JobBudget, *,
+                 prefetch: bool) -> None:
         self.worker = worker
         self.waiter = waiter
         self.budget = budget
         self.prefetch = prefetch
-        self.report = report  # each settled job goes here (counted and logged by the loop)
-        self.will_take_after = will_take_after  # the loop wants a job after this one
-        self.taker: _Planner | None = None  # (set by the loop: the reserve plan)
         self._lock = threading.Lock()
         self._jobs: deque[Job] = deque()
         # (jobs completed, jobs it asked for, the call), oldest first.
-        self._inflight: deque[
-            tuple[tuple[Job, ...], int, DeferredCall[_Reply] | DeferredCall[_ManyReply]]
-        ] = deque()
+        self._inflight: deque[tuple[tuple[Job, ...], int, DeferredCall[Any]]] = deque()
         self.coming = 0  # jobs the calls in flight asked for (they may bring fewer)
-        # Finished jobs (of one client) whose completions wait to ride with a later one's.
-        self.kept: list[Job] = []
-        # Job classes whose last run was not short: no completion is kept for their call.
-        self._slow: set[str] = set()
+        self.kept: list[Job] = []  # finished (of one client), to ride with a later call
+        self._slow: set[str] = set()  # job classes whose last run was not short
         self._drain_at = 0.0
         self.taken = 0  # jobs started (what the budget counts)
         self.carried = 0  # completions kept to ride with a later job's call
-        self.sent_ahead = 0  # completions sent without waiting (a call may carry several)
+        self.sent_ahead = 0  # completions sent without waiting
         self.handed_back = 0  # jobs held ahead and released unstarted
 
-    # -- the held jobs ------------------------------------------------------------------------
     def __len__(self) -> int:
         return len(self._jobs)
 
-    @property
-    def in_flight(self) -> int:
-        """Return how many completions were sent and their replies not read yet."""
-        return len(self._inflight)
+    def holding(self) -> bool:
+        """Tell whether jobs are held, or completions in flight or kept."""
+        return bool(self._jobs or self._inflight or self.kept)
 
     def committed(self) -> int:
         """Return the jobs that hold a budget ticket: started, held, and asked for."""
         return self.taken + len(self._jobs) + self.coming
+
+    def out_of_tickets(self) -> bool:
+        """Tell whether the budget grants no further job."""
+        return self.budget.limited and self.budget.grant(1, self.committed()) == 0
 
     def add(self, jobs: Iterable[Job]) -> None:
         """Hold `jobs` (after the ones already held)."""
@@ -245,13 +217,14 @@ class JobHand:
         with self._lock:
             return self._jobs.popleft() if self._jobs else None
 
-    def next_held(self) -> Job | None:
+    def next_held(self) -> tuple[Job | None, Settled]:
         """Return the next held job, reading replies in flight until one brings one."""
+        settled: Settled = []
         job = self.take()
         while job is None and self._inflight:
-            self._report(self._settle_oldest())
+            settled += self._settle_oldest()
             job = self.take()
-        return job
+        return job, settled
 
     def adopt_handed(self) -> None:
         """Hold the jobs the engine handed to this worker (read while it was busy)."""
@@ -261,10 +234,9 @@ class JobHand:
             if messages and client:
                 self.add(client.handed_jobs(messages, self.worker))
 
-    def hand_back(self) -> None:
+    def hand_back(self) -> Settled:
         """Settle what is in flight and kept, then release every held job (no retry spent)."""
-        self.settle_all()
-        self.flush_kept()
+        settled = self.settle_all() + self.flush_kept()
         with self._lock:
             jobs = list(self._jobs)
             self._jobs.clear()
@@ -275,8 +247,8 @@ class JobHand:
                 except QlessError as exc:
                     log.error("job %s: could not hand back (%s); its lease will expire",
                               job.jid, exc)
+        return settled
 
-    # -- completions --------------------------------------------------------------------------
     def ran(self, job: Job, elapsed: float) -> None:
         """Note how long `job` ran (the next job of its class is expected as long)."""
         if elapsed < PREFETCH_BELOW:
@@ -284,87 +256,73 @@ class JobHand:
         elif len(self._slow) < 1024:
             self._slow.add(job.klass_name)
 
-    def next_is_short(self) -> bool:
+    def _next_is_short(self) -> bool:
         """Tell whether the job that runs next is expected short (or is not known yet)."""
         with self._lock:
             klass = self._jobs[0].klass_name if self._jobs else None
         return klass is None or klass not in self._slow
 
-    def settle_all(self) -> None:
+    def settle_all(self) -> Settled:
         """Read every reply in flight, oldest first."""
+        settled: Settled = []
         while self._inflight:
-            self._report(self._settle_oldest())
+            settled += self._settle_oldest()
+        return settled
 
-    def flush_kept(self) -> None:
+    def flush_kept(self) -> Settled:
         """Complete the kept jobs now, in one call of their own (no job to take them along)."""
-        jobs = self._take_kept()
-        if len(jobs) == 1:
-            self.report(jobs[0], _complete_alone(jobs[0]))
-        elif jobs:
-            last = jobs[-1]
-            self._report(_complete_outcomes(jobs, lambda: last.client.complete_many_and_reserve(
-                jobs, [last.queue_name], 0))[0])
+        with self._lock:
+            jobs, self.kept = self.kept, []
+        if not jobs:
+            return []
+        return _read(jobs, _calling(jobs, [jobs[-1].queue_name], 0))[0]
 
-    def complete(self, job: Job, elapsed: float) -> Outcome | None:
-        """Complete `job` and, if the loop goes on, take the next jobs in the same call.
-
-        None: the completion was sent ahead or kept (reported when its reply is read).
-        """
+    def complete(self, job: Job, elapsed: float, plan: Plan, taking: bool) -> Settled:
+        """Complete `job` and, if the loop goes on (`taking`), reserve the next jobs in the
+        same call; return what settled (not `job` if its completion was sent or kept)."""
         ahead = self.prefetch and elapsed < PREFETCH_BELOW
+        settled: Settled = []
         if self.kept and self.kept[0].client is not job.client:
-            self.flush_kept()  # another shard: a call of their own
-        kept = self._take_kept()
+            settled = self.flush_kept()  # another shard: a call of their own
+        with self._lock:
+            batch, self.kept = [*self.kept, job], []
         if not ahead:
-            self.settle_all()  # a completion waited for comes after the ones in flight
+            settled += self.settle_all()  # a completion waited for comes after those sent
         elif len(self._inflight) >= _MAX_IN_FLIGHT:
-            self._report(self._settle_oldest())
+            settled += self._settle_oldest()
         held = len(self._jobs) + self.coming
-        taking = self.will_take_after()
         flowing = ahead and held > 0 and taking
-        if flowing and len(kept) < BATCH - 1 and self.next_is_short():
+        if flowing and len(batch) < BATCH and self._next_is_short():
             with self._lock:  # reported when the call that carries them is read
-                self.kept = [*kept, job]
+                self.kept = batch
                 self.carried += 1
-            return None
-        queues, want = self._reserve_plan(job, ahead, taking, held, bool(kept))
+            return settled
+        queues, want = self._reserve_plan(job, plan(), ahead, taking, held, len(batch) > 1)
         if flowing:
             try:
-                self._send([*kept, job], queues, want)
-                return None
-            except QlessError as exc:  # refused before sending (bad arguments)
-                if not kept:
-                    return _refused(job, exc)
-                self._report([(other, _complete_alone(other)) for other in kept])
-                return _complete_alone(job)  # each alone: each refusal is its own job's
-        self.settle_all()
-        if not kept:
-            outcome, jobs = _complete_outcome(
-                job, lambda: job.client.complete_and_reserve(job, queues, want))
-            self.add(jobs)
-            return outcome
-        batch = [*kept, job]
-        outcomes, jobs = _complete_outcomes(
-            batch, lambda: job.client.complete_many_and_reserve(batch, queues, want))
+                self._send(batch, queues, want)
+            except QlessError:  # refused before sending (bad arguments): each alone
+                return settled + [_read([j], _calling([j], [j.queue_name], 0))[0][0]
+                                  for j in batch]
+            return settled
+        settled += self.settle_all()
+        done, jobs = _read(batch, _calling(batch, queues, want))
         self.add(jobs)
-        self._report(outcomes[:-1])
-        return outcomes[-1][1]
+        return settled + done
 
-    def _reserve_plan(
-        self, job: Job, ahead: bool, taking: bool, held: int, kept: bool
-    ) -> tuple[list[str], int]:
+    def _reserve_plan(self, job: Job, plan: list[tuple[Client, list[str]]], ahead: bool,
+                      taking: bool, held: int, kept: bool) -> tuple[list[str], int]:
         """Return the queues the completing call reserves from and how many jobs it asks
         for (never past the budget)."""
         # The next job comes along only from the job's own shard, and only when the
         # reserver's order starts there (else: complete now, reserve in the next attempt).
-        assert self.taker is not None
-        plan = self.taker.plan()
         along = bool(plan) and plan[0][0] is job.client
         queues = plan[0][1] if along else [job.queue_name]
         want = 0
         if taking and along:
             depth = 1
             if ahead:
-                depth = _DEPTH_KEPT if kept or self.next_is_short() else _DEPTH
+                depth = _DEPTH_KEPT if kept or self._next_is_short() else _DEPTH
             want = max(0, depth - held)
             if self.budget.limited:
                 want = self.budget.grant(want, self.committed())
@@ -377,22 +335,11 @@ class JobHand:
                 self.adopt_handed()
         return queues, want
 
-    # -- the calls ----------------------------------------------------------------------------
-    def _report(self, settled: Iterable[_Settled]) -> None:
-        for job, outcome in settled:
-            self.report(job, outcome)
-
-    def _take_kept(self) -> list[Job]:
-        """Return the kept jobs, no longer kept (whoever takes them completes them)."""
-        with self._lock:
-            jobs, self.kept = self.kept, []
-            return jobs
-
     def _send(self, jobs: Sequence[Job], queues: Sequence[str], count: int) -> None:
         """Send the completion of `jobs` (of one shard), reserving `count` more."""
         with self._lock:
             last = jobs[-1]
-            call: DeferredCall[_Reply] | DeferredCall[_ManyReply]
+            call: DeferredCall[Any]
             if len(jobs) == 1:
                 call = last.client.send_complete_and_reserve(last, queues, count)
             else:
@@ -401,17 +348,13 @@ class JobHand:
             self.coming += count
             self.sent_ahead += len(jobs)
 
-    def _settle_oldest(self) -> list[_Settled]:
+    def _settle_oldest(self) -> Settled:
         """Read the oldest reply in flight (its jobs are held); [] if none is in flight."""
         with self._lock:
             if not self._inflight:
                 return []
             jobs, count, call = self._inflight.popleft()
             self.coming -= count
-            if len(jobs) == 1:
-                outcome, more = _complete_outcome(jobs[0], call.result)  # type: ignore[arg-type]
-                settled = [(jobs[0], outcome)]
-            else:
-                settled, more = _complete_outcomes(jobs, call.result)  # type: ignore[arg-type]
+            settled, more = _read(jobs, call.result)
             self._jobs.extend(more)
         return settled

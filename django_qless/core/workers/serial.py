@@ -1,10 +1,7 @@
 """`SerialWorker`: one process, one job at a time, jobs run in this process.
 
-For development, tests and small deployments. Aborts (lock lost, canceled, moved, time limit)
-are raised into the job-running thread as `JobAborted`; signals raise it directly from the
-handler. TERM/INT let the running job finish within the term grace, then release it back to
-waiting (no retry spent) and stop (a second TERM/INT, or HUP, releases it at once); QUIT
-finishes the job first; USR1 fails the running job as `django_qless.JobKilled`.
+Aborts (lock lost, canceled, moved, time limit) are raised into the job as `JobAborted`;
+signals raise it from the handler. docs/worker.md lists what each signal does.
 """
 
 from __future__ import annotations
@@ -17,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 from django_qless.core.accessors import REQUESTS
 from django_qless.core.client import Client
 from django_qless.core.exceptions import QlessError
-from django_qless.core.workers.base import JobLoop
 from django_qless.core.workers.hand import release_job
 from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol
 from django_qless.core.workers.listener import ABORT_EVENTS, HeardAborts, attempts_still_owned
+from django_qless.core.workers.loop import JobLoop
 from django_qless.core.workers.reaper import Beat, obey
 from django_qless.core.workers.runner import Outcome, log_job, stopped_failure
 from django_qless.core.workers.shards import ShardFollower
@@ -41,22 +38,23 @@ class SerialWorker(JobLoop):
 
     hard_limit_in_thread = True
 
-    def __init__(
-        self,
-        config: WorkerConfig,
-        hooks: WorkerHooksProtocol | None = None,
-        *,
-        install_signals: bool = True,
-    ) -> None:
+    def __init__(self, config: WorkerConfig, hooks: WorkerHooksProtocol | None = None, *,
+                 install_signals: bool = True) -> None:
         name = config.name or default_worker_name()
         super().__init__(
             config, hooks or WorkerHooks(), name, SignalState(term_grace=config.term_grace),
             resume=config.resume, max_jobs=config.max_jobs, reaper=config.make_reaper(name),
         )
         self.install_signals = install_signals
-        # One listener thread, hearing every shard served (a job's events come on its own
-        # shard's channel), following the queues to the shards they move to.
-        follow = self._shards_followed()
+        # One listener thread hears `w:<worker>` in every shard served (a job's events come
+        # on its own shard's channel), following the queues to the shards they move to.
+        follow: Callable[[], Sequence[Client]]
+        if isinstance(self.client, Client):
+            served = (self.client,)
+            follow = lambda: served  # noqa: E731
+        else:  # (its own routes: the listener thread asks, not the job thread)
+            follow = ShardFollower(self.client, config.queues, config.queue_refresh,
+                                   holders=lambda: (name,)).clients
         self.listener = WorkerChannelListener(follow, self._on_channel_event,
                                               on_reconnect=self._recheck_current)
         if self.reaper is not None:
@@ -64,17 +62,6 @@ class SerialWorker(JobLoop):
         self.unreleased = 0
         self.heard = HeardAborts()  # (written by the listener thread, read at a job's start)
 
-    def _shards_followed(self) -> Callable[[], Sequence[Client]]:
-        """Return what names the shards to hear `w:<worker>` in (see ShardFollower)."""
-        deployment = self.client
-        if isinstance(deployment, Client):
-            return lambda: [deployment]
-        # Its own selection and routes: the listener thread asks, not the job thread.
-        name = self.name
-        return ShardFollower(deployment, self.config.queues, self.config.queue_refresh,
-                             holders=lambda: (name,)).clients
-
-    # -- control ----------------------------------------------------------------------------
     def request_stop(self, graceful: bool = True) -> None:
         """Stop from another thread: graceful finishes the running job, else aborts it."""
         self.signals.request_stop(graceful)
@@ -116,11 +103,8 @@ class SerialWorker(JobLoop):
             if self.reaper is not None:
                 self.reaper.close()
             self.client.close()
-        if self.unreleased:
-            return ExitCode.UNRELEASED
-        return ExitCode.OK
+        return ExitCode.UNRELEASED if self.unreleased else ExitCode.OK
 
-    # -- abort sources ----------------------------------------------------------------------
     def _on_signal(self, signum: int) -> None:
         """Runs in the main thread, inside the job if one runs: raise into it if needed."""
         if signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -175,9 +159,7 @@ class SerialWorker(JobLoop):
     def _recheck_current(self) -> None:
         """After a pubsub gap, abort the job if it was taken away meanwhile."""
         current = self.current
-        if current is None:
-            return
-        if self._still_holds(current) or self.current is not current:
+        if current is None or self._still_holds(current) or self.current is not current:
             return  # still ours, settled by us, or over already: another job may run now
         log_job(logging.WARNING, current, "job %s was taken away while the listener was "
                 "reconnecting; stopping it", current.jid)
@@ -187,7 +169,6 @@ class SerialWorker(JobLoop):
         """Ask Redis whether this worker's attempt at `job` still holds it (or settled it)."""
         return attempts_still_owned(job.client, [(job.jid, self.name, job.attempt_token)])[0]
 
-    # -- dispositions -----------------------------------------------------------------------
     def on_aborted(self, job: Job, reason: str) -> bool:
         if reason == "shutdown":
             try:
