@@ -175,11 +175,8 @@ class WakeWaiter:
             self.handed.append(job)
 
     def stop_hand_offs(self) -> None:
-        """Unsubscribe from hand-offs (leaving); once confirmed, `handed` is complete.
-
-        Redis confirms after every message published before, and hands nothing to a worker
-        nobody listens for; unconfirmed, the subscription is closed with `lost` set.
-        """
+        """Unsubscribe from hand-offs: confirmed (after every hand-off sent before), `handed`
+        is complete; unconfirmed, the subscription is closed with `lost` set."""
         hand = self.hand_client
         sub = None if hand is None else self._subs.get(hand.shard)
         if sub is None or not sub.connected or not self.hand_channel:
@@ -241,8 +238,8 @@ class WakeWaiter:
             self.drain()
         return _SIGNAL in woke
 
-    def _wait_once(self, timeout: float, fd: int | None = None) -> set[str]:
-        """Block once until a message, the wake pipe, `fd` or `timeout`; say what came."""
+    def _wait_once(self, timeout: float, *fds: int) -> set[str]:
+        """Block once until a message, the wake pipe, `fds` or `timeout`; say what came."""
         socks = set()
         for sub in list(self._subs.values()):
             try:
@@ -255,8 +252,7 @@ class WakeWaiter:
                 return {_BROKEN}  # back to the loop at once: it resubscribes and reserves
             if sock is not None:
                 socks.add(sock)
-        extra = [] if fd is None else [fd]
-        ready = poll_readable([*socks, *extra, self.pipe.read_fd], max(0.0, timeout))
+        ready = poll_readable([*socks, *fds, self.pipe.read_fd], max(0.0, timeout))
         woke = set()
         if self.pipe.read_fd in ready:
             self.pipe.drain()
