@@ -142,7 +142,7 @@ def test_worker_never_imports_django():
 
 
 def test_abort_events_for_jobs_not_running_yet_are_kept_bounded_and_once(monkeypatch):
-    from django_qless.core.workers import listener
+    from django_qless.core.workers import channels as listener
 
     heard = listener.HeardAborts()
     heard.note("a")

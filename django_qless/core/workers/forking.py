@@ -21,6 +21,7 @@ import redis
 from django_qless.core.client import Client
 from django_qless.core.exceptions import QlessError
 from django_qless.core.probe import HealthFile, state_of
+from django_qless.core.workers.channels import ChildChannels
 from django_qless.core.workers.child import child_main, parse_status_line
 from django_qless.core.workers.disposal import Disposer
 from django_qless.core.workers.hand import SharedJobPool
@@ -31,7 +32,7 @@ from django_qless.core.workers.reaper import Beat, obey
 from django_qless.core.workers.runner import child_extra
 from django_qless.core.workers.shards import Deployment, ShardFollower, served_clients
 from django_qless.core.workers.shutdown import ExitCode, SignalState
-from django_qless.core.workers.supervision import ChildChannels, ChildProc
+from django_qless.core.workers.supervision import ChildProc
 from django_qless.core.workers.watch import read_events, taken_away
 from django_qless.core.workers.worker_config import WorkerConfig, default_worker_name
 

@@ -14,15 +14,19 @@ from typing import TYPE_CHECKING, Any
 from django_qless.core.accessors import REQUESTS
 from django_qless.core.client import Client
 from django_qless.core.exceptions import QlessError
+from django_qless.core.workers.channels import (
+    ABORT_EVENTS,
+    HeardAborts,
+    WorkerChannelListener,
+    attempts_still_owned,
+)
 from django_qless.core.workers.hand import release_job
 from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol
-from django_qless.core.workers.listener import ABORT_EVENTS, HeardAborts, attempts_still_owned
 from django_qless.core.workers.loop import JobLoop
 from django_qless.core.workers.reaper import Beat, obey
 from django_qless.core.workers.runner import Outcome, log_job, stopped_failure
 from django_qless.core.workers.shards import ShardFollower
 from django_qless.core.workers.shutdown import ExitCode, SignalState
-from django_qless.core.workers.supervision import WorkerChannelListener
 from django_qless.core.workers.worker_config import WorkerConfig, default_worker_name
 
 if TYPE_CHECKING:

@@ -1,12 +1,8 @@
 """Which queues a worker serves, in which shard, and in what order.
 
-Queues are given by name or by glob pattern (`images.*`); patterns are resolved against the
-known queues now and then, and at once when a wake-up names a queue not seen yet. A reserver
-orders them (ordered, round-robin, shuffled). A worker is given a `Client` (one server, or
-one shard) or a `ShardedClient` (queues placed over the shards of a cluster); either way it
-sees a list of shard clients: the queues are grouped by the shard holding them, and a
-reserve attempt makes one engine call per shard, shards taken in the order of their first
-queue in the reserver's order (docs/worker.md, "Serving queues in several shards").
+Queues are named or matched by glob (`images.*`: resolved now and then, and at once when a
+wake-up names a new queue), ordered by a reserver and grouped by the shard holding them: a
+reserve makes one engine call per shard (docs/worker.md, "Serving queues in several shards").
 """
 
 from __future__ import annotations
@@ -31,14 +27,12 @@ log = logging.getLogger("django_qless.worker")
 
 #: What a worker is given: one keyspace, or queues placed over a cluster's shards.
 Deployment: TypeAlias = "Client | ShardedClient"
-
-
-_GLOB = set("*?[")
+Groups = list[tuple[Client, list[str]]]
 
 
 def is_pattern(spec: str) -> bool:
     """Tell whether a queue spec is a glob pattern."""
-    return any(ch in _GLOB for ch in spec)
+    return any(ch in "*?[" for ch in spec)
 
 
 class QueueSelection:
@@ -77,29 +71,37 @@ class QueueSelection:
         return list(self._resolved)
 
 
-_KINDS = ("ordered", "round-robin", "shuffled")
+def _rotate(names: list[str], start: int) -> list[str]:
+    return names[start:] + names[:start]
+
+
+# How each kind orders the queues, given the round's number (round-robin: each queue first
+# in turn).
+_ORDERS: dict[str, Callable[[list[str], int], list[str]]] = {
+    "ordered": lambda names, _: names,
+    "round-robin": _rotate,
+    "shuffled": lambda names, _: random.sample(names, len(names)),
+}
 
 
 class Reserver:
     """Order the selected queues for each reserve call: as given, round-robin or shuffled."""
 
     def __init__(self, kind: str, selection: QueueSelection) -> None:
-        if kind not in _KINDS:
-            raise ValueError(f"unknown reserver {kind!r}: use one of {', '.join(_KINDS)}")
+        if kind not in _ORDERS:
+            raise ValueError(f"unknown reserver {kind!r}: use one of {', '.join(_ORDERS)}")
         self.kind = kind
         self.selection = selection
-        self._start = 0
+        self._round = 0
 
     def order(self) -> list[str]:
         """Return the queues to try, in order, for the next reserve."""
         names = self.selection.names()
-        if self.kind == "shuffled":
-            random.shuffle(names)
-        elif self.kind == "round-robin" and names:  # every queue gets its turn first
-            start = self._start % len(names)
-            self._start = start + 1
-            names = names[start:] + names[:start]
-        return names
+        if not names:
+            return names
+        start = self._round % len(names)
+        self._round = start + 1
+        return _ORDERS[self.kind](names, start)
 
 
 def make_reserver(kind: str, selection: QueueSelection) -> Reserver:
@@ -108,14 +110,10 @@ def make_reserver(kind: str, selection: QueueSelection) -> Reserver:
 
 
 def served_clients(deployment: Deployment, specs: Sequence[str]) -> list[Client]:
-    """Return the clients of the shards `specs` can take jobs from (a pattern: every shard).
-
-    These are the shards whose worker channels (`w:<worker>`) a worker listens on, and it
-    uses hand-offs only when there is one.
-    """
+    """Return the clients of the shards `specs` can take jobs from (a pattern: every shard)."""
     if isinstance(deployment, Client):
         return [deployment]
-    if any(is_pattern(spec) for spec in specs):
+    if any(map(is_pattern, specs)):
         return deployment.clients()
     found: dict[str | None, Client] = {}
     for spec in specs:
@@ -128,14 +126,7 @@ def known_queues(deployment: Deployment) -> Callable[[], list[str]]:
     """Return a function listing the queues known in every shard (patterns expand on it)."""
     if isinstance(deployment, Client):
         return lambda: deployment.queues.names()  # (client.queues made when patterns expand)
-
-    def names() -> list[str]:
-        found: set[str] = set()
-        for client in deployment.clients():
-            found.update(client.queues.names())
-        return sorted(found)
-
-    return names
+    return lambda: sorted({q for c in deployment.clients() for q in c.queues.names()})
 
 
 class QueueRoutes:
@@ -148,8 +139,7 @@ class QueueRoutes:
         self._refresh = refresh
         self._clients: dict[str, list[Client]] = {}
         self._expires = 0.0
-        # Bumped when the queues or their shards change (subscribers compare it).
-        self.version = 0
+        self.version = 0  # bumped when the queues or their shards change
         self._seen: tuple[tuple[str, str | None], ...] = ()
         self._served: list[Client] | None = None
 
@@ -161,8 +151,7 @@ class QueueRoutes:
 
     @property
     def single(self) -> Client | None:
-        """Return the client when every queue is in one keyspace (hand-offs work), else None
-        (a `ShardedClient`: every queue named and placed in one shard, looked up at start)."""
+        """Return the client when every queue is in one keyspace (hand-offs work), else None."""
         if isinstance(self.deployment, Client):
             return self.deployment
         served = self.served()
@@ -171,29 +160,24 @@ class QueueRoutes:
     def clients_of(self, queue: str) -> list[Client]:
         """Return the clients of the shards to reserve `queue` from: the one holding it, or
         while the queue is being moved, the source's and the target's (docs/scaling.md)."""
-        deployment = self.deployment
-        if isinstance(deployment, Client):
-            return [deployment]
-        now = time.monotonic()
-        if now >= self._expires:
-            # A queue may move to another shard (docs/scaling.md): look placements up again.
-            self._clients = {}
+        if isinstance(self.deployment, Client):
+            return [self.deployment]
+        if (now := time.monotonic()) >= self._expires:
+            self._clients = {}  # a queue may have moved to another shard: look again
             self._expires = now + self._refresh
-        found = self._clients.get(queue)
-        if found is None:
-            found = self._clients[queue] = deployment.serving(queue)
-        return found
+        if queue not in self._clients:
+            self._clients[queue] = self.deployment.serving(queue)
+        return self._clients[queue]
 
-    def plan(self, order: Sequence[str]) -> list[tuple[Client, list[str]]]:
-        """Group `order` by shard: shards in the order of their first queue, each shard's
-        queues in the order given."""
+    def plan(self, order: Sequence[str]) -> Groups:
+        """Group `order` by shard, shards in the order of their first queue."""
         groups: dict[int, tuple[Client, list[str]]] = {}
         for queue in order:
             for client in self.clients_of(queue):
                 groups.setdefault(id(client), (client, []))[1].append(queue)
         return list(groups.values())
 
-    def by_shard(self) -> list[tuple[Client, list[str]]]:
+    def by_shard(self) -> Groups:
         """Return the selected queues grouped by shard, bumping `version` on a change."""
         groups = self.plan(self.selection.names())
         seen = tuple((q, c.shard) for c, queues in groups for q in queues)
@@ -203,50 +187,44 @@ class QueueRoutes:
         return groups
 
 
-class ShardFollower:
-    """The shards whose worker channels a worker must hear: those its queue specs named at
-    start, plus every shard a served queue has moved to since (the jobs it takes there are
-    canceled or lost there). A shard no served queue lives in any more (moved away) is
-    dropped once none of `holders()` (the worker's names: a serial worker's, a
-    supervisor's children's) holds a job there. With a queue pattern every shard is
-    followed. Uses the placements the job loop reserves by (`QueueRoutes`), looked at again
-    at most once a second."""
+class ShardFollower(QueueRoutes):
+    """The shards whose worker channels a worker must hear: those served at start, and each
+    shard a served queue moved to since, until no served queue is there and none of
+    `holders()` (the worker's names) holds a job there. With a pattern, every shard."""
 
     def __init__(self, deployment: Deployment, specs: Sequence[str], refresh: float = 10.0,
                  every: float = 1.0, holders: Callable[[], Iterable[str]] = tuple) -> None:
-        self.selection = QueueSelection(specs, known_queues(deployment), refresh=refresh)
-        self.routes = QueueRoutes(deployment, self.selection, refresh=refresh)
+        selection = QueueSelection(specs, known_queues(deployment), refresh=refresh)
+        super().__init__(deployment, selection, refresh=refresh)
         self._every = every
         self._at = 0.0
-        self._version = -1
+        self._followed_version = -1
         self._holders = holders
         # A pattern may match a queue of any shard, now or later: every shard stays.
         self._every_shard = isinstance(deployment, Client) or any(map(is_pattern, specs))
-        self._clients = {c.shard: c for c in self.routes.served()}
+        self._followed = {c.shard: c for c in self.served()}
         self._kept: set[str | None] = set()  # left by every queue, kept for our jobs there
 
     def clients(self) -> list[Client]:
         """Return every shard followed now (looking again when a second has passed)."""
-        now = time.monotonic()
-        if now >= self._at:
+        if (now := time.monotonic()) >= self._at:
             self._at = now + self._every
-            groups = self.routes.by_shard()
-            if self.routes.version != self._version:
-                self._version = self.routes.version
+            groups = self.by_shard()
+            if self.version != self._followed_version:
+                self._followed_version = self.version
                 for client, _ in groups:
-                    self._clients.setdefault(client.shard, client)
+                    self._followed.setdefault(client.shard, client)
             if not self._every_shard:
-                self._drop_left(groups)
-        return list(self._clients.values())
+                self._drop_left({client.shard for client, _ in groups})
+        return list(self._followed.values())
 
-    def _drop_left(self, groups: list[tuple[Client, list[str]]]) -> None:
+    def _drop_left(self, serving: set[str | None]) -> None:
         """Drop the shards no served queue lives in, unless a job of ours is there."""
-        serving = {client.shard for client, _ in groups}
-        for shard, client in list(self._clients.items()):
+        for shard, client in list(self._followed.items()):
             if shard in serving:
                 self._kept.discard(shard)
             elif not self._holds_jobs(client):
-                del self._clients[shard]
+                del self._followed[shard]
                 self._kept.discard(shard)
                 log.info("no served queue in shard %s any more: no longer listening there",
                          shard)
@@ -258,10 +236,7 @@ class ShardFollower:
     def _holds_jobs(self, client: Client) -> bool:
         """Tell whether one of the worker's names holds a job in `client`'s shard (a job
         taken there before its queue moved away may still run: its notices come there)."""
-        names = list(self._holders())
-        if not names:
-            return False
-        keys = [client.keyspace.key(f"w:{name}:jobs") for name in names]
+        keys = [client.keyspace.key(f"w:{name}:jobs") for name in self._holders()]
 
         def read(conn: Any) -> list[Any]:
             pipe = conn.pipeline(transaction=False)
@@ -269,4 +244,4 @@ class ShardFollower:
                 pipe.zcard(key)
             return list(pipe.execute())
 
-        return any(int(n) for n in client.read(read))
+        return bool(keys) and any(int(n) for n in client.read(read))

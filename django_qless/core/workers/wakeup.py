@@ -1,12 +1,7 @@
-"""Block an idle worker until a queue it serves gets work (no sleep-polling).
-
-The engine publishes the queue name on `wake:<queue>` whenever jobs become ready there. The
-waiter subscribes (one connection per primary: node_pubsub.py) and waits for the
-confirmations before the worker's first reserve, so a put landing before the wait is
-buffered. Sharded channels have no patterns: a pattern is listened to as the queues it
-matches now. With all its queues in one keyspace it also listens on `hand:<worker>` for the
-jobs the engine pops for it while idle (`reserve.wait`), kept in `handed`; a broken
-hand-off subscription sets `lost` (the worker then looks up the jobs it holds).
+"""Block an idle worker until a queue it serves gets work (`wake:<queue>`) or the engine
+hands it a job (`hand:<worker>`, one keyspace only). Subscriptions are confirmed before the
+first reserve, so a put landing before the wait is buffered. Sharded channels have no
+patterns: a pattern is listened to as the queues it matches now.
 """
 from __future__ import annotations
 
@@ -35,8 +30,7 @@ __all__ = ["WakeWaiter"]
 
 log = logging.getLogger("django_qless.worker")
 
-_Wanted = tuple[frozenset[str], frozenset[str]]
-_MESSAGE, _SIGNAL, _TIMEOUT = "message", "signal", "timeout"  # what ended one wait
+_MESSAGE, _SIGNAL, _BROKEN = "message", "signal", "broken"  # what ended a wait
 _RECHECK = 1.0  # seconds between looks at the queues' shards while subscribed
 
 
@@ -55,8 +49,6 @@ class WakeWaiter:
         self.lost = False  # the hand-off subscription broke: hand-offs may have been missed
         self._hub = Hub()  # one connection per node, whatever the shards it holds
         self._subs: dict[str | None, Subscription] = {}
-        self._wanted: dict[str | None, _Wanted] = {}
-        self._version = -1
         self._broken_until = 0.0
         self._ready = False  # every wanted subscription confirmed (until one breaks)
         self._recheck_at = 0.0
@@ -64,44 +56,35 @@ class WakeWaiter:
     @property
     def subscribed(self) -> bool:
         """Tell whether every wake channel (and the hand-off channel) is listened to now."""
-        return self._ready and all(self._subs[tag].connected for tag in self._wanted)
+        return self._ready and all(sub.connected for sub in self._subs.values())
 
-    def _plan(self) -> None:
-        """Work out which channels each shard's subscription needs (after a re-resolve)."""
+    def _plan(self) -> dict[str | None, list[str]]:
+        """Keep a subscription per shard to hear (closing the others); return its queues."""
         groups = self.routes.by_shard()
-        if self.routes.version == self._version and self._wanted:
-            return
-        self._version = self.routes.version
-        single = self.routes.single
         clients = {c.shard: c for c, _ in groups}
-        if single is not None:
+        if (single := self.routes.single) is not None:
             # Listen there even if patterns match nothing yet (and where queues moved).
             clients = {single.shard: single, **clients}
-        queues = {c.shard: names for c, names in groups}
-        wanted: dict[str | None, _Wanted] = {}
-        for tag, client in clients.items():
-            sub = self._subs.get(tag)
-            if sub is None:
-                sub = self._subs[tag] = Subscription(client, self._hub)
-            wanted[tag] = self._channels(sub, queues.get(tag, []))
-        for tag in set(self._subs) - set(wanted):
+        for tag in set(self._subs) - set(clients):
             self._subs.pop(tag).close()
-        self._wanted = wanted
+        for tag, client in clients.items():
+            if tag not in self._subs:
+                self._subs[tag] = Subscription(client, self._hub)
+        return {c.shard: names for c, names in groups}
 
-    def _channels(self, sub: Subscription, queues: list[str]) -> _Wanted:
+    def _channels(self, sub: Subscription, queues: list[str]) -> tuple[set[str], set[str]]:
         """Return (channels, patterns) for one keyspace."""
-        ks = sub.keyspace
+        ks, given = sub.keyspace, self.selection.names_given
         if sub.sharded is False:
-            channels = {ks.channel(f"wake:{q}") for q in queues if q in self.selection.names_given}
+            channels = {ks.channel(f"wake:{q}") for q in queues if q in given}
             if sub.client is self.routes.single:
-                channels |= {ks.channel(f"wake:{q}") for q in self.selection.names_given}
+                channels |= {ks.channel(f"wake:{q}") for q in given}
             patterns = {ks.pattern(f"wake:{p}") for p in self.selection.patterns}
         else:
-            channels = {ks.channel(f"wake:{q}") for q in queues}
-            patterns = set()
+            channels, patterns = {ks.channel(f"wake:{q}") for q in queues}, set()
         if sub.client is self.hand_client and self.hand_channel:
             channels.add(self.hand_channel)
-        return frozenset(channels), frozenset(patterns)
+        return channels, patterns
 
     def ensure_subscribed(self) -> None:
         """Subscribe (confirmed) where not done yet; shards re-checked once a second at most."""
@@ -109,19 +92,19 @@ class WakeWaiter:
         if (self._ready and now < self._recheck_at) or now < self._broken_until:
             return
         try:
-            self._plan()
+            queues = self._plan()
         except PUBSUB_ERRORS as exc:  # placements are read from the cluster
             log.warning("could not look up the queues' shards (%s)", exc)
             self._broken_until = now + 1.0
             return
         self._recheck_at = now + _RECHECK
         ready = True
-        for tag, (channels, patterns) in list(self._wanted.items()):
-            sub = self._subs[tag]
-            if sub.connected and sub.channels == channels and sub.patterns == patterns:
+        for tag, sub in list(self._subs.items()):
+            if sub.connected and (sub.channels, sub.patterns) == self._channels(
+                    sub, queues.get(tag, [])):
                 continue
             try:
-                self._subscribe(sub, tag)
+                self._subscribe(sub, queues.get(tag, []))
             except PUBSUB_ERRORS as exc:
                 log.warning("wake-up subscription failed (%s); polling every interval", exc)
                 self._close(sub)
@@ -129,12 +112,11 @@ class WakeWaiter:
                 ready = False
         self._ready = ready
 
-    def _subscribe(self, sub: Subscription, tag: str | None) -> None:
+    def _subscribe(self, sub: Subscription, queues: list[str]) -> None:
         """(Re)open `sub` with the channels wanted now and wait for every confirmation."""
         self._close(sub)
-        sub.connect()
-        channels, patterns = self._wanted[tag] = self._channels(sub, self._queues_of(tag))
-        pending = [sub.subscribe(channels, patterns)]
+        sub.connect()  # (which decides whether the channels are sharded)
+        pending = [sub.subscribe(*self._channels(sub, queues))]
 
         def confirmed(msg: dict[str, Any]) -> bool:
             pending[0] -= Subscription.confirms(msg)
@@ -154,9 +136,6 @@ class WakeWaiter:
             elif msg is not None and done(msg):
                 return True
         return False
-
-    def _queues_of(self, tag: str | None) -> list[str]:
-        return next((names for c, names in self.routes.by_shard() if c.shard == tag), [])
 
     def _close(self, sub: Subscription) -> None:
         if sub.connected and sub.client is self.hand_client:
@@ -182,14 +161,11 @@ class WakeWaiter:
 
     def _take(self, msg: dict[str, Any]) -> None:
         """Keep a hand-off, or note the queue a wake-up names."""
-        channel, data = str(msg.get("channel", "")), msg.get("data")
-        if channel == self.hand_channel:
-            self._keep_handed(data)
-        else:
+        channel, data = str(msg.get("channel", "")), msg["data"]
+        if channel != self.hand_channel:
             self.selection.note_wake(data if isinstance(data, str) and data
                                      else channel.rpartition("wake:")[2])
-
-    def _keep_handed(self, data: Any) -> None:
+            return
         try:
             job = json.loads(data)
         except (TypeError, ValueError):
@@ -199,11 +175,8 @@ class WakeWaiter:
             self.handed.append(job)
 
     def stop_hand_offs(self) -> None:
-        """Unsubscribe from hand-offs (leaving); once confirmed, `handed` is complete.
-
-        Redis confirms after every message published before, and hands nothing to a worker
-        nobody listens for; unconfirmed, the subscription is closed with `lost` set.
-        """
+        """Unsubscribe from hand-offs: confirmed (after every hand-off sent before), `handed`
+        is complete; unconfirmed, the subscription is closed with `lost` set."""
         hand = self.hand_client
         sub = None if hand is None else self._subs.get(hand.shard)
         if sub is None or not sub.connected or not self.hand_channel:
@@ -230,17 +203,23 @@ class WakeWaiter:
         return jobs
 
     def wait(self, timeout: float, keep_waiting: Callable[[], bool] | None = None) -> bool:
-        """Block until a wake-up, a wake-pipe byte, or `timeout`; True if a message.
-        `keep_waiting` (costing Redis nothing) is asked every second; False ends the wait."""
+        """Block until a message (True), a wake-pipe byte, `timeout` or `keep_waiting()`
+        (asked every second, costing Redis nothing) says no."""
         deadline = time.monotonic() + max(0.0, timeout)
         version = self.routes.version
         while True:
             left = deadline - time.monotonic()
-            if keep_waiting is None or left <= 1.0:
-                return self._wait_once(left) == _MESSAGE
-            woke = self._wait_once(1.0)
-            if woke != _TIMEOUT or not keep_waiting():
-                return woke == _MESSAGE
+            last = keep_waiting is None or left <= 1.0
+            if not self.subscribed:
+                # Lost a subscription (connection dropped, failover): get it back first.
+                # Once back, a put may have slipped by while we were deaf: reserve again.
+                self.ensure_subscribed()
+                if self.subscribed:
+                    return True
+                left = min(left, 1.0)
+            woke = self._wait_once(left if last else min(left, 1.0))
+            if last or woke or not (keep_waiting and keep_waiting()):
+                return _MESSAGE in woke
             # A queue moved shards: listen there too, and reserve again now.
             self.ensure_subscribed()
             if self.routes.version != version:
@@ -248,61 +227,36 @@ class WakeWaiter:
 
     def sockets(self) -> list[int]:
         """Return the subscriptions' sockets, for another thread to poll (never to read)."""
-        socks = self._sockets(quiet=True)
-        return [] if isinstance(socks, str) else list(socks)
-
-    def _sockets(self, quiet: bool = False) -> set[int] | str:
-        """Return the sockets to poll, or what ended the wait already: data buffered by
-        redis-py (invisible to poll) or, unless `quiet`, a broken subscription."""
-        socks = set()
-        for sub in list(self._subs.values()):
-            try:
-                if not quiet and sub.buffered():
-                    return _MESSAGE
-                fd = sub.fileno()
-            except PUBSUB_ERRORS as exc:
-                if quiet:
-                    continue
-                log.warning("wake-up connection lost (%s); resubscribing", exc)
-                self._close(sub)
-                return _SIGNAL  # back to the loop at once: it resubscribes and reserves
-            if fd is not None:
-                socks.add(fd)
-        return socks
+        return [fd for sub in list(self._subs.values()) if (fd := sub.fileno()) is not None]
 
     def wait_quietly(self, fd: int, timeout: float) -> bool:
         """Block until `fd` is readable, a signal, or `timeout`, sending Redis nothing (a
         child waiting for the leader token); True if a signal woke us. Messages that come
         meanwhile are read (noted, hand-offs kept), so they do not pile up on the server."""
-        socks = self._sockets()
-        if isinstance(socks, str):
+        woke = self._wait_once(timeout, fd)
+        if woke & {_MESSAGE, _BROKEN}:
             self.drain()
-            return False
-        ready = poll_readable([*socks, fd, self.pipe.read_fd], max(0.0, timeout))
-        if not ready.isdisjoint(socks):
-            self.drain()
+        return _SIGNAL in woke
+
+    def _wait_once(self, timeout: float, *fds: int) -> set[str]:
+        """Block once until a message, the wake pipe, `fds` or `timeout`; say what came."""
+        socks = set()
+        for sub in list(self._subs.values()):
+            try:
+                if sub.buffered():
+                    return {_MESSAGE}  # (read by redis-py already: poll would not see it)
+                sock = sub.fileno()
+            except PUBSUB_ERRORS as exc:
+                log.warning("wake-up connection lost (%s); resubscribing", exc)
+                self._close(sub)
+                return {_BROKEN}  # back to the loop at once: it resubscribes and reserves
+            if sock is not None:
+                socks.add(sock)
+        ready = poll_readable([*socks, *fds, self.pipe.read_fd], max(0.0, timeout))
+        woke = set()
         if self.pipe.read_fd in ready:
             self.pipe.drain()
-            return True
-        return False
-
-    def _wait_once(self, timeout: float) -> str:
-        """Block once; say what ended the wait (a message, a signal or the timeout)."""
-        timeout = max(0.0, timeout)
-        if not self.subscribed:
-            # Lost a subscription (connection dropped, failover): get it back first. Once
-            # back, a put may have slipped by while we were deaf, so reserve again at once.
-            self.ensure_subscribed()
-            if self.subscribed:
-                return _MESSAGE
-            timeout = min(timeout, 1.0)
-        socks = self._sockets()
-        if isinstance(socks, str):
-            return socks
-        ready = poll_readable([*socks, self.pipe.read_fd], timeout)
-        if self.pipe.read_fd in ready:
-            self.pipe.drain()
+            woke.add(_SIGNAL)
         if not ready.isdisjoint(socks):
-            return _MESSAGE
-        return _SIGNAL if self.pipe.read_fd in ready else _TIMEOUT
-
+            woke.add(_MESSAGE)
+        return woke

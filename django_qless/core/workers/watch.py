@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from django_qless.core.accessors import REQUESTS
-from django_qless.core.workers.listener import ABORT_EVENTS, attempts_still_owned
+from django_qless.core.workers.channels import ABORT_EVENTS, attempts_still_owned
 
 if TYPE_CHECKING:
     from django_qless.core.client import Client

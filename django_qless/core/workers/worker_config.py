@@ -286,7 +286,7 @@ class WorkerConfig:
     timeout: float = default_of("timeout")
     kill_grace: float = default_of("kill_grace")
     leader_hold: float = default_of("leader_hold")  # leadership.py
-    idle_disconnect: float = default_of("idle_disconnect")  # loop.py, supervision.py
+    idle_disconnect: float = default_of("idle_disconnect")  # loop.py, channels.py
     term_grace: float = default_of("term_grace")
     shutdown_grace: float = default_of("shutdown_grace")
     name: str | None = default_of("name")
