@@ -19,10 +19,15 @@ from django_qless.core.client import Client
 from django_qless.core.exceptions import QlessError
 from django_qless.core.workers.base import JobLoop
 from django_qless.core.workers.hand import release_job
-from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol
 from django_qless.core.workers.listener import ABORT_EVENTS, HeardAborts, attempts_still_owned
 from django_qless.core.workers.reaper import Beat, obey
-from django_qless.core.workers.runner import Outcome, log_job, stopped_failure
+from django_qless.core.workers.runner import (
+    Outcome,
+    WorkerHooks,
+    WorkerHooksProtocol,
+    log_job,
+    stopped_failure,
+)
 from django_qless.core.workers.shards import ShardFollower
 from django_qless.core.workers.shutdown import ExitCode, SignalState
 from django_qless.core.workers.supervision import WorkerChannelListener
