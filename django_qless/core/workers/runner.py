@@ -18,15 +18,7 @@ from contextvars import ContextVar
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
-from django_qless.core.exceptions import (
-    InvalidArgument,
-    InvalidStateTransition,
-    JobNotFound,
-    LostLockError,
-    QlessError,
-    SoftTimeLimitExceeded,
-    UnregisteredJobClass,
-)
+from django_qless.core import exceptions as errors
 from django_qless.core.registry import UNKNOWN_JOB_GROUP, Middleware, Registry, TimeLimits
 from django_qless.core.workers.shutdown import AbortGuard, JobAborted
 from django_qless.core.workers.worker_config import WorkerConfig
@@ -47,7 +39,7 @@ KILLED_GROUP = "django_qless.JobKilled"
 MAX_MESSAGE = 65536
 _HEAD = 4096
 _HANDLER_CACHE = 1024
-LOST = (LostLockError, InvalidStateTransition, JobNotFound)
+LOST = (errors.LostLockError, errors.InvalidStateTransition, errors.JobNotFound)
 FIELDS = ("jid", "klass", "queue", "attempt", "worker")  # a job's fields on a log record
 # django_qless/ (with the separator, so a sibling "django_qless_x" is not ours).
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
@@ -183,7 +175,7 @@ def format_failure(exc: BaseException) -> str:
     return (raw[:_HEAD] + marker + raw[-tail:]).decode("utf-8", "ignore")
 
 
-def fail_refused_outcome(job: Job, exc: QlessError) -> Outcome:
+def fail_refused_outcome(job: Job, exc: errors.QlessError) -> Outcome:
     """Log why the engine refused to fail `job` (a lost lock, or another error): LOST."""
     if isinstance(exc, LOST):
         log_job(logging.WARNING, job, "job %s: not failed, this worker lost its lease: %s",
@@ -225,7 +217,7 @@ class JobRunner:
             return self._default_limits
         try:
             entry = self.registry.resolve(job.klass_name)
-        except UnregisteredJobClass:
+        except errors.UnregisteredJobClass:
             return self._default_limits  # (failed at once by run())
         return entry.limits.over(self._default_limits)
 
@@ -271,16 +263,9 @@ class JobRunner:
         """
         self.value = self.error = None
         try:
-            return self._run(job, pre_abort)
-        finally:
-            if not self.remember:
-                self.value = self.error = None
-
-    def _run(self, job: Job, pre_abort: Callable[[], str | None] | None) -> Outcome:
-        try:
             target, job_middleware = self._target(job)
-        except UnregisteredJobClass as exc:
-            self.error = exc
+        except errors.UnregisteredJobClass as exc:
+            self.error = exc if self.remember else None
             log_job(logging.ERROR, job, "job %s: %s", job.jid, exc)
             return self.fail(job, UNKNOWN_JOB_GROUP, f"{exc}\nworker: {job.worker_name}")
         _current["sandbox"] = self.sandbox
@@ -304,15 +289,15 @@ class JobRunner:
             return Outcome.ABORTED
         except Exception as exc:
             self.error = exc
-            if self.guard.reason is not None:
-                # The abort landed inside a library that wrapped it; the abort wins.
-                return Outcome.ABORTED
-            return self._raised(job, exc)
+            # An abort that landed inside a library that wrapped it: the abort wins.
+            return Outcome.ABORTED if self.guard.reason is not None else self._raised(job, exc)
         finally:
             current_job.reset(running)
             _current["sandbox"] = None
             job.bind_sandbox(None)
             self.sandbox.cleanup()
+            if not self.remember:
+                self.value = self.error = None
         if self.guard.reason == "lock_lost":
             return Outcome.LOST
         return Outcome.COMPLETED if job.state == "running" else Outcome.SETTLED
@@ -320,7 +305,8 @@ class JobRunner:
     def _raised(self, job: Job, exc: Exception) -> Outcome:
         """Log a job that raised and fail it, unless it settled itself first."""
         # A job that lets its soft limit's exception out failed for its time limit.
-        group = TIMEOUT_GROUP if isinstance(exc, SoftTimeLimitExceeded) else error_group(exc)
+        soft = isinstance(exc, errors.SoftTimeLimitExceeded)
+        group = TIMEOUT_GROUP if soft else error_group(exc)
         log_raised(job, exc, group)
         if self.exec_runner is not None and self.exec_runner.failed(exc):
             # The command's status and stderr tail say more than the worker's own frames.
@@ -334,7 +320,7 @@ class JobRunner:
         try:
             job.fail(group, message)
             return Outcome.FAILED
-        except InvalidArgument as exc:
+        except errors.InvalidArgument as exc:
             if job._data is None:  # not the job's data changes: nothing else to try
                 log.error("job %s: could not be failed: %s", job.jid, exc)
                 return Outcome.LOST
@@ -342,7 +328,7 @@ class JobRunner:
             job._drop_data_changes()
             return self.fail(job, group, f"{message}\nThe job's changes to its data were not "
                              f"saved: {exc}")
-        except QlessError as exc:
+        except errors.QlessError as exc:
             return fail_refused_outcome(job, exc)
 
 
