@@ -355,11 +355,9 @@ class Sandbox:
             self._created = False
 
     def _remove(self) -> None:
-        def onerror(*args: object) -> None:
-            log.warning("sandbox %s: could not remove %s", self.path, args[1])
-
         if os.path.lexists(self.path):
-            shutil.rmtree(self.path, onerror=onerror)
+            shutil.rmtree(self.path, onerror=lambda _call, path, _exc: log.warning(
+                "sandbox %s: could not remove %s", self.path, path))
 
 
 # One job runs per process at a time: a plain holder (not thread-local) lets threads the

@@ -163,7 +163,7 @@ class SignalState:
         self._previous = {}
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        """Record the request, then act on it; no I/O beyond the wake byte (set_wakeup_fd)."""
+        # Records the request, then acts on it: no I/O beyond the wake byte (set_wakeup_fd).
         if signum in _ENDING:
             self._terminated = True
             if (signum != signal.SIGHUP and self.term_grace > 0 and self.drain_deadline is None
