@@ -19,8 +19,13 @@ from typing import TYPE_CHECKING, Any
 from django_qless.core.client import Client
 from django_qless.core.flows import received
 from django_qless.core.job import Job
-from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol
-from django_qless.core.workers.runner import JobRunner, Outcome, job_extra
+from django_qless.core.workers.runner import (
+    JobRunner,
+    Outcome,
+    WorkerHooks,
+    WorkerHooksProtocol,
+    job_extra,
+)
 from django_qless.core.workers.shutdown import AbortGuard
 from django_qless.options import RESULT_KEY, to_json
 

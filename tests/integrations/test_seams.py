@@ -9,7 +9,7 @@ import pytest
 
 from django_qless.core import integrations
 from django_qless.core.integrations import TRACE_KEY, PendingPut
-from django_qless.core.workers.hooks import CompositeHooks, WorkerHooks
+from django_qless.core.workers.runner import CompositeHooks, WorkerHooks
 
 
 class Recorder:

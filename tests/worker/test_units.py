@@ -7,9 +7,16 @@ import threading
 
 import pytest
 
-from django_qless.core.workers.hooks import CompositeHooks, WorkerHooks, compose
 from django_qless.core.workers.proctitle import child_title, supervisor_title
-from django_qless.core.workers.runner import MAX_MESSAGE, Sandbox, error_group, format_failure
+from django_qless.core.workers.runner import (
+    MAX_MESSAGE,
+    CompositeHooks,
+    Sandbox,
+    WorkerHooks,
+    compose,
+    error_group,
+    format_failure,
+)
 from django_qless.core.workers.shards import QueueSelection, make_reserver
 from django_qless.core.workers.worker_config import WorkerConfig, sanitize_name
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 if TYPE_CHECKING:
     from django_qless.core.job import Job
     from django_qless.core.queue import Queue
-    from django_qless.core.workers.hooks import WorkerHooksProtocol
+    from django_qless.core.workers.runner import WorkerHooksProtocol
 
 __all__ = [
     "TRACE_KEY",
@@ -121,7 +121,7 @@ def with_installed_hooks(hooks: WorkerHooksProtocol) -> WorkerHooksProtocol:
     """Return `hooks` with the installed ones around them (`hooks` itself if none are)."""
     if not _hooks.items:
         return hooks
-    from django_qless.core.workers.hooks import CompositeHooks
+    from django_qless.core.workers.runner import CompositeHooks
 
     return CompositeHooks(*_hooks.items, hooks)
 

@@ -26,14 +26,14 @@ from typing import TYPE_CHECKING, Any
 
 from django_qless.core import integrations
 from django_qless.core.integrations.jobinfo import Attempt, outcome_of, reported_error
-from django_qless.core.workers.hooks import WorkerHooks
+from django_qless.core.workers.runner import WorkerHooks
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer, TracerProvider
 
     from django_qless.core.integrations import PendingPut
     from django_qless.core.job import Job
-    from django_qless.core.workers.hooks import WorkerInfo
+    from django_qless.core.workers.runner import WorkerInfo
 
 __all__ = ["QlessInstrumentor"]
 

@@ -40,12 +40,12 @@ from django_qless.core.integrations.jobinfo import (
     reported_error,
     scrubbed_data,
 )
-from django_qless.core.workers.hooks import WorkerHooks
+from django_qless.core.workers.runner import WorkerHooks
 
 if TYPE_CHECKING:
     from django_qless.core.integrations import PendingPut
     from django_qless.core.job import Job
-    from django_qless.core.workers.hooks import WorkerInfo
+    from django_qless.core.workers.runner import WorkerInfo
 
 __all__ = ["QlessIntegration"]
 

@@ -11,8 +11,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from django_qless.core.workers.cli import import_modules, make_worker, run_worker
-from django_qless.core.workers.hooks import CompositeHooks, WorkerHooks, WorkerHooksProtocol
-from django_qless.core.workers.runner import JobContextFilter, current_job, current_sandbox
+from django_qless.core.workers.runner import (
+    CompositeHooks,
+    JobContextFilter,
+    WorkerHooks,
+    WorkerHooksProtocol,
+    current_job,
+    current_sandbox,
+)
 from django_qless.core.workers.shutdown import ExitCode, JobAborted
 from django_qless.core.workers.worker_config import WorkerConfig, default_worker_name
 

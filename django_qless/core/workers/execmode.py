@@ -2,12 +2,12 @@
 
 The job's data (its JSON text, verbatim) goes to the command's stdin and the jid is appended
 as the last argument. Exit status 0 completes the job; anything else fails it with the tail of
-stderr. The worker's time limit aborts the job like any other (`JobAborted`); the command's
-process group then gets TERM, then KILL after the grace period.
+stderr. An abort (time limit, stop, lost lock) TERMs the command's process group, then KILLs it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -44,7 +44,6 @@ class ExecRunner:
 
     def __call__(self, job: Job) -> None:
         """Run the command for `job`; raise ExecFailed on a non-zero exit status."""
-        # (The runner binds the job's sandbox before it calls its target.)
         env = {**os.environ, "QLESS_JID": job.jid, "QLESS_QUEUE": job.queue_name,
                "QLESS_KLASS": job.klass_name, "QLESS_WORKER": str(job.worker_name or ""),
                "QLESS_SANDBOX": job.sandbox}
@@ -54,25 +53,19 @@ class ExecRunner:
         try:
             _, err = proc.communicate(job.raw_data.encode("utf-8"))
         except BaseException as exc:
-            # The job is being aborted: do not leave the command behind. At its time limit
-            # it may stop cleanly first; on a shutdown or a lost lock it is killed at once.
+            # At its time limit the command may stop cleanly first (TERM, the grace, KILL);
+            # on a shutdown or a lost lock it is killed at once.
             timed_out = isinstance(exc, JobAborted) and exc.args[:1] == ("timeout",)
-            _kill(proc, self.grace if timed_out else 0.0)
+            steps = [(signal.SIGTERM, self.grace)] if timed_out and self.grace > 0 else []
+            for sig, wait in (*steps, (signal.SIGKILL, 5.0)):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, sig)
+                try:
+                    proc.wait(timeout=wait)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
             raise
         if proc.returncode != 0:
             tail = err[-_TAIL:].decode("utf-8", "replace")
             raise ExecFailed(f"{self.command[0]} exited with status {proc.returncode}\n{tail}")
-
-
-def _kill(proc: subprocess.Popen[bytes], grace: float) -> None:
-    """TERM the command's process group, then KILL it after `grace` seconds."""
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0))[grace <= 0:]:
-        try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue

@@ -25,11 +25,10 @@ from django_qless.core.workers.channels import ChildChannels
 from django_qless.core.workers.child import child_main, parse_status_line
 from django_qless.core.workers.disposal import Disposer
 from django_qless.core.workers.hand import SharedJobPool
-from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol
 from django_qless.core.workers.leadership import TokenFile
 from django_qless.core.workers.proctitle import set_title, stop_note, supervisor_title
 from django_qless.core.workers.reaper import Beat, obey
-from django_qless.core.workers.runner import child_extra
+from django_qless.core.workers.runner import WorkerHooks, WorkerHooksProtocol, child_extra
 from django_qless.core.workers.shards import Deployment, ShardFollower, served_clients
 from django_qless.core.workers.shutdown import ExitCode, SignalState
 from django_qless.core.workers.supervision import ChildProc

@@ -37,19 +37,14 @@ class Heartbeater(threading.Thread):
                  on_tick: Callable[[Job, float], None] | None = None,
                  check: float = 0.05, park_after: float = 1.0) -> None:
         super().__init__(name="qless-heartbeat", daemon=True)
-        self.on_lost = on_lost
-        self.on_due = on_due
-        self.long_after = long_after
-        self.on_tick = on_tick
-        self.check = check
-        self.park_after = park_after
+        self.on_lost, self.on_due, self.on_tick = on_lost, on_due, on_tick
+        self.long_after, self.check, self.park_after = long_after, check, park_after
         self._cond = threading.Condition()
         # (generation, job or None, when watched/unwatched, its limits): replaced whole, so
         # the thread reads a consistent tuple without a lock.
         self._current: tuple[int, Job | None, float, TimeLimits] = (
             0, None, time.monotonic(), NO_LIMITS)
-        self._stopped = False
-        self._parked = False
+        self._stopped = self._parked = False
         self.beats = 0
 
     def watch(self, job: Job, limits: TimeLimits = NO_LIMITS) -> None:
@@ -79,11 +74,9 @@ class Heartbeater(threading.Thread):
             # `watch` sets the job, then reads _parked; we set _parked, then read the job:
             # one of the two sees the other's write, so no watch is slept through.
             self._parked = True
-            try:
-                while self._current[1] is None and not self._stopped:
-                    self._cond.wait()
-            finally:
-                self._parked = False
+            while self._current[1] is None and not self._stopped:
+                self._cond.wait()
+            self._parked = False
 
     def run(self) -> None:
         """Beat, fire and tick for the watched job until stopped."""
@@ -102,9 +95,9 @@ class Heartbeater(threading.Thread):
             if generation != seen:
                 seen, period, next_tick = generation, _period(job), now
                 next_beat = since + period
-                due = sorted([(since + at, what) for at, what in (
+                due = sorted((since + at, what) for at, what in (
                     (self.long_after, "long"), (limits.soft, "soft"), (limits.hard, "timeout"))
-                    if at is not None and (at or what == "long")])
+                    if at is not None and (at or what == "long"))
             if self.on_tick is not None and now >= next_tick:
                 next_tick = now + 1.0
                 try:

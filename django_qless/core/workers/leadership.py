@@ -2,11 +2,8 @@
 
 The token is an exclusive `flock` on a file the supervisor opens before forking; each child
 reopens it (its own open file description), and the kernel drops a lock when its holder dies,
-even by SIGKILL. A leader gives the token up as its job starts: a helper thread unlocks it
-once the job lets go of the interpreter, after `hold` seconds (`--leader-hold`) unless a
-wake-up comes first, so short jobs put one at a time stay on one warm child. The blocking
-`flock` runs in that helper (signals blocked); a token that comes when no longer wanted is
-passed straight on.
+even by SIGKILL. A leader gives the token up as its job starts, after `hold` seconds
+(`--leader-hold`) unless a wake-up comes first, so short jobs stay on one warm child.
 """
 
 from __future__ import annotations
@@ -61,10 +58,7 @@ def open_leadership(token: TokenFile, hold: float = 0.0) -> Leadership | None:
         log.warning("idle-leader token unavailable (%s): this child registers when idle", exc)
         return None
     finally:
-        try:
-            os.close(token.fd)  # the supervisor's description is not ours to keep
-        except OSError:
-            pass
+        _close(token.fd)  # the supervisor's description is not ours to keep
     return Leadership(fd, hold)
 
 
@@ -75,8 +69,21 @@ def _poke(fd: int) -> None:
         pass  # readable already
 
 
+def _close(*fds: int) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
 class Leadership:
-    """This child's claim on the idle-leader token (job thread API; one helper thread)."""
+    """This child's claim on the idle-leader token (job thread API; one helper thread).
+
+    The blocking `flock` runs in the helper (signals blocked), which also unlocks a token given
+    up at a job's start once its hold is over; a token that comes when no longer wanted is
+    passed straight on.
+    """
 
     def __init__(self, fd: int, hold: float = 0.0) -> None:
         self._fd = fd  # flock locks are per open file description, not per process
@@ -88,15 +95,15 @@ class Leadership:
         self._work_r, self._work_w = os.pipe2(os.O_CLOEXEC)
         os.set_blocking(self._work_w, False)
         self._lock = threading.Lock()  # guards the state below
-        self._held = False
-        self._wanted = False
+        self._held = self._wanted = False
         self._locking = False  # the helper is inside flock(): the job thread must not call it
         self._letting_go = False  # released by the job thread, still to unlock in the helper
         self._releases = 0  # a hold belongs to the release it started for
         self._thread: threading.Thread | None = None
         # A job that forks must not take our lock's description along: a grandchild
         # outliving us would keep the token held.
-        os.register_at_fork(after_in_child=self._forget)
+        os.register_at_fork(after_in_child=lambda: _close(
+            self._fd, self.notify_fd, self._notify_w, self._work_r, self._work_w))
 
     @property
     def held(self) -> bool:
@@ -147,14 +154,13 @@ class Leadership:
             if not self._held:
                 return
             self._held = False
-            if soon and self._thread is not None:
-                self._letting_go = True
+            self._letting_go = soon and self._thread is not None
+            if self._letting_go:
                 self._releases += 1
                 self._watch = tuple(watch()) if watch is not None else ()
                 _poke(self._work_w)
-                return
-            self._letting_go = False
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            else:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def _start_helper(self) -> None:
         if self._thread is None:
@@ -169,16 +175,15 @@ class Leadership:
             with self._lock:
                 letting_go = self._letting_go
                 self._locking = not letting_go and self._wanted and not self._held
-                idle = not letting_go and not self._locking
-            if idle:
+            if letting_go:
+                self._let_go()
+            elif self._locking:
+                self._lock_when_free()
+            else:
                 try:
                     os.read(self._work_r, 64)  # until the job thread changes the state
                 except InterruptedError:
                     pass
-            elif letting_go:
-                self._let_go()
-            else:
-                self._lock_when_free()
 
     def _lock_when_free(self) -> None:
         """Helper thread: block in flock; keep the token if still wanted, else pass it on."""
@@ -228,11 +233,3 @@ class Leadership:
             os.pwrite(self._fd, _STAMP.pack(time.monotonic()), 0)
         except OSError as exc:
             log.debug("could not note the token's change of hands: %s", exc)
-
-    def _forget(self) -> None:
-        """In a process forked by a job: drop the inherited descriptors (the lock stays ours)."""
-        for fd in (self._fd, self.notify_fd, self._notify_w, self._work_r, self._work_w):
-            try:
-                os.close(fd)
-            except OSError:
-                pass

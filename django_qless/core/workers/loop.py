@@ -25,9 +25,14 @@ from django_qless.core.hotpath import RESERVE_QUEUES_MAX
 from django_qless.core.registry import NO_LIMITS
 from django_qless.core.workers.hand import JobBudget, JobHand, Settled, SharedJobPool
 from django_qless.core.workers.heartbeat import Heartbeater
-from django_qless.core.workers.hooks import WorkerHooksProtocol
 from django_qless.core.workers.reaper import LeaseReaper
-from django_qless.core.workers.runner import JobRunner, Outcome, Sandbox, log_job
+from django_qless.core.workers.runner import (
+    JobRunner,
+    Outcome,
+    Sandbox,
+    WorkerHooksProtocol,
+    log_job,
+)
 from django_qless.core.workers.shards import (
     Deployment,
     QueueRoutes,

@@ -2,10 +2,9 @@
 
 The engine re-offers an expired lease only when someone pops its queue, so the supervisor
 (or the serial worker) calls `reap` every half of min(heartbeat, grace-period), clamped to
-[1 s, 30 s] and jittered by 20 %; while idle, at least 30 s apart, with the config re-read
-at most every CONFIG_MAX_AGE seconds. The same call tops up low cron ticks and carries the
-worker's beat (`Beat`, engine `worker.beat`), so an idle worker's beat costs no call of its
-own; the beat's reply carries an operator's quiet or stop request (`Beat.on_request`).
+[1 s, 30 s], jittered by 20 %, and at least 30 s apart while idle. The same call tops up low
+cron ticks and carries the worker's `Beat` (engine `worker.beat`): an idle worker's beat
+costs no call of its own.
 """
 from __future__ import annotations
 
@@ -13,7 +12,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -28,7 +27,6 @@ log = logging.getLogger("django_qless.worker")
 _MIN_PERIOD = 1.0
 _MAX_PERIOD = 30.0
 IDLE_PERIOD = 30.0  # at least this long between calls while the worker is idle
-_JITTER = 0.2
 _ENGINE_LIMIT = 100  # leases per queue per call: a full batch means "call again soon"
 CONFIG_MAX_AGE = 300.0  # while idle, the engine config is re-read at most this often
 # Above the idle reaper's longest spacing (36 s of a 60 s beat): beats ride on its reaps.
@@ -46,6 +44,34 @@ class Beat:
     members: Callable[[], Sequence[str]] = tuple  # the other names it beats for (children)
     started: bool = False  # the first beat (state "start") went through
     sent: tuple[str, ...] | None = None  # the members the engine holds (None: send them)
+    at: float = field(default_factory=time.monotonic)  # when the last beat went through
+
+    def due(self) -> float:
+        """Return when the next beat is due (the reaper's clock)."""
+        return self.at + self.seconds * BEAT_SHARE
+
+    def send(self, clients: Sequence[Any], reap: bool, queues: list[str] | None,
+             now: float) -> list[str]:
+        """Beat (with the reap) on every shard, then act on an operator's request."""
+        members = tuple(self.members())
+        # (unchanged members are not sent again: the engine keeps them)
+        send = None if members == self.sent and self.started else members
+        state = self.state() if self.started else "start"
+        jids: list[str] = []
+        requests = set()
+        lost = False
+        for client in clients:
+            reply = client.workers.beat(self.group, state, members=send, reap=reap,
+                                        queues=queues)
+            jids += reply.reaped
+            requests.add(reply.request)
+            lost = lost or reply.members_lost
+        self.sent = None if lost else members  # (lost: sent again with the next beat)
+        self.started = True
+        self.at = now
+        for request in sorted(requests - {""}, key=("stop", "quiet").index):
+            self.on_request(request)  # (a stop wins over a quiet)
+        return jids
 
 
 def obey(action: str, name: str, signals: SignalState,
@@ -75,22 +101,14 @@ def reap_period(settings: dict[str, Any]) -> float:
 class LeaseReaper:
     """Call `Client.reap` every period (± jitter); cheap to ask whether it is due."""
 
-    def __init__(
-        self,
-        make_client: Callable[[], Deployment],
-        *,
-        period: float | None = None,
-        queues: Sequence[str] | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        reaps: bool = True,
-    ) -> None:
+    def __init__(self, make_client: Callable[[], Deployment], *, period: float | None = None,
+                 queues: Sequence[str] | None = None,
+                 clock: Callable[[], float] = time.monotonic, reaps: bool = True) -> None:
         self._make_client = make_client
         self.reaps = reaps  # False: the calls only carry the beat (--reap-interval 0)
         self.beat: Beat | None = None  # set by the worker that owns the reaper
-        self._beat_at = clock()  # when the last beat went through (clock)
         self._client: Deployment | None = None
-        # None: follow the engine's config; > 0: fixed (--reap-interval).
-        self.fixed_period = period
+        self.fixed_period = period  # None: follow the engine's config (else --reap-interval)
         self._config_at: float | None = None  # when the config was last read (clock)
         self.queues = None if queues is None else list(queues)
         self._clock = clock
@@ -99,10 +117,7 @@ class LeaseReaper:
         self.next_at = clock() + _jittered(_MIN_PERIOD)
         self._spacing = 0.0  # the period planned after the last call, and its jitter
         self._jitter = 1.0
-        self.calls = 0
-        self.failures = 0
-        self.reaped = 0
-        self.config_reads = 0
+        self.calls = self.failures = self.reaped = self.config_reads = 0
 
     def seconds_left(self, *, idle: bool = False) -> float:
         """Return how long until the next call is due (0 if due now); `idle`: see maybe_reap."""
@@ -111,7 +126,7 @@ class LeaseReaper:
     def maybe_reap(self, *, idle: bool = False, reap: bool = True) -> list[str]:
         """Reap (and beat) if due (`idle`: IDLE_PERIOD apart; `reap` False: beat only)."""
         now = self._clock()
-        reap_due = reap and self.reaps and now >= self._reap_due(idle)
+        reap_due = reap and now >= self._reap_due(idle)
         if not reap_due and now < self._beat_due():
             return []
         return self.reap(idle=idle, beat_only=not reap_due)
@@ -130,84 +145,58 @@ class LeaseReaper:
         return self.next_at
 
     def _beat_due(self) -> float:
-        beat = self.beat
-        return float("inf") if beat is None else self._beat_at + beat.seconds * BEAT_SHARE
+        return float("inf") if self.beat is None else self.beat.due()
 
     def reap(self, *, idle: bool = False, beat_only: bool = False) -> list[str]:
         """Call the engine now and plan the next call; log errors, never raise them."""
-        jids: list[str] = []
-        delay = self.period
-        beat = self.beat
         try:
             # Every shard of a cluster: a dead worker's leases may be in any of them.
             clients = self._connection().clients()
             if beat_only:
-                self._beat(clients, False)
-                return jids
-            at = self._config_at
-            if self.fixed_period is None and (at is None or not idle
-                                              or self._clock() - at >= CONFIG_MAX_AGE):
-                self.period = reap_period(clients[0].config.all)
-                self._config_at = self._clock()
-                self.config_reads += 1
-                delay = self.period
-            if beat is None:
-                for client in clients:
-                    jids += client.reap(self.queues)
-            else:
-                jids = self._beat(clients, True)
-            from django_qless.core.scheduling.schedules import keep_schedules
-
-            keep_schedules(self._connection())  # cron ticks running low (every 5 min at most)
-            if len(clients) > 1:  # flow members a dead completer held (flows/gates.py)
-                from django_qless.core.flows.gates import sweep_gates
-
-                sweep_gates(self._connection(), idle=idle)
-            self.calls += 1
-            self.reaped += len(jids)
-            if jids:
-                log.info("reaper: %d expired lease(s) re-offered or failed: %s", len(jids),
-                         ", ".join(jids[:10]) + (" ..." if len(jids) > 10 else ""))
-            if len(jids) >= _ENGINE_LIMIT:
-                delay = _MIN_PERIOD  # a backlog: catch up soon
+                assert self.beat is not None
+                self.beat.send(clients, False, self.queues, self._clock())
+                return []
+            delay, jids = self._reap(clients, idle)
         except Exception as exc:  # noqa: BLE001 - a reaper error must never stop a worker
             self.failures += 1
             self.close()
-            if beat is not None:
-                self._beat_at = self._clock()  # (tried again a beat share later, not at once)
+            if self.beat is not None:
+                self.beat.at = self._clock()  # (tried again a beat share later, not at once)
             if beat_only:
                 log.warning("reaper: beat failed (%s)", exc)
-                return jids
+                return []
+            delay, jids = self.period, []
             log.warning("reaper: reap failed (%s); retrying in about %.0fs", exc, delay)
         self._jitter = _jittered(1.0)
         self._spacing = delay
         self.next_at = self._clock() + delay * self._jitter
         return jids
 
-    def _beat(self, clients: Sequence[Any], reap: bool) -> list[str]:
-        """Send the beat (with the reap) to every shard; act on an operator's request."""
-        beat = self.beat
-        assert beat is not None
-        state = beat.state() if beat.started else "start"
-        members = tuple(beat.members())
-        # (unchanged members are not sent again: the engine keeps them)
-        send = None if members == beat.sent and beat.started else members
-        jids: list[str] = []
-        requests = set()
-        lost = False
-        for client in clients:
-            reply = client.workers.beat(beat.group, state, members=send, reap=reap,
-                                        queues=self.queues)
-            jids += reply.reaped
-            if reply.request:
-                requests.add(reply.request)
-            lost = lost or reply.members_lost
-        beat.sent = None if lost else members  # (lost: sent again with the next beat)
-        beat.started = True
-        self._beat_at = self._clock()
-        for request in sorted(requests, key=("stop", "quiet").index):
-            beat.on_request(request)  # (a stop wins over a quiet)
-        return jids
+    def _reap(self, clients: Sequence[Any], idle: bool) -> tuple[float, list[str]]:
+        """Reap (and beat), keep the cron ticks and flow gates; return the delay and jids."""
+        at = self._config_at
+        if self.fixed_period is None and (at is None or not idle
+                                          or self._clock() - at >= CONFIG_MAX_AGE):
+            self.period = reap_period(clients[0].config.all)
+            self._config_at = self._clock()
+            self.config_reads += 1
+        if self.beat is not None:
+            jids = self.beat.send(clients, True, self.queues, self._clock())
+        else:
+            jids = [jid for client in clients for jid in client.reap(self.queues)]
+        from django_qless.core.scheduling.schedules import keep_schedules
+
+        keep_schedules(self._connection())  # cron ticks running low (every 5 min at most)
+        if len(clients) > 1:  # flow members a dead completer held (flows/gates.py)
+            from django_qless.core.flows.gates import sweep_gates
+
+            sweep_gates(self._connection(), idle=idle)
+        self.calls += 1
+        self.reaped += len(jids)
+        if jids:
+            log.info("reaper: %d expired lease(s) re-offered or failed: %s", len(jids),
+                     ", ".join(jids[:10]) + (" ..." if len(jids) > 10 else ""))
+        return (_MIN_PERIOD if len(jids) >= _ENGINE_LIMIT else self.period), jids
 
     def _connection(self) -> Deployment:
         if self._client is None:
@@ -225,4 +214,4 @@ class LeaseReaper:
 
 
 def _jittered(seconds: float) -> float:
-    return seconds * (1.0 + _JITTER * (2.0 * random.random() - 1.0))  # noqa: S311
+    return seconds * (1.0 + 0.2 * (2.0 * random.random() - 1.0))  # noqa: S311

@@ -1,11 +1,9 @@
 """Run one job: resolve its target, wrap it in hooks and middleware, settle the outcome.
 
-A job that raises is failed with group = the exception's `module.QualName` and message = the
-traceback (at most 64 KiB); an unregistered klass fails as `django_qless.UnknownJob`, never
-imported. A job that neither completes nor fails itself is completed by the caller. Each job
-gets a private scratch directory (`Sandbox`, created on first use). Records the worker logs
-about a job carry `jid`, `klass`, `queue`, `attempt` and `worker` as `extra` fields;
-`JobContextFilter` adds them to a job's own records (docs/worker.md, "Logs").
+A job that raises is failed with group = its exception's `module.QualName` and its traceback
+(at most 64 KiB); an unregistered klass fails as `django_qless.UnknownJob`, never imported.
+`WorkerHooks` is where a framework (Django) joins the worker's life; docs/worker.md, "Logs",
+names the fields the worker's records about a job carry.
 """
 
 from __future__ import annotations
@@ -15,22 +13,13 @@ import logging
 import os
 import shutil
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from django_qless.core.exceptions import (
-    InvalidArgument,
-    InvalidStateTransition,
-    JobNotFound,
-    LostLockError,
-    QlessError,
-    SoftTimeLimitExceeded,
-    UnregisteredJobClass,
-)
-from django_qless.core.registry import UNKNOWN_JOB_GROUP, Registry, TimeLimits
-from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol, compose
+from django_qless.core import exceptions as errors
+from django_qless.core.registry import UNKNOWN_JOB_GROUP, Middleware, Registry, TimeLimits
 from django_qless.core.workers.shutdown import AbortGuard, JobAborted
 from django_qless.core.workers.worker_config import WorkerConfig
 
@@ -38,10 +27,10 @@ if TYPE_CHECKING:
     from django_qless.core.job import Job
     from django_qless.core.workers.execmode import ExecRunner
 
-__all__ = ["FIELDS", "LOST", "JobContextFilter", "JobRunner", "Outcome", "Sandbox",
-           "child_extra", "current_job", "current_sandbox", "error_group",
-           "fail_refused_outcome", "format_failure", "job_extra", "log_job", "log_raised",
-           "stopped_failure"]
+__all__ = ["FIELDS", "LOST", "CompositeHooks", "JobContextFilter", "JobRunner", "Outcome",
+           "Sandbox", "WorkerHooks", "WorkerHooksProtocol", "WorkerInfo", "child_extra",
+           "compose", "current_job", "current_sandbox", "error_group", "fail_refused_outcome",
+           "format_failure", "job_extra", "log_job", "log_raised", "stopped_failure"]
 
 log = logging.getLogger("django_qless.worker")
 
@@ -50,16 +39,104 @@ KILLED_GROUP = "django_qless.JobKilled"
 MAX_MESSAGE = 65536
 _HEAD = 4096
 _HANDLER_CACHE = 1024
-LOST = (LostLockError, InvalidStateTransition, JobNotFound)
+LOST = (errors.LostLockError, errors.InvalidStateTransition, errors.JobNotFound)
 FIELDS = ("jid", "klass", "queue", "attempt", "worker")  # a job's fields on a log record
 # django_qless/ (with the separator, so a sibling "django_qless_x" is not ours).
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
 
 
-class Outcome(enum.Enum):
-    """What happened to a job after its target returned or raised."""
+class WorkerInfo(Protocol):
+    """What hooks may read about the worker calling them."""
 
-    # The values are the job_finished signal's outcome names where the two meet.
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def queues(self) -> Sequence[str]: ...
+
+
+class WorkerHooks:
+    """Do-nothing hooks; subclass and override what you need."""
+
+    def on_worker_start(self, worker: WorkerInfo) -> None:
+        """Run once in the process that takes jobs (the child, or the serial worker)."""
+
+    def on_worker_stop(self, worker: WorkerInfo) -> None:
+        """Run once when that process stops taking jobs."""
+
+    def before_fork(self) -> None:
+        """Run in the supervisor right before every fork (close sockets, pools)."""
+
+    def after_fork_child(self) -> None:
+        """Run in a new child right after the fork."""
+
+    def after_fork_parent(self, pid: int) -> None:
+        """Run in the supervisor right after forking child `pid`."""
+
+    def before_job(self, job: Job) -> None:
+        """Run before each job (inside `around_job`)."""
+
+    def after_job(self, job: Job, error: BaseException | None) -> None:
+        """Run after each job, with the exception it raised if any."""
+
+    def around_job(self, job: Job, call_next: Callable[[], Any]) -> Any:
+        """Wrap one job; must call `call_next()` and return its result."""
+        return call_next()
+
+
+WorkerHooksProtocol = WorkerHooks  # (the name the worker's signatures used to take)
+
+
+def _each(name: str, *, backwards: bool = False, guarded: bool = False) -> Any:
+    """Return a `CompositeHooks` method calling hook method `name` on every hook."""
+
+    def call(self: CompositeHooks, *args: Any) -> None:
+        for hook in reversed(self.hooks) if backwards else self.hooks:
+            try:
+                getattr(hook, name)(*args)
+            except Exception:
+                if not guarded:
+                    raise
+                log.exception("%s hook %r failed", name, hook)
+
+    return call
+
+
+class CompositeHooks(WorkerHooks):
+    """Call several hook objects in order; after_job and stops run in reverse, around_job
+    nests (the first is outermost), and every stop hook runs even if one fails."""
+
+    def __init__(self, *hooks: WorkerHooks) -> None:
+        self.hooks = tuple(hooks)
+
+    on_worker_start = _each("on_worker_start")
+    on_worker_stop = _each("on_worker_stop", backwards=True, guarded=True)
+    before_fork = _each("before_fork")
+    after_fork_child = _each("after_fork_child")
+    after_fork_parent = _each("after_fork_parent")
+    before_job = _each("before_job")
+    after_job = _each("after_job", backwards=True)
+
+    def around_job(self, job: Job, call_next: Callable[[], Any]) -> Any:
+        return compose([hook.around_job for hook in self.hooks], job, call_next)()
+
+
+def compose(
+    middleware: Sequence[Middleware], job: Job, perform: Callable[[], Any]
+) -> Callable[[], Any]:
+    """Return a thunk running `perform` inside `middleware` (the first one is outermost)."""
+
+    def call(index: int) -> Any:
+        if index == len(middleware):
+            return perform()
+        return middleware[index](job, lambda: call(index + 1))
+
+    return lambda: call(0)
+
+
+class Outcome(enum.Enum):
+    """What happened to a job; the values are the job_finished signal's outcome names."""
+
     COMPLETED = "completed"  # returned normally, did not settle itself: the caller completes it
     SETTLED = "settled"  # the job completed, failed, retried or moved itself
     FAILED = "failed"  # raised (or unknown klass): we failed it
@@ -81,7 +158,6 @@ def error_group(exc: BaseException) -> str:
 
 
 def _ours(tb: TracebackType) -> bool:
-    """Tell whether a traceback entry is in django_qless's own code (worker, glue)."""
     return os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(_PACKAGE_DIR)
 
 
@@ -99,7 +175,7 @@ def format_failure(exc: BaseException) -> str:
     return (raw[:_HEAD] + marker + raw[-tail:]).decode("utf-8", "ignore")
 
 
-def fail_refused_outcome(job: Job, exc: QlessError) -> Outcome:
+def fail_refused_outcome(job: Job, exc: errors.QlessError) -> Outcome:
     """Log why the engine refused to fail `job` (a lost lock, or another error): LOST."""
     if isinstance(exc, LOST):
         log_job(logging.WARNING, job, "job %s: not failed, this worker lost its lease: %s",
@@ -112,15 +188,15 @@ def fail_refused_outcome(job: Job, exc: QlessError) -> Outcome:
 class JobRunner:
     """Resolve and perform one job under hooks, middleware and a sandbox."""
 
-    def __init__(self, config: WorkerConfig, hooks: WorkerHooksProtocol, registry: Registry,
+    def __init__(self, config: WorkerConfig, hooks: WorkerHooks, registry: Registry,
                  sandbox: Sandbox, guard: AbortGuard, *, remember: bool = False) -> None:
         self.config = config
         self.hooks = hooks
         self.registry = registry
         self.sandbox = sandbox
         self.guard = guard
-        # With `remember`, what the last job returned and raised, for callers that report on
-        # each job (run_queued, eager mode); the worker must not keep a traceback alive.
+        # With `remember`, the last job's value and exception stay for callers that report on
+        # each job (run_queued, eager mode); a worker must not keep a traceback alive.
         self.remember = remember
         self.value: Any = None
         self.error: BaseException | None = None
@@ -141,7 +217,7 @@ class JobRunner:
             return self._default_limits
         try:
             entry = self.registry.resolve(job.klass_name)
-        except UnregisteredJobClass:
+        except errors.UnregisteredJobClass:
             return self._default_limits  # (failed at once by run())
         return entry.limits.over(self._default_limits)
 
@@ -180,24 +256,16 @@ class JobRunner:
         self.value = self.hooks.around_job(job, call_next)
 
     def run(self, job: Job, pre_abort: Callable[[], str | None] | None = None) -> Outcome:
-        """Perform `job` and settle failures; the caller completes on Outcome.COMPLETED.
+        """Perform `job` and fail it if it raised; the caller completes on COMPLETED.
 
         `pre_abort` is asked once job code counts as running: a stop that arrived just
         before (too early for the signal handler to raise into the job) still aborts it.
         """
         self.value = self.error = None
         try:
-            return self._run(job, pre_abort)
-        finally:
-            if not self.remember:
-                self.value = self.error = None
-
-    def _run(self, job: Job, pre_abort: Callable[[], str | None] | None) -> Outcome:
-        """Perform `job`, noting its return value and exception; see `run`."""
-        try:
             target, job_middleware = self._target(job)
-        except UnregisteredJobClass as exc:
-            self.error = exc
+        except errors.UnregisteredJobClass as exc:
+            self.error = exc if self.remember else None
             log_job(logging.ERROR, job, "job %s: %s", job.jid, exc)
             return self.fail(job, UNKNOWN_JOB_GROUP, f"{exc}\nworker: {job.worker_name}")
         _current["sandbox"] = self.sandbox
@@ -221,15 +289,15 @@ class JobRunner:
             return Outcome.ABORTED
         except Exception as exc:
             self.error = exc
-            if self.guard.reason is not None:
-                # The abort landed inside a library that wrapped it; the abort wins.
-                return Outcome.ABORTED
-            return self._raised(job, exc)
+            # An abort that landed inside a library that wrapped it: the abort wins.
+            return Outcome.ABORTED if self.guard.reason is not None else self._raised(job, exc)
         finally:
             current_job.reset(running)
             _current["sandbox"] = None
             job.bind_sandbox(None)
             self.sandbox.cleanup()
+            if not self.remember:
+                self.value = self.error = None
         if self.guard.reason == "lock_lost":
             return Outcome.LOST
         return Outcome.COMPLETED if job.state == "running" else Outcome.SETTLED
@@ -237,25 +305,22 @@ class JobRunner:
     def _raised(self, job: Job, exc: Exception) -> Outcome:
         """Log a job that raised and fail it, unless it settled itself first."""
         # A job that lets its soft limit's exception out failed for its time limit.
-        group = TIMEOUT_GROUP if isinstance(exc, SoftTimeLimitExceeded) else error_group(exc)
+        soft = isinstance(exc, errors.SoftTimeLimitExceeded)
+        group = TIMEOUT_GROUP if soft else error_group(exc)
         log_raised(job, exc, group)
-        if job.state != "running":
-            # It settled itself first (a retry policy retries, then raises to say so).
-            return Outcome.SETTLED
         if self.exec_runner is not None and self.exec_runner.failed(exc):
             # The command's status and stderr tail say more than the worker's own frames.
             return self.fail(job, group, str(exc))
         return self.fail(job, group, format_failure(exc))
 
     def fail(self, job: Job, group: str, message: str) -> Outcome:
-        """Fail `job` (as its holder); LOST if the engine says we no longer hold it."""
+        """Fail `job` (as its holder); SETTLED if it settled itself, LOST if not ours now."""
         if job.state != "running":
-            # The job settled itself (e.g. completed) and then raised: nothing to fail.
-            return Outcome.SETTLED
+            return Outcome.SETTLED  # (a retry policy retries, then raises to say so)
         try:
             job.fail(group, message)
             return Outcome.FAILED
-        except InvalidArgument as exc:
+        except errors.InvalidArgument as exc:
             if job._data is None:  # not the job's data changes: nothing else to try
                 log.error("job %s: could not be failed: %s", job.jid, exc)
                 return Outcome.LOST
@@ -263,7 +328,7 @@ class JobRunner:
             job._drop_data_changes()
             return self.fail(job, group, f"{message}\nThe job's changes to its data were not "
                              f"saved: {exc}")
-        except QlessError as exc:
+        except errors.QlessError as exc:
             return fail_refused_outcome(job, exc)
 
 
@@ -273,14 +338,12 @@ class Sandbox:
     def __init__(self, root: str, worker_name: str) -> None:
         self.path = os.path.join(root, worker_name)
         self._created = False
-        # A crashed predecessor with the same (stable) name may have left files behind.
-        self._remove()
+        self._remove()  # a crashed predecessor with the same (stable) name may have left files
 
     def get(self) -> str:
         """Return the sandbox directory, creating it empty on first use in a job."""
         if not self._created:  # (jobs that never ask cost no file-system work)
-            if os.path.lexists(self.path):
-                self._remove()
+            self._remove()
             os.makedirs(self.path, mode=0o700, exist_ok=True)
             self._created = True
         return self.path
@@ -292,26 +355,22 @@ class Sandbox:
             self._created = False
 
     def _remove(self) -> None:
-        def onerror(*args: object) -> None:
-            log.warning("sandbox %s: could not remove %s", self.path, args[1])
-
         if os.path.lexists(self.path):
-            shutil.rmtree(self.path, onerror=onerror)
+            shutil.rmtree(self.path, onerror=lambda _call, path, _exc: log.warning(
+                "sandbox %s: could not remove %s", self.path, path))
 
 
-# One job runs per process at a time; a plain holder (not thread-local) lets threads the
+# One job runs per process at a time: a plain holder (not thread-local) lets threads the
 # job starts find its sandbox too.
 _current: dict[str, Sandbox | None] = {"sandbox": None}
+#: The job running in this context (set by the worker around the job's code).
+current_job: ContextVar[Job | None] = ContextVar("django_qless_current_job", default=None)
 
 
 def current_sandbox() -> str | None:
     """Return the running job's sandbox directory (empty at job start), or None."""
     sandbox = _current["sandbox"]
     return None if sandbox is None else sandbox.get()
-
-
-#: The job running in this context (set by the worker around the job's code).
-current_job: ContextVar[Job | None] = ContextVar("django_qless_current_job", default=None)
 
 
 def job_extra(job: Job) -> dict[str, Any]:
@@ -335,35 +394,34 @@ class JobContextFilter(logging.Filter):
     """Add the running job's fields to every record (None outside a job); never drops one."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        """Fill in `jid`, `klass`, `queue`, `attempt` and `worker` where they are missing."""
-        if hasattr(record, "jid"):
-            return True  # the worker named the job itself
-        job = current_job.get()
-        values = job_extra(job) if job is not None else dict.fromkeys(FIELDS)
-        for name, value in values.items():
-            setattr(record, name, value)
+        """Fill in the job's fields unless the worker named the job itself."""
+        if not hasattr(record, "jid"):
+            job = current_job.get()
+            values = job_extra(job) if job is not None else dict.fromkeys(FIELDS)
+            record.__dict__.update(values)
         return True
 
 
 def log_raised(job: Job, exc: BaseException, group: str) -> None:
     """Log a job that raised (its state settled): ERROR when it fails, WARNING on a retry."""
     state = job.state
-    if state in ("waiting", "scheduled") and getattr(exc, "logged", False):
+    retried = state in ("waiting", "scheduled")
+    if retried and getattr(exc, "logged", False):
         return  # a retry policy that logged the retry itself (the exception says so)
     extra = job_extra(job)
-    if state in ("waiting", "scheduled") or (state == "failed" and _retries(job) < 0):
+    left = _retries(job)
+    if retried or (state == "failed" and left < 0):
         extra["attempt"] = max(1, (extra["attempt"] or 2) - 1)  # (the retry counted it)
-    if state in ("waiting", "scheduled"):
+    if retried:
         when = "now" if state == "waiting" else "after its back-off"
-        left = _retries(job)
         log.warning("job %s (%s) raised %s: %s; retried, runs again %s (%d retr%s left)",
                     job.jid, job.klass_name, group, _message(exc), when, left,
                     "y" if left == 1 else "ies", extra=extra)
     elif state in ("running", "failed"):
-        spent = state == "failed" or (_retries(job) <= 0 < _retries(job, "original_retries"))
-        why = "failed, no retries left" if spent else "failed"
-        log.error("job %s (%s) %s: %s: %s", job.jid, job.klass_name, why, group,
-                  _message(exc), exc_info=(type(exc), exc, exc.__traceback__), extra=extra)
+        spent = state == "failed" or left <= 0 < _retries(job, "original_retries")
+        log.error("job %s (%s) %s: %s: %s", job.jid, job.klass_name,
+                  "failed, no retries left" if spent else "failed", group, _message(exc),
+                  exc_info=(type(exc), exc, exc.__traceback__), extra=extra)
     else:  # it completed or moved itself, then raised
         log.warning("job %s (%s) settled itself (%s), then raised %s: %s", job.jid,
                     job.klass_name, state, group, _message(exc), extra=extra)
@@ -385,7 +443,6 @@ def _retries(job: Job, field: str = "retries") -> int:
 def _message(exc: BaseException) -> str:
     """Return the exception's text and, for a wrapper (a retry), its cause's."""
     text = str(exc) or type(exc).__name__
-    cause = exc.__cause__
-    if cause is not None and str(cause):
-        text = f"{text}: {cause}"
+    if exc.__cause__ is not None and str(exc.__cause__):
+        text = f"{text}: {exc.__cause__}"
     return text[:2000]

@@ -21,10 +21,15 @@ from django_qless.core.workers.channels import (
     attempts_still_owned,
 )
 from django_qless.core.workers.hand import release_job
-from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol
 from django_qless.core.workers.loop import JobLoop
 from django_qless.core.workers.reaper import Beat, obey
-from django_qless.core.workers.runner import Outcome, log_job, stopped_failure
+from django_qless.core.workers.runner import (
+    Outcome,
+    WorkerHooks,
+    WorkerHooksProtocol,
+    log_job,
+    stopped_failure,
+)
 from django_qless.core.workers.shards import ShardFollower
 from django_qless.core.workers.shutdown import ExitCode, SignalState
 from django_qless.core.workers.worker_config import WorkerConfig, default_worker_name

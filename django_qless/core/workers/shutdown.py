@@ -1,14 +1,9 @@
 """OS signals: handlers only record what was asked; the worker loops act on it.
 
-TERM/INT let the running jobs finish within the term grace, then give them back (a second
-one gives them back now, a third forces); HUP gives them back now; QUIT finishes the running
-jobs, USR1 kills the running job(s), USR2 pauses and dumps stacks, CONT resumes
-(docs/worker.md, "OS signals and exit codes"); never an interactive console. Exit codes are
-`ExitCode`.
-
-URG is the worker's own: another thread sends it to the job thread to abort the running job
-(`AbortGuard`), because an exception scheduled from that thread would land in whatever Python
-code runs next, such as another signal's handler before it recorded anything.
+docs/worker.md, "OS signals and exit codes", says what each signal does. URG is the worker's
+own: another thread sends it to the job thread to abort the running job (`AbortGuard`),
+because an exception scheduled from that thread would land in whatever Python code runs
+next, such as another signal's handler before it recorded anything.
 """
 
 from __future__ import annotations
@@ -45,15 +40,13 @@ class WakePipe:
     """A non-blocking self-pipe: signals (via set_wakeup_fd) and threads wake a select()."""
 
     def __init__(self) -> None:
-        self.read_fd, self.write_fd = os.pipe()
-        os.set_blocking(self.read_fd, False)
-        os.set_blocking(self.write_fd, False)
+        self.read_fd, self.write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
 
     def wake(self) -> None:
         """Make the next (or current) wait return."""
         try:
             os.write(self.write_fd, b"\0")
-        except (BlockingIOError, OSError):
+        except OSError:
             pass  # full pipe: a wake-up is pending anyway
 
     def drain(self) -> None:
@@ -61,7 +54,7 @@ class WakePipe:
         try:
             while os.read(self.read_fd, 4096):
                 pass
-        except (BlockingIOError, OSError):
+        except OSError:
             pass
 
     def close(self) -> None:
@@ -73,6 +66,16 @@ class WakePipe:
                 pass
 
 
+_ENDING = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+# What the other signals set (USR1 is cleared by the loop once acted on, as is dump_stacks).
+_FLAGS: dict[int, dict[str, bool]] = {
+    signal.SIGQUIT: {"graceful": True},
+    signal.SIGUSR1: {"kill_current": True},
+    signal.SIGUSR2: {"paused": True, "dump_stacks": True},
+    signal.SIGCONT: {"paused": False},
+}
+
+
 class SignalState:
     """Flags set by signal handlers, read by the loop; optional per-signal callback.
 
@@ -80,16 +83,7 @@ class SignalState:
     other TERM/INT, and each HUP, is one more stop request (1: give the jobs back, 2: force).
     """
 
-    HANDLED = (
-        signal.SIGTERM,
-        signal.SIGHUP,
-        signal.SIGINT,
-        signal.SIGQUIT,
-        signal.SIGUSR1,
-        signal.SIGUSR2,
-        signal.SIGCONT,
-        signal.SIGURG,
-    )
+    HANDLED = (*_ENDING, *_FLAGS, signal.SIGURG)
 
     def __init__(self, wake: WakePipe | None = None, *, term_grace: float = 0.0) -> None:
         self.wake_pipe = wake or WakePipe()
@@ -97,19 +91,15 @@ class SignalState:
         self.stop_requests = 0  # stops that give the running jobs back (TERM/INT/HUP, grace)
         self.graceful = False  # QUIT, or TERM/INT draining
         self.drain_deadline: float | None = None  # (monotonic) set by a draining TERM/INT
-        self.kill_current = False  # USR1 (cleared by the loop once acted on)
-        self.paused = False  # USR2 / CONT
-        self.dump_stacks = False  # USR2 (cleared by the loop)
+        self.kill_current = self.paused = self.dump_stacks = False
         self.callback: Callable[[int], None] | None = None
         # Run on URG (in the main thread): delivers an abort another thread asked for.
         self.on_kick: Callable[[], None] | None = None
         self._deferred: list[int] = []  # signals that arrived during our own handler
         self._previous: dict[int, object] = {}
-        self._installed = False
-        self._terminated = False  # a TERM/INT arrived (see uninstall)
+        self._terminated = False  # a TERM/INT/HUP arrived (see uninstall)
         self._old_wakeup_fd = -1
 
-    # -- requests that do not come from a signal (tests, max-jobs, Django command) -----
     def request_stop(self, graceful: bool = True) -> None:
         """Ask the loop to stop (graceful: finish running jobs first)."""
         if graceful:
@@ -135,14 +125,12 @@ class SignalState:
         return max(0.0, self.drain_deadline - time.monotonic())
 
     def drain_over(self) -> bool:
-        """Turn a drain whose grace ran out into a stop that gives the jobs back; return
-        True when it did (call from the loop)."""
+        """Turn a drain whose grace ran out into a stop giving the jobs back; True if it did."""
         if self.drain_left() != 0.0:  # (None: no such drain)
             return False
         self.stop_requests += 1
         return True
 
-    # -- installation -------------------------------------------------------------------
     def install(self, faulthandler_signal: bool = True) -> None:
         """Install the handlers (main thread only) and route signal wake-ups to the pipe."""
         if threading.current_thread() is not threading.main_thread():
@@ -152,34 +140,30 @@ class SignalState:
         if faulthandler_signal:
             # C-level dump first (works even if Python code is stuck), then our flag handler.
             faulthandler.register(signal.SIGUSR2, file=sys.stderr, all_threads=True, chain=True)
-        self._old_wakeup_fd = signal.set_wakeup_fd(
-            self.wake_pipe.write_fd, warn_on_full_buffer=False
-        )
-        self._installed = True
+        self._old_wakeup_fd = signal.set_wakeup_fd(self.wake_pipe.write_fd,
+                                                   warn_on_full_buffer=False)
 
     def uninstall(self) -> None:
         """Restore the previous handlers; after a TERM/INT/HUP, ignore those instead.
 
-        The process was told to end and is on its way out: a repeated TERM must not end it
-        by the signal (exit 143) instead of its own exit code. (Ignored, not handled: the
-        interpreter resets Python handlers to the default as it exits, not SIG_IGN.)
+        The process is on its way out: a repeated TERM must not end it by the signal (exit
+        143) instead of its own exit code. (The interpreter resets Python handlers to the
+        default as it exits, but not SIG_IGN.)
         """
-        if not self._installed:
+        if not self._previous:
             return
         try:
             faulthandler.unregister(signal.SIGUSR2)
         except (RuntimeError, ValueError):
             pass
         for signum, previous in self._previous.items():
-            if self._terminated and signum in _ENDING:
-                previous = signal.SIG_IGN
-            signal.signal(signum, previous)  # type: ignore[arg-type]
+            ignore = self._terminated and signum in _ENDING
+            signal.signal(signum, signal.SIG_IGN if ignore else previous)  # type: ignore[arg-type]
         signal.set_wakeup_fd(self._old_wakeup_fd)
-        self._installed = False
+        self._previous = {}
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        """Record the request, then act on it; never do I/O beyond the wake byte
-        (set_wakeup_fd writes it)."""
+        # Records the request, then acts on it: no I/O beyond the wake byte (set_wakeup_fd).
         if signum in _ENDING:
             self._terminated = True
             if (signum != signal.SIGHUP and self.term_grace > 0 and self.drain_deadline is None
@@ -188,15 +172,7 @@ class SignalState:
                 self.drain_deadline = time.monotonic() + self.term_grace
             else:
                 self.stop_requests += 1
-        elif signum == signal.SIGQUIT:
-            self.graceful = True
-        elif signum == signal.SIGUSR1:
-            self.kill_current = True
-        elif signum == signal.SIGUSR2:
-            self.paused = True
-            self.dump_stacks = True
-        elif signum == signal.SIGCONT:
-            self.paused = False
+        self.__dict__.update(_FLAGS.get(signum, {}))
         if _inside_handler(frame):
             # Python runs a signal's handler inside another's: what ours act on may raise
             # into the job (an abort), which must not cut the outer handler short.
@@ -219,63 +195,50 @@ class SignalState:
 def _inside_handler(frame: FrameType | None) -> bool:
     """Tell whether `frame` (the code a signal interrupted) is inside `SignalState._handle`."""
     while frame is not None:
-        if frame.f_code is _HANDLE_CODE:
+        if frame.f_code is SignalState._handle.__code__:
             return True
         frame = frame.f_back
     return False
-
-
-_HANDLE_CODE = SignalState._handle.__code__
-_ENDING = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def reset_child_signals() -> None:
     """Give a freshly forked child default handlers and no inherited wake-up fd."""
     try:
         signal.set_wakeup_fd(-1)
-    except ValueError:
-        pass
-    try:
         faulthandler.unregister(signal.SIGUSR2)
     except (RuntimeError, ValueError):
-        pass
-    for signum in SignalState.HANDLED:
+        pass  # (not the main thread, or no dump registered)
+    for signum in (*SignalState.HANDLED, signal.SIGCHLD):
         signal.signal(signum, signal.SIG_DFL)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
 
 
 class JobAborted(BaseException):
-    """Raised inside a job to stop it; `AbortGuard.reason` tells why.
-
-    A BaseException, like KeyboardInterrupt, so `except Exception` in job code cannot
-    swallow it.
-    """
+    """Raised inside a job to stop it (`AbortGuard.reason` says why); a BaseException, like
+    KeyboardInterrupt, so `except Exception` in job code cannot swallow it."""
 
 
 class AbortGuard:
-    """Deliver aborts to the job-running (main) thread only while it is inside job code."""
+    """Deliver aborts to the job-running (main) thread only while it is inside job code.
+
+    With signals installed (`kick_by_signal`), an abort asked for by another thread is raised
+    by the job thread's URG handler (`deliver`); without, it is scheduled as an asynchronous
+    exception, which lands at the job's next Python instruction.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
-        self._in_job = False
-        self._pending = False
+        self._in_job = self._pending = self._kicked = False
         self.reason: str | None = None
         self.thread_id = threading.main_thread().ident or 0
-        # With signals installed (`kick_by_signal`), an abort asked for by another thread is
-        # raised by the job thread's URG handler (`deliver`); without, it is scheduled as an
-        # asynchronous exception, which lands at the job's next Python instruction.
         self.kick: Callable[[int], None] | None = None
-        self._kicked = False
         self._warning: Exception | None = None  # raised by `deliver` instead (interrupt)
 
     def enter(self) -> None:
         """Mark the start of job code (call from the job-running thread)."""
         with self._lock:
             self.thread_id = threading.get_ident()
-            self.reason = None
-            self._pending = False
-            self._kicked = False
-            self._warning = None
+            self.reason = self._warning = None
+            self._pending = self._kicked = False
             self._in_job = True
 
     def leave(self) -> None:
@@ -283,8 +246,7 @@ class AbortGuard:
         while True:
             try:
                 with self._lock:
-                    self._in_job = False
-                    self._kicked = False
+                    self._in_job = self._kicked = False
                     if self._pending:
                         _set_async_exc(self.thread_id, None)
                         self._pending = False
@@ -293,12 +255,8 @@ class AbortGuard:
                 continue
 
     def abort(self, reason: str, *, same_thread: bool = False) -> bool:
-        """Stop the running job for `reason`; return False if no job is running.
-
-        From a signal handler (`same_thread`) the exception is raised directly; from another
-        thread the job thread is sent URG (see `kick`), or without signals the exception is
-        scheduled with PyThreadState_SetAsyncExc.
-        """
+        """Stop the running job for `reason` (raised here from a signal handler:
+        `same_thread`); return False if no job is running."""
         return self._raise_in_job(reason, None, same_thread)
 
     def interrupt(self, warning: Exception) -> bool:
@@ -307,7 +265,6 @@ class AbortGuard:
 
     def _raise_in_job(self, reason: str | None, warning: Exception | None,
                       same_thread: bool) -> bool:
-        """Deliver an abort (`reason`) or a `warning` to the running job, once per job."""
         with self._lock:
             if not self._in_job or self.reason is not None:
                 return False
@@ -341,12 +298,11 @@ def _send_urg(thread_id: int) -> None:
     """Interrupt the job thread: a blocking call returns and its URG handler runs."""
     try:
         signal.pthread_kill(thread_id, signal.SIGURG)
-    except (ProcessLookupError, OSError):
+    except OSError:
         pass
 
 
 def _set_async_exc(thread_id: int, exc: type[BaseException] | None) -> bool:
     """Schedule (or with None, cancel) an exception in another thread."""
     obj = ctypes.py_object(exc) if exc is not None else None
-    count = ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), obj)
-    return bool(count)
+    return bool(ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), obj))
