@@ -1,5 +1,5 @@
-"""What the supervisor tracks per child, and the `w:<worker>` channels (`ChildChannels`: the
-one way workers hear them, polled by the supervisor, in a thread by the serial worker).
+"""The `w:<worker>` channels (`ChildChannels`: the one way workers hear them, polled by the
+supervisor, in a thread by the serial worker).
 
 No thread in the supervisor (forking a threaded process invites deadlocks): its pubsub
 sockets, one per primary (node_pubsub.py), are polled with its other descriptors, re-made
@@ -15,7 +15,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from django_qless.core.cluster.node_pubsub import (
@@ -26,12 +25,11 @@ from django_qless.core.cluster.node_pubsub import (
     poll_readable,
 )
 from django_qless.core.signalmask import block_async_signals
-from django_qless.core.workers.listener import HeardAborts
 
 if TYPE_CHECKING:
     from django_qless.core.client import Client
 
-__all__ = ["ChildChannels", "ChildProc", "WorkerChannelListener"]
+__all__ = ["ChildChannels", "WorkerChannelListener"]
 
 log = logging.getLogger("django_qless.worker")
 
@@ -43,31 +41,6 @@ _WAKE_AFTER = 0.005
 _CONFIRM_WITHIN = 5.0
 # A job whose start is reported this long after a re-check is re-checked on its own too.
 _LATE_START = 2.0
-
-
-@dataclass
-class ChildProc:
-    """What the supervisor knows about one child."""
-
-    slot: int
-    pid: int
-    name: str
-    status_fd: int
-    started: float = field(default_factory=time.monotonic)
-    jid: str | None = None
-    token: str | None = None  # the attempt token of `jid`'s pop (see attempts_still_owned)
-    klass: str | None = None
-    queue: str | None = None
-    job_started: float = 0.0
-    limit: float = 0.0  # `jid`'s hard time limit in seconds (0: none), from its start line
-    kill_reason: str | None = None
-    term_sent: float = 0.0
-    left: str | None = None  # why the child says it leaves on its own (status line `x`)
-    buffer: bytes = b""
-    go_fd: int = -1  # the pipe that lets the child take jobs, until written (see listening)
-    unsure: bool = False  # its job started while its channel may not have been heard
-    # Abort events heard for jobs it had not reported starting (popped, or held ahead).
-    aborted: HeardAborts = field(default_factory=HeardAborts)
 
 
 class ChildChannels:
