@@ -1,9 +1,8 @@
 """The supervisor's side of one forked child (`ChildProc`), and what becomes of its jobs.
 
-A child stopped to give its job back (HUP, its term grace over, a forced stop) has every job
-it held released. A child killed at its time limit or by USR1 has its running job failed. The
-jobs held ahead and never started are always released; the job of a child that crashed or
-lost its lock is left to its lease (a crash spends a retry).
+A stop releases every job a dead child held; its time limit or USR1 fails the job it ran. The
+jobs held ahead are always released; the job of a child that crashed or lost its lock is left
+to its lease (a crash spends a retry).
 """
 
 from __future__ import annotations
@@ -24,12 +23,12 @@ from django_qless.core.workers.child import parse_status_line
 from django_qless.core.workers.hand import SharedJobPool, release_job
 from django_qless.core.workers.listener import ABORT_EVENTS, HeardAborts, attempts_still_owned
 from django_qless.core.workers.runner import stopped_failure
+from django_qless.core.workers.shards import served_clients
 
 if TYPE_CHECKING:
     from django_qless.core.workers.shards import Deployment
 
-__all__ = ["ChildProc", "fail_running", "read_events", "release_ahead", "release_all",
-           "taken_away"]
+__all__ = ["ChildProc", "fail_running", "read_events", "release_held", "taken_away"]
 
 log = logging.getLogger("django_qless.worker")
 
@@ -152,34 +151,27 @@ def taken_away(client: Deployment, children: Iterable[ChildProc]) -> list[tuple[
     return lost
 
 
-def release_ahead(child: ChildProc, shards: Sequence[Any], pool: SharedJobPool | None,
-                  *, deregister: bool) -> None:
-    """Release the jobs held ahead (never started: no retry, their tickets free again)."""
-    for client in shards:
-        for jid in client.workers[child.name]["jobs"]:
-            if jid != child.jid and release_job(client, jid, child.name) and pool:
-                pool.give_back(1)
-        if deregister:
-            client.workers.deregister(child.name)
-
-
-def release_all(child: ChildProc, client: Deployment, shards: Sequence[Any]) -> int:
-    """Release every job the child held (one not reported yet too); return how many could
-    not be (QlessConnectionError: Redis is unreachable or silent)."""
+def release_held(child: ChildProc, client: Deployment, queues: Sequence[str],
+                 pool: SharedJobPool | None, *, running: bool, deregister: bool) -> int:
+    """Release the jobs the child held ahead (with `running`, the one it ran too: a stop);
+    return how many could not be (QlessConnectionError: Redis is unreachable or silent)."""
     unreleased = 0
-    for shard in shards:
-        jids = set(shard.workers[child.name]["jobs"])
-        if child.jid and shard is client.for_queue(child.queue or ""):
+    for shard in served_clients(client, queues):
+        jids = set(shard.workers[child.name]["jobs"]) - {child.jid}
+        if running and child.jid and shard is client.for_queue(child.queue or ""):
             jids.add(child.jid)
         for jid in sorted(jids):
             try:
-                release_job(shard, jid, child.name)
+                # (a job held ahead never started: no retry spent, its ticket free again)
+                if release_job(shard, jid, child.name) and pool and jid != child.jid:
+                    pool.give_back(1)
             except QlessConnectionError:
                 raise
             except QlessError as exc:
                 log.error("job %s: could not release (%s); its lease will expire", jid, exc)
                 unreleased += 1
-        shard.workers.deregister(child.name)
+        if deregister:
+            shard.workers.deregister(child.name)
     return unreleased
 
 

@@ -27,8 +27,7 @@ from django_qless.core.workers.childproc import (
     ChildProc,
     fail_running,
     read_events,
-    release_ahead,
-    release_all,
+    release_held,
     taken_away,
 )
 from django_qless.core.workers.hand import SharedJobPool
@@ -62,8 +61,8 @@ class ForkingWorker:
         self.name = config.name or default_worker_name()
         self.wanted = config.process_count
         self.signals = SignalState(term_grace=config.term_grace)
-        self.client: Deployment | None = None
-        self.channels: ChildChannels | None = None
+        self.client: Deployment  # (both made as it starts to run)
+        self.channels: ChildChannels
         self._follower: ShardFollower | None = None
         self._releaser: Deployment | None = None  # disposes of dead children's jobs
         self.children: dict[int, ChildProc] = {}
@@ -89,15 +88,9 @@ class ForkingWorker:
         # Rewritten from the loop, never by the jobs: fresh while every child is busy.
         self.health = HealthFile(config.health_file, self.name) if config.health_file else None
 
-    @property
-    def jobs_exhausted(self) -> bool:
+    def _tickets_gone(self) -> bool:
         """Tell whether every --max-jobs ticket is taken (children leave once theirs are run)."""
         return self.pool is not None and self.pool.remaining() == 0
-
-    @property
-    def stopping(self) -> bool:
-        """Tell whether no more children will be started."""
-        return self.signals.stopping
 
     def run_forever(self) -> int:
         """Supervise until stopped; return the exit code."""
@@ -131,7 +124,7 @@ class ForkingWorker:
                 self._title()
                 if self.health is not None:
                     self.health.beat(state_of(self.signals, serving=bool(self.children)))
-                if self.stopping and not self.children:
+                if self.signals.stopping and not self.children:
                     break
         finally:
             self._cleanup()
@@ -140,35 +133,29 @@ class ForkingWorker:
         return ExitCode.UNRELEASED if self.unreleased else ExitCode.OK
 
     def _wait(self) -> None:
-        """Block on the wake pipe, status pipes and the pubsub sockets (at most 0.25 s)."""
-        assert self.channels is not None
-        poller = select.poll()
-        poller.register(self.signals.wake_pipe.read_fd, select.POLLIN)
+        """Block on the wake pipe, the pubsub sockets and the status pipes (at most 0.25 s)."""
         # Status lines come twice per job per child: waking for each one made the supervisor
         # burn a sizeable share of a core at a few thousand jobs/s. Read them in batches at
         # most every _STATUS_EVERY seconds (signals, deaths and pubsub still wake us at once).
         status_wait = self._status_at + _STATUS_EVERY - time.monotonic()
-        if status_wait <= 0:
-            for child in self.children.values():
-                poller.register(child.status_fd, select.POLLIN)
-        for sock in self.channels.filenos():
-            poller.register(sock, select.POLLIN)
-        timeout = min(0.25 if not self.channels.buffered() else 0.0, self.channels.wake_in())
+        by_fd = {c.status_fd: c for c in self.children.values()} if status_wait <= 0 else {}
+        timeout = 0.0 if self.channels.buffered() else min(0.25, self.channels.wake_in())
         if status_wait > 0 and self.children:
             timeout = min(timeout, status_wait)
-        ready = {fd for fd, _ in poller.poll(timeout * 1000)}
+        poller = select.poll()
+        for fd in (self.signals.wake_pipe.read_fd, *self.channels.filenos(), *by_fd):
+            poller.register(fd, select.POLLIN)
+        ready = [fd for fd, _ in poller.poll(timeout * 1000)]
         if self.signals.wake_pipe.read_fd in ready:
             self.signals.wake_pipe.drain()
-        if status_wait <= 0:
-            # Only the pipes polled readable: a job starting wakes us, and reading all
-            # 100 children's pipes for it would compete with that job for the CPU.
-            readable = [c for c in self.children.values() if c.status_fd in ready]
-            if readable:
-                self._read_status(readable)
+        # Only the pipes polled readable: a job starting wakes us, and reading all
+        # 100 children's pipes for it would compete with that job for the CPU.
+        readable = [by_fd[fd] for fd in ready if fd in by_fd]
+        if readable:
+            self._read_status(readable)
 
     def _read_status(self, children: Iterable[ChildProc]) -> None:
         """Read the status lines the children wrote so far."""
-        assert self.channels is not None
         self._status_at = time.monotonic()
         unsure = self.channels.unsure()  # (a job starting now may have been taken unheard)
         for child in list(children):
@@ -176,11 +163,11 @@ class ForkingWorker:
 
     def _names(self) -> list[str]:
         """Return the names of the live children (whose jobs keep a shard followed)."""
-        return sorted(self.channels.names) if self.channels is not None else []
+        return sorted(self.channels.names)
 
     def _follow(self) -> None:
         """Hear `w:<child>` in the shards the served queues moved to (ShardFollower)."""
-        if self._follower is None or self.channels is None:
+        if self._follower is None:
             return
         try:
             self.channels.follow(self._follower.clients())
@@ -189,7 +176,6 @@ class ForkingWorker:
 
     def _handle_events(self) -> None:
         """Obey console requests; kill children whose job was taken (heard, or after a gap)."""
-        assert self.channels is not None
         events = self.channels.poll()  # (reads the confirmations take_missed waits for)
         missed = self.channels.take_missed()
         if missed or events:
@@ -209,7 +195,6 @@ class ForkingWorker:
     def _recheck_running_jobs(self, *, only_unsure: bool = False) -> None:
         """After a pubsub gap, kill children whose job is no longer theirs in Redis;
         `only_unsure`: only those whose job started while its events might be missed."""
-        assert self.client is not None and self.channels is not None
         if self.channels.resting:
             return  # (re-checked once a job wakes the channels and Redis confirms them)
         checked = [c for c in self.children.values() if c.unsure or not only_unsure]
@@ -230,7 +215,7 @@ class ForkingWorker:
                 child.kill("lock_lost", signal.SIGKILL)
 
     def _spawn_missing(self, resume: bool) -> None:
-        if self.stopping or self.jobs_exhausted:
+        if self.signals.stopping or self._tickets_gone():
             return
         now = time.monotonic()
         for slot, (ready_at, failures) in sorted(self.free.items()):
@@ -238,7 +223,6 @@ class ForkingWorker:
                 self._spawn(slot, failures, resume)
 
     def _spawn(self, slot: int, failures: int, resume: bool) -> None:
-        assert self.channels is not None
         self.hooks.before_fork()
         status_read, status_write = os.pipe()
         go_read, go_write = os.pipe()
@@ -274,7 +258,6 @@ class ForkingWorker:
     def _let_children_go(self) -> None:
         """Let each new child take jobs once Redis has confirmed its channel everywhere: a
         job it took before could be canceled unheard (noticed only at its heartbeat)."""
-        assert self.channels is not None
         for child in self.children.values():
             if child.go_fd < 0:
                 continue
@@ -305,7 +288,6 @@ class ForkingWorker:
 
     def _after_death(self, child: ChildProc, code: int) -> None:
         """Log a dead child, dispose of its jobs, and plan its replacement (backing off)."""
-        assert self.channels is not None
         child.read_status(self.channels.unsure(), self.outcomes)
         os.close(child.status_fd)
         child.let_go()
@@ -314,7 +296,7 @@ class ForkingWorker:
         if reason is None and code == ExitCode.CHILD_ABORTED:
             reason = "shutdown"  # it gave its job back: its term grace ran out, or a HUP
         if code == 0 and reason is None:
-            why = child.left or ("stopped as asked" if self.stopping else "left")
+            why = child.left or ("stopped as asked" if self.signals.stopping else "left")
             log.info("child %s (pid %d) finished: %s", child.name, child.pid, why)
         else:
             level = logging.INFO if code == 0 or reason else logging.ERROR
@@ -330,24 +312,21 @@ class ForkingWorker:
 
     def _dispose(self, child: ChildProc, reason: str | None, code: int) -> None:
         """Release a dead child's jobs, or fail the one it was killed for (childproc.py)."""
-        giving_back = reason in ("shutdown", "forced")
-        if giving_back and self._redis_down:
-            self.unreleased += 1
-            return
-        client = self._release_client()
+        stop = reason in ("shutdown", "forced")
         try:
-            shards = served_clients(client, self.config.queues)
-            if giving_back:
-                self.unreleased += release_all(child, client, shards)
+            if stop and self._redis_down:
+                self.unreleased += 1
                 return
+            client = self._release_client()
             if reason in ("timeout", "killed") and child.jid and \
                     fail_running(child, client, reason):
                 self.outcomes["failed"] += 1
-            release_ahead(child, shards, self.pool, deregister=child.jid is None or code == 0)
+            self.unreleased += release_held(child, client, self.config.queues, self.pool,
+                                            running=stop,
+                                            deregister=stop or not child.jid or code == 0)
         except QlessError as exc:
-            if giving_back:
-                self.unreleased += 1
-            if giving_back and isinstance(exc, QlessConnectionError):
+            self.unreleased += 1 if stop else 0
+            if stop and isinstance(exc, QlessConnectionError):
                 # Redis is unreachable or silent: don't wait a timeout per job; the leases
                 # expire and the jobs come back to another worker anyway.
                 log.error("could not release child %s's jobs (%s); their leases will expire",
@@ -423,7 +402,7 @@ class ForkingWorker:
                     child.kill("timeout", signal.SIGTERM)
         if self.signals.stopping:
             return
-        if self.jobs_exhausted and not self.children:
+        if self._tickets_gone() and not self.children:
             log.info("--max-jobs reached (%d in all): stopping", self.config.max_jobs)
             self.signals.request_stop(graceful=True)
         elif self.config.max_duration and now - self.started >= self.config.max_duration:
@@ -433,12 +412,11 @@ class ForkingWorker:
     def _reap_leases(self) -> None:
         """Beat and recover expired leases (reaper.py); idle, ping less and close the pubsub
         connections after --idle-disconnect (an idle worker costs Redis next to nothing)."""
-        assert self.channels is not None
         idle = not any(child.jid for child in self.children.values())
         self.channels.health_check_interval = _IDLE_PING if idle else _BUSY_PING
         self.channels.settle(busy=not idle)
         # (stopping: beats only, "draining" while the children finish their jobs)
-        self.reaper.maybe_reap(idle=idle, reap=not self.stopping)
+        self.reaper.maybe_reap(idle=idle, reap=not self.signals.stopping)
 
     def _beat_state(self) -> str:
         return "draining" if self.signals.graceful else "live"
@@ -465,18 +443,17 @@ class ForkingWorker:
         while self.children and time.monotonic() < deadline:
             self._reap(always=True)
             time.sleep(0.01)
-        if self.channels is not None:
-            self.channels.close()
+        self.channels.close()
         self.reaper.close()
-        if self.client is not None and not self._redis_down:
+        if not self._redis_down:
             try:
                 for shard in served_clients(self._release_client(), self.config.queues):
                     shard.workers.deregister(self.name)
             except (QlessError, redis.RedisError):
                 pass
-        for client in (self.client, self._releaser):
-            if client is not None:
-                client.close()
+        self.client.close()
+        if self._releaser is not None:
+            self._releaser.close()
         self.signals.uninstall()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         if self._leader_token is not None:
