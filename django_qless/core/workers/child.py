@@ -239,12 +239,8 @@ def child_main(
     leader_token: TokenFile | None = None,
 ) -> NoReturn:
     """Run a freshly forked child and leave with `os._exit` (`fds`: its status pipe, its go
-    pipe, the supervisor's descriptors to close).
-
-    Signals arrive blocked (see the supervisor's fork) and are unblocked once this child's
-    own handlers are installed, so none sent in between is lost. It takes no job before the
-    supervisor writes to the go pipe (or closes it): the supervisor hears its channel by then.
-    """
+    pipe, the supervisor's descriptors to close). Signals arrive blocked (see the supervisor's
+    fork) until its own handlers are installed; it takes no job before the go pipe says so."""
     status_fd, go_fd, inherited = fds
     code = int(ExitCode.CHILD_CRASHED)
     try:

@@ -17,18 +17,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from django_qless.core.accessors import REQUESTS
 from django_qless.core.exceptions import QlessConnectionError, QlessError
 from django_qless.core.workers.child import parse_status_line
 from django_qless.core.workers.hand import SharedJobPool, release_job
-from django_qless.core.workers.listener import ABORT_EVENTS, HeardAborts, attempts_still_owned
+from django_qless.core.workers.listener import HeardAborts, attempts_still_owned
 from django_qless.core.workers.runner import stopped_failure
 from django_qless.core.workers.shards import served_clients
 
 if TYPE_CHECKING:
     from django_qless.core.workers.shards import Deployment
 
-__all__ = ["ChildProc", "fail_running", "read_events", "release_held", "taken_away"]
+__all__ = ["ChildProc", "fail_running", "release_held", "taken_away"]
 
 log = logging.getLogger("django_qless.worker")
 
@@ -111,29 +110,6 @@ class ChildProc:
             return 0.0
         self.failures += 1
         return min(0.1 * 2.0 ** self.failures, max_delay)
-
-
-def read_events(
-    events: Iterable[tuple[str, dict[str, Any]]], children: Iterable[ChildProc],
-) -> tuple[list[str], list[tuple[ChildProc, str]]]:
-    """Split `w:<child>` events into console requests and (child, event) that took its job."""
-    by_name = {c.name: c for c in children}
-    requests: list[str] = []
-    lost: list[tuple[ChildProc, str]] = []
-    for worker, payload in events:
-        child = by_name.get(worker)
-        event, jid = payload.get("event"), payload.get("jid")
-        if child is None:
-            continue
-        if event in REQUESTS:
-            requests.append(str(event))  # (a child's name stands for its whole worker)
-        elif event in ABORT_EVENTS and isinstance(jid, str):
-            if jid == child.jid:
-                lost.append((child, str(event)))
-            else:
-                # Popped but not reported yet, or held ahead: Redis is asked at its start.
-                child.aborted.note(jid)
-    return requests, lost
 
 
 def taken_away(client: Deployment, children: Iterable[ChildProc]) -> list[tuple[ChildProc, str]]:

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 
 import redis
 
+from django_qless.core.accessors import REQUESTS
 from django_qless.core.client import Client
 from django_qless.core.exceptions import QlessConnectionError, QlessError
 from django_qless.core.probe import HealthFile, state_of
@@ -26,13 +27,13 @@ from django_qless.core.workers.child import child_main
 from django_qless.core.workers.childproc import (
     ChildProc,
     fail_running,
-    read_events,
     release_held,
     taken_away,
 )
 from django_qless.core.workers.hand import SharedJobPool
 from django_qless.core.workers.hooks import WorkerHooks, WorkerHooksProtocol
 from django_qless.core.workers.leadership import TokenFile
+from django_qless.core.workers.listener import ABORT_EVENTS
 from django_qless.core.workers.proctitle import set_title, stop_note, supervisor_title
 from django_qless.core.workers.reaper import Beat, obey
 from django_qless.core.workers.runner import child_extra
@@ -182,13 +183,20 @@ class ForkingWorker:
             self._read_status(self.children.values())  # so child.jid is the current job
         if missed:
             self._recheck_running_jobs()
-        requests, lost = read_events(events, self.children.values())
-        for action in requests:
-            self.obey(action)
-        for child, event in lost:
-            log.warning("child %s: %s for job %s; killing it", child.name, event, child.jid,
-                        extra=child_extra(child))
-            child.kill("lock_lost", signal.SIGKILL)
+        by_name = {c.name: c for c in self.children.values()}
+        for worker, payload in events:
+            child, event, jid = by_name.get(worker), payload.get("event"), payload.get("jid")
+            if child is None:
+                continue
+            if event in REQUESTS:
+                self.obey(str(event))  # (a child's name stands for its whole worker)
+            elif event in ABORT_EVENTS and isinstance(jid, str) and jid == child.jid:
+                log.warning("child %s: %s for job %s; killing it", child.name, event, jid,
+                            extra=child_extra(child))
+                child.kill("lock_lost", signal.SIGKILL)
+            elif event in ABORT_EVENTS and isinstance(jid, str):
+                # Popped but not reported yet, or held ahead: Redis is asked at its start.
+                child.aborted.note(jid)
         if any(c.unsure for c in self.children.values()) and not self.channels.confirming():
             self._recheck_running_jobs(only_unsure=True)
 
