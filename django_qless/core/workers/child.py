@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from django_qless.core.exceptions import QlessError
 from django_qless.core.workers.hand import SharedJobPool, release_job
@@ -49,8 +49,7 @@ def status_line(event: str, *fields: str) -> str:
     """Return one status line: the event letter and its fields, tab-separated (no tab inside).
 
     Events: `s jid queue klass token limit` (start; token: the pop's attempt token; limit:
-    the job's hard time limit in seconds, 0 for none), `e jid outcome`
-    (end), `l jid why` (lock lost), `x why` (the child leaves on its own, e.g. at its bound).
+    its hard time limit, 0: none), `e jid outcome`, `l jid why` (lock lost), `x why` (leaves).
     """
     return "\t".join((event, *(f.translate(_FIELD_CUT) for f in fields))) + "\n"
 
@@ -210,24 +209,24 @@ def child_main(
     config: WorkerConfig,
     hooks: WorkerHooksProtocol,
     slot: int,
-    status_fd: int,
     supervisor_pid: int,
+    fds: tuple[int, int, Iterable[int]],
     *,
     resume: bool,
-    signal_mask: Iterable[int] | None = None,
+    signal_mask: Iterable[int],
     paused: bool = False,
     pool: SharedJobPool | None = None,
     leader_token: TokenFile | None = None,
-    go_fd: int | None = None,
-) -> int:
-    """Run in a freshly forked child; return the exit code for `os._exit`.
-
-    Signals arrive blocked (see the supervisor's fork); they are unblocked once this
-    child's own handlers are installed, so none sent in between is lost. With `go_fd` the
-    child takes no job before the supervisor writes to it (or closes it): the supervisor
-    listens on the child's channel by then.
-    """
+) -> NoReturn:
+    """Run a freshly forked child and leave with `os._exit` (`fds`: its status pipe, its go
+    pipe, the supervisor's descriptors to close). Signals arrive blocked (see the supervisor's
+    fork) until its own handlers are installed; it takes no job before the go pipe says so."""
+    status_fd, go_fd, inherited = fds
+    code = int(ExitCode.CHILD_CRASHED)
     try:
+        for fd in inherited:
+            with contextlib.suppress(OSError):
+                os.close(fd)
         reset_child_signals()
         armed = set_parent_death_signal(signal.SIGHUP)
         random.seed()
@@ -237,25 +236,25 @@ def child_main(
                           pool=pool, leader_token=leader_token, death_signal=armed)
         child.install_signals()
         child.signals.paused = paused  # a child born during USR2 starts paused too
-        signal.pthread_sigmask(signal.SIG_SETMASK, signal_mask or set())
-        if go_fd is not None:
-            _await_go(go_fd, child)
+        signal.pthread_sigmask(signal.SIG_SETMASK, signal_mask)
+        _await_go(go_fd, child)
         if child.orphaned():
-            return ExitCode.CHILD_ORPHANED
-        child.run()
-        return child.exit_code
+            code = ExitCode.CHILD_ORPHANED
+        else:
+            child.run()
+            code = child.exit_code
     except BaseException:
         log.exception("worker child crashed")
-        return ExitCode.CHILD_CRASHED
     finally:
         with contextlib.suppress(Exception):  # (leaving anyway)
             sys.stdout.flush()
             sys.stderr.flush()
+        os._exit(code)
 
 
 def _await_go(go_fd: int, child: ForkChild, bound: float = 10.0) -> None:
-    """Wait until the supervisor lets this child take jobs (a byte or end of file on
-    `go_fd`), a stop or the supervisor's death, or `bound` seconds (a stuck supervisor)."""
+    """Wait for a byte or end of file on `go_fd`, a stop, the supervisor's death, or
+    `bound` seconds (a stuck supervisor)."""
     deadline = time.monotonic() + bound
     try:
         while time.monotonic() < deadline and not child.signals.stopping:

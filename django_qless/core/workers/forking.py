@@ -7,7 +7,6 @@ whose job was taken, act on signals (shutdown.py) and time limits, beat and reap
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import select
@@ -15,15 +14,23 @@ import shutil
 import signal
 import tempfile
 import time
+from collections import Counter
+from collections.abc import Iterable
 
 import redis
 
+from django_qless.core.accessors import REQUESTS
 from django_qless.core.client import Client
-from django_qless.core.exceptions import QlessError
+from django_qless.core.exceptions import QlessConnectionError, QlessError
 from django_qless.core.probe import HealthFile, state_of
-from django_qless.core.workers.channels import ChildChannels
-from django_qless.core.workers.child import child_main, parse_status_line
-from django_qless.core.workers.disposal import Disposer
+from django_qless.core.workers.channels import ABORT_EVENTS, ChildChannels
+from django_qless.core.workers.child import child_main
+from django_qless.core.workers.childproc import (
+    ChildProc,
+    fail_running,
+    release_held,
+    taken_away,
+)
 from django_qless.core.workers.hand import SharedJobPool
 from django_qless.core.workers.leadership import TokenFile
 from django_qless.core.workers.proctitle import set_title, stop_note, supervisor_title
@@ -31,8 +38,6 @@ from django_qless.core.workers.reaper import Beat, obey
 from django_qless.core.workers.runner import WorkerHooks, WorkerHooksProtocol, child_extra
 from django_qless.core.workers.shards import Deployment, ShardFollower, served_clients
 from django_qless.core.workers.shutdown import ExitCode, SignalState
-from django_qless.core.workers.supervision import ChildProc
-from django_qless.core.workers.watch import read_events, taken_away
 from django_qless.core.workers.worker_config import WorkerConfig, default_worker_name
 
 __all__ = ["ForkingWorker"]
@@ -55,58 +60,43 @@ class ForkingWorker:
         self.name = config.name or default_worker_name()
         self.wanted = config.process_count
         self.signals = SignalState(term_grace=config.term_grace)
-        self.client: Deployment | None = None
-        self.disposer: Disposer | None = None
-        self.channels: ChildChannels | None = None
+        self.client: Deployment  # (both made as it starts to run)
+        self.channels: ChildChannels
         self._follower: ShardFollower | None = None
+        self._releaser: Deployment | None = None  # disposes of dead children's jobs
         self.children: dict[int, ChildProc] = {}
-        self.free_slots = list(range(self.wanted))
-        self.slot_failures = [0] * self.wanted
-        self.slot_ready_at = [0.0] * self.wanted
-        self.done = 0
-        self.failed = 0
+        # Each free slot: when it may start a child, and its quick deaths in a row.
+        self.free = {slot: (0.0, 0) for slot in range(self.wanted)}
+        self.outcomes: Counter[str] = Counter()  # the jobs' ends the children reported
+        self.unreleased = 0  # jobs a stop had to leave to their leases
+        self._redis_down = False  # found unreachable while releasing: not asked again
         self.started = time.monotonic()
-        self._stop_sent = 0
-        self._quit_sent = False
-        self._paused_sent = False
-        self._forced = False
-        self._shutdown_deadline = 0.0
-        self._title_at = 0.0
-        self._status_at = 0.0
+        self._stop_sent = self._quit_sent = self._paused_sent = self._forced = False
+        self._shutdown_deadline = self._title_at = self._status_at = self._reap_at = 0.0
         # A child may have exited (SIGCHLD seen); else the children are polled once a second:
         # waitpid for each of 100 children on every wake-up (a job starting) cost the CPU.
         self._child_exited = True
-        self._reap_at = 0.0
         self.reaper = config.make_reaper(self.name)
         # The supervisor's beats show its children alive (one call however many there are).
         self.reaper.beat = Beat(self.name, config.beat, self._beat_state, self.obey,
                                 members=self._names)
         # --max-jobs for all children together: each job asked for takes a ticket from it.
         self.pool = SharedJobPool(config.max_jobs) if config.max_jobs else None
-        # The idle-leader token's file (leadership.py), in a private directory of ours.
-        self._token_dir = ""
+        self._token_dir = ""  # holds the idle-leader token's file (leadership.py)
         self._leader_token: TokenFile | None = None
         # Rewritten from the loop, never by the jobs: fresh while every child is busy.
         self.health = HealthFile(config.health_file, self.name) if config.health_file else None
 
-    @property
-    def jobs_exhausted(self) -> bool:
+    def _tickets_gone(self) -> bool:
         """Tell whether every --max-jobs ticket is taken (children leave once theirs are run)."""
         return self.pool is not None and self.pool.remaining() == 0
 
-    @property
-    def stopping(self) -> bool:
-        """Tell whether no more children will be started."""
-        return self.signals.stopping
-
-    # -- main loop -----------------------------------------------------------------------------
     def run_forever(self) -> int:
         """Supervise until stopped; return the exit code."""
         self.signals.install()
         # A Python-level SIGCHLD handler makes child deaths write to the wake pipe too.
         signal.signal(signal.SIGCHLD, self._on_sigchld)
         self.client = self.config.make_client(worker_name=self.name)
-        self.disposer = Disposer(self.config, self.name, self.client, self.pool)
         if self.wanted > 1:
             # (one child is always its own leader: no token, no unlock as each job starts)
             self._token_dir = tempfile.mkdtemp(prefix="django-qless-")
@@ -117,11 +107,11 @@ class ForkingWorker:
             self._follower = ShardFollower(self.client, self.config.queues,
                                            self.config.queue_refresh, holders=self._names)
         self.reaper.start_beat()
-        first = True
+        resume = self.config.resume
         try:
             while True:
-                self._spawn_missing(resume=first and self.config.resume)
-                first = False
+                self._spawn_missing(resume)
+                resume = False
                 self._wait()
                 self._reap()
                 self._handle_events()
@@ -133,56 +123,50 @@ class ForkingWorker:
                 self._title()
                 if self.health is not None:
                     self.health.beat(state_of(self.signals, serving=bool(self.children)))
-                if self.stopping and not self.children:
+                if self.signals.stopping and not self.children:
                     break
         finally:
             self._cleanup()
-            if self.health is not None:
-                self.health.remove()
         if self._forced:
             return ExitCode.FORCED
-        if self.disposer is not None and self.disposer.unreleased:
-            return ExitCode.UNRELEASED
-        return ExitCode.OK
+        return ExitCode.UNRELEASED if self.unreleased else ExitCode.OK
 
     def _wait(self) -> None:
-        """Block on the wake pipe, status pipes and the pubsub sockets (at most 0.25 s)."""
-        poller = select.poll()
-        poller.register(self.signals.wake_pipe.read_fd, select.POLLIN)
+        """Block on the wake pipe, the pubsub sockets and the status pipes (at most 0.25 s)."""
         # Status lines come twice per job per child: waking for each one made the supervisor
         # burn a sizeable share of a core at a few thousand jobs/s. Read them in batches at
         # most every _STATUS_EVERY seconds (signals, deaths and pubsub still wake us at once).
         status_wait = self._status_at + _STATUS_EVERY - time.monotonic()
-        if status_wait <= 0:
-            for child in self.children.values():
-                poller.register(child.status_fd, select.POLLIN)
-        assert self.channels is not None
-        for sock in self.channels.filenos():
-            poller.register(sock, select.POLLIN)
-        timeout = min(0.25 if not self.channels.buffered() else 0.0, self.channels.wake_in())
+        by_fd = {c.status_fd: c for c in self.children.values()} if status_wait <= 0 else {}
+        timeout = 0.0 if self.channels.buffered() else min(0.25, self.channels.wake_in())
         if status_wait > 0 and self.children:
             timeout = min(timeout, status_wait)
-        ready = {fd for fd, _ in poller.poll(timeout * 1000)}
+        poller = select.poll()
+        for fd in (self.signals.wake_pipe.read_fd, *self.channels.filenos(), *by_fd):
+            poller.register(fd, select.POLLIN)
+        ready = [fd for fd, _ in poller.poll(timeout * 1000)]
         if self.signals.wake_pipe.read_fd in ready:
             self.signals.wake_pipe.drain()
-        if status_wait <= 0:
-            # Only the pipes polled readable: a job starting wakes us, and reading all
-            # 100 children's pipes for it would compete with that job for the CPU.
-            readable = [c for c in self.children.values() if c.status_fd in ready]
-            if readable:
-                self._status_at = time.monotonic()
-                for child in readable:
-                    self._read_status(child)
+        # Only the pipes polled readable: a job starting wakes us, and reading all
+        # 100 children's pipes for it would compete with that job for the CPU.
+        readable = [by_fd[fd] for fd in ready if fd in by_fd]
+        if readable:
+            self._read_status(readable)
+
+    def _read_status(self, children: Iterable[ChildProc]) -> None:
+        """Read the status lines the children wrote so far."""
+        self._status_at = time.monotonic()
+        unsure = self.channels.unsure()  # (a job starting now may have been taken unheard)
+        for child in list(children):
+            child.read_status(unsure, self.outcomes)
 
     def _names(self) -> list[str]:
         """Return the names of the live children (whose jobs keep a shard followed)."""
-        return sorted(self.channels.names) if self.channels is not None else []
+        return sorted(self.channels.names)
 
     def _follow(self) -> None:
-        """Hear `w:<child>` in the shards the served queues moved to (looked at once a
-        second at most): a job the children take there is canceled or lost there. A shard
-        they all left, with no child's job there, is no longer heard."""
-        if self._follower is None or self.channels is None:
+        """Hear `w:<child>` in the shards the served queues moved to (ShardFollower)."""
+        if self._follower is None:
             return
         try:
             self.channels.follow(self._follower.clients())
@@ -191,28 +175,32 @@ class ForkingWorker:
 
     def _handle_events(self) -> None:
         """Obey console requests; kill children whose job was taken (heard, or after a gap)."""
-        assert self.channels is not None
         events = self.channels.poll()  # (reads the confirmations take_missed waits for)
         missed = self.channels.take_missed()
         if missed or events:
-            # Status lines are read in batches: catch up so child.jid is the current job.
-            self._read_all_status()
+            self._read_status(self.children.values())  # so child.jid is the current job
         if missed:
             self._recheck_running_jobs()
-        requests, lost = read_events(events, self.children.values())
-        for action in requests:
-            self.obey(action)
-        for child, event in lost:
-            log.warning("child %s: %s for job %s; killing it", child.name, event, child.jid,
-                        extra=child_extra(child))
-            self._kill(child, "lock_lost", signal.SIGKILL)
+        by_name = {c.name: c for c in self.children.values()}
+        for worker, payload in events:
+            child, event, jid = by_name.get(worker), payload.get("event"), payload.get("jid")
+            if child is None:
+                continue
+            if event in REQUESTS:
+                self.obey(str(event))  # (a child's name stands for its whole worker)
+            elif event in ABORT_EVENTS and isinstance(jid, str) and jid == child.jid:
+                log.warning("child %s: %s for job %s; killing it", child.name, event, jid,
+                            extra=child_extra(child))
+                child.kill("lock_lost", signal.SIGKILL)
+            elif event in ABORT_EVENTS and isinstance(jid, str):
+                # Popped but not reported yet, or held ahead: Redis is asked at its start.
+                child.aborted.note(jid)
         if any(c.unsure for c in self.children.values()) and not self.channels.confirming():
             self._recheck_running_jobs(only_unsure=True)
 
     def _recheck_running_jobs(self, *, only_unsure: bool = False) -> None:
         """After a pubsub gap, kill children whose job is no longer theirs in Redis;
         `only_unsure`: only those whose job started while its events might be missed."""
-        assert self.client is not None and self.channels is not None
         if self.channels.resting:
             return  # (re-checked once a job wakes the channels and Redis confirms them)
         checked = [c for c in self.children.values() if c.unsure or not only_unsure]
@@ -224,34 +212,29 @@ class ForkingWorker:
             log.warning("could not re-check the running jobs: %s", exc)
             return
         if lost:
-            self._read_all_status()  # a child that moved on since is not running that job
+            self._read_status(self.children.values())  # a child may have moved on since
         for child, jid in lost:
             if child.jid == jid and child.kill_reason is None and child.pid in self.children:
                 log.warning("child %s: job %s is no longer its own in Redis (taken away "
                             "unheard, or before its start was reported); killing it",
                             child.name, jid, extra=child_extra(child))
-                self._kill(child, "lock_lost", signal.SIGKILL)
+                child.kill("lock_lost", signal.SIGKILL)
 
-    def _read_all_status(self) -> None:
-        self._status_at = time.monotonic()
-        for child in list(self.children.values()):
-            self._read_status(child)
-
-    # -- children ------------------------------------------------------------------------------
     def _spawn_missing(self, resume: bool) -> None:
-        if self.stopping or self.jobs_exhausted:
+        if self.signals.stopping or self._tickets_gone():
             return
         now = time.monotonic()
-        for slot in sorted(self.free_slots):
-            if self.slot_ready_at[slot] <= now:
-                self._spawn(slot, resume)
+        for slot, (ready_at, failures) in sorted(self.free.items()):
+            if ready_at <= now:
+                self._spawn(slot, failures, resume)
 
-    def _spawn(self, slot: int, resume: bool) -> None:
+    def _spawn(self, slot: int, failures: int, resume: bool) -> None:
         self.hooks.before_fork()
-        read_fd, write_fd = os.pipe()
+        status_read, status_write = os.pipe()
         go_read, go_write = os.pipe()
-        sibling_fds = [fd for c in self.children.values() for fd in (c.status_fd, c.go_fd)
-                       if fd >= 0]
+        wake = self.signals.wake_pipe
+        inherited = [status_read, go_write, wake.read_fd, wake.write_fd,
+                     *(fd for c in self.children.values() for fd in (c.status_fd, c.go_fd))]
         # Hold signals across the fork: one sent to a brand-new child before it has its own
         # handlers would otherwise hit the supervisor's inherited ones and be lost (a QUIT
         # lost that way leaves a child running forever). The child unblocks once ready.
@@ -261,32 +244,19 @@ class ForkingWorker:
         supervisor_pid = os.getpid()
         try:
             pid = os.fork()
-        except BaseException:
+            if pid == 0:
+                child_main(self.config, self.hooks, slot, supervisor_pid,
+                           (status_write, go_read, [fd for fd in inherited if fd >= 0]),
+                           resume=resume, signal_mask=mask, paused=self.signals.paused,
+                           pool=self.pool, leader_token=self._leader_token)
+        finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-            raise
-        if pid == 0:  # child
-            code = int(ExitCode.CHILD_CRASHED)
-            try:
-                os.close(read_fd)
-                os.close(go_write)
-                for fd in sibling_fds:
-                    os.close(fd)
-                self.signals.wake_pipe.close()
-                code = child_main(self.config, self.hooks, slot, write_fd, supervisor_pid,
-                                  resume=resume, signal_mask=mask,
-                                  paused=self.signals.paused, pool=self.pool,
-                                  leader_token=self._leader_token, go_fd=go_read)
-            finally:
-                os._exit(code)
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        os.close(write_fd)
+        os.close(status_write)
         os.close(go_read)
-        os.set_blocking(read_fd, False)
+        os.set_blocking(status_read, False)
         name = f"{self.config.name}-{slot}" if self.config.name else default_worker_name(pid)
-        child = ChildProc(slot=slot, pid=pid, name=name, status_fd=read_fd, go_fd=go_write)
-        self.children[pid] = child
-        self.free_slots.remove(slot)
-        assert self.channels is not None
+        self.children[pid] = ChildProc(slot, pid, name, status_read, go_write, failures)
+        del self.free[slot]
         self.channels.add(name)
         self.hooks.after_fork_parent(pid)
         log.info("started child %s (pid %d, slot %d)", name, pid, slot)
@@ -294,7 +264,6 @@ class ForkingWorker:
     def _let_children_go(self) -> None:
         """Let each new child take jobs once Redis has confirmed its channel everywhere: a
         job it took before could be canceled unheard (noticed only at its heartbeat)."""
-        assert self.channels is not None
         for child in self.children.values():
             if child.go_fd < 0:
                 continue
@@ -303,60 +272,7 @@ class ForkingWorker:
                     continue
                 log.warning("child %s: its channel is not confirmed after %gs; letting it "
                             "take jobs anyway", child.name, _GO_WITHIN)
-            _close_go(child)
-
-    def _read_status(self, child: ChildProc) -> None:
-        try:
-            while True:
-                chunk = os.read(child.status_fd, 65536)
-                if not chunk:
-                    break
-                child.buffer += chunk
-        except BlockingIOError:
-            pass
-        except OSError:
-            return
-        *lines, child.buffer = child.buffer.split(b"\n")
-        for line in lines:
-            event, fields = parse_status_line(line)
-            self._on_status(child, event, fields)
-
-    def _on_status(self, child: ChildProc, event: str, fields: list[str]) -> None:
-        if event == "s" and len(fields) == 5:
-            child.jid, child.queue, child.klass, child.token, limit = fields
-            child.limit = float(limit)
-            child.job_started = time.monotonic()
-            assert self.channels is not None
-            # Re-checked in Redis (by the attempt token) once the channels are confirmed:
-            # events may have been missed, or one named this job before it was reported.
-            child.unsure = self.channels.unsure() or child.aborted.heard(child.jid)
-        elif event == "e" and len(fields) == 2:
-            jid, outcome = fields
-            if outcome == "failed":
-                self.failed += 1
-            elif outcome in ("completed", "settled"):
-                self.done += 1
-            # An aborted job is still held by the child: the supervisor disposes of it.
-            if child.jid == jid and outcome != "aborted":
-                child.jid = child.klass = child.queue = child.token = None
-        elif event == "x" and fields:
-            child.left = fields[0]
-        elif event == "l" and fields and child.jid == fields[0]:
-            log.warning("child %s: heartbeat lost %s's lock; killing it", child.name, child.jid)
-            self._kill(child, "lock_lost", signal.SIGKILL)
-
-    def _kill(self, child: ChildProc, reason: str, signum: int) -> None:
-        if child.kill_reason is None or reason in ("forced", "lock_lost"):
-            child.kill_reason = reason
-        if signum == signal.SIGTERM:
-            child.term_sent = time.monotonic()
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(child.pid, signum)
-
-    def _signal_all(self, signum: int) -> None:
-        for child in self.children.values():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(child.pid, signum)
+            child.let_go()
 
     def _on_sigchld(self, signum: int, frame: object) -> None:
         self._child_exited = True
@@ -373,43 +289,70 @@ class ForkingWorker:
                 done, status = os.waitpid(pid, os.WNOHANG)
             except ChildProcessError:
                 done, status = pid, 0
-            if done == 0:
-                continue
-            child = self.children.pop(pid)
-            self._read_status(child)
-            os.close(child.status_fd)
-            _close_go(child)
-            self._after_death(child, os.waitstatus_to_exitcode(status))
+            if done:
+                self._after_death(self.children.pop(pid), os.waitstatus_to_exitcode(status))
 
     def _after_death(self, child: ChildProc, code: int) -> None:
         """Log a dead child, dispose of its jobs, and plan its replacement (backing off)."""
-        assert self.channels is not None and self.disposer is not None
+        child.read_status(self.channels.unsure(), self.outcomes)
+        os.close(child.status_fd)
+        child.let_go()
         self.channels.remove(child.name)
         reason = child.kill_reason
         if reason is None and code == ExitCode.CHILD_ABORTED:
             reason = "shutdown"  # it gave its job back: its term grace ran out, or a HUP
         if code == 0 and reason is None:
-            why = child.left or ("stopped as asked" if self.stopping else "left")
+            why = child.left or ("stopped as asked" if self.signals.stopping else "left")
             log.info("child %s (pid %d) finished: %s", child.name, child.pid, why)
         else:
             level = logging.INFO if code == 0 or reason else logging.ERROR
             log.log(level, "child %s (pid %d) exited with %d (%s)%s", child.name, child.pid,
                     code, reason or "unexpected", f", job {child.jid}" if child.jid else "",
                     extra=child_extra(child) if child.jid else None)
-        self.failed += self.disposer.dispose(child, reason, code)
-        slot = child.slot
-        if code != 0 and reason is None and \
-                time.monotonic() - child.started < self.config.respawn_min_uptime:
-            self.slot_failures[slot] += 1
-            delay = min(0.1 * 2 ** self.slot_failures[slot], self.config.respawn_max_backoff)
-            log.warning("child slot %d dies quickly; respawning in %.1fs", slot, delay)
-            self.slot_ready_at[slot] = time.monotonic() + delay
-        else:
-            self.slot_failures[slot] = 0
-            self.slot_ready_at[slot] = 0.0
-        self.free_slots.append(slot)
+        self._dispose(child, reason, code)
+        delay = child.backoff(code != 0 and reason is None, self.config.respawn_min_uptime,
+                              self.config.respawn_max_backoff)
+        if child.failures:
+            log.warning("child slot %d dies quickly; respawning in %.1fs", child.slot, delay)
+        self.free[child.slot] = (time.monotonic() + delay, child.failures)
 
-    # -- signals and limits --------------------------------------------------------------------
+    def _dispose(self, child: ChildProc, reason: str | None, code: int) -> None:
+        """Release a dead child's jobs, or fail the one it was killed for (childproc.py)."""
+        stop = reason in ("shutdown", "forced")
+        try:
+            if stop and self._redis_down:
+                self.unreleased += 1
+                return
+            client = self._release_client()
+            if reason in ("timeout", "killed") and child.jid and \
+                    fail_running(child, client, reason):
+                self.outcomes["failed"] += 1
+            self.unreleased += release_held(child, client, self.config.queues, self.pool,
+                                            running=stop,
+                                            deregister=stop or not child.jid or code == 0)
+        except QlessError as exc:
+            self.unreleased += 1 if stop else 0
+            if stop and isinstance(exc, QlessConnectionError):
+                # Redis is unreachable or silent: don't wait a timeout per job; the leases
+                # expire and the jobs come back to another worker anyway.
+                log.error("could not release child %s's jobs (%s); their leases will expire",
+                          child.name, exc)
+                self._redis_down = True
+            else:
+                log.error("could not dispose of child %s's job: %s", child.name, exc)
+
+    def _release_client(self) -> Deployment:
+        """Return the disposing client: a short timeout, so a silent Redis cannot hold a stop."""
+        if self._releaser is None:
+            timeout = min(5.0, max(0.5, self.config.shutdown_grace / 2))
+            self._releaser = self.config.make_client(worker_name=self.name,
+                                                     socket_timeout=timeout)
+        return self._releaser
+
+    def _signal_all(self, signum: int) -> None:
+        for child in self.children.values():
+            child.kill(None, signum)
+
     def _act_on_signals(self) -> None:
         """Drain (QUIT to children), give back (HUP), force (KILL): the further the stop
         requests go, the harder the children are stopped (see SignalState)."""
@@ -421,13 +364,13 @@ class ForkingWorker:
             log.warning("another stop request: killing children now")
             self._forced = True
             for child in self.children.values():
-                self._kill(child, "forced", signal.SIGKILL)
+                child.kill("forced", signal.SIGKILL)
         elif sig.stop_requests >= 1 and not self._stop_sent:
             log.info("stop requested: aborting and releasing running jobs")
-            self._stop_sent = 1
+            self._stop_sent = True
             self._shutdown_deadline = time.monotonic() + self.config.shutdown_grace
             for child in self.children.values():
-                self._kill(child, "shutdown", signal.SIGHUP)
+                child.kill("shutdown", signal.SIGHUP)
         elif sig.graceful and not self._quit_sent:
             log.info("graceful stop: finishing running jobs%s", "" if sig.drain_deadline is None
                      else f" for up to {self.config.term_grace:g}s (TERM)")
@@ -435,11 +378,11 @@ class ForkingWorker:
             self._signal_all(signal.SIGQUIT)
         if sig.kill_current:
             sig.kill_current = False
-            self._read_all_status()  # status is read in batches: know the current jobs
+            self._read_status(self.children.values())  # (read in batches: catch up)
             for child in self.children.values():
                 if child.jid is not None:
                     log.warning("USR1: killing child %s running %s", child.name, child.jid)
-                    self._kill(child, "killed", signal.SIGKILL)
+                    child.kill("killed", signal.SIGKILL)
         if sig.dump_stacks:
             sig.dump_stacks = False
             log.warning("USR2: paused; children dump their stacks to stderr; CONT resumes")
@@ -452,20 +395,20 @@ class ForkingWorker:
         if self._stop_sent and not self._forced and now >= self._shutdown_deadline:
             for child in self.children.values():
                 log.warning("child %s did not stop in time; killing it", child.name)
-                self._kill(child, "forced", signal.SIGKILL)
+                child.kill("forced", signal.SIGKILL)
         # An --exec child gives its command --kill-grace to stop after TERM, then kills it.
         grace = self.config.kill_grace + (1.0 if self.config.exec_command else 0.0)
         for child in self.children.values():
             if child.kill_reason == "timeout" and now - child.term_sent >= grace:
-                self._kill(child, "timeout", signal.SIGKILL)
+                child.kill("timeout", signal.SIGKILL)
             elif child.limit and child.jid and child.kill_reason is None:
                 if now - child.job_started >= child.limit:
                     log.warning("job %s on %s exceeded its time limit of %gs; stopping it",
                                 child.jid, child.name, child.limit, extra=child_extra(child))
-                    self._kill(child, "timeout", signal.SIGTERM)
+                    child.kill("timeout", signal.SIGTERM)
         if self.signals.stopping:
             return
-        if self.jobs_exhausted and not self.children:
+        if self._tickets_gone() and not self.children:
             log.info("--max-jobs reached (%d in all): stopping", self.config.max_jobs)
             self.signals.request_stop(graceful=True)
         elif self.config.max_duration and now - self.started >= self.config.max_duration:
@@ -473,15 +416,13 @@ class ForkingWorker:
             self.signals.request_stop(graceful=True)
 
     def _reap_leases(self) -> None:
-        """Recover expired leases now and then (reaper.py); idle, ping and reap less often
-        and close the pubsub connections after --idle-disconnect (an idle worker costs Redis
-        next to nothing)."""
+        """Beat and recover expired leases (reaper.py); idle, ping less and close the pubsub
+        connections after --idle-disconnect (an idle worker costs Redis next to nothing)."""
         idle = not any(child.jid for child in self.children.values())
-        assert self.channels is not None
         self.channels.health_check_interval = _IDLE_PING if idle else _BUSY_PING
         self.channels.settle(busy=not idle)
         # (stopping: beats only, "draining" while the children finish their jobs)
-        self.reaper.maybe_reap(idle=idle, reap=not self.stopping)
+        self.reaper.maybe_reap(idle=idle, reap=not self.signals.stopping)
 
     def _beat_state(self) -> str:
         return "draining" if self.signals.graceful else "live"
@@ -495,34 +436,35 @@ class ForkingWorker:
         if now - self._title_at < 0.5:
             return
         self._title_at = now
+        done = self.outcomes["completed"] + self.outcomes["settled"]
         set_title(supervisor_title(self.config.queues, len(self.children), self.wanted,
-                                   self.signals.paused, self.done, self.failed,
+                                   self.signals.paused, done, self.outcomes["failed"],
                                    stop_note(self.signals)))
 
     def _cleanup(self) -> None:
+        """Kill what is left, deregister (unless Redis was found down), let go of everything."""
         for child in self.children.values():
-            self._kill(child, "forced", signal.SIGKILL)
+            child.kill("forced", signal.SIGKILL)
         deadline = time.monotonic() + 5.0
         while self.children and time.monotonic() < deadline:
             self._reap(always=True)
             time.sleep(0.01)
-        if self.channels is not None:
-            self.channels.close()
+        self.channels.close()
         self.reaper.close()
-        if self.disposer is not None:
-            self.disposer.close()
+        if not self._redis_down:
+            try:
+                for shard in served_clients(self._release_client(), self.config.queues):
+                    shard.workers.deregister(self.name)
+            except (QlessError, redis.RedisError):
+                pass
+        self.client.close()
+        if self._releaser is not None:
+            self._releaser.close()
         self.signals.uninstall()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         if self._leader_token is not None:
             self._leader_token.close()
         if self._token_dir:
             shutil.rmtree(self._token_dir, ignore_errors=True)
-
-
-def _close_go(child: ChildProc) -> None:
-    """Tell the child it may take jobs (one byte, and the pipe closed)."""
-    if child.go_fd >= 0:
-        with contextlib.suppress(OSError):  # (the child is gone)
-            os.write(child.go_fd, b"g")
-        os.close(child.go_fd)
-        child.go_fd = -1
+        if self.health is not None:
+            self.health.remove()

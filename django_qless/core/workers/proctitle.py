@@ -2,29 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+
+from setproctitle import setproctitle
 
 from django_qless.core.workers.shutdown import SignalState
 
 __all__ = ["child_title", "set_title", "stop_note", "supervisor_title"]
 
-_set: Callable[[str], None] | None
-try:
-    from setproctitle import setproctitle as _set
-except ImportError:  # pragma: no cover - setproctitle is a dependency; stay usable without it
-    _set = None
-
 _last = ""
 
 
 def set_title(title: str) -> None:
-    """Set this process's title (no-op if setproctitle is missing)."""
+    """Set this process's title."""
     global _last
-    if title == _last:
-        return  # the idle title is asked for on every wait: skip the system call
-    _last = title
-    if _set is not None:
-        _set(title)
+    if title != _last:  # the idle title is asked for on every wait: skip the system call
+        _last = title
+        setproctitle(title)
 
 
 def stop_note(signals: SignalState) -> str:
@@ -46,15 +40,8 @@ def supervisor_title(
 
 
 def child_title(
-    name: str,
-    queues: Sequence[str],
-    *,
-    jid: str | None = None,
-    klass: str | None = None,
-    queue: str | None = None,
-    elapsed: float = 0.0,
-    paused: bool = False,
-    note: str = "",
+    name: str, queues: Sequence[str], *, jid: str | None = None, klass: str | None = None,
+    queue: str | None = None, elapsed: float = 0.0, paused: bool = False, note: str = "",
 ) -> str:
     """Return a job-running process's title: running (`note`: see stop_note), idle or paused."""
     if jid is not None:
