@@ -24,10 +24,14 @@ import logging
 import os
 import re
 import shlex
+import signal
 import sys
+import threading
 import time
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, TextIO
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from types import FrameType
+from typing import TYPE_CHECKING, NoReturn, TextIO
 from urllib.parse import urlsplit
 
 import redis
@@ -53,8 +57,8 @@ if TYPE_CHECKING:
 
 __all__ = ["build_parser", "check_health_file", "check_imports", "check_queue_specs",
            "config_from_args", "dry_run", "import_modules", "log_start", "main", "make_worker",
-           "run_worker", "split_command", "wait_for_redis", "warn_about_eviction",
-           "worker_class"]
+           "run_worker", "split_command", "stop_before_start", "StoppedBeforeStart",
+           "wait_for_redis", "warn_about_eviction", "worker_class"]
 
 log = logging.getLogger("django_qless.worker")
 
@@ -111,6 +115,40 @@ def dry_run(config: WorkerConfig, out: TextIO) -> int:
     return ExitCode.OK
 
 
+class StoppedBeforeStart(SystemExit):
+    """TERM, INT or QUIT reached the worker before it handled signals itself: exit 0."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(ExitCode.OK)
+        self.signum = signum
+
+
+def _stop_start(signum: int, frame: FrameType | None) -> NoReturn:
+    raise StoppedBeforeStart(signum)
+
+
+_STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
+
+
+@contextmanager
+def stop_before_start() -> Iterator[None]:
+    """Let TERM, INT or QUIT stop the block with StoppedBeforeStart (nothing taken yet)."""
+    # The worker's own handlers replace ours as it starts: restore only what is still ours
+    # (a worker stopped by TERM leaves TERM ignored on purpose).
+    main = threading.current_thread() is threading.main_thread()
+    previous = {signum: signal.signal(signum, _stop_start) for signum in _STOPS} if main else {}
+    try:
+        yield
+    except StoppedBeforeStart as exc:
+        log.warning("stopped before starting (%s): no job was taken",
+                    signal.Signals(exc.signum).name)
+        raise
+    finally:
+        for signum, handler in previous.items():
+            if signal.getsignal(signum) is _stop_start:
+                signal.signal(signum, handler)
+
+
 def run_worker(
     config: WorkerConfig, hooks: WorkerHooksProtocol | None = None, out: TextIO | None = None
 ) -> int:
@@ -122,18 +160,26 @@ def run_worker(
     if not config.queues:
         out.write("no queues given\n")
         return ExitCode.USAGE
+    try:
+        with stop_before_start():
+            return _start(config, hooks, out)
+    except StoppedBeforeStart:
+        return ExitCode.OK
+
+
+def _start(config: WorkerConfig, hooks: WorkerHooksProtocol | None, out: TextIO) -> int:
     health = None if config.dry_run else _health_file(config)
     if health is not None:
         health.write("starting")
     import_modules(config.import_modules)
     if config.dry_run:
         return dry_run(config, out)
-    # Loaded before Redis is checked: the worker sets its signal handlers moments after.
     kind = worker_class(config)
     if not wait_for_redis(config):
         return ExitCode.ERROR
     warn_about_eviction(config)
     log_start(config)
+    # Until its first line installs the worker's handlers, ours still stop the start.
     return kind(config, hooks).run_forever()
 
 
