@@ -15,14 +15,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_qless.clients import build_client, build_redis
 from django_qless.conf import AliasSettings, get_settings
-from django_qless.core.workers.cli import (
-    check_health_file,
-    check_imports,
-    check_queue_specs,
-    split_command,
-    stop_before_start,
-    wait_for_redis,
-)
+from django_qless.core.workers.cli import check_queue_specs, stop_before_start, wait_for_redis
 from django_qless.core.workers.worker_config import WorkerConfig, add_options, option_values
 
 if TYPE_CHECKING:
@@ -146,8 +139,6 @@ class Command(BaseCommand):
         queues = tuple(options["queues"]) or conf.worker.queues
         try:
             check_queue_specs(queues)
-            exec_command = split_command(options["exec_command"])
-            check_imports(options["imports"])
         except ValueError as exc:
             raise config_error(str(exc)) from None
         alias = options["alias"] or conf.alias_for_queue(queues[0])
@@ -161,11 +152,10 @@ class Command(BaseCommand):
                 f"{', '.join(sorted(others))}); run one worker per alias with --alias.")
         # A command-line value wins; else QLESS["WORKER"]; else the option's default.
         merged = {**{n: v for n, v in conf.worker.values.items() if v is not None},
-                  **option_values(options, django=True), "exec_command": exec_command}
+                  **option_values(options, django=True)}
         fields = WorkerConfig.__dataclass_fields__
         values = {n: v for n, v in merged.items() if n in fields and n != "queues"}
         try:
-            check_health_file(values.get("health_file"))
             return AliasWorkerConfig(
                 alias=alias,
                 url=conf.aliases[alias].display,
