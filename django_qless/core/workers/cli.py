@@ -3,8 +3,8 @@
 Signals: TERM/INT take no new job and let running jobs finish for up to --term-grace
 seconds, then release them to waiting without spending a retry (a second TERM/INT: at once;
 one more kills the children); QUIT finishes running jobs and exits; USR1 kills the running
-job(s) (failed as django_qless.JobKilled) and carries on; USR2 stops taking jobs and writes
-every process's stack to stderr; CONT resumes. TERM/INT/QUIT during start-up: exit 0.
+job(s) (failed as django_qless.JobKilled); USR2 stops taking jobs and writes every process's
+stack to stderr; CONT resumes. TERM/INT/QUIT during start-up exit 0.
 
 Exit codes: 0 stopped as asked (QUIT, TERM/INT with jobs finished or released, --max-jobs,
 --max-duration, --dry-run, --print-options); 1 fatal error (e.g. Redis still unreachable
@@ -204,33 +204,33 @@ def _resolved(config: WorkerConfig) -> str:
 def wait_for_redis(config: WorkerConfig) -> bool:
     """Ping Redis until it answers or `config.start_timeout` seconds pass (False: gave up)."""
     limit, url = config.start_timeout, config.safe_url
-    deadline = time.monotonic() + limit
-    # An attempt's socket timeouts stay within the time left (the first within 1 s, so a
-    # server that accepts connections and never answers cannot stretch the wait).
-    delay, patience, told_at = 0.1, 1.0, 0.0
+    deadline, delay, patience, told_at = time.monotonic() + limit, 0.1, 1.0, 0.0
     health = _health_file(config) if config.health_file else None
     while True:
         if health is not None:
             health.beat("starting")  # alive, not ready: a liveness probe holds meanwhile
+        # An attempt's socket timeouts stay within the time left (the first within 1 s): a
+        # server that accepts connections and never answers cannot stretch the wait.
         left = deadline - time.monotonic()
         error = _ping(config, min(patience, max(0.2, left)) if limit else 5.0)
         patience, now = min(patience * 2, 5.0), time.monotonic()
-        if error is None:
-            if told_at:
-                log.info("Redis at %s is reachable now", url)
-            return True
-        if now >= deadline:
-            log.error("Redis at %s is still unreachable after %gs (%s); giving up "
-                      "(--start-timeout)", url, limit, error)
-            return False
+        if error is None or now >= deadline:
+            break
         if not told_at:
             log.warning("waiting for Redis at %s: unreachable (%s); trying for up to %gs "
                         "(--start-timeout)", url, error, limit)
+            told_at = now
         elif now - told_at >= 10.0:
             log.warning("still waiting for Redis at %s (%.0fs left)", url, deadline - now)
-        told_at = now if not told_at or now - told_at >= 10.0 else told_at
+            told_at = now
         time.sleep(min(delay, max(0.0, deadline - now)))
         delay = min(delay * 2, 2.0)
+    if error is None and told_at:
+        log.info("Redis at %s is reachable now", url)
+    elif error is not None:
+        log.error("Redis at %s is still unreachable after %gs (%s); giving up "
+                  "(--start-timeout)", url, limit, error)
+    return error is None
 
 
 def _health_file(config: WorkerConfig) -> HealthFile:

@@ -101,7 +101,6 @@ def _url_list(text: str) -> tuple[str, ...]:
 
 
 def _command(text: str) -> tuple[str, ...]:
-    """Split the --exec command line as a shell would."""
     try:
         words = tuple(shlex.split(text))
     except ValueError as exc:
@@ -112,7 +111,6 @@ def _command(text: str) -> tuple[str, ...]:
 
 
 def _module(name: str) -> str:
-    """Refuse a module that cannot be found, before anything starts."""
     try:
         found = importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):
@@ -123,7 +121,6 @@ def _module(name: str) -> str:
 
 
 def _writable(path: str) -> str:
-    """Refuse a file whose directory does not exist or cannot be written to."""
     directory = os.path.dirname(os.path.abspath(path or "."))
     if path and not (os.path.isdir(directory) and os.access(directory, os.W_OK | os.X_OK)):
         raise argparse.ArgumentTypeError(f"cannot write in {directory!r}")
@@ -259,8 +256,8 @@ class WorkerConfig:
         60.0, "idle safety re-check in seconds (wake-ups and due times arrive on pubsub)",
         ("--interval",), "number", 0, above=True, setting="INTERVAL", setting_minimum=0,
         env="QLESS_WORKER_INTERVAL")
-    resume: bool = option(False, "first run the jobs this worker name still holds (use with "
-                          "--name)", ("--resume",), "flag")
+    resume: bool = option(False, "first run the jobs this worker name still holds",
+                          ("--resume",), "flag")
     dry_run: bool = option(False, "check setup, take no job", ("--dry-run",), "flag")
     print_options: bool = option(False, "print options and exit", ("--print-options",), "flag")
     exec_command: tuple[str, ...] = option(
@@ -271,14 +268,11 @@ class WorkerConfig:
     kill_grace: float = option(5.0, "seconds between TERM and KILL for a job over its limit",
                                ("--kill-grace",), "number", 0)
     leader_hold: float = option(
-        0.002, "seconds a child that takes a job as idle leader keeps leading if the job ends "
-        "by then and no new work arrives (0: pass the lead at once)", ("--leader-hold",),
-        "number", 0)
+        0.002, "seconds an idle leader that takes a job keeps the lead for it to end (0: pass "
+        "it at once)", ("--leader-hold",), "number", 0)
     idle_disconnect: float = option(
-        10.0, "seconds the idle lead must stay with one child before the children waiting for "
-        "it close their Redis connections until they lead, and seconds without a job before "
-        "the supervisor closes its worker-channel connection until a child starts one (0: "
-        "never)", ("--idle-disconnect",), "number", 0)
+        10.0, "idle seconds before waiting children and the supervisor close Redis "
+        "connections they do not need (0: never)", ("--idle-disconnect",), "number", 0)
     # 15 + --shutdown-grace 10 fits Kubernetes' default 30 s termination grace period.
     term_grace: float = option(
         15.0, "seconds TERM/INT lets running jobs finish before giving them back to waiting "
@@ -302,10 +296,9 @@ class WorkerConfig:
         metadata={"option": OptionSpec("", None, "parent of per-worker sandboxes",
                                        ("--sandbox-root",))})
     queue_refresh: float = 10.0  # seconds between re-resolving glob queue patterns
-    # A child dying sooner than this after its start counts toward the respawn back-off.
-    respawn_min_uptime: float = 1.0
+    respawn_min_uptime: float = 1.0  # a child dying sooner counts toward the back-off
     respawn_max_backoff: float = 30.0
-    reap_interval: float | None = option(  # None: from the engine's config
+    reap_interval: float | None = option(
         None, "seconds between lease reaper runs (default: from the heartbeat and "
         "grace-period config; 0 = off)", ("--reap-interval",), "number", 0)
     beat: float = option(
@@ -322,8 +315,7 @@ class WorkerConfig:
         env="QLESS_WORKER_HEALTH_FILE", parse=_writable)
     # A half-open TCP connection must not block a worker forever (None: block).
     socket_timeout: float | None = 30.0
-    # Each registered job kind's queue, where a framework knows it: the start line names
-    # those not served.
+    # Each registered job kind's queue, where known: the start line names those not served.
     job_queues: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
     middleware: tuple[Middleware, ...] = field(default=(), compare=False)
     registry: Registry = field(default=default_registry, compare=False, repr=False)
