@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 import subprocess
 import sys
 
 import pytest
 
-from tests.app.helpers import ROOT, manage
+from tests.app.helpers import ROOT, command_env, manage
+from tests.helpers import wait_until
 
 
 def unused_port() -> int:
@@ -52,3 +54,24 @@ def test_the_core_worker_exits_2_on_bad_options():
     core = subprocess.run([sys.executable, "-m", "django_qless.core.workers", "bad!queue"],
                           cwd=ROOT, text=True, capture_output=True, timeout=60)
     assert core.returncode == 2 and "argument queues" in core.stderr
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGQUIT],
+                         ids=lambda s: s.name)
+def test_a_stop_while_waiting_for_redis_exits_0(tmp_path, signum):
+    """TERM, INT or QUIT before the worker handles signals itself: exit 0, said on stderr."""
+    err = tmp_path / "worker.err"
+    with err.open("w") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "django", "qless_worker", "default", "-p", "0",
+             "--start-timeout", "60"], cwd=ROOT, text=True, stdout=subprocess.DEVNULL,
+            stderr=sink, env=command_env(f"unix://{tmp_path / 'nobody-listens.sock'}"))
+        try:
+            wait_until(lambda: "waiting for Redis" in err.read_text(), timeout=30)
+            proc.send_signal(signum)
+            assert proc.wait(timeout=15) == 0, err.read_text()
+        finally:
+            proc.kill()
+            proc.wait()
+    assert "stopped before starting" in err.read_text()
+    assert "Traceback" not in err.read_text()

@@ -54,14 +54,16 @@ def test_out_of_range_values_name_their_option(args: list[str], message: str) ->
 
 
 def typed_options() -> list[tuple[str, str]]:
-    """Every option taking a typed value on `qless-worker`: (flag, a value it refuses)."""
+    """Every option taking a checked value on `qless-worker`: (flag, a value it refuses)."""
     found = []
     for spec in OPTIONS:
-        if spec.cli == "none" or spec.kind in ("flag", "no_flag", "append"):
+        if spec.cli == "none" or spec.kind in ("flag", "no_flag", "choice"):
             continue
-        if spec.kind == "str" and spec.parse is None:
-            continue  # any text is a value (a path, a command line)
-        found.append((spec.flags[-1], "x:y z" if spec.kind != "urls" else "http://h"))
+        if spec.kind in ("str", "append") and spec.parse is None:
+            continue  # any text is a value (a path)
+        bad = {"cluster": "http://h", "import_modules": "no.such.module", "exec_command": "'",
+               "health_file": "/no/such/dir/health"}.get(spec.name, "x:y z")
+        found.append((spec.flags[-1], bad))
     return found
 
 

@@ -1,8 +1,6 @@
 """The Django-free worker: serial (in-process) and forking (supervisor + children).
 
-Entry points: `run_worker(config, hooks)` (what the CLI and the Django command call),
-`make_worker`, `SerialWorker`, `ForkingWorker`, `WorkerConfig`, `WorkerHooks`;
-`JobContextFilter` adds the running job's jid to log records.
+Entry points: `run_worker(config, hooks)`, which both command lines call, and `make_worker`.
 """
 
 from __future__ import annotations

@@ -1,22 +1,23 @@
 """Every worker option, declared once, and the frozen `WorkerConfig` built from them.
 
-The table `OPTIONS` gives the defaults of `WorkerConfig`, the options of both command lines
-(`qless-worker` and `manage.py qless_worker`) and the keys of `QLESS["WORKER"]` (with their
-environment variables). A new option is a line in the table and, for a `WorkerConfig` field,
-the field (whose default reads the table).
+`OPTIONS` gives each option's default, how its value is read and checked, its flags on both
+command lines (`qless-worker`, `manage.py qless_worker`) and its `QLESS["WORKER"]` key.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import math
 import os
 import re
+import shlex
 import socket
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Literal, NoReturn
+from dataclasses import dataclass, field, fields, replace
+from functools import partial
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
@@ -29,72 +30,67 @@ if TYPE_CHECKING:
     from django_qless.core.workers.shards import Deployment
 
 __all__ = ["OPTIONS", "RESERVERS", "OptionSpec", "WorkerConfig", "add_options",
-           "default_of", "default_worker_name", "integer", "non_negative_int",
-           "non_negative_number", "number", "option_values", "positive_number",
-           "sanitize_name", "setting_keys", "shard_count", "url_list", "worker_name"]
+           "default_worker_name", "integer", "non_negative_int", "number", "option",
+           "option_values", "parse_number", "sanitize_name", "setting_keys"]
 
 Kind = Literal["int", "number", "choice", "flag", "no_flag", "append", "str", "queues", "urls"]
 ReserverName = Literal["ordered", "round-robin", "shuffled"]
 RESERVERS = ("ordered", "round-robin", "shuffled")
+Bound = float | Callable[[], float] | None
 
-_INT_TEXT = re.compile(r"-?[0-9]+")
-_NUM_TEXT = re.compile(r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+_TEXT = {"int": re.compile(r"-?[0-9]+"),
+         "number": re.compile(r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")}
 _NAME_TEXT = re.compile(r"[\x21-\x39\x3b-\x7e]{1,128}")
 _BAD_NAME_CHARS = re.compile(r"[^\x21-\x7e]|:")
 _REAP_TIMEOUT = 5.0
 
 
-def _refuse(text: str, need: str) -> NoReturn:
-    raise argparse.ArgumentTypeError(f"must be {need}, got {text!r}")
+def _refuse(need: str, text: object) -> argparse.ArgumentTypeError:
+    return argparse.ArgumentTypeError(f"must be {need}, got {str(text)[:140]!r}")
 
 
-def integer(text: str) -> int:
-    """Parse a plain decimal integer (argparse type; no spaces, '_', '+' or floats)."""
-    return int(text) if _INT_TEXT.fullmatch(text) else _refuse(text, "an integer")
+def _out_of_bounds(value: float, kind: str, low: float | None, high: Bound,
+                   above: bool) -> str | None:
+    """Return what `value` must be when it is outside the bounds (None: inside)."""
+    top = high() if callable(high) else high
+    if top is not None and low is not None:
+        return None if low <= value <= top else f"in [{low:g}, {top:g}]"
+    if low is None or value > low or (value == low and not above):
+        return None
+    need = f"{'>' if above else '>='} {low:g}"
+    return f"an integer {need}" if kind == "int" else need
 
 
-def non_negative_int(text: str) -> int:
-    """Parse an integer >= 0 (argparse type)."""
-    value = integer(text)
-    return value if value >= 0 else _refuse(text, "an integer >= 0")
+def parse_number(text: str, kind: str = "number", low: float | None = None,
+                 high: Bound = None, above: bool = False) -> Any:
+    """Parse a plain decimal in bounds (argparse type; no spaces, '_', '+', hex, nan or inf)."""
+    if not _TEXT[kind].fullmatch(text) or (kind == "number" and not math.isfinite(float(text))):
+        raise _refuse("an integer" if kind == "int" else "a finite number", text)
+    value = int(text) if kind == "int" else float(text)
+    need = _out_of_bounds(value, kind, low, high, above)
+    if need:
+        raise _refuse(need, text)
+    return value
 
 
-def number(text: str) -> float:
-    """Parse a finite decimal number (argparse type; no nan, inf, hex or spaces)."""
-    if _NUM_TEXT.fullmatch(text) and math.isfinite(float(text)):
-        return float(text)
-    _refuse(text, "a finite number")
+integer = partial(parse_number, kind="int")
+non_negative_int = partial(parse_number, kind="int", low=0)
+number = partial(parse_number, kind="number")
 
 
-def non_negative_number(text: str) -> float:
-    """Parse a finite number >= 0 (argparse type)."""
-    value = number(text)
-    return value if value >= 0 else _refuse(text, ">= 0")
+def _max_shards() -> float:
+    from django_qless.core.cluster.placement import MAX_SHARDS  # (only a cluster needs it)
+
+    return MAX_SHARDS
 
 
-def positive_number(text: str) -> float:
-    """Parse a finite number > 0 (argparse type)."""
-    value = number(text)
-    return value if value > 0 else _refuse(text, "> 0")
+def _worker_name(text: str) -> str:
+    if not _NAME_TEXT.fullmatch(text):
+        raise _refuse("1-128 printable ASCII characters without ' ' or ':'", text)
+    return text
 
 
-def shard_count(text: str) -> int:
-    """Parse a shard count the placement can use (argparse type)."""
-    from django_qless.core.cluster.placement import MAX_SHARDS
-
-    value = integer(text)
-    return value if 1 <= value <= MAX_SHARDS else _refuse(text, f"in [1, {MAX_SHARDS}]")
-
-
-def worker_name(text: str) -> str:
-    """Parse a worker name: 1-128 printable ASCII characters, no space or ':'."""
-    if _NAME_TEXT.fullmatch(text):
-        return text
-    _refuse(text[:140], "1-128 printable ASCII characters without ' ' or ':'")
-
-
-def url_list(text: str) -> tuple[str, ...]:
-    """Parse comma-separated Redis URLs (argparse type; each redis://, rediss:// or unix://)."""
+def _url_list(text: str) -> tuple[str, ...]:
     urls = tuple(u.strip() for u in text.split(",") if u.strip())
     if not urls:
         raise argparse.ArgumentTypeError("give at least one node URL")
@@ -104,16 +100,45 @@ def url_list(text: str) -> tuple[str, ...]:
     return urls
 
 
+def _command(text: str) -> tuple[str, ...]:
+    try:
+        words = tuple(shlex.split(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"cannot parse {text[:80]!r}: {exc}") from None
+    if text and not words:
+        raise argparse.ArgumentTypeError("the command is empty")
+    return words
+
+
+def _module(name: str) -> str:
+    try:
+        found = importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise argparse.ArgumentTypeError(f"no module named {name!r}")
+    return name
+
+
+def _writable(path: str) -> str:
+    directory = os.path.dirname(os.path.abspath(path or "."))
+    if path and not (os.path.isdir(directory) and os.access(directory, os.W_OK | os.X_OK)):
+        raise argparse.ArgumentTypeError(f"cannot write in {directory!r}")
+    return path
+
+
 @dataclass(frozen=True)
 class OptionSpec:
-    """One worker option: its default, its command-line form and its setting."""
+    """One worker option: its default, its check, its command-line form and its setting."""
 
     name: str  # the WorkerConfig field (a settings-only option: its WorkerSettings field)
     default: Any
     help: str = ""
     flags: tuple[str, ...] = ()  # command-line flags; () keeps it off the command lines
     kind: Kind = "str"
-    minimum: float | None = None  # command line: refuse values below this
+    minimum: float | None = None  # "int"/"number": the smallest value accepted
+    maximum: Bound = None  # with `minimum`: the largest (a callable: looked up when needed)
+    above: bool = False  # `minimum` itself is refused
     choices: tuple[str, ...] = ()
     dest: str | None = None  # the argparse dest, when it is not `name`
     metavar: str | None = None
@@ -121,91 +146,43 @@ class OptionSpec:
     setting: str | None = None  # the QLESS["WORKER"] key
     setting_minimum: float | None = None  # settings: smallest value accepted
     env: str | None = None  # read when the setting is absent
-    parse: Any = None  # the command line's argparse type, when the kind's is not enough
+    parse: Callable[[str], Any] | None = None  # reads a "str", "append" or "urls" value
 
     @property
     def key(self) -> str:
         """Return the argparse dest."""
         return self.dest or self.name
 
+    def read(self, text: str) -> Any:
+        """Read this option's command-line text, or refuse it saying why (argparse type)."""
+        if self.kind in ("int", "number"):
+            return parse_number(text, self.kind, self.minimum, self.maximum, self.above)
+        return self.parse(text) if self.parse else text
 
-OPTIONS: tuple[OptionSpec, ...] = (
-    OptionSpec("queues", ("default",), kind="queues", cli="none", setting="QUEUES",
-               env="QLESS_WORKER_QUEUES"),
-    OptionSpec("processes", None, "children to pre-fork (default: CPU count; 0: run jobs "
-               "in-process)", ("-n", "--processes"), "int", 0, setting="PROCESSES",
-               setting_minimum=1, env="QLESS_WORKER_PROCESSES"),
-    OptionSpec("reserver", "ordered", "which queue to take from first", ("--reserver",),
-               "choice", choices=RESERVERS, setting="RESERVER", env="QLESS_WORKER_RESERVER"),
-    OptionSpec("max_jobs", 0, "run at most this many jobs, all children together, then exit",
-               ("--max-jobs",), "int", 0, setting="MAX_JOBS", setting_minimum=1),
-    OptionSpec("interval", 60.0, "idle safety re-check in seconds (wake-ups and due times "
-               "arrive on pubsub)",
-               ("--interval",), "number", setting="INTERVAL", setting_minimum=0,
-               env="QLESS_WORKER_INTERVAL", parse=positive_number),
-    OptionSpec("timeout", 0.0, "per-job time limit (seconds)", ("--timeout",), "number", 0,
-               setting="TIMEOUT", setting_minimum=0.001, env="QLESS_WORKER_TIMEOUT"),
-    OptionSpec("heartbeat", None, kind="int", cli="none", setting="HEARTBEAT",
-               setting_minimum=1, env="QLESS_WORKER_HEARTBEAT"),
-    OptionSpec("fork_per_job", False, "a fresh child for every job", ("--fork-per-job",),
-               "flag"),
-    OptionSpec("prefetch", True, "never hold a job ahead while short jobs run (see "
-               "docs/worker.md)", ("--no-prefetch",), "no_flag", setting="PREFETCH",
-               env="QLESS_WORKER_PREFETCH"),
-    OptionSpec("leader_hold", 0.002, "seconds a child that takes a job as idle leader keeps "
-               "leading if the job ends by then and no new work arrives (0: pass the lead "
-               "at once)", ("--leader-hold",), "number", 0),
-    OptionSpec("idle_disconnect", 10.0, "seconds the idle lead must stay with one child "
-               "before the children waiting for it close their Redis connections until they "
-               "lead, and seconds without a job before the supervisor closes its "
-               "worker-channel connection until a child starts one (0: never)",
-               ("--idle-disconnect",), "number", 0),
-    OptionSpec("child_max_jobs", 0, "replace a child after this many jobs (0: never)",
-               ("--child-max-jobs",), "int", 0),
-    OptionSpec("import_modules", (), "import MODULE before forking (it registers jobs); "
-               "repeatable", ("--import",), "append", dest="imports", metavar="MODULE"),
-    OptionSpec("max_duration", 0.0, "stop after SECONDS", ("--max-duration",), "number", 0),
-    OptionSpec("resume", False, "first run the jobs this worker name still holds (use with "
-               "--name)", ("--resume",), "flag"),
-    OptionSpec("dry_run", False, "check setup, take no job", ("--dry-run",), "flag"),
-    OptionSpec("print_options", False, "print options and exit", ("--print-options",), "flag"),
-    OptionSpec("exec_command", (), "run COMMAND per job: data JSON on stdin, jid as last "
-               "argument", ("--exec",), "str", metavar="COMMAND"),
-    OptionSpec("kill_grace", 5.0, "seconds between TERM and KILL for a job over its limit",
-               ("--kill-grace",), "number", 0),
-    # 15 + --shutdown-grace 10 fits Kubernetes' default 30 s termination grace period.
-    OptionSpec("term_grace", 15.0, "seconds TERM/INT lets running jobs finish before giving "
-               "them back to waiting (0: give them back at once)", ("--term-grace",),
-               "number", 0, setting="TERM_GRACE", setting_minimum=0,
-               env="QLESS_WORKER_TERM_GRACE"),
-    OptionSpec("shutdown_grace", 10.0, "seconds children get to give their jobs back before "
-               "they are killed", ("--shutdown-grace",), "number", 0),
-    OptionSpec("reap_interval", None, "seconds between lease reaper runs (default: from the "
-               "heartbeat and grace-period config; 0 = off)", ("--reap-interval",), "number", 0),
-    OptionSpec("beat", 60.0, "seconds within which a live worker tells Redis so, idle or busy "
-               "(the dashboard shows it stale after 1.5 beats, dead after 3)", ("--beat",),
-               "number", 1),
-    OptionSpec("start_timeout", 30.0, "seconds to wait for Redis at start, then exit 1 "
-               "(default 30; 0: no wait)", ("--start-timeout",), "number", 0,
-               setting="START_TIMEOUT", setting_minimum=0, env="QLESS_WORKER_START_TIMEOUT"),
-    OptionSpec("health_file", None, "rewrite PATH every few seconds with the worker's state "
-               "and the time, for liveness/readiness probes (python -m django_qless.core.probe "
-               "PATH)", ("--health-file",), metavar="PATH", setting="HEALTH_FILE",
-               env="QLESS_WORKER_HEALTH_FILE"),
-    OptionSpec("name", None, "worker name (default host-pid)", ("--name",), parse=worker_name),
-    # The Django command takes the connection (one server or a cluster) from its alias.
-    OptionSpec("cluster", (), "serve queues placed over the shards of the Redis Cluster with "
-               "these nodes (comma-separated URLs) instead of --url", ("--cluster",), "urls",
-               cli="core", metavar="URLS"),
-    OptionSpec("shards", 16, "with --cluster: the number of shards queues are placed over",
-               ("--shards",), "int", 1, cli="core", parse=shard_count),
-    OptionSpec("sandbox_root", None, "parent of per-worker sandboxes", ("--sandbox-root",)),
-)
+    def check(self, value: Any) -> None:
+        """Raise ValueError naming this option when its declaration refuses `value`."""
+        try:
+            if self.kind in ("int", "number"):
+                need = _out_of_bounds(value, self.kind, self.minimum, self.maximum, self.above)
+                if need:
+                    raise _refuse(need, value)
+            elif self.kind == "choice" and value not in self.choices:
+                raise _refuse(f"one of {', '.join(self.choices)}", value)
+            elif self.parse and isinstance(value, str):
+                self.parse(value)
+        except argparse.ArgumentTypeError as exc:
+            raise ValueError(f"{self.name}: {exc}") from None
 
-
-def default_of(name: str) -> Any:
-    """Return the declared default of option `name` (for the WorkerConfig field)."""
-    return next(spec.default for spec in OPTIONS if spec.name == name)
+    def argument(self) -> dict[str, Any]:
+        """Return the argparse keywords of this option besides its flags."""
+        common = {"dest": self.key, "help": self.help}
+        if self.kind in ("flag", "no_flag"):
+            flag = self.kind == "flag"  # (not given: False for a flag, None for a "no_" one)
+            return {**common, "action": f"store_{flag}".lower(), "default": False if flag else None}
+        if self.kind == "choice":
+            return {**common, "choices": self.choices, "default": None}
+        action = {"action": "append", "default": []} if self.kind == "append" else {}
+        return {"default": None, **common, **action, "type": self.read, "metavar": self.metavar}
 
 
 def setting_keys() -> frozenset[str]:
@@ -213,44 +190,23 @@ def setting_keys() -> frozenset[str]:
     return frozenset(spec.setting for spec in OPTIONS if spec.setting)
 
 
-def _on_command_line(spec: OptionSpec, django: bool) -> bool:
-    return spec.cli == "both" or (spec.cli == "core" and not django)
+def _command_line(django: bool) -> list[OptionSpec]:
+    return [s for s in OPTIONS if s.cli == "both" or (s.cli == "core" and not django)]
 
 
 def add_options(parser: argparse.ArgumentParser, *, django: bool = False,
                 aliases: Mapping[str, Iterable[str]] | None = None) -> None:
-    """Add every command-line worker option to `parser` (not given: None, flags False).
-
-    `option_values` drops what was not given, so a caller can fill it from settings;
-    `aliases` adds flags to an option.
-    """
-    types: dict[str, Any] = {"int": (integer, non_negative_int), "urls": (url_list, url_list),
-                             "number": (number, non_negative_number)}
-    for spec in (s for s in OPTIONS if _on_command_line(s, django)):
-        flags = (*(aliases or {}).get(spec.name, ()), *spec.flags)
-        if spec.kind in ("flag", "no_flag"):
-            parser.add_argument(*flags, dest=spec.key, help=spec.help,
-                                action="store_true" if spec.kind == "flag" else "store_false",
-                                default=False if spec.kind == "flag" else None)
-        elif spec.kind == "append":
-            parser.add_argument(*flags, dest=spec.key, action="append", default=[],
-                                metavar=spec.metavar, help=spec.help)
-        elif spec.kind == "choice":
-            parser.add_argument(*flags, dest=spec.key, choices=spec.choices, default=None)
-        else:
-            kind_type: Any = types[spec.kind][spec.minimum == 0] if spec.kind in types else None
-            parser.add_argument(*flags, dest=spec.key, type=spec.parse or kind_type,
-                                default=None, metavar=spec.metavar, help=spec.help)
+    """Add every command-line worker option to `parser`; `aliases` adds flags to options."""
+    for spec in _command_line(django):
+        parser.add_argument(*(aliases or {}).get(spec.name, ()), *spec.flags, **spec.argument())
 
 
 def option_values(given: Mapping[str, Any], *, django: bool = False) -> dict[str, Any]:
     """Return the WorkerConfig arguments among parsed options (not given: left out)."""
-    values: dict[str, Any] = {}
-    for spec in (s for s in OPTIONS if _on_command_line(s, django)):
-        value = given.get(spec.key)
-        if value is not None and not (spec.kind == "append" and not value):
-            values[spec.name] = tuple(value) if spec.kind == "append" else value
-    return values
+    values = {spec.name: given.get(spec.key) for spec in _command_line(django)}
+    return {name: tuple(value) if isinstance(value, list) else value
+            for name, value in values.items()
+            if value not in (None, []) and name in WorkerConfig.__dataclass_fields__}
 
 
 def sanitize_name(text: str) -> str:
@@ -264,57 +220,108 @@ def default_worker_name(pid: int | None = None) -> str:
     return sanitize_name(f"{host[:100]}-{os.getpid() if pid is None else pid}")
 
 
+def option(default: Any, *args: Any, **kwargs: Any) -> Any:
+    """Declare a WorkerConfig field an option: `OptionSpec`'s arguments after its name."""
+    return field(default=default, metadata={"option": OptionSpec("", default, *args, **kwargs)})
+
+
 @dataclass(frozen=True)
 class WorkerConfig:
     """Everything a worker needs to know; build it once, hand it to `make_worker`."""
 
     url: str = "redis://localhost:6379/0"
     queues: tuple[str, ...] = ()
-    processes: int | None = default_of("processes")  # None: CPU count; 0: SerialWorker
-    reserver: ReserverName = default_of("reserver")
-    fork_per_job: bool = default_of("fork_per_job")
-    prefetch: bool = default_of("prefetch")  # hold the next job ahead (hand.py)
-    child_max_jobs: int = default_of("child_max_jobs")
-    import_modules: tuple[str, ...] = default_of("import_modules")
-    max_jobs: int = default_of("max_jobs")
-    max_duration: float = default_of("max_duration")
-    interval: float = default_of("interval")
-    resume: bool = default_of("resume")
-    dry_run: bool = default_of("dry_run")
-    print_options: bool = default_of("print_options")
-    exec_command: tuple[str, ...] = default_of("exec_command")
-    timeout: float = default_of("timeout")
-    kill_grace: float = default_of("kill_grace")
-    leader_hold: float = default_of("leader_hold")  # leadership.py
-    idle_disconnect: float = default_of("idle_disconnect")  # loop.py, channels.py
-    term_grace: float = default_of("term_grace")
-    shutdown_grace: float = default_of("shutdown_grace")
-    name: str | None = default_of("name")
-    cluster: tuple[str, ...] = default_of("cluster")
-    shards: int = default_of("shards")
+    processes: int | None = option(  # None: CPU count; 0: SerialWorker
+        None, "children to pre-fork (default: CPU count; 0: run jobs in-process)",
+        ("-n", "--processes"), "int", 0, setting="PROCESSES", setting_minimum=1,
+        env="QLESS_WORKER_PROCESSES")
+    reserver: ReserverName = option(
+        "ordered", "which queue to take from first", ("--reserver",), "choice",
+        choices=RESERVERS, setting="RESERVER", env="QLESS_WORKER_RESERVER")
+    fork_per_job: bool = option(False, "a fresh child for every job", ("--fork-per-job",),
+                                "flag")
+    prefetch: bool = option(
+        True, "never hold a job ahead while short jobs run (see docs/worker.md)",
+        ("--no-prefetch",), "no_flag", setting="PREFETCH", env="QLESS_WORKER_PREFETCH")
+    child_max_jobs: int = option(0, "replace a child after this many jobs (0: never)",
+                                 ("--child-max-jobs",), "int", 0)
+    import_modules: tuple[str, ...] = option(
+        (), "import MODULE before forking (it registers jobs); repeatable", ("--import",),
+        "append", dest="imports", metavar="MODULE", parse=_module)
+    max_jobs: int = option(
+        0, "run at most this many jobs, all children together, then exit", ("--max-jobs",),
+        "int", 0, setting="MAX_JOBS", setting_minimum=1)
+    max_duration: float = option(0.0, "stop after SECONDS", ("--max-duration",), "number", 0)
+    interval: float = option(
+        60.0, "idle safety re-check in seconds (wake-ups and due times arrive on pubsub)",
+        ("--interval",), "number", 0, above=True, setting="INTERVAL", setting_minimum=0,
+        env="QLESS_WORKER_INTERVAL")
+    resume: bool = option(False, "first run the jobs this worker name still holds",
+                          ("--resume",), "flag")
+    dry_run: bool = option(False, "check setup, take no job", ("--dry-run",), "flag")
+    print_options: bool = option(False, "print options and exit", ("--print-options",), "flag")
+    exec_command: tuple[str, ...] = option(
+        (), "run COMMAND per job: data JSON on stdin, jid as last argument", ("--exec",),
+        metavar="COMMAND", parse=_command)
+    timeout: float = option(0.0, "per-job time limit (seconds)", ("--timeout",), "number", 0,
+                            setting="TIMEOUT", setting_minimum=0.001, env="QLESS_WORKER_TIMEOUT")
+    kill_grace: float = option(5.0, "seconds between TERM and KILL for a job over its limit",
+                               ("--kill-grace",), "number", 0)
+    leader_hold: float = option(
+        0.002, "seconds an idle leader that takes a job keeps the lead for it to end (0: pass "
+        "it at once)", ("--leader-hold",), "number", 0)
+    idle_disconnect: float = option(
+        10.0, "idle seconds before waiting children and the supervisor close Redis "
+        "connections they do not need (0: never)", ("--idle-disconnect",), "number", 0)
+    # 15 + --shutdown-grace 10 fits Kubernetes' default 30 s termination grace period.
+    term_grace: float = option(
+        15.0, "seconds TERM/INT lets running jobs finish before giving them back to waiting "
+        "(0: give them back at once)", ("--term-grace",), "number", 0, setting="TERM_GRACE",
+        setting_minimum=0, env="QLESS_WORKER_TERM_GRACE")
+    shutdown_grace: float = option(
+        10.0, "seconds children get to give their jobs back before they are killed",
+        ("--shutdown-grace",), "number", 0)
+    name: str | None = option(None, "worker name (default host-pid)", ("--name",),
+                              parse=_worker_name)
+    # The Django command takes the connection (one server or a cluster) from its alias.
+    cluster: tuple[str, ...] = option(
+        (), "serve queues placed over the shards of the Redis Cluster with these nodes "
+        "(comma-separated URLs) instead of --url", ("--cluster",), "urls", cli="core",
+        metavar="URLS", parse=_url_list)
+    shards: int = option(16, "with --cluster: the number of shards queues are placed over",
+                         ("--shards",), "int", 1, _max_shards, cli="core")
     verbosity: int = 0
-    sandbox_root: str = field(default_factory=lambda: os.path.join(tempfile.gettempdir(), "qless"))
-    # Glob queue patterns are re-resolved against the known queues this often.
-    queue_refresh: float = 10.0
-    # A child dying sooner than this after its start counts toward the respawn back-off.
-    respawn_min_uptime: float = 1.0
+    sandbox_root: str = field(
+        default_factory=lambda: os.path.join(tempfile.gettempdir(), "qless"),
+        metadata={"option": OptionSpec("", None, "parent of per-worker sandboxes",
+                                       ("--sandbox-root",))})
+    queue_refresh: float = 10.0  # seconds between re-resolving glob queue patterns
+    respawn_min_uptime: float = 1.0  # a child dying sooner counts toward the back-off
     respawn_max_backoff: float = 30.0
-    # None: half of the engine's min(heartbeat, grace-period), 1-30 s. Supervisor/serial only.
-    reap_interval: float | None = default_of("reap_interval")
-    beat: float = default_of("beat")  # rides on the reaper's call
-    start_timeout: float = default_of("start_timeout")
-    health_file: str | None = default_of("health_file")  # core/probe.py
+    reap_interval: float | None = option(
+        None, "seconds between lease reaper runs (default: from the heartbeat and "
+        "grace-period config; 0 = off)", ("--reap-interval",), "number", 0)
+    beat: float = option(
+        60.0, "seconds within which a live worker tells Redis so, idle or busy (the dashboard "
+        "shows it stale after 1.5 beats, dead after 3)", ("--beat",), "number", 1, 86400)
+    start_timeout: float = option(
+        30.0, "seconds to wait for Redis at start, then exit 1 (default 30; 0: no wait)",
+        ("--start-timeout",), "number", 0, setting="START_TIMEOUT", setting_minimum=0,
+        env="QLESS_WORKER_START_TIMEOUT")
+    health_file: str | None = option(
+        None, "rewrite PATH every few seconds with the worker's state and the time, for "
+        "liveness/readiness probes (python -m django_qless.core.probe PATH)",
+        ("--health-file",), metavar="PATH", setting="HEALTH_FILE",
+        env="QLESS_WORKER_HEALTH_FILE", parse=_writable)
     # A half-open TCP connection must not block a worker forever (None: block).
     socket_timeout: float | None = 30.0
-    # The queue of each registered job kind, where a framework knows it: the start line
-    # names those not served.
+    # Each registered job kind's queue, where known: the start line names those not served.
     job_queues: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
     middleware: tuple[Middleware, ...] = field(default=(), compare=False)
     registry: Registry = field(default=default_registry, compare=False, repr=False)
-    # Build the connection yourself (Sentinel, client certificates, a cluster, ...) instead
-    # of from `url`: called in every process that needs one, after fork; returns a
-    # redis.Redis with decode_responses=True, a core Client, or a ShardedClient. Socket
-    # timeouts are then the factory's.
+    # Builds the connection instead of `url` (Sentinel, client certificates, a cluster, ...),
+    # after fork in every process that needs one: a redis.Redis with decode_responses=True, a
+    # core Client or a ShardedClient, with the factory's socket timeouts.
     connect: Callable[[], redis.Redis | Deployment] | None = field(
         default=None, compare=False, repr=False)
 
@@ -329,30 +336,11 @@ class WorkerConfig:
         self.validate()
 
     def validate(self) -> None:
-        """Raise ValueError if an option is out of range."""
-        if self.reserver not in RESERVERS:
-            raise ValueError(f"reserver must be one of {', '.join(RESERVERS)}: {self.reserver!r}")
-        if self.processes is not None and self.processes < 0:
-            raise ValueError(f"processes must be >= 0: {self.processes}")
-        for name in ("max_jobs", "child_max_jobs", "max_duration", "timeout", "kill_grace",
-                     "term_grace", "shutdown_grace", "start_timeout", "leader_hold",
-                     "idle_disconnect"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0")
-        if self.reap_interval is not None and not self.reap_interval >= 0:
-            raise ValueError(f"reap_interval must be >= 0: {self.reap_interval}")
-        if not 1 <= self.beat <= 86400:
-            raise ValueError(f"beat must be >= 1 and <= 86400: {self.beat}")
-        if self.shards != default_of("shards"):
-            from django_qless.core.cluster.placement import MAX_SHARDS  # (only when set)
-
-            if not 1 <= self.shards <= MAX_SHARDS:
-                raise ValueError(f"shards must be in [1, {MAX_SHARDS}]: {self.shards}")
-        if not self.interval > 0:
-            raise ValueError(f"interval must be > 0: {self.interval}")
-        if self.name is not None and sanitize_name(self.name) != self.name:
-            raise ValueError(
-                f"worker name must be printable ASCII without ' ' or ':': {self.name!r}")
+        """Raise ValueError naming the first option whose declaration refuses its value."""
+        for spec in OPTIONS:
+            value = getattr(self, spec.name, None)
+            if value is not None and value != spec.default:
+                spec.check(value)
 
     @property
     def serial(self) -> bool:
@@ -416,6 +404,17 @@ class WorkerConfig:
                     processes=self.process_count,
                     middleware=[getattr(m, "__qualname__", repr(m)) for m in self.middleware])
         return data
+
+
+# Settings-only options first and last, as QLESS["WORKER"] lists them.
+OPTIONS: tuple[OptionSpec, ...] = (
+    OptionSpec("queues", ("default",), kind="queues", cli="none", setting="QUEUES",
+               env="QLESS_WORKER_QUEUES"),
+    *(replace(f.metadata["option"], name=f.name) for f in fields(WorkerConfig)
+      if "option" in f.metadata),
+    OptionSpec("heartbeat", None, kind="int", cli="none", setting="HEARTBEAT",
+               setting_minimum=1, env="QLESS_WORKER_HEARTBEAT"),
+)
 
 
 def _masked(url: str) -> str:

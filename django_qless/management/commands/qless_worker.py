@@ -15,12 +15,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_qless.clients import build_client, build_redis
 from django_qless.conf import AliasSettings, get_settings
-from django_qless.core.workers.cli import (
-    check_health_file,
-    check_imports,
-    check_queue_specs,
-    split_command,
-)
+from django_qless.core.workers.cli import check_queue_specs, stop_before_start, wait_for_redis
 from django_qless.core.workers.worker_config import WorkerConfig, add_options, option_values
 
 if TYPE_CHECKING:
@@ -144,8 +139,6 @@ class Command(BaseCommand):
         queues = tuple(options["queues"]) or conf.worker.queues
         try:
             check_queue_specs(queues)
-            exec_command = split_command(options["exec_command"])
-            check_imports(options["imports"])
         except ValueError as exc:
             raise config_error(str(exc)) from None
         alias = options["alias"] or conf.alias_for_queue(queues[0])
@@ -159,11 +152,10 @@ class Command(BaseCommand):
                 f"{', '.join(sorted(others))}); run one worker per alias with --alias.")
         # A command-line value wins; else QLESS["WORKER"]; else the option's default.
         merged = {**{n: v for n, v in conf.worker.values.items() if v is not None},
-                  **option_values(options, django=True), "exec_command": exec_command}
+                  **option_values(options, django=True)}
         fields = WorkerConfig.__dataclass_fields__
         values = {n: v for n, v in merged.items() if n in fields and n != "queues"}
         try:
-            check_health_file(values.get("health_file"))
             return AliasWorkerConfig(
                 alias=alias,
                 url=conf.aliases[alias].display,
@@ -180,21 +172,40 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         """Build the config, then run the worker until it stops."""
-        config = self.build_config(options)
-        if options["print_options"]:
-            import json
+        from django_qless.core.workers import run_worker
+        from django_qless.hooks import DjangoWorkerHooks
 
-            data = config.as_dict()
-            data["jobs"] = config.registry.names()
-            data["url"] = config.url  # the alias's credential-free description
-            self.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str))
-            return
+        # TERM, INT or QUIT before the worker handles them itself: exit 0, nothing taken.
+        with stop_before_start():
+            config = self.build_config(options)
+            if options["print_options"]:
+                self._print_options(config)
+                return
+            self._prepare(config, options)
+            bridge = self._start_bridge(config) if options["with_events"] else None
+            hooks = DjangoWorkerHooks(self._alias)
+        try:
+            code = run_worker(config, hooks, out=cast(TextIO, self.stdout))
+        finally:
+            if bridge is not None:
+                self._stop_bridge(bridge)
+        sys.exit(code)
+
+    def _print_options(self, config: WorkerConfig) -> None:
+        """Print the resolved options and the registered jobs as JSON."""
+        import json
+
+        data = config.as_dict()
+        data["jobs"] = config.registry.names()
+        data["url"] = config.url  # the alias's credential-free description
+        self.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str))
+
+    def _prepare(self, config: WorkerConfig, options: dict[str, Any]) -> None:
+        """Log, write the pid file, wait for Redis, set the heartbeat, sync the schedules."""
         self._logging(options["verbosity"])
         if options["pid"]:
             with open(options["pid"], "w") as fh:
                 fh.write(str(os.getpid()))
-        from django_qless.core.workers.cli import wait_for_redis
-
         # Before the heartbeat write and the event bridge, which need Redis too.
         if not options["dry_run"] and not wait_for_redis(config):
             sys.exit(1)
@@ -215,13 +226,6 @@ class Command(BaseCommand):
                 raise CommandError(f"cannot set the heartbeat at {config.url}: {exc}") from None
         if not options["dry_run"]:
             self._sync_schedules()
-        bridge = self._start_bridge(config) if options["with_events"] else None
-        try:
-            code = self.run(config)
-        finally:
-            if bridge is not None:
-                self._stop_bridge(bridge)
-        sys.exit(code)
 
     def _sync_schedules(self) -> None:
         """Register the declared cron schedules of this alias (unchanged: nothing written)."""
@@ -263,6 +267,7 @@ class Command(BaseCommand):
 
         from django_qless.bridge import serve
         from django_qless.core.workers.child import set_parent_death_signal
+        from django_qless.core.workers.shutdown import reset_child_signals
 
         connections.close_all()
         read_fd, write_fd = os.pipe()
@@ -275,6 +280,7 @@ class Command(BaseCommand):
                     raise CommandError("the event bridge did not start (see its log)")
             return pid
         os.close(read_fd)
+        reset_child_signals()  # not the start-up's handlers: serve() sets its own
         code = 1
         try:
             set_parent_death_signal(signal.SIGTERM)  # never outlive the worker
@@ -297,14 +303,6 @@ class Command(BaseCommand):
             os.waitpid(pid, 0)
         except (ProcessLookupError, ChildProcessError):
             pass
-
-    def run(self, config: WorkerConfig) -> int:
-        """Run the core worker (forking, or serial with --processes 0) with Django hooks."""
-        from django_qless.core.workers import run_worker
-        from django_qless.hooks import DjangoWorkerHooks
-
-        out = cast(TextIO, self.stdout)  # OutputWrapper writes like a text stream
-        return int(run_worker(config, DjangoWorkerHooks(self._alias), out=out) or 0)
 
     def _logging(self, verbosity: int) -> None:
         """Show worker logs on stderr unless the project configured these loggers."""
