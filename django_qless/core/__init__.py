@@ -10,7 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .accessors import Tags, Workers
+    from .accessors import Queues, Tags, Workers
     from .client import Client
     from .clock import ServerClock
     from .engine_config import Config
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from .job import Job
     from .jobs import Jobs
     from .queue import Queue, QueueJobs, QueueSettings
-    from .queues import Queues
     from .recurring import RecurringJob
     from .serialization import new_jid
     from .throttle import Throttle, ThrottleInfo, Throttles, ThrottleStatus
@@ -54,7 +53,7 @@ _EXPORTS = {
     "error_from_reply": "exceptions",
     "Job": "job",
     "Jobs": "jobs",
-    "Queue": "queue", "QueueJobs": "queue", "QueueSettings": "queue", "Queues": "queues",
+    "Queue": "queue", "QueueJobs": "queue", "QueueSettings": "queue", "Queues": "accessors",
     "RecurringJob": "recurring",
     "new_jid": "serialization",
     "Throttle": "throttle", "ThrottleInfo": "throttle", "Throttles": "throttle",

@@ -27,7 +27,7 @@ from .serialization import (
 if TYPE_CHECKING:
     from redis.cluster import RedisCluster
 
-    from .accessors import Tags, Workers
+    from .accessors import Queues, Tags, Workers
     from .cluster.transport import ClusterTransport
     from .engine.deferred import DeferredCall
     from .engine_config import Config
@@ -36,7 +36,6 @@ if TYPE_CHECKING:
     from .hotpath import WorkerCalls
     from .job import Job
     from .jobs import Jobs
-    from .queues import Queues
     from .recurring import RecurringJob
     from .routing import Router
     from .scheduling.ratelimit import RateLimits
@@ -130,7 +129,7 @@ class Client:
     @functools.cached_property
     def queues(self) -> Queues:
         """Return the queues of this keyspace, by name."""
-        from .queues import Queues
+        from .accessors import Queues
 
         return Queues(self)
 
