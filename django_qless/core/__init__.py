@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .accessors import Queues, Tags, Workers
     from .client import Client
-    from .clock import ServerClock
+    from .engine.invoke import ServerClock
     from .engine_config import Config
     from .events import Events
     from .exceptions import (
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "Client": "client", "Tags": "accessors", "Workers": "accessors",
-    "ServerClock": "clock",
+    "ServerClock": "engine.invoke",
     "Config": "engine_config",
     "Events": "events",
     "ClusterNodeError": "exceptions", "DependencyError": "exceptions",

@@ -11,11 +11,8 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from redis import Redis
 
-from .clock import ServerClock
 from .engine.channel import TRANSPORT_ERRORS, Channel, NodeChannel, connection_error
-from .engine.invoke import READ_ONLY_COMMANDS, Invoker
-from .engine.keyspace import Keyspace
-from .engine.pool import make_redis
+from .engine.invoke import READ_ONLY_COMMANDS, Invoker, Keyspace, ServerClock, make_redis
 from .exceptions import InvalidArgument, QlessConnectionError, QlessError
 from .serialization import (
     check_jid,

@@ -13,7 +13,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from .engine.keyspace import DEFAULT
+from .engine.invoke import DEFAULT
 from .exceptions import QlessConnectionError
 from .serialization import check_worker
 from .signalmask import block_async_signals

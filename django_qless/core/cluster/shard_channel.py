@@ -17,9 +17,7 @@ from redis import Redis
 from redis.cluster import RedisCluster
 
 from ..engine.channel import TRANSPORT_ERRORS, utf8_error
-from ..engine.invoke import Invoker
-from ..engine.keyspace import Keyspace
-from ..engine.pool import send
+from ..engine.invoke import Invoker, Keyspace, send
 from ..exceptions import InvalidArgument, error_from_reply
 from .batch import did_not_run, execute_many
 from .transport import ClusterTransport

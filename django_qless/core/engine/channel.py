@@ -19,8 +19,7 @@ from redis import Redis
 from redis.exceptions import ResponseError
 
 from ..exceptions import InvalidArgument, QlessConnectionError, QlessError, error_from_reply
-from .invoke import Invoker
-from .pool import send, send_checked
+from .invoke import Invoker, send, send_checked
 
 __all__ = ["Channel", "NodeChannel", "Pending", "TRANSPORT_ERRORS", "connection_error"]
 
