@@ -10,10 +10,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .accessors import Queues, Tags, Workers
+    from .accessors import Config, Queues, Tags, Workers
     from .client import Client
     from .engine.invoke import ServerClock
-    from .engine_config import Config
     from .events import Events
     from .exceptions import (
         ClusterNodeError,
@@ -41,7 +40,7 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "Client": "client", "Tags": "accessors", "Workers": "accessors",
     "ServerClock": "engine.invoke",
-    "Config": "engine_config",
+    "Config": "accessors",
     "Events": "events",
     "ClusterNodeError": "exceptions", "DependencyError": "exceptions",
     "InvalidArgument": "exceptions",

@@ -1,20 +1,28 @@
-"""`client.queues`, `client.workers` and `client.tags`: the small accessors of a Client."""
+"""`client.queues`, `client.config`, `client.workers`, `client.tags`: a Client's accessors."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .exceptions import InvalidArgument
 from .queue import Queue, with_throttled
-from .serialization import as_list, check_int, check_name, check_number, check_worker, num
+from .serialization import (
+    as_list,
+    check_int,
+    check_name,
+    check_number,
+    check_text,
+    check_worker,
+    num,
+)
 
 if TYPE_CHECKING:
     from .client import Client
     from .throttle import ThrottleInfo
 
-__all__ = ["BEAT_STATES", "REQUESTS", "BeatReply", "Queues", "Workers", "Tags"]
+__all__ = ["BEAT_STATES", "REQUESTS", "BeatReply", "Config", "Queues", "Workers", "Tags"]
 
 BEAT_STATES = ("start", "live", "draining")  # what a worker's beat reports
 REQUESTS = ("quiet", "stop")  # what an operator may ask of a worker
@@ -67,6 +75,53 @@ class Queues:
         wanted = self.names() if names is None else [check_name("queue", n) for n in names]
         infos = self._client.throttles.get_many(self[name].throttle.id for name in wanted)
         return dict(zip(wanted, infos, strict=True))
+
+
+def _decode(value: Any) -> Any:
+    """Return numbers as numbers (the engine stores every option as a string)."""
+    if isinstance(value, str):
+        try:
+            decoded = json.loads(value)
+        except ValueError:
+            return value
+        return decoded if isinstance(decoded, (int, float)) else value
+    return value
+
+
+class Config(MutableMapping[str, Any]):
+    """Read and write engine options; unset options fall back to the engine's defaults."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def __getitem__(self, key: str) -> Any:
+        value = self._client.call("config.get", check_text("config key", key, 256))
+        if value is None:
+            raise KeyError(key)
+        return _decode(value)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        from .engine_config import check_config  # (the bounds tables: loaded by a write only)
+
+        self._client.call("config.set", key, check_config(key, value))
+
+    def __delitem__(self, key: str) -> None:
+        self._client.call("config.unset", check_text("config key", key, 256))
+
+    @property
+    def all(self) -> dict[str, Any]:
+        """Return every option: the defaults overlaid with the stored values."""
+        reply = self._client.call_json("config.get") or {}
+        return {key: _decode(value) for key, value in reply.items()}
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.all)
+
+    def __len__(self) -> int:
+        return len(self.all)
+
+    def __repr__(self) -> str:
+        return f"<Config {self.all!r}>"
 
 
 class Workers:

@@ -24,10 +24,9 @@ from .serialization import (
 if TYPE_CHECKING:
     from redis.cluster import RedisCluster
 
-    from .accessors import Queues, Tags, Workers
+    from .accessors import Config, Queues, Tags, Workers
     from .cluster.transport import ClusterTransport
     from .engine.deferred import DeferredCall
-    from .engine_config import Config
     from .events import Events
     from .flows import Flows
     from .hotpath import WorkerCalls
@@ -147,7 +146,7 @@ class Client:
     @functools.cached_property
     def config(self) -> Config:
         """Return the engine's settings in this keyspace."""
-        from .engine_config import Config
+        from .accessors import Config
 
         return Config(self)
 
