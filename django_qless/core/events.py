@@ -14,9 +14,9 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from .engine.invoke import DEFAULT
+from .engine.pubsub import block_async_signals
 from .exceptions import QlessConnectionError
 from .serialization import check_worker
-from .signalmask import block_async_signals
 
 if TYPE_CHECKING:
     from .client import Client

@@ -3,7 +3,9 @@
 A `Hub` keeps one `NodeConnection` per server (a cluster's primary); each keyspace listens
 through a `Subscription` on it: plain channels, or a shard's sharded channels (SSUBSCRIBE,
 one slot per command) on Redis 7+, followed when their slot moves (docs/scaling.md,
-"Listening: one connection per primary"). A hub is used by one thread.
+"Listening: one connection per primary"). A hub is used by one thread. Replies are read
+straight from the socket into a hiredis reader: a pushed message (a handed job) costs one
+`poll` and one `recv`, not redis-py's per-reply checks and socket-timeout changes.
 """
 
 from __future__ import annotations
@@ -35,9 +37,7 @@ _UNSUBSCRIBES = frozenset({"unsubscribe", "punsubscribe", "sunsubscribe"})
 PUBSUB_ERRORS = (redis.RedisError, OSError, ValueError, TypeError, AttributeError,
                  hiredis.HiredisError)
 _CHUNK = 65536  # bytes read per recv (a handed job is one message, usually < 2 kB)
-# How long the rest of a reply read in part may take to arrive before the read gives up
-# for now (the next read resumes it).
-_REST_WITHIN = 1.0
+_REST_WITHIN = 1.0  # wait for the rest of a reply read in part (the next read resumes it)
 _READABLE = select.POLLIN | select.POLLERR | select.POLLHUP
 
 _TIMEOUT = 10.0  # bound on every blocking read or connect of a node connection
@@ -77,10 +77,9 @@ class NodeConnection:
         self.sent: deque[Sent] = deque()
         self.broken = False
         self.heard = time.monotonic()  # when a reply last came
-        self.ping_at = 0.0  # when an unanswered PING of `probe` was sent (0: none)
-        # Replies are read here (see the module docstring); redis-py's parser has read
-        # nothing past the replies of its handshake and of `Hub._open`'s INFO (if sent),
-        # so its buffer is empty.
+        self.ping_at = 0.0  # when an unanswered health PING was sent (0: none)
+        # redis-py's parser has read nothing past its handshake and `Hub._open`'s INFO (if
+        # sent): its buffer is empty, and every later reply is read here.
         self.sock = conn._sock
         self._fd = self.sock.fileno()
         encoder = conn.encoder
@@ -99,9 +98,8 @@ class NodeConnection:
         self.sent.append(Sent(sub, names or [""], "UNSUB" in command))
 
     def pump(self, timeout: float, until: Subscription) -> None:
-        """Read and route replies: wait up to `timeout` for the first, then route every
-        reply read; read on (waiting only for the rest of a reply read in part) until
-        `until` has something to hand out."""
+        """Wait up to `timeout` for replies and route them; read on (waiting only for the rest
+        of a reply read in part) until `until` has something to hand out."""
         if self.broken:
             return
         try:
@@ -125,8 +123,7 @@ class NodeConnection:
             self.fail(exc)
 
     def pending(self) -> bool:
-        """Tell whether bytes were received that `poll()` on the socket will not report
-        (decrypted TLS data waiting in the socket object)."""
+        """Tell whether decrypted TLS data waits in the socket object (`poll()` misses it)."""
         pending = getattr(self.sock, "pending", None)
         return bool(pending is not None and pending())
 
@@ -159,12 +156,11 @@ class NodeConnection:
             self._answered("", undo=False)
             self.ping_at = 0.0
             return
+        view = self.routes.get(str(reply[1]))
         if kind == "pmessage":
             msg = {"type": kind, "pattern": reply[1], "channel": reply[2], "data": reply[3]}
-            view = self.routes.get(str(reply[1]))
         else:
             msg = {"type": kind, "pattern": None, "channel": reply[1], "data": reply[2]}
-            view = self.routes.get(str(reply[1]))
         name = str(msg["channel"] if kind != "pmessage" else reply[2])
         if kind in CONFIRMS or kind in _UNSUBSCRIBES:
             sent = self._answered(str(reply[1]), undo=kind in _UNSUBSCRIBES)
@@ -204,11 +200,7 @@ class NodeConnection:
         for view in list(self.views):
             view.lose(redis.ConnectionError(f"pub/sub connection to {self.address} lost "
                                             f"({type(exc).__name__}: {exc})"))
-        self.hub.forget(self)
-        try:
-            self.conn.disconnect()
-        except Exception:  # noqa: S110 - closing a broken socket may fail; nothing to do
-            pass
+        self.close()
 
     def close(self) -> None:
         """Close the connection (its last view left)."""
@@ -230,13 +222,9 @@ class Hub:
     def __repr__(self) -> str:
         return f"<Hub {sorted(self._nodes)}>"
 
-    def subscription(self, client: Client) -> Subscription:
-        """Return a new view for `client`'s keyspace on this hub's connections."""
-        return Subscription(client, self)
-
-    def connections(self) -> int:
-        """Return how many node connections are open."""
-        return len(self._nodes)
+    def nodes(self) -> list[NodeConnection]:
+        """Return the open node connections."""
+        return list(self._nodes.values())
 
     def forget(self, node: NodeConnection) -> None:
         """Drop `node` from the open connections (it broke or was closed)."""
@@ -260,24 +248,9 @@ class Hub:
 
     def _find(self, client: Client, need_major: bool = True) -> NodeConnection:
         """Return the connection to `client`'s server now, opening it if needed."""
-        channel: Any = client.channel
-        transport = getattr(channel, "transport", None)
-        stale = client.shard in self._stale
-        if transport is not None and stale:
-            transport.refresh()  # no node answering: the lookup below fails, we retry
-        node_redis = client.node_redis()
-        address = channel.node() if transport is not None else f"pool:{id(node_redis)}"
-        node = self._nodes.get(address)
-        if transport is not None and (stale or node is None) and _role(node_redis) != "master":
-            # Our map predates a failover (a replica also takes SSUBSCRIBE, and would hear
-            # its primary's messages only while it stays its replica): read it again.
-            transport.refresh()
-            node_redis = client.node_redis()
-            address = channel.node()
-            node = self._nodes.get(address)
-            if _role(node_redis) != "master":  # the cluster has not agreed yet: try later
-                raise redis.ConnectionError("the shard has no primary in the map yet")
+        address, node_redis = client.channel.pubsub_node(client.shard in self._stale, self._nodes)
         self._stale.discard(client.shard)
+        node = self._nodes.get(address)
         if node is None or node.broken:
             node = self._nodes[address] = self._open(address, node_redis, need_major)
         elif need_major and node.major is None:
@@ -311,34 +284,17 @@ class Hub:
                 raise
         return NodeConnection(self, address, conn, major)
 
-    def probe(self, interval: float) -> None:
-        """PING every connection quiet for `interval` s; one whose PING went unanswered for
-        `interval` s is broken (a half-open socket delivers nothing and raises nothing)."""
-        now = time.monotonic()
-        for node in list(self._nodes.values()):
-            if node.ping_at and now - node.ping_at > interval:
-                node.fail(redis.TimeoutError(f"no PONG within {interval}s (half-open socket?)"))
-            elif not node.ping_at and now - node.heard >= interval:
-                try:
-                    node.send(None, "PING", [])
-                except PUBSUB_ERRORS:
-                    continue  # marked broken: its views reopen
-                node.ping_at = now
-
     def close(self) -> None:
         """Close every connection."""
-        for node in list(self._nodes.values()):
+        for node in self.nodes():
             for view in list(node.views):
                 view.close()
             node.close()
 
 
 class Subscription:
-    """The channels of one keyspace, on the connection its hub keeps to the keyspace's
-    server (a shard's current primary): (S)SUBSCRIBE as the server needs, loss detected.
-
-    Without a hub it has a connection of its own.
-    """
+    """The channels of one keyspace on its hub's connection to the keyspace's server (a
+    shard's current primary; without a hub, a connection of its own)."""
 
     def __init__(self, client: Client, hub: Hub | None = None) -> None:
         self.client = client
@@ -499,21 +455,12 @@ def _server_major(node_redis: Any) -> int:
     return _major(str(info))
 
 
-def _role(node_redis: Any) -> str:
-    """Return the node's replication role ("master" for a primary)."""
-    return str(node_redis.execute_command("ROLE")[0])
-
-
 def poll_readable(fds: list[int], timeout: float) -> set[int]:
     """Wait until one of `fds` is readable; return the readable ones."""
     poller = select.poll()
     for fd in fds:
-        poller.register(fd, select.POLLIN | select.POLLERR | select.POLLHUP)
-    try:
-        events = poller.poll(timeout * 1000.0)
-    except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for safety
-        return set()
-    return {fd for fd, _ in events}
+        poller.register(fd, _READABLE)
+    return {fd for fd, _ in poller.poll(timeout * 1000.0)}
 
 
 # Raised by a thread's own fault: blocking them would hide a crash in that thread.
@@ -524,13 +471,10 @@ _SYNCHRONOUS = frozenset({
 
 
 def block_async_signals() -> None:
-    """Block every asynchronous signal in the calling (helper) thread.
+    """Block every asynchronous signal in the calling helper thread (call it first in `run`).
 
-    Linux delivers a process-directed signal (TERM from `kill`, the parent-death signal, QUIT,
-    ...) to any thread that does not block it. Python runs the handler in the main thread
-    anyway, but only the receiving thread's blocking call is interrupted: if a helper thread
-    took the signal while the main thread sat in a job's `time.sleep(3)`, the handler (and the
-    job's abort) would wait until the sleep ended. With every helper thread blocking them, the
-    kernel always picks the main thread. Call it first thing in a helper thread's `run`.
+    Linux delivers a process-directed signal (TERM, QUIT, the parent-death signal) to any
+    thread not blocking it, and only that thread's blocking call is interrupted: taken by a
+    helper thread, it would wait until the main thread's job left its `time.sleep(3)`.
     """
     signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals() - _SYNCHRONOUS)

@@ -2,7 +2,7 @@
 one way workers hear them, polled by the supervisor, in a thread by the serial worker).
 
 No thread in the supervisor (forking a threaded process invites deadlocks): its pubsub
-sockets, one per primary (node_pubsub.py), are polled with its other descriptors, re-made
+sockets, one per primary (engine/pubsub.py), are polled with its other descriptors, re-made
 when broken or moved, pinged when quiet. After --idle-disconnect seconds with no job held
 they are closed (`settle`); reopened, like a broken one, the running jobs are re-checked in
 Redis once every channel is confirmed again (`take_missed`).
@@ -18,14 +18,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from django_qless.core.cluster.node_pubsub import (
+from django_qless.core.engine.pubsub import (
     MESSAGE_TYPES,
     PUBSUB_ERRORS,
     Hub,
     Subscription,
+    block_async_signals,
     poll_readable,
 )
-from django_qless.core.signalmask import block_async_signals
 from django_qless.core.workers.listener import HeardAborts
 
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
 """Block an idle worker until a queue it serves gets work (no sleep-polling).
 
 The engine publishes the queue name on `wake:<queue>` whenever jobs become ready there. The
-waiter subscribes (one connection per primary: node_pubsub.py) and waits for the
+waiter subscribes (one connection per primary: engine/pubsub.py) and waits for the
 confirmations before the worker's first reserve, so a put landing before the wait is
 buffered. Sharded channels have no patterns: a pattern is listened to as the queues it
 matches now. With all its queues in one keyspace it also listens on `hand:<worker>` for the
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from django_qless.core.cluster.node_pubsub import (
+from django_qless.core.engine.pubsub import (
     MESSAGE_TYPES,
     PUBSUB_ERRORS,
     Hub,
