@@ -88,7 +88,7 @@ PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
 # Sent by clients only, though a script may call them: the engine never does (a test checks).
 SENT_BY_CLIENTS = ("ping", "function", "script")
 # Every engine call runs TIME once (api.lua; a test checks): TIME calls beyond the engine
-# calls are the clients' clocks (core/clock.py) asking.
+# calls are the clients' clocks (`ServerClock`, core/engine/invoke.py) asking.
 ENGINE_CALLS = ("fcall", "fcall_ro", "evalsha", "evalsha_ro")
 LOOP = "event loop thread (aeMain)"
 MEMSTATS = "  memory stats (jemalloc)"

@@ -10,10 +10,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .accessors import Tags, Workers
+    from .accessors import Config, Queues, Tags, Workers
     from .client import Client
-    from .clock import ServerClock
-    from .engine_config import Config
+    from .engine.invoke import ServerClock
     from .events import Events
     from .exceptions import (
         ClusterNodeError,
@@ -33,7 +32,6 @@ if TYPE_CHECKING:
     from .job import Job
     from .jobs import Jobs
     from .queue import Queue, QueueJobs, QueueSettings
-    from .queues import Queues
     from .recurring import RecurringJob
     from .serialization import new_jid
     from .throttle import Throttle, ThrottleInfo, Throttles, ThrottleStatus
@@ -41,8 +39,8 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "Client": "client", "Tags": "accessors", "Workers": "accessors",
-    "ServerClock": "clock",
-    "Config": "engine_config",
+    "ServerClock": "engine.invoke",
+    "Config": "accessors",
     "Events": "events",
     "ClusterNodeError": "exceptions", "DependencyError": "exceptions",
     "InvalidArgument": "exceptions",
@@ -54,7 +52,7 @@ _EXPORTS = {
     "error_from_reply": "exceptions",
     "Job": "job",
     "Jobs": "jobs",
-    "Queue": "queue", "QueueJobs": "queue", "QueueSettings": "queue", "Queues": "queues",
+    "Queue": "queue", "QueueJobs": "queue", "QueueSettings": "queue", "Queues": "accessors",
     "RecurringJob": "recurring",
     "new_jid": "serialization",
     "Throttle": "throttle", "ThrottleInfo": "throttle", "Throttles": "throttle",

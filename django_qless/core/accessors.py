@@ -1,18 +1,28 @@
-"""`client.workers` and `client.tags`: the small accessors hanging off a Client."""
+"""`client.queues`, `client.config`, `client.workers`, `client.tags`: a Client's accessors."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .exceptions import InvalidArgument
-from .serialization import as_list, check_int, check_name, check_number, check_worker
+from .queue import Queue, with_throttled
+from .serialization import (
+    as_list,
+    check_int,
+    check_name,
+    check_number,
+    check_text,
+    check_worker,
+    num,
+)
 
 if TYPE_CHECKING:
     from .client import Client
+    from .throttle import ThrottleInfo
 
-__all__ = ["BEAT_STATES", "REQUESTS", "BeatReply", "Workers", "Tags"]
+__all__ = ["BEAT_STATES", "REQUESTS", "BeatReply", "Config", "Queues", "Workers", "Tags"]
 
 BEAT_STATES = ("start", "live", "draining")  # what a worker's beat reports
 REQUESTS = ("quiet", "stop")  # what an operator may ask of a worker
@@ -24,6 +34,94 @@ class BeatReply(NamedTuple):
     reaped: list[str]  # jids whose expired lease the beat's reap handled
     request: str  # "quiet", "stop" or "": asked from the console since the last beat
     members_lost: bool  # the members were sent as unchanged, but the engine lost them
+
+
+class Queues:
+    """`client.queues`: queue objects by name, and the list of known queues."""
+
+    __slots__ = ("_client",)
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def __getitem__(self, name: str) -> Queue:
+        return Queue(self._client, name)
+
+    @property
+    def counts(self) -> list[dict[str, Any]]:
+        """Return the counts of every known queue."""
+        return [with_throttled(item) for item in as_list(self._client.call_json("queues"))]
+
+    def names(self) -> list[str]:
+        """Return the names of known queues, oldest first."""
+        key = self._client.keyspace.key("queues")
+        names = self._client.read(lambda r: r.zrange(key, 0, -1))
+        return [str(name) for name in names]
+
+    def stats_many(
+        self, names: Iterable[str], date: float | None = None
+    ) -> dict[str, dict[str, Any]]:
+        """Return several queues' statistics for the day of `date` in one round trip."""
+        wanted = [check_name("queue", name) for name in names]
+        if not wanted:
+            return {}
+        when = self._client.now() if date is None else check_number("date", date, 0)
+        replies = self._client.pipeline_calls([("stats", (name, num(when))) for name in wanted])
+        return {name: (json.loads(reply) if reply else {})
+                for name, reply in zip(wanted, replies, strict=True)}
+
+    def throttles(self, names: Iterable[str] | None = None) -> dict[str, ThrottleInfo]:
+        """Return queues' own throttles (every known queue by default) in one round trip."""
+        wanted = self.names() if names is None else [check_name("queue", n) for n in names]
+        infos = self._client.throttles.get_many(self[name].throttle.id for name in wanted)
+        return dict(zip(wanted, infos, strict=True))
+
+
+def _decode(value: Any) -> Any:
+    """Return numbers as numbers (the engine stores every option as a string)."""
+    if isinstance(value, str):
+        try:
+            decoded = json.loads(value)
+        except ValueError:
+            return value
+        return decoded if isinstance(decoded, (int, float)) else value
+    return value
+
+
+class Config(MutableMapping[str, Any]):
+    """Read and write engine options; unset options fall back to the engine's defaults."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def __getitem__(self, key: str) -> Any:
+        value = self._client.call("config.get", check_text("config key", key, 256))
+        if value is None:
+            raise KeyError(key)
+        return _decode(value)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        from .engine_config import check_config  # (the bounds tables: loaded by a write only)
+
+        self._client.call("config.set", key, check_config(key, value))
+
+    def __delitem__(self, key: str) -> None:
+        self._client.call("config.unset", check_text("config key", key, 256))
+
+    @property
+    def all(self) -> dict[str, Any]:
+        """Return every option: the defaults overlaid with the stored values."""
+        reply = self._client.call_json("config.get") or {}
+        return {key: _decode(value) for key, value in reply.items()}
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.all)
+
+    def __len__(self) -> int:
+        return len(self.all)
+
+    def __repr__(self) -> str:
+        return f"<Config {self.all!r}>"
 
 
 class Workers:

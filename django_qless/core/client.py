@@ -11,11 +11,8 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from redis import Redis
 
-from .clock import ServerClock
 from .engine.channel import TRANSPORT_ERRORS, Channel, NodeChannel, connection_error
-from .engine.invoke import READ_ONLY_COMMANDS, Invoker
-from .engine.keyspace import Keyspace
-from .engine.pool import make_redis
+from .engine.invoke import READ_ONLY_COMMANDS, Invoker, Keyspace, ServerClock, make_redis
 from .exceptions import InvalidArgument, QlessConnectionError, QlessError
 from .serialization import (
     check_jid,
@@ -27,16 +24,14 @@ from .serialization import (
 if TYPE_CHECKING:
     from redis.cluster import RedisCluster
 
-    from .accessors import Tags, Workers
+    from .accessors import Config, Queues, Tags, Workers
     from .cluster.transport import ClusterTransport
     from .engine.deferred import DeferredCall
-    from .engine_config import Config
     from .events import Events
     from .flows import Flows
     from .hotpath import WorkerCalls
     from .job import Job
     from .jobs import Jobs
-    from .queues import Queues
     from .recurring import RecurringJob
     from .routing import Router
     from .scheduling.ratelimit import RateLimits
@@ -130,7 +125,7 @@ class Client:
     @functools.cached_property
     def queues(self) -> Queues:
         """Return the queues of this keyspace, by name."""
-        from .queues import Queues
+        from .accessors import Queues
 
         return Queues(self)
 
@@ -151,7 +146,7 @@ class Client:
     @functools.cached_property
     def config(self) -> Config:
         """Return the engine's settings in this keyspace."""
-        from .engine_config import Config
+        from .accessors import Config
 
         return Config(self)
 

@@ -1,16 +1,11 @@
-"""`client.config`: the engine's options (`ql:config`), as a mutable mapping."""
+"""The engine's options (`ql:config`): their bounds, defaults and checks."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, MutableMapping
-from typing import TYPE_CHECKING, Any
 
 from .exceptions import InvalidArgument
 from .serialization import check_int, check_text
-
-if TYPE_CHECKING:
-    from .client import Client
 
 __all__ = [
     "BOUNDS",
@@ -18,7 +13,6 @@ __all__ = [
     "KNOWN_OPTIONS",
     "QUEUE_BOUNDS",
     "QUEUE_OPTION_SUFFIXES",
-    "Config",
     "allowed_text",
     "bounds_of",
     "check_config",
@@ -136,48 +130,3 @@ def _unit(key: str) -> str:
     if key in _SECOND_OPTIONS or key.endswith("-heartbeat"):
         return " (seconds)"
     return ""
-
-
-def _decode(value: Any) -> Any:
-    """Return numbers as numbers (the engine stores every option as a string)."""
-    if isinstance(value, str):
-        try:
-            decoded = json.loads(value)
-        except ValueError:
-            return value
-        return decoded if isinstance(decoded, (int, float)) else value
-    return value
-
-
-class Config(MutableMapping[str, Any]):
-    """Read and write engine options; unset options fall back to the engine's defaults."""
-
-    def __init__(self, client: Client) -> None:
-        self._client = client
-
-    def __getitem__(self, key: str) -> Any:
-        value = self._client.call("config.get", check_text("config key", key, 256))
-        if value is None:
-            raise KeyError(key)
-        return _decode(value)
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        self._client.call("config.set", key, check_config(key, value))
-
-    def __delitem__(self, key: str) -> None:
-        self._client.call("config.unset", check_text("config key", key, 256))
-
-    @property
-    def all(self) -> dict[str, Any]:
-        """Return every option: the defaults overlaid with the stored values."""
-        reply = self._client.call_json("config.get") or {}
-        return {key: _decode(value) for key, value in reply.items()}
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.all)
-
-    def __len__(self) -> int:
-        return len(self.all)
-
-    def __repr__(self) -> str:
-        return f"<Config {self.all!r}>"

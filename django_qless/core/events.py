@@ -13,10 +13,10 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from .engine.keyspace import DEFAULT
+from .engine.invoke import DEFAULT
+from .engine.pubsub import block_async_signals
 from .exceptions import QlessConnectionError
 from .serialization import check_worker
-from .signalmask import block_async_signals
 
 if TYPE_CHECKING:
     from .client import Client

@@ -8,7 +8,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .cluster.node_pubsub import MESSAGE_TYPES, Hub, Subscription, poll_readable
+from .engine.pubsub import MESSAGE_TYPES, Hub, Subscription, poll_readable
 
 if TYPE_CHECKING:
     from .client import Client
@@ -18,7 +18,7 @@ __all__ = ["LogFeed"]
 
 class LogFeed:
     """Subscribe to the log channel of every keyspace given (the shards of an alias: one
-    connection per node, node_pubsub.py) and hand out their events one `next()` at a time,
+    connection per node, engine/pubsub.py) and hand out their events one `next()` at a time,
     merged in the order they arrive, each a shard's labelled with `"shard"`.
 
     Unlike `Events` there is no thread: the caller's loop (a streaming HTTP response) pulls,

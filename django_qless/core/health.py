@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import redis
 
-from .engine.keyspace import DEFAULT
+from .engine.invoke import DEFAULT
 
 __all__ = [
     "ACL_CHANNELS",

@@ -1,19 +1,16 @@
-"""A job: its snapshot (job_snapshot.py) and the explicit methods that talk to Redis."""
+"""A job: the fields the engine last reported, and the explicit methods that talk to Redis."""
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
-from .exceptions import InvalidArgument, JobExists, JobNotFound
-from .job_snapshot import JobSnapshot
+from .exceptions import InvalidArgument, JobNotFound
 from .serialization import (
     PRIORITY_MAX,
     PRIORITY_MIN,
     as_list,
-    carry_options,
     check_delay,
     check_depends,
     check_int,
@@ -29,14 +26,180 @@ from .serialization import (
 
 if TYPE_CHECKING:
     from .client import Client
+    from .queue import Queue
 
 __all__ = ["Job"]
 
 
-class Job(JobSnapshot):
+class Job:
     """One job. Properties are the snapshot last read; methods talk to Redis."""
 
-    __slots__ = ()
+    __slots__ = (
+        "client", "jid", "_klass", "_queue", "_raw", "_data", "_priority", "_tags", "_state",
+        "_worker", "_expires", "_retries", "_remaining", "_history", "_dependents",
+        "_dependencies", "_failure", "_tracked", "_throttles", "_spawned_from", "_owner",
+        "_sandbox", "_token",
+    )
+
+    def __init__(self, client: Client, d: Mapping[str, Any], *, owner: str | None = None) -> None:
+        self.client = client
+        self.jid: str = d["jid"]
+        self._owner = owner
+        self._sandbox: Callable[[], str] | None = None
+        self._token: str | None = None
+        self._fill(d)
+
+    @classmethod
+    def from_dict(cls, client: Client, d: Mapping[str, Any], *, owner: str | None = None) -> Self:
+        """Build a job from a decoded engine job object (full or lean)."""
+        return cls(client, d, owner=owner)
+
+    def _fill(self, d: Mapping[str, Any]) -> None:
+        """Copy the fields of an engine job object into this snapshot."""
+        self._klass: str = d["klass"]
+        self._queue: str = d.get("queue") or ""
+        data = d.get("data")
+        self._raw: str = data if isinstance(data, str) else dumps(data or {})
+        self._data: Any = None
+        self._priority: int = int(d.get("priority") or 0)
+        self._tags: tuple[str, ...] = tuple(as_list(d.get("tags")))
+        self._state: str = d.get("state") or ""
+        self._worker: str = d.get("worker") or ""
+        self._expires: float = float(d.get("expires") or 0)
+        self._retries: int = int(d.get("retries") or 0)
+        self._remaining: int = int(d.get("remaining") or 0)
+        history = d.get("history")
+        self._history: list[dict[str, Any]] | None = None if history is None else as_list(history)
+        deps = d.get("dependencies")
+        self._dependencies: list[str] | None = None if deps is None else as_list(deps)
+        dependents = d.get("dependents")
+        self._dependents: list[str] | None = None if dependents is None else as_list(dependents)
+        self._failure: dict[str, Any] | None = d.get("failure") or None
+        self._tracked: bool = bool(d.get("tracked"))
+        self._throttles: tuple[str, ...] = tuple(as_list(d.get("throttles")))
+        self._spawned_from: str | None = d.get("spawned_from_jid") or None
+
+    def __repr__(self) -> str:
+        return f"<Job {self._klass} {self.jid} {self._state} in {self._queue!r}>"
+
+    # -- read-only snapshot -------------------------------------------------------------
+
+    @property
+    def klass_name(self) -> str:
+        """Return the job class name as stored."""
+        return self._klass
+
+    @property
+    def queue_name(self) -> str:
+        """Return the queue the job is in ("" once complete)."""
+        return self._queue
+
+    @property
+    def queue(self) -> Queue:
+        """Return the Queue object for the job's queue."""
+        return self.client.queues[self._queue]
+
+    @property
+    def raw_data(self) -> str:
+        """Return the job data as the JSON text stored in Redis."""
+        return self._raw
+
+    @property
+    def data(self) -> Any:
+        """Return the job data, decoded on first access (mutations are sent on complete)."""
+        if self._data is None:
+            self._data = loads(self._raw)
+        return self._data
+
+    @property
+    def priority(self) -> int:
+        """Return the priority (larger runs first)."""
+        return self._priority
+
+    @property
+    def tags(self) -> tuple[str, ...]:
+        """Return the job's tags."""
+        return self._tags
+
+    @property
+    def state(self) -> str:
+        """Return the state as last read."""
+        return self._state
+
+    @property
+    def worker_name(self) -> str:
+        """Return the worker holding the job ("" if none)."""
+        return self._worker
+
+    @property
+    def expires_at(self) -> float:
+        """Return the lock expiry (epoch seconds; 0 when not running)."""
+        return self._expires
+
+    @property
+    def ttl(self) -> float:
+        """Return the seconds left on the lock, by the server clock."""
+        return self._expires - self.client.now()
+
+    @property
+    def retries(self) -> int:
+        """Return the retries remaining."""
+        return self._remaining
+
+    @property
+    def original_retries(self) -> int:
+        """Return the retry budget the job was put with."""
+        return self._retries
+
+    @property
+    def failure(self) -> dict[str, Any] | None:
+        """Return the failure record (group, message, when, worker) or None."""
+        return self._failure
+
+    @property
+    def tracked(self) -> bool:
+        """Return whether the job is tracked."""
+        return self._tracked
+
+    @property
+    def throttles(self) -> tuple[str, ...]:
+        """Return the throttle ids the job must acquire."""
+        return self._throttles
+
+    @property
+    def spawned_from(self) -> str | None:
+        """Return the recurring job's jid this job was spawned from, if any."""
+        return self._spawned_from
+
+    def _load_extras(self) -> None:
+        """Load history and dependency lists (jobs from reserve come without them)."""
+        reply = self.client.call_json("get", self.jid)
+        if reply is None:
+            raise JobNotFound(f"Job {self.jid} does not exist")
+        self._history = as_list(reply.get("history"))
+        self._dependencies = as_list(reply.get("dependencies"))
+        self._dependents = as_list(reply.get("dependents"))
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        """Return the history entries (loaded with `get` if not yet known)."""
+        if self._history is None:
+            self._load_extras()
+        return self._history or []
+
+    @property
+    def dependencies(self) -> list[str]:
+        """Return the jids this job waits for."""
+        if self._dependencies is None:
+            self._load_extras()
+        return self._dependencies or []
+
+    @property
+    def dependents(self) -> list[str]:
+        """Return the jids waiting for this job."""
+        if self._dependents is None:
+            self._load_extras()
+        return self._dependents or []
 
     @property
     def sandbox(self) -> str:
@@ -101,7 +264,9 @@ class Job(JobSnapshot):
             if router is not None:
                 target = router.for_queue(next)
                 if target is not self.client:
-                    return self._complete_into(target, next, delay, depends)
+                    from .routing import complete_into  # (sharded only)
+
+                    return complete_into(self, target, next, delay, depends)
         elif delay is not None or depends is not None:
             raise InvalidArgument("delay and depends need next (the queue to advance to)")
         if delay is not None:
@@ -124,39 +289,6 @@ class Job(JobSnapshot):
             from .flows.gates import release_after
 
             release_after(self)
-
-    def _complete_into(
-        self, target: Client, next: str, delay: float | None, depends: Iterable[str] | None,
-    ) -> str:
-        """Put this job into `next` on `target` (another shard) unless a live copy is there
-        already, then complete it here; return the state it has in `next`."""
-        from .routing import check_dependencies, check_throttle_homes  # (sharded only)
-
-        deps = [] if depends is None else check_depends(depends, self.jid)
-        states = check_dependencies(target, next, deps)
-        check_throttle_homes(target, next, self._throttles)
-        # A dependency found nowhere is dropped, as the same-shard complete drops it.
-        kept = [d for d in deps if d in states]
-        wait = 0.0 if delay is None else float(check_delay(delay))
-        # The copy carries the job's history (read afresh: a log entry may have been added
-        # since the pop) and the `done` entry the same-shard advance writes before its put;
-        # its retry budget starts afresh, as there.
-        self._load_extras()
-        done = {"when": math.floor(self.client.now()), "what": "done"}
-        try:
-            target.call("put", *self.put_args(next, delay=wait, depends=kept),
-                        "if-absent", "live", *carry_options([*self.history, done]))
-        except JobExists:
-            pass  # a repeat (a lost reply, a rerun after a crash): the copy there stays
-        if self._tracked:
-            target.track(self.jid)
-        args = [self.jid, self._worker_arg(), self._queue, self._data_text(),
-                "token", self.attempt_token]
-        self.client.call_replayable("complete", *args)
-        self._released("complete", "")
-        if any(states[d] != "complete" for d in kept):
-            return "depends"
-        return "scheduled" if wait > 0 else "waiting"
 
     def fail(self, group: str, message: str) -> str:
         """Fail the job into failure group `group`; return the jid."""

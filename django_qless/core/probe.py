@@ -112,7 +112,7 @@ class HealthBeat(threading.Thread):
         self._halt = threading.Event()
 
     def run(self) -> None:
-        from django_qless.core.signalmask import block_async_signals
+        from django_qless.core.engine.pubsub import block_async_signals
 
         block_async_signals()
         while True:

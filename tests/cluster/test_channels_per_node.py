@@ -1,5 +1,5 @@
 """Pub/sub on a sharded deployment: one connection per node carrying every shard that node
-holds (core/cluster/node_pubsub.py), a shard's channels followed across a slot move, and a worker's
+holds (core/engine/pubsub.py), a shard's channels followed across a slot move, and a worker's
 channels following its queue to a new shard. Real local clusters, real worker processes."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import redis
 from redis.cluster import RedisCluster
 
 from django_qless.core.client import Client
-from django_qless.core.cluster.node_pubsub import Hub, Subscription
 from django_qless.core.cluster.queue_move import QueueMove
 from django_qless.core.cluster.sharded import ShardedClient
+from django_qless.core.engine.pubsub import Hub, Subscription
 from tests.cluster.shard_workers import SHARDS
 from tests.helpers import WorkerProcess, alive, wait_until
 from tests.worker.jobs import ledger
@@ -99,11 +99,11 @@ def test_one_connection_per_node_carries_every_shard_it_holds(
     sharded_subscribers: Callable[[], dict[int, int]],
 ) -> None:
     hub = Hub()
-    subs = {c.shard: hub.subscription(c) for c in sharded.clients()}
+    subs = {c.shard: Subscription(c, hub) for c in sharded.clients()}
     try:
         for sub in subs.values():
             subscribe(sub, [sub.keyspace.channel("log")])
-        assert hub.connections() == 3, hub
+        assert len(hub.nodes()) == 3, hub
         counts = sharded_subscribers()
         assert counts == {n.port: 1 for n in cluster.primaries()}, counts
         # Every shard's events arrive, each on its own view.
@@ -117,7 +117,7 @@ def test_one_connection_per_node_carries_every_shard_it_holds(
             assert extra is None, extra  # nothing was delivered twice
     finally:
         hub.close()
-    assert hub.connections() == 0
+    assert len(hub.nodes()) == 0
 
 
 def test_a_moved_slot_resubscribes_that_shard_alone_on_its_new_node(
@@ -126,7 +126,7 @@ def test_a_moved_slot_resubscribes_that_shard_alone_on_its_new_node(
 ) -> None:
     hub = Hub()
     clients = sharded.clients()
-    subs = {c.shard: hub.subscription(c) for c in clients}
+    subs = {c.shard: Subscription(c, hub) for c in clients}
     moved = clients[0]
     # A shard on the same primary as the moved one: it must not notice anything.
     neighbour = next(c for c in clients[1:]
@@ -143,7 +143,7 @@ def test_a_moved_slot_resubscribes_that_shard_alone_on_its_new_node(
             until(lambda: sub.get(timeout=0.1) is not None and False, 5, "the drop")
         sub.close()
         subscribe(sub, [sub.keyspace.channel("log")])  # on the slot's new primary
-        assert hub.connections() == 3  # the target's connection is shared, not a new one
+        assert len(hub.nodes()) == 3  # the target's connection is shared, not a new one
         assert sharded_subscribers()[target.port] == 1
         jid = put(moved, "moved-q")
         assert jid in str(next_message(sub)["data"])
@@ -159,7 +159,7 @@ def test_a_killed_primary_s_shards_resubscribe_on_the_promoted_replica(
 ) -> None:
     hub = Hub()
     clients = sharded.clients()
-    subs = {c.shard: hub.subscription(c) for c in clients}
+    subs = {c.shard: Subscription(c, hub) for c in clients}
     victim = cluster.primary_for_key(clients[0].keyspace.prefix)
     on_victim = [c for c in clients if primary_port(cluster, c) == victim.port]
     assert len(on_victim) >= 2  # a connection shared by shards
@@ -183,7 +183,7 @@ def test_a_killed_primary_s_shards_resubscribe_on_the_promoted_replica(
 
             until(back, 30, "a subscription on the promoted replica")
         assert sharded_subscribers()[heir.port] == 1  # both shards, one connection
-        assert hub.connections() == 3
+        assert len(hub.nodes()) == 3
         for client in on_victim:
             jid = put(client, "after-kill")
             assert jid in str(next_message(subs[client.shard])["data"])

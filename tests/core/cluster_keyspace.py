@@ -43,7 +43,7 @@ SKIPS: dict[str, str] = {
     "tests/core/test_core_is_django_free.py::test_a_client_of_one_server_loads_no_cluster_module":
         "puts through a plain URL, which a cluster node refuses (ClusterNodeError)",
     "tests/core/test_core_is_django_free.py::"
-    "test_a_serial_worker_of_one_server_loads_only_the_pubsub_hub":
+    "test_a_serial_worker_of_one_server_loads_no_cluster_module":
         "puts through a plain URL, which a cluster node refuses (ClusterNodeError)",
     "tests/core/test_bad_input.py::test_bad_keyspace_is_refused": _OTHER_SLOTS,
     "tests/core/test_bad_input.py::test_more_than_one_key_is_refused": _OTHER_SLOTS,

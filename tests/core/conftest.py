@@ -13,7 +13,7 @@ import redis
 from django_qless.core.client import Client
 from django_qless.core.engine.bundles import bundle_text
 from django_qless.core.engine.lua import function_name, library_text, script_text
-from django_qless.core.engine.worker_reply import decode_worker_reply
+from django_qless.core.hotpath import decode_worker_reply
 from django_qless.core.queue import Queue
 from tests.core import keyspace_mode
 from tests.core.handoff_listener import listen  # noqa: F401 (the hand-off channel fixture)

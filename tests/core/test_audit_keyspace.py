@@ -13,7 +13,7 @@ import redis
 from django_qless.core.audit import AuditReport, audit, audit_all
 from django_qless.core.audit.fix import index_kind, plan
 from django_qless.core.client import Client
-from django_qless.core.engine.keyspace import Keyspace
+from django_qless.core.engine.invoke import Keyspace
 from tests.core.test_audit import CASES, NOT_FIXABLE, build_everything
 
 PREFIX = "ql:{s3}:"

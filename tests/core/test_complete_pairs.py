@@ -11,7 +11,7 @@ import redis
 
 from django_qless.core.client import Client
 from django_qless.core.exceptions import InvalidArgument, LostLockError
-from django_qless.core.hotpath import WorkerCalls
+from django_qless.core.hotpath import decode_worker_reply
 
 __all__: list[str] = []
 
@@ -34,12 +34,12 @@ def pop(lua: Any, queue: str, count: int, now: float = 1, worker: str = "worker"
 
 def states(raw: Any) -> list[str]:
     """The per-job results of a paired reply (decoded as the client does)."""
-    return str(WorkerCalls.decode_reply(raw)["state"]).split(RS)
+    return str(decode_worker_reply(raw)["state"]).split(RS)
 
 
 def reserved(raw: Any) -> list[str]:
     """The jids a complete.reserve reply reserved."""
-    jobs = WorkerCalls.decode_reply(raw)["jobs"]
+    jobs = decode_worker_reply(raw)["jobs"]
     return [j["jid"] for j in jobs] if jobs else []
 
 

@@ -63,9 +63,8 @@ def test_a_client_of_one_server_loads_no_cluster_module(redis_url: str) -> None:
     assert run_python(code) == "[]"
 
 
-def test_a_serial_worker_of_one_server_loads_only_the_pubsub_hub(redis_url: str) -> None:
-    """Run one job with a serial worker of one server: of the cluster package, only the
-    pub/sub hub it listens through (node_pubsub, node_conn) is loaded."""
+def test_a_serial_worker_of_one_server_loads_no_cluster_module(redis_url: str) -> None:
+    """Run one job with a serial worker of one server: no cluster or shard module runs."""
     code = (
         "import sys\n"
         "from django_qless.core import Client\n"
@@ -78,10 +77,7 @@ def test_a_serial_worker_of_one_server_loads_only_the_pubsub_hub(redis_url: str)
         "assert client.redis.zcard('ql:completed') == 1\n"
         "print(sorted(m for m in sys.modules if m.startswith('django_qless.core.cluster')))\n"
     )
-    assert run_python(code) == str(sorted([
-        "django_qless.core.cluster", "django_qless.core.cluster.node_conn",
-        "django_qless.core.cluster.node_pubsub",
-    ]))
+    assert run_python(code) == "[]"
 
 
 def test_core_is_django_free() -> None:

@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from django_qless.core.client import Client
-from django_qless.core.engine.keyspace import DEFAULT, Keyspace
+from django_qless.core.engine.invoke import DEFAULT, Keyspace
 from django_qless.core.exceptions import InvalidArgument
 from tests.core.conftest import Lua
 from tests.core.keyspace_mode import KEYSPACE

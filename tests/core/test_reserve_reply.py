@@ -2,7 +2,7 @@
 
 reserve, reserve.wait and complete.reserve send each job's stored texts (objects.lua,
 `Q.job_fields`); the client derives what the JSON job object would say
-(core/engine/worker_reply.py). Every attribute of a Job received through them must equal the Job
+(core/hotpath.py). Every attribute of a Job received through them must equal the Job
 `client.jobs[jid]` reads, whatever the job carries (docs/engine.md, "The worker's replies").
 """
 
@@ -16,8 +16,8 @@ import redis
 
 from django_qless.core import Client
 from django_qless.core.engine.lua import function_name, library_text, script_text
-from django_qless.core.engine.worker_reply import REPLY_SHAPE, decode_worker_reply
 from django_qless.core.exceptions import QlessError
+from django_qless.core.hotpath import REPLY_SHAPE, decode_worker_reply
 from django_qless.core.job import Job
 from tests.core import keyspace_mode
 from tests.core.conftest import FakeClock

@@ -8,7 +8,7 @@ import pytest
 import redis
 
 from django_qless.core.audit.auditor import Auditor
-from django_qless.core.engine.keyspace import Keyspace
+from django_qless.core.engine.invoke import Keyspace
 from tests.core.keyspace_mode import KEYSPACE, PREFIX
 
 __all__: list[str] = []

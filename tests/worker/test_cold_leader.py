@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from django_qless.core.client import Client
-from django_qless.core.cluster.node_pubsub import Hub, Subscription
+from django_qless.core.engine.pubsub import Hub, Subscription
 from tests.worker.conftest import WorkerProcess, wait_until
 from tests.worker.jobs import ledger
 from tests.worker.test_idle_disconnect import SUPERVISOR, client_ids
@@ -164,6 +164,6 @@ def test_a_shard_view_on_a_connection_opened_without_info_learns_the_version(
     shard = Subscription(Client(qless_client.redis, keyspace="s1"), hub)  # (one pool)
     assert shard.sharded is None
     shard.connect()
-    assert hub.connections() == 1
+    assert len(hub.nodes()) == 1
     assert shard.sharded is (redis_version_info[0] >= 7)
     hub.close()

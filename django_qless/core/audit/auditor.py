@@ -27,7 +27,7 @@ from typing import Any
 
 import redis
 
-from ..engine.keyspace import DEFAULT, Keyspace
+from ..engine.invoke import DEFAULT, Keyspace
 
 __all__ = ["AuditReport", "Reads", "Violation", "audit", "audit_all", "counted"]
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import redis
 
-from ..engine.keyspace import DEFAULT, Keyspace
+from ..engine.invoke import DEFAULT, Keyspace
 
 if TYPE_CHECKING:
     from .auditor import Violation

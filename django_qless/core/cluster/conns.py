@@ -12,7 +12,7 @@ import redis
 from redis.cluster import RedisCluster
 from redis.exceptions import AuthenticationError, AuthorizationError
 
-from ..engine.pool import IDLE_CHECK, ensure_open, send
+from ..engine.invoke import IDLE_CHECK, ensure_open, send
 from .args import NotSent
 
 __all__ = ["NodeConnections"]

@@ -9,7 +9,7 @@ through failovers and slot moves, and never sends a write twice.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from typing import Any
 
 import redis
@@ -17,9 +17,7 @@ from redis import Redis
 from redis.cluster import RedisCluster
 
 from ..engine.channel import TRANSPORT_ERRORS, utf8_error
-from ..engine.invoke import Invoker
-from ..engine.keyspace import Keyspace
-from ..engine.pool import send
+from ..engine.invoke import Invoker, Keyspace, send
 from ..exceptions import InvalidArgument, error_from_reply
 from .batch import did_not_run, execute_many
 from .transport import ClusterTransport
@@ -86,6 +84,21 @@ class ShardChannel:
             self.transport.refresh()
             node = rc.get_node(node_name=self.node())  # type: ignore[no-untyped-call, unused-ignore]
         return rc.get_redis_connection(node)
+
+    def pubsub_node(self, stale: bool, open_nodes: Container[str]) -> tuple[str, Redis]:
+        """Return the address and client of this shard's primary for a pub/sub hub, reading
+        the slot map again first if `stale`; `open_nodes`: the hub's connections."""
+        if stale:
+            self.transport.refresh()  # no node answering: the lookup below fails, we retry
+        node_redis, address = self.node_redis(), self.node()
+        if (stale or address not in open_nodes) and _role(node_redis) != "master":
+            # Our map predates a failover (a replica also takes SSUBSCRIBE, and would hear
+            # its primary's messages only while it stays its replica): read it again.
+            self.transport.refresh()
+            node_redis, address = self.node_redis(), self.node()
+            if _role(node_redis) != "master":  # the cluster has not agreed yet: try later
+                raise redis.ConnectionError("the shard has no primary in the map yet")
+        return address, node_redis
 
     def command(self, argv: Sequence[str]) -> tuple[Any, ...]:
         """Return the FCALL/EVALSHA running `argv` (command, now, args) in this shard, in the
@@ -223,3 +236,8 @@ def open_shard_channel(
         raise InvalidArgument("the transport was built for the other engine variant "
                               "(caller_time)")
     return ShardChannel(target, invoker), None
+
+
+def _role(node_redis: Any) -> str:
+    """Return the node's replication role ("master" for a primary)."""
+    return str(node_redis.execute_command("ROLE")[0])

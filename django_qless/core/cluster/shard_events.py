@@ -1,5 +1,5 @@
 """The engine's events of every shard of a deployment, in one thread on one connection per
-node (node_pubsub.py)."""
+node (engine/pubsub.py)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,18 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import redis
+
+from ..engine.pubsub import (
+    MESSAGE_TYPES,
+    PUBSUB_ERRORS,
+    Hub,
+    Subscription,
+    block_async_signals,
+    poll_readable,
+)
 from ..events import EVENT_NAMES, ListenerThread, decode_event
 from ..exceptions import QlessConnectionError
-from ..signalmask import block_async_signals
-from .node_pubsub import MESSAGE_TYPES, PUBSUB_ERRORS, Hub, Subscription, poll_readable
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -113,7 +121,7 @@ class ShardEvents:
                                                             sub.keyspace.prefix), sub.client)
                     except PUBSUB_ERRORS as exc:
                         self._lost(sub, exc, i, retry_at, backoff)
-                hub.probe(self.health_check_interval)
+                _probe(hub, self.health_check_interval)
             self._drain(subs)
         finally:
             self._listening.clear()
@@ -147,3 +155,18 @@ class ShardEvents:
         sub.close()
         retry_at[i] = time.monotonic() + backoff[i]
         backoff[i] = min(backoff[i] * 2, self.max_backoff)
+
+
+def _probe(hub: Hub, interval: float) -> None:
+    """PING every connection quiet for `interval` s; one whose PING went unanswered for
+    `interval` s is broken (a half-open socket delivers nothing and raises nothing)."""
+    now = time.monotonic()
+    for node in hub.nodes():
+        if node.ping_at and now - node.ping_at > interval:
+            node.fail(redis.TimeoutError(f"no PONG within {interval}s (half-open socket?)"))
+        elif not node.ping_at and now - node.heard >= interval:
+            try:
+                node.send(None, "PING", [])
+            except PUBSUB_ERRORS:
+                continue  # marked broken: its views reopen
+            node.ping_at = now

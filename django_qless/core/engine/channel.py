@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from typing import Any, Protocol
 
 import redis
@@ -19,8 +19,7 @@ from redis import Redis
 from redis.exceptions import ResponseError
 
 from ..exceptions import InvalidArgument, QlessConnectionError, QlessError, error_from_reply
-from .invoke import Invoker
-from .pool import send, send_checked
+from .invoke import Invoker, send, send_checked
 
 __all__ = ["Channel", "NodeChannel", "Pending", "TRANSPORT_ERRORS", "connection_error"]
 
@@ -58,6 +57,9 @@ class Channel(Protocol):
     def node_redis(self) -> Redis:
         """Return a redis-py client of the server holding this keyspace now (for pub/sub,
         SCAN and server commands; on a cluster, ask again after a failover)."""
+
+    def pubsub_node(self, stale: bool, open_nodes: Container[str]) -> tuple[str, Redis]:
+        """Return the address and client of the server a pub/sub hub listens on now."""
 
     def load(self) -> None:
         """Load the engine where this channel calls it."""
@@ -114,6 +116,10 @@ class NodeChannel:
     def node_redis(self) -> Redis:
         """Return the redis-py client of the server (the same as `redis`)."""
         return self._redis
+
+    def pubsub_node(self, stale: bool, open_nodes: Container[str]) -> tuple[str, Redis]:
+        """Return the address and client of the server a pub/sub hub listens on (this one)."""
+        return f"pool:{id(self._redis)}", self._redis
 
     def close(self) -> None:
         """Give the pinned connection back (the pool is the client's to close)."""

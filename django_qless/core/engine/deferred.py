@@ -13,8 +13,6 @@ import threading
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from .channel import Pending
-
 __all__ = ["DeferredCall"]
 
 T = TypeVar("T")
@@ -23,10 +21,10 @@ T = TypeVar("T")
 class DeferredCall(Generic[T]):
     """One engine call in flight; `result()` reads and decodes its reply exactly once."""
 
-    __slots__ = ("_pending", "_parse", "_lock", "_done", "_value", "_error")
+    __slots__ = ("_read", "_parse", "_lock", "_done", "_value", "_error")
 
-    def __init__(self, pending: Pending, parse: Callable[[Any], T]) -> None:
-        self._pending = pending
+    def __init__(self, read: Callable[[], Any], parse: Callable[[Any], T]) -> None:
+        self._read = read  # returns the raw reply (a `Pending.reply`)
         self._parse = parse
         self._lock = threading.Lock()
         self._done = False
@@ -40,7 +38,7 @@ class DeferredCall(Generic[T]):
                 # An interruption (KeyboardInterrupt and the like) leaves it not done: the
                 # next result() sends the call again, which the attempt token makes safe.
                 try:
-                    self._value = self._parse(self._pending.reply())
+                    self._value = self._parse(self._read())
                 except Exception as exc:
                     self._error = exc
                 self._done = True

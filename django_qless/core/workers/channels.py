@@ -13,14 +13,14 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from django_qless.core.cluster.node_pubsub import (
+from django_qless.core.engine.pubsub import (
     MESSAGE_TYPES,
     PUBSUB_ERRORS,
     Hub,
     Subscription,
+    block_async_signals,
     poll_readable,
 )
-from django_qless.core.signalmask import block_async_signals
 
 if TYPE_CHECKING:
     import redis

@@ -8,9 +8,9 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from django_qless.core.engine.pubsub import block_async_signals
 from django_qless.core.exceptions import InvalidArgument
 from django_qless.core.registry import NO_LIMITS, TimeLimits
-from django_qless.core.signalmask import block_async_signals
 from django_qless.core.workers.runner import LOST, log_job
 
 if TYPE_CHECKING:

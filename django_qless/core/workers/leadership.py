@@ -17,8 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from django_qless.core.cluster.node_pubsub import poll_readable
-from django_qless.core.signalmask import block_async_signals
+from django_qless.core.engine.pubsub import block_async_signals, poll_readable
 
 __all__ = ["Leadership", "TokenFile", "open_leadership"]
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from django_qless.core.cluster.node_pubsub import (
+from django_qless.core.engine.pubsub import (
     MESSAGE_TYPES,
     PUBSUB_ERRORS,
     Hub,

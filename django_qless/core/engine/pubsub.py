@@ -1,42 +1,44 @@
 """Pub/sub over one connection per server node, shared by every keyspace that node holds.
 
-A shard's channels are sharded channels on Redis/Valkey 7+ (the engine SPUBLISHes them):
-they are heard only on the primary owning the shard's slot, with SSUBSCRIBE, and the
-channels of one SSUBSCRIBE must share one slot. A `Hub` keeps one connection per primary;
-each keyspace subscribed through it is a `Subscription` (a view) that sends its own
-SSUBSCRIBE (one slot per command) on its node's connection, so a worker serving 16 shards on
-3 primaries holds 3 connections, not 16. Replies are routed back to the view by channel
-name (every channel name carries its keyspace's prefix); an error reply goes to the view
-whose command is oldest unanswered on that connection.
-
-When a slot moves away (resharding, a failover) the server drops that slot's channels
-with an `sunsubscribe` nobody asked for: only the view of that shard is told (its `get`
-raises ConnectionError), and it reopens on the slot's new primary (the slot map is read
-again first); the other shards on the connection keep listening. A connection that breaks
-tells every view on it. Plain channels (the default keyspace, servers before 7) work as
-they always did, patterns included.
-
-A hub is used by one thread (the worker loop, the supervisor, one listener thread).
+A `Hub` keeps one `NodeConnection` per server (a cluster's primary); each keyspace listens
+through a `Subscription` on it: plain channels, or a shard's sharded channels (SSUBSCRIBE,
+one slot per command) on Redis 7+, followed when their slot moves (docs/scaling.md,
+"Listening: one connection per primary"). A hub is used by one thread. Replies are read
+straight from the socket into a hiredis reader: a pushed message (a handed job) costs one
+`poll` and one `recv`, not redis-py's per-reply checks and socket-timeout changes.
 """
 
 from __future__ import annotations
 
 import select
+import signal
 import time
 from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+import hiredis
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from .node_conn import CONFIRMS, MESSAGE_TYPES, PUBSUB_ERRORS, NodeConnection
-
 if TYPE_CHECKING:
-    from django_qless.core.client import Client
+    from ..client import Client
 
-__all__ = ["Hub", "MESSAGE_TYPES", "PUBSUB_ERRORS", "Subscription"]
+__all__ = [
+    "Hub", "MESSAGE_TYPES", "NodeConnection", "PUBSUB_ERRORS", "Subscription",
+    "block_async_signals", "poll_readable",
+]
+
+MESSAGE_TYPES = frozenset({"message", "pmessage", "smessage"})
+CONFIRMS = frozenset({"subscribe", "psubscribe", "ssubscribe"})
+_UNSUBSCRIBES = frozenset({"unsubscribe", "punsubscribe", "sunsubscribe"})
+# hiredis raises TypeError/AttributeError on a socket closed under it.
+PUBSUB_ERRORS = (redis.RedisError, OSError, ValueError, TypeError, AttributeError,
+                 hiredis.HiredisError)
+_CHUNK = 65536  # bytes read per recv (a handed job is one message, usually < 2 kB)
+_REST_WITHIN = 1.0  # wait for the rest of a reply read in part (the next read resumes it)
+_READABLE = select.POLLIN | select.POLLERR | select.POLLHUP
 
 _TIMEOUT = 10.0  # bound on every blocking read or connect of a node connection
 
@@ -51,6 +53,165 @@ except ImportError:  # pragma: no cover - redis-py before driver_info
     _NO_SETINFO = {"lib_name": None, "lib_version": None}
 
 
+class Sent:
+    """One command sent on a node connection and not fully answered yet."""
+
+    __slots__ = ("sub", "left", "undo")
+
+    def __init__(self, sub: Subscription | None, names: Iterable[str], undo: bool) -> None:
+        self.sub = sub
+        self.left = set(names)  # the channel names still to be confirmed ("" for a PING)
+        self.undo = undo  # an unsubscribe (answered by `*unsubscribe` replies)
+
+
+class NodeConnection:
+    """One pub/sub connection to a server (RESP2, no silent retries) and its views."""
+
+    def __init__(self, hub: Hub, address: str, conn: Any, major: int | None) -> None:
+        self.hub = hub
+        self.address = address
+        self.conn = conn
+        self.major = major  # the server's major version (None: not asked, nobody needed it)
+        self.views: set[Subscription] = set()
+        self.routes: dict[str, Subscription] = {}  # channel or pattern -> its view
+        self.sent: deque[Sent] = deque()
+        self.broken = False
+        self.heard = time.monotonic()  # when a reply last came
+        self.ping_at = 0.0  # when an unanswered health PING was sent (0: none)
+        # redis-py's parser has read nothing past its handshake and `Hub._open`'s INFO (if
+        # sent): its buffer is empty, and every later reply is read here.
+        self.sock = conn._sock
+        self._fd = self.sock.fileno()
+        encoder = conn.encoder
+        self._reader = (hiredis.Reader(encoding=encoder.encoding, errors=encoder.encoding_errors)
+                        if encoder.decode_responses else hiredis.Reader())
+        self._poller = select.poll()
+        self._poller.register(self._fd, _READABLE)
+
+    def send(self, sub: Subscription | None, command: str, names: list[str]) -> None:
+        """Send one (un)subscribe command (or PING) and expect a reply per name."""
+        try:
+            self.conn.send_command(command, *names)
+        except PUBSUB_ERRORS as exc:
+            self.fail(exc)
+            raise
+        self.sent.append(Sent(sub, names or [""], "UNSUB" in command))
+
+    def pump(self, timeout: float, until: Subscription) -> None:
+        """Wait up to `timeout` for replies and route them; read on (waiting only for the rest
+        of a reply read in part) until `until` has something to hand out."""
+        if self.broken:
+            return
+        try:
+            if not self._fill(timeout):
+                return
+            self.heard = time.monotonic()
+            reader = self._reader
+            while True:
+                while (reply := reader.gets()) is not False:
+                    if isinstance(reply, hiredis.ReplyError):
+                        self._error_reply(redis.ResponseError(str(reply)))
+                    else:
+                        self._route(reply)
+                if until.has_news() or self.broken:
+                    return
+                # A reply read in part is on its way: wait for the rest (a large handed job
+                # spans several reads), else nothing more is waiting to be read.
+                if not self._fill(_REST_WITHIN if reader.has_data() else 0.0):
+                    return
+        except PUBSUB_ERRORS as exc:
+            self.fail(exc)
+
+    def pending(self) -> bool:
+        """Tell whether decrypted TLS data waits in the socket object (`poll()` misses it)."""
+        pending = getattr(self.sock, "pending", None)
+        return bool(pending is not None and pending())
+
+    def _fill(self, timeout: float) -> bool:
+        """Feed the reader what the socket has, waiting up to `timeout` for it; False if
+        nothing came. The socket holds a timeout, so a TLS record arriving in parts cannot
+        block the read for longer than that."""
+        if not self.pending() and not self._poller.poll(timeout * 1000.0):
+            return False
+        data = self.sock.recv(_CHUNK)
+        if not data:
+            raise redis.ConnectionError("connection closed by the server")
+        self._reader.feed(data)
+        return True
+
+    def _error_reply(self, exc: redis.ResponseError) -> None:
+        """An error answers the oldest command waiting (MOVED: the slot is elsewhere now)."""
+        if not self.sent:
+            self.fail(exc)  # cannot tell whose: start this node afresh
+            return
+        sent = self.sent.popleft()
+        if sent.sub is None:
+            self.fail(exc)
+            return
+        sent.sub.lose(redis.ConnectionError(f"subscribing failed ({exc}): the shard moved?"))
+
+    def _route(self, reply: Any) -> None:
+        kind = str(reply[0]) if isinstance(reply, list) else "pong"  # PONG, unsubscribed
+        if kind == "pong":
+            self._answered("", undo=False)
+            self.ping_at = 0.0
+            return
+        view = self.routes.get(str(reply[1]))
+        if kind == "pmessage":
+            msg = {"type": kind, "pattern": reply[1], "channel": reply[2], "data": reply[3]}
+        else:
+            msg = {"type": kind, "pattern": None, "channel": reply[1], "data": reply[2]}
+        name = str(msg["channel"] if kind != "pmessage" else reply[2])
+        if kind in CONFIRMS or kind in _UNSUBSCRIBES:
+            sent = self._answered(str(reply[1]), undo=kind in _UNSUBSCRIBES)
+            if sent is not None:
+                asker = sent.sub
+                if asker is not None and asker.attached_to(self):
+                    asker.inbox.append(msg)  # the view that asked sees the answer
+                    name = str(reply[1])
+                    if kind in _UNSUBSCRIBES and name not in asker.channels | asker.patterns:
+                        # Routed until now: messages sent before the unsubscribe still count.
+                        if self.routes.get(name) is asker:
+                            del self.routes[name]
+                return
+            if kind == "sunsubscribe" and view is not None:
+                # Not asked for: the slot left this node; that shard alone resubscribes.
+                view.lose(redis.ConnectionError("the shard's slot moved: its channels were "
+                                                "dropped"), dropped=True)
+            return
+        if view is not None and kind in MESSAGE_TYPES and name:
+            view.inbox.append(msg)
+
+    def _answered(self, name: str, undo: bool) -> Sent | None:
+        """Match a reply naming `name` with the oldest command of its kind expecting it."""
+        for sent in self.sent:
+            if sent.undo == undo and name in sent.left:
+                sent.left.discard(name)
+                while self.sent and not self.sent[0].left:
+                    self.sent.popleft()
+                return sent
+        return None
+
+    def fail(self, exc: BaseException) -> None:
+        """Mark the connection dead: every view on it is told, and reopens."""
+        if self.broken:
+            return
+        self.broken = True
+        for view in list(self.views):
+            view.lose(redis.ConnectionError(f"pub/sub connection to {self.address} lost "
+                                            f"({type(exc).__name__}: {exc})"))
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection (its last view left)."""
+        self.broken = True
+        self.hub.forget(self)
+        try:
+            self.conn.disconnect()
+        except Exception:  # noqa: S110 - closing a broken socket may fail; nothing to do
+            pass
+
+
 class Hub:
     """The pub/sub connections of one consumer: one per server node, shared by views."""
 
@@ -61,13 +222,9 @@ class Hub:
     def __repr__(self) -> str:
         return f"<Hub {sorted(self._nodes)}>"
 
-    def subscription(self, client: Client) -> Subscription:
-        """Return a new view for `client`'s keyspace on this hub's connections."""
-        return Subscription(client, self)
-
-    def connections(self) -> int:
-        """Return how many node connections are open."""
-        return len(self._nodes)
+    def nodes(self) -> list[NodeConnection]:
+        """Return the open node connections."""
+        return list(self._nodes.values())
 
     def forget(self, node: NodeConnection) -> None:
         """Drop `node` from the open connections (it broke or was closed)."""
@@ -91,24 +248,9 @@ class Hub:
 
     def _find(self, client: Client, need_major: bool = True) -> NodeConnection:
         """Return the connection to `client`'s server now, opening it if needed."""
-        channel: Any = client.channel
-        transport = getattr(channel, "transport", None)
-        stale = client.shard in self._stale
-        if transport is not None and stale:
-            transport.refresh()  # no node answering: the lookup below fails, we retry
-        node_redis = client.node_redis()
-        address = channel.node() if transport is not None else f"pool:{id(node_redis)}"
-        node = self._nodes.get(address)
-        if transport is not None and (stale or node is None) and _role(node_redis) != "master":
-            # Our map predates a failover (a replica also takes SSUBSCRIBE, and would hear
-            # its primary's messages only while it stays its replica): read it again.
-            transport.refresh()
-            node_redis = client.node_redis()
-            address = channel.node()
-            node = self._nodes.get(address)
-            if _role(node_redis) != "master":  # the cluster has not agreed yet: try later
-                raise redis.ConnectionError("the shard has no primary in the map yet")
+        address, node_redis = client.channel.pubsub_node(client.shard in self._stale, self._nodes)
         self._stale.discard(client.shard)
+        node = self._nodes.get(address)
         if node is None or node.broken:
             node = self._nodes[address] = self._open(address, node_redis, need_major)
         elif need_major and node.major is None:
@@ -142,34 +284,17 @@ class Hub:
                 raise
         return NodeConnection(self, address, conn, major)
 
-    def probe(self, interval: float) -> None:
-        """PING every connection quiet for `interval` s; one whose PING went unanswered for
-        `interval` s is broken (a half-open socket delivers nothing and raises nothing)."""
-        now = time.monotonic()
-        for node in list(self._nodes.values()):
-            if node.ping_at and now - node.ping_at > interval:
-                node.fail(redis.TimeoutError(f"no PONG within {interval}s (half-open socket?)"))
-            elif not node.ping_at and now - node.heard >= interval:
-                try:
-                    node.send(None, "PING", [])
-                except PUBSUB_ERRORS:
-                    continue  # marked broken: its views reopen
-                node.ping_at = now
-
     def close(self) -> None:
         """Close every connection."""
-        for node in list(self._nodes.values()):
+        for node in self.nodes():
             for view in list(node.views):
                 view.close()
             node.close()
 
 
 class Subscription:
-    """The channels of one keyspace, on the connection its hub keeps to the keyspace's
-    server (a shard's current primary): (S)SUBSCRIBE as the server needs, loss detected.
-
-    Without a hub it has a connection of its own.
-    """
+    """The channels of one keyspace on its hub's connection to the keyspace's server (a
+    shard's current primary; without a hub, a connection of its own)."""
 
     def __init__(self, client: Client, hub: Hub | None = None) -> None:
         self.client = client
@@ -330,18 +455,26 @@ def _server_major(node_redis: Any) -> int:
     return _major(str(info))
 
 
-def _role(node_redis: Any) -> str:
-    """Return the node's replication role ("master" for a primary)."""
-    return str(node_redis.execute_command("ROLE")[0])
-
-
 def poll_readable(fds: list[int], timeout: float) -> set[int]:
     """Wait until one of `fds` is readable; return the readable ones."""
     poller = select.poll()
     for fd in fds:
-        poller.register(fd, select.POLLIN | select.POLLERR | select.POLLHUP)
-    try:
-        events = poller.poll(timeout * 1000.0)
-    except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for safety
-        return set()
-    return {fd for fd, _ in events}
+        poller.register(fd, _READABLE)
+    return {fd for fd, _ in poller.poll(timeout * 1000.0)}
+
+
+# Raised by a thread's own fault: blocking them would hide a crash in that thread.
+_SYNCHRONOUS = frozenset({
+    signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, signal.SIGABRT,
+    signal.SIGTRAP, signal.SIGSYS, signal.SIGKILL, signal.SIGSTOP,
+})
+
+
+def block_async_signals() -> None:
+    """Block every asynchronous signal in the calling helper thread (call it first in `run`).
+
+    Linux delivers a process-directed signal (TERM, QUIT, the parent-death signal) to any
+    thread not blocking it, and only that thread's blocking call is interrupted: taken by a
+    helper thread, it would wait until the main thread's job left its `time.sleep(3)`.
+    """
+    signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals() - _SYNCHRONOUS)
