@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from django_qless.core.exceptions import QlessError
 from django_qless.core.workers.hand import SharedJobPool, release_job
-from django_qless.core.workers.leadership import TokenFile, open_leadership
+from django_qless.core.workers.leadership import TokenFile
 from django_qless.core.workers.loop import JobLoop
 from django_qless.core.workers.runner import Outcome, WorkerHooksProtocol
 from django_qless.core.workers.shutdown import ExitCode, SignalState, reset_child_signals
@@ -93,12 +93,9 @@ class ForkChild(JobLoop):
         leader_token: TokenFile | None = None,
         death_signal: bool = False,
     ) -> None:
-        # Idle, only the holder of the worker's leader token waits on the engine.
-        leadership = (open_leadership(leader_token, config.leader_hold)
-                      if leader_token is not None else None)
         super().__init__(
             config, hooks, name, SignalState(term_grace=config.term_grace), resume=resume,
-            max_jobs=config.jobs_per_child, pool=pool, leadership=leadership,
+            max_jobs=config.jobs_per_child, pool=pool, leader_token=leader_token,
         )
         self.status_fd = status_fd
         self.supervisor_pid = supervisor_pid
@@ -186,7 +183,7 @@ class ForkChild(JobLoop):
             return "--max-duration reached"
         return ""
 
-    def _on_lock_lost(self, job: Job, why: str) -> None:
+    def on_lock_lost(self, job: Job, why: str) -> None:
         # The supervisor kills us: aborting here could race it onto the next job.
         self.tell(status_line("l", job.jid, why[:500]))
         if self.orphaned():

@@ -1,8 +1,8 @@
 """`JobLoop`: take a job, run it, report it; the loop of the serial worker and of each child.
 
 A job comes from the hand (held ahead, or brought by a completion's reply), else from a
-hand-off or a reserve per shard in the reserver's order, else after an idle wait. Its
-completion goes through the hand (hand.py), which returns what settled for `report`.
+hand-off or a reserve per shard, else after an idle wait (in a forking worker's child: its
+idle turn, leadership.py). The hand (hand.py) completes it and returns what settled.
 """
 
 from __future__ import annotations
@@ -47,13 +47,12 @@ from django_qless.core.workers.worker_config import WorkerConfig
 if TYPE_CHECKING:
     from django_qless.core.client import Client
     from django_qless.core.job import Job
-    from django_qless.core.workers.leadership import Leadership
+    from django_qless.core.workers.leadership import Leadership, TokenFile
 
-__all__ = ["HAND_BACK_AFTER", "JobLoop"]
+__all__ = ["JobLoop"]
 
 log = logging.getLogger("django_qless.worker")
 
-HAND_BACK_AFTER = 0.1  # a job running this long hands the held jobs back
 IDLE_CAP = 3599.0  # the longest idle wait (the engine keeps a registration <= 3600 s)
 _DONE = {Outcome.COMPLETED: "done", Outcome.SETTLED: "settled by the job itself"}
 _TRANSIENT = (QlessConnectionError, redis.ConnectionError, redis.TimeoutError, OSError)
@@ -67,7 +66,7 @@ class JobLoop:
     def __init__(self, config: WorkerConfig, hooks: WorkerHooksProtocol, name: str,
                  signals: SignalState, *, resume: bool = False, max_jobs: int = 0,
                  pool: SharedJobPool | None = None, reaper: LeaseReaper | None = None,
-                 leadership: Leadership | None = None) -> None:
+                 leader_token: TokenFile | None = None) -> None:
         self.config = config
         self.queues = config.queues  # (WorkerInfo)
         if "django_qless.core.integrations" in sys.modules:  # (else none are installed)
@@ -88,10 +87,16 @@ class JobLoop:
         self.waiter = WakeWaiter(self.routes, signals.wake_pipe, name)
         self.hand = JobHand(name, self.waiter, JobBudget(max_jobs, pool),
                             prefetch=config.prefetch)
-        self.heartbeater = Heartbeater(self._on_lock_lost, on_due=self._on_due,
-                                       long_after=HAND_BACK_AFTER, on_tick=self._tick)
+        self.heartbeater = Heartbeater(self)
         self.reaper = reaper  # only where no supervisor reaps (the serial worker)
-        self.leadership = leadership  # None: always registers when idle (serial worker)
+        # Idle, only the holder of a forking worker's token waits on the engine (None: the
+        # serial worker, which always registers when idle).
+        self.leadership: Leadership | None = None
+        if leader_token is not None:
+            from django_qless.core.workers.leadership import open_leadership
+
+            self.leadership = open_leadership(leader_token, self.waiter, config.leader_hold,
+                                              config.idle_disconnect)
         self.started = time.monotonic()
         self.done = self.failed = 0
         self.current: Job | None = None
@@ -105,8 +110,6 @@ class JobLoop:
         self._told_draining = False
         self.check_every = 1.0  # seconds between supervisor checks waiting for the token
         self.idling = False  # the last reserve found nothing (no job started since)
-        self._listening = False  # subscribed once while waiting for the token
-        self._disconnected = self._cold = False  # (see _disconnect)
         self._backoff = 0.0
 
     def arm_signals(self, on_signal: Callable[[int], None]) -> None:
@@ -157,7 +160,7 @@ class JobLoop:
         """Return why a job must not start although it was handed over (a stop request)."""
         return "shutdown" if self.signals.stop_requests else None
 
-    def _on_lock_lost(self, job: Job, why: str) -> None:
+    def on_lock_lost(self, job: Job, why: str) -> None:
         """Heartbeat thread: the engine refused a heartbeat."""
         if self.current is job:
             self.guard.abort("lock_lost")
@@ -221,7 +224,8 @@ class JobLoop:
         self.on_job_start(job)
         started = time.monotonic()
         self.heartbeater.watch(job, self.limits)
-        self._pass_turn(soon=True)  # as the job starts: the next idle child leads
+        if self.leadership is not None:
+            self.leadership.release(soon=True)  # as the job starts: the next idle child leads
         try:
             outcome = self.runner.run(job, self._pre_abort)
         finally:
@@ -298,20 +302,23 @@ class JobLoop:
         return self._await_turn()
 
     # -- heartbeat thread -------------------------------------------------------------------
-    def _on_due(self, job: Job, what: str) -> None:
-        """`job` runs long (the held jobs go back), or reached its soft or hard limit."""
-        limits = self.limits
-        if what == "long" and self.hand.holding():
+    def noticed(self, job: Job, what: str, elapsed: float) -> None:
+        """Act on `job`: show it ("tick"), hand the held jobs back ("long"), or stop it at
+        its "soft" or hard ("timeout") limit."""
+        if what == "tick":
+            self._tick(job, elapsed)
+        elif what == "long" and self.hand.holding():
             log.debug("job %s runs long: handing back the jobs held ahead", job.jid)
             self._report(self.hand.hand_back())
         elif what == "soft" and self.current is job:
+            soft = self.limits.soft
             log_job(logging.WARNING, job, "job %s: soft time limit of %gs reached, raising "
-                    "SoftTimeLimitExceeded in it", job.jid, limits.soft)
+                    "SoftTimeLimitExceeded in it", job.jid, soft)
             self.guard.interrupt(SoftTimeLimitExceeded(
-                f"job {job.jid} reached its soft time limit of {limits.soft:g}s"))
+                f"job {job.jid} reached its soft time limit of {soft:g}s"))
         elif what == "timeout" and self.current is job and self.hard_limit_in_thread:
             log_job(logging.WARNING, job, "job %s: time limit of %gs reached, stopping it",
-                    job.jid, limits.hard)
+                    job.jid, self.limits.hard)
             self.guard.abort("timeout")
 
     def _tick(self, job: Job, elapsed: float) -> None:
@@ -339,63 +346,15 @@ class JobLoop:
 
     # -- idle: the leader token, reserves, waits ----------------------------------------------
     def _await_turn(self) -> bool:
-        """Wait, without Redis, for the idle-leader token or a hand-off; False if a signal,
-        the supervisor's death or the end of the wait came first."""
+        """Return at once with no token to wait for or holding it, else wait for it or a
+        hand-off; False if a signal, the supervisor's death or the end of the wait came first."""
         lead = self.leadership
         if lead is None or lead.try_take():
-            self._disconnected = False
             return True
-        if not self._listening and not self._disconnected:
-            if self._until_quiet(lead) <= 0:
-                self._disconnect()  # (a new child of an idle worker: nothing to listen for)
-            else:  # once: the first turn as leader then needs no subscribe round trip
-                self._listening = True
-                self.waiter.ensure_subscribed()
         self.idling = True
         self._idle_title()
-        lead.want(True)
-        try:
-            deadline = time.monotonic() + min(self._recheck_after(),
-                                              max(self._time_left(), 0.005))
-            while not lead.held and not self.waiter.handed:
-                step = min(deadline - time.monotonic(), self.check_every)
-                if step <= 0:
-                    return False
-                if not self._disconnected:
-                    quiet_in = self._until_quiet(lead)
-                    if quiet_in <= 0:
-                        self._disconnect()
-                    else:
-                        step = min(step, quiet_in)
-                if self.waiter.wait_quietly(lead.notify_fd, step) or not self.should_continue():
-                    return False  # a signal, or the supervisor died: the loop acts on it
-            self._disconnected = False
-            return True
-        finally:
-            lead.want(False)  # the token, if it comes now, goes on to the next child
-
-    def _until_quiet(self, lead: Leadership) -> float:
-        """Return the seconds until the token stayed `idle_disconnect` with one leader."""
-        quiet = self.config.idle_disconnect
-        return quiet - lead.steady_for() if quiet else math.inf
-
-    def _disconnect(self) -> None:
-        """Close this child's connections until it leads (it has nothing to say or hear).
-
-        An idle connection costs Redis CPU (its cron visits each), but reopening one costs
-        minutes of that: only a child the token stayed away from for `idle_disconnect`.
-        """
-        self._disconnected = self._cold = True
-        self._listening = False  # subscribe again at the start of the next wait
-        self.waiter.disconnect()
-        self.routes.deployment.disconnect()
-        log.debug("leader unchanged for %gs: connections closed until this child leads",
-                  self.config.idle_disconnect)
-
-    def _pass_turn(self, *, soon: bool = False) -> None:
-        """Give the idle-leader token up (`soon`: a job starts; the helper unlocks it)."""
-        if self.leadership is not None:
-            self.leadership.release(soon=soon, watch=self.waiter.sockets)
+        return lead.await_turn(min(self._recheck_after(), max(self._time_left(), 0.005)),
+                               self.should_continue, self.check_every)
 
     def _reserve(self) -> tuple[list[Job], float | None]:
         """Take a hand-off, else jobs held but lost, else reserve (subscribed first); also
@@ -405,7 +364,7 @@ class JobLoop:
         registering: a waiting job then starts after one reconnect.
         """
         waiter = self.waiter
-        cold, self._cold = self._cold, False
+        cold = self.leadership is not None and self.leadership.went_cold()
         # (After a lost hand-off, the jobs it holds come first, once subscribed.)
         if cold and not waiter.subscribed and not waiter.lost:
             jobs, _ = self._reserve_once()
@@ -506,7 +465,8 @@ class JobLoop:
 
     def _finish(self) -> None:
         """Release unstarted jobs, stop threads, deregister, run stop hooks."""
-        self._pass_turn()
+        if self.leadership is not None:
+            self.leadership.release()
         self.waiter.stop_hand_offs()
         self._hand_back()
         self.hand.budget.release_spare(self.hand.committed())
