@@ -140,27 +140,28 @@ def _refused(job: Job, exc: QlessError) -> Outcome:
     return Outcome.FAILED
 
 
-def _calling(jobs: Sequence[Job], queues: Sequence[str], count: int) -> Callable[[], Any]:
-    """Return the call that completes `jobs` (of one shard) and reserves `count` more."""
+def _read(jobs: Sequence[Job], queues: Sequence[str] | None = None, count: int = 0,
+          call: DeferredCall[Any] | None = None) -> tuple[Settled, list[Job]]:
+    """Complete `jobs` (of one shard) reserving `count` more, or read the reply of the `call`
+    that sent it; return each job's outcome and the jobs it brought."""
     last = jobs[-1]
-    if len(jobs) == 1:
-        return lambda: last.client.complete_and_reserve(last, queues, count)
-    return lambda: last.client.complete_many_and_reserve(jobs, queues, count)
-
-
-def _read(jobs: Sequence[Job], reply: Callable[[], Any]) -> tuple[Settled, list[Job]]:
-    """Read a completion's reply: each job's outcome and the jobs it brought."""
+    queues = [last.queue_name] if queues is None else queues
     try:
-        results, more, _ = reply()
+        if call is not None:
+            results, more, _ = call.result()
+        elif len(jobs) == 1:
+            results, more, _ = last.client.complete_and_reserve(last, queues, count)
+        else:
+            results, more, _ = last.client.complete_many_and_reserve(jobs, queues, count)
     except QlessError as exc:
         if len(jobs) == 1:
-            return [(jobs[0], _refused(jobs[0], exc))], []
+            return [(last, _refused(last, exc))], []
         # A paired call refused as a whole wrote nothing: each job goes alone.
         log.info("jobs %s: paired completion refused (%s); completing each alone",
                  " ".join(j.jid for j in jobs), exc)
-        return [_read([job], _calling([job], [job.queue_name], 0))[0][0] for job in jobs], []
+        return [_read([job])[0][0] for job in jobs], []
     if len(jobs) == 1:
-        return [(jobs[0], Outcome.COMPLETED)], more
+        return [(last, Outcome.COMPLETED)], more
     return [(job, _refused(job, r) if isinstance(r, QlessError) else Outcome.COMPLETED)
             for job, r in zip(jobs, results, strict=True)], more
 
@@ -220,10 +221,8 @@ class JobHand:
     def next_held(self) -> tuple[Job | None, Settled]:
         """Return the next held job, reading replies in flight until one brings one."""
         settled: Settled = []
-        job = self.take()
-        while job is None and self._inflight:
-            settled += self._settle_oldest()
-            job = self.take()
+        while (job := self.take()) is None and self._inflight:
+            settled += self._settle(keep=len(self._inflight) - 1)
         return job, settled
 
     def adopt_handed(self) -> None:
@@ -236,7 +235,7 @@ class JobHand:
 
     def hand_back(self) -> Settled:
         """Settle what is in flight and kept, then release every held job (no retry spent)."""
-        settled = self.settle_all() + self.flush_kept()
+        settled = self._settle() + self.flush_kept()
         with self._lock:
             jobs = list(self._jobs)
             self._jobs.clear()
@@ -262,20 +261,11 @@ class JobHand:
             klass = self._jobs[0].klass_name if self._jobs else None
         return klass is None or klass not in self._slow
 
-    def settle_all(self) -> Settled:
-        """Read every reply in flight, oldest first."""
-        settled: Settled = []
-        while self._inflight:
-            settled += self._settle_oldest()
-        return settled
-
     def flush_kept(self) -> Settled:
         """Complete the kept jobs now, in one call of their own (no job to take them along)."""
         with self._lock:
             jobs, self.kept = self.kept, []
-        if not jobs:
-            return []
-        return _read(jobs, _calling(jobs, [jobs[-1].queue_name], 0))[0]
+        return _read(jobs)[0] if jobs else []
 
     def complete(self, job: Job, elapsed: float, plan: Plan, taking: bool) -> Settled:
         """Complete `job` and, if the loop goes on (`taking`), reserve the next jobs in the
@@ -286,10 +276,8 @@ class JobHand:
             settled = self.flush_kept()  # another shard: a call of their own
         with self._lock:
             batch, self.kept = [*self.kept, job], []
-        if not ahead:
-            settled += self.settle_all()  # a completion waited for comes after those sent
-        elif len(self._inflight) >= _MAX_IN_FLIGHT:
-            settled += self._settle_oldest()
+        # A completion waited for comes after those sent.
+        settled += self._settle(keep=_MAX_IN_FLIGHT - 1 if ahead else 0)
         held = len(self._jobs) + self.coming
         flowing = ahead and held > 0 and taking
         if flowing and len(batch) < BATCH and self._next_is_short():
@@ -302,11 +290,10 @@ class JobHand:
             try:
                 self._send(batch, queues, want)
             except QlessError:  # refused before sending (bad arguments): each alone
-                return settled + [_read([j], _calling([j], [j.queue_name], 0))[0][0]
-                                  for j in batch]
+                return settled + [_read([j])[0][0] for j in batch]
             return settled
-        settled += self.settle_all()
-        done, jobs = _read(batch, _calling(batch, queues, want))
+        settled += self._settle()
+        done, jobs = _read(batch, queues, want)
         self.add(jobs)
         return settled + done
 
@@ -348,13 +335,14 @@ class JobHand:
             self.coming += count
             self.sent_ahead += len(jobs)
 
-    def _settle_oldest(self) -> Settled:
-        """Read the oldest reply in flight (its jobs are held); [] if none is in flight."""
+    def _settle(self, keep: int = 0) -> Settled:
+        """Read the replies in flight, oldest first, until `keep` are left (their jobs held)."""
+        settled: Settled = []
         with self._lock:
-            if not self._inflight:
-                return []
-            jobs, count, call = self._inflight.popleft()
-            self.coming -= count
-            settled, more = _read(jobs, call.result)
-            self._jobs.extend(more)
+            while len(self._inflight) > keep:
+                jobs, count, call = self._inflight.popleft()
+                self.coming -= count
+                done, more = _read(jobs, call=call)
+                self._jobs.extend(more)
+                settled += done
         return settled
