@@ -168,7 +168,7 @@ class ForkChild(JobLoop):
 
     def _leaving_reason(self) -> str:
         """Say why the loop ended on its own (empty: stopped, orphaned or crashed)."""
-        budget, taken = self.hand.budget, self.hand.taken
+        budget, taken = self.hand, self.hand.taken
         if self.signals.stop_requests:
             return ""
         if self.signals.graceful:

@@ -1,21 +1,30 @@
 """`JobHand`: the jobs a loop holds unstarted, its unsettled completions and its tickets.
 
-Every call that settles jobs returns them as `(job, outcome)` pairs for the loop to report.
-The job thread and the heartbeat thread (a long job hands the held jobs back) share the
-hand; one lock orders them. docs/worker.md describes prefetching and kept completions.
+It makes every engine call that takes or gives back jobs, and returns what settled as
+`(job, outcome)` pairs for the loop to report. The job and heartbeat threads (a long job
+hands the held jobs back) share it; one lock orders them. See docs/worker.md (prefetching).
 """
 
 from __future__ import annotations
 
 import logging
 import multiprocessing
+import random
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from django_qless.core.exceptions import InvalidArgument, QlessError, ScriptError
+import redis
+
+from django_qless.core.exceptions import (
+    InvalidArgument,
+    QlessConnectionError,
+    QlessError,
+    ScriptError,
+)
+from django_qless.core.hotpath import RESERVE_QUEUES_MAX
 from django_qless.core.serialization import check_jid, check_worker
 from django_qless.core.workers.runner import LOST, Outcome, fail_refused_outcome, log_job
 
@@ -23,15 +32,15 @@ if TYPE_CHECKING:
     from django_qless.core.client import Client
     from django_qless.core.engine.deferred import DeferredCall
     from django_qless.core.job import Job
+    from django_qless.core.workers.shards import Reserver
     from django_qless.core.workers.wakeup import WakeWaiter
 
-__all__ = ["BATCH", "COMPLETE_REFUSED_GROUP", "PREFETCH_BELOW", "JobBudget", "JobHand",
-           "Settled", "SharedJobPool", "release_job"]
+__all__ = ["BATCH", "COMPLETE_REFUSED_GROUP", "PREFETCH_BELOW", "JobHand", "Settled",
+           "SharedJobPool", "release_job"]
 
 log = logging.getLogger("django_qless.worker")
 
 Settled = list[tuple["Job", Outcome]]
-Plan = Callable[[], "list[tuple[Client, list[str]]]"]
 
 # A job that ran this briefly lets the loop hold the next job ahead and keep its completion.
 PREFETCH_BELOW = 0.005
@@ -50,6 +59,7 @@ _DRAIN_EVERY = 0.05
 # left to expire and run again until its retries are gone.
 COMPLETE_REFUSED_GROUP = "django_qless.CompleteRefused"
 _TRANSIENT_PREFIXES = ("OOM ", "NOPERM ")  # error replies that say nothing about the call
+_TRANSIENT = (QlessConnectionError, redis.ConnectionError, redis.TimeoutError, OSError)
 _SEM_MAX = 2**31 - 1  # SEM_VALUE_MAX on Linux
 
 
@@ -75,36 +85,6 @@ class SharedJobPool:
     def remaining(self) -> int:
         """Return how many tickets nobody holds."""
         return int(self._sem.get_value())
-
-
-class JobBudget:
-    """The tickets one job loop holds: its jobs started, held, asked for, or spare."""
-
-    def __init__(self, cap: int = 0, pool: SharedJobPool | None = None) -> None:
-        self.cap = cap
-        self.pool = pool
-        self.limited = bool(cap) or pool is not None
-        self.claimed = 0
-
-    def grant(self, want: int, committed: int) -> int:
-        """Return how many of `want` more jobs may be asked for, `committed` holding tickets."""
-        if not self.limited:
-            return want
-        missing = want - (self.claimed - committed)
-        if missing > 0:
-            more = min(missing, self.cap - self.claimed) if self.cap else missing
-            if self.pool is not None and more > 0:
-                more = self.pool.claim(more)
-            self.claimed += max(0, more)
-        return max(0, min(want, self.claimed - committed))
-
-    def release_spare(self, committed: int) -> None:
-        """Give the tickets beyond `committed` back to the pool (the loop is leaving)."""
-        spare = self.claimed - committed
-        if spare > 0:
-            self.claimed = committed
-            if self.pool is not None:
-                self.pool.give_back(spare)
 
 
 def release_job(client: Client, jid: str, worker: str) -> bool:
@@ -167,14 +147,21 @@ def _read(jobs: Sequence[Job], queues: Sequence[str] | None = None, count: int =
 
 
 class JobHand:
-    """The held jobs (FIFO), the completions in flight and the kept ones, of one job loop."""
+    """The held jobs (FIFO), the completions in flight and the kept ones, and the tickets
+    (`cap` jobs at most, `pool`'s shared with the other children) of one job loop."""
 
-    def __init__(self, worker: str, waiter: WakeWaiter, budget: JobBudget, *,
-                 prefetch: bool) -> None:
+    def __init__(self, worker: str, waiter: WakeWaiter, reserver: Reserver, *, cap: int = 0,
+                 pool: SharedJobPool | None = None, prefetch: bool = True,
+                 register_for: float = 0.0) -> None:
         self.worker = worker
         self.waiter = waiter
-        self.budget = budget
+        self.reserver = reserver
+        self.cap, self.pool = cap, pool
+        self.limited = bool(cap) or pool is not None
+        self.claimed = 0  # tickets taken: jobs started, held, asked for, or spare
         self.prefetch = prefetch
+        self.register_for = register_for  # seconds an idle registration lasts
+        self._backoff = 0.0
         self._lock = threading.Lock()
         self._jobs: deque[Job] = deque()
         # (jobs completed, jobs it asked for, the call), oldest first.
@@ -183,7 +170,7 @@ class JobHand:
         self.kept: list[Job] = []  # finished (of one client), to ride with a later call
         self._slow: set[str] = set()  # job classes whose last run was not short
         self._drain_at = 0.0
-        self.taken = 0  # jobs started (what the budget counts)
+        self.taken = 0  # jobs started (what the tickets count)
         self.carried = 0  # completions kept to ride with a later job's call
         self.sent_ahead = 0  # completions sent without waiting
         self.handed_back = 0  # jobs held ahead and released unstarted
@@ -196,12 +183,31 @@ class JobHand:
         return bool(self._jobs or self._inflight or self.kept)
 
     def committed(self) -> int:
-        """Return the jobs that hold a budget ticket: started, held, and asked for."""
+        """Return the jobs that hold a ticket: started, held, and asked for."""
         return self.taken + len(self._jobs) + self.coming
 
     def out_of_tickets(self) -> bool:
-        """Tell whether the budget grants no further job."""
-        return self.budget.limited and self.budget.grant(1, self.committed()) == 0
+        """Tell whether no ticket is left for a further job."""
+        return self.limited and self._grant(1) == 0
+
+    def _grant(self, want: int) -> int:
+        """Return how many of `want` more jobs may be asked for, claiming their tickets."""
+        committed = self.committed()
+        missing = want - (self.claimed - committed)
+        if missing > 0:
+            more = min(missing, self.cap - self.claimed) if self.cap else missing
+            if self.pool is not None and more > 0:
+                more = self.pool.claim(more)
+            self.claimed += max(0, more)
+        return max(0, min(want, self.claimed - committed))
+
+    def release_spare(self) -> None:
+        """Give the tickets no job holds back to the pool (the loop is leaving)."""
+        spare = self.claimed - self.committed()
+        if spare > 0:
+            self.claimed -= spare
+            if self.pool is not None:
+                self.pool.give_back(spare)
 
     def add(self, jobs: Iterable[Job]) -> None:
         """Hold `jobs` (after the ones already held)."""
@@ -225,13 +231,64 @@ class JobHand:
             settled += self._settle(keep=len(self._inflight) - 1)
         return job, settled
 
+    def handed(self) -> list[Job]:
+        """Return the jobs the engine handed to this worker since the last call."""
+        messages, client = self.waiter.take_handed(), self.waiter.hand_client
+        return client.handed_jobs(messages, self.worker) if messages and client else []
+
     def adopt_handed(self) -> None:
         """Hold the jobs the engine handed to this worker (read while it was busy)."""
-        waiter = self.waiter
-        if waiter.handed:
-            messages, client = waiter.take_handed(), waiter.hand_client
-            if messages and client:
-                self.add(client.handed_jobs(messages, self.worker))
+        if self.waiter.handed:
+            self.add(self.handed())
+
+    def reclaim(self) -> list[Job]:
+        """Return the jobs this worker still holds in its shards (resume, hand-offs lost)."""
+        held: list[Job] = []
+        for client in self.waiter.routes.served():
+            try:
+                jids = client.workers[self.worker]["jobs"]
+                jobs = client.jobs.get_many(*jids) if jids else []
+            except QlessError as exc:
+                log.error("could not list the jobs this worker holds: %s", exc)
+                continue
+            held += [j for j in jobs if j.state == "running" and j.worker_name == self.worker]
+        if held:
+            log.info("taking back %d held job(s): %s", len(held), ", ".join(j.jid for j in held))
+        return held
+
+    def reserve(self) -> tuple[list[Job], float | None]:
+        """Reserve one job from the first shard that has one; else the next due time."""
+        jobs: list[Job] = []
+        wake: float | None = None
+        try:
+            plan = self._plan()
+            # Register for a hand-off only in the shard whose channel the waiter hears.
+            ttl = None
+            if (len(plan) == 1 and plan[0][0] is self.waiter.hand_client
+                    and self.waiter.subscribed):
+                ttl = self.register_for + 1.0
+            for client, queues in plan:
+                jobs, due = client.reserve(queues, 1, self.worker, wait=ttl)
+                if jobs:
+                    break
+                if due is not None:
+                    wake = due if wake is None else min(wake, due)
+        except _TRANSIENT as exc:
+            self._backoff = min(max(self._backoff * 2, 0.1), 10.0)
+            log.warning("reserve failed (%s); retrying in %.1fs", exc, self._backoff)
+            return [], self._backoff * (0.5 + random.random())  # noqa: S311
+        except QlessError as exc:
+            self._backoff = min(max(self._backoff * 2, 0.5), 10.0)
+            log.error("reserve refused (%s); retrying in %.1fs", exc, self._backoff)
+            return [], self._backoff
+        self._backoff = 0.0
+        return (jobs, None) if jobs else ([], wake)
+
+    def _plan(self) -> list[tuple[Client, list[str]]]:
+        """Return this attempt's engine calls: (shard client, its queues in order)."""
+        return [(client, queues[start:start + RESERVE_QUEUES_MAX])
+                for client, queues in self.waiter.routes.plan(self.reserver.order())
+                for start in range(0, len(queues), RESERVE_QUEUES_MAX)]
 
     def hand_back(self) -> Settled:
         """Settle what is in flight and kept, then release every held job (no retry spent)."""
@@ -267,7 +324,7 @@ class JobHand:
             jobs, self.kept = self.kept, []
         return _read(jobs)[0] if jobs else []
 
-    def complete(self, job: Job, elapsed: float, plan: Plan, taking: bool) -> Settled:
+    def complete(self, job: Job, elapsed: float, taking: bool) -> Settled:
         """Complete `job` and, if the loop goes on (`taking`), reserve the next jobs in the
         same call; return what settled (not `job` if its completion was sent or kept)."""
         ahead = self.prefetch and elapsed < PREFETCH_BELOW
@@ -285,7 +342,7 @@ class JobHand:
                 self.kept = batch
                 self.carried += 1
             return settled
-        queues, want = self._reserve_plan(job, plan(), ahead, taking, held, len(batch) > 1)
+        queues, want = self._reserve_plan(job, ahead, taking, held, len(batch) > 1)
         if flowing:
             try:
                 self._send(batch, queues, want)
@@ -297,12 +354,13 @@ class JobHand:
         self.add(jobs)
         return settled + done
 
-    def _reserve_plan(self, job: Job, plan: list[tuple[Client, list[str]]], ahead: bool,
-                      taking: bool, held: int, kept: bool) -> tuple[list[str], int]:
+    def _reserve_plan(self, job: Job, ahead: bool, taking: bool, held: int,
+                      kept: bool) -> tuple[list[str], int]:
         """Return the queues the completing call reserves from and how many jobs it asks
-        for (never past the budget)."""
+        for (never past the tickets)."""
         # The next job comes along only from the job's own shard, and only when the
         # reserver's order starts there (else: complete now, reserve in the next attempt).
+        plan = self._plan()
         along = bool(plan) and plan[0][0] is job.client
         queues = plan[0][1] if along else [job.queue_name]
         want = 0
@@ -311,8 +369,8 @@ class JobHand:
             if ahead:
                 depth = _DEPTH_KEPT if kept or self._next_is_short() else _DEPTH
             want = max(0, depth - held)
-            if self.budget.limited:
-                want = self.budget.grant(want, self.committed())
+            if self.limited:
+                want = self._grant(want)
         if want:
             self.waiter.ensure_subscribed()
             now = time.monotonic()

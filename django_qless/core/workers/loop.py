@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import random
 import socket
 import sys
 import threading
@@ -18,12 +17,9 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-import redis
-
-from django_qless.core.exceptions import QlessConnectionError, QlessError, SoftTimeLimitExceeded
-from django_qless.core.hotpath import RESERVE_QUEUES_MAX
+from django_qless.core.exceptions import QlessError, SoftTimeLimitExceeded
 from django_qless.core.registry import NO_LIMITS
-from django_qless.core.workers.hand import JobBudget, JobHand, Settled, SharedJobPool
+from django_qless.core.workers.hand import JobHand, Settled, SharedJobPool
 from django_qless.core.workers.heartbeat import Heartbeater
 from django_qless.core.workers.reaper import LeaseReaper
 from django_qless.core.workers.runner import (
@@ -45,7 +41,6 @@ from django_qless.core.workers.wakeup import WakeWaiter
 from django_qless.core.workers.worker_config import WorkerConfig
 
 if TYPE_CHECKING:
-    from django_qless.core.client import Client
     from django_qless.core.job import Job
     from django_qless.core.workers.leadership import Leadership, TokenFile
 
@@ -55,7 +50,6 @@ log = logging.getLogger("django_qless.worker")
 
 IDLE_CAP = 3599.0  # the longest idle wait (the engine keeps a registration <= 3600 s)
 _DONE = {Outcome.COMPLETED: "done", Outcome.SETTLED: "settled by the job itself"}
-_TRANSIENT = (QlessConnectionError, redis.ConnectionError, redis.TimeoutError, OSError)
 
 
 class JobLoop:
@@ -80,13 +74,14 @@ class JobLoop:
         selection = QueueSelection(config.queues, known_queues(self.client),
                                    refresh=config.queue_refresh)
         self.routes = QueueRoutes(self.client, selection, refresh=config.queue_refresh)
-        self.reserver = make_reserver(config.reserver, selection)
         self.guard = AbortGuard()
         self.runner = JobRunner(config, hooks, config.registry,
                                 Sandbox(config.sandbox_root, name), self.guard)
         self.waiter = WakeWaiter(self.routes, signals.wake_pipe, name)
-        self.hand = JobHand(name, self.waiter, JobBudget(max_jobs, pool),
-                            prefetch=config.prefetch)
+        self.recheck = min(config.interval, IDLE_CAP)  # an idle wait's longest (--interval)
+        self.hand = JobHand(name, self.waiter, make_reserver(config.reserver, selection),
+                            cap=max_jobs, pool=pool, prefetch=config.prefetch,
+                            register_for=self.recheck)
         self.heartbeater = Heartbeater(self)
         self.reaper = reaper  # only where no supervisor reaps (the serial worker)
         # Idle, only the holder of a forking worker's token waits on the engine (None: the
@@ -110,7 +105,6 @@ class JobLoop:
         self._told_draining = False
         self.check_every = 1.0  # seconds between supervisor checks waiting for the token
         self.idling = False  # the last reserve found nothing (no job started since)
-        self._backoff = 0.0
 
     def arm_signals(self, on_signal: Callable[[int], None]) -> None:
         """Install the handlers (main thread); aborts from other threads come as URG."""
@@ -173,7 +167,7 @@ class JobLoop:
         self.heartbeater.start()
         try:
             if self.resume:
-                self.hand.add(self._held_jobs())
+                self.hand.add(self.hand.reclaim())
             while not (self.signals.stopping or self._limit_reached()
                        or not self.should_continue()):
                 job = self._take()
@@ -238,7 +232,7 @@ class JobLoop:
         self.hand.ran(job, elapsed)
         stop = False
         if outcome is Outcome.COMPLETED:
-            settled = self.hand.complete(job, elapsed, self._plan, self._going_on())
+            settled = self.hand.complete(job, elapsed, self._going_on())
         else:
             self._report(self.hand.flush_kept())  # kept completions wait for short jobs only
             stop = outcome is Outcome.ABORTED and self._aborted(job)
@@ -263,17 +257,12 @@ class JobLoop:
 
     def _pause(self) -> None:
         """Hand back what is held and wait, taking nothing, until resumed or stopped."""
-        self._hand_back()  # held ahead, or handed over after registering as idle
+        self.hand.adopt_handed()  # (handed over after registering as idle)
+        self._report(self.hand.hand_back())
         self.between_jobs()
         self._idle_title()
-        self.waiter.wait(min(self.config.interval, IDLE_CAP, self._time_left()),
-                         self.should_continue)
+        self.waiter.wait(min(self.recheck, self._time_left()), self.should_continue)
         self.waiter.drain()  # wake-ups while paused must not make wait() spin
-
-    def _hand_back(self) -> None:
-        """Release the jobs held or handed over, after reading the calls in flight."""
-        self.hand.adopt_handed()
-        self._report(self.hand.hand_back())
 
     def _limit_reached(self) -> bool:
         """Tell whether the loop is done: out of tickets with nothing held, or out of time."""
@@ -353,34 +342,30 @@ class JobLoop:
             return True
         self.idling = True
         self._idle_title()
-        return lead.await_turn(min(self._recheck_after(), max(self._time_left(), 0.005)),
+        return lead.await_turn(min(self.recheck, max(self._time_left(), 0.005)),
                                self.should_continue, self.check_every)
 
     def _reserve(self) -> tuple[list[Job], float | None]:
         """Take a hand-off, else jobs held but lost, else reserve (subscribed first); also
-        return the seconds until due work when there is none.
-
-        A child that closed its connections reserves once before it subscribes, without
-        registering: a waiting job then starts after one reconnect.
-        """
-        waiter = self.waiter
-        cold = self.leadership is not None and self.leadership.went_cold()
-        # (After a lost hand-off, the jobs it holds come first, once subscribed.)
-        if cold and not waiter.subscribed and not waiter.lost:
-            jobs, _ = self._reserve_once()
+        return the seconds until due work when there is none."""
+        waiter, hand = self.waiter, self.hand
+        # A child that closed its connections reserves once before it subscribes, without
+        # registering: a waiting job then starts after one reconnect. (After a lost
+        # hand-off, the jobs it holds come first, once subscribed.)
+        if self.leadership is not None and self.leadership.went_cold() and not (
+                waiter.subscribed or waiter.lost):
+            jobs, _ = hand.reserve()
             if jobs:
                 return jobs, None
         waiter.ensure_subscribed()
         waiter.drain()  # (a reply read in part is read whole: NodeConnection.pump)
-        messages, client = waiter.take_handed(), waiter.hand_client
-        jobs = client.handed_jobs(messages, self.name) if messages and client else []
+        jobs = hand.handed()
         if not jobs and waiter.lost and waiter.subscribed:
             waiter.lost = False
-            jobs = self._held_jobs()  # nothing runs or is held now: any such job is lost
+            jobs = hand.reclaim()  # nothing runs or is held now: any such job is lost
         if jobs:
-            self._backoff = 0.0
             return jobs, None
-        jobs, wake = self._reserve_once()
+        jobs, wake = hand.reserve()
         if jobs and waiter.subscribed:
             # Registered as idle meanwhile, it may have been handed a job too: hold it, so
             # it goes back to waiting if this job runs long.
@@ -388,69 +373,16 @@ class JobLoop:
             self.hand.adopt_handed()
         return jobs, wake
 
-    def _plan(self) -> list[tuple[Client, list[str]]]:
-        """Return this attempt's engine calls: (shard client, its queues in order)."""
-        return [(client, queues[start:start + RESERVE_QUEUES_MAX])
-                for client, queues in self.routes.plan(self.reserver.order())
-                for start in range(0, len(queues), RESERVE_QUEUES_MAX)]
-
-    def _reserve_once(self) -> tuple[list[Job], float | None]:
-        """Reserve one job from the first shard that has one; else the next due time."""
-        jobs: list[Job] = []
-        wake: float | None = None
-        try:
-            plan = self._plan()
-            # Register for a hand-off only in the shard whose channel the waiter hears.
-            ttl = None
-            if (len(plan) == 1 and plan[0][0] is self.waiter.hand_client
-                    and self.waiter.subscribed):
-                ttl = self._recheck_after() + 1.0
-            for client, queues in plan:
-                jobs, due = client.reserve(queues, 1, self.name, wait=ttl)
-                if jobs:
-                    break
-                if due is not None:
-                    wake = due if wake is None else min(wake, due)
-        except _TRANSIENT as exc:
-            self._backoff = min(max(self._backoff * 2, 0.1), 10.0)
-            log.warning("reserve failed (%s); retrying in %.1fs", exc, self._backoff)
-            return [], self._backoff * (0.5 + random.random())  # noqa: S311
-        except QlessError as exc:
-            self._backoff = min(max(self._backoff * 2, 0.5), 10.0)
-            log.error("reserve refused (%s); retrying in %.1fs", exc, self._backoff)
-            return [], self._backoff
-        self._backoff = 0.0
-        return (jobs, None) if jobs else ([], wake)
-
-    def _recheck_after(self) -> float:
-        """Return how long an idle wait lasts at most (the safety re-check: --interval)."""
-        return min(self.config.interval, IDLE_CAP)
-
     def _idle(self, wake: float | None) -> bool:
         """Block until a wake-up, a signal, or the next due time; True if a message came."""
         self.idling = True
         self._idle_title()
-        timeout = min(self._recheck_after(), max(self._time_left(), 0.005))
+        timeout = min(self.recheck, max(self._time_left(), 0.005))
         if wake is not None:  # (a lock expiring "now" reports 0 during its grace: no spin)
             timeout = min(timeout, max(wake, 0.005))
         if self.reaper is not None:
             timeout = min(timeout, max(self.reaper.seconds_left(idle=True), 0.005))
         return self.waiter.wait(timeout, self.should_continue)
-
-    def _held_jobs(self) -> list[Job]:
-        """Return the jobs this worker still holds in its shards (resume, hand-offs lost)."""
-        held: list[Job] = []
-        for client in self.routes.served():
-            try:
-                jids = client.workers[self.name]["jobs"]
-                jobs = client.jobs.get_many(*jids) if jids else []
-            except QlessError as exc:
-                log.error("could not list the jobs this worker holds: %s", exc)
-                continue
-            held += [j for j in jobs if j.state == "running" and j.worker_name == self.name]
-        if held:
-            log.info("taking back %d held job(s): %s", len(held), ", ".join(j.jid for j in held))
-        return held
 
     # -- start and end ----------------------------------------------------------------------
     def _hello(self) -> None:
@@ -468,8 +400,9 @@ class JobLoop:
         if self.leadership is not None:
             self.leadership.release()
         self.waiter.stop_hand_offs()
-        self._hand_back()
-        self.hand.budget.release_spare(self.hand.committed())
+        self.hand.adopt_handed()
+        self._report(self.hand.hand_back())
+        self.hand.release_spare()
         self.heartbeater.stop()
         self.waiter.close()
         for client in self.routes.served():
