@@ -1,8 +1,6 @@
-"""`JobHand`: the jobs a loop holds unstarted, its unsettled completions and its tickets.
-
-It makes every engine call that takes or gives back jobs, and returns what settled as
-`(job, outcome)` pairs for the loop to report. The job and heartbeat threads (a long job
-hands the held jobs back) share it; one lock orders them. See docs/worker.md (prefetching).
+"""`JobHand`: a loop's held jobs, unsettled completions and tickets, and its engine calls
+that take or give back jobs; what settles is returned as `(job, outcome)` pairs to report.
+The job and heartbeat threads (a long job hands the held jobs back) share it: one lock.
 """
 
 from __future__ import annotations
@@ -46,17 +44,15 @@ Settled = list[tuple["Job", Outcome]]
 PREFETCH_BELOW = 0.005
 # Completions one engine call carries at most: the call's own and BATCH - 1 kept ones.
 BATCH = 8
-# Jobs held or coming after a short job: the next and one ahead; while completions are kept,
-# enough for the call that carries BATCH of them to run on while it is in flight.
-_DEPTH = 2
-_DEPTH_KEPT = BATCH + 1
+# Jobs held or coming after a short job; while completions are kept, enough for the call
+# that carries BATCH of them to run on while it is in flight.
+_DEPTH, _DEPTH_KEPT = 2, BATCH + 1
 _MAX_IN_FLIGHT = 2  # completions sent and not read yet (the job thread reads the older first)
 # While jobs flow, buffered wake-ups are read at most this often (the wake socket must not
 # fill up); the reserve that follows an empty complete+reserve drains anyway.
 _DRAIN_EVERY = 0.05
 # A completion refused for a reason other than a lost lease or the transport can never
-# succeed (data over 1 MiB, not JSON): the job is failed at once, in this group, rather than
-# left to expire and run again until its retries are gone.
+# succeed (data over 1 MiB, not JSON): the job is failed at once, in this group.
 COMPLETE_REFUSED_GROUP = "django_qless.CompleteRefused"
 _TRANSIENT_PREFIXES = ("OOM ", "NOPERM ")  # error replies that say nothing about the call
 _TRANSIENT = (QlessConnectionError, redis.ConnectionError, redis.TimeoutError, OSError)
@@ -122,8 +118,7 @@ def _refused(job: Job, exc: QlessError) -> Outcome:
 
 def _read(jobs: Sequence[Job], queues: Sequence[str] | None = None, count: int = 0,
           call: DeferredCall[Any] | None = None) -> tuple[Settled, list[Job]]:
-    """Complete `jobs` (of one shard) reserving `count` more, or read the reply of the `call`
-    that sent it; return each job's outcome and the jobs it brought."""
+    """Complete `jobs` (of one shard) reserving `count` more, or read `call`'s reply."""
     last = jobs[-1]
     queues = [last.queue_name] if queues is None else queues
     try:
@@ -147,8 +142,7 @@ def _read(jobs: Sequence[Job], queues: Sequence[str] | None = None, count: int =
 
 
 class JobHand:
-    """The held jobs (FIFO), the completions in flight and the kept ones, and the tickets
-    (`cap` jobs at most, `pool`'s shared with the other children) of one job loop."""
+    """One job loop's held jobs (FIFO), completions in flight and kept, and tickets."""
 
     def __init__(self, worker: str, waiter: WakeWaiter, reserver: Reserver, *, cap: int = 0,
                  pool: SharedJobPool | None = None, prefetch: bool = True,
@@ -169,6 +163,7 @@ class JobHand:
         self.coming = 0  # jobs the calls in flight asked for (they may bring fewer)
         self.kept: list[Job] = []  # finished (of one client), to ride with a later call
         self._slow: set[str] = set()  # job classes whose last run was not short
+        self.ran_for: dict[str, float] = {}  # how long each job ran, until it is reported
         self._drain_at = 0.0
         self.taken = 0  # jobs started (what the tickets count)
         self.carried = 0  # completions kept to ride with a later job's call
@@ -307,6 +302,7 @@ class JobHand:
 
     def ran(self, job: Job, elapsed: float) -> None:
         """Note how long `job` ran (the next job of its class is expected as long)."""
+        self.ran_for[job.jid] = elapsed
         if elapsed < PREFETCH_BELOW:
             self._slow.discard(job.klass_name)
         elif len(self._slow) < 1024:
@@ -325,8 +321,7 @@ class JobHand:
         return _read(jobs)[0] if jobs else []
 
     def complete(self, job: Job, elapsed: float, taking: bool) -> Settled:
-        """Complete `job` and, if the loop goes on (`taking`), reserve the next jobs in the
-        same call; return what settled (not `job` if its completion was sent or kept)."""
+        """Complete `job`, reserving the next ones if `taking`; return what settled."""
         ahead = self.prefetch and elapsed < PREFETCH_BELOW
         settled: Settled = []
         if self.kept and self.kept[0].client is not job.client:
@@ -356,8 +351,7 @@ class JobHand:
 
     def _reserve_plan(self, job: Job, ahead: bool, taking: bool, held: int,
                       kept: bool) -> tuple[list[str], int]:
-        """Return the queues the completing call reserves from and how many jobs it asks
-        for (never past the tickets)."""
+        """Return the queues a completion reserves from and how many jobs it asks for."""
         # The next job comes along only from the job's own shard, and only when the
         # reserver's order starts there (else: complete now, reserve in the next attempt).
         plan = self._plan()

@@ -23,22 +23,19 @@ LONG_AFTER = 0.1  # a job running this long is "long" (the loop hands the held j
 
 
 class Watcher(Protocol):
-    """What the heartbeat thread tells about the watched job (the job loop)."""
+    """The job loop, told of a refused heartbeat, and of the job running `elapsed` s: "tick"
+    on noticing it and every second after, "long", "soft" and "timeout" (its limits) once."""
 
-    def on_lock_lost(self, job: Job, why: str) -> None:
-        """The engine refused a heartbeat."""
+    def on_lock_lost(self, job: Job, why: str) -> None: ...
 
-    def noticed(self, job: Job, what: str, elapsed: float) -> None:
-        """`job` ran `elapsed` s: "tick" (on noticing it, then every second), "long",
-        "soft" or "timeout" (its limits; each once)."""
+    def noticed(self, job: Job, what: str, elapsed: float) -> None: ...
 
 
 class Heartbeater(threading.Thread):
     """Renew the watched job's lease at a third of its lifetime, and time its limits.
 
     `watch`/`unwatch` only swap one tuple (waking the thread per job cost more than a no-op
-    job): while jobs flow the thread looks every `check` seconds, and after `park_after`
-    seconds without a job it sleeps until the next `watch`.
+    job): the thread looks every `check` s, and parks after `park_after` s without a job.
     """
 
     def __init__(self, watcher: Watcher, *, check: float = 0.05,

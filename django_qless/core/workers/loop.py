@@ -1,9 +1,4 @@
-"""`JobLoop`: take a job, run it, report it; the loop of the serial worker and of each child.
-
-A job comes from the hand (held ahead, or brought by a completion's reply), else from a
-hand-off or a reserve per shard, else after an idle wait (in a forking worker's child: its
-idle turn, leadership.py). The hand (hand.py) completes it and returns what settled.
-"""
+"""`JobLoop`: take a job, run it, report it; the loop of the serial worker and of each child."""
 
 from __future__ import annotations
 
@@ -96,7 +91,6 @@ class JobLoop:
         self.done = self.failed = 0
         self.current: Job | None = None
         self.limits = NO_LIMITS  # the running job's (JobRunner.limits_of)
-        self._ran: dict[str, float] = {}  # run time of each job until its outcome is read
         self._done_level = logging.INFO if config.verbosity >= 1 else logging.DEBUG
         # The job and heartbeat threads both report (a long job hands the held jobs back);
         # the heartbeat thread sets the running title, the loop the idle one.
@@ -132,7 +126,7 @@ class JobLoop:
                 self.done += 1
         if outcome is Outcome.COMPLETED:
             job.open_gates()  # flow members of other shards waiting on it
-        elapsed = self._ran.pop(job.jid, None)
+        elapsed = self.hand.ran_for.pop(job.jid, None)
         # A job that settled itself (retried, moved, ...) was logged by whoever did it.
         level = self._done_level if outcome is Outcome.COMPLETED else logging.DEBUG
         if elapsed is not None and outcome in _DONE and log.isEnabledFor(level):
@@ -209,8 +203,7 @@ class JobLoop:
 
     def _run(self, job: Job) -> tuple[Outcome, float]:
         """Run one job; return its outcome and how long it ran."""
-        # No title here: the heartbeat thread sets "running" once it notices the job, so a
-        # stream of short jobs costs no setproctitle per job.
+        # (The heartbeat thread shows the job once it notices it: short jobs cost no title.)
         self.current = job
         self.limits = self.runner.limits_of(job)
         self.idling = False
@@ -228,15 +221,21 @@ class JobLoop:
 
     def _settle(self, job: Job, outcome: Outcome, elapsed: float) -> bool:
         """Complete or dispose of a job that ran, and report what settled; True to stop."""
-        self._ran[job.jid] = elapsed
         self.hand.ran(job, elapsed)
         stop = False
         if outcome is Outcome.COMPLETED:
             settled = self.hand.complete(job, elapsed, self._going_on())
         else:
             self._report(self.hand.flush_kept())  # kept completions wait for short jobs only
-            stop = outcome is Outcome.ABORTED and self._aborted(job)
             settled = [(job, outcome)]
+        if outcome is Outcome.ABORTED:
+            reason = self.guard.reason or "aborted"
+            if reason == "timeout":
+                log_job(logging.ERROR, job, "job %s timed out: still running after its limit "
+                        "of %gs", job.jid, self.limits.hard)
+            else:
+                log_job(logging.WARNING, job, "job %s aborted: %s", job.jid, reason)
+            stop = self.on_aborted(job, reason)
         self.current = None
         self._report(settled)
         return stop
@@ -244,16 +243,6 @@ class JobLoop:
     def _report(self, settled: Settled) -> None:
         for job, outcome in settled:
             self.report(job, outcome)
-
-    def _aborted(self, job: Job) -> bool:
-        """Log and dispose of an aborted job; return True to stop the loop."""
-        reason = self.guard.reason or "aborted"
-        if reason == "timeout":
-            log_job(logging.ERROR, job, "job %s timed out: still running after its limit of "
-                    "%gs", job.jid, self.limits.hard)
-        else:
-            log_job(logging.WARNING, job, "job %s aborted: %s", job.jid, reason)
-        return self.on_aborted(job, reason)
 
     def _pause(self) -> None:
         """Hand back what is held and wait, taking nothing, until resumed or stopped."""
@@ -273,8 +262,8 @@ class JobLoop:
 
     def _time_left(self) -> float:
         """Return the seconds left before --max-duration (infinite without one)."""
-        duration = self.config.max_duration
-        return duration - (time.monotonic() - self.started) if duration else math.inf
+        duration = self.config.max_duration or math.inf
+        return duration - (time.monotonic() - self.started)
 
     def _going_on(self) -> bool:
         """Tell whether the loop will want another job (no stop, pause, or limit reached)."""
@@ -292,8 +281,7 @@ class JobLoop:
 
     # -- heartbeat thread -------------------------------------------------------------------
     def noticed(self, job: Job, what: str, elapsed: float) -> None:
-        """Act on `job`: show it ("tick"), hand the held jobs back ("long"), or stop it at
-        its "soft" or hard ("timeout") limit."""
+        """Show `job` ("tick"), hand the held jobs back ("long"), or stop it at a limit."""
         if what == "tick":
             self._tick(job, elapsed)
         elif what == "long" and self.hand.holding():
@@ -333,25 +321,25 @@ class JobLoop:
         with self._title_lock:
             set_title(child_title(self.name, self.queues, paused=self.signals.paused))
 
+    def _going_idle(self) -> float:
+        """Show the loop idle; return how long it may wait (--interval, --max-duration)."""
+        self.idling = True
+        self._idle_title()
+        return min(self.recheck, max(self._time_left(), 0.005))
+
     # -- idle: the leader token, reserves, waits ----------------------------------------------
     def _await_turn(self) -> bool:
-        """Return at once with no token to wait for or holding it, else wait for it or a
-        hand-off; False if a signal, the supervisor's death or the end of the wait came first."""
+        """Take the idle-leader token, or wait for it or a hand-off (False: interrupted)."""
         lead = self.leadership
         if lead is None or lead.try_take():
             return True
-        self.idling = True
-        self._idle_title()
-        return lead.await_turn(min(self.recheck, max(self._time_left(), 0.005)),
-                               self.should_continue, self.check_every)
+        return lead.await_turn(self._going_idle(), self.should_continue, self.check_every)
 
     def _reserve(self) -> tuple[list[Job], float | None]:
-        """Take a hand-off, else jobs held but lost, else reserve (subscribed first); also
-        return the seconds until due work when there is none."""
+        """Take a hand-off, jobs held but lost, or reserve; else the seconds until work is due."""
         waiter, hand = self.waiter, self.hand
-        # A child that closed its connections reserves once before it subscribes, without
-        # registering: a waiting job then starts after one reconnect. (After a lost
-        # hand-off, the jobs it holds come first, once subscribed.)
+        # A child that closed its connections reserves once before it subscribes: a waiting
+        # job then starts after one reconnect (after a lost hand-off: once subscribed).
         if self.leadership is not None and self.leadership.went_cold() and not (
                 waiter.subscribed or waiter.lost):
             jobs, _ = hand.reserve()
@@ -375,9 +363,7 @@ class JobLoop:
 
     def _idle(self, wake: float | None) -> bool:
         """Block until a wake-up, a signal, or the next due time; True if a message came."""
-        self.idling = True
-        self._idle_title()
-        timeout = min(self.recheck, max(self._time_left(), 0.005))
+        timeout = self._going_idle()
         if wake is not None:  # (a lock expiring "now" reports 0 during its grace: no spin)
             timeout = min(timeout, max(wake, 0.005))
         if self.reaper is not None:
