@@ -2,7 +2,7 @@
 
 The token is an exclusive `flock` on a file the supervisor opens before forking; each child
 reopens it (its own open file description), and the kernel drops a lock when its holder dies,
-even by SIGKILL. docs/worker.md ("idle workers") describes the hold and the disconnect.
+even by SIGKILL.
 """
 
 from __future__ import annotations
@@ -85,8 +85,7 @@ class Leadership:
 
     The blocking `flock` runs in a helper thread (signals blocked), which also unlocks a token
     given up at a job's start once its `hold` is over or a wake-up comes; a token that comes
-    when no longer wanted is passed straight on. After `quiet` seconds with one leader the
-    waiting child closes its connections until it leads.
+    when no longer wanted is passed straight on.
     """
 
     def __init__(self, fd: int, waiter: WakeWaiter, hold: float = 0.0,
@@ -95,7 +94,7 @@ class Leadership:
         self.waiter = waiter
         self._hold, self._quiet = hold, quiet
         self._watch: list[int] = []  # sockets whose messages end a hold
-        self.notify_fd, self._notify_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self._notify_r, self._notify_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         # The helper sleeps in a read of this pipe: a write costs the job thread less at a
         # job's start than a Condition's notify.
         self._work_r, self._work_w = os.pipe2(os.O_CLOEXEC)
@@ -112,7 +111,7 @@ class Leadership:
         # A job that forks must not take our lock's description along: a grandchild
         # outliving us would keep the token held.
         os.register_at_fork(after_in_child=lambda: _close(
-            self._fd, self.notify_fd, self._notify_w, self._work_r, self._work_w))
+            self._fd, self._notify_r, self._notify_w, self._work_r, self._work_w))
 
     @property
     def held(self) -> bool:
@@ -167,7 +166,7 @@ class Leadership:
                         self._disconnect()
                     else:
                         step = min(step, quiet_in)
-                if waiter.wait_quietly(self.notify_fd, step) or not keep_waiting():
+                if waiter.wait_quietly(self._notify_r, step) or not keep_waiting():
                     return False  # a signal, or the supervisor died: the loop acts on it
             self._closed = False
             return True
@@ -196,14 +195,20 @@ class Leadership:
 
     def _until_quiet(self) -> float:
         """Return the seconds until the token stayed `quiet` seconds with one leader."""
-        return self._quiet - self.steady_for() if self._quiet else float("inf")
+        if not self._quiet:
+            return float("inf")
+        try:
+            data = os.pread(self._fd, _STAMP.size, 0)
+        except OSError:
+            data = b""
+        if len(data) < _STAMP.size:  # (it never changed hands)
+            return self._quiet
+        return self._quiet - max(0.0, time.monotonic() - float(_STAMP.unpack(data)[0]))
 
     def _disconnect(self) -> None:
-        """Close this child's connections until it leads (it has nothing to say or hear).
-
-        An idle connection costs Redis CPU (its cron visits each), but reopening one costs
-        minutes of that: only a child the token stayed away from for `quiet` seconds.
-        """
+        """Close this child's connections until it leads (it has nothing to say or hear)."""
+        # An idle connection costs Redis CPU (its cron visits each), but reopening one costs
+        # minutes of that: only a child the token stayed away from for `quiet` seconds.
         self._closed = self._cold = True
         self._listening = False  # subscribe again at the start of the next wait
         self.waiter.disconnect()
@@ -217,7 +222,7 @@ class Leadership:
             self._wanted = wanted
             if wanted:
                 try:
-                    while os.read(self.notify_fd, 64):
+                    while os.read(self._notify_r, 64):
                         pass
                 except BlockingIOError:
                     pass
@@ -268,7 +273,7 @@ class Leadership:
         _poke(self._notify_w)
 
     def _let_go(self) -> None:
-        """Helper thread: unlock a token given up at a job's start after the hold."""
+        """Helper thread: unlock a token given up at a job's start after its hold."""
         with self._lock:
             release, watch = self._releases, self._watch
         if self._hold > 0:
@@ -279,16 +284,6 @@ class Leadership:
             if self._letting_go and self._releases == release:
                 self._letting_go = False
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
-
-    def steady_for(self) -> float:
-        """Return how long the token has been with its leader (0 if it never changed hands)."""
-        try:
-            data = os.pread(self._fd, _STAMP.size, 0)
-        except OSError:
-            return 0.0
-        if len(data) < _STAMP.size:
-            return 0.0
-        return max(0.0, time.monotonic() - float(_STAMP.unpack(data)[0]))
 
     def _stamp(self) -> None:
         try:
