@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from django_qless.core.exceptions import QlessError, SoftTimeLimitExceeded
 from django_qless.core.registry import NO_LIMITS
+from django_qless.core.worker_options import WorkerConfig
 from django_qless.core.workers.hand import JobHand, Settled, SharedJobPool
 from django_qless.core.workers.heartbeat import Heartbeater
 from django_qless.core.workers.reaper import LeaseReaper
@@ -33,7 +34,6 @@ from django_qless.core.workers.shards import (
 )
 from django_qless.core.workers.shutdown import AbortGuard, SignalState
 from django_qless.core.workers.wakeup import WakeWaiter
-from django_qless.core.workers.worker_config import WorkerConfig
 
 if TYPE_CHECKING:
     from django_qless.core.job import Job
