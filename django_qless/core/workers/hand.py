@@ -103,7 +103,6 @@ def _refused(job: Job, exc: QlessError) -> Outcome:
             isinstance(exc, ScriptError) and not str(exc).startswith(_TRANSIENT_PREFIXES)):
         log_job(logging.ERROR, job, "job %s: could not be completed: %s", job.jid, exc)
         return Outcome.LOST
-    # It can never succeed as sent: fail the job with its data as stored.
     log_job(logging.ERROR, job, "job %s: completion refused, failing the job: %s", job.jid,
             exc)
     job._drop_data_changes()

@@ -79,9 +79,7 @@ class JobLoop:
                             register_for=self.recheck)
         self.heartbeater = Heartbeater(self)
         self.reaper = reaper  # only where no supervisor reaps (the serial worker)
-        # Idle, only the holder of a forking worker's token waits on the engine (None: the
-        # serial worker, which always registers when idle).
-        self.leadership: Leadership | None = None
+        self.leadership: Leadership | None = None  # (the serial worker's: always registers)
         if leader_token is not None:
             from django_qless.core.workers.leadership import open_leadership
 
