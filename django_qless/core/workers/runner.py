@@ -2,13 +2,13 @@
 
 A job that raises is failed with group = its exception's `module.QualName` and its traceback
 (at most 64 KiB); an unregistered klass fails as `django_qless.UnknownJob`, never imported.
-`WorkerHooks` is where a framework (Django) joins the worker's life; docs/worker.md, "Logs",
-names the fields the worker's records about a job carry.
+docs/worker.md, "Logs", names the fields the worker's records about a job carry.
 """
 
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 import os
 import shutil
@@ -25,7 +25,6 @@ from django_qless.core.workers.worker_config import WorkerConfig
 
 if TYPE_CHECKING:
     from django_qless.core.job import Job
-    from django_qless.core.workers.execmode import ExecRunner
 
 __all__ = ["FIELDS", "LOST", "CompositeHooks", "JobContextFilter", "JobRunner", "Outcome",
            "Sandbox", "WorkerHooks", "WorkerHooksProtocol", "WorkerInfo", "child_extra",
@@ -36,6 +35,7 @@ log = logging.getLogger("django_qless.worker")
 
 TIMEOUT_GROUP = "django_qless.JobTimeout"
 KILLED_GROUP = "django_qless.JobKilled"
+EXEC_FAILED_GROUP = "django_qless.core.workers.execmode.ExecFailed"  # (its status and stderr)
 MAX_MESSAGE = 65536
 _HEAD = 4096
 _HANDLER_CACHE = 1024
@@ -157,14 +157,11 @@ def error_group(exc: BaseException) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"[:256]
 
 
-def _ours(tb: TracebackType) -> bool:
-    return os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(_PACKAGE_DIR)
-
-
 def format_failure(exc: BaseException) -> str:
     """Return the traceback from the job's own first frame (all if none), at most 64 KiB."""
-    tb = exc.__traceback__
-    while tb is not None and _ours(tb):  # the runner, hooks, middleware, the @job wrapper
+    tb: TracebackType | None = exc.__traceback__
+    # (skip the runner, hooks, middleware, the @job wrapper)
+    while tb and os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(_PACKAGE_DIR):
         tb = tb.tb_next
     text = "".join(traceback.format_exception(type(exc), exc, tb or exc.__traceback__))
     raw = text.encode("utf-8", "replace")
@@ -205,15 +202,15 @@ class JobRunner:
         # (klass, queue) -> (registry entry, handler): resolving a handler inspects the target.
         self._handlers: dict[tuple[str, str], tuple[Any, Callable[[Job], Any]]] = {}
         self._default_limits = TimeLimits(config.timeout)
-        self.exec_runner: ExecRunner | None = None
+        self._exec: Callable[[Job], None] | None = None
         if config.exec_command:  # (the module is loaded only for --exec)
-            from django_qless.core.workers.execmode import ExecRunner
+            from django_qless.core.workers.execmode import run_command
 
-            self.exec_runner = ExecRunner(config.exec_command, config.kill_grace)
+            self._exec = functools.partial(run_command, config.exec_command, config.kill_grace)
 
     def limits_of(self, job: Job) -> TimeLimits:
         """Return `job`'s time limits (its kind's, else --timeout; --exec: --timeout)."""
-        if self.exec_runner is not None:
+        if self._exec is not None:
             return self._default_limits
         try:
             entry = self.registry.resolve(job.klass_name)
@@ -221,10 +218,10 @@ class JobRunner:
             return self._default_limits  # (failed at once by run())
         return entry.limits.over(self._default_limits)
 
-    def _target(self, job: Job) -> tuple[Callable[[Job], Any], tuple[Any, ...]]:
+    def _target(self, job: Job) -> tuple[Callable[[Job], Any], tuple[Middleware, ...]]:
         """Return the callable and its per-job middleware (UnregisteredJobClass if none)."""
-        if self.exec_runner is not None:
-            return self.exec_runner, ()
+        if self._exec is not None:
+            return self._exec, ()
         entry = self.registry.resolve(job.klass_name)
         key = (job.klass_name, job.queue_name)
         cached = self._handlers.get(key)
@@ -235,25 +232,6 @@ class JobRunner:
             self._handlers.clear()
         self._handlers[key] = (entry, handler)
         return handler, entry.middleware
-
-    def _call_hooked(
-        self, job: Job, target: Callable[[Job], Any], middleware: tuple[Any, ...]
-    ) -> None:
-        """Call `target` inside around_job, before/after_job and the middleware."""
-        error: BaseException | None = None
-
-        def call_next() -> Any:
-            nonlocal error
-            self.hooks.before_job(job)
-            try:
-                return compose(middleware, job, lambda: target(job))()
-            except BaseException as exc:
-                error = exc
-                raise
-            finally:
-                self.hooks.after_job(job, error)
-
-        self.value = self.hooks.around_job(job, call_next)
 
     def run(self, job: Job, pre_abort: Callable[[], str | None] | None = None) -> Outcome:
         """Perform `job` and fail it if it raised; the caller completes on COMPLETED.
@@ -281,16 +259,17 @@ class JobRunner:
                 if self._bare and not job_middleware:
                     self.value = target(job)
                 else:
-                    self._call_hooked(job, target, (*self.config.middleware, *job_middleware))
+                    chain = (self.hooks.around_job, self._before_after,
+                             *self.config.middleware, *job_middleware)
+                    self.value = compose(chain, job, lambda: target(job))()
             finally:
                 self.guard.leave()
-        except JobAborted as exc:
-            self.error = exc
-            return Outcome.ABORTED
-        except Exception as exc:
+        except (JobAborted, Exception) as exc:
             self.error = exc
             # An abort that landed inside a library that wrapped it: the abort wins.
-            return Outcome.ABORTED if self.guard.reason is not None else self._raised(job, exc)
+            if isinstance(exc, JobAborted) or self.guard.reason is not None:
+                return Outcome.ABORTED
+            return self._raised(job, exc)
         finally:
             current_job.reset(running)
             _current["sandbox"] = None
@@ -302,16 +281,27 @@ class JobRunner:
             return Outcome.LOST
         return Outcome.COMPLETED if job.state == "running" else Outcome.SETTLED
 
+    def _before_after(self, job: Job, call_next: Callable[[], Any]) -> Any:
+        """Call `call_next` (the middleware, then the job) between before_job and after_job."""
+        self.hooks.before_job(job)
+        error: BaseException | None = None
+        try:
+            return call_next()
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            self.hooks.after_job(job, error)
+
     def _raised(self, job: Job, exc: Exception) -> Outcome:
         """Log a job that raised and fail it, unless it settled itself first."""
         # A job that lets its soft limit's exception out failed for its time limit.
         soft = isinstance(exc, errors.SoftTimeLimitExceeded)
         group = TIMEOUT_GROUP if soft else error_group(exc)
         log_raised(job, exc, group)
-        if self.exec_runner is not None and self.exec_runner.failed(exc):
-            # The command's status and stderr tail say more than the worker's own frames.
-            return self.fail(job, group, str(exc))
-        return self.fail(job, group, format_failure(exc))
+        # (--exec: the command's status and stderr say more than the worker's own frames)
+        return self.fail(job, group, str(exc) if group == EXEC_FAILED_GROUP
+                         else format_failure(exc))
 
     def fail(self, job: Job, group: str, message: str) -> Outcome:
         """Fail `job` (as its holder); SETTLED if it settled itself, LOST if not ours now."""
@@ -375,13 +365,9 @@ def current_sandbox() -> str | None:
 
 def job_extra(job: Job) -> dict[str, Any]:
     """Return the `extra` fields that name `job` on a log record."""
-    try:
-        attempt = max(1, job.original_retries - job.retries + 1)
-    except (AttributeError, TypeError, ValueError):
-        attempt = None
-    return {"jid": job.jid, "klass": getattr(job, "klass_name", None),
-            "queue": getattr(job, "queue_name", None), "attempt": attempt,
-            "worker": getattr(job, "worker_name", None)}
+    return {"jid": job.jid, "klass": job.klass_name, "queue": job.queue_name,
+            "attempt": max(1, job.original_retries - job.retries + 1),
+            "worker": job.worker_name}
 
 
 def child_extra(child: Any) -> dict[str, Any]:
@@ -404,21 +390,20 @@ class JobContextFilter(logging.Filter):
 
 def log_raised(job: Job, exc: BaseException, group: str) -> None:
     """Log a job that raised (its state settled): ERROR when it fails, WARNING on a retry."""
-    state = job.state
+    state, left = job.state, job.retries
     retried = state in ("waiting", "scheduled")
     if retried and getattr(exc, "logged", False):
         return  # a retry policy that logged the retry itself (the exception says so)
     extra = job_extra(job)
-    left = _retries(job)
     if retried or (state == "failed" and left < 0):
-        extra["attempt"] = max(1, (extra["attempt"] or 2) - 1)  # (the retry counted it)
+        extra["attempt"] = max(1, extra["attempt"] - 1)  # (the retry counted it)
     if retried:
         when = "now" if state == "waiting" else "after its back-off"
         log.warning("job %s (%s) raised %s: %s; retried, runs again %s (%d retr%s left)",
                     job.jid, job.klass_name, group, _message(exc), when, left,
                     "y" if left == 1 else "ies", extra=extra)
     elif state in ("running", "failed"):
-        spent = state == "failed" or left <= 0 < _retries(job, "original_retries")
+        spent = state == "failed" or left <= 0 < job.original_retries
         log.error("job %s (%s) %s: %s: %s", job.jid, job.klass_name,
                   "failed, no retries left" if spent else "failed", group, _message(exc),
                   exc_info=(type(exc), exc, exc.__traceback__), extra=extra)
@@ -431,13 +416,6 @@ def log_job(level: int, job: Job, message: str, *args: Any) -> None:
     """Log `message` about `job` at `level` with the job's fields as extra."""
     if log.isEnabledFor(level):
         log.log(level, message, *args, extra=job_extra(job))
-
-
-def _retries(job: Job, field: str = "retries") -> int:
-    try:
-        return int(getattr(job, field))
-    except (AttributeError, TypeError, ValueError):
-        return 0
 
 
 def _message(exc: BaseException) -> str:

@@ -94,7 +94,7 @@ class SerialWorker(JobLoop):
         self.listener.start()
         self.listener.add(self.name)
         if self.reaper is not None:
-            self.reaper.start_beat()
+            self.reaper.reap(beat_only=True)
         health = None
         if self.config.health_file:  # (the probe module is loaded only when asked for)
             from django_qless.core.probe import start_beat
