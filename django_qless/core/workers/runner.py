@@ -28,8 +28,8 @@ if TYPE_CHECKING:
 
 __all__ = ["FIELDS", "LOST", "CompositeHooks", "JobContextFilter", "JobRunner", "Outcome",
            "Sandbox", "WorkerHooks", "WorkerHooksProtocol", "WorkerInfo", "child_extra",
-           "compose", "current_job", "current_sandbox", "error_group", "fail_refused_outcome",
-           "format_failure", "job_extra", "log_job", "log_raised", "stopped_failure"]
+           "compose", "current_job", "current_sandbox", "error_group", "fail_job",
+           "format_failure", "job_extra", "log_job", "stopped_failure"]
 
 log = logging.getLogger("django_qless.worker")
 
@@ -172,13 +172,26 @@ def format_failure(exc: BaseException) -> str:
     return (raw[:_HEAD] + marker + raw[-tail:]).decode("utf-8", "ignore")
 
 
-def fail_refused_outcome(job: Job, exc: errors.QlessError) -> Outcome:
-    """Log why the engine refused to fail `job` (a lost lock, or another error): LOST."""
-    if isinstance(exc, LOST):
+def fail_job(job: Job, group: str, message: str) -> Outcome:
+    """Fail `job` (as its holder); SETTLED if it settled itself, LOST if not ours now."""
+    if job.state != "running":
+        return Outcome.SETTLED  # (a retry policy retries, then raises to say so)
+    try:
+        job.fail(group, message)
+        return Outcome.FAILED
+    except errors.InvalidArgument as exc:
+        if job._data is not None:  # data changes that cannot be stored (not JSON, too large)
+            job._drop_data_changes()
+            return fail_job(job, group, f"{message}\nThe job's changes to its data were not "
+                            f"saved: {exc}")
+        refused: errors.QlessError = exc
+    except errors.QlessError as exc:
+        refused = exc
+    if isinstance(refused, LOST):
         log_job(logging.WARNING, job, "job %s: not failed, this worker lost its lease: %s",
-                job.jid, exc)
+                job.jid, refused)
     else:
-        log_job(logging.ERROR, job, "job %s: could not be failed: %s", job.jid, exc)
+        log_job(logging.ERROR, job, "job %s: could not be failed: %s", job.jid, refused)
     return Outcome.LOST
 
 
@@ -234,24 +247,22 @@ class JobRunner:
         return handler, entry.middleware
 
     def run(self, job: Job, pre_abort: Callable[[], str | None] | None = None) -> Outcome:
-        """Perform `job` and fail it if it raised; the caller completes on COMPLETED.
-
-        `pre_abort` is asked once job code counts as running: a stop that arrived just
-        before (too early for the signal handler to raise into the job) still aborts it.
-        """
+        """Perform `job` and fail it if it raised; the caller completes on COMPLETED."""
         self.value = self.error = None
         try:
             target, job_middleware = self._target(job)
         except errors.UnregisteredJobClass as exc:
             self.error = exc if self.remember else None
             log_job(logging.ERROR, job, "job %s: %s", job.jid, exc)
-            return self.fail(job, UNKNOWN_JOB_GROUP, f"{exc}\nworker: {job.worker_name}")
+            return fail_job(job, UNKNOWN_JOB_GROUP, f"{exc}\nworker: {job.worker_name}")
         _current["sandbox"] = self.sandbox
         job.bind_sandbox(self.sandbox.get)
         running = current_job.set(job)
         try:
             try:
                 self.guard.enter()
+                # A stop that came just before, too early for its handler to raise into the
+                # job, still aborts it.
                 reason = pre_abort() if pre_abort is not None else None
                 if reason is not None:
                     self.guard.reason = reason
@@ -269,7 +280,7 @@ class JobRunner:
             # An abort that landed inside a library that wrapped it: the abort wins.
             if isinstance(exc, JobAborted) or self.guard.reason is not None:
                 return Outcome.ABORTED
-            return self._raised(job, exc)
+            return _fail_raised(job, exc)
         finally:
             current_job.reset(running)
             _current["sandbox"] = None
@@ -292,34 +303,6 @@ class JobRunner:
             raise
         finally:
             self.hooks.after_job(job, error)
-
-    def _raised(self, job: Job, exc: Exception) -> Outcome:
-        """Log a job that raised and fail it, unless it settled itself first."""
-        # A job that lets its soft limit's exception out failed for its time limit.
-        soft = isinstance(exc, errors.SoftTimeLimitExceeded)
-        group = TIMEOUT_GROUP if soft else error_group(exc)
-        log_raised(job, exc, group)
-        # (--exec: the command's status and stderr say more than the worker's own frames)
-        return self.fail(job, group, str(exc) if group == EXEC_FAILED_GROUP
-                         else format_failure(exc))
-
-    def fail(self, job: Job, group: str, message: str) -> Outcome:
-        """Fail `job` (as its holder); SETTLED if it settled itself, LOST if not ours now."""
-        if job.state != "running":
-            return Outcome.SETTLED  # (a retry policy retries, then raises to say so)
-        try:
-            job.fail(group, message)
-            return Outcome.FAILED
-        except errors.InvalidArgument as exc:
-            if job._data is None:  # not the job's data changes: nothing else to try
-                log.error("job %s: could not be failed: %s", job.jid, exc)
-                return Outcome.LOST
-            # The data changes cannot be stored (not JSON, too large): fail with the stored data.
-            job._drop_data_changes()
-            return self.fail(job, group, f"{message}\nThe job's changes to its data were not "
-                             f"saved: {exc}")
-        except errors.QlessError as exc:
-            return fail_refused_outcome(job, exc)
 
 
 class Sandbox:
@@ -388,16 +371,17 @@ class JobContextFilter(logging.Filter):
         return True
 
 
-def log_raised(job: Job, exc: BaseException, group: str) -> None:
-    """Log a job that raised (its state settled): ERROR when it fails, WARNING on a retry."""
+def _fail_raised(job: Job, exc: Exception) -> Outcome:
+    """Log a job that raised (ERROR when it fails, WARNING on a retry) and fail it."""
+    # A job that lets its soft limit's exception out failed for its time limit.
+    soft = isinstance(exc, errors.SoftTimeLimitExceeded)
+    group = TIMEOUT_GROUP if soft else error_group(exc)
     state, left = job.state, job.retries
-    retried = state in ("waiting", "scheduled")
-    if retried and getattr(exc, "logged", False):
-        return  # a retry policy that logged the retry itself (the exception says so)
+    retried = state in ("waiting", "scheduled")  # by a retry policy, which then raised
     extra = job_extra(job)
     if retried or (state == "failed" and left < 0):
         extra["attempt"] = max(1, extra["attempt"] - 1)  # (the retry counted it)
-    if retried:
+    if retried and not getattr(exc, "logged", False):  # (else the policy logged the retry)
         when = "now" if state == "waiting" else "after its back-off"
         log.warning("job %s (%s) raised %s: %s; retried, runs again %s (%d retr%s left)",
                     job.jid, job.klass_name, group, _message(exc), when, left,
@@ -407,9 +391,12 @@ def log_raised(job: Job, exc: BaseException, group: str) -> None:
         log.error("job %s (%s) %s: %s: %s", job.jid, job.klass_name,
                   "failed, no retries left" if spent else "failed", group, _message(exc),
                   exc_info=(type(exc), exc, exc.__traceback__), extra=extra)
-    else:  # it completed or moved itself, then raised
+    elif not retried:  # it completed or moved itself, then raised
         log.warning("job %s (%s) settled itself (%s), then raised %s: %s", job.jid,
                     job.klass_name, state, group, _message(exc), extra=extra)
+    # (--exec: the command's status and stderr say more than the worker's own frames)
+    return fail_job(job, group, str(exc) if group == EXEC_FAILED_GROUP
+                    else format_failure(exc))
 
 
 def log_job(level: int, job: Job, message: str, *args: Any) -> None:

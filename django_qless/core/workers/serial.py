@@ -27,6 +27,7 @@ from django_qless.core.workers.runner import (
     Outcome,
     WorkerHooks,
     WorkerHooksProtocol,
+    fail_job,
     log_job,
     stopped_failure,
 )
@@ -188,7 +189,7 @@ class SerialWorker(JobLoop):
             return True
         if reason in ("timeout", "killed"):
             group, message = stopped_failure(reason, self.limits.hard)
-            outcome = self.runner.fail(job, group, f"{message} on worker {self.name}")
+            outcome = fail_job(job, group, f"{message} on worker {self.name}")
             if outcome is Outcome.FAILED:
                 self.failed += 1
         return False
