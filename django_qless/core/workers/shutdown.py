@@ -137,16 +137,14 @@ class SignalState:
                                                    warn_on_full_buffer=False)
 
     def uninstall(self) -> None:
-        """Restore the previous handlers; after a TERM/INT/HUP, ignore those instead.
-
-        A repeated TERM must not end the exiting process by the signal (exit 143) instead of
-        its own exit code; the interpreter resets Python handlers as it exits, not SIG_IGN.
-        """
+        """Restore the previous handlers; after a TERM/INT/HUP, ignore those instead."""
         if not self._previous:
             return
         with contextlib.suppress(RuntimeError, ValueError):
             faulthandler.unregister(signal.SIGUSR2)
         for signum, previous in self._previous.items():
+            # A repeated TERM must not end the exiting process by the signal (exit 143): the
+            # interpreter resets Python handlers as it exits, but not SIG_IGN.
             ignore = self._terminated and signum in _ENDING
             signal.signal(signum, signal.SIG_IGN if ignore else previous)  # type: ignore[arg-type]
         signal.set_wakeup_fd(self._old_wakeup_fd)
