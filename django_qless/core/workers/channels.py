@@ -1,7 +1,7 @@
-"""The worker's subscriptions: `Link`, one keyspace's, used for the wake-ups (wakeup.py) and
-the `w:<worker>` channels; what those channels' events mean for a job; `ChildChannels`, which
-hears them, polled by the supervisor (no thread: forking a threaded process invites
-deadlocks) and, in a thread (`WorkerChannelListener`), by the serial worker.
+"""The worker's subscriptions: `Link`, one keyspace's (for wake-ups too: wakeup.py); the
+`w:<worker>` channels, what their events mean for a job, and `ChildChannels`, which hears
+them, polled by the supervisor (no thread: forking a threaded process invites deadlocks)
+and, in a thread (`WorkerChannelListener`), by the serial worker.
 """
 from __future__ import annotations
 
@@ -50,8 +50,7 @@ Event = tuple[str, dict[str, Any]]
 
 
 def attempts_still_owned(client: Client, attempts: Sequence[tuple[str, str, str]]) -> list[bool]:
-    """Tell, for each (jid, worker, token), whether that pop still holds the job or ended it
-    (the engine records the attempt token with the outcome it accepted)."""
+    """Tell, for each (jid, worker, token), whether that pop still holds or ended the job."""
     keyspace = client.keyspace
 
     def read(conn: redis.Redis) -> list[Any]:
@@ -76,12 +75,10 @@ class HeardAborts:
 
     def note(self, jid: str) -> None:
         """Remember an abort event naming `jid`."""
-        now = time.monotonic()
         if len(self._heard) >= _ABORTS_KEPT:
             # A new dict, of the latest: the other thread may read the old one meanwhile.
-            fresh = [(j, t) for j, t in self._heard.items() if now - t < _ABORT_MEMORY]
-            self._heard = dict(fresh[-(_ABORTS_KEPT - 1):])
-        self._heard[jid] = now
+            self._heard = dict(list(self._heard.items())[1 - _ABORTS_KEPT:])
+        self._heard[jid] = time.monotonic()
 
     def heard(self, jid: str) -> bool:
         """Tell (once) whether an abort event named `jid` lately."""
@@ -93,8 +90,7 @@ class HeardAborts:
 
 
 class Link:
-    """One keyspace's subscription: its channels, the (un)subscribe replies still to come for
-    each, the messages it reads (a break raises), and whether it was opened again since."""
+    """One keyspace's subscription: its channels, the replies awaited, the messages read."""
 
     def __init__(self, client: Client, hub: Hub) -> None:
         self.client = client
@@ -103,9 +99,9 @@ class Link:
         self.heard_at = 0.0  # when it last read something (a quiet one is pinged)
         self.retry_at = 0.0  # an open that failed is tried again then
         self.opened = False
-        # Once reopened, events were maybe missed: look at the jobs again once Redis has
-        # confirmed the channels (`missed`); before, an event published between that look
-        # and the SUBSCRIBE could be missed too.
+        # Reopened, events may have been missed: look at the jobs again once Redis has
+        # confirmed the channels (`missed`), not before: an event published between that
+        # look and the SUBSCRIBE would be missed too.
         self.reopened_at = 0.0
         self.missed = False
 
@@ -117,14 +113,14 @@ class Link:
         self.awaited.update(new)
 
     def unsubscribe(self, channels: Iterable[str]) -> None:
-        """Unsubscribe from `channels` (a reply is awaited for each subscribed)."""
+        """Unsubscribe from `channels`."""
         gone = set(channels) & self.sub.channels
         self.sub.unsubscribe(gone)
         self.awaited.update(gone)
 
     def read(self, timeout: float = 0.0) -> Iterator[dict[str, Any]]:
-        """Yield the messages come, waiting up to `timeout` for the first reply; count the
-        replies come (a broken connection raises one of PUBSUB_ERRORS)."""
+        """Yield the messages come, waiting up to `timeout` for the first reply (a break
+        raises one of PUBSUB_ERRORS)."""
         while (msg := self.sub.get(timeout)) is not None:
             timeout = 0.0
             self.heard_at = time.monotonic()
@@ -138,13 +134,15 @@ class Link:
     def close(self) -> None:
         """Leave the connection (messages sent from now on are lost)."""
         self.sub.close()
+        # A new view: replies to what the old one sent must not count for the next open.
+        old, self.sub = self.sub, Subscription(self.client, self.sub.hub)
+        self.sub.sharded = old.sharded
         self.awaited.clear()
 
 
 class ChildChannels:
-    """Subscribe to the worker channels of the live children in every shard served; poll.
-    Its links (one per shard, one connection per node) are reopened when broken or moved
-    and closed while idle (`settle`)."""
+    """The worker channels of the live children in every shard served, polled; reopened
+    when broken or moved, closed while idle (`settle`)."""
 
     def __init__(self, clients: Sequence[Client], health_check_interval: float = 10.0,
                  rest_after: float = 0.0) -> None:
@@ -159,8 +157,8 @@ class ChildChannels:
         self._wake_at = 0.0  # resting, a child holds a job: reopen then
 
     def settle(self, busy: bool) -> None:
-        """Close the connections once no child has held a job for `rest_after` seconds;
-        open them again (then re-check the jobs) once one has held a job _WAKE_AFTER s."""
+        """Close the connections after `rest_after` s without a job; reopen them once a
+        child has held one for _WAKE_AFTER s (the jobs are then re-checked)."""
         now = time.monotonic()
         if busy:
             self._busy_at = now
@@ -203,8 +201,8 @@ class ChildChannels:
                     self._open(self.links[-1])
 
     def take_missed(self) -> bool:
-        """Tell (once) whether a connection was reopened and Redis has confirmed its channels
-        since: events may have been missed, and any later one will be heard."""
+        """Tell (once) whether a reopened connection's channels are confirmed since: events
+        may have been missed, and any later one will be heard."""
         missed = any([link.missed for link in self.links])
         for link in self.links:
             link.missed = False
@@ -242,9 +240,8 @@ class ChildChannels:
                 self._broken(link, exc)
 
     def listening(self, name: str, *, connected: bool = False) -> bool:
-        """Tell whether Redis confirmed `name`'s channel in every shard connected now (a
-        shard reconnecting, or resting, is re-checked once back: `take_missed`); with
-        `connected`, only if every shard is connected too."""
+        """Tell whether Redis confirmed `name`'s channel in every shard connected now (one
+        reconnecting is re-checked once back); with `connected`, only if all are."""
         return all(self._channel(link, name) not in link.awaited
                    and not (connected and self._fileno(link) is None) for link in self.links)
 
@@ -322,9 +319,8 @@ class ChildChannels:
 
 
 class WorkerChannelListener(threading.Thread):
-    """A daemon thread polling `ChildChannels` for the serial worker in every keyspace
-    `shards()` names (asked in this thread only, each round): `on_event(worker, payload)`
-    for each message, `on_reconnect()` once a reopened connection is confirmed."""
+    """A daemon thread polling `ChildChannels` for the serial worker in the shards `shards()`
+    names (asked in this thread only), calling `on_event` and `on_reconnect` (take_missed)."""
 
     def __init__(self, shards: Callable[[], Sequence[Client]],
                  on_event: Callable[[str, dict[str, Any]], None], *,
@@ -335,20 +331,17 @@ class WorkerChannelListener(threading.Thread):
         self.on_reconnect = on_reconnect
         self._lock = threading.Lock()
         self._wanted: dict[str, threading.Event] = {}  # name -> set once heard everywhere
-        self._changed = threading.Event()
         self._stop_event = threading.Event()
 
     def add(self, worker: str, wait: float = 5.0) -> bool:
         """Listen for `worker`; wait until Redis confirmed it everywhere (True) or `wait`."""
         with self._lock:
             event = self._wanted.setdefault(worker, threading.Event())
-        self._changed.set()
         return self.is_alive() and event.wait(wait)
 
     def stop(self) -> None:
         """End the thread (it leaves within about a fifth of a second)."""
         self._stop_event.set()
-        self._changed.set()
 
     def run(self) -> None:
         block_async_signals()
@@ -374,8 +367,7 @@ class WorkerChannelListener(threading.Thread):
             if fds:
                 poll_readable(fds, 0.2)
             else:
-                self._changed.wait(0.2)
-        self._changed.clear()
+                self._stop_event.wait(0.2)  # (no connection: nothing to subscribe either)
         for worker, payload in channels.poll():
             try:
                 self.on_event(worker, payload)

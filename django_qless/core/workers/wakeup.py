@@ -112,10 +112,9 @@ class WakeWaiter:
         self._ready = ready
 
     def _replied(self, link: Link, seconds: float) -> bool:
-        """Read `link` (taking its messages) until every reply it awaits came (True) or
-        `seconds` pass (a break raises, noticed by a first read at once)."""
+        """Read `link` (taking its messages) until its replies came (True) or `seconds` pass."""
         deadline = time.monotonic() + seconds
-        left = 0.0
+        left = 0.0  # (read at once: a break not noticed yet raises)
         while True:
             for msg in link.read(left):
                 self._take(msg)
@@ -161,8 +160,7 @@ class WakeWaiter:
             self.handed.append(job)
 
     def stop_hand_offs(self) -> None:
-        """Unsubscribe from hand-offs: confirmed (after every hand-off sent before), `handed`
-        is complete; unconfirmed, the link is closed with `lost` set."""
+        """Unsubscribe from hand-offs: `handed` is then complete, else `lost` is set."""
         hand = self.hand_client
         link = None if hand is None else self._links.get(hand.shard)
         if link is None or not link.sub.connected:
@@ -188,8 +186,8 @@ class WakeWaiter:
         return jobs
 
     def wait(self, timeout: float, keep_waiting: Callable[[], bool] | None = None) -> bool:
-        """Block until a message (True), a wake-pipe byte, `timeout` or `keep_waiting()`
-        (asked every second, costing Redis nothing) says no."""
+        """Block until a message (True), a wake-pipe byte, `timeout`, or `keep_waiting()`
+        (asked every second) says no."""
         deadline = time.monotonic() + max(0.0, timeout)
         version = self.routes.version
         while True:
@@ -216,9 +214,8 @@ class WakeWaiter:
                 if (fd := link.sub.fileno()) is not None]
 
     def wait_quietly(self, fd: int, timeout: float) -> bool:
-        """Block until `fd` is readable, a signal, or `timeout`, sending Redis nothing (a
-        child waiting for the leader token); True if a signal woke us. Messages that come
-        meanwhile are read (noted, hand-offs kept), so they do not pile up on the server."""
+        """Block until `fd` is readable, a signal (True) or `timeout`, sending Redis nothing;
+        messages that come meanwhile are read, so they do not pile up on the server."""
         woke = self._wait_once(timeout, fd)
         if woke & {_MESSAGE, _BROKEN}:
             self.drain()
