@@ -95,7 +95,9 @@ class Link:
     def __init__(self, client: Client, hub: Hub) -> None:
         self.client = client
         self.sub = Subscription(client, hub)
-        self.awaited: Counter[str] = Counter()  # channel or pattern -> replies still to come
+        # Channel or pattern -> replies still to come (counted: a child that dies at once is
+        # unsubscribed and its successor, of the same name, subscribed before the first reply).
+        self.awaited: Counter[str] = Counter()
         self.heard_at = 0.0  # when it last read something (a quiet one is pinged)
         self.retry_at = 0.0  # an open that failed is tried again then
         self.opened = False
