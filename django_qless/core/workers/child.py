@@ -22,12 +22,12 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, NoReturn
 
 from django_qless.core.exceptions import QlessError
+from django_qless.core.worker_options import WorkerConfig, default_worker_name
 from django_qless.core.workers.hand import SharedJobPool, release_job
 from django_qless.core.workers.leadership import TokenFile, open_leadership
 from django_qless.core.workers.loop import JobLoop
 from django_qless.core.workers.runner import Outcome, WorkerHooksProtocol
 from django_qless.core.workers.shutdown import ExitCode, SignalState, reset_child_signals
-from django_qless.core.workers.worker_config import WorkerConfig, default_worker_name
 
 if TYPE_CHECKING:
     from django_qless.core.job import Job
