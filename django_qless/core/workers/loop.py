@@ -38,8 +38,8 @@ from django_qless.core.workers.shards import (
     Deployment,
     QueueRoutes,
     QueueSelection,
+    Reserver,
     known_queues,
-    make_reserver,
 )
 from django_qless.core.workers.shutdown import AbortGuard, SignalState
 from django_qless.core.workers.wakeup import WakeWaiter
@@ -81,7 +81,7 @@ class JobLoop:
         selection = QueueSelection(config.queues, known_queues(self.client),
                                    refresh=config.queue_refresh)
         self.routes = QueueRoutes(self.client, selection, refresh=config.queue_refresh)
-        self.reserver = make_reserver(config.reserver, selection)
+        self.reserver = Reserver(config.reserver, selection)
         self.guard = AbortGuard()
         self.runner = JobRunner(config, hooks, config.registry,
                                 Sandbox(config.sandbox_root, name), self.guard)
