@@ -7,6 +7,7 @@ whose job was taken, act on signals (shutdown.py) and time limits, beat and reap
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import select
@@ -16,6 +17,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterable
+from functools import partial
 
 import redis
 
@@ -23,19 +25,19 @@ from django_qless.core.accessors import REQUESTS
 from django_qless.core.client import Client
 from django_qless.core.exceptions import QlessConnectionError, QlessError
 from django_qless.core.probe import HealthFile, state_of
-from django_qless.core.workers.channels import ABORT_EVENTS, ChildChannels
-from django_qless.core.workers.child import child_main
-from django_qless.core.workers.childproc import (
-    ChildProc,
-    fail_running,
-    release_held,
-    taken_away,
-)
-from django_qless.core.workers.hand import SharedJobPool
+from django_qless.core.workers.channels import ABORT_EVENTS, ChildChannels, attempts_still_owned
+from django_qless.core.workers.child import ChildProc, child_main, child_name
+from django_qless.core.workers.hand import SharedJobPool, release_job
 from django_qless.core.workers.leadership import TokenFile
 from django_qless.core.workers.proctitle import set_title, stop_note, supervisor_title
 from django_qless.core.workers.reaper import Beat, obey
-from django_qless.core.workers.runner import WorkerHooks, WorkerHooksProtocol, child_extra
+from django_qless.core.workers.runner import (
+    WorkerHooks,
+    WorkerHooksProtocol,
+    child_extra,
+    stopped_failure,
+)
+from django_qless.core.workers.serial import beat_state
 from django_qless.core.workers.shards import Deployment, ShardFollower, served_clients
 from django_qless.core.workers.shutdown import ExitCode, SignalState
 from django_qless.core.workers.worker_config import WorkerConfig, default_worker_name
@@ -49,6 +51,10 @@ _STATUS_EVERY = 0.05  # seconds between two reads of the children's status pipes
 _BUSY_PING, _IDLE_PING = 10.0, 30.0  # PING a quiet pubsub connection this often
 # A new child takes jobs once its channel is confirmed in every shard, or after this long.
 _GO_WITHIN = 5.0
+# What the children are sent as a stop goes further (see SignalState): QUIT lets them finish
+# their jobs, HUP makes them give the jobs back, KILL forces them.
+_STAGES = {1: (None, signal.SIGQUIT), 2: ("shutdown", signal.SIGHUP),
+           3: ("forced", signal.SIGKILL)}
 
 
 class ForkingWorker:
@@ -71,19 +77,21 @@ class ForkingWorker:
         self.unreleased = 0  # jobs a stop had to leave to their leases
         self._redis_down = False  # found unreachable while releasing: not asked again
         self.started = time.monotonic()
-        self._stop_sent = self._quit_sent = self._paused_sent = self._forced = False
+        self._stage = 0  # how far the stop sent to the children went (_STAGES)
+        self._paused_sent = False
         self._shutdown_deadline = self._title_at = self._status_at = self._reap_at = 0.0
         # A child may have exited (SIGCHLD seen); else the children are polled once a second:
         # waitpid for each of 100 children on every wake-up (a job starting) cost the CPU.
         self._child_exited = True
+        self.obey = partial(obey, name=self.name, signals=self.signals,
+                            request_stop=self.signals.request_stop)
         self.reaper = config.make_reaper(self.name)
         # The supervisor's beats show its children alive (one call however many there are).
-        self.reaper.beat = Beat(self.name, config.beat, self._beat_state, self.obey,
-                                members=self._names)
+        self.reaper.beat = Beat(self.name, config.beat, partial(beat_state, self.signals),
+                                self.obey, members=self._names)
         # --max-jobs for all children together: each job asked for takes a ticket from it.
         self.pool = SharedJobPool(config.max_jobs) if config.max_jobs else None
-        self._token_dir = ""  # holds the idle-leader token's file (leadership.py)
-        self._leader_token: TokenFile | None = None
+        self._leader_token: TokenFile | None = None  # (leadership.py)
         # Rewritten from the loop, never by the jobs: fresh while every child is busy.
         self.health = HealthFile(config.health_file, self.name) if config.health_file else None
 
@@ -97,10 +105,8 @@ class ForkingWorker:
         # A Python-level SIGCHLD handler makes child deaths write to the wake pipe too.
         signal.signal(signal.SIGCHLD, self._on_sigchld)
         self.client = self.config.make_client(worker_name=self.name)
-        if self.wanted > 1:
-            # (one child is always its own leader: no token, no unlock as each job starts)
-            self._token_dir = tempfile.mkdtemp(prefix="django-qless-")
-            self._leader_token = TokenFile(self._token_dir)
+        if self.wanted > 1:  # (one child is always its own leader)
+            self._leader_token = TokenFile(tempfile.mkdtemp(prefix="django-qless-"))
         self.channels = ChildChannels(served_clients(self.client, self.config.queues),
                                       _BUSY_PING, rest_after=self.config.idle_disconnect)
         if not isinstance(self.client, Client):  # queues may move between shards
@@ -109,7 +115,7 @@ class ForkingWorker:
         self.reaper.start_beat()
         resume = self.config.resume
         try:
-            while True:
+            while not (self.signals.stopping and not self.children):
                 self._spawn_missing(resume)
                 resume = False
                 self._wait()
@@ -120,14 +126,10 @@ class ForkingWorker:
                 self._act_on_signals()
                 self._enforce_limits()
                 self._reap_leases()
-                self._title()
-                if self.health is not None:
-                    self.health.beat(state_of(self.signals, serving=bool(self.children)))
-                if self.signals.stopping and not self.children:
-                    break
+                self._show_state()
         finally:
             self._cleanup()
-        if self._forced:
+        if self._stage == 3:
             return ExitCode.FORCED
         return ExitCode.UNRELEASED if self.unreleased else ExitCode.OK
 
@@ -166,10 +168,9 @@ class ForkingWorker:
 
     def _follow(self) -> None:
         """Hear `w:<child>` in the shards the served queues moved to (ShardFollower)."""
-        if self._follower is None:
-            return
         try:
-            self.channels.follow(self._follower.clients())
+            if self._follower is not None:
+                self.channels.follow(self._follower.clients())
         except (QlessError, redis.RedisError, OSError) as exc:
             log.warning("could not look up the queues' shards (%s)", exc)
 
@@ -199,15 +200,23 @@ class ForkingWorker:
             self._recheck_running_jobs(only_unsure=True)
 
     def _recheck_running_jobs(self, *, only_unsure: bool = False) -> None:
-        """After a pubsub gap, kill children whose job is no longer theirs in Redis;
-        `only_unsure`: only those whose job started while its events might be missed."""
+        """After a pubsub gap, kill children whose job is no longer theirs in Redis
+        (`only_unsure`: only those whose job started while its events might be missed)."""
         if self.channels.resting:
             return  # (re-checked once a job wakes the channels and Redis confirms them)
-        checked = [c for c in self.children.values() if c.unsure or not only_unsure]
-        for c in checked:
-            c.unsure = False
+        by_shard: dict[Client, list[ChildProc]] = {}
+        for c in self.children.values():
+            if c.unsure or not only_unsure:
+                c.unsure = False
+                if c.jid is not None and c.kill_reason is None:
+                    by_shard.setdefault(self.client.for_queue(c.queue or ""), []).append(c)
+        lost: list[tuple[ChildProc, str]] = []
         try:
-            lost = taken_away(self.client, checked)
+            for shard, running in by_shard.items():
+                owned = attempts_still_owned(shard, [(c.jid or "", c.name, c.token or "")
+                                                     for c in running])
+                lost += [(c, c.jid or "") for c, mine in zip(running, owned, strict=True)
+                         if not mine]
         except QlessError as exc:
             log.warning("could not re-check the running jobs: %s", exc)
             return
@@ -254,7 +263,7 @@ class ForkingWorker:
         os.close(status_write)
         os.close(go_read)
         os.set_blocking(status_read, False)
-        name = f"{self.config.name}-{slot}" if self.config.name else default_worker_name(pid)
+        name = child_name(self.config, slot, pid)
         self.children[pid] = ChildProc(slot, pid, name, status_read, go_write, failures)
         del self.free[slot]
         self.channels.add(name)
@@ -298,9 +307,8 @@ class ForkingWorker:
         os.close(child.status_fd)
         child.let_go()
         self.channels.remove(child.name)
-        reason = child.kill_reason
-        if reason is None and code == ExitCode.CHILD_ABORTED:
-            reason = "shutdown"  # it gave its job back: its term grace ran out, or a HUP
+        # A child that gave its job back itself: its term grace ran out, or a HUP.
+        reason = child.kill_reason or ("shutdown" if code == ExitCode.CHILD_ABORTED else None)
         if code == 0 and reason is None:
             why = child.left or ("stopped as asked" if self.signals.stopping else "left")
             log.info("child %s (pid %d) finished: %s", child.name, child.pid, why)
@@ -310,26 +318,30 @@ class ForkingWorker:
                     code, reason or "unexpected", f", job {child.jid}" if child.jid else "",
                     extra=child_extra(child) if child.jid else None)
         self._dispose(child, reason, code)
-        delay = child.backoff(code != 0 and reason is None, self.config.respawn_min_uptime,
-                              self.config.respawn_max_backoff)
-        if child.failures:
+        uptime = time.monotonic() - child.started
+        quick = code != 0 and reason is None and uptime < self.config.respawn_min_uptime
+        failures = child.failures + 1 if quick else 0
+        delay = min(0.1 * 2.0 ** failures, self.config.respawn_max_backoff) if quick else 0.0
+        if quick:
             log.warning("child slot %d dies quickly; respawning in %.1fs", child.slot, delay)
-        self.free[child.slot] = (time.monotonic() + delay, child.failures)
+        self.free[child.slot] = (time.monotonic() + delay, failures)
 
     def _dispose(self, child: ChildProc, reason: str | None, code: int) -> None:
-        """Release a dead child's jobs, or fail the one it was killed for (childproc.py)."""
+        """Release the jobs a dead child held ahead (at a stop, the running one too), fail
+        the one its time limit or USR1 killed; a crash or a lost lock leaves it to its lease."""
         stop = reason in ("shutdown", "forced")
+        if stop and self._redis_down:
+            self.unreleased += 1
+            return
         try:
-            if stop and self._redis_down:
-                self.unreleased += 1
-                return
             client = self._release_client()
-            if reason in ("timeout", "killed") and child.jid and \
-                    fail_running(child, client, reason):
-                self.outcomes["failed"] += 1
-            self.unreleased += release_held(child, client, self.config.queues, self.pool,
-                                            running=stop,
-                                            deregister=stop or not child.jid or code == 0)
+            if reason in ("timeout", "killed") and child.jid:
+                self._fail_running(child, client.for_queue(child.queue or ""), reason)
+            running = client.for_queue(child.queue or "") if stop and child.jid else None
+            for shard in served_clients(client, self.config.queues):
+                self._release_held(child, shard, running=shard is running)
+                if stop or not child.jid or code == 0:
+                    shard.workers.deregister(child.name)
         except QlessError as exc:
             self.unreleased += 1 if stop else 0
             if stop and isinstance(exc, QlessConnectionError):
@@ -341,6 +353,30 @@ class ForkingWorker:
             else:
                 log.error("could not dispose of child %s's job: %s", child.name, exc)
 
+    def _fail_running(self, child: ChildProc, shard: Client, reason: str) -> None:
+        """Fail the job a child killed at its time limit or by USR1 ran (if still its own)."""
+        assert child.jid is not None
+        reply = shard.call_json("get", child.jid)
+        if reply and reply.get("state") == "running" and reply.get("worker") == child.name:
+            group, text = stopped_failure(reason, child.limit)
+            shard.call("fail", child.jid, child.name, group,
+                       f"{text} on worker {child.name} (pid {child.pid})")
+            self.outcomes["failed"] += 1
+
+    def _release_held(self, child: ChildProc, shard: Client, *, running: bool) -> None:
+        """Release the jobs the child held in `shard` (`running`: the one it ran too)."""
+        jids = set(shard.workers[child.name]["jobs"]) - {child.jid}
+        for jid in sorted(jids | ({child.jid} if running and child.jid else set())):
+            try:
+                # (a job held ahead never started: no retry spent, its ticket free again)
+                if release_job(shard, jid, child.name) and self.pool and jid != child.jid:
+                    self.pool.give_back(1)
+            except QlessConnectionError:
+                raise
+            except QlessError as exc:
+                log.error("job %s: could not release (%s); its lease will expire", jid, exc)
+                self.unreleased += 1
+
     def _release_client(self) -> Deployment:
         """Return the disposing client: a short timeout, so a silent Redis cannot hold a stop."""
         if self._releaser is None:
@@ -349,33 +385,30 @@ class ForkingWorker:
                                                      socket_timeout=timeout)
         return self._releaser
 
-    def _signal_all(self, signum: int) -> None:
+    def _signal_all(self, reason: str | None, signum: int) -> None:
         for child in self.children.values():
-            child.kill(None, signum)
+            child.kill(reason, signum)
 
     def _act_on_signals(self) -> None:
-        """Drain (QUIT to children), give back (HUP), force (KILL): the further the stop
-        requests go, the harder the children are stopped (see SignalState)."""
+        """Stop the children as far as the stop requests go (_STAGES), kill the job on USR1,
+        pause or resume them."""
         sig = self.signals
         if sig.drain_over() and self.children:
             log.warning("the %gs term grace is over: giving the running jobs back",
                         self.config.term_grace)
-        if sig.stop_requests >= 2 and not self._forced:
-            log.warning("another stop request: killing children now")
-            self._forced = True
-            for child in self.children.values():
-                child.kill("forced", signal.SIGKILL)
-        elif sig.stop_requests >= 1 and not self._stop_sent:
-            log.info("stop requested: aborting and releasing running jobs")
-            self._stop_sent = True
-            self._shutdown_deadline = time.monotonic() + self.config.shutdown_grace
-            for child in self.children.values():
-                child.kill("shutdown", signal.SIGHUP)
-        elif sig.graceful and not self._quit_sent:
-            log.info("graceful stop: finishing running jobs%s", "" if sig.drain_deadline is None
-                     else f" for up to {self.config.term_grace:g}s (TERM)")
-            self._quit_sent = True
-            self._signal_all(signal.SIGQUIT)
+        stage = min(sig.stop_requests, 2) + 1 if sig.stop_requests else int(sig.graceful)
+        if stage > self._stage:
+            self._stage = stage
+            if stage == 1:
+                grace = f" for up to {self.config.term_grace:g}s (TERM)"
+                log.info("graceful stop: finishing running jobs%s",
+                         "" if sig.drain_deadline is None else grace)
+            elif stage == 2:
+                log.info("stop requested: aborting and releasing running jobs")
+                self._shutdown_deadline = time.monotonic() + self.config.shutdown_grace
+            else:
+                log.warning("another stop request: killing children now")
+            self._signal_all(*_STAGES[stage])
         if sig.kill_current:
             sig.kill_current = False
             self._read_status(self.children.values())  # (read in batches: catch up)
@@ -388,11 +421,13 @@ class ForkingWorker:
             log.warning("USR2: paused; children dump their stacks to stderr; CONT resumes")
         if sig.paused != self._paused_sent:
             self._paused_sent = sig.paused
-            self._signal_all(signal.SIGUSR2 if sig.paused else signal.SIGCONT)
+            self._signal_all(None, signal.SIGUSR2 if sig.paused else signal.SIGCONT)
 
     def _enforce_limits(self) -> None:
+        """Kill children past the stop's grace or their job's time limit; stop at --max-jobs
+        or --max-duration."""
         now = time.monotonic()
-        if self._stop_sent and not self._forced and now >= self._shutdown_deadline:
+        if self._stage == 2 and now >= self._shutdown_deadline:
             for child in self.children.values():
                 log.warning("child %s did not stop in time; killing it", child.name)
                 child.kill("forced", signal.SIGKILL)
@@ -401,11 +436,11 @@ class ForkingWorker:
         for child in self.children.values():
             if child.kill_reason == "timeout" and now - child.term_sent >= grace:
                 child.kill("timeout", signal.SIGKILL)
-            elif child.limit and child.jid and child.kill_reason is None:
-                if now - child.job_started >= child.limit:
-                    log.warning("job %s on %s exceeded its time limit of %gs; stopping it",
-                                child.jid, child.name, child.limit, extra=child_extra(child))
-                    child.kill("timeout", signal.SIGTERM)
+            elif (child.limit and child.jid and child.kill_reason is None
+                  and now - child.job_started >= child.limit):
+                log.warning("job %s on %s exceeded its time limit of %gs; stopping it",
+                            child.jid, child.name, child.limit, extra=child_extra(child))
+                child.kill("timeout", signal.SIGTERM)
         if self.signals.stopping:
             return
         if self._tickets_gone() and not self.children:
@@ -424,27 +459,21 @@ class ForkingWorker:
         # (stopping: beats only, "draining" while the children finish their jobs)
         self.reaper.maybe_reap(idle=idle, reap=not self.signals.stopping)
 
-    def _beat_state(self) -> str:
-        return "draining" if self.signals.graceful else "live"
-
-    def obey(self, action: str) -> None:
-        """Act on a quiet or stop asked from the console (a beat's reply, or `w:<child>`)."""
-        obey(action, self.name, self.signals, self.signals.request_stop)
-
-    def _title(self) -> None:
+    def _show_state(self) -> None:
+        """Write the health file, and the title every half second."""
+        if self.health is not None:
+            self.health.beat(state_of(self.signals, serving=bool(self.children)))
         now = time.monotonic()
-        if now - self._title_at < 0.5:
-            return
-        self._title_at = now
-        done = self.outcomes["completed"] + self.outcomes["settled"]
-        set_title(supervisor_title(self.config.queues, len(self.children), self.wanted,
-                                   self.signals.paused, done, self.outcomes["failed"],
-                                   stop_note(self.signals)))
+        if now - self._title_at >= 0.5:
+            self._title_at = now
+            done = self.outcomes["completed"] + self.outcomes["settled"]
+            set_title(supervisor_title(self.config.queues, len(self.children), self.wanted,
+                                       self.signals.paused, done, self.outcomes["failed"],
+                                       stop_note(self.signals)))
 
     def _cleanup(self) -> None:
         """Kill what is left, deregister (unless Redis was found down), let go of everything."""
-        for child in self.children.values():
-            child.kill("forced", signal.SIGKILL)
+        self._signal_all("forced", signal.SIGKILL)
         deadline = time.monotonic() + 5.0
         while self.children and time.monotonic() < deadline:
             self._reap(always=True)
@@ -452,19 +481,17 @@ class ForkingWorker:
         self.channels.close()
         self.reaper.close()
         if not self._redis_down:
-            try:
+            with contextlib.suppress(QlessError, redis.RedisError):
                 for shard in served_clients(self._release_client(), self.config.queues):
                     shard.workers.deregister(self.name)
-            except (QlessError, redis.RedisError):
-                pass
-        self.client.close()
-        if self._releaser is not None:
-            self._releaser.close()
+        for client in (self.client, self._releaser):
+            if client is not None:
+                client.close()
         self.signals.uninstall()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         if self._leader_token is not None:
             self._leader_token.close()
-        if self._token_dir:
-            shutil.rmtree(self._token_dir, ignore_errors=True)
+            if self._leader_token.path:  # (left where /proc cannot reopen it)
+                shutil.rmtree(os.path.dirname(self._leader_token.path), ignore_errors=True)
         if self.health is not None:
             self.health.remove()

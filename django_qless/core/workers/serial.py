@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import signal
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from django_qless.core.accessors import REQUESTS
@@ -37,9 +38,14 @@ from django_qless.core.workers.worker_config import WorkerConfig, default_worker
 if TYPE_CHECKING:
     from django_qless.core.job import Job
 
-__all__ = ["SerialWorker"]
+__all__ = ["SerialWorker", "beat_state"]
 
 log = logging.getLogger("django_qless.worker")
+
+
+def beat_state(signals: SignalState) -> str:
+    """Return the state a worker's beats report: `draining` (finishing its jobs) or `live`."""
+    return "draining" if signals.graceful else "live"
 
 
 class SerialWorker(JobLoop):
@@ -57,17 +63,19 @@ class SerialWorker(JobLoop):
         self.install_signals = install_signals
         # One listener thread hears `w:<worker>` in every shard served (a job's events come
         # on its own shard's channel), following the queues to the shards they move to.
+        client = self.client
         follow: Callable[[], Sequence[Client]]
-        if isinstance(self.client, Client):
-            served = (self.client,)
-            follow = lambda: served  # noqa: E731
+        if isinstance(client, Client):
+            follow = lambda: (client,)  # noqa: E731
         else:  # (its own routes: the listener thread asks, not the job thread)
-            follow = ShardFollower(self.client, config.queues, config.queue_refresh,
+            follow = ShardFollower(client, config.queues, config.queue_refresh,
                                    holders=lambda: (name,)).clients
         self.listener = WorkerChannelListener(follow, self._on_channel_event,
                                               on_reconnect=self._recheck_current)
+        self.obey = partial(obey, name=name, signals=self.signals, request_stop=self.request_stop)
         if self.reaper is not None:
-            self.reaper.beat = Beat(name, config.beat, self._beat_state, self._obey)
+            self.reaper.beat = Beat(name, config.beat, partial(beat_state, self.signals),
+                                    self.obey)
         self.unreleased = 0
         self.heard = HeardAborts()  # (written by the listener thread, read at a job's start)
 
@@ -128,27 +136,18 @@ class SerialWorker(JobLoop):
         elif signum == signal.SIGUSR2:
             log.warning("USR2: paused; send CONT to resume")
 
-    def _beat_state(self) -> str:
-        return "draining" if self.signals.graceful else "live"
-
-    def _obey(self, action: str) -> None:
-        obey(action, self.name, self.signals, lambda graceful: self.request_stop(graceful))
-
     def _on_channel_event(self, worker: str, payload: dict[str, Any]) -> None:
+        """Listener thread: obey a console request; abort the job an abort event names."""
         event, jid = payload.get("event"), payload.get("jid")
         if event in REQUESTS:
-            self._obey(str(event))
-            return
-        if event not in ABORT_EVENTS or not isinstance(jid, str):
-            return
-        current = self.current
-        if current is not None and jid == current.jid and self.guard.abort("lock_lost"):
-            log_job(logging.WARNING, current, "job %s: %s event, aborting it (it was taken "
-                    "away from this worker)", jid, event)
-            return
-        # Not running yet (popped, held ahead, or about to enter job code): its start asks
-        # Redis whether the attempt still holds it (_pre_abort).
-        self.heard.note(jid)
+            self.obey(str(event))
+        elif event in ABORT_EVENTS and isinstance(jid, str):
+            current = self.current
+            if current is not None and jid == current.jid and self.guard.abort("lock_lost"):
+                log_job(logging.WARNING, current, "job %s: %s event, aborting it (it was "
+                        "taken away from this worker)", jid, event)
+            else:  # not running yet: its start asks Redis whether it is still ours
+                self.heard.note(jid)
 
     def _pre_abort(self) -> str | None:
         current = self.current
@@ -192,4 +191,3 @@ class SerialWorker(JobLoop):
             if outcome is Outcome.FAILED:
                 self.failed += 1
         return False
-
