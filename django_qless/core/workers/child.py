@@ -1,5 +1,5 @@
-"""A forked child: its job loop (`ForkChild`, `child_main`), the supervisor's view of it
-(`ChildProc`), and the status lines between the two over a pipe.
+"""A forked child: the fork (`spawn_child`), the child's job loop (`ForkChild`), the
+supervisor's view of it (`ChildProc`), and the status lines between the two over a pipe.
 
 A job's end line rides with the next start line (one write per job) unless the child idles,
 pauses or leaves. QUIT, or a TERM to the process group, drains; HUP (the supervisor's "give
@@ -23,29 +23,33 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NoReturn
 
-from django_qless.core.exceptions import QlessError
-from django_qless.core.workers.channels import HeardAborts
+from django_qless.core.exceptions import QlessConnectionError, QlessError
+from django_qless.core.workers.channels import HeardAborts, attempts_still_owned
 from django_qless.core.workers.hand import SharedJobPool, release_job
-from django_qless.core.workers.leadership import TokenFile, open_leadership
+from django_qless.core.workers.leadership import open_leadership
 from django_qless.core.workers.loop import JobLoop
-from django_qless.core.workers.runner import Outcome, WorkerHooksProtocol
+from django_qless.core.workers.runner import Outcome, stopped_failure
 from django_qless.core.workers.shutdown import ExitCode, SignalState, reset_child_signals
 from django_qless.core.workers.worker_config import WorkerConfig, default_worker_name
 
 if TYPE_CHECKING:
+    from django_qless.core.client import Client
     from django_qless.core.job import Job
+    from django_qless.core.workers.forking import ForkingWorker
+    from django_qless.core.workers.shards import Deployment
 
-__all__ = ["ChildProc", "ForkChild", "child_main", "child_name", "parse_status_line",
-           "set_parent_death_signal", "status_line"]
+__all__ = ["ChildProc", "ForkChild", "parse_status_line", "set_parent_death_signal",
+           "spawn_child", "status_line", "taken_away"]
 
 log = logging.getLogger("django_qless.worker")
 
 _PR_SET_PDEATHSIG = 1
+_BLOCKED = {*SignalState.HANDLED, signal.SIGCHLD}
 _DEFERRED = frozenset({Outcome.COMPLETED, Outcome.SETTLED, Outcome.FAILED})
 _FIELD_CUT = str.maketrans("\t\n\r", "   ")
-# With the parent-death signal armed, the kernel's HUP tells an idle child its supervisor
-# died; getppid() is then a backstop, checked this rarely while waiting for the leader token
-# (each wake-up of 100 idle children cost the host ~0.15 ms).
+_GO_WITHIN = 5.0  # seconds a new child waits at most for its channel to be confirmed
+# With the parent-death signal armed (the kernel's HUP), getppid() is only a backstop, checked
+# this rarely while waiting for the leader token (100 idle children waking cost ~0.15 ms).
 _CHECK_WITH_DEATH_SIGNAL = 10.0
 
 
@@ -64,7 +68,7 @@ def parse_status_line(line: bytes) -> tuple[str, list[str]]:
     return event, fields
 
 
-def child_name(config: WorkerConfig, slot: int, pid: int | None = None) -> str:
+def _child_name(config: WorkerConfig, slot: int, pid: int | None = None) -> str:
     """Return the worker name of the child in `slot` (with process id `pid`)."""
     return f"{config.name}-{slot}" if config.name else default_worker_name(pid)
 
@@ -102,8 +106,7 @@ class ChildProc:
     left: str | None = None  # why the child says it leaves on its own (status line `x`)
     buffer: bytes = b""
     unsure: bool = False  # its job started while its channel may not have been heard
-    # Abort events heard for jobs it had not reported starting (popped, or held ahead).
-    aborted: HeardAborts = field(default_factory=HeardAborts)
+    aborted: HeardAborts = field(default_factory=HeardAborts)  # (for jobs not started yet)
 
     def read_status(self, unsure: bool, outcomes: Counter[str]) -> None:
         """Read the status lines written so far (`unsure`: events may go unheard now)."""
@@ -143,31 +146,86 @@ class ChildProc:
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signum)
 
-    def let_go(self) -> None:
-        """Let the child take jobs (one byte, and the pipe closed)."""
-        if self.go_fd >= 0:
-            with contextlib.suppress(OSError):  # (the child is gone)
-                os.write(self.go_fd, b"g")
-            os.close(self.go_fd)
-            self.go_fd = -1
+    def fail_running(self, shard: Client, reason: str) -> bool:
+        """Fail the job its time limit or USR1 killed it running, if still its own in Redis."""
+        reply = shard.call_json("get", self.jid)
+        if not reply or reply.get("state") != "running" or reply.get("worker") != self.name:
+            return False
+        group, text = stopped_failure(reason, self.limit)
+        shard.call("fail", self.jid, self.name, group,
+                   f"{text} on worker {self.name} (pid {self.pid})")
+        return True
+
+    def release_held(self, shard: Client, running: bool, pool: SharedJobPool | None) -> int:
+        """Release its jobs in `shard` held ahead (`running`: and the one it ran); return how
+        many could not be (QlessConnectionError: Redis is unreachable or silent)."""
+        jids = set(shard.workers[self.name]["jobs"]) - {self.jid}
+        unreleased = 0
+        for jid in sorted(jids | ({self.jid} if running and self.jid else set())):
+            try:
+                # (a job held ahead never started: no retry spent, its ticket free again)
+                if release_job(shard, jid, self.name) and pool and jid != self.jid:
+                    pool.give_back(1)
+            except QlessConnectionError:
+                raise
+            except QlessError as exc:
+                log.error("job %s: could not release (%s); its lease will expire", jid, exc)
+                unreleased += 1
+        return unreleased
+
+    def backoff(self, unexpected: bool, min_uptime: float, max_delay: float) -> float:
+        """Count a quick unexpected death; return how long its slot waits (0: at once)."""
+        if not unexpected or time.monotonic() - self.started >= min_uptime:
+            self.failures = 0
+            return 0.0
+        self.failures += 1
+        return min(0.1 * 2.0 ** self.failures, max_delay)
+
+    def let_go(self, confirmed: bool = True) -> None:
+        """Let the child take jobs (a byte, and the pipe closed) once its channel is confirmed
+        in every shard, or after _GO_WITHIN: before, a job's cancel could go unheard."""
+        if self.go_fd < 0:
+            return
+        if not confirmed:
+            if time.monotonic() - self.started < _GO_WITHIN:
+                return
+            log.warning("child %s: its channel is not confirmed after %gs; letting it take "
+                        "jobs anyway", self.name, _GO_WITHIN)
+        with contextlib.suppress(OSError):  # (the child is gone)
+            os.write(self.go_fd, b"g")
+        os.close(self.go_fd)
+        self.go_fd = -1
+
+
+def taken_away(client: Deployment, children: Iterable[ChildProc]) -> list[tuple[ChildProc, str]]:
+    """Return the (child, jid) whose running attempt Redis no longer gives to the child."""
+    by_shard: dict[Client, list[ChildProc]] = {}
+    for c in children:
+        if c.jid is not None and c.kill_reason is None:
+            by_shard.setdefault(client.for_queue(c.queue or ""), []).append(c)
+    lost: list[tuple[ChildProc, str]] = []
+    for shard, running in by_shard.items():
+        owned = attempts_still_owned(shard, [(c.jid or "", c.name, c.token or "")
+                                             for c in running])
+        lost += [(c, c.jid or "") for c, mine in zip(running, owned, strict=True) if not mine]
+    return lost
 
 
 class ForkChild(JobLoop):
     """A job loop that reports to its supervisor and stops when the supervisor dies."""
 
-    def __init__(self, config: WorkerConfig, hooks: WorkerHooksProtocol, name: str,
-                 status_fd: int, supervisor_pid: int, *, resume: bool,
-                 pool: SharedJobPool | None = None, leader_token: TokenFile | None = None,
-                 death_signal: bool = False) -> None:
+    def __init__(self, supervisor: ForkingWorker, supervisor_pid: int, name: str,
+                 status_fd: int, *, resume: bool, death_signal: bool) -> None:
+        config, token = supervisor.config, supervisor.leader_token
         # Idle, only the holder of the worker's leader token waits on the engine.
-        leadership = (open_leadership(leader_token, config.leader_hold)
-                      if leader_token is not None else None)
-        super().__init__(config, hooks, name, SignalState(term_grace=config.term_grace),
-                         resume=resume, max_jobs=config.jobs_per_child, pool=pool,
+        leadership = open_leadership(token, config.leader_hold) if token is not None else None
+        super().__init__(config, supervisor.hooks, name,
+                         SignalState(term_grace=config.term_grace), resume=resume,
+                         max_jobs=config.jobs_per_child, pool=supervisor.pool,
                          leadership=leadership)
         self.status_fd = status_fd
         self.supervisor_pid = supervisor_pid
-        self.group = config.name or default_worker_name(supervisor_pid)  # (its beats)
+        self.group = supervisor.name  # (its beats show this child alive)
         self.exit_code = ExitCode.OK
         # Orders the job thread's and the heartbeat thread's writes and the deferred line.
         self._status_lock = threading.Lock()
@@ -260,33 +318,57 @@ class ForkChild(JobLoop):
         return True
 
 
-def child_main(config: WorkerConfig, hooks: WorkerHooksProtocol, slot: int,
-               supervisor_pid: int, fds: tuple[int, int, Iterable[int]], *, resume: bool,
-               signal_mask: Iterable[int], paused: bool = False,
-               pool: SharedJobPool | None = None,
-               leader_token: TokenFile | None = None) -> NoReturn:
+def spawn_child(supervisor: ForkingWorker, slot: int, failures: int, resume: bool) -> ChildProc:
+    """Fork the child of `slot`; return the supervisor's view of it."""
+    status_read, status_write = os.pipe()
+    go_read, go_write = os.pipe()
+    wake = supervisor.signals.wake_pipe
+    inherited = [status_read, go_write, wake.read_fd, wake.write_fd,
+                 *(fd for c in supervisor.children.values() for fd in (c.status_fd, c.go_fd))]
+    # Hold signals across the fork: one sent to a brand-new child before it has its own
+    # handlers would otherwise hit the supervisor's inherited ones and be lost (a QUIT
+    # lost that way leaves a child running forever). The child unblocks once ready.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, _BLOCKED)
+    # Taken before the fork: a child asking getppid() later could already see its
+    # new parent (init) if we die first, and would never notice it was orphaned.
+    supervisor_pid = os.getpid()
+    try:
+        pid = os.fork()
+        if pid == 0:
+            _child_main(supervisor, supervisor_pid, slot, (status_write, go_read, inherited),
+                        resume, mask)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    os.close(status_write)
+    os.close(go_read)
+    os.set_blocking(status_read, False)
+    name = _child_name(supervisor.config, slot, pid)
+    return ChildProc(slot, pid, name, status_read, go_write, failures)
+
+
+def _child_main(supervisor: ForkingWorker, supervisor_pid: int, slot: int,
+                fds: tuple[int, int, list[int]], resume: bool,
+                signal_mask: Iterable[int]) -> NoReturn:
     """Run a freshly forked child and leave with `os._exit` (`fds`: its status pipe, its go
-    pipe, the supervisor's descriptors to close). Signals arrive blocked (see the supervisor's
-    fork) until its own handlers are installed; it takes no job before the go pipe says so."""
+    pipe, the supervisor's descriptors to close). Signals arrive blocked until its own
+    handlers are installed; it takes no job before the go pipe says so."""
     status_fd, go_fd, inherited = fds
     code = int(ExitCode.CHILD_CRASHED)
     try:
         for fd in inherited:
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError):  # (-1: a child's go pipe closed already)
                 os.close(fd)
         reset_child_signals()
         armed = set_parent_death_signal(signal.SIGHUP)
         random.seed()
-        hooks.after_fork_child()
-        child = ForkChild(config, hooks, child_name(config, slot), status_fd, supervisor_pid,
-                          resume=resume, pool=pool, leader_token=leader_token,
-                          death_signal=armed)
+        supervisor.hooks.after_fork_child()
+        child = ForkChild(supervisor, supervisor_pid, _child_name(supervisor.config, slot),
+                          status_fd, resume=resume, death_signal=armed)
         child.arm_signals(child.on_signal)
-        # Ctrl-C reaches the whole process group, and USR1 means "kill the child running the
-        # job": the supervisor decides both.
+        # Ctrl-C reaches the whole process group, and USR1 kills a child: the supervisor's.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGUSR1, signal.SIG_IGN)
-        child.signals.paused = paused  # a child born during USR2 starts paused too
+        child.signals.paused = supervisor.signals.paused  # (born during USR2: paused too)
         signal.pthread_sigmask(signal.SIG_SETMASK, signal_mask)
         _await_go(go_fd, child)
         if child.orphaned():
