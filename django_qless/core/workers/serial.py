@@ -31,7 +31,7 @@ from django_qless.core.workers.runner import (
     log_job,
     stopped_failure,
 )
-from django_qless.core.workers.shards import ShardFollower
+from django_qless.core.workers.shards import ShardFollower, served_clients
 from django_qless.core.workers.shutdown import ExitCode, SignalState
 from django_qless.core.workers.worker_config import WorkerConfig, default_worker_name
 
@@ -63,12 +63,11 @@ class SerialWorker(JobLoop):
         self.install_signals = install_signals
         # One listener thread hears `w:<worker>` in every shard served (a job's events come
         # on its own shard's channel), following the queues to the shards they move to.
-        client = self.client
         follow: Callable[[], Sequence[Client]]
-        if isinstance(client, Client):
-            follow = lambda: (client,)  # noqa: E731
+        if isinstance(self.client, Client):
+            follow = partial(served_clients, self.client, config.queues)
         else:  # (its own routes: the listener thread asks, not the job thread)
-            follow = ShardFollower(client, config.queues, config.queue_refresh,
+            follow = ShardFollower(self.client, config.queues, config.queue_refresh,
                                    holders=lambda: (name,)).clients
         self.listener = WorkerChannelListener(follow, self._on_channel_event,
                                               on_reconnect=self._recheck_current)
@@ -151,31 +150,29 @@ class SerialWorker(JobLoop):
 
     def _pre_abort(self) -> str | None:
         current = self.current
-        if current is not None and self.heard.heard(current.jid):
-            try:
-                owned = self._still_holds(current)
-            except QlessError as exc:
-                log.warning("job %s: could not check it after an abort event (%s)",
-                            current.jid, exc)
-                owned = True  # (its heartbeat will tell)
-            if not owned:
-                log_job(logging.WARNING, current, "job %s was taken away before it started; "
-                        "not running it", current.jid)
-                return "lock_lost"
+        if current is not None and self.heard.heard(current.jid) and self._taken(current):
+            log_job(logging.WARNING, current, "job %s was taken away before it started; "
+                    "not running it", current.jid)
+            return "lock_lost"
         return super()._pre_abort()
 
     def _recheck_current(self) -> None:
-        """After a pubsub gap, abort the job if it was taken away meanwhile."""
+        """Listener thread, after a pubsub gap: abort the job if it was taken meanwhile."""
         current = self.current
-        if current is None or self._still_holds(current) or self.current is not current:
-            return  # still ours, settled by us, or over already: another job may run now
-        log_job(logging.WARNING, current, "job %s was taken away while the listener was "
-                "reconnecting; stopping it", current.jid)
-        self.guard.abort("lock_lost")
+        # (settled by us, or over already, another job may run now: not the one checked)
+        if current is not None and self._taken(current) and self.current is current:
+            log_job(logging.WARNING, current, "job %s was taken away while the listener was "
+                    "reconnecting; stopping it", current.jid)
+            self.guard.abort("lock_lost")
 
-    def _still_holds(self, job: Job) -> bool:
-        """Ask Redis whether this worker's attempt at `job` still holds it (or settled it)."""
-        return attempts_still_owned(job.client, [(job.jid, self.name, job.attempt_token)])[0]
+    def _taken(self, job: Job) -> bool:
+        """Tell whether Redis no longer gives `job` to this worker's attempt (nor settled it)."""
+        try:
+            return not attempts_still_owned(job.client,
+                                             [(job.jid, self.name, job.attempt_token)])[0]
+        except QlessError as exc:
+            log.warning("job %s: could not check it in Redis (%s)", job.jid, exc)
+            return False  # (its heartbeat will tell)
 
     def on_aborted(self, job: Job, reason: str) -> bool:
         if reason == "shutdown":
