@@ -90,8 +90,8 @@ def store_result(job: Job, value: Any) -> None:
 
 def job_runner(hooks: WorkerHooksProtocol) -> JobRunner:
     """Return a runner for this process, built as a worker builds its own."""
+    from django_qless.core.worker_options import WorkerConfig
     from django_qless.core.workers.runner import Sandbox
-    from django_qless.core.workers.worker_config import WorkerConfig
     from django_qless.registry import get_registry
 
     config = WorkerConfig(registry=get_registry())

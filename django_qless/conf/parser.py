@@ -28,8 +28,8 @@ from django_qless.conf.model import (
     WorkerSettings,
 )
 from django_qless.conf.reporter import ALIAS_RE, QUEUE_RE, Reporter
-from django_qless.core.workers import worker_config
-from django_qless.core.workers.worker_config import OptionSpec, setting_keys
+from django_qless.core import worker_options
+from django_qless.core.worker_options import OptionSpec, setting_keys
 
 __all__ = ["parse_receivers", "parse_settings", "parse_worker"]
 
@@ -48,7 +48,7 @@ def parse_worker(p: Reporter, raw: Any) -> WorkerSettings:
     for unknown in sorted(set(raw) - keys):
         p.error(f"QLESS['WORKER'][{unknown!r}]", f"QLESS['WORKER'] has an unknown key "
                 f"{unknown!r}.", f"Valid keys: {', '.join(sorted(keys))}.", 31)
-    values = {spec.name: worker_value(p, spec, raw) for spec in worker_config.OPTIONS
+    values = {spec.name: worker_value(p, spec, raw) for spec in worker_options.OPTIONS
               if spec.setting is not None}
     known = WorkerSettings.__dataclass_fields__
     return WorkerSettings(**{n: v for n, v in values.items() if v is not None and n in known},

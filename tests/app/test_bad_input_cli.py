@@ -21,7 +21,7 @@ import redis
 from django.core.management import CommandError, call_command
 
 from django_qless.clients import get_client
-from django_qless.core.workers.cli import main as core_main
+from django_qless.core.worker_cli import main as core_main
 from tests.app.bad_input import populate
 from tests.app.helpers import ROOT, command_env, manage
 from tests.core.conftest import snapshot

@@ -222,7 +222,7 @@ def test_password_setting_overrides_the_url_credentials():
 
 def test_a_password_in_the_query_is_masked_in_the_display_and_the_worker_logs():
     from django_qless.conf.model import mask_url
-    from django_qless.core.workers.worker_config import WorkerConfig
+    from django_qless.core.worker_options import WorkerConfig
 
     url = "unix:///run/redis.sock?db=0&password=s3cret"
     assert mask_url(url) == "unix:///run/redis.sock?db=0&password=***"

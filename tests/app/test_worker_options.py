@@ -1,4 +1,4 @@
-"""Worker options are declared once (core/workers/worker_config.py): both command lines, the
+"""Worker options are declared once (core/worker_options.py): both command lines, the
 ``WorkerConfig`` defaults and ``QLESS["WORKER"]`` come from that table."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import environ
 
 from django_qless.conf import parse
-from django_qless.core.workers import cli, worker_config
-from django_qless.core.workers.worker_config import OPTIONS, OptionSpec, WorkerConfig
+from django_qless.core import worker_cli, worker_options
+from django_qless.core.worker_options import OPTIONS, OptionSpec, WorkerConfig
 from django_qless.management.commands.qless_worker import Command
 
 
@@ -26,7 +26,7 @@ def django_parser():
 
 
 def test_every_declared_option_is_on_both_command_lines_with_its_default():
-    core, django = flags_of(cli.build_parser()), flags_of(django_parser())
+    core, django = flags_of(worker_cli.build_parser()), flags_of(django_parser())
     config = WorkerConfig()
     for spec in OPTIONS:
         if spec.cli == "none":
@@ -41,8 +41,8 @@ def test_every_declared_option_is_on_both_command_lines_with_its_default():
 def test_a_new_spec_appears_in_both_command_lines_and_the_settings(monkeypatch):
     probe = OptionSpec("probe_limit", 3, "a probe", ("--probe-limit",), "int", 0,
                        setting="PROBE_LIMIT", setting_minimum=1, env="QLESS_WORKER_PROBE_LIMIT")
-    monkeypatch.setattr(worker_config, "OPTIONS", (*OPTIONS, probe))
-    assert cli.build_parser().parse_args(["--probe-limit", "4"]).probe_limit == 4
+    monkeypatch.setattr(worker_options, "OPTIONS", (*OPTIONS, probe))
+    assert worker_cli.build_parser().parse_args(["--probe-limit", "4"]).probe_limit == 4
     assert django_parser().parse_args(["--probe-limit", "5"]).probe_limit == 5
     conf, problems = parse({"WORKER": {"PROBE_LIMIT": 2}}, env())
     assert problems == [] and conf.worker.values["probe_limit"] == 2
@@ -53,7 +53,7 @@ def test_a_new_spec_appears_in_both_command_lines_and_the_settings(monkeypatch):
 
 
 def test_the_term_grace_comes_from_the_flag_the_setting_or_the_environment():
-    assert cli.config_from_args(cli.build_parser().parse_args(
+    assert worker_cli.config_from_args(worker_cli.build_parser().parse_args(
         ["--term-grace", "40", "q"])).term_grace == 40.0
     assert django_parser().parse_args(["--term-grace", "0"]).term_grace == 0.0
     conf, problems = parse({"WORKER": {"TERM_GRACE": 50}}, env())

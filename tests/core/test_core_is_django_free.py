@@ -69,7 +69,7 @@ def test_a_serial_worker_of_one_server_loads_no_cluster_module(redis_url: str) -
         "import sys\n"
         "from django_qless.core import Client\n"
         "from django_qless.core.registry import register\n"
-        "from django_qless.core.workers.cli import main\n"
+        "from django_qless.core.worker_cli import main\n"
         "register('shop.Job')(lambda job: None)\n"
         f"client = Client({redis_url!r})\n"
         "client.queues['q'].put('shop.Job', {'n': 1})\n"

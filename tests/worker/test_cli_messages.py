@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from django_qless.core.workers.worker_config import OPTIONS
+from django_qless.core.worker_options import OPTIONS
 from tests.helpers import ROOT
 
 pytestmark = pytest.mark.timeout(120)

@@ -7,8 +7,8 @@ import argparse
 import pytest
 
 from django_qless import __version__
+from django_qless.core.worker_options import integer
 from django_qless.core.workers.runner import format_failure
-from django_qless.core.workers.worker_config import integer
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -107,5 +107,5 @@ def test_a_failure_inside_the_worker_code_keeps_its_whole_traceback():
         integer("not a number")  # raises inside django_qless itself
     except argparse.ArgumentTypeError as exc:
         message = format_failure(exc)
-    assert "django_qless/core/workers/worker_config.py" in message
+    assert "django_qless/core/worker_options.py" in message
     assert message.splitlines()[-1].startswith("argparse.ArgumentTypeError: must be an integer")

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from django_qless.core.client import Client
+from django_qless.core.worker_options import WorkerConfig
 from django_qless.core.workers.reaper import LeaseReaper, reap_period
-from django_qless.core.workers.worker_config import WorkerConfig
 from tests.worker.conftest import wait_until
 
 pytestmark = pytest.mark.timeout(60)
@@ -162,7 +162,7 @@ def test_reap_interval_option():
 
 def test_reap_interval_from_the_command_line() -> None:
     """`--reap-interval` reaches WorkerConfig; a negative value is refused by the parser."""
-    from django_qless.core.workers.cli import build_parser, config_from_args
+    from django_qless.core.worker_cli import build_parser, config_from_args
 
     parser = build_parser()
     args = parser.parse_args(["--url", "redis://localhost:6379/0", "--reap-interval", "0", "q"])

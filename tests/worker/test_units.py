@@ -7,6 +7,7 @@ import threading
 
 import pytest
 
+from django_qless.core.worker_options import WorkerConfig, sanitize_name
 from django_qless.core.workers.proctitle import child_title, supervisor_title
 from django_qless.core.workers.runner import (
     MAX_MESSAGE,
@@ -18,7 +19,6 @@ from django_qless.core.workers.runner import (
     format_failure,
 )
 from django_qless.core.workers.shards import QueueSelection, make_reserver
-from django_qless.core.workers.worker_config import WorkerConfig, sanitize_name
 
 
 def test_config_splits_queues_and_validates():
@@ -139,7 +139,7 @@ def test_worker_never_imports_django():
     import sys
 
     code = (
-        "import sys, django_qless.core.workers, django_qless.core.workers.cli, "
+        "import sys, django_qless.core.workers, django_qless.core.worker_cli, "
         "django_qless.core.registry; "
         "bad = [m for m in sys.modules if m == 'django' or m.startswith('django.')]; "
         "assert not bad, bad"

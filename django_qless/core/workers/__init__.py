@@ -1,6 +1,7 @@
 """The Django-free worker: serial (in-process) and forking (supervisor + children).
 
-Entry points: `run_worker(config, hooks)`, which both command lines call, and `make_worker`.
+Entry points (`django_qless.core.worker_cli`, loaded on first use): `run_worker(config,
+hooks)`, which both command lines call, and `make_worker`.
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from django_qless.core.workers.cli import import_modules, make_worker, run_worker
+from django_qless.core.worker_options import WorkerConfig, default_worker_name
 from django_qless.core.workers.runner import (
     CompositeHooks,
     JobContextFilter,
@@ -18,11 +19,18 @@ from django_qless.core.workers.runner import (
     current_sandbox,
 )
 from django_qless.core.workers.shutdown import ExitCode, JobAborted
-from django_qless.core.workers.worker_config import WorkerConfig, default_worker_name
 
 if TYPE_CHECKING:
+    from django_qless.core.worker_cli import import_modules, make_worker, run_worker
     from django_qless.core.workers.forking import ForkingWorker
     from django_qless.core.workers.serial import SerialWorker
+
+# Loaded on first use: the start-up imports this package, and a serial worker needs none of
+# the forking code.
+_LAZY = {"ForkingWorker": "django_qless.core.workers.forking",
+         "SerialWorker": "django_qless.core.workers.serial",
+         **dict.fromkeys(("import_modules", "make_worker", "run_worker"),
+                         "django_qless.core.worker_cli")}
 
 __all__ = ["CompositeHooks", "ExitCode", "ForkingWorker", "JobAborted", "JobContextFilter",
            "SerialWorker", "WorkerConfig", "WorkerHooks", "WorkerHooksProtocol", "current_job",
@@ -31,7 +39,7 @@ __all__ = ["CompositeHooks", "ExitCode", "ForkingWorker", "JobAborted", "JobCont
 
 
 def __getattr__(name: str) -> Any:
-    """Load a worker class on first use: a serial worker needs none of the forking code."""
-    if name not in ("ForkingWorker", "SerialWorker"):
+    """Load a worker class or an entry point on first use."""
+    if name not in _LAZY:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{name[:-6].lower()}"), name)
+    return getattr(importlib.import_module(_LAZY[name]), name)

@@ -2,7 +2,7 @@
 
 import sys
 
-from django_qless.core.workers.cli import main
+from django_qless.core.worker_cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NoReturn
 
 from django_qless.core.exceptions import QlessConnectionError, QlessError
+from django_qless.core.worker_options import WorkerConfig, default_worker_name
 from django_qless.core.workers.channels import HeardAborts, attempts_still_owned
 from django_qless.core.workers.hand import SharedJobPool, release_job
 from django_qless.core.workers.leadership import open_leadership
 from django_qless.core.workers.loop import JobLoop
 from django_qless.core.workers.runner import Outcome, stopped_failure
 from django_qless.core.workers.shutdown import ExitCode, SignalState, reset_child_signals
-from django_qless.core.workers.worker_config import WorkerConfig, default_worker_name
 
 if TYPE_CHECKING:
     from django_qless.core.client import Client

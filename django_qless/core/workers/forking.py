@@ -25,6 +25,7 @@ from django_qless.core.accessors import REQUESTS
 from django_qless.core.client import Client
 from django_qless.core.exceptions import QlessConnectionError, QlessError
 from django_qless.core.probe import HealthFile, state_of
+from django_qless.core.worker_options import WorkerConfig, default_worker_name
 from django_qless.core.workers.channels import ABORT_EVENTS, ChildChannels
 from django_qless.core.workers.child import ChildProc, spawn_child, taken_away
 from django_qless.core.workers.hand import SharedJobPool
@@ -35,7 +36,6 @@ from django_qless.core.workers.runner import WorkerHooks, WorkerHooksProtocol, c
 from django_qless.core.workers.serial import beat_state
 from django_qless.core.workers.shards import Deployment, ShardFollower, served_clients
 from django_qless.core.workers.shutdown import ExitCode, SignalState
-from django_qless.core.workers.worker_config import WorkerConfig, default_worker_name
 
 __all__ = ["ForkingWorker"]
 

@@ -23,6 +23,7 @@ import redis
 from django_qless.core.exceptions import QlessConnectionError, QlessError, SoftTimeLimitExceeded
 from django_qless.core.hotpath import RESERVE_QUEUES_MAX
 from django_qless.core.registry import NO_LIMITS
+from django_qless.core.worker_options import WorkerConfig
 from django_qless.core.workers.hand import JobBudget, JobHand, Settled, SharedJobPool
 from django_qless.core.workers.heartbeat import Heartbeater
 from django_qless.core.workers.reaper import LeaseReaper
@@ -42,7 +43,6 @@ from django_qless.core.workers.shards import (
 )
 from django_qless.core.workers.shutdown import AbortGuard, SignalState
 from django_qless.core.workers.wakeup import WakeWaiter
-from django_qless.core.workers.worker_config import WorkerConfig
 
 if TYPE_CHECKING:
     from django_qless.core.client import Client

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from django_qless.core import exceptions as errors
 from django_qless.core.registry import UNKNOWN_JOB_GROUP, Middleware, Registry, TimeLimits
+from django_qless.core.worker_options import WorkerConfig
 from django_qless.core.workers.shutdown import AbortGuard, JobAborted
-from django_qless.core.workers.worker_config import WorkerConfig
 
 if TYPE_CHECKING:
     from django_qless.core.job import Job

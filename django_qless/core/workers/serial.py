@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from django_qless.core.accessors import REQUESTS
 from django_qless.core.client import Client
 from django_qless.core.exceptions import QlessError
+from django_qless.core.worker_options import WorkerConfig, default_worker_name
 from django_qless.core.workers.channels import (
     ABORT_EVENTS,
     HeardAborts,
@@ -33,7 +34,6 @@ from django_qless.core.workers.runner import (
 )
 from django_qless.core.workers.shards import ShardFollower, served_clients
 from django_qless.core.workers.shutdown import ExitCode, SignalState
-from django_qless.core.workers.worker_config import WorkerConfig, default_worker_name
 
 if TYPE_CHECKING:
     from django_qless.core.job import Job

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from django_qless.core.workers.worker_config import integer, non_negative_int, number
+from django_qless.core.worker_options import integer, non_negative_int, number
 
 __all__ = ["STATES", "add_arguments"]
 

@@ -15,8 +15,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_qless.clients import build_client, build_redis
 from django_qless.conf import AliasSettings, get_settings
-from django_qless.core.workers.cli import check_queue_specs, stop_before_start, wait_for_redis
-from django_qless.core.workers.worker_config import WorkerConfig, add_options, option_values
+from django_qless.core.worker_cli import check_queue_specs, stop_before_start, wait_for_redis
+from django_qless.core.worker_options import WorkerConfig, add_options, option_values
 
 if TYPE_CHECKING:
     from django_qless.core.registry import Registry
@@ -131,7 +131,7 @@ class Command(BaseCommand):
 
     def build_config(self, options: dict[str, Any]) -> WorkerConfig:
         """Turn command options and QLESS settings into a core WorkerConfig."""
-        from django_qless.core.workers.worker_config import WorkerConfig
+        from django_qless.core.worker_options import WorkerConfig
         from django_qless.registry import get_registry
 
         conf = get_settings()

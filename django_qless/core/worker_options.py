@@ -24,9 +24,9 @@ import redis
 
 from django_qless.core.client import Client
 from django_qless.core.registry import Middleware, Registry, default_registry
-from django_qless.core.workers.reaper import LeaseReaper
 
 if TYPE_CHECKING:
+    from django_qless.core.workers.reaper import LeaseReaper
     from django_qless.core.workers.shards import Deployment
 
 __all__ = ["OPTIONS", "RESERVERS", "OptionSpec", "WorkerConfig", "add_options",
@@ -390,6 +390,8 @@ class WorkerConfig:
 
     def make_reaper(self, worker_name: str) -> LeaseReaper:
         """Return the lease reaper of a supervisor or serial worker (reap_interval 0: beats)."""
+        from django_qless.core.workers.reaper import LeaseReaper  # (the worker imports us)
+
         # Its own connection with a short timeout: a silent Redis must not stall the caller.
         return LeaseReaper(
             lambda: self.make_client(worker_name=worker_name, socket_timeout=_REAP_TIMEOUT),

@@ -37,15 +37,15 @@ from django_qless import __version__
 from django_qless.core.exceptions import InvalidArgument, QlessError
 from django_qless.core.health import check_eviction, clock_skew
 from django_qless.core.serialization import check_name
-from django_qless.core.workers.runner import WorkerHooksProtocol
-from django_qless.core.workers.shards import QueueSelection, is_pattern, known_queues
-from django_qless.core.workers.shutdown import ExitCode
-from django_qless.core.workers.worker_config import (
+from django_qless.core.worker_options import (
     WorkerConfig,
     add_options,
     default_worker_name,
     option_values,
 )
+from django_qless.core.workers.runner import WorkerHooksProtocol
+from django_qless.core.workers.shards import QueueSelection, is_pattern, known_queues
+from django_qless.core.workers.shutdown import ExitCode
 
 if TYPE_CHECKING:
     from django_qless.core.probe import HealthFile
