@@ -92,7 +92,7 @@ class ForkingWorker:
         if not isinstance(self.client, Client):  # queues may move between shards
             self._follower = ShardFollower(self.client, self.config.queues,
                                            self.config.queue_refresh, holders=self._names)
-        self.reaper.start_beat()
+        self.reaper.reap(beat_only=True)
         resume = self.config.resume
         try:
             while not (self.signals.stopping and not self.children):

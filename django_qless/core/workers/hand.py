@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from django_qless.core.exceptions import InvalidArgument, QlessError, ScriptError
 from django_qless.core.serialization import check_jid, check_worker
-from django_qless.core.workers.runner import LOST, Outcome, fail_refused_outcome, log_job
+from django_qless.core.workers.runner import LOST, Outcome, fail_job, log_job
 
 if TYPE_CHECKING:
     from django_qless.core.client import Client
@@ -131,13 +131,9 @@ def _refused(job: Job, exc: QlessError) -> Outcome:
     log_job(logging.ERROR, job, "job %s: completion refused, failing the job: %s", job.jid,
             exc)
     job._drop_data_changes()
-    try:
-        job.fail(COMPLETE_REFUSED_GROUP, f"The worker could not complete this {job.klass_name} "
-                 f"job: {exc}\nThe job's changes to its data were not saved.\nworker: "
-                 f"{job.worker_name}")
-    except QlessError as again:
-        return fail_refused_outcome(job, again)
-    return Outcome.FAILED
+    return fail_job(job, COMPLETE_REFUSED_GROUP, f"The worker could not complete this "
+                    f"{job.klass_name} job: {exc}\nThe job's changes to its data were not "
+                    f"saved.\nworker: {job.worker_name}")
 
 
 def _calling(jobs: Sequence[Job], queues: Sequence[str], count: int) -> Callable[[], Any]:

@@ -1,10 +1,9 @@
-"""Recover lost leases on every known queue, even queues nobody pops (`Client.reap`).
+"""Recover lost leases on every known queue, even queues nobody pops, and carry the beat.
 
 The engine re-offers an expired lease only when someone pops its queue, so the supervisor
-(or the serial worker) calls `reap` every half of min(heartbeat, grace-period), clamped to
-[1 s, 30 s], jittered by 20 %, and at least 30 s apart while idle. The same call tops up low
-cron ticks and carries the worker's `Beat` (engine `worker.beat`): an idle worker's beat
-costs no call of its own.
+(or the serial worker) reaps every half of min(heartbeat, grace-period), clamped to [1 s,
+30 s], jittered by 20 %, at least 30 s apart while idle. The same call tops up low cron ticks
+and carries the worker's `Beat` (engine `worker.beat`): an idle worker's beat costs no call.
 """
 from __future__ import annotations
 
@@ -46,12 +45,7 @@ class Beat:
     sent: tuple[str, ...] | None = None  # the members the engine holds (None: send them)
     at: float = field(default_factory=time.monotonic)  # when the last beat went through
 
-    def due(self) -> float:
-        """Return when the next beat is due (the reaper's clock)."""
-        return self.at + self.seconds * BEAT_SHARE
-
-    def send(self, clients: Sequence[Any], reap: bool, queues: list[str] | None,
-             now: float) -> list[str]:
+    def send(self, clients: Sequence[Any], reap: bool, now: float) -> list[str]:
         """Beat (with the reap) on every shard, then act on an operator's request."""
         members = tuple(self.members())
         # (unchanged members are not sent again: the engine keeps them)
@@ -61,8 +55,7 @@ class Beat:
         requests = set()
         lost = False
         for client in clients:
-            reply = client.workers.beat(self.group, state, members=send, reap=reap,
-                                        queues=queues)
+            reply = client.workers.beat(self.group, state, members=send, reap=reap)
             jids += reply.reaped
             requests.add(reply.request)
             lost = lost or reply.members_lost
@@ -102,7 +95,6 @@ class LeaseReaper:
     """Call `Client.reap` every period (± jitter); cheap to ask whether it is due."""
 
     def __init__(self, make_client: Callable[[], Deployment], *, period: float | None = None,
-                 queues: Sequence[str] | None = None,
                  clock: Callable[[], float] = time.monotonic, reaps: bool = True) -> None:
         self._make_client = make_client
         self.reaps = reaps  # False: the calls only carry the beat (--reap-interval 0)
@@ -110,7 +102,6 @@ class LeaseReaper:
         self._client: Deployment | None = None
         self.fixed_period = period  # None: follow the engine's config (else --reap-interval)
         self._config_at: float | None = None  # when the config was last read (clock)
-        self.queues = None if queues is None else list(queues)
         self._clock = clock
         self.period = period or _MAX_PERIOD
         # The first call soon after start: a restarted worker finds its predecessors' leases.
@@ -131,11 +122,6 @@ class LeaseReaper:
             return []
         return self.reap(idle=idle, beat_only=not reap_due)
 
-    def start_beat(self) -> None:
-        """Send the first beat (state "start" drops requests left for an older name)."""
-        if self.beat is not None:
-            self.reap(beat_only=True)
-
     def _reap_due(self, idle: bool) -> float:
         if not self.reaps:
             return float("inf")
@@ -145,16 +131,17 @@ class LeaseReaper:
         return self.next_at
 
     def _beat_due(self) -> float:
-        return float("inf") if self.beat is None else self.beat.due()
+        return float("inf") if self.beat is None else self.beat.at + self.beat.seconds * BEAT_SHARE
 
     def reap(self, *, idle: bool = False, beat_only: bool = False) -> list[str]:
-        """Call the engine now and plan the next call; log errors, never raise them."""
+        """Call the engine now (`beat_only`: the first beat, state "start", or one that
+        cannot wait) and plan the next call; log errors, never raise them."""
         try:
             # Every shard of a cluster: a dead worker's leases may be in any of them.
             clients = self._connection().clients()
             if beat_only:
                 assert self.beat is not None
-                self.beat.send(clients, False, self.queues, self._clock())
+                self.beat.send(clients, False, self._clock())
                 return []
             delay, jids = self._reap(clients, idle)
         except Exception as exc:  # noqa: BLE001 - a reaper error must never stop a worker
@@ -181,9 +168,9 @@ class LeaseReaper:
             self._config_at = self._clock()
             self.config_reads += 1
         if self.beat is not None:
-            jids = self.beat.send(clients, True, self.queues, self._clock())
+            jids = self.beat.send(clients, True, self._clock())
         else:
-            jids = [jid for client in clients for jid in client.reap(self.queues)]
+            jids = [jid for client in clients for jid in client.reap()]
         from django_qless.core.scheduling.schedules import keep_schedules
 
         keep_schedules(self._connection())  # cron ticks running low (every 5 min at most)

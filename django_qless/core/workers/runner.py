@@ -2,13 +2,13 @@
 
 A job that raises is failed with group = its exception's `module.QualName` and its traceback
 (at most 64 KiB); an unregistered klass fails as `django_qless.UnknownJob`, never imported.
-`WorkerHooks` is where a framework (Django) joins the worker's life; docs/worker.md, "Logs",
-names the fields the worker's records about a job carry.
+docs/worker.md, "Logs", names the fields the worker's records about a job carry.
 """
 
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 import os
 import shutil
@@ -25,17 +25,17 @@ from django_qless.core.workers.shutdown import AbortGuard, JobAborted
 
 if TYPE_CHECKING:
     from django_qless.core.job import Job
-    from django_qless.core.workers.execmode import ExecRunner
 
 __all__ = ["FIELDS", "LOST", "CompositeHooks", "JobContextFilter", "JobRunner", "Outcome",
            "Sandbox", "WorkerHooks", "WorkerHooksProtocol", "WorkerInfo", "child_extra",
-           "compose", "current_job", "current_sandbox", "error_group", "fail_refused_outcome",
-           "format_failure", "job_extra", "log_job", "log_raised", "stopped_failure"]
+           "compose", "current_job", "current_sandbox", "error_group", "fail_job",
+           "format_failure", "job_extra", "log_job", "stopped_failure"]
 
 log = logging.getLogger("django_qless.worker")
 
 TIMEOUT_GROUP = "django_qless.JobTimeout"
 KILLED_GROUP = "django_qless.JobKilled"
+EXEC_FAILED_GROUP = "django_qless.core.workers.execmode.ExecFailed"  # (its status and stderr)
 MAX_MESSAGE = 65536
 _HEAD = 4096
 _HANDLER_CACHE = 1024
@@ -157,14 +157,11 @@ def error_group(exc: BaseException) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"[:256]
 
 
-def _ours(tb: TracebackType) -> bool:
-    return os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(_PACKAGE_DIR)
-
-
 def format_failure(exc: BaseException) -> str:
     """Return the traceback from the job's own first frame (all if none), at most 64 KiB."""
-    tb = exc.__traceback__
-    while tb is not None and _ours(tb):  # the runner, hooks, middleware, the @job wrapper
+    tb: TracebackType | None = exc.__traceback__
+    # (skip the runner, hooks, middleware, the @job wrapper)
+    while tb and os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(_PACKAGE_DIR):
         tb = tb.tb_next
     text = "".join(traceback.format_exception(type(exc), exc, tb or exc.__traceback__))
     raw = text.encode("utf-8", "replace")
@@ -175,13 +172,26 @@ def format_failure(exc: BaseException) -> str:
     return (raw[:_HEAD] + marker + raw[-tail:]).decode("utf-8", "ignore")
 
 
-def fail_refused_outcome(job: Job, exc: errors.QlessError) -> Outcome:
-    """Log why the engine refused to fail `job` (a lost lock, or another error): LOST."""
-    if isinstance(exc, LOST):
+def fail_job(job: Job, group: str, message: str) -> Outcome:
+    """Fail `job` (as its holder); SETTLED if it settled itself, LOST if not ours now."""
+    if job.state != "running":
+        return Outcome.SETTLED  # (a retry policy retries, then raises to say so)
+    try:
+        job.fail(group, message)
+        return Outcome.FAILED
+    except errors.InvalidArgument as exc:
+        if job._data is not None:  # data changes that cannot be stored (not JSON, too large)
+            job._drop_data_changes()
+            return fail_job(job, group, f"{message}\nThe job's changes to its data were not "
+                            f"saved: {exc}")
+        refused: errors.QlessError = exc
+    except errors.QlessError as exc:
+        refused = exc
+    if isinstance(refused, LOST):
         log_job(logging.WARNING, job, "job %s: not failed, this worker lost its lease: %s",
-                job.jid, exc)
+                job.jid, refused)
     else:
-        log_job(logging.ERROR, job, "job %s: could not be failed: %s", job.jid, exc)
+        log_job(logging.ERROR, job, "job %s: could not be failed: %s", job.jid, refused)
     return Outcome.LOST
 
 
@@ -205,15 +215,15 @@ class JobRunner:
         # (klass, queue) -> (registry entry, handler): resolving a handler inspects the target.
         self._handlers: dict[tuple[str, str], tuple[Any, Callable[[Job], Any]]] = {}
         self._default_limits = TimeLimits(config.timeout)
-        self.exec_runner: ExecRunner | None = None
+        self._exec: Callable[[Job], None] | None = None
         if config.exec_command:  # (the module is loaded only for --exec)
-            from django_qless.core.workers.execmode import ExecRunner
+            from django_qless.core.workers.execmode import run_command
 
-            self.exec_runner = ExecRunner(config.exec_command, config.kill_grace)
+            self._exec = functools.partial(run_command, config.exec_command, config.kill_grace)
 
     def limits_of(self, job: Job) -> TimeLimits:
         """Return `job`'s time limits (its kind's, else --timeout; --exec: --timeout)."""
-        if self.exec_runner is not None:
+        if self._exec is not None:
             return self._default_limits
         try:
             entry = self.registry.resolve(job.klass_name)
@@ -221,10 +231,10 @@ class JobRunner:
             return self._default_limits  # (failed at once by run())
         return entry.limits.over(self._default_limits)
 
-    def _target(self, job: Job) -> tuple[Callable[[Job], Any], tuple[Any, ...]]:
+    def _target(self, job: Job) -> tuple[Callable[[Job], Any], tuple[Middleware, ...]]:
         """Return the callable and its per-job middleware (UnregisteredJobClass if none)."""
-        if self.exec_runner is not None:
-            return self.exec_runner, ()
+        if self._exec is not None:
+            return self._exec, ()
         entry = self.registry.resolve(job.klass_name)
         key = (job.klass_name, job.queue_name)
         cached = self._handlers.get(key)
@@ -236,44 +246,23 @@ class JobRunner:
         self._handlers[key] = (entry, handler)
         return handler, entry.middleware
 
-    def _call_hooked(
-        self, job: Job, target: Callable[[Job], Any], middleware: tuple[Any, ...]
-    ) -> None:
-        """Call `target` inside around_job, before/after_job and the middleware."""
-        error: BaseException | None = None
-
-        def call_next() -> Any:
-            nonlocal error
-            self.hooks.before_job(job)
-            try:
-                return compose(middleware, job, lambda: target(job))()
-            except BaseException as exc:
-                error = exc
-                raise
-            finally:
-                self.hooks.after_job(job, error)
-
-        self.value = self.hooks.around_job(job, call_next)
-
     def run(self, job: Job, pre_abort: Callable[[], str | None] | None = None) -> Outcome:
-        """Perform `job` and fail it if it raised; the caller completes on COMPLETED.
-
-        `pre_abort` is asked once job code counts as running: a stop that arrived just
-        before (too early for the signal handler to raise into the job) still aborts it.
-        """
+        """Perform `job` and fail it if it raised; the caller completes on COMPLETED."""
         self.value = self.error = None
         try:
             target, job_middleware = self._target(job)
         except errors.UnregisteredJobClass as exc:
             self.error = exc if self.remember else None
             log_job(logging.ERROR, job, "job %s: %s", job.jid, exc)
-            return self.fail(job, UNKNOWN_JOB_GROUP, f"{exc}\nworker: {job.worker_name}")
+            return fail_job(job, UNKNOWN_JOB_GROUP, f"{exc}\nworker: {job.worker_name}")
         _current["sandbox"] = self.sandbox
         job.bind_sandbox(self.sandbox.get)
         running = current_job.set(job)
         try:
             try:
                 self.guard.enter()
+                # A stop that came just before, too early for its handler to raise into the
+                # job, still aborts it.
                 reason = pre_abort() if pre_abort is not None else None
                 if reason is not None:
                     self.guard.reason = reason
@@ -281,16 +270,17 @@ class JobRunner:
                 if self._bare and not job_middleware:
                     self.value = target(job)
                 else:
-                    self._call_hooked(job, target, (*self.config.middleware, *job_middleware))
+                    chain = (self.hooks.around_job, self._before_after,
+                             *self.config.middleware, *job_middleware)
+                    self.value = compose(chain, job, lambda: target(job))()
             finally:
                 self.guard.leave()
-        except JobAborted as exc:
-            self.error = exc
-            return Outcome.ABORTED
-        except Exception as exc:
+        except (JobAborted, Exception) as exc:
             self.error = exc
             # An abort that landed inside a library that wrapped it: the abort wins.
-            return Outcome.ABORTED if self.guard.reason is not None else self._raised(job, exc)
+            if isinstance(exc, JobAborted) or self.guard.reason is not None:
+                return Outcome.ABORTED
+            return _fail_raised(job, exc)
         finally:
             current_job.reset(running)
             _current["sandbox"] = None
@@ -302,34 +292,17 @@ class JobRunner:
             return Outcome.LOST
         return Outcome.COMPLETED if job.state == "running" else Outcome.SETTLED
 
-    def _raised(self, job: Job, exc: Exception) -> Outcome:
-        """Log a job that raised and fail it, unless it settled itself first."""
-        # A job that lets its soft limit's exception out failed for its time limit.
-        soft = isinstance(exc, errors.SoftTimeLimitExceeded)
-        group = TIMEOUT_GROUP if soft else error_group(exc)
-        log_raised(job, exc, group)
-        if self.exec_runner is not None and self.exec_runner.failed(exc):
-            # The command's status and stderr tail say more than the worker's own frames.
-            return self.fail(job, group, str(exc))
-        return self.fail(job, group, format_failure(exc))
-
-    def fail(self, job: Job, group: str, message: str) -> Outcome:
-        """Fail `job` (as its holder); SETTLED if it settled itself, LOST if not ours now."""
-        if job.state != "running":
-            return Outcome.SETTLED  # (a retry policy retries, then raises to say so)
+    def _before_after(self, job: Job, call_next: Callable[[], Any]) -> Any:
+        """Call `call_next` (the middleware, then the job) between before_job and after_job."""
+        self.hooks.before_job(job)
+        error: BaseException | None = None
         try:
-            job.fail(group, message)
-            return Outcome.FAILED
-        except errors.InvalidArgument as exc:
-            if job._data is None:  # not the job's data changes: nothing else to try
-                log.error("job %s: could not be failed: %s", job.jid, exc)
-                return Outcome.LOST
-            # The data changes cannot be stored (not JSON, too large): fail with the stored data.
-            job._drop_data_changes()
-            return self.fail(job, group, f"{message}\nThe job's changes to its data were not "
-                             f"saved: {exc}")
-        except errors.QlessError as exc:
-            return fail_refused_outcome(job, exc)
+            return call_next()
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            self.hooks.after_job(job, error)
 
 
 class Sandbox:
@@ -375,13 +348,9 @@ def current_sandbox() -> str | None:
 
 def job_extra(job: Job) -> dict[str, Any]:
     """Return the `extra` fields that name `job` on a log record."""
-    try:
-        attempt = max(1, job.original_retries - job.retries + 1)
-    except (AttributeError, TypeError, ValueError):
-        attempt = None
-    return {"jid": job.jid, "klass": getattr(job, "klass_name", None),
-            "queue": getattr(job, "queue_name", None), "attempt": attempt,
-            "worker": getattr(job, "worker_name", None)}
+    return {"jid": job.jid, "klass": job.klass_name, "queue": job.queue_name,
+            "attempt": max(1, job.original_retries - job.retries + 1),
+            "worker": job.worker_name}
 
 
 def child_extra(child: Any) -> dict[str, Any]:
@@ -402,42 +371,38 @@ class JobContextFilter(logging.Filter):
         return True
 
 
-def log_raised(job: Job, exc: BaseException, group: str) -> None:
-    """Log a job that raised (its state settled): ERROR when it fails, WARNING on a retry."""
-    state = job.state
-    retried = state in ("waiting", "scheduled")
-    if retried and getattr(exc, "logged", False):
-        return  # a retry policy that logged the retry itself (the exception says so)
+def _fail_raised(job: Job, exc: Exception) -> Outcome:
+    """Log a job that raised (ERROR when it fails, WARNING on a retry) and fail it."""
+    # A job that lets its soft limit's exception out failed for its time limit.
+    soft = isinstance(exc, errors.SoftTimeLimitExceeded)
+    group = TIMEOUT_GROUP if soft else error_group(exc)
+    state, left = job.state, job.retries
+    retried = state in ("waiting", "scheduled")  # by a retry policy, which then raised
     extra = job_extra(job)
-    left = _retries(job)
     if retried or (state == "failed" and left < 0):
-        extra["attempt"] = max(1, (extra["attempt"] or 2) - 1)  # (the retry counted it)
-    if retried:
+        extra["attempt"] = max(1, extra["attempt"] - 1)  # (the retry counted it)
+    if retried and not getattr(exc, "logged", False):  # (else the policy logged the retry)
         when = "now" if state == "waiting" else "after its back-off"
         log.warning("job %s (%s) raised %s: %s; retried, runs again %s (%d retr%s left)",
                     job.jid, job.klass_name, group, _message(exc), when, left,
                     "y" if left == 1 else "ies", extra=extra)
     elif state in ("running", "failed"):
-        spent = state == "failed" or left <= 0 < _retries(job, "original_retries")
+        spent = state == "failed" or left <= 0 < job.original_retries
         log.error("job %s (%s) %s: %s: %s", job.jid, job.klass_name,
                   "failed, no retries left" if spent else "failed", group, _message(exc),
                   exc_info=(type(exc), exc, exc.__traceback__), extra=extra)
-    else:  # it completed or moved itself, then raised
+    elif not retried:  # it completed or moved itself, then raised
         log.warning("job %s (%s) settled itself (%s), then raised %s: %s", job.jid,
                     job.klass_name, state, group, _message(exc), extra=extra)
+    # (--exec: the command's status and stderr say more than the worker's own frames)
+    return fail_job(job, group, str(exc) if group == EXEC_FAILED_GROUP
+                    else format_failure(exc))
 
 
 def log_job(level: int, job: Job, message: str, *args: Any) -> None:
     """Log `message` about `job` at `level` with the job's fields as extra."""
     if log.isEnabledFor(level):
         log.log(level, message, *args, extra=job_extra(job))
-
-
-def _retries(job: Job, field: str = "retries") -> int:
-    try:
-        return int(getattr(job, field))
-    except (AttributeError, TypeError, ValueError):
-        return 0
 
 
 def _message(exc: BaseException) -> str:

@@ -29,6 +29,7 @@ from django_qless.core.workers.runner import (
     Outcome,
     WorkerHooks,
     WorkerHooksProtocol,
+    fail_job,
     log_job,
     stopped_failure,
 )
@@ -101,7 +102,7 @@ class SerialWorker(JobLoop):
         self.listener.start()
         self.listener.add(self.name)
         if self.reaper is not None:
-            self.reaper.start_beat()
+            self.reaper.reap(beat_only=True)
         health = None
         if self.config.health_file:  # (the probe module is loaded only when asked for)
             from django_qless.core.probe import start_beat
@@ -184,7 +185,7 @@ class SerialWorker(JobLoop):
             return True
         if reason in ("timeout", "killed"):
             group, message = stopped_failure(reason, self.limits.hard)
-            outcome = self.runner.fail(job, group, f"{message} on worker {self.name}")
+            outcome = fail_job(job, group, f"{message} on worker {self.name}")
             if outcome is Outcome.FAILED:
                 self.failed += 1
         return False

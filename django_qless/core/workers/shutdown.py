@@ -8,6 +8,7 @@ next, such as another signal's handler before it recorded anything.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import enum
 import faulthandler
@@ -44,26 +45,20 @@ class WakePipe:
 
     def wake(self) -> None:
         """Make the next (or current) wait return."""
-        try:
+        with contextlib.suppress(OSError):  # (a full pipe: a wake-up is pending anyway)
             os.write(self.write_fd, b"\0")
-        except OSError:
-            pass  # full pipe: a wake-up is pending anyway
 
     def drain(self) -> None:
         """Consume pending wake-ups."""
-        try:
+        with contextlib.suppress(OSError):
             while os.read(self.read_fd, 4096):
                 pass
-        except OSError:
-            pass
 
     def close(self) -> None:
         """Close both ends."""
         for fd in (self.read_fd, self.write_fd):
-            try:
+            with contextlib.suppress(OSError):
                 os.close(fd)
-            except OSError:
-                pass
 
 
 _ENDING = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -85,16 +80,15 @@ class SignalState:
 
     HANDLED = (*_ENDING, *_FLAGS, signal.SIGURG)
 
-    def __init__(self, wake: WakePipe | None = None, *, term_grace: float = 0.0) -> None:
-        self.wake_pipe = wake or WakePipe()
+    def __init__(self, *, term_grace: float = 0.0) -> None:
+        self.wake_pipe = WakePipe()
         self.term_grace = term_grace
         self.stop_requests = 0  # stops that give the running jobs back (TERM/INT/HUP, grace)
         self.graceful = False  # QUIT, or TERM/INT draining
         self.drain_deadline: float | None = None  # (monotonic) set by a draining TERM/INT
         self.kill_current = self.paused = self.dump_stacks = False
         self.callback: Callable[[int], None] | None = None
-        # Run on URG (in the main thread): delivers an abort another thread asked for.
-        self.on_kick: Callable[[], None] | None = None
+        self.on_kick: Callable[[], None] | None = None  # URG: deliver another thread's abort
         self._deferred: list[int] = []  # signals that arrived during our own handler
         self._previous: dict[int, object] = {}
         self._terminated = False  # a TERM/INT/HUP arrived (see uninstall)
@@ -131,32 +125,26 @@ class SignalState:
         self.stop_requests += 1
         return True
 
-    def install(self, faulthandler_signal: bool = True) -> None:
+    def install(self) -> None:
         """Install the handlers (main thread only) and route signal wake-ups to the pipe."""
         if threading.current_thread() is not threading.main_thread():
             raise RuntimeError("signal handlers can only be installed from the main thread")
         for signum in self.HANDLED:
             self._previous[signum] = signal.signal(signum, self._handle)
-        if faulthandler_signal:
-            # C-level dump first (works even if Python code is stuck), then our flag handler.
-            faulthandler.register(signal.SIGUSR2, file=sys.stderr, all_threads=True, chain=True)
+        # C-level dump first (works even if Python code is stuck), then our flag handler.
+        faulthandler.register(signal.SIGUSR2, file=sys.stderr, all_threads=True, chain=True)
         self._old_wakeup_fd = signal.set_wakeup_fd(self.wake_pipe.write_fd,
                                                    warn_on_full_buffer=False)
 
     def uninstall(self) -> None:
-        """Restore the previous handlers; after a TERM/INT/HUP, ignore those instead.
-
-        The process is on its way out: a repeated TERM must not end it by the signal (exit
-        143) instead of its own exit code. (The interpreter resets Python handlers to the
-        default as it exits, but not SIG_IGN.)
-        """
+        """Restore the previous handlers; after a TERM/INT/HUP, ignore those instead."""
         if not self._previous:
             return
-        try:
+        with contextlib.suppress(RuntimeError, ValueError):
             faulthandler.unregister(signal.SIGUSR2)
-        except (RuntimeError, ValueError):
-            pass
         for signum, previous in self._previous.items():
+            # A repeated TERM must not end the exiting process by the signal (exit 143): the
+            # interpreter resets Python handlers as it exits, but not SIG_IGN.
             ignore = self._terminated and signum in _ENDING
             signal.signal(signum, signal.SIG_IGN if ignore else previous)  # type: ignore[arg-type]
         signal.set_wakeup_fd(self._old_wakeup_fd)
@@ -203,11 +191,9 @@ def _inside_handler(frame: FrameType | None) -> bool:
 
 def reset_child_signals() -> None:
     """Give a freshly forked child default handlers and no inherited wake-up fd."""
-    try:
+    with contextlib.suppress(RuntimeError, ValueError):  # (not the main thread, no dump)
         signal.set_wakeup_fd(-1)
         faulthandler.unregister(signal.SIGUSR2)
-    except (RuntimeError, ValueError):
-        pass  # (not the main thread, or no dump registered)
     for signum in (*SignalState.HANDLED, signal.SIGCHLD):
         signal.signal(signum, signal.SIG_DFL)
 
@@ -231,13 +217,13 @@ class AbortGuard:
         self.reason: str | None = None
         self.thread_id = threading.main_thread().ident or 0
         self.kick: Callable[[int], None] | None = None
-        self._warning: Exception | None = None  # raised by `deliver` instead (interrupt)
+        self._raise: BaseException | None = None  # what `deliver` raises
 
     def enter(self) -> None:
         """Mark the start of job code (call from the job-running thread)."""
         with self._lock:
             self.thread_id = threading.get_ident()
-            self.reason = self._warning = None
+            self.reason = self._raise = None
             self._pending = self._kicked = False
             self._in_job = True
 
@@ -255,28 +241,24 @@ class AbortGuard:
                 continue
 
     def abort(self, reason: str, *, same_thread: bool = False) -> bool:
-        """Stop the running job for `reason` (raised here from a signal handler:
-        `same_thread`); return False if no job is running."""
-        return self._raise_in_job(reason, None, same_thread)
+        """Stop the running job for `reason` (`same_thread`: raised here, in a signal
+        handler); return False if no job is running."""
+        return self.interrupt(JobAborted(reason), reason, same_thread=same_thread)
 
-    def interrupt(self, warning: Exception) -> bool:
-        """Raise `warning` in the job thread, not an abort: the job may catch it and go on."""
-        return self._raise_in_job(None, warning, False)
-
-    def _raise_in_job(self, reason: str | None, warning: Exception | None,
-                      same_thread: bool) -> bool:
+    def interrupt(self, exc: BaseException, reason: str | None = None, *,
+                  same_thread: bool = False) -> bool:
+        """Raise `exc` in the job thread: without a `reason`, a warning the job may catch."""
         with self._lock:
             if not self._in_job or self.reason is not None:
                 return False
-            self.reason, self._warning = reason, warning
+            self.reason, self._raise = reason, exc
             if same_thread and reason is not None:
-                raise JobAborted(reason)
+                raise exc
             if self.kick is not None:
                 self._kicked = True
                 self.kick(self.thread_id)
             else:
-                self._pending = _set_async_exc(
-                    self.thread_id, JobAborted if warning is None else type(warning))
+                self._pending = _set_async_exc(self.thread_id, type(exc))
         return True
 
     def kick_by_signal(self) -> None:
@@ -286,20 +268,17 @@ class AbortGuard:
     def deliver(self) -> None:
         """Raise the abort another thread asked for (the job thread's URG handler)."""
         with self._lock:
-            if not (self._in_job and self._kicked):
+            if not (self._in_job and self._kicked) or self._raise is None:
                 return  # the job ended first, or a stray URG
             self._kicked = False
-        if self.reason is None and self._warning is not None:
-            raise self._warning  # (interrupt: only once a job, so never raised twice)
-        raise JobAborted(self.reason or "aborted")
+            exc = self._raise
+        raise exc  # (only once a job: a warning is never raised twice)
 
 
 def _send_urg(thread_id: int) -> None:
     """Interrupt the job thread: a blocking call returns and its URG handler runs."""
-    try:
+    with contextlib.suppress(OSError):
         signal.pthread_kill(thread_id, signal.SIGURG)
-    except OSError:
-        pass
 
 
 def _set_async_exc(thread_id: int, exc: type[BaseException] | None) -> bool:
