@@ -18,7 +18,7 @@ from django_qless.core.workers.runner import (
     error_group,
     format_failure,
 )
-from django_qless.core.workers.shards import QueueSelection, make_reserver
+from django_qless.core.workers.shards import QueueSelection, Reserver
 
 
 def test_config_splits_queues_and_validates():
@@ -38,15 +38,15 @@ def test_reservers_order_queues():
     known = ["img.big", "img.small", "mail", "video"]
     sel = QueueSelection(["mail", "img.*"], lambda: list(known))
     assert sel.names() == ["mail", "img.big", "img.small"]
-    assert make_reserver("ordered", sel).order() == ["mail", "img.big", "img.small"]
-    rr = make_reserver("round-robin", sel)
+    assert Reserver("ordered", sel).order() == ["mail", "img.big", "img.small"]
+    rr = Reserver("round-robin", sel)
     firsts = [rr.order()[0] for _ in range(4)]
     assert firsts == ["mail", "img.big", "img.small", "mail"]
     random.seed(3)
-    shuffled = {tuple(make_reserver("shuffled", sel).order()) for _ in range(30)}
+    shuffled = {tuple(Reserver("shuffled", sel).order()) for _ in range(30)}
     assert len(shuffled) > 1 and all(sorted(s) == sorted(sel.names()) for s in shuffled)
     with pytest.raises(ValueError):
-        make_reserver("lifo", sel)
+        Reserver("lifo", sel)
 
 
 def test_patterns_refresh_when_a_new_matching_queue_wakes_us():

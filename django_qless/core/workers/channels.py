@@ -1,8 +1,7 @@
-"""The `w:<worker>` channels: what their events mean for a job, and how workers hear them.
-
-`ChildChannels` is polled by the supervisor (no thread: forking a threaded process invites
-deadlocks) and, in a thread (`WorkerChannelListener`), by the serial worker. Its connections
-(one per primary) are re-made when broken or moved and closed while idle (`settle`).
+"""The worker's subscriptions: `Link`, one keyspace's (for wake-ups too: wakeup.py); the
+`w:<worker>` channels, what their events mean for a job, and `ChildChannels`, which hears
+them, polled by the supervisor (no thread: forking a threaded process invites deadlocks)
+and, in a thread (`WorkerChannelListener`), by the serial worker.
 """
 from __future__ import annotations
 
@@ -10,7 +9,8 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from django_qless.core.engine.pubsub import (
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
     from django_qless.core.client import Client
 
-__all__ = ["ABORT_EVENTS", "ChildChannels", "HeardAborts", "WorkerChannelListener",
+__all__ = ["ABORT_EVENTS", "ChildChannels", "HeardAborts", "Link", "WorkerChannelListener",
            "attempts_still_owned"]
 
 log = logging.getLogger("django_qless.worker")
@@ -50,8 +50,7 @@ Event = tuple[str, dict[str, Any]]
 
 
 def attempts_still_owned(client: Client, attempts: Sequence[tuple[str, str, str]]) -> list[bool]:
-    """Tell, for each (jid, worker, token), whether that pop still holds the job or ended it
-    (the engine records the attempt token with the outcome it accepted)."""
+    """Tell, for each (jid, worker, token), whether that pop still holds or ended the job."""
     keyspace = client.keyspace
 
     def read(conn: redis.Redis) -> list[Any]:
@@ -76,12 +75,10 @@ class HeardAborts:
 
     def note(self, jid: str) -> None:
         """Remember an abort event naming `jid`."""
-        now = time.monotonic()
         if len(self._heard) >= _ABORTS_KEPT:
             # A new dict, of the latest: the other thread may read the old one meanwhile.
-            fresh = [(j, t) for j, t in self._heard.items() if now - t < _ABORT_MEMORY]
-            self._heard = dict(fresh[-(_ABORTS_KEPT - 1):])
-        self._heard[jid] = now
+            self._heard = dict(list(self._heard.items())[1 - _ABORTS_KEPT:])
+        self._heard[jid] = time.monotonic()
 
     def heard(self, jid: str) -> bool:
         """Tell (once) whether an abort event named `jid` lately."""
@@ -92,38 +89,67 @@ class HeardAborts:
         return len(self._heard)
 
 
-class _Shard:
-    """The channels' connection in one keyspace, and what its reconnects await."""
+class Link:
+    """One keyspace's subscription: its channels, the replies awaited, the messages read."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, hub: Hub) -> None:
         self.client = client
-        self.prefix = client.keyspace.channel("w:")
-        self.sub: Subscription | None = None
-        # Per name, the SSUBSCRIBEs of its channel not confirmed yet (a child that dies
-        # at once is unsubscribed and its successor subscribed before the first reply).
-        self.unconfirmed: dict[str, int] = {}
-        self.traffic_at = 0.0
-        self.retry_at = 0.0
+        self.sub = Subscription(client, hub)
+        # Channel or pattern -> replies still to come (counted: a child that dies at once is
+        # unsubscribed and its successor, of the same name, subscribed before the first reply).
+        self.awaited: Counter[str] = Counter()
+        self.heard_at = 0.0  # when it last read something (a quiet one is pinged)
+        self.retry_at = 0.0  # an open that failed is tried again then
         self.opened = False
-        # Set once a reconnect's channels are confirmed (or after _CONFIRM_WITHIN): events
-        # may have been missed. Re-checking before Redis has confirmed could miss an event
-        # published between the read and the SSUBSCRIBE.
+        # Reopened, events may have been missed: look at the jobs again once Redis has
+        # confirmed the channels (`missed`), not before: an event published between that
+        # look and the SUBSCRIBE would be missed too.
+        self.reopened_at = 0.0
         self.missed = False
-        self.recheck_from = 0.0  # when the reconnect awaiting its confirmations was made
+
+    def subscribe(self, channels: Iterable[str], patterns: Iterable[str] = ()) -> None:
+        """Subscribe to those not subscribed yet (connecting first if needed)."""
+        channels, patterns = set(channels), set(patterns)
+        new = [*(channels - self.sub.channels), *(patterns - self.sub.patterns)]
+        self.sub.subscribe(channels, patterns)
+        self.awaited.update(new)
+
+    def unsubscribe(self, channels: Iterable[str]) -> None:
+        """Unsubscribe from `channels`."""
+        gone = set(channels) & self.sub.channels
+        self.sub.unsubscribe(gone)
+        self.awaited.update(gone)
+
+    def read(self, timeout: float = 0.0) -> Iterator[dict[str, Any]]:
+        """Yield the messages come, waiting up to `timeout` for the first reply (a break
+        raises one of PUBSUB_ERRORS)."""
+        while (msg := self.sub.get(timeout)) is not None:
+            timeout = 0.0
+            self.heard_at = time.monotonic()
+            if msg["type"] in MESSAGE_TYPES:
+                yield msg
+            elif (name := str(msg.get("channel", ""))) in self.awaited:
+                self.awaited[name] -= 1
+                if self.awaited[name] <= 0:
+                    del self.awaited[name]
 
     def close(self) -> None:
-        if self.sub is not None:
-            self.sub.close()
-        self.sub = None
+        """Leave the connection (messages sent from now on are lost)."""
+        self.sub.close()
+        # A new view: replies to what the old one sent must not count for the next open.
+        old, self.sub = self.sub, Subscription(self.client, self.sub.hub)
+        self.sub.sharded = old.sharded
+        self.awaited.clear()
 
 
 class ChildChannels:
-    """Subscribe to the worker channels of the live children in every shard served; poll."""
+    """The worker channels of the live children in every shard served, polled; reopened
+    when broken or moved, closed while idle (`settle`)."""
 
     def __init__(self, clients: Sequence[Client], health_check_interval: float = 10.0,
                  rest_after: float = 0.0) -> None:
-        self.hub = Hub()  # one connection per node, shared by the shards it holds
-        self.shards = [_Shard(c) for c in clients]
+        self.hub = Hub()
+        self.links = [Link(c, self.hub) for c in clients]
         self.names: set[str] = set()
         self.health_check_interval = health_check_interval  # a quiet connection is pinged
         self.rest_after = rest_after  # quiet seconds before the connections close (0: never)
@@ -133,8 +159,8 @@ class ChildChannels:
         self._wake_at = 0.0  # resting, a child holds a job: reopen then
 
     def settle(self, busy: bool) -> None:
-        """Close the connections once no child has held a job for `rest_after` seconds;
-        open them again (then re-check the jobs) once one has held a job _WAKE_AFTER s."""
+        """Close the connections after `rest_after` s without a job; reopen them once a
+        child has held one for _WAKE_AFTER s (the jobs are then re-checked)."""
         now = time.monotonic()
         if busy:
             self._busy_at = now
@@ -154,34 +180,34 @@ class ChildChannels:
     def _rest(self, resting: bool) -> None:
         self.resting, self._wake_at = resting, 0.0
         log.debug("supervisor pubsub %s", "closed while idle" if resting else "reopened")
-        for shard in self.shards:
-            shard.retry_at = 0.0
+        for link in self.links:
+            link.retry_at = 0.0
             if resting:
-                shard.close()
-                shard.recheck_from = 0.0  # no job runs; waking makes a re-check of its own
+                link.close()
+                link.reopened_at = 0.0  # no job runs; waking makes a re-check of its own
             else:
-                self._open(shard)  # now: the sooner Redis confirms, the sooner jobs are checked
+                self._open(link)  # now: the sooner Redis confirms, the sooner jobs are checked
 
     def follow(self, clients: Sequence[Client]) -> None:
         """Listen in the shards of `clients` (see `ShardFollower`), and no longer in others."""
         wanted = {client.shard for client in clients}
-        for shard in [s for s in self.shards if s.client.shard not in wanted]:
-            shard.close()  # its channels are unsubscribed on the node's shared connection
-            self.shards.remove(shard)
-        known = {shard.client.shard for shard in self.shards}
+        for link in [link for link in self.links if link.client.shard not in wanted]:
+            link.close()  # its channels are unsubscribed on the node's shared connection
+            self.links.remove(link)
+        known = {link.client.shard for link in self.links}
         for client in clients:
             if client.shard not in known:
                 known.add(client.shard)
-                self.shards.append(_Shard(client))
+                self.links.append(Link(client, self.hub))
                 if self.names:
-                    self._open(self.shards[-1])
+                    self._open(self.links[-1])
 
     def take_missed(self) -> bool:
-        """Tell (once) whether a connection was re-made and Redis has confirmed its channels
-        since: events may have been missed, and any later one will be heard."""
-        missed = any([shard.missed for shard in self.shards])
-        for shard in self.shards:
-            shard.missed = False
+        """Tell (once) whether a reopened connection's channels are confirmed since: events
+        may have been missed, and any later one will be heard."""
+        missed = any([link.missed for link in self.links])
+        for link in self.links:
+            link.missed = False
         if missed:
             self._sure_from = time.monotonic() + _LATE_START
         return missed
@@ -193,147 +219,131 @@ class ChildChannels:
         return self.resting or time.monotonic() < self._sure_from or self.confirming()
 
     def confirming(self) -> bool:
-        """Tell whether a re-made connection still waits for Redis to confirm its channels."""
-        return any(bool(shard.recheck_from) or shard.missed for shard in self.shards)
+        """Tell whether a reopened connection still waits for Redis to confirm its channels."""
+        return any(bool(link.reopened_at) or link.missed for link in self.links)
 
     def add(self, name: str) -> None:
         """Listen for worker `name`."""
         self.names.add(name)
-        for shard in self.shards:
-            sub = self._open(shard)
+        for link in self.links:
             try:
-                if sub is not None and sub.subscribe([shard.prefix + name]):
-                    shard.unconfirmed[name] = shard.unconfirmed.get(name, 0) + 1
+                if self._open(link):
+                    link.subscribe([self._channel(link, name)])
             except PUBSUB_ERRORS as exc:
-                self._broken(shard, exc)
+                self._broken(link, exc)
 
     def remove(self, name: str) -> None:
         """Stop listening for worker `name`."""
         self.names.discard(name)
-        for shard in self.shards:
+        for link in self.links:
             try:
-                if shard.sub is not None:
-                    shard.sub.unsubscribe([shard.prefix + name])
+                link.unsubscribe([self._channel(link, name)])
             except PUBSUB_ERRORS as exc:
-                self._broken(shard, exc)
+                self._broken(link, exc)
 
     def listening(self, name: str, *, connected: bool = False) -> bool:
-        """Tell whether Redis confirmed `name`'s channel in every shard connected now (a
-        shard reconnecting, or resting, is re-checked once back: `take_missed`); with
-        `connected`, only if every shard is connected too."""
-        return all((shard.sub is None or name not in shard.unconfirmed)
-                   and not (connected and self._fileno(shard) is None)
-                   for shard in self.shards)
+        """Tell whether Redis confirmed `name`'s channel in every shard connected now (one
+        reconnecting is re-checked once back); with `connected`, only if all are."""
+        return all(self._channel(link, name) not in link.awaited
+                   and not (connected and self._fileno(link) is None) for link in self.links)
 
     def filenos(self) -> list[int]:
         """Return the sockets to poll (of the connections up now)."""
-        return [fd for shard in self.shards if (fd := self._fileno(shard)) is not None]
-
-    def _fileno(self, shard: _Shard) -> int | None:
-        sub = self._open(shard)
-        return None if sub is None else sub.fileno()
+        return [fd for link in self.links if (fd := self._fileno(link)) is not None]
 
     def buffered(self) -> bool:
         """Tell whether redis-py has already read data the sockets will not report again."""
-        return any(shard.sub is not None and shard.sub.buffered() for shard in self.shards)
+        return any(link.sub.buffered() for link in self.links)
 
     def poll(self) -> list[Event]:
         """Return the (worker, payload) events received so far, without blocking."""
         events: list[Event] = []
-        for shard in self.shards:
-            sub = self._open(shard)
+        for link in self.links:
             try:
-                if sub is not None:
-                    self._read(shard, sub, events)
+                if self._open(link):
+                    self._read(link, events)
             except PUBSUB_ERRORS as exc:
-                self._broken(shard, exc)
+                self._broken(link, exc)
         return events
 
-    def _read(self, shard: _Shard, sub: Subscription, events: list[Event]) -> None:
-        """Read what `sub` has, note confirmations, ping it when quiet."""
-        while (msg := sub.get(timeout=0.0)) is not None:
-            shard.traffic_at = time.monotonic()
-            name = str(msg.get("channel", ""))[len(shard.prefix):]
-            if Subscription.confirms(msg):
-                left = shard.unconfirmed.pop(name, 0) - 1
-                if left > 0:
-                    shard.unconfirmed[name] = left
-            if msg.get("type") not in MESSAGE_TYPES:
-                continue
+    def _read(self, link: Link, events: list[Event]) -> None:
+        """Read what `link` has, note a reopen confirmed, ping it when quiet."""
+        prefix = len(self._channel(link, ""))
+        for msg in link.read():
             try:
                 payload = json.loads(msg.get("data") or "{}")
             except (TypeError, ValueError):
                 continue
             if isinstance(payload, dict):
-                events.append((name, payload))
-        if shard.recheck_from and (not shard.unconfirmed or
-                                   time.monotonic() - shard.recheck_from >= _CONFIRM_WITHIN):
-            shard.recheck_from = 0.0
-            shard.missed = True
-        if time.monotonic() - shard.traffic_at >= self.health_check_interval:
-            sub.ping()
-            shard.traffic_at = time.monotonic()
+                events.append((str(msg.get("channel", ""))[prefix:], payload))
+        now = time.monotonic()
+        if link.reopened_at and (not link.awaited or now - link.reopened_at >= _CONFIRM_WITHIN):
+            link.reopened_at, link.missed = 0.0, True
+        if now - link.heard_at >= self.health_check_interval:
+            link.sub.ping()
+            link.heard_at = now
 
-    def _open(self, shard: _Shard) -> Subscription | None:
-        """Return the shard's subscription, made now unless resting or backing off."""
-        if shard.sub is not None or self.resting or time.monotonic() < shard.retry_at:
-            return shard.sub
-        sub = Subscription(shard.client, self.hub)
+    @staticmethod
+    def _channel(link: Link, name: str) -> str:
+        return link.client.keyspace.channel(f"w:{name}")
+
+    def _fileno(self, link: Link) -> int | None:
+        return link.sub.fileno() if self._open(link) else None
+
+    def _open(self, link: Link) -> bool:
+        """Tell whether `link` is open, opening it now unless resting or backing off."""
+        if link.sub.connected or self.resting or time.monotonic() < link.retry_at:
+            return link.sub.connected
         try:
             # No name yet: a placeholder keeps the connection in pubsub mode.
-            sub.subscribe([shard.prefix + n for n in self.names] or [shard.prefix + "-"])
+            link.subscribe([self._channel(link, n) for n in self.names or ["-"]])
         except PUBSUB_ERRORS as exc:
-            sub.close()
+            link.close()
             log.warning("supervisor pubsub unavailable (%s); retrying", exc)
-            shard.retry_at = time.monotonic() + 1.0
-            return None
-        shard.sub, shard.unconfirmed = sub, dict.fromkeys(self.names, 1)
-        shard.traffic_at = time.monotonic()
-        if shard.opened:
-            shard.recheck_from = time.monotonic()
-        shard.opened = True
-        return sub
+            link.retry_at = time.monotonic() + 1.0
+            return False
+        link.heard_at = time.monotonic()
+        if link.opened:
+            link.reopened_at = link.heard_at
+        link.opened = True
+        return True
 
-    def _broken(self, shard: _Shard, exc: BaseException) -> None:
+    def _broken(self, link: Link, exc: BaseException) -> None:
         log.warning("supervisor pubsub connection lost (%s); reconnecting", exc)
-        shard.close()
-        shard.retry_at = 0.0  # at once; _open backs off only if reconnecting fails
+        link.close()
+        link.retry_at = 0.0  # at once; _open backs off only if reconnecting fails
 
     def close(self) -> None:
         """Drop the connections."""
-        for shard in self.shards:
-            shard.close()
+        for link in self.links:
+            link.close()
         self.hub.close()
 
 
 class WorkerChannelListener(threading.Thread):
-    """A daemon thread hearing the serial worker's channel in every keyspace `shards()` names
-    (asked in this thread only, each round): `on_event(worker, payload)` for each message,
-    `on_reconnect()` once a broken connection is back and confirmed (events may be lost)."""
+    """A daemon thread polling `ChildChannels` for the serial worker in the shards `shards()`
+    names (asked in this thread only), calling `on_event` and `on_reconnect` (take_missed)."""
 
     def __init__(self, shards: Callable[[], Sequence[Client]],
                  on_event: Callable[[str, dict[str, Any]], None], *,
-                 on_reconnect: Callable[[], None] | None = None) -> None:
+                 on_reconnect: Callable[[], None]) -> None:
         super().__init__(name="qless-worker-listener", daemon=True)
         self.shards = shards
         self.on_event = on_event
         self.on_reconnect = on_reconnect
         self._lock = threading.Lock()
         self._wanted: dict[str, threading.Event] = {}  # name -> set once heard everywhere
-        self._changed = threading.Event()
         self._stop_event = threading.Event()
 
     def add(self, worker: str, wait: float = 5.0) -> bool:
         """Listen for `worker`; wait until Redis confirmed it everywhere (True) or `wait`."""
         with self._lock:
             event = self._wanted.setdefault(worker, threading.Event())
-        self._changed.set()
         return self.is_alive() and event.wait(wait)
 
     def stop(self) -> None:
         """End the thread (it leaves within about a fifth of a second)."""
         self._stop_event.set()
-        self._changed.set()
 
     def run(self) -> None:
         block_async_signals()
@@ -359,21 +369,20 @@ class WorkerChannelListener(threading.Thread):
             if fds:
                 poll_readable(fds, 0.2)
             else:
-                self._changed.wait(0.2)
-        self._changed.clear()
+                self._stop_event.wait(0.2)  # (no connection: nothing to subscribe either)
         for worker, payload in channels.poll():
             try:
                 self.on_event(worker, payload)
             except Exception:
                 log.exception("worker-channel event handler failed for %r", payload)
-        if channels.take_missed() and self.on_reconnect is not None:
+        if channels.take_missed():
             try:
                 self.on_reconnect()
             except Exception:
                 log.exception("re-check after reconnect failed")
-        for name, heard in wanted.items():
-            if (channels.shards and channels.listening(name, connected=True)
+        for name, event in wanted.items():
+            if (channels.links and channels.listening(name, connected=True)
                     and not channels.confirming()):
-                heard.set()
+                event.set()
             else:
-                heard.clear()
+                event.clear()

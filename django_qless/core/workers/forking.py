@@ -7,6 +7,7 @@ whose job was taken, act on signals (shutdown.py) and time limits, beat and reap
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import select
@@ -16,6 +17,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterable
+from functools import partial
 
 import redis
 
@@ -25,18 +27,13 @@ from django_qless.core.exceptions import QlessConnectionError, QlessError
 from django_qless.core.probe import HealthFile, state_of
 from django_qless.core.worker_options import WorkerConfig, default_worker_name
 from django_qless.core.workers.channels import ABORT_EVENTS, ChildChannels
-from django_qless.core.workers.child import child_main
-from django_qless.core.workers.childproc import (
-    ChildProc,
-    fail_running,
-    release_held,
-    taken_away,
-)
+from django_qless.core.workers.child import ChildProc, spawn_child, taken_away
 from django_qless.core.workers.hand import SharedJobPool
 from django_qless.core.workers.leadership import TokenFile
 from django_qless.core.workers.proctitle import set_title, stop_note, supervisor_title
 from django_qless.core.workers.reaper import Beat, obey
 from django_qless.core.workers.runner import WorkerHooks, WorkerHooksProtocol, child_extra
+from django_qless.core.workers.serial import beat_state
 from django_qless.core.workers.shards import Deployment, ShardFollower, served_clients
 from django_qless.core.workers.shutdown import ExitCode, SignalState
 
@@ -44,11 +41,10 @@ __all__ = ["ForkingWorker"]
 
 log = logging.getLogger("django_qless.worker")
 
-_BLOCKED = {*SignalState.HANDLED, signal.SIGCHLD}
 _STATUS_EVERY = 0.05  # seconds between two reads of the children's status pipes
 _BUSY_PING, _IDLE_PING = 10.0, 30.0  # PING a quiet pubsub connection this often
-# A new child takes jobs once its channel is confirmed in every shard, or after this long.
-_GO_WITHIN = 5.0
+# Sent to the children as a stop goes further: QUIT finishes jobs, HUP gives them back, KILL.
+_STAGES = {1: (None, signal.SIGQUIT), 2: ("shutdown", signal.SIGHUP), 3: ("forced", signal.SIGKILL)}
 
 
 class ForkingWorker:
@@ -71,36 +67,26 @@ class ForkingWorker:
         self.unreleased = 0  # jobs a stop had to leave to their leases
         self._redis_down = False  # found unreachable while releasing: not asked again
         self.started = time.monotonic()
-        self._stop_sent = self._quit_sent = self._paused_sent = self._forced = False
+        self._stage, self._paused_sent = 0, False  # what the children were sent (_STAGES)
         self._shutdown_deadline = self._title_at = self._status_at = self._reap_at = 0.0
-        # A child may have exited (SIGCHLD seen); else the children are polled once a second:
-        # waitpid for each of 100 children on every wake-up (a job starting) cost the CPU.
+        # SIGCHLD seen (else waitpid for each child once a second, not on every wake-up).
         self._child_exited = True
+        self.obey = partial(obey, name=self.name, signals=self.signals,
+                            request_stop=self.signals.request_stop)
         self.reaper = config.make_reaper(self.name)
-        # The supervisor's beats show its children alive (one call however many there are).
-        self.reaper.beat = Beat(self.name, config.beat, self._beat_state, self.obey,
-                                members=self._names)
-        # --max-jobs for all children together: each job asked for takes a ticket from it.
-        self.pool = SharedJobPool(config.max_jobs) if config.max_jobs else None
-        self._token_dir = ""  # holds the idle-leader token's file (leadership.py)
-        self._leader_token: TokenFile | None = None
-        # Rewritten from the loop, never by the jobs: fresh while every child is busy.
+        self.reaper.beat = Beat(self.name, config.beat, partial(beat_state, self.signals),
+                                self.obey, members=self._names)
+        self.pool = SharedJobPool(config.max_jobs) if config.max_jobs else None  # (for all)
+        self.leader_token: TokenFile | None = None  # (leadership.py)
         self.health = HealthFile(config.health_file, self.name) if config.health_file else None
-
-    def _tickets_gone(self) -> bool:
-        """Tell whether every --max-jobs ticket is taken (children leave once theirs are run)."""
-        return self.pool is not None and self.pool.remaining() == 0
 
     def run_forever(self) -> int:
         """Supervise until stopped; return the exit code."""
         self.signals.install()
-        # A Python-level SIGCHLD handler makes child deaths write to the wake pipe too.
-        signal.signal(signal.SIGCHLD, self._on_sigchld)
+        signal.signal(signal.SIGCHLD, self._on_sigchld)  # (a Python handler: it wakes us too)
         self.client = self.config.make_client(worker_name=self.name)
-        if self.wanted > 1:
-            # (one child is always its own leader: no token, no unlock as each job starts)
-            self._token_dir = tempfile.mkdtemp(prefix="django-qless-")
-            self._leader_token = TokenFile(self._token_dir)
+        if self.wanted > 1:  # (one child is always its own leader)
+            self.leader_token = TokenFile(tempfile.mkdtemp(prefix="django-qless-"))
         self.channels = ChildChannels(served_clients(self.client, self.config.queues),
                                       _BUSY_PING, rest_after=self.config.idle_disconnect)
         if not isinstance(self.client, Client):  # queues may move between shards
@@ -109,33 +95,26 @@ class ForkingWorker:
         self.reaper.reap(beat_only=True)
         resume = self.config.resume
         try:
-            while True:
+            while not (self.signals.stopping and not self.children):
                 self._spawn_missing(resume)
                 resume = False
                 self._wait()
                 self._reap()
                 self._handle_events()
                 self._let_children_go()
-                self._follow()
                 self._act_on_signals()
                 self._enforce_limits()
                 self._reap_leases()
-                self._title()
-                if self.health is not None:
-                    self.health.beat(state_of(self.signals, serving=bool(self.children)))
-                if self.signals.stopping and not self.children:
-                    break
+                self._show_state()
         finally:
             self._cleanup()
-        if self._forced:
+        if self._stage == 3:
             return ExitCode.FORCED
         return ExitCode.UNRELEASED if self.unreleased else ExitCode.OK
 
     def _wait(self) -> None:
         """Block on the wake pipe, the pubsub sockets and the status pipes (at most 0.25 s)."""
-        # Status lines come twice per job per child: waking for each one made the supervisor
-        # burn a sizeable share of a core at a few thousand jobs/s. Read them in batches at
-        # most every _STATUS_EVERY seconds (signals, deaths and pubsub still wake us at once).
+        # Status lines (two a job a child) are read in batches: a wake-up for each burnt CPU.
         status_wait = self._status_at + _STATUS_EVERY - time.monotonic()
         by_fd = {c.status_fd: c for c in self.children.values()} if status_wait <= 0 else {}
         timeout = 0.0 if self.channels.buffered() else min(0.25, self.channels.wake_in())
@@ -147,8 +126,7 @@ class ForkingWorker:
         ready = [fd for fd, _ in poller.poll(timeout * 1000)]
         if self.signals.wake_pipe.read_fd in ready:
             self.signals.wake_pipe.drain()
-        # Only the pipes polled readable: a job starting wakes us, and reading all
-        # 100 children's pipes for it would compete with that job for the CPU.
+        # (only those polled readable: reading 100 pipes would compete with the job started)
         readable = [by_fd[fd] for fd in ready if fd in by_fd]
         if readable:
             self._read_status(readable)
@@ -164,21 +142,12 @@ class ForkingWorker:
         """Return the names of the live children (whose jobs keep a shard followed)."""
         return sorted(self.channels.names)
 
-    def _follow(self) -> None:
-        """Hear `w:<child>` in the shards the served queues moved to (ShardFollower)."""
-        if self._follower is None:
-            return
-        try:
-            self.channels.follow(self._follower.clients())
-        except (QlessError, redis.RedisError, OSError) as exc:
-            log.warning("could not look up the queues' shards (%s)", exc)
-
     def _handle_events(self) -> None:
-        """Obey console requests; kill children whose job was taken (heard, or after a gap)."""
+        """Obey console requests, kill children whose job was taken, follow the queues."""
         events = self.channels.poll()  # (reads the confirmations take_missed waits for)
         missed = self.channels.take_missed()
         if missed or events:
-            self._read_status(self.children.values())  # so child.jid is the current job
+            self._read_status(self.children.values())
         if missed:
             self._recheck_running_jobs()
         by_name = {c.name: c for c in self.children.values()}
@@ -193,14 +162,18 @@ class ForkingWorker:
                             extra=child_extra(child))
                 child.kill("lock_lost", signal.SIGKILL)
             elif event in ABORT_EVENTS and isinstance(jid, str):
-                # Popped but not reported yet, or held ahead: Redis is asked at its start.
-                child.aborted.note(jid)
+                child.aborted.note(jid)  # not reported started: Redis is asked at its start
         if any(c.unsure for c in self.children.values()) and not self.channels.confirming():
             self._recheck_running_jobs(only_unsure=True)
+        try:  # (hear `w:<child>` in the shards the served queues moved to)
+            if self._follower is not None:
+                self.channels.follow(self._follower.clients())
+        except (QlessError, redis.RedisError, OSError) as exc:
+            log.warning("could not look up the queues' shards (%s)", exc)
 
     def _recheck_running_jobs(self, *, only_unsure: bool = False) -> None:
-        """After a pubsub gap, kill children whose job is no longer theirs in Redis;
-        `only_unsure`: only those whose job started while its events might be missed."""
+        """After a pubsub gap, kill children whose job is no longer theirs in Redis
+        (`only_unsure`: only those whose job started while its events might be missed)."""
         if self.channels.resting:
             return  # (re-checked once a job wakes the channels and Redis confirms them)
         checked = [c for c in self.children.values() if c.unsure or not only_unsure]
@@ -221,58 +194,25 @@ class ForkingWorker:
                 child.kill("lock_lost", signal.SIGKILL)
 
     def _spawn_missing(self, resume: bool) -> None:
-        if self.signals.stopping or self._tickets_gone():
+        if self.signals.stopping or (self.pool and not self.pool.remaining()):
             return
         now = time.monotonic()
         for slot, (ready_at, failures) in sorted(self.free.items()):
-            if ready_at <= now:
-                self._spawn(slot, failures, resume)
-
-    def _spawn(self, slot: int, failures: int, resume: bool) -> None:
-        self.hooks.before_fork()
-        status_read, status_write = os.pipe()
-        go_read, go_write = os.pipe()
-        wake = self.signals.wake_pipe
-        inherited = [status_read, go_write, wake.read_fd, wake.write_fd,
-                     *(fd for c in self.children.values() for fd in (c.status_fd, c.go_fd))]
-        # Hold signals across the fork: one sent to a brand-new child before it has its own
-        # handlers would otherwise hit the supervisor's inherited ones and be lost (a QUIT
-        # lost that way leaves a child running forever). The child unblocks once ready.
-        mask = signal.pthread_sigmask(signal.SIG_BLOCK, _BLOCKED)
-        # Taken before the fork: a child asking getppid() later could already see its
-        # new parent (init) if we die first, and would never notice it was orphaned.
-        supervisor_pid = os.getpid()
-        try:
-            pid = os.fork()
-            if pid == 0:
-                child_main(self.config, self.hooks, slot, supervisor_pid,
-                           (status_write, go_read, [fd for fd in inherited if fd >= 0]),
-                           resume=resume, signal_mask=mask, paused=self.signals.paused,
-                           pool=self.pool, leader_token=self._leader_token)
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        os.close(status_write)
-        os.close(go_read)
-        os.set_blocking(status_read, False)
-        name = f"{self.config.name}-{slot}" if self.config.name else default_worker_name(pid)
-        self.children[pid] = ChildProc(slot, pid, name, status_read, go_write, failures)
-        del self.free[slot]
-        self.channels.add(name)
-        self.hooks.after_fork_parent(pid)
-        log.info("started child %s (pid %d, slot %d)", name, pid, slot)
+            if ready_at > now:
+                continue
+            self.hooks.before_fork()
+            child = spawn_child(self, slot, failures, resume)
+            self.children[child.pid] = child
+            del self.free[slot]
+            self.channels.add(child.name)
+            self.hooks.after_fork_parent(child.pid)
+            log.info("started child %s (pid %d, slot %d)", child.name, child.pid, slot)
 
     def _let_children_go(self) -> None:
-        """Let each new child take jobs once Redis has confirmed its channel everywhere: a
-        job it took before could be canceled unheard (noticed only at its heartbeat)."""
+        """Let each new child take jobs once Redis has confirmed its channel everywhere."""
         for child in self.children.values():
-            if child.go_fd < 0:
-                continue
-            if not self.channels.listening(child.name):
-                if time.monotonic() - child.started < _GO_WITHIN:
-                    continue
-                log.warning("child %s: its channel is not confirmed after %gs; letting it "
-                            "take jobs anyway", child.name, _GO_WITHIN)
-            child.let_go()
+            if child.go_fd >= 0:
+                child.let_go(confirmed=self.channels.listening(child.name))
 
     def _on_sigchld(self, signum: int, frame: object) -> None:
         self._child_exited = True
@@ -298,9 +238,7 @@ class ForkingWorker:
         os.close(child.status_fd)
         child.let_go()
         self.channels.remove(child.name)
-        reason = child.kill_reason
-        if reason is None and code == ExitCode.CHILD_ABORTED:
-            reason = "shutdown"  # it gave its job back: its term grace ran out, or a HUP
+        reason = child.kill_reason or ("shutdown" if code == ExitCode.CHILD_ABORTED else None)
         if code == 0 and reason is None:
             why = child.left or ("stopped as asked" if self.signals.stopping else "left")
             log.info("child %s (pid %d) finished: %s", child.name, child.pid, why)
@@ -317,24 +255,25 @@ class ForkingWorker:
         self.free[child.slot] = (time.monotonic() + delay, child.failures)
 
     def _dispose(self, child: ChildProc, reason: str | None, code: int) -> None:
-        """Release a dead child's jobs, or fail the one it was killed for (childproc.py)."""
+        """Release the jobs a dead child held ahead (at a stop, the running one too), fail
+        the one its time limit or USR1 killed; a crash or a lost lock leaves it to its lease."""
         stop = reason in ("shutdown", "forced")
+        if stop and self._redis_down:
+            self.unreleased += 1
+            return
         try:
-            if stop and self._redis_down:
-                self.unreleased += 1
-                return
             client = self._release_client()
             if reason in ("timeout", "killed") and child.jid and \
-                    fail_running(child, client, reason):
+                    child.fail_running(client.for_queue(child.queue or ""), reason):
                 self.outcomes["failed"] += 1
-            self.unreleased += release_held(child, client, self.config.queues, self.pool,
-                                            running=stop,
-                                            deregister=stop or not child.jid or code == 0)
+            running = client.for_queue(child.queue or "") if stop and child.jid else None
+            for shard in served_clients(client, self.config.queues):
+                self.unreleased += child.release_held(shard, shard is running, self.pool)
+                if stop or not child.jid or code == 0:
+                    shard.workers.deregister(child.name)
         except QlessError as exc:
             self.unreleased += 1 if stop else 0
-            if stop and isinstance(exc, QlessConnectionError):
-                # Redis is unreachable or silent: don't wait a timeout per job; the leases
-                # expire and the jobs come back to another worker anyway.
+            if stop and isinstance(exc, QlessConnectionError):  # (no timeout per job)
                 log.error("could not release child %s's jobs (%s); their leases will expire",
                           child.name, exc)
                 self._redis_down = True
@@ -349,33 +288,30 @@ class ForkingWorker:
                                                      socket_timeout=timeout)
         return self._releaser
 
-    def _signal_all(self, signum: int) -> None:
+    def _signal_all(self, reason: str | None, signum: int) -> None:
         for child in self.children.values():
-            child.kill(None, signum)
+            child.kill(reason, signum)
 
     def _act_on_signals(self) -> None:
-        """Drain (QUIT to children), give back (HUP), force (KILL): the further the stop
-        requests go, the harder the children are stopped (see SignalState)."""
+        """Stop the children as far as the stop requests go (_STAGES), kill the job on USR1,
+        pause or resume them."""
         sig = self.signals
         if sig.drain_over() and self.children:
             log.warning("the %gs term grace is over: giving the running jobs back",
                         self.config.term_grace)
-        if sig.stop_requests >= 2 and not self._forced:
-            log.warning("another stop request: killing children now")
-            self._forced = True
-            for child in self.children.values():
-                child.kill("forced", signal.SIGKILL)
-        elif sig.stop_requests >= 1 and not self._stop_sent:
-            log.info("stop requested: aborting and releasing running jobs")
-            self._stop_sent = True
-            self._shutdown_deadline = time.monotonic() + self.config.shutdown_grace
-            for child in self.children.values():
-                child.kill("shutdown", signal.SIGHUP)
-        elif sig.graceful and not self._quit_sent:
-            log.info("graceful stop: finishing running jobs%s", "" if sig.drain_deadline is None
-                     else f" for up to {self.config.term_grace:g}s (TERM)")
-            self._quit_sent = True
-            self._signal_all(signal.SIGQUIT)
+        stage = min(sig.stop_requests, 2) + 1 if sig.stop_requests else int(sig.graceful)
+        if stage > self._stage:
+            self._stage = stage
+            if stage == 1:
+                grace = f" for up to {self.config.term_grace:g}s (TERM)"
+                log.info("graceful stop: finishing running jobs%s",
+                         "" if sig.drain_deadline is None else grace)
+            elif stage == 2:
+                log.info("stop requested: aborting and releasing running jobs")
+                self._shutdown_deadline = time.monotonic() + self.config.shutdown_grace
+            else:
+                log.warning("another stop request: killing children now")
+            self._signal_all(*_STAGES[stage])
         if sig.kill_current:
             sig.kill_current = False
             self._read_status(self.children.values())  # (read in batches: catch up)
@@ -388,11 +324,13 @@ class ForkingWorker:
             log.warning("USR2: paused; children dump their stacks to stderr; CONT resumes")
         if sig.paused != self._paused_sent:
             self._paused_sent = sig.paused
-            self._signal_all(signal.SIGUSR2 if sig.paused else signal.SIGCONT)
+            self._signal_all(None, signal.SIGUSR2 if sig.paused else signal.SIGCONT)
 
     def _enforce_limits(self) -> None:
+        """Kill children past the stop's grace or their job's time limit; stop at --max-jobs
+        or --max-duration."""
         now = time.monotonic()
-        if self._stop_sent and not self._forced and now >= self._shutdown_deadline:
+        if self._stage == 2 and now >= self._shutdown_deadline:
             for child in self.children.values():
                 log.warning("child %s did not stop in time; killing it", child.name)
                 child.kill("forced", signal.SIGKILL)
@@ -401,14 +339,14 @@ class ForkingWorker:
         for child in self.children.values():
             if child.kill_reason == "timeout" and now - child.term_sent >= grace:
                 child.kill("timeout", signal.SIGKILL)
-            elif child.limit and child.jid and child.kill_reason is None:
-                if now - child.job_started >= child.limit:
-                    log.warning("job %s on %s exceeded its time limit of %gs; stopping it",
-                                child.jid, child.name, child.limit, extra=child_extra(child))
-                    child.kill("timeout", signal.SIGTERM)
+            elif (child.limit and child.jid and child.kill_reason is None
+                  and now - child.job_started >= child.limit):
+                log.warning("job %s on %s exceeded its time limit of %gs; stopping it",
+                            child.jid, child.name, child.limit, extra=child_extra(child))
+                child.kill("timeout", signal.SIGTERM)
         if self.signals.stopping:
             return
-        if self._tickets_gone() and not self.children:
+        if self.pool and not self.pool.remaining() and not self.children:
             log.info("--max-jobs reached (%d in all): stopping", self.config.max_jobs)
             self.signals.request_stop(graceful=True)
         elif self.config.max_duration and now - self.started >= self.config.max_duration:
@@ -421,30 +359,23 @@ class ForkingWorker:
         idle = not any(child.jid for child in self.children.values())
         self.channels.health_check_interval = _IDLE_PING if idle else _BUSY_PING
         self.channels.settle(busy=not idle)
-        # (stopping: beats only, "draining" while the children finish their jobs)
         self.reaper.maybe_reap(idle=idle, reap=not self.signals.stopping)
 
-    def _beat_state(self) -> str:
-        return "draining" if self.signals.graceful else "live"
-
-    def obey(self, action: str) -> None:
-        """Act on a quiet or stop asked from the console (a beat's reply, or `w:<child>`)."""
-        obey(action, self.name, self.signals, self.signals.request_stop)
-
-    def _title(self) -> None:
+    def _show_state(self) -> None:
+        """Write the health file, and the title every half second."""
+        if self.health is not None:
+            self.health.beat(state_of(self.signals, serving=bool(self.children)))
         now = time.monotonic()
-        if now - self._title_at < 0.5:
-            return
-        self._title_at = now
-        done = self.outcomes["completed"] + self.outcomes["settled"]
-        set_title(supervisor_title(self.config.queues, len(self.children), self.wanted,
-                                   self.signals.paused, done, self.outcomes["failed"],
-                                   stop_note(self.signals)))
+        if now - self._title_at >= 0.5:
+            self._title_at = now
+            done = self.outcomes["completed"] + self.outcomes["settled"]
+            set_title(supervisor_title(self.config.queues, len(self.children), self.wanted,
+                                       self.signals.paused, done, self.outcomes["failed"],
+                                       stop_note(self.signals)))
 
     def _cleanup(self) -> None:
         """Kill what is left, deregister (unless Redis was found down), let go of everything."""
-        for child in self.children.values():
-            child.kill("forced", signal.SIGKILL)
+        self._signal_all("forced", signal.SIGKILL)
         deadline = time.monotonic() + 5.0
         while self.children and time.monotonic() < deadline:
             self._reap(always=True)
@@ -452,19 +383,17 @@ class ForkingWorker:
         self.channels.close()
         self.reaper.close()
         if not self._redis_down:
-            try:
+            with contextlib.suppress(QlessError, redis.RedisError):
                 for shard in served_clients(self._release_client(), self.config.queues):
                     shard.workers.deregister(self.name)
-            except (QlessError, redis.RedisError):
-                pass
-        self.client.close()
-        if self._releaser is not None:
-            self._releaser.close()
+        for client in (self.client, self._releaser):
+            if client is not None:
+                client.close()
         self.signals.uninstall()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        if self._leader_token is not None:
-            self._leader_token.close()
-        if self._token_dir:
-            shutil.rmtree(self._token_dir, ignore_errors=True)
+        if self.leader_token is not None:
+            self.leader_token.close()
+            if self.leader_token.path:  # (left where /proc cannot reopen it)
+                shutil.rmtree(os.path.dirname(self.leader_token.path), ignore_errors=True)
         if self.health is not None:
             self.health.remove()

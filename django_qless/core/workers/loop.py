@@ -29,8 +29,8 @@ from django_qless.core.workers.shards import (
     Deployment,
     QueueRoutes,
     QueueSelection,
+    Reserver,
     known_queues,
-    make_reserver,
 )
 from django_qless.core.workers.shutdown import AbortGuard, SignalState
 from django_qless.core.workers.wakeup import WakeWaiter
@@ -74,7 +74,7 @@ class JobLoop:
                                 Sandbox(config.sandbox_root, name), self.guard)
         self.waiter = WakeWaiter(self.routes, signals.wake_pipe, name)
         self.recheck = min(config.interval, IDLE_CAP)  # an idle wait's longest (--interval)
-        self.hand = JobHand(name, self.waiter, make_reserver(config.reserver, selection),
+        self.hand = JobHand(name, self.waiter, Reserver(config.reserver, selection),
                             cap=max_jobs, pool=pool, prefetch=config.prefetch,
                             register_for=self.recheck)
         self.heartbeater = Heartbeater(self)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import signal
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from django_qless.core.accessors import REQUESTS
@@ -32,15 +33,20 @@ from django_qless.core.workers.runner import (
     log_job,
     stopped_failure,
 )
-from django_qless.core.workers.shards import ShardFollower
+from django_qless.core.workers.shards import ShardFollower, served_clients
 from django_qless.core.workers.shutdown import ExitCode, SignalState
 
 if TYPE_CHECKING:
     from django_qless.core.job import Job
 
-__all__ = ["SerialWorker"]
+__all__ = ["SerialWorker", "beat_state"]
 
 log = logging.getLogger("django_qless.worker")
+
+
+def beat_state(signals: SignalState) -> str:
+    """Return the state a worker's beats report: `draining` (finishing its jobs) or `live`."""
+    return "draining" if signals.graceful else "live"
 
 
 class SerialWorker(JobLoop):
@@ -60,15 +66,16 @@ class SerialWorker(JobLoop):
         # on its own shard's channel), following the queues to the shards they move to.
         follow: Callable[[], Sequence[Client]]
         if isinstance(self.client, Client):
-            served = (self.client,)
-            follow = lambda: served  # noqa: E731
+            follow = partial(served_clients, self.client, config.queues)
         else:  # (its own routes: the listener thread asks, not the job thread)
             follow = ShardFollower(self.client, config.queues, config.queue_refresh,
                                    holders=lambda: (name,)).clients
         self.listener = WorkerChannelListener(follow, self._on_channel_event,
                                               on_reconnect=self._recheck_current)
+        self.obey = partial(obey, name=name, signals=self.signals, request_stop=self.request_stop)
         if self.reaper is not None:
-            self.reaper.beat = Beat(name, config.beat, self._beat_state, self._obey)
+            self.reaper.beat = Beat(name, config.beat, partial(beat_state, self.signals),
+                                    self.obey)
         self.unreleased = 0
         self.heard = HeardAborts()  # (written by the listener thread, read at a job's start)
 
@@ -129,55 +136,44 @@ class SerialWorker(JobLoop):
         elif signum == signal.SIGUSR2:
             log.warning("USR2: paused; send CONT to resume")
 
-    def _beat_state(self) -> str:
-        return "draining" if self.signals.graceful else "live"
-
-    def _obey(self, action: str) -> None:
-        obey(action, self.name, self.signals, lambda graceful: self.request_stop(graceful))
-
     def _on_channel_event(self, worker: str, payload: dict[str, Any]) -> None:
+        """Listener thread: obey a console request; abort the job an abort event names."""
         event, jid = payload.get("event"), payload.get("jid")
         if event in REQUESTS:
-            self._obey(str(event))
-            return
-        if event not in ABORT_EVENTS or not isinstance(jid, str):
-            return
-        current = self.current
-        if current is not None and jid == current.jid and self.guard.abort("lock_lost"):
-            log_job(logging.WARNING, current, "job %s: %s event, aborting it (it was taken "
-                    "away from this worker)", jid, event)
-            return
-        # Not running yet (popped, held ahead, or about to enter job code): its start asks
-        # Redis whether the attempt still holds it (_pre_abort).
-        self.heard.note(jid)
+            self.obey(str(event))
+        elif event in ABORT_EVENTS and isinstance(jid, str):
+            current = self.current
+            if current is not None and jid == current.jid and self.guard.abort("lock_lost"):
+                log_job(logging.WARNING, current, "job %s: %s event, aborting it (it was "
+                        "taken away from this worker)", jid, event)
+            else:  # not running yet: its start asks Redis whether it is still ours
+                self.heard.note(jid)
 
     def _pre_abort(self) -> str | None:
         current = self.current
-        if current is not None and self.heard.heard(current.jid):
-            try:
-                owned = self._still_holds(current)
-            except QlessError as exc:
-                log.warning("job %s: could not check it after an abort event (%s)",
-                            current.jid, exc)
-                owned = True  # (its heartbeat will tell)
-            if not owned:
-                log_job(logging.WARNING, current, "job %s was taken away before it started; "
-                        "not running it", current.jid)
-                return "lock_lost"
+        if current is not None and self.heard.heard(current.jid) and self._taken(current):
+            log_job(logging.WARNING, current, "job %s was taken away before it started; "
+                    "not running it", current.jid)
+            return "lock_lost"
         return super()._pre_abort()
 
     def _recheck_current(self) -> None:
-        """After a pubsub gap, abort the job if it was taken away meanwhile."""
+        """Listener thread, after a pubsub gap: abort the job if it was taken meanwhile."""
         current = self.current
-        if current is None or self._still_holds(current) or self.current is not current:
-            return  # still ours, settled by us, or over already: another job may run now
-        log_job(logging.WARNING, current, "job %s was taken away while the listener was "
-                "reconnecting; stopping it", current.jid)
-        self.guard.abort("lock_lost")
+        # (settled by us, or over already, another job may run now: not the one checked)
+        if current is not None and self._taken(current) and self.current is current:
+            log_job(logging.WARNING, current, "job %s was taken away while the listener was "
+                    "reconnecting; stopping it", current.jid)
+            self.guard.abort("lock_lost")
 
-    def _still_holds(self, job: Job) -> bool:
-        """Ask Redis whether this worker's attempt at `job` still holds it (or settled it)."""
-        return attempts_still_owned(job.client, [(job.jid, self.name, job.attempt_token)])[0]
+    def _taken(self, job: Job) -> bool:
+        """Tell whether Redis no longer gives `job` to this worker's attempt (nor settled it)."""
+        try:
+            return not attempts_still_owned(job.client,
+                                             [(job.jid, self.name, job.attempt_token)])[0]
+        except QlessError as exc:
+            log.warning("job %s: could not check it in Redis (%s)", job.jid, exc)
+            return False  # (its heartbeat will tell)
 
     def on_aborted(self, job: Job, reason: str) -> bool:
         if reason == "shutdown":
@@ -193,4 +189,3 @@ class SerialWorker(JobLoop):
             if outcome is Outcome.FAILED:
                 self.failed += 1
         return False
-

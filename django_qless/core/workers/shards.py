@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from django_qless.core.cluster.sharded import ShardedClient
 
 __all__ = ["Deployment", "QueueRoutes", "QueueSelection", "Reserver", "ShardFollower", "is_pattern",
-           "known_queues", "make_reserver", "served_clients"]
+           "known_queues", "served_clients"]
 
 log = logging.getLogger("django_qless.worker")
 
@@ -71,15 +71,10 @@ class QueueSelection:
         return list(self._resolved)
 
 
-def _rotate(names: list[str], start: int) -> list[str]:
-    return names[start:] + names[:start]
-
-
-# How each kind orders the queues, given the round's number (round-robin: each queue first
-# in turn).
+# How each reserver orders the queues, given the round's number.
 _ORDERS: dict[str, Callable[[list[str], int], list[str]]] = {
     "ordered": lambda names, _: names,
-    "round-robin": _rotate,
+    "round-robin": lambda names, start: names[start:] + names[:start],  # each first in turn
     "shuffled": lambda names, _: random.sample(names, len(names)),
 }
 
@@ -90,23 +85,16 @@ class Reserver:
     def __init__(self, kind: str, selection: QueueSelection) -> None:
         if kind not in _ORDERS:
             raise ValueError(f"unknown reserver {kind!r}: use one of {', '.join(_ORDERS)}")
-        self.kind = kind
+        self._order = _ORDERS[kind]
         self.selection = selection
         self._round = 0
 
     def order(self) -> list[str]:
         """Return the queues to try, in order, for the next reserve."""
         names = self.selection.names()
-        if not names:
-            return names
-        start = self._round % len(names)
+        start = self._round % max(len(names), 1)
         self._round = start + 1
-        return _ORDERS[self.kind](names, start)
-
-
-def make_reserver(kind: str, selection: QueueSelection) -> Reserver:
-    """Return a reserver of the named kind."""
-    return Reserver(kind, selection)
+        return self._order(names, start)
 
 
 def served_clients(deployment: Deployment, specs: Sequence[str]) -> list[Client]:
@@ -152,8 +140,6 @@ class QueueRoutes:
     @property
     def single(self) -> Client | None:
         """Return the client when every queue is in one keyspace (hand-offs work), else None."""
-        if isinstance(self.deployment, Client):
-            return self.deployment
         served = self.served()
         return served[0] if len(served) == 1 else None
 
@@ -189,31 +175,27 @@ class QueueRoutes:
 
 class ShardFollower(QueueRoutes):
     """The shards whose worker channels a worker must hear: those served at start, and each
-    shard a served queue moved to since, until no served queue is there and none of
-    `holders()` (the worker's names) holds a job there. With a pattern, every shard."""
+    a served queue moved to since, until none is there nor a job of `holders()` (the
+    worker's names). With a pattern, every shard."""
 
     def __init__(self, deployment: Deployment, specs: Sequence[str], refresh: float = 10.0,
-                 every: float = 1.0, holders: Callable[[], Iterable[str]] = tuple) -> None:
+                 holders: Callable[[], Iterable[str]] = tuple) -> None:
         selection = QueueSelection(specs, known_queues(deployment), refresh=refresh)
         super().__init__(deployment, selection, refresh=refresh)
-        self._every = every
         self._at = 0.0
-        self._followed_version = -1
         self._holders = holders
         # A pattern may match a queue of any shard, now or later: every shard stays.
-        self._every_shard = isinstance(deployment, Client) or any(map(is_pattern, specs))
+        self._every_shard = any(map(is_pattern, specs))
         self._followed = {c.shard: c for c in self.served()}
         self._kept: set[str | None] = set()  # left by every queue, kept for our jobs there
 
     def clients(self) -> list[Client]:
         """Return every shard followed now (looking again when a second has passed)."""
         if (now := time.monotonic()) >= self._at:
-            self._at = now + self._every
+            self._at = now + 1.0
             groups = self.by_shard()
-            if self.version != self._followed_version:
-                self._followed_version = self.version
-                for client, _ in groups:
-                    self._followed.setdefault(client.shard, client)
+            for client, _ in groups:
+                self._followed.setdefault(client.shard, client)
             if not self._every_shard:
                 self._drop_left({client.shard for client, _ in groups})
         return list(self._followed.values())

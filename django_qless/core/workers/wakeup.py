@@ -13,13 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from django_qless.core.engine.pubsub import (
-    MESSAGE_TYPES,
-    PUBSUB_ERRORS,
-    Hub,
-    Subscription,
-    poll_readable,
-)
+from django_qless.core.engine.pubsub import PUBSUB_ERRORS, Hub, poll_readable
+from django_qless.core.workers.channels import Link
 
 if TYPE_CHECKING:
     from django_qless.core.client import Client
@@ -39,7 +34,6 @@ class WakeWaiter:
 
     def __init__(self, routes: QueueRoutes, pipe: WakePipe, worker: str = "") -> None:
         self.routes = routes
-        self.selection = routes.selection
         self.pipe = pipe
         # Hand-offs only with one keyspace: several shards could each hand a job at once.
         self.hand_client: Client | None = routes.single if worker else None
@@ -48,7 +42,7 @@ class WakeWaiter:
         self.handed: list[dict[str, Any]] = []
         self.lost = False  # the hand-off subscription broke: hand-offs may have been missed
         self._hub = Hub()  # one connection per node, whatever the shards it holds
-        self._subs: dict[str | None, Subscription] = {}
+        self._links: dict[str | None, Link] = {}
         self._broken_until = 0.0
         self._ready = False  # every wanted subscription confirmed (until one breaks)
         self._recheck_at = 0.0
@@ -56,33 +50,34 @@ class WakeWaiter:
     @property
     def subscribed(self) -> bool:
         """Tell whether every wake channel (and the hand-off channel) is listened to now."""
-        return self._ready and all(sub.connected for sub in self._subs.values())
+        return self._ready and all(link.sub.connected for link in self._links.values())
 
     def _plan(self) -> dict[str | None, list[str]]:
-        """Keep a subscription per shard to hear (closing the others); return its queues."""
+        """Keep a link per shard to hear (closing the others); return its queues."""
         groups = self.routes.by_shard()
         clients = {c.shard: c for c, _ in groups}
         if (single := self.routes.single) is not None:
             # Listen there even if patterns match nothing yet (and where queues moved).
             clients = {single.shard: single, **clients}
-        for tag in set(self._subs) - set(clients):
-            self._subs.pop(tag).close()
+        for tag in set(self._links) - set(clients):
+            self._links.pop(tag).close()
         for tag, client in clients.items():
-            if tag not in self._subs:
-                self._subs[tag] = Subscription(client, self._hub)
+            if tag not in self._links:
+                self._links[tag] = Link(client, self._hub)
         return {c.shard: names for c, names in groups}
 
-    def _channels(self, sub: Subscription, queues: list[str]) -> tuple[set[str], set[str]]:
+    def _channels(self, link: Link, queues: list[str]) -> tuple[set[str], set[str]]:
         """Return (channels, patterns) for one keyspace."""
-        ks, given = sub.keyspace, self.selection.names_given
-        if sub.sharded is False:
+        ks, selection = link.sub.keyspace, self.routes.selection
+        if link.sub.sharded is False:
+            given = selection.names_given
             channels = {ks.channel(f"wake:{q}") for q in queues if q in given}
-            if sub.client is self.routes.single:
+            if link.client is self.routes.single:
                 channels |= {ks.channel(f"wake:{q}") for q in given}
-            patterns = {ks.pattern(f"wake:{p}") for p in self.selection.patterns}
+            patterns = {ks.pattern(f"wake:{p}") for p in selection.patterns}
         else:
             channels, patterns = {ks.channel(f"wake:{q}") for q in queues}, set()
-        if sub.client is self.hand_client and self.hand_channel:
+        if link.client is self.hand_client:
             channels.add(self.hand_channel)
         return channels, patterns
 
@@ -99,72 +94,62 @@ class WakeWaiter:
             return
         self._recheck_at = now + _RECHECK
         ready = True
-        for tag, sub in list(self._subs.items()):
-            if sub.connected and (sub.channels, sub.patterns) == self._channels(
-                    sub, queues.get(tag, [])):
+        for tag, link in list(self._links.items()):
+            wanted = self._channels(link, queues.get(tag, []))
+            if link.sub.connected and (link.sub.channels, link.sub.patterns) == wanted:
                 continue
             try:
-                self._subscribe(sub, queues.get(tag, []))
+                self._close(link)
+                link.sub.connect()  # (which decides whether the channels are sharded)
+                link.subscribe(*self._channels(link, queues.get(tag, [])))
+                if not self._replied(link, 5.0):
+                    raise redis.TimeoutError("no subscribe confirmation from Redis")
             except PUBSUB_ERRORS as exc:
                 log.warning("wake-up subscription failed (%s); polling every interval", exc)
-                self._close(sub)
+                self._close(link)
                 self._broken_until = time.monotonic() + 1.0
                 ready = False
         self._ready = ready
 
-    def _subscribe(self, sub: Subscription, queues: list[str]) -> None:
-        """(Re)open `sub` with the channels wanted now and wait for every confirmation."""
-        self._close(sub)
-        sub.connect()  # (which decides whether the channels are sharded)
-        pending = [sub.subscribe(*self._channels(sub, queues))]
-
-        def confirmed(msg: dict[str, Any]) -> bool:
-            pending[0] -= Subscription.confirms(msg)
-            return pending[0] <= 0
-
-        if pending[0] and not self._read_until(sub, 5.0, confirmed):
-            raise redis.TimeoutError("no subscribe confirmation from Redis")
-
-    def _read_until(self, sub: Subscription, seconds: float,
-                    done: Callable[[dict[str, Any]], bool]) -> bool:
-        """Read `sub` (taking its messages) until `done` says so (True) or `seconds` pass."""
+    def _replied(self, link: Link, seconds: float) -> bool:
+        """Read `link` (taking its messages) until its replies came (True) or `seconds` pass."""
         deadline = time.monotonic() + seconds
-        while (left := deadline - time.monotonic()) > 0:
-            msg = sub.get(timeout=left)
-            if msg is not None and msg["type"] in MESSAGE_TYPES:
+        left = 0.0  # (read at once: a break not noticed yet raises)
+        while True:
+            for msg in link.read(left):
                 self._take(msg)
-            elif msg is not None and done(msg):
+            if not link.awaited:
                 return True
-        return False
+            if (left := deadline - time.monotonic()) <= 0:
+                return False
 
-    def _close(self, sub: Subscription) -> None:
-        if sub.connected and sub.client is self.hand_client:
+    def _close(self, link: Link) -> None:
+        if link.sub.connected and link.client is self.hand_client:
             self.lost = True
         self._ready = False
-        sub.close()
+        link.close()
 
     def close(self) -> None:
         """Drop every pubsub connection (messages sent to them from now on are lost)."""
-        for sub in self._subs.values():
-            self._close(sub)
+        for link in self._links.values():
+            self._close(link)
 
     def drain(self) -> None:
         """Consume buffered messages without blocking (wake-ups noted, hand-offs kept)."""
-        for sub in list(self._subs.values()):
+        for link in list(self._links.values()):
             try:
-                while (msg := sub.get(timeout=0.0)) is not None:
-                    if msg["type"] in MESSAGE_TYPES:
-                        self._take(msg)
+                for msg in link.read():
+                    self._take(msg)
             except PUBSUB_ERRORS as exc:
                 log.warning("wake-up connection lost (%s); resubscribing", exc)
-                self._close(sub)
+                self._close(link)
 
     def _take(self, msg: dict[str, Any]) -> None:
         """Keep a hand-off, or note the queue a wake-up names."""
         channel, data = str(msg.get("channel", "")), msg["data"]
         if channel != self.hand_channel:
-            self.selection.note_wake(data if isinstance(data, str) and data
-                                     else channel.rpartition("wake:")[2])
+            self.routes.selection.note_wake(data if isinstance(data, str) and data
+                                            else channel.rpartition("wake:")[2])
             return
         try:
             job = json.loads(data)
@@ -175,26 +160,24 @@ class WakeWaiter:
             self.handed.append(job)
 
     def stop_hand_offs(self) -> None:
-        """Unsubscribe from hand-offs: confirmed (after every hand-off sent before), `handed`
-        is complete; unconfirmed, the subscription is closed with `lost` set."""
+        """Unsubscribe from hand-offs: `handed` is then complete, else `lost` is set."""
         hand = self.hand_client
-        sub = None if hand is None else self._subs.get(hand.shard)
-        if sub is None or not sub.connected or not self.hand_channel:
+        link = None if hand is None else self._links.get(hand.shard)
+        if link is None or not link.sub.connected:
             return
         try:
-            sub.unsubscribe([self.hand_channel])
-            if self._read_until(sub, 2.0, lambda msg: msg.get("channel") == self.hand_channel
-                                and msg["type"] in ("unsubscribe", "sunsubscribe")):
+            link.unsubscribe([self.hand_channel])
+            if self._replied(link, 2.0):
                 return
         except PUBSUB_ERRORS as exc:
             log.warning("could not stop hand-offs cleanly (%s)", exc)
-        self._close(sub)
+        self._close(link)
 
     def disconnect(self) -> None:
         """Close every pub/sub connection, losing nothing (hand-offs stopped first)."""
         self.stop_hand_offs()
-        for sub in self._subs.values():
-            sub.close()  # (not _close: with hand-offs stopped cleanly nothing was lost)
+        for link in self._links.values():
+            link.close()  # (not _close: with hand-offs stopped cleanly nothing was lost)
         self._ready = False
 
     def take_handed(self) -> list[dict[str, Any]]:
@@ -203,8 +186,8 @@ class WakeWaiter:
         return jobs
 
     def wait(self, timeout: float, keep_waiting: Callable[[], bool] | None = None) -> bool:
-        """Block until a message (True), a wake-pipe byte, `timeout` or `keep_waiting()`
-        (asked every second, costing Redis nothing) says no."""
+        """Block until a message (True), a wake-pipe byte, `timeout`, or `keep_waiting()`
+        (asked every second) says no."""
         deadline = time.monotonic() + max(0.0, timeout)
         version = self.routes.version
         while True:
@@ -227,12 +210,12 @@ class WakeWaiter:
 
     def sockets(self) -> list[int]:
         """Return the subscriptions' sockets, for another thread to poll (never to read)."""
-        return [fd for sub in list(self._subs.values()) if (fd := sub.fileno()) is not None]
+        return [fd for link in list(self._links.values())
+                if (fd := link.sub.fileno()) is not None]
 
     def wait_quietly(self, fd: int, timeout: float) -> bool:
-        """Block until `fd` is readable, a signal, or `timeout`, sending Redis nothing (a
-        child waiting for the leader token); True if a signal woke us. Messages that come
-        meanwhile are read (noted, hand-offs kept), so they do not pile up on the server."""
+        """Block until `fd` is readable, a signal (True) or `timeout`, sending Redis nothing;
+        messages that come meanwhile are read, so they do not pile up on the server."""
         woke = self._wait_once(timeout, fd)
         if woke & {_MESSAGE, _BROKEN}:
             self.drain()
@@ -241,14 +224,14 @@ class WakeWaiter:
     def _wait_once(self, timeout: float, *fds: int) -> set[str]:
         """Block once until a message, the wake pipe, `fds` or `timeout`; say what came."""
         socks = set()
-        for sub in list(self._subs.values()):
+        for link in list(self._links.values()):
             try:
-                if sub.buffered():
-                    return {_MESSAGE}  # (read by redis-py already: poll would not see it)
-                sock = sub.fileno()
+                if link.sub.buffered():
+                    return {_MESSAGE}  # (read already: poll would not see it)
+                sock = link.sub.fileno()
             except PUBSUB_ERRORS as exc:
                 log.warning("wake-up connection lost (%s); resubscribing", exc)
-                self._close(sub)
+                self._close(link)
                 return {_BROKEN}  # back to the loop at once: it resubscribes and reserves
             if sock is not None:
                 socks.add(sock)
