@@ -10,6 +10,7 @@ import redis
 
 from django_qless.core.client import Client
 from django_qless.core.exceptions import InvalidArgument, QlessError
+from django_qless.core.scheduling import schedules
 from django_qless.core.scheduling.schedules import TICKS, CronSchedule, keep_schedules
 from tests.schedules.conftest import Clock, drain
 
@@ -152,8 +153,12 @@ def test_sync_removes_undeclared(client: Client, clock: Clock, r: redis.Redis) -
     assert r.zrange("ql:q:q-recur", 0, -1) == ["keep"]
 
 
-def test_ticks_are_topped_up(client: Client, clock: Clock) -> None:
+def test_ticks_are_topped_up(
+    client: Client, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Once half the ticks are used, a worker's top-up hands over more; none run twice."""
+    # (the top-up runs once per KEEP_EVERY per process: an earlier test here may have run it)
+    monkeypatch.setattr(schedules, "_kept_at", [])
     clock.set("UTC", 2026, 6, 1, 0, 0)
     client.schedules.register("m", "app.M", cron="* * * * *", queue="q")
     ran = _walk(client, clock, clock.at, clock.at + 40 * 60, step=60)
