@@ -16,6 +16,24 @@ from tests.worker.conftest import wait_until
 pytestmark = pytest.mark.timeout(60)
 
 
+class Told:
+    """What a heartbeat thread told its watcher (the job loop's side of it)."""
+
+    def __init__(self) -> None:
+        self.lost: list[tuple[str, str]] = []
+        self.ticks: list[float] = []
+        self.fired: list[tuple[str, str]] = []
+
+    def on_lock_lost(self, job: Any, why: str) -> None:
+        self.lost.append((job.jid, why))
+
+    def noticed(self, job: Any, what: str, elapsed: float) -> None:
+        if what == "tick":
+            self.ticks.append(elapsed)
+        elif what != "long":
+            self.fired.append((job.jid, what))
+
+
 @pytest.fixture
 def held(redis_url: str) -> Any:
     """A job popped by this test (heartbeat 1 s), and the client holding it."""
@@ -30,19 +48,17 @@ def held(redis_url: str) -> Any:
 
 def test_heartbeats_a_long_job_and_parks_when_idle(held):
     client, job = held
-    lost: list[str] = []
-    ticks: list[float] = []
-    beater = Heartbeater(lambda j, why: lost.append(why), on_tick=lambda j, e: ticks.append(e),
-                         check=0.02, park_after=0.2)
+    told = Told()
+    beater = Heartbeater(told, check=0.02, park_after=0.2)
     beater.start()
     try:
         wait_until(lambda: beater._parked, timeout=5)  # idle from the start: parked
         expires = float(client.jobs[job.jid].expires_at)
         beater.watch(job)
-        wait_until(lambda: ticks, timeout=2)
-        assert ticks[0] < 0.5  # noticed (title) within its check interval, not after 1 s
+        wait_until(lambda: told.ticks, timeout=2)
+        assert told.ticks[0] < 0.5  # noticed (title) within its check interval, not after 1 s
         time.sleep(1.6)  # beats every ~1/3 s for a 1 s lease
-        assert beater.beats >= 2 and not lost
+        assert beater.beats >= 2 and not told.lost
         assert float(client.jobs[job.jid].expires_at) > expires + 1.0
         beater.unwatch()
         wait_until(lambda: beater._parked, timeout=5)
@@ -58,14 +74,14 @@ def test_heartbeats_a_long_job_and_parks_when_idle(held):
 
 def test_refused_heartbeat_reports_the_lost_lock(held):
     client, job = held
-    lost: list[tuple[str, str]] = []
-    beater = Heartbeater(lambda j, why: lost.append((j.jid, why)), check=0.02)
+    told = Told()
+    beater = Heartbeater(told, check=0.02)
     beater.start()
     try:
         beater.watch(job)
         client.jobs[job.jid].cancel()
-        wait_until(lambda: lost, timeout=5)
-        assert lost[0][0] == job.jid
+        wait_until(lambda: told.lost, timeout=5)
+        assert told.lost[0][0] == job.jid
     finally:
         beater.stop()
         beater.join(5)
@@ -73,9 +89,9 @@ def test_refused_heartbeat_reports_the_lost_lock(held):
 
 def test_time_limits_fire_once_each_for_the_watched_job(held):
     _, job = held
-    fired: list[tuple[str, str]] = []
-    beater = Heartbeater(lambda j, why: None, check=0.02,
-                         on_due=lambda j, what: fired.append((j.jid, what)))
+    told = Told()
+    fired = told.fired
+    beater = Heartbeater(told, check=0.02)
     beater.start()
     try:
         started = time.monotonic()

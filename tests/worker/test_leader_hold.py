@@ -75,24 +75,38 @@ def test_new_work_during_the_hold_passes_the_token_on_at_once(
     worker.quit()
 
 
+class Sockets:
+    """Stands in for the wake-up subscriptions whose sockets a hold watches."""
+
+    def __init__(self) -> None:
+        self.fds: list[int] = []
+
+    def sockets(self) -> list[int]:
+        return self.fds
+
+
 def test_a_hold_ended_by_an_earlier_jobs_watch_is_not_cut_short(tmp_path: Path) -> None:
     # The leader gives the token up at job 1's start (a hold begins, watching socket `one`),
     # takes it back when job 1 ends, and gives it up again at job 2's start (watching
     # `two`). A message on `one` then ends the first hold's poll: it must not unlock the
     # token in the middle of job 2's hold.
     token = TokenFile(str(tmp_path))
+    socks = Sockets()
     # (as a second child would: its own open file description of the token's file)
-    waiter = Leadership(os.open(f"/proc/self/fd/{token.fd}", os.O_RDWR | os.O_CLOEXEC))
-    leader = open_leadership(token, hold=3.0)
+    waiter = Leadership(os.open(f"/proc/self/fd/{token.fd}", os.O_RDWR | os.O_CLOEXEC),
+                        Sockets())  # type: ignore[arg-type]
+    leader = open_leadership(token, socks, hold=3.0)  # type: ignore[arg-type]
     assert leader is not None and leader.try_take()
     one, one_w = socket.socketpair()
     two, two_w = socket.socketpair()
     try:
-        waiter.want(True)
-        leader.release(soon=True, watch=lambda: [one.fileno()])
+        waiter._want(True)
+        socks.fds = [one.fileno()]
+        leader.release(soon=True)
         time.sleep(0.1)  # (the helper is in the first hold's poll)
         assert leader.try_take()  # job 1 ended: the token is taken back
-        leader.release(soon=True, watch=lambda: [two.fileno()])  # job 2 starts
+        socks.fds = [two.fileno()]
+        leader.release(soon=True)  # job 2 starts
         one_w.send(b"x")
         time.sleep(1.0)
         assert not waiter.held  # job 2's hold (3 s) still runs

@@ -27,7 +27,6 @@ from django_qless.core.exceptions import QlessConnectionError, QlessError
 from django_qless.core.worker_options import WorkerConfig, default_worker_name
 from django_qless.core.workers.channels import HeardAborts, attempts_still_owned
 from django_qless.core.workers.hand import SharedJobPool, release_job
-from django_qless.core.workers.leadership import open_leadership
 from django_qless.core.workers.loop import JobLoop
 from django_qless.core.workers.runner import Outcome, stopped_failure
 from django_qless.core.workers.shutdown import ExitCode, SignalState, reset_child_signals
@@ -217,12 +216,10 @@ class ForkChild(JobLoop):
     def __init__(self, supervisor: ForkingWorker, supervisor_pid: int, name: str,
                  status_fd: int, *, resume: bool, death_signal: bool) -> None:
         config, token = supervisor.config, supervisor.leader_token
-        # Idle, only the holder of the worker's leader token waits on the engine.
-        leadership = open_leadership(token, config.leader_hold) if token is not None else None
         super().__init__(config, supervisor.hooks, name,
                          SignalState(term_grace=config.term_grace), resume=resume,
                          max_jobs=config.jobs_per_child, pool=supervisor.pool,
-                         leadership=leadership)
+                         leader_token=token)
         self.status_fd = status_fd
         self.supervisor_pid = supervisor_pid
         self.group = supervisor.name  # (its beats show this child alive)
@@ -286,7 +283,7 @@ class ForkChild(JobLoop):
 
     def _leaving_reason(self) -> str:
         """Say why the loop ended on its own (empty: stopped, orphaned or crashed)."""
-        budget, taken = self.hand.budget, self.hand.taken
+        budget, taken = self.hand, self.hand.taken
         if self.signals.stop_requests:
             return ""
         if self.signals.graceful:
@@ -299,7 +296,7 @@ class ForkChild(JobLoop):
             return f"--max-jobs reached (this child ran {taken})"
         return "--max-duration reached" if self._time_left() <= 0 else ""
 
-    def _on_lock_lost(self, job: Job, why: str) -> None:
+    def on_lock_lost(self, job: Job, why: str) -> None:
         # The supervisor kills us: aborting here could race it onto the next job.
         self.tell(status_line("l", job.jid, why[:500]))
         if self.orphaned():

@@ -5,8 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from django_qless.core.engine.pubsub import block_async_signals
 from django_qless.core.exceptions import InvalidArgument
@@ -16,29 +15,33 @@ from django_qless.core.workers.runner import LOST, log_job
 if TYPE_CHECKING:
     from django_qless.core.job import Job
 
-__all__ = ["Heartbeater"]
+__all__ = ["LONG_AFTER", "Heartbeater", "Watcher"]
 
 log = logging.getLogger("django_qless.worker")
+
+LONG_AFTER = 0.1  # a job running this long is "long" (the loop hands the held jobs back)
+
+
+class Watcher(Protocol):
+    """The job loop, told of a refused heartbeat, and of the job running `elapsed` s: "tick"
+    on noticing it and every second after, "long", "soft" and "timeout" (its limits) once."""
+
+    def on_lock_lost(self, job: Job, why: str) -> None: ...
+
+    def noticed(self, job: Job, what: str, elapsed: float) -> None: ...
 
 
 class Heartbeater(threading.Thread):
     """Renew the watched job's lease at a third of its lifetime, and time its limits.
 
     `watch`/`unwatch` only swap one tuple (waking the thread per job cost more than a no-op
-    job): while jobs flow the thread looks every `check` seconds, and after `park_after`
-    seconds without a job it sleeps until the next `watch`. A refused beat calls `on_lost`;
-    `on_due(job, what)` fires once for each of "long" (`long_after`), "soft" and "timeout";
-    `on_tick(job, elapsed)` on noticing the job, then every second (process titles).
+    job): the thread looks every `check` s, and parks after `park_after` s without a job.
     """
 
-    def __init__(self, on_lost: Callable[[Job, str], None], *,
-                 on_due: Callable[[Job, str], None] | None = None,
-                 long_after: float | None = None,
-                 on_tick: Callable[[Job, float], None] | None = None,
-                 check: float = 0.05, park_after: float = 1.0) -> None:
+    def __init__(self, watcher: Watcher, *, check: float = 0.05,
+                 park_after: float = 1.0) -> None:
         super().__init__(name="qless-heartbeat", daemon=True)
-        self.on_lost, self.on_due, self.on_tick = on_lost, on_due, on_tick
-        self.long_after, self.check, self.park_after = long_after, check, park_after
+        self.watcher, self.check, self.park_after = watcher, check, park_after
         self._cond = threading.Condition()
         # (generation, job or None, when watched/unwatched, its limits): replaced whole, so
         # the thread reads a consistent tuple without a lock.
@@ -79,7 +82,7 @@ class Heartbeater(threading.Thread):
             self._parked = False
 
     def run(self) -> None:
-        """Beat, fire and tick for the watched job until stopped."""
+        """Beat, and tell the watcher what is due, for the watched job until stopped."""
         block_async_signals()
         seen = -1
         period = next_beat = next_tick = 0.0
@@ -96,20 +99,23 @@ class Heartbeater(threading.Thread):
                 seen, period, next_tick = generation, _period(job), now
                 next_beat = since + period
                 due = sorted((since + at, what) for at, what in (
-                    (self.long_after, "long"), (limits.soft, "soft"), (limits.hard, "timeout"))
-                    if at is not None and (at or what == "long"))
-            if self.on_tick is not None and now >= next_tick:
+                    (LONG_AFTER, "long"), (limits.soft, "soft"), (limits.hard, "timeout")) if at)
+            if now >= next_tick:
                 next_tick = now + 1.0
-                try:
-                    self.on_tick(job, now - since)
-                except Exception:  # noqa: S110 - a title is cosmetic
-                    pass
+                self._tell(job, generation, "tick", now - since)
             while due and now >= due[0][0]:
-                self._fire(job, generation, due.pop(0)[1])
+                self._tell(job, generation, due.pop(0)[1], now - since)
             if now >= next_beat and self._current[0] == generation:
                 next_beat = self._beat(job, generation, period)
             self._wait(min(now + self.check, next_beat, next_tick, *(at for at, _ in due[:1]))
                        - time.monotonic())
+
+    def _tell(self, job: Job, generation: int, what: str, elapsed: float) -> None:
+        if self._current[0] == generation:
+            try:
+                self.watcher.noticed(job, what, elapsed)
+            except Exception:
+                log.exception("job %s: acting on its %r time failed", job.jid, what)
 
     def _beat(self, job: Job, generation: int, period: float) -> float:
         """Renew the lock once; return when to beat next."""
@@ -127,18 +133,11 @@ class Heartbeater(threading.Thread):
             if self._current[0] == generation:
                 log_job(logging.WARNING, job, "job %s: lease lost (heartbeat refused), "
                         "stopping it: %s", job.jid, exc)
-                self.on_lost(job, str(exc))
+                self.watcher.on_lock_lost(job, str(exc))
             return time.monotonic() + 3600.0
         except Exception as exc:  # connection errors and the like: transient
             log.warning("job %s: heartbeat failed (%s); retrying", job.jid, exc)
         return time.monotonic() + max(0.2, min(period, 1.0))
-
-    def _fire(self, job: Job, generation: int, what: str) -> None:
-        if self._current[0] == generation and self.on_due is not None:
-            try:
-                self.on_due(job, what)
-            except Exception:
-                log.exception("job %s: acting on its %r time failed", job.jid, what)
 
 
 def _period(job: Job) -> float:

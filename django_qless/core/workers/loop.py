@@ -1,16 +1,10 @@
-"""`JobLoop`: take a job, run it, report it; the loop of the serial worker and of each child.
-
-A job comes from the hand (held ahead, or brought by a completion's reply), else from a
-hand-off or a reserve per shard in the reserver's order, else after an idle wait. Its
-completion goes through the hand (hand.py), which returns what settled for `report`.
-"""
+"""`JobLoop`: take a job, run it, report it; the loop of the serial worker and of each child."""
 
 from __future__ import annotations
 
 import logging
 import math
 import os
-import random
 import socket
 import sys
 import threading
@@ -18,13 +12,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-import redis
-
-from django_qless.core.exceptions import QlessConnectionError, QlessError, SoftTimeLimitExceeded
-from django_qless.core.hotpath import RESERVE_QUEUES_MAX
+from django_qless.core.exceptions import QlessError, SoftTimeLimitExceeded
 from django_qless.core.registry import NO_LIMITS
 from django_qless.core.worker_options import WorkerConfig
-from django_qless.core.workers.hand import JobBudget, JobHand, Settled, SharedJobPool
+from django_qless.core.workers.hand import JobHand, Settled, SharedJobPool
 from django_qless.core.workers.heartbeat import Heartbeater
 from django_qless.core.workers.reaper import LeaseReaper
 from django_qless.core.workers.runner import (
@@ -45,18 +36,15 @@ from django_qless.core.workers.shutdown import AbortGuard, SignalState
 from django_qless.core.workers.wakeup import WakeWaiter
 
 if TYPE_CHECKING:
-    from django_qless.core.client import Client
     from django_qless.core.job import Job
-    from django_qless.core.workers.leadership import Leadership
+    from django_qless.core.workers.leadership import Leadership, TokenFile
 
-__all__ = ["HAND_BACK_AFTER", "JobLoop"]
+__all__ = ["JobLoop"]
 
 log = logging.getLogger("django_qless.worker")
 
-HAND_BACK_AFTER = 0.1  # a job running this long hands the held jobs back
 IDLE_CAP = 3599.0  # the longest idle wait (the engine keeps a registration <= 3600 s)
 _DONE = {Outcome.COMPLETED: "done", Outcome.SETTLED: "settled by the job itself"}
-_TRANSIENT = (QlessConnectionError, redis.ConnectionError, redis.TimeoutError, OSError)
 
 
 class JobLoop:
@@ -67,7 +55,7 @@ class JobLoop:
     def __init__(self, config: WorkerConfig, hooks: WorkerHooksProtocol, name: str,
                  signals: SignalState, *, resume: bool = False, max_jobs: int = 0,
                  pool: SharedJobPool | None = None, reaper: LeaseReaper | None = None,
-                 leadership: Leadership | None = None) -> None:
+                 leader_token: TokenFile | None = None) -> None:
         self.config = config
         self.queues = config.queues  # (WorkerInfo)
         if "django_qless.core.integrations" in sys.modules:  # (else none are installed)
@@ -81,22 +69,26 @@ class JobLoop:
         selection = QueueSelection(config.queues, known_queues(self.client),
                                    refresh=config.queue_refresh)
         self.routes = QueueRoutes(self.client, selection, refresh=config.queue_refresh)
-        self.reserver = Reserver(config.reserver, selection)
         self.guard = AbortGuard()
         self.runner = JobRunner(config, hooks, config.registry,
                                 Sandbox(config.sandbox_root, name), self.guard)
         self.waiter = WakeWaiter(self.routes, signals.wake_pipe, name)
-        self.hand = JobHand(name, self.waiter, JobBudget(max_jobs, pool),
-                            prefetch=config.prefetch)
-        self.heartbeater = Heartbeater(self._on_lock_lost, on_due=self._on_due,
-                                       long_after=HAND_BACK_AFTER, on_tick=self._tick)
+        self.recheck = min(config.interval, IDLE_CAP)  # an idle wait's longest (--interval)
+        self.hand = JobHand(name, self.waiter, Reserver(config.reserver, selection),
+                            cap=max_jobs, pool=pool, prefetch=config.prefetch,
+                            register_for=self.recheck)
+        self.heartbeater = Heartbeater(self)
         self.reaper = reaper  # only where no supervisor reaps (the serial worker)
-        self.leadership = leadership  # None: always registers when idle (serial worker)
+        self.leadership: Leadership | None = None  # (the serial worker's: always registers)
+        if leader_token is not None:
+            from django_qless.core.workers.leadership import open_leadership
+
+            self.leadership = open_leadership(leader_token, self.waiter, config.leader_hold,
+                                              config.idle_disconnect)
         self.started = time.monotonic()
         self.done = self.failed = 0
         self.current: Job | None = None
         self.limits = NO_LIMITS  # the running job's (JobRunner.limits_of)
-        self._ran: dict[str, float] = {}  # run time of each job until its outcome is read
         self._done_level = logging.INFO if config.verbosity >= 1 else logging.DEBUG
         # The job and heartbeat threads both report (a long job hands the held jobs back);
         # the heartbeat thread sets the running title, the loop the idle one.
@@ -105,9 +97,6 @@ class JobLoop:
         self._told_draining = False
         self.check_every = 1.0  # seconds between supervisor checks waiting for the token
         self.idling = False  # the last reserve found nothing (no job started since)
-        self._listening = False  # subscribed once while waiting for the token
-        self._disconnected = self._cold = False  # (see _disconnect)
-        self._backoff = 0.0
 
     def arm_signals(self, on_signal: Callable[[int], None]) -> None:
         """Install the handlers (main thread); aborts from other threads come as URG."""
@@ -135,7 +124,7 @@ class JobLoop:
                 self.done += 1
         if outcome is Outcome.COMPLETED:
             job.open_gates()  # flow members of other shards waiting on it
-        elapsed = self._ran.pop(job.jid, None)
+        elapsed = self.hand.ran_for.pop(job.jid, None)
         # A job that settled itself (retried, moved, ...) was logged by whoever did it.
         level = self._done_level if outcome is Outcome.COMPLETED else logging.DEBUG
         if elapsed is not None and outcome in _DONE and log.isEnabledFor(level):
@@ -157,7 +146,7 @@ class JobLoop:
         """Return why a job must not start although it was handed over (a stop request)."""
         return "shutdown" if self.signals.stop_requests else None
 
-    def _on_lock_lost(self, job: Job, why: str) -> None:
+    def on_lock_lost(self, job: Job, why: str) -> None:
         """Heartbeat thread: the engine refused a heartbeat."""
         if self.current is job:
             self.guard.abort("lock_lost")
@@ -170,7 +159,7 @@ class JobLoop:
         self.heartbeater.start()
         try:
             if self.resume:
-                self.hand.add(self._held_jobs())
+                self.hand.add(self.hand.reclaim())
             while not (self.signals.stopping or self._limit_reached()
                        or not self.should_continue()):
                 job = self._take()
@@ -212,8 +201,7 @@ class JobLoop:
 
     def _run(self, job: Job) -> tuple[Outcome, float]:
         """Run one job; return its outcome and how long it ran."""
-        # No title here: the heartbeat thread sets "running" once it notices the job, so a
-        # stream of short jobs costs no setproctitle per job.
+        # (The heartbeat thread shows the job once it notices it: short jobs cost no title.)
         self.current = job
         self.limits = self.runner.limits_of(job)
         self.idling = False
@@ -221,7 +209,8 @@ class JobLoop:
         self.on_job_start(job)
         started = time.monotonic()
         self.heartbeater.watch(job, self.limits)
-        self._pass_turn(soon=True)  # as the job starts: the next idle child leads
+        if self.leadership is not None:
+            self.leadership.release(soon=True)  # as the job starts: the next idle child leads
         try:
             outcome = self.runner.run(job, self._pre_abort)
         finally:
@@ -230,15 +219,21 @@ class JobLoop:
 
     def _settle(self, job: Job, outcome: Outcome, elapsed: float) -> bool:
         """Complete or dispose of a job that ran, and report what settled; True to stop."""
-        self._ran[job.jid] = elapsed
         self.hand.ran(job, elapsed)
         stop = False
         if outcome is Outcome.COMPLETED:
-            settled = self.hand.complete(job, elapsed, self._plan, self._going_on())
+            settled = self.hand.complete(job, elapsed, self._going_on())
         else:
             self._report(self.hand.flush_kept())  # kept completions wait for short jobs only
-            stop = outcome is Outcome.ABORTED and self._aborted(job)
             settled = [(job, outcome)]
+        if outcome is Outcome.ABORTED:
+            reason = self.guard.reason or "aborted"
+            if reason == "timeout":
+                log_job(logging.ERROR, job, "job %s timed out: still running after its limit "
+                        "of %gs", job.jid, self.limits.hard)
+            else:
+                log_job(logging.WARNING, job, "job %s aborted: %s", job.jid, reason)
+            stop = self.on_aborted(job, reason)
         self.current = None
         self._report(settled)
         return stop
@@ -247,29 +242,14 @@ class JobLoop:
         for job, outcome in settled:
             self.report(job, outcome)
 
-    def _aborted(self, job: Job) -> bool:
-        """Log and dispose of an aborted job; return True to stop the loop."""
-        reason = self.guard.reason or "aborted"
-        if reason == "timeout":
-            log_job(logging.ERROR, job, "job %s timed out: still running after its limit of "
-                    "%gs", job.jid, self.limits.hard)
-        else:
-            log_job(logging.WARNING, job, "job %s aborted: %s", job.jid, reason)
-        return self.on_aborted(job, reason)
-
     def _pause(self) -> None:
         """Hand back what is held and wait, taking nothing, until resumed or stopped."""
-        self._hand_back()  # held ahead, or handed over after registering as idle
+        self.hand.adopt_handed()  # (handed over after registering as idle)
+        self._report(self.hand.hand_back())
         self.between_jobs()
         self._idle_title()
-        self.waiter.wait(min(self.config.interval, IDLE_CAP, self._time_left()),
-                         self.should_continue)
+        self.waiter.wait(min(self.recheck, self._time_left()), self.should_continue)
         self.waiter.drain()  # wake-ups while paused must not make wait() spin
-
-    def _hand_back(self) -> None:
-        """Release the jobs held or handed over, after reading the calls in flight."""
-        self.hand.adopt_handed()
-        self._report(self.hand.hand_back())
 
     def _limit_reached(self) -> bool:
         """Tell whether the loop is done: out of tickets with nothing held, or out of time."""
@@ -280,8 +260,8 @@ class JobLoop:
 
     def _time_left(self) -> float:
         """Return the seconds left before --max-duration (infinite without one)."""
-        duration = self.config.max_duration
-        return duration - (time.monotonic() - self.started) if duration else math.inf
+        duration = self.config.max_duration or math.inf
+        return duration - (time.monotonic() - self.started)
 
     def _going_on(self) -> bool:
         """Tell whether the loop will want another job (no stop, pause, or limit reached)."""
@@ -298,20 +278,22 @@ class JobLoop:
         return self._await_turn()
 
     # -- heartbeat thread -------------------------------------------------------------------
-    def _on_due(self, job: Job, what: str) -> None:
-        """`job` runs long (the held jobs go back), or reached its soft or hard limit."""
-        limits = self.limits
-        if what == "long" and self.hand.holding():
+    def noticed(self, job: Job, what: str, elapsed: float) -> None:
+        """Show `job` ("tick"), hand the held jobs back ("long"), or stop it at a limit."""
+        if what == "tick":
+            self._tick(job, elapsed)
+        elif what == "long" and self.hand.holding():
             log.debug("job %s runs long: handing back the jobs held ahead", job.jid)
             self._report(self.hand.hand_back())
         elif what == "soft" and self.current is job:
+            soft = self.limits.soft
             log_job(logging.WARNING, job, "job %s: soft time limit of %gs reached, raising "
-                    "SoftTimeLimitExceeded in it", job.jid, limits.soft)
+                    "SoftTimeLimitExceeded in it", job.jid, soft)
             self.guard.interrupt(SoftTimeLimitExceeded(
-                f"job {job.jid} reached its soft time limit of {limits.soft:g}s"))
+                f"job {job.jid} reached its soft time limit of {soft:g}s"))
         elif what == "timeout" and self.current is job and self.hard_limit_in_thread:
             log_job(logging.WARNING, job, "job %s: time limit of %gs reached, stopping it",
-                    job.jid, limits.hard)
+                    job.jid, self.limits.hard)
             self.guard.abort("timeout")
 
     def _tick(self, job: Job, elapsed: float) -> None:
@@ -337,91 +319,39 @@ class JobLoop:
         with self._title_lock:
             set_title(child_title(self.name, self.queues, paused=self.signals.paused))
 
-    # -- idle: the leader token, reserves, waits ----------------------------------------------
-    def _await_turn(self) -> bool:
-        """Wait, without Redis, for the idle-leader token or a hand-off; False if a signal,
-        the supervisor's death or the end of the wait came first."""
-        lead = self.leadership
-        if lead is None or lead.try_take():
-            self._disconnected = False
-            return True
-        if not self._listening and not self._disconnected:
-            if self._until_quiet(lead) <= 0:
-                self._disconnect()  # (a new child of an idle worker: nothing to listen for)
-            else:  # once: the first turn as leader then needs no subscribe round trip
-                self._listening = True
-                self.waiter.ensure_subscribed()
+    def _going_idle(self) -> float:
+        """Show the loop idle; return how long it may wait (--interval, --max-duration)."""
         self.idling = True
         self._idle_title()
-        lead.want(True)
-        try:
-            deadline = time.monotonic() + min(self._recheck_after(),
-                                              max(self._time_left(), 0.005))
-            while not lead.held and not self.waiter.handed:
-                step = min(deadline - time.monotonic(), self.check_every)
-                if step <= 0:
-                    return False
-                if not self._disconnected:
-                    quiet_in = self._until_quiet(lead)
-                    if quiet_in <= 0:
-                        self._disconnect()
-                    else:
-                        step = min(step, quiet_in)
-                if self.waiter.wait_quietly(lead.notify_fd, step) or not self.should_continue():
-                    return False  # a signal, or the supervisor died: the loop acts on it
-            self._disconnected = False
+        return min(self.recheck, max(self._time_left(), 0.005))
+
+    # -- idle: the leader token, reserves, waits ----------------------------------------------
+    def _await_turn(self) -> bool:
+        """Take the idle-leader token, or wait for it or a hand-off (False: interrupted)."""
+        lead = self.leadership
+        if lead is None or lead.try_take():
             return True
-        finally:
-            lead.want(False)  # the token, if it comes now, goes on to the next child
-
-    def _until_quiet(self, lead: Leadership) -> float:
-        """Return the seconds until the token stayed `idle_disconnect` with one leader."""
-        quiet = self.config.idle_disconnect
-        return quiet - lead.steady_for() if quiet else math.inf
-
-    def _disconnect(self) -> None:
-        """Close this child's connections until it leads (it has nothing to say or hear).
-
-        An idle connection costs Redis CPU (its cron visits each), but reopening one costs
-        minutes of that: only a child the token stayed away from for `idle_disconnect`.
-        """
-        self._disconnected = self._cold = True
-        self._listening = False  # subscribe again at the start of the next wait
-        self.waiter.disconnect()
-        self.routes.deployment.disconnect()
-        log.debug("leader unchanged for %gs: connections closed until this child leads",
-                  self.config.idle_disconnect)
-
-    def _pass_turn(self, *, soon: bool = False) -> None:
-        """Give the idle-leader token up (`soon`: a job starts; the helper unlocks it)."""
-        if self.leadership is not None:
-            self.leadership.release(soon=soon, watch=self.waiter.sockets)
+        return lead.await_turn(self._going_idle(), self.should_continue, self.check_every)
 
     def _reserve(self) -> tuple[list[Job], float | None]:
-        """Take a hand-off, else jobs held but lost, else reserve (subscribed first); also
-        return the seconds until due work when there is none.
-
-        A child that closed its connections reserves once before it subscribes, without
-        registering: a waiting job then starts after one reconnect.
-        """
-        waiter = self.waiter
-        cold, self._cold = self._cold, False
-        # (After a lost hand-off, the jobs it holds come first, once subscribed.)
-        if cold and not waiter.subscribed and not waiter.lost:
-            jobs, _ = self._reserve_once()
+        """Take a hand-off, jobs held but lost, or reserve; else the seconds until work is due."""
+        waiter, hand = self.waiter, self.hand
+        # A child that closed its connections reserves once before it subscribes: a waiting
+        # job then starts after one reconnect (after a lost hand-off: once subscribed).
+        if self.leadership is not None and self.leadership.went_cold() and not (
+                waiter.subscribed or waiter.lost):
+            jobs, _ = hand.reserve()
             if jobs:
                 return jobs, None
         waiter.ensure_subscribed()
         waiter.drain()  # (a reply read in part is read whole: NodeConnection.pump)
-        messages, client = waiter.take_handed(), waiter.hand_client
-        jobs = client.handed_jobs(messages, self.name) if messages and client else []
+        jobs = hand.handed()
         if not jobs and waiter.lost and waiter.subscribed:
             waiter.lost = False
-            jobs = self._held_jobs()  # nothing runs or is held now: any such job is lost
+            jobs = hand.reclaim()  # nothing runs or is held now: any such job is lost
         if jobs:
-            self._backoff = 0.0
             return jobs, None
-        jobs, wake = self._reserve_once()
+        jobs, wake = hand.reserve()
         if jobs and waiter.subscribed:
             # Registered as idle meanwhile, it may have been handed a job too: hold it, so
             # it goes back to waiting if this job runs long.
@@ -429,69 +359,14 @@ class JobLoop:
             self.hand.adopt_handed()
         return jobs, wake
 
-    def _plan(self) -> list[tuple[Client, list[str]]]:
-        """Return this attempt's engine calls: (shard client, its queues in order)."""
-        return [(client, queues[start:start + RESERVE_QUEUES_MAX])
-                for client, queues in self.routes.plan(self.reserver.order())
-                for start in range(0, len(queues), RESERVE_QUEUES_MAX)]
-
-    def _reserve_once(self) -> tuple[list[Job], float | None]:
-        """Reserve one job from the first shard that has one; else the next due time."""
-        jobs: list[Job] = []
-        wake: float | None = None
-        try:
-            plan = self._plan()
-            # Register for a hand-off only in the shard whose channel the waiter hears.
-            ttl = None
-            if (len(plan) == 1 and plan[0][0] is self.waiter.hand_client
-                    and self.waiter.subscribed):
-                ttl = self._recheck_after() + 1.0
-            for client, queues in plan:
-                jobs, due = client.reserve(queues, 1, self.name, wait=ttl)
-                if jobs:
-                    break
-                if due is not None:
-                    wake = due if wake is None else min(wake, due)
-        except _TRANSIENT as exc:
-            self._backoff = min(max(self._backoff * 2, 0.1), 10.0)
-            log.warning("reserve failed (%s); retrying in %.1fs", exc, self._backoff)
-            return [], self._backoff * (0.5 + random.random())  # noqa: S311
-        except QlessError as exc:
-            self._backoff = min(max(self._backoff * 2, 0.5), 10.0)
-            log.error("reserve refused (%s); retrying in %.1fs", exc, self._backoff)
-            return [], self._backoff
-        self._backoff = 0.0
-        return (jobs, None) if jobs else ([], wake)
-
-    def _recheck_after(self) -> float:
-        """Return how long an idle wait lasts at most (the safety re-check: --interval)."""
-        return min(self.config.interval, IDLE_CAP)
-
     def _idle(self, wake: float | None) -> bool:
         """Block until a wake-up, a signal, or the next due time; True if a message came."""
-        self.idling = True
-        self._idle_title()
-        timeout = min(self._recheck_after(), max(self._time_left(), 0.005))
+        timeout = self._going_idle()
         if wake is not None:  # (a lock expiring "now" reports 0 during its grace: no spin)
             timeout = min(timeout, max(wake, 0.005))
         if self.reaper is not None:
             timeout = min(timeout, max(self.reaper.seconds_left(idle=True), 0.005))
         return self.waiter.wait(timeout, self.should_continue)
-
-    def _held_jobs(self) -> list[Job]:
-        """Return the jobs this worker still holds in its shards (resume, hand-offs lost)."""
-        held: list[Job] = []
-        for client in self.routes.served():
-            try:
-                jids = client.workers[self.name]["jobs"]
-                jobs = client.jobs.get_many(*jids) if jids else []
-            except QlessError as exc:
-                log.error("could not list the jobs this worker holds: %s", exc)
-                continue
-            held += [j for j in jobs if j.state == "running" and j.worker_name == self.name]
-        if held:
-            log.info("taking back %d held job(s): %s", len(held), ", ".join(j.jid for j in held))
-        return held
 
     # -- start and end ----------------------------------------------------------------------
     def _hello(self) -> None:
@@ -506,10 +381,12 @@ class JobLoop:
 
     def _finish(self) -> None:
         """Release unstarted jobs, stop threads, deregister, run stop hooks."""
-        self._pass_turn()
+        if self.leadership is not None:
+            self.leadership.release()
         self.waiter.stop_hand_offs()
-        self._hand_back()
-        self.hand.budget.release_spare(self.hand.committed())
+        self.hand.adopt_handed()
+        self._report(self.hand.hand_back())
+        self.hand.release_spare()
         self.heartbeater.stop()
         self.waiter.close()
         for client in self.routes.served():
