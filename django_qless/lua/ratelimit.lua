@@ -56,10 +56,11 @@ Q.mod.ratelimit = function()
   local function krl(scope, name) return KP .. 'rl:' .. scope .. ':' .. name end
 
   -- Per-call state: definitions read (id -> def or false), queues whose unkeyed queue limit
-  -- is full (queue -> opening time), queues left with work after parking (queue -> true).
+  -- is full (queue -> opening time), queues left with work after parking (queue -> true),
+  -- the newest start of each log written (log -> ms).
   local function state()
     local s = ctx.rl
-    if not s then s = { defs = {}, open = {}, busy = {} }; ctx.rl = s end
+    if not s then s = { defs = {}, open = {}, busy = {}, top = {} }; ctx.rl = s end
     return s
   end
 
@@ -177,12 +178,21 @@ Q.mod.ratelimit = function()
   -- An unkeyed budget's log is one key, pruned by every look and deleted with its limit; a
   -- keyed one's logs expire a second after their last start (a key may never come back).
   -- The index of keys is pruned when a new key joins it (repeat keys cost one ZADD).
+  -- A caller's clock may lag the clock of a call that ran before it by a few milliseconds
+  -- (each worker reads its own time before its call reaches Redis): a start is recorded no
+  -- earlier than the newest in its log, so the log keeps the order the starts happened in
+  -- and a later look cannot drop one from the window early.
   function Q.rate_take(jid, budgets, now)
     local member = jid .. ' ' .. (ctx.now_text or string.format('%.17g', now))
     local t = ms(now)
-    local score = Q.int_arg(t)
+    local tops = state().top
     for _, b in ipairs(budgets) do
       local d, log, value = b[1], b[2], b[3]
+      local top = tops[log]
+      if not top then top = tonumber(rcall('ZRANGE', log, -1, -1, 'WITHSCORES')[2]) or t end
+      if t > top then top = t end
+      tops[log] = top
+      local score = Q.int_arg(top)
       rcall('ZADD', log, score, member)
       if value then
         local ttl = floor(d.period * 1000) + 1000

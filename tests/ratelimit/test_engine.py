@@ -48,6 +48,23 @@ def test_the_window_slides(lua: Any) -> None:
     assert pop(lua, 114.001) == ["j3"]
 
 
+def test_a_start_from_a_lagging_clock_is_recorded_at_the_newest_start(
+        lua: Any, r: redis.Redis) -> None:
+    # Two workers read their clocks before their calls reach Redis: the second call to run
+    # may carry the older time. Its start counts from the newer one, or the window would
+    # let a third start in 3 ms early.
+    lua("rate.set", 0, "queue", "q", 2, 10)
+    for i in range(4):
+        put(lua, 90 + i, f"j{i}")
+    assert pop(lua, 100, 1) == ["j0"]
+    assert pop(lua, 110.005, 1) == ["j1"]
+    assert pop(lua, 110.002, 1) == ["j2"]  # only j1 is in its window: admitted
+    log = r.zrange(f"{PREFIX}rl:queue:q-log", 0, -1, withscores=True)
+    assert [score for _, score in log] == [110005, 110005]
+    assert pop(lua, 120.003, 1) == []
+    assert pop(lua, 120.006, 1) == ["j3"]
+
+
 def test_a_keyed_limit_gives_each_key_its_own_budget(lua: Any, r: redis.Redis) -> None:
     lua("rate.set", 0, "queue", "q", 1, 10, "customer")
     put(lua, 81, "a1", {"customer": "A"}, priority=3)
