@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from django_qless.core.client import Client
-from django_qless.core.workers.reaper import obey
+from django_qless.core.workers.reaper import Beat
 from django_qless.core.workers.shutdown import SignalState
 from tests.worker.conftest import WorkerProcess, wait_until
 from tests.worker.jobs import ledger
@@ -124,14 +124,16 @@ def test_a_child_killed_with_its_job_turns_dead_while_its_supervisor_beats(
 def test_a_request_heard_on_the_channel_and_in_beats_is_obeyed_once() -> None:
     """A second Stop would count as a second TERM (children killed at once): obeyed once."""
     signals = SignalState()
+    beat = Beat("w", 60.0, signals, signals.request_stop)
     for _ in range(3):
-        obey("stop", "w", signals, signals.request_stop)
-    obey("quiet", "w", signals, signals.request_stop)
+        beat.obey("stop")
+    beat.obey("quiet")
     assert (signals.stop_requests, signals.graceful) == (1, False)
     quiet = SignalState()
+    quiet_beat = Beat("w", 60.0, quiet, quiet.request_stop)
     for _ in range(2):
-        obey("quiet", "w", quiet, quiet.request_stop)
-    obey("stop", "w", quiet, quiet.request_stop)  # a Stop after a Quiet still stops
+        quiet_beat.obey("quiet")
+    quiet_beat.obey("stop")  # a Stop after a Quiet still stops
     assert (quiet.stop_requests, quiet.graceful) == (1, True)
     signals.wake_pipe.close()
     quiet.wake_pipe.close()

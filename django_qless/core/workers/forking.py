@@ -17,7 +17,6 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterable
-from functools import partial
 
 import redis
 
@@ -31,9 +30,8 @@ from django_qless.core.workers.child import ChildProc, spawn_child, taken_away
 from django_qless.core.workers.hand import SharedJobPool
 from django_qless.core.workers.leadership import TokenFile
 from django_qless.core.workers.proctitle import set_title, stop_note, supervisor_title
-from django_qless.core.workers.reaper import Beat, obey
+from django_qless.core.workers.reaper import Beat
 from django_qless.core.workers.runner import WorkerHooks, WorkerHooksProtocol, child_extra
-from django_qless.core.workers.serial import beat_state
 from django_qless.core.workers.shards import Deployment, ShardFollower, served_clients
 from django_qless.core.workers.shutdown import ExitCode, SignalState
 
@@ -71,11 +69,9 @@ class ForkingWorker:
         self._shutdown_deadline = self._title_at = self._status_at = self._reap_at = 0.0
         # SIGCHLD seen (else waitpid for each child once a second, not on every wake-up).
         self._child_exited = True
-        self.obey = partial(obey, name=self.name, signals=self.signals,
-                            request_stop=self.signals.request_stop)
         self.reaper = config.make_reaper(self.name)
-        self.reaper.beat = Beat(self.name, config.beat, partial(beat_state, self.signals),
-                                self.obey, members=self._names)
+        self.beat = self.reaper.beat = Beat(self.name, config.beat, self.signals,
+                                            self.signals.request_stop, members=self._names)
         self.pool = SharedJobPool(config.max_jobs) if config.max_jobs else None  # (for all)
         self.leader_token: TokenFile | None = None  # (leadership.py)
         self.health = HealthFile(config.health_file, self.name) if config.health_file else None
@@ -156,7 +152,7 @@ class ForkingWorker:
             if child is None:
                 continue
             if event in REQUESTS:
-                self.obey(str(event))  # (a child's name stands for its whole worker)
+                self.beat.obey(str(event))  # (a child's name stands for its whole worker)
             elif event in ABORT_EVENTS and isinstance(jid, str) and jid == child.jid:
                 log.warning("child %s: %s for job %s; killing it", child.name, event, jid,
                             extra=child_extra(child))

@@ -18,8 +18,7 @@ if TYPE_CHECKING:
     from django_qless.core.workers.shards import Deployment
     from django_qless.core.workers.shutdown import SignalState
 
-__all__ = ["BEAT_SHARE", "CONFIG_MAX_AGE", "IDLE_PERIOD", "Beat", "LeaseReaper", "obey",
-           "reap_period"]
+__all__ = ["BEAT_SHARE", "CONFIG_MAX_AGE", "IDLE_PERIOD", "Beat", "LeaseReaper", "reap_period"]
 
 log = logging.getLogger("django_qless.worker")
 
@@ -38,8 +37,8 @@ class Beat:
 
     group: str
     seconds: float
-    state: Callable[[], str]  # "live" or "draining" (finishing its jobs)
-    on_request: Callable[[str], None]  # an operator asked for "quiet" or "stop"
+    signals: SignalState  # its state: "draining" once asked to finish its jobs, else "live"
+    request_stop: Callable[[bool], None]  # how an operator's request is obeyed
     members: Callable[[], Sequence[str]] = tuple  # the other names it beats for (children)
     started: bool = False  # the first beat (state "start") went through
     sent: tuple[str, ...] | None = None  # the members the engine holds (None: send them)
@@ -50,7 +49,7 @@ class Beat:
         members = tuple(self.members())
         # (unchanged members are not sent again: the engine keeps them)
         send = None if members == self.sent and self.started else members
-        state = self.state() if self.started else "start"
+        state = ("draining" if self.signals.graceful else "live") if self.started else "start"
         jids: list[str] = []
         requests = set()
         lost = False
@@ -63,19 +62,19 @@ class Beat:
         self.started = True
         self.at = now
         for request in sorted(requests - {""}, key=("stop", "quiet").index):
-            self.on_request(request)  # (a stop wins over a quiet)
+            self.obey(request)  # (a stop wins over a quiet)
         return jids
 
-
-def obey(action: str, name: str, signals: SignalState,
-         request_stop: Callable[[bool], None]) -> None:
-    """Act once on an operator's quiet (as QUIT) or stop (as TERM) request."""
-    if signals.stop_requests or (action == "quiet" and signals.graceful):
-        return
-    quiet = action == "quiet"
-    log.warning("%s: asked from the console to %s", name,
-                "be quiet: finishing running jobs" if quiet else "stop: releasing running jobs")
-    request_stop(quiet)
+    def obey(self, action: str) -> None:
+        """Act once on an operator's quiet (as QUIT) or stop (as TERM) request."""
+        signals = self.signals
+        if signals.stop_requests or (action == "quiet" and signals.graceful):
+            return
+        quiet = action == "quiet"
+        log.warning("%s: asked from the console to %s", self.group,
+                    "be quiet: finishing running jobs" if quiet else
+                    "stop: releasing running jobs")
+        self.request_stop(quiet)
 
 
 def reap_period(settings: dict[str, Any]) -> float:

@@ -24,7 +24,7 @@ from django_qless.core.workers.channels import (
 )
 from django_qless.core.workers.hand import release_job
 from django_qless.core.workers.loop import JobLoop
-from django_qless.core.workers.reaper import Beat, obey
+from django_qless.core.workers.reaper import Beat
 from django_qless.core.workers.runner import (
     Outcome,
     WorkerHooks,
@@ -39,14 +39,9 @@ from django_qless.core.workers.shutdown import ExitCode, SignalState
 if TYPE_CHECKING:
     from django_qless.core.job import Job
 
-__all__ = ["SerialWorker", "beat_state"]
+__all__ = ["SerialWorker"]
 
 log = logging.getLogger("django_qless.worker")
-
-
-def beat_state(signals: SignalState) -> str:
-    """Return the state a worker's beats report: `draining` (finishing its jobs) or `live`."""
-    return "draining" if signals.graceful else "live"
 
 
 class SerialWorker(JobLoop):
@@ -72,10 +67,9 @@ class SerialWorker(JobLoop):
                                    holders=lambda: (name,)).clients
         self.listener = WorkerChannelListener(follow, self._on_channel_event,
                                               on_reconnect=self._recheck_current)
-        self.obey = partial(obey, name=name, signals=self.signals, request_stop=self.request_stop)
+        self.beat = Beat(name, config.beat, self.signals, self.request_stop)
         if self.reaper is not None:
-            self.reaper.beat = Beat(name, config.beat, partial(beat_state, self.signals),
-                                    self.obey)
+            self.reaper.beat = self.beat
         self.unreleased = 0
         self.heard = HeardAborts()  # (written by the listener thread, read at a job's start)
 
@@ -140,7 +134,7 @@ class SerialWorker(JobLoop):
         """Listener thread: obey a console request; abort the job an abort event names."""
         event, jid = payload.get("event"), payload.get("jid")
         if event in REQUESTS:
-            self.obey(str(event))
+            self.beat.obey(str(event))
         elif event in ABORT_EVENTS and isinstance(jid, str):
             current = self.current
             if current is not None and jid == current.jid and self.guard.abort("lock_lost"):
