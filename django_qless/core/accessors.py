@@ -11,6 +11,7 @@ from .queue import Queue, with_throttled
 from .serialization import (
     as_list,
     check_int,
+    check_jid,
     check_name,
     check_number,
     check_text,
@@ -192,6 +193,41 @@ class Workers:
         """Forget workers (their job sets stay until the locks expire)."""
         if names:
             self._client.call("worker.deregister", *(check_worker(n) for n in names))
+
+    def release(self, jid: str, worker: str) -> None:
+        """Put job `jid`, held by `worker`, back to waiting without spending a retry; raises
+        LostLockError (or JobNotFound) when `worker` no longer holds it."""
+        self._client.call("release", check_jid(jid), check_worker(worker))
+
+    def hold_jobs(self, names: Iterable[str]) -> bool:
+        """Tell whether any of the workers `names` holds a job here."""
+        keys = [self._client.keyspace.key(f"w:{check_worker(n)}:jobs") for n in names]
+
+        def read(conn: Any) -> list[Any]:
+            pipe = conn.pipeline(transaction=False)
+            for key in keys:
+                pipe.zcard(key)
+            return list(pipe.execute())
+
+        return bool(keys) and any(int(n) for n in self._client.read(read))
+
+    def still_hold(self, attempts: Sequence[tuple[str, str, str]]) -> list[bool]:
+        """Tell, for each (jid, worker, attempt token), whether that worker's attempt still
+        holds the job or is the one that settled it."""
+        keyspace = self._client.keyspace
+
+        def read(conn: Any) -> list[Any]:
+            pipe = conn.pipeline(transaction=False)
+            for jid, _, _ in attempts:
+                pipe.hmget(keyspace.key(f"j:{jid}"), ["state", "worker", "done"])
+            return list(pipe.execute())
+
+        rows = self._client.read(read) if attempts else []
+        held = []
+        for (_, worker, token), (state, holder, done) in zip(attempts, rows, strict=True):
+            settled = bool(token) and str(done or "").startswith(f"{token} ")
+            held.append((state == "running" and holder == worker) or settled)
+        return held
 
 
 def _number(value: Any) -> float | None:

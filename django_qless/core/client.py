@@ -248,6 +248,10 @@ class Client:
         """Return the client holding `queue`: this one."""
         return self
 
+    def serving(self, queue: str) -> list[Client]:
+        """Return the clients to take `queue`'s jobs from: this one."""
+        return [self]
+
     def throttle_client(self, tid: str, *, queue: str | None = None) -> Client:
         """Return the client holding named throttle `tid`: this one."""
         return self

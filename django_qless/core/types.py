@@ -44,6 +44,10 @@ class QlessClient(Protocol):
         """Return the ``Client`` of the keyspace holding `queue`."""
         ...
 
+    def serving(self, queue: str) -> list[Client]:
+        """Return the ``Client``s to take `queue`'s jobs from (two while it moves shards)."""
+        ...
+
     def throttle_client(self, tid: str, *, queue: str | None = None) -> Client:
         """Return the ``Client`` of the keyspace holding throttle `tid`."""
         ...

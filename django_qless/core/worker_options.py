@@ -26,8 +26,8 @@ from django_qless.core.client import Client
 from django_qless.core.registry import Middleware, Registry, default_registry
 
 if TYPE_CHECKING:
-    from django_qless.core.workers.reaper import LeaseReaper
-    from django_qless.core.workers.shards import Deployment
+    from django_qless.core.types import QlessClient
+    from django_qless.core.upkeep import LeaseReaper
 
 __all__ = ["OPTIONS", "RESERVERS", "OptionSpec", "WorkerConfig", "add_options",
            "default_worker_name", "integer", "non_negative_int", "number", "option",
@@ -322,7 +322,7 @@ class WorkerConfig:
     # Builds the connection instead of `url` (Sentinel, client certificates, a cluster, ...),
     # after fork in every process that needs one: a redis.Redis with decode_responses=True, a
     # core Client or a ShardedClient, with the factory's socket timeouts.
-    connect: Callable[[], redis.Redis | Deployment] | None = field(
+    connect: Callable[[], redis.Redis | QlessClient] | None = field(
         default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -368,18 +368,11 @@ class WorkerConfig:
 
     def make_client(
         self, *, worker_name: str | None = None, socket_timeout: float | None = -1.0
-    ) -> Deployment:
+    ) -> QlessClient:
         """Return a new Client, or a ShardedClient with `cluster` (socket_timeout -1: ours)."""
         if self.connect is not None:
             made = self.connect()
-            if isinstance(made, Client):
-                return made
-            if not isinstance(made, redis.Redis):  # (only a cluster's factory gets here)
-                from django_qless.core.cluster.sharded import ShardedClient
-
-                if isinstance(made, ShardedClient):
-                    return made
-            return Client(made, worker_name=worker_name)
+            return Client(made, worker_name=worker_name) if isinstance(made, redis.Redis) else made
         timeout = self.socket_timeout if socket_timeout == -1.0 else socket_timeout
         if self.cluster:
             from django_qless.core.cluster.sharded import ShardedClient
@@ -390,7 +383,7 @@ class WorkerConfig:
 
     def make_reaper(self, worker_name: str) -> LeaseReaper:
         """Return the lease reaper of a supervisor or serial worker (reap_interval 0: beats)."""
-        from django_qless.core.workers.reaper import LeaseReaper  # (the worker imports us)
+        from django_qless.core.upkeep import LeaseReaper  # (loaded once a worker starts)
 
         # Its own connection with a short timeout: a silent Redis must not stall the caller.
         return LeaseReaper(

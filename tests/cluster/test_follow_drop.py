@@ -1,5 +1,5 @@
 """A worker stops listening in a shard its queue moved away from (ShardFollower,
-core/workers/shards.py), once no job of its own runs there: real `--cluster` workers,
+core/cluster/follow.py), once no job of its own runs there: real `--cluster` workers,
 serial and forking, and a real QueueMove."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from django_qless.core import Client, Job, JobNotFound, Queue
+from django_qless.core import Client, Job, JobNotFound, LostLockError, Queue
 from tests.core.conftest import FakeClock
 
 
@@ -71,6 +71,28 @@ def test_workers(client: Client, q: Queue) -> None:
     assert client.workers["ghost"] == {"jobs": [], "stalled": []}
     client.workers.deregister("w1")
     assert client.workers.counts == []
+
+
+def test_what_a_worker_holds(client: Client, q: Queue) -> None:
+    """release, hold_jobs and still_hold answer for one attempt, by its token."""
+    q.put("K", {}, jid="a")
+    q.put("K", {}, jid="b")
+    first, second = q.pop(2)
+    assert client.workers.hold_jobs(["ghost", "w1"]) is True
+    assert client.workers.hold_jobs(["ghost"]) is False
+    assert client.workers.hold_jobs([]) is False
+    attempt = (first.jid, "w1", first.attempt_token)
+    assert client.workers.still_hold([attempt, (second.jid, "ghost", "")]) == [True, False]
+    first.complete()  # settled by this attempt: still its own
+    assert client.workers.still_hold([attempt]) == [True]
+    assert client.workers.still_hold([(first.jid, "w1", "another")]) == [False]
+    client.workers.release(second.jid, "w1")
+    assert client.jobs[second.jid].state == "waiting"
+    assert client.workers.hold_jobs(["w1"]) is False
+    with pytest.raises(LostLockError):
+        client.workers.release(second.jid, "w1")
+    assert client.workers.still_hold([]) == []
+    assert client.serving("any") == [client]
 
 
 def test_config_mapping(client: Client) -> None:

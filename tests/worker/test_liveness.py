@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from django_qless.core.client import Client
-from django_qless.core.workers.reaper import Beat
+from django_qless.core.workers.heartbeat import Beat
 from django_qless.core.workers.shutdown import SignalState
 from tests.worker.conftest import WorkerProcess, wait_until
 from tests.worker.jobs import ledger

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from django_qless.core.client import Client
+from django_qless.core.upkeep import LeaseReaper, reap_period
 from django_qless.core.worker_options import WorkerConfig
-from django_qless.core.workers.reaper import LeaseReaper, reap_period
 from tests.worker.conftest import wait_until
 
 pytestmark = pytest.mark.timeout(60)

@@ -11,7 +11,7 @@ import redis
 
 from django_qless.core.client import Client
 from django_qless.core.scheduling import schedules
-from django_qless.core.workers.reaper import CONFIG_MAX_AGE, LeaseReaper
+from django_qless.core.upkeep import CONFIG_MAX_AGE, LeaseReaper
 from tests.worker.conftest import wait_until
 from tests.worker.test_reaper import FakeClock
 

@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from ..exceptions import InvalidArgument
 from ..serialization import (
@@ -34,6 +34,7 @@ from .cron import check_cron, check_timezone, due_ticks, next_ticks
 
 if TYPE_CHECKING:
     from ..client import Client
+    from ..types import QlessClient
 
 __all__ = ["MISSED", "CronSchedule", "ScheduleState", "Schedules", "SyncReport",
            "keep_schedules", "move_schedule"]
@@ -47,13 +48,6 @@ TICKS = 64
 # Seconds between two top-ups by one worker process (a `* * * * *` schedule has 32 min left).
 KEEP_EVERY = 300.0
 _STATUS = {0: "unchanged", 1: "created", 2: "changed"}
-
-
-class _Deployment(Protocol):
-    """One keyspace (Client) or a cluster's shards (ShardedClient)."""
-
-    def clients(self) -> list[Client]: ...
-    def for_queue(self, queue: str) -> Client: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +160,7 @@ class SyncReport:
 class Schedules:
     """The cron schedules of a deployment (`client.schedules`)."""
 
-    def __init__(self, client: _Deployment) -> None:
+    def __init__(self, client: QlessClient) -> None:
         self._client = client
 
     def register(self, name: str, klass: str | type, **options: Any) -> str:
@@ -306,7 +300,7 @@ def _names(client: Client, due: float | None = None) -> Sequence[str]:
 _kept_at: list[float] = []  # when this process last topped up (monotonic), if it has
 
 
-def keep_schedules(deployment: _Deployment) -> None:
+def keep_schedules(deployment: QlessClient) -> None:
     """Top up the ticks of schedules running low, at most every KEEP_EVERY seconds per
     process (a worker's periodic work calls it); log errors, never raise them."""
     now = time.monotonic()

@@ -23,12 +23,9 @@ from django_qless.core.engine.pubsub import (
 )
 
 if TYPE_CHECKING:
-    import redis
-
     from django_qless.core.client import Client
 
-__all__ = ["ABORT_EVENTS", "ChildChannels", "HeardAborts", "Link", "WorkerChannelListener",
-           "attempts_still_owned"]
+__all__ = ["ABORT_EVENTS", "ChildChannels", "HeardAborts", "Link", "WorkerChannelListener"]
 
 log = logging.getLogger("django_qless.worker")
 
@@ -47,24 +44,6 @@ _CONFIRM_WITHIN = 5.0
 _LATE_START = 2.0
 
 Event = tuple[str, dict[str, Any]]
-
-
-def attempts_still_owned(client: Client, attempts: Sequence[tuple[str, str, str]]) -> list[bool]:
-    """Tell, for each (jid, worker, token), whether that pop still holds or ended the job."""
-    keyspace = client.keyspace
-
-    def read(conn: redis.Redis) -> list[Any]:
-        pipe = conn.pipeline(transaction=False)
-        for jid, _, _ in attempts:
-            pipe.hmget(keyspace.key(f"j:{jid}"), ["state", "worker", "done"])
-        return list(pipe.execute())
-
-    rows = client.read(read) if attempts else []
-    owned = []
-    for (_, worker, token), (state, holder, done) in zip(attempts, rows, strict=True):
-        settled = bool(token) and str(done or "").startswith(f"{token} ")
-        owned.append((state == "running" and holder == worker) or settled)
-    return owned
 
 
 class HeardAborts:

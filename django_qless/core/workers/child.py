@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from django_qless.core.exceptions import QlessConnectionError, QlessError
 from django_qless.core.worker_options import WorkerConfig, default_worker_name
-from django_qless.core.workers.channels import HeardAborts, attempts_still_owned
+from django_qless.core.workers.channels import HeardAborts
 from django_qless.core.workers.hand import SharedJobPool, release_job
 from django_qless.core.workers.loop import JobLoop
 from django_qless.core.workers.runner import Outcome, stopped_failure
@@ -34,8 +34,8 @@ from django_qless.core.workers.shutdown import ExitCode, SignalState, reset_chil
 if TYPE_CHECKING:
     from django_qless.core.client import Client
     from django_qless.core.job import Job
+    from django_qless.core.types import QlessClient
     from django_qless.core.workers.forking import ForkingWorker
-    from django_qless.core.workers.shards import Deployment
 
 __all__ = ["ChildProc", "ForkChild", "parse_status_line", "set_parent_death_signal",
            "spawn_child", "status_line", "taken_away"]
@@ -196,7 +196,7 @@ class ChildProc:
         self.go_fd = -1
 
 
-def taken_away(client: Deployment, children: Iterable[ChildProc]) -> list[tuple[ChildProc, str]]:
+def taken_away(client: QlessClient, children: Iterable[ChildProc]) -> list[tuple[ChildProc, str]]:
     """Return the (child, jid) whose running attempt Redis no longer gives to the child."""
     by_shard: dict[Client, list[ChildProc]] = {}
     for c in children:
@@ -204,8 +204,8 @@ def taken_away(client: Deployment, children: Iterable[ChildProc]) -> list[tuple[
             by_shard.setdefault(client.for_queue(c.queue or ""), []).append(c)
     lost: list[tuple[ChildProc, str]] = []
     for shard, running in by_shard.items():
-        owned = attempts_still_owned(shard, [(c.jid or "", c.name, c.token or "")
-                                             for c in running])
+        owned = shard.workers.still_hold([(c.jid or "", c.name, c.token or "")
+                                          for c in running])
         lost += [(c, c.jid or "") for c, mine in zip(running, owned, strict=True) if not mine]
     return lost
 

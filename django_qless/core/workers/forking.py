@@ -16,24 +16,28 @@ import signal
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 import redis
 
 from django_qless.core.accessors import REQUESTS
-from django_qless.core.client import Client
 from django_qless.core.exceptions import QlessConnectionError, QlessError
 from django_qless.core.probe import HealthFile, state_of
+from django_qless.core.types import QlessClient
 from django_qless.core.worker_options import WorkerConfig, default_worker_name
 from django_qless.core.workers.channels import ABORT_EVENTS, ChildChannels
 from django_qless.core.workers.child import ChildProc, spawn_child, taken_away
 from django_qless.core.workers.hand import SharedJobPool
+from django_qless.core.workers.heartbeat import Beat
 from django_qless.core.workers.leadership import TokenFile
 from django_qless.core.workers.proctitle import set_title, stop_note, supervisor_title
-from django_qless.core.workers.reaper import Beat
 from django_qless.core.workers.runner import WorkerHooks, WorkerHooksProtocol, child_extra
-from django_qless.core.workers.shards import Deployment, ShardFollower, served_clients
+from django_qless.core.workers.shards import followed_shards, served_clients
 from django_qless.core.workers.shutdown import ExitCode, SignalState
+
+if TYPE_CHECKING:
+    from django_qless.core.client import Client
 
 __all__ = ["ForkingWorker"]
 
@@ -54,10 +58,10 @@ class ForkingWorker:
         self.name = config.name or default_worker_name()
         self.wanted = config.process_count
         self.signals = SignalState(term_grace=config.term_grace)
-        self.client: Deployment  # (both made as it starts to run)
+        self.client: QlessClient  # (these three made as it starts to run)
         self.channels: ChildChannels
-        self._follower: ShardFollower | None = None
-        self._releaser: Deployment | None = None  # disposes of dead children's jobs
+        self._follow: Callable[[], list[Client]]
+        self._releaser: QlessClient | None = None  # disposes of dead children's jobs
         self.children: dict[int, ChildProc] = {}
         # Each free slot: when it may start a child, and its quick deaths in a row.
         self.free = {slot: (0.0, 0) for slot in range(self.wanted)}
@@ -85,9 +89,8 @@ class ForkingWorker:
             self.leader_token = TokenFile(tempfile.mkdtemp(prefix="django-qless-"))
         self.channels = ChildChannels(served_clients(self.client, self.config.queues),
                                       _BUSY_PING, rest_after=self.config.idle_disconnect)
-        if not isinstance(self.client, Client):  # queues may move between shards
-            self._follower = ShardFollower(self.client, self.config.queues,
-                                           self.config.queue_refresh, holders=self._names)
+        self._follow = followed_shards(self.client, self.config.queues,
+                                       self.config.queue_refresh, holders=self._names)
         self.reaper.reap(beat_only=True)
         resume = self.config.resume
         try:
@@ -162,8 +165,7 @@ class ForkingWorker:
         if any(c.unsure for c in self.children.values()) and not self.channels.confirming():
             self._recheck_running_jobs(only_unsure=True)
         try:  # (hear `w:<child>` in the shards the served queues moved to)
-            if self._follower is not None:
-                self.channels.follow(self._follower.clients())
+            self.channels.follow(self._follow())
         except (QlessError, redis.RedisError, OSError) as exc:
             log.warning("could not look up the queues' shards (%s)", exc)
 
@@ -276,7 +278,7 @@ class ForkingWorker:
             else:
                 log.error("could not dispose of child %s's job: %s", child.name, exc)
 
-    def _release_client(self) -> Deployment:
+    def _release_client(self) -> QlessClient:
         """Return the disposing client: a short timeout, so a silent Redis cannot hold a stop."""
         if self._releaser is None:
             timeout = min(5.0, max(0.5, self.config.shutdown_grace / 2))
@@ -350,7 +352,7 @@ class ForkingWorker:
             self.signals.request_stop(graceful=True)
 
     def _reap_leases(self) -> None:
-        """Beat and recover expired leases (reaper.py); idle, ping less and close the pubsub
+        """Beat and recover expired leases (core/upkeep.py); idle, ping less and close the pubsub
         connections after --idle-disconnect (an idle worker costs Redis next to nothing)."""
         idle = not any(child.jid for child in self.children.values())
         self.channels.health_check_interval = _IDLE_PING if idle else _BUSY_PING

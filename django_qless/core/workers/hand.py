@@ -23,7 +23,6 @@ from django_qless.core.exceptions import (
     ScriptError,
 )
 from django_qless.core.hotpath import RESERVE_QUEUES_MAX
-from django_qless.core.serialization import check_jid, check_worker
 from django_qless.core.workers.runner import LOST, Outcome, fail_job, log_job
 
 if TYPE_CHECKING:
@@ -86,7 +85,7 @@ class SharedJobPool:
 def release_job(client: Client, jid: str, worker: str) -> bool:
     """Put a job held by `worker` back to waiting, spending no retry (False: not its own)."""
     try:
-        client.call("release", check_jid(jid), check_worker(worker))
+        client.workers.release(jid, worker)
     except LOST:
         return False
     log.info("job %s released back to waiting", jid)

@@ -1,11 +1,14 @@
-"""The heartbeat thread: renew the running job's lease, and time its limits."""
+"""The heartbeats: the thread renewing the running job's lease and timing its limits, and
+the worker's own `Beat`, which tells the engine (and the console) that it is alive."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
 
 from django_qless.core.engine.pubsub import block_async_signals
 from django_qless.core.exceptions import InvalidArgument
@@ -14,8 +17,9 @@ from django_qless.core.workers.runner import LOST, log_job
 
 if TYPE_CHECKING:
     from django_qless.core.job import Job
+    from django_qless.core.workers.shutdown import SignalState
 
-__all__ = ["LONG_AFTER", "Heartbeater", "Watcher"]
+__all__ = ["LONG_AFTER", "Beat", "Heartbeater", "Watcher"]
 
 log = logging.getLogger("django_qless.worker")
 
@@ -147,3 +151,49 @@ def _period(job: Job) -> float:
     except Exception:
         lifetime = 60.0
     return max(0.2, lifetime / 3.0)
+
+
+@dataclass
+class Beat:
+    """What the reaper's calls say for a worker's group of names, every `seconds` at most."""
+
+    group: str
+    seconds: float
+    signals: SignalState  # its state: "draining" once asked to finish its jobs, else "live"
+    request_stop: Callable[[bool], None]  # how an operator's request is obeyed
+    members: Callable[[], Sequence[str]] = tuple  # the other names it beats for (children)
+    started: bool = False  # the first beat (state "start") went through
+    sent: tuple[str, ...] | None = None  # the members the engine holds (None: send them)
+    at: float = field(default_factory=time.monotonic)  # when the last beat went through
+
+    def send(self, clients: Sequence[Any], reap: bool, now: float) -> list[str]:
+        """Beat (with the reap) on every shard, then act on an operator's request."""
+        members = tuple(self.members())
+        # (unchanged members are not sent again: the engine keeps them)
+        send = None if members == self.sent and self.started else members
+        state = ("draining" if self.signals.graceful else "live") if self.started else "start"
+        jids: list[str] = []
+        requests = set()
+        lost = False
+        for client in clients:
+            reply = client.workers.beat(self.group, state, members=send, reap=reap)
+            jids += reply.reaped
+            requests.add(reply.request)
+            lost = lost or reply.members_lost
+        self.sent = None if lost else members  # (lost: sent again with the next beat)
+        self.started = True
+        self.at = now
+        for request in sorted(requests - {""}, key=("stop", "quiet").index):
+            self.obey(request)  # (a stop wins over a quiet)
+        return jids
+
+    def obey(self, action: str) -> None:
+        """Act once on an operator's quiet (as QUIT) or stop (as TERM) request."""
+        signals = self.signals
+        if signals.stop_requests or (action == "quiet" and signals.graceful):
+            return
+        quiet = action == "quiet"
+        log.warning("%s: asked from the console to %s", self.group,
+                    "be quiet: finishing running jobs" if quiet else
+                    "stop: releasing running jobs")
+        self.request_stop(quiet)

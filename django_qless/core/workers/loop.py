@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 
 from django_qless.core.exceptions import QlessError, SoftTimeLimitExceeded
 from django_qless.core.registry import NO_LIMITS
+from django_qless.core.upkeep import LeaseReaper
 from django_qless.core.worker_options import WorkerConfig
 from django_qless.core.workers.hand import JobHand, Settled, SharedJobPool
 from django_qless.core.workers.heartbeat import Heartbeater
-from django_qless.core.workers.reaper import LeaseReaper
 from django_qless.core.workers.runner import (
     JobRunner,
     Outcome,
@@ -26,7 +26,6 @@ from django_qless.core.workers.runner import (
     log_job,
 )
 from django_qless.core.workers.shards import (
-    Deployment,
     QueueRoutes,
     QueueSelection,
     Reserver,
@@ -65,7 +64,7 @@ class JobLoop:
         self.group = name  # whose beats show this loop alive (a child: its supervisor's name)
         self.signals = signals
         self.resume = resume
-        self.client: Deployment = config.make_client(worker_name=name)
+        self.client = config.make_client(worker_name=name)
         selection = QueueSelection(config.queues, known_queues(self.client),
                                    refresh=config.queue_refresh)
         self.routes = QueueRoutes(self.client, selection, refresh=config.queue_refresh)

@@ -8,23 +8,19 @@ from __future__ import annotations
 
 import logging
 import signal
-from collections.abc import Callable, Sequence
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from django_qless.core.accessors import REQUESTS
-from django_qless.core.client import Client
 from django_qless.core.exceptions import QlessError
 from django_qless.core.worker_options import WorkerConfig, default_worker_name
 from django_qless.core.workers.channels import (
     ABORT_EVENTS,
     HeardAborts,
     WorkerChannelListener,
-    attempts_still_owned,
 )
 from django_qless.core.workers.hand import release_job
+from django_qless.core.workers.heartbeat import Beat
 from django_qless.core.workers.loop import JobLoop
-from django_qless.core.workers.reaper import Beat
 from django_qless.core.workers.runner import (
     Outcome,
     WorkerHooks,
@@ -33,7 +29,7 @@ from django_qless.core.workers.runner import (
     log_job,
     stopped_failure,
 )
-from django_qless.core.workers.shards import ShardFollower, served_clients
+from django_qless.core.workers.shards import followed_shards
 from django_qless.core.workers.shutdown import ExitCode, SignalState
 
 if TYPE_CHECKING:
@@ -59,12 +55,8 @@ class SerialWorker(JobLoop):
         self.install_signals = install_signals
         # One listener thread hears `w:<worker>` in every shard served (a job's events come
         # on its own shard's channel), following the queues to the shards they move to.
-        follow: Callable[[], Sequence[Client]]
-        if isinstance(self.client, Client):
-            follow = partial(served_clients, self.client, config.queues)
-        else:  # (its own routes: the listener thread asks, not the job thread)
-            follow = ShardFollower(self.client, config.queues, config.queue_refresh,
-                                   holders=lambda: (name,)).clients
+        follow = followed_shards(self.client, config.queues, config.queue_refresh,
+                                 holders=lambda: (name,))
         self.listener = WorkerChannelListener(follow, self._on_channel_event,
                                               on_reconnect=self._recheck_current)
         self.beat = Beat(name, config.beat, self.signals, self.request_stop)
@@ -163,8 +155,8 @@ class SerialWorker(JobLoop):
     def _taken(self, job: Job) -> bool:
         """Tell whether Redis no longer gives `job` to this worker's attempt (nor settled it)."""
         try:
-            return not attempts_still_owned(job.client,
-                                             [(job.jid, self.name, job.attempt_token)])[0]
+            return not job.client.workers.still_hold([(job.jid, self.name,
+                                                       job.attempt_token)])[0]
         except QlessError as exc:
             log.warning("job %s: could not check it in Redis (%s)", job.jid, exc)
             return False  # (its heartbeat will tell)

@@ -8,26 +8,19 @@ reserve makes one engine call per shard (docs/worker.md, "Serving queues in seve
 from __future__ import annotations
 
 import fnmatch
-import logging
 import random
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, TypeAlias
-
-from django_qless.core.client import Client
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    # (Imported only by a worker given a cluster: one server needs no shard module.)
-    from django_qless.core.cluster.sharded import ShardedClient
+    from django_qless.core.client import Client
+    from django_qless.core.types import QlessClient
 
-__all__ = ["Deployment", "QueueRoutes", "QueueSelection", "Reserver", "ShardFollower", "is_pattern",
+__all__ = ["QueueRoutes", "QueueSelection", "Reserver", "followed_shards", "is_pattern",
            "known_queues", "served_clients"]
 
-log = logging.getLogger("django_qless.worker")
-
-#: What a worker is given: one keyspace, or queues placed over a cluster's shards.
-Deployment: TypeAlias = "Client | ShardedClient"
-Groups = list[tuple[Client, list[str]]]
+Groups = list[tuple["Client", list[str]]]
 
 
 def is_pattern(spec: str) -> bool:
@@ -97,10 +90,8 @@ class Reserver:
         return self._order(names, start)
 
 
-def served_clients(deployment: Deployment, specs: Sequence[str]) -> list[Client]:
+def served_clients(deployment: QlessClient, specs: Sequence[str]) -> list[Client]:
     """Return the clients of the shards `specs` can take jobs from (a pattern: every shard)."""
-    if isinstance(deployment, Client):
-        return [deployment]
     if any(map(is_pattern, specs)):
         return deployment.clients()
     found: dict[str | None, Client] = {}
@@ -110,17 +101,28 @@ def served_clients(deployment: Deployment, specs: Sequence[str]) -> list[Client]
     return list(found.values())
 
 
-def known_queues(deployment: Deployment) -> Callable[[], list[str]]:
+def known_queues(deployment: QlessClient) -> Callable[[], list[str]]:
     """Return a function listing the queues known in every shard (patterns expand on it)."""
-    if isinstance(deployment, Client):
-        return lambda: deployment.queues.names()  # (client.queues made when patterns expand)
     return lambda: sorted({q for c in deployment.clients() for q in c.queues.names()})
+
+
+def followed_shards(deployment: QlessClient, specs: Sequence[str], refresh: float,
+                    holders: Callable[[], Iterable[str]]) -> Callable[[], list[Client]]:
+    """Return a function naming the shards whose worker channels the worker must hear."""
+    served = served_clients(deployment, specs)
+    if len(deployment.clients()) == 1:
+        return lambda: served
+    # (Loaded only for a cluster: its queues may move between shards.)
+    from django_qless.core.cluster.follow import ShardFollower
+
+    return ShardFollower(QueueRoutes(deployment, QueueSelection(
+        specs, known_queues(deployment), refresh=refresh), refresh=refresh), holders).clients
 
 
 class QueueRoutes:
     """The selected queues with the client of the shard holding each (cached a while)."""
 
-    def __init__(self, deployment: Deployment, selection: QueueSelection,
+    def __init__(self, deployment: QlessClient, selection: QueueSelection,
                  refresh: float = 10.0) -> None:
         self.deployment = deployment
         self.selection = selection
@@ -146,8 +148,6 @@ class QueueRoutes:
     def clients_of(self, queue: str) -> list[Client]:
         """Return the clients of the shards to reserve `queue` from: the one holding it, or
         while the queue is being moved, the source's and the target's (docs/scaling.md)."""
-        if isinstance(self.deployment, Client):
-            return [self.deployment]
         if (now := time.monotonic()) >= self._expires:
             self._clients = {}  # a queue may have moved to another shard: look again
             self._expires = now + self._refresh
@@ -171,59 +171,3 @@ class QueueRoutes:
             self._seen = seen
             self.version += 1
         return groups
-
-
-class ShardFollower(QueueRoutes):
-    """The shards whose worker channels a worker must hear: those served at start, and each
-    a served queue moved to since, until none is there nor a job of `holders()` (the
-    worker's names). With a pattern, every shard."""
-
-    def __init__(self, deployment: Deployment, specs: Sequence[str], refresh: float = 10.0,
-                 holders: Callable[[], Iterable[str]] = tuple) -> None:
-        selection = QueueSelection(specs, known_queues(deployment), refresh=refresh)
-        super().__init__(deployment, selection, refresh=refresh)
-        self._at = 0.0
-        self._holders = holders
-        # A pattern may match a queue of any shard, now or later: every shard stays.
-        self._every_shard = any(map(is_pattern, specs))
-        self._followed = {c.shard: c for c in self.served()}
-        self._kept: set[str | None] = set()  # left by every queue, kept for our jobs there
-
-    def clients(self) -> list[Client]:
-        """Return every shard followed now (looking again when a second has passed)."""
-        if (now := time.monotonic()) >= self._at:
-            self._at = now + 1.0
-            groups = self.by_shard()
-            for client, _ in groups:
-                self._followed.setdefault(client.shard, client)
-            if not self._every_shard:
-                self._drop_left({client.shard for client, _ in groups})
-        return list(self._followed.values())
-
-    def _drop_left(self, serving: set[str | None]) -> None:
-        """Drop the shards no served queue lives in, unless a job of ours is there."""
-        for shard, client in list(self._followed.items()):
-            if shard in serving:
-                self._kept.discard(shard)
-            elif not self._holds_jobs(client):
-                del self._followed[shard]
-                self._kept.discard(shard)
-                log.info("no served queue in shard %s any more: no longer listening there",
-                         shard)
-            elif shard not in self._kept:
-                self._kept.add(shard)
-                log.info("no served queue in shard %s any more; listening there until our "
-                         "jobs there end", shard)
-
-    def _holds_jobs(self, client: Client) -> bool:
-        """Tell whether one of the worker's names holds a job in `client`'s shard (a job
-        taken there before its queue moved away may still run: its notices come there)."""
-        keys = [client.keyspace.key(f"w:{name}:jobs") for name in self._holders()]
-
-        def read(conn: Any) -> list[Any]:
-            pipe = conn.pipeline(transaction=False)
-            for key in keys:
-                pipe.zcard(key)
-            return list(pipe.execute())
-
-        return bool(keys) and any(int(n) for n in client.read(read))

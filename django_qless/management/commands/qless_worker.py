@@ -20,7 +20,7 @@ from django_qless.core.worker_options import WorkerConfig, add_options, option_v
 
 if TYPE_CHECKING:
     from django_qless.core.registry import Registry
-    from django_qless.core.workers.shards import Deployment
+    from django_qless.core.types import QlessClient
 
 __all__ = ["AliasWorkerConfig", "Command", "alias_connector", "with_timeout"]
 
@@ -64,7 +64,7 @@ class AliasWorkerConfig(WorkerConfig):
         return f"{self.url} (QLESS alias {self.alias!r})"
 
     def make_client(self, *, worker_name: str | None = None,
-                    socket_timeout: float | None = -1.0) -> Deployment:
+                    socket_timeout: float | None = -1.0) -> QlessClient:
         """Return a new client; a socket timeout given here bounds the alias's own."""
         if self.settings is None or socket_timeout is None or socket_timeout == -1.0:
             return super().make_client(worker_name=worker_name)

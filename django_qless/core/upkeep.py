@@ -1,9 +1,10 @@
-"""Recover lost leases on every known queue, even queues nobody pops, and carry the beat.
+"""The keyspace's upkeep, run by a long-lived process (a worker's supervisor, or a serial
+worker): expired leases on every known queue, cron ticks running low, stranded flow gates.
 
-The engine re-offers an expired lease only when someone pops its queue, so the supervisor
-(or the serial worker) reaps every half of min(heartbeat, grace-period), clamped to [1 s,
-30 s], jittered by 20 %, at least 30 s apart while idle. The same call tops up low cron ticks
-and carries the worker's `Beat` (engine `worker.beat`): an idle worker's beat costs no call.
+The engine re-offers an expired lease only when someone pops its queue, so `LeaseReaper`
+reaps every half of min(heartbeat, grace-period), clamped to [1 s, 30 s], jittered by 20 %,
+at least 30 s apart while idle. The same call tops up low cron ticks and carries the
+process's beat (engine `worker.beat`): an idle worker's beat costs no call.
 """
 from __future__ import annotations
 
@@ -11,12 +12,10 @@ import logging
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from django_qless.core.workers.shards import Deployment
-    from django_qless.core.workers.shutdown import SignalState
+    from django_qless.core.types import QlessClient
 
 __all__ = ["BEAT_SHARE", "CONFIG_MAX_AGE", "IDLE_PERIOD", "Beat", "LeaseReaper", "reap_period"]
 
@@ -31,50 +30,15 @@ CONFIG_MAX_AGE = 300.0  # while idle, the engine config is re-read at most this 
 BEAT_SHARE = 0.65
 
 
-@dataclass
-class Beat:
-    """What the reaper's calls say for a worker's group of names, every `seconds` at most."""
+class Beat(Protocol):
+    """A process's beat, carried by the reaper's calls (the worker's `Beat`)."""
 
-    group: str
-    seconds: float
-    signals: SignalState  # its state: "draining" once asked to finish its jobs, else "live"
-    request_stop: Callable[[bool], None]  # how an operator's request is obeyed
-    members: Callable[[], Sequence[str]] = tuple  # the other names it beats for (children)
-    started: bool = False  # the first beat (state "start") went through
-    sent: tuple[str, ...] | None = None  # the members the engine holds (None: send them)
-    at: float = field(default_factory=time.monotonic)  # when the last beat went through
+    seconds: float  # at most this long between two beats
+    at: float  # when the last beat went through (monotonic)
 
     def send(self, clients: Sequence[Any], reap: bool, now: float) -> list[str]:
-        """Beat (with the reap) on every shard, then act on an operator's request."""
-        members = tuple(self.members())
-        # (unchanged members are not sent again: the engine keeps them)
-        send = None if members == self.sent and self.started else members
-        state = ("draining" if self.signals.graceful else "live") if self.started else "start"
-        jids: list[str] = []
-        requests = set()
-        lost = False
-        for client in clients:
-            reply = client.workers.beat(self.group, state, members=send, reap=reap)
-            jids += reply.reaped
-            requests.add(reply.request)
-            lost = lost or reply.members_lost
-        self.sent = None if lost else members  # (lost: sent again with the next beat)
-        self.started = True
-        self.at = now
-        for request in sorted(requests - {""}, key=("stop", "quiet").index):
-            self.obey(request)  # (a stop wins over a quiet)
-        return jids
-
-    def obey(self, action: str) -> None:
-        """Act once on an operator's quiet (as QUIT) or stop (as TERM) request."""
-        signals = self.signals
-        if signals.stop_requests or (action == "quiet" and signals.graceful):
-            return
-        quiet = action == "quiet"
-        log.warning("%s: asked from the console to %s", self.group,
-                    "be quiet: finishing running jobs" if quiet else
-                    "stop: releasing running jobs")
-        self.request_stop(quiet)
+        """Beat (with the reap: return the jids reaped) on every shard."""
+        ...
 
 
 def reap_period(settings: dict[str, Any]) -> float:
@@ -93,12 +57,12 @@ def reap_period(settings: dict[str, Any]) -> float:
 class LeaseReaper:
     """Call `Client.reap` every period (± jitter); cheap to ask whether it is due."""
 
-    def __init__(self, make_client: Callable[[], Deployment], *, period: float | None = None,
+    def __init__(self, make_client: Callable[[], QlessClient], *, period: float | None = None,
                  clock: Callable[[], float] = time.monotonic, reaps: bool = True) -> None:
         self._make_client = make_client
         self.reaps = reaps  # False: the calls only carry the beat (--reap-interval 0)
         self.beat: Beat | None = None  # set by the worker that owns the reaper
-        self._client: Deployment | None = None
+        self._client: QlessClient | None = None
         self.fixed_period = period  # None: follow the engine's config (else --reap-interval)
         self._config_at: float | None = None  # when the config was last read (clock)
         self._clock = clock
@@ -184,7 +148,7 @@ class LeaseReaper:
                      ", ".join(jids[:10]) + (" ..." if len(jids) > 10 else ""))
         return (_MIN_PERIOD if len(jids) >= _ENGINE_LIMIT else self.period), jids
 
-    def _connection(self) -> Deployment:
+    def _connection(self) -> QlessClient:
         if self._client is None:
             self._client = self._make_client()
         return self._client
