@@ -14,7 +14,7 @@ from django.db import close_old_connections, connections
 
 from django_qless import signals
 from django_qless.conf import DEFAULT_ALIAS
-from django_qless.core.workers.runner import Outcome, WorkerHooks, WorkerInfo
+from django_qless.core.workers import Outcome, WorkerHooks, WorkerInfo
 
 if TYPE_CHECKING:
     from django_qless.core.job import Job

@@ -23,7 +23,6 @@ from django_qless.core.workers.runner import (
     JobRunner,
     Outcome,
     WorkerHooks,
-    WorkerHooksProtocol,
     job_extra,
 )
 from django_qless.core.workers.shutdown import AbortGuard
@@ -88,7 +87,7 @@ def store_result(job: Job, value: Any) -> None:
         job.data[RESULT_KEY] = encoded
 
 
-def job_runner(hooks: WorkerHooksProtocol) -> JobRunner:
+def job_runner(hooks: WorkerHooks) -> JobRunner:
     """Return a runner for this process, built as a worker builds its own."""
     from django_qless.core.worker_options import WorkerConfig
     from django_qless.core.workers.runner import Sandbox

@@ -43,7 +43,7 @@ from django_qless.core.worker_options import (
     default_worker_name,
     option_values,
 )
-from django_qless.core.workers.runner import WorkerHooksProtocol
+from django_qless.core.workers.runner import WorkerHooks
 from django_qless.core.workers.shards import QueueSelection, is_pattern, known_queues
 from django_qless.core.workers.shutdown import ExitCode
 
@@ -70,7 +70,7 @@ def import_modules(names: tuple[str, ...]) -> None:
 
 
 def make_worker(
-    config: WorkerConfig, hooks: WorkerHooksProtocol | None = None
+    config: WorkerConfig, hooks: WorkerHooks | None = None
 ) -> SerialWorker | ForkingWorker:
     """Return a SerialWorker (processes=0) or a ForkingWorker, importing only that one."""
     if config.serial:
@@ -114,7 +114,7 @@ def stop_before_start() -> Iterator[None]:
 
 
 def run_worker(
-    config: WorkerConfig, hooks: WorkerHooksProtocol | None = None, out: TextIO | None = None
+    config: WorkerConfig, hooks: WorkerHooks | None = None, out: TextIO | None = None
 ) -> int:
     """Import job modules, honour print_options/dry_run, then run; return the exit code."""
     out = out or sys.stdout

@@ -15,15 +15,16 @@ from tests.app.helpers import ROOT
 MEMBERS = sorted(n for n in vars(QlessClient) if not n.startswith("_"))
 
 
-def test_the_protocol_names_what_the_glue_uses_of_a_deployment():
+def test_the_protocol_names_what_the_glue_and_the_worker_use_of_a_deployment():
     assert MEMBERS == ["clients", "close", "disconnect", "find_job", "for_queue",
-                       "schedules", "throttle_client", "worker_name"]
+                       "schedules", "serving", "throttle_client", "worker_name"]
 
 
 def test_a_single_server_client_is_a_qless_client(redis_url):
     client = get_client()
     assert isinstance(client, Client) and isinstance(client, QlessClient)
     assert client.clients() == [client] and client.for_queue("q") is client
+    assert client.serving("q") == [client]
 
 
 def test_a_sharded_client_has_every_member_with_a_compatible_signature():

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 if TYPE_CHECKING:
     from django_qless.core.job import Job
     from django_qless.core.queue import Queue
-    from django_qless.core.workers.runner import WorkerHooksProtocol
+    from django_qless.core.workers.runner import WorkerHooks
 
 __all__ = [
     "TRACE_KEY",
@@ -84,7 +84,7 @@ class _Installed(Generic[T]):
 
 
 _put_middleware: _Installed[PutMiddleware] = _Installed()
-_hooks: _Installed[WorkerHooksProtocol] = _Installed()
+_hooks: _Installed[WorkerHooks] = _Installed()
 
 
 def put_middleware() -> tuple[PutMiddleware, ...]:
@@ -92,7 +92,7 @@ def put_middleware() -> tuple[PutMiddleware, ...]:
     return _put_middleware.items
 
 
-def installed_hooks() -> tuple[WorkerHooksProtocol, ...]:
+def installed_hooks() -> tuple[WorkerHooks, ...]:
     """Return the installed worker hooks (outermost first)."""
     return _hooks.items
 
@@ -107,17 +107,17 @@ def uninstall_put_middleware(middleware: PutMiddleware) -> None:
     _put_middleware.remove(middleware)
 
 
-def install_hooks(hooks: WorkerHooksProtocol) -> None:
+def install_hooks(hooks: WorkerHooks) -> None:
     """Add `hooks` to every worker built in this process from now on (once)."""
     _hooks.add(hooks)
 
 
-def uninstall_hooks(hooks: WorkerHooksProtocol) -> None:
+def uninstall_hooks(hooks: WorkerHooks) -> None:
     """Remove `hooks` if installed (workers already built keep them)."""
     _hooks.remove(hooks)
 
 
-def with_installed_hooks(hooks: WorkerHooksProtocol) -> WorkerHooksProtocol:
+def with_installed_hooks(hooks: WorkerHooks) -> WorkerHooks:
     """Return `hooks` with the installed ones around them (`hooks` itself if none are)."""
     if not _hooks.items:
         return hooks

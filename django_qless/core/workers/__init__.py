@@ -13,8 +13,9 @@ from django_qless.core.worker_options import WorkerConfig, default_worker_name
 from django_qless.core.workers.runner import (
     CompositeHooks,
     JobContextFilter,
+    Outcome,
     WorkerHooks,
-    WorkerHooksProtocol,
+    WorkerInfo,
     current_job,
     current_sandbox,
 )
@@ -33,9 +34,9 @@ _LAZY = {"ForkingWorker": "django_qless.core.workers.forking",
                          "django_qless.core.worker_cli")}
 
 __all__ = ["CompositeHooks", "ExitCode", "ForkingWorker", "JobAborted", "JobContextFilter",
-           "SerialWorker", "WorkerConfig", "WorkerHooks", "WorkerHooksProtocol", "current_job",
-           "current_sandbox", "default_worker_name", "import_modules", "make_worker",
-           "run_worker"]
+           "Outcome", "SerialWorker", "WorkerConfig", "WorkerHooks",
+           "WorkerInfo", "current_job", "current_sandbox", "default_worker_name",
+           "import_modules", "make_worker", "run_worker"]
 
 
 def __getattr__(name: str) -> Any:

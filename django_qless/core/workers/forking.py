@@ -32,7 +32,7 @@ from django_qless.core.workers.hand import SharedJobPool
 from django_qless.core.workers.heartbeat import Beat
 from django_qless.core.workers.leadership import TokenFile
 from django_qless.core.workers.proctitle import set_title, stop_note, supervisor_title
-from django_qless.core.workers.runner import WorkerHooks, WorkerHooksProtocol, child_extra
+from django_qless.core.workers.runner import WorkerHooks, child_extra
 from django_qless.core.workers.shards import followed_shards, served_clients
 from django_qless.core.workers.shutdown import ExitCode, SignalState
 
@@ -52,7 +52,7 @@ _STAGES = {1: (None, signal.SIGQUIT), 2: ("shutdown", signal.SIGHUP), 3: ("force
 class ForkingWorker:
     """Pre-fork N job-running children and supervise them."""
 
-    def __init__(self, config: WorkerConfig, hooks: WorkerHooksProtocol | None = None) -> None:
+    def __init__(self, config: WorkerConfig, hooks: WorkerHooks | None = None) -> None:
         self.config = config
         self.hooks = hooks or WorkerHooks()
         self.name = config.name or default_worker_name()

@@ -22,7 +22,7 @@ from django_qless.core.workers.runner import (
     JobRunner,
     Outcome,
     Sandbox,
-    WorkerHooksProtocol,
+    WorkerHooks,
     log_job,
 )
 from django_qless.core.workers.shards import (
@@ -51,7 +51,7 @@ class JobLoop:
 
     hard_limit_in_thread = False  # stop a job at its hard limit here (a child: its supervisor)
 
-    def __init__(self, config: WorkerConfig, hooks: WorkerHooksProtocol, name: str,
+    def __init__(self, config: WorkerConfig, hooks: WorkerHooks, name: str,
                  signals: SignalState, *, resume: bool = False, max_jobs: int = 0,
                  pool: SharedJobPool | None = None, reaper: LeaseReaper | None = None,
                  leader_token: TokenFile | None = None) -> None:

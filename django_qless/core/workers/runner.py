@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from django_qless.core.job import Job
 
 __all__ = ["FIELDS", "LOST", "CompositeHooks", "JobContextFilter", "JobRunner", "Outcome",
-           "Sandbox", "WorkerHooks", "WorkerHooksProtocol", "WorkerInfo", "child_extra",
+           "Sandbox", "WorkerHooks", "WorkerInfo", "child_extra",
            "compose", "current_job", "current_sandbox", "error_group", "fail_job",
            "format_failure", "job_extra", "log_job", "stopped_failure"]
 
@@ -82,9 +82,6 @@ class WorkerHooks:
     def around_job(self, job: Job, call_next: Callable[[], Any]) -> Any:
         """Wrap one job; must call `call_next()` and return its result."""
         return call_next()
-
-
-WorkerHooksProtocol = WorkerHooks  # (the name the worker's signatures used to take)
 
 
 def _each(name: str, *, backwards: bool = False, guarded: bool = False) -> Any:

@@ -24,7 +24,6 @@ from django_qless.core.workers.loop import JobLoop
 from django_qless.core.workers.runner import (
     Outcome,
     WorkerHooks,
-    WorkerHooksProtocol,
     fail_job,
     log_job,
     stopped_failure,
@@ -45,7 +44,7 @@ class SerialWorker(JobLoop):
 
     hard_limit_in_thread = True
 
-    def __init__(self, config: WorkerConfig, hooks: WorkerHooksProtocol | None = None, *,
+    def __init__(self, config: WorkerConfig, hooks: WorkerHooks | None = None, *,
                  install_signals: bool = True) -> None:
         name = config.name or default_worker_name()
         super().__init__(
