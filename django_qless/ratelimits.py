@@ -16,9 +16,12 @@ import hashlib
 import inspect
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django_qless.core.scheduling.ratelimit import RateLimitError, check_key, parse_rate
+
+if TYPE_CHECKING:
+    from django_qless.core.client import Client
 
 __all__ = ["DATA_KEY", "check_home", "check_rate_options", "ensure_kind_limit",
            "function_rate_key", "home_id"]
@@ -61,7 +64,7 @@ def home_id(klass: str) -> str:
     return "rate:#" + hashlib.sha256(klass.encode("utf-8")).hexdigest()[:40]
 
 
-def check_home(client: Any, klass: str, queue: str) -> None:
+def check_home(client: Client, klass: str, queue: str) -> None:
     """Refuse a job of a limited kind in a queue outside the kind limit's home shard."""
     router = client.router
     if router is None or client.shard is None:
@@ -74,7 +77,7 @@ def check_home(client: Any, klass: str, queue: str) -> None:
             f"queues of that shard, or limit the queue instead)")
 
 
-def ensure_kind_limit(client: Any, klass: str, rate_limit: str, key_path: str,
+def ensure_kind_limit(client: Client, klass: str, rate_limit: str, key_path: str,
                       queue: str = "") -> None:
     """Define the kind's limit in the client's keyspace, once per process (and on a change);
     on a sharded deployment, only in the kind's home shard."""

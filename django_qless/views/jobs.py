@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
@@ -22,6 +22,9 @@ from django_qless.views.base import (
 )
 from django_qless.views.job_state import MOVABLE, PRIORITY_STATES, job_version
 from django_qless.views.shards import deployment, find_job
+
+if TYPE_CHECKING:
+    from django_qless.core.job import Job
 
 __all__ = [
     "job_cancel",
@@ -182,7 +185,7 @@ def job_cancel(request: HttpRequest, jid: str) -> HttpResponse:
     return redirect_back(request, qurl(request, "overview"))
 
 
-def _not_in_a_queue(job: Any, done: str) -> str:
+def _not_in_a_queue(job: Job, done: str) -> str:
     """Say why a job outside every queue (a completed one) is not requeued or moved."""
     if job.state == "complete":
         return (f"Job {job.jid} is complete: it already ran, and a completed job is kept only "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
@@ -12,17 +12,21 @@ from django_qless.forms import QueueRateLimitForm, first_error
 from django_qless.views.base import dashboard_view, qurl, redirect_back
 from django_qless.views.shards import queue_client
 
+if TYPE_CHECKING:
+    from django_qless.core.client import Client
+    from django_qless.core.queue import Queue
+
 __all__ = ["queue_rate_limit", "rate_limit_context"]
 
 
-def _known_queue(client: Any, name: str) -> Any:
+def _known_queue(client: Client, name: str) -> Queue:
     """Return the Queue of `client`, or 404 when the engine has never seen that name there."""
     if name not in set(client.queues.names()):
         raise Http404(f"There is no queue named {name!r}.")
     return client.queues[name]
 
 
-def rate_limit_context(queue: Any) -> dict[str, Any]:
+def rate_limit_context(queue: Queue) -> dict[str, Any]:
     """Return the page's view of a queue's rate limit (None: no limit) and its form."""
     status = queue.rate_limit()
     initial = {"rate": status.rate, "key": status.key} if status is not None else {}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 
@@ -16,6 +16,9 @@ from django_qless.core.job import Job
 from django_qless.views.base import dashboard_view, qurl, render_page
 from django_qless.views.data import job_row
 from django_qless.views.shards import deployment, page_clients
+
+if TYPE_CHECKING:
+    from django_qless.core.client import Client
 
 __all__ = ["search"]
 
@@ -59,7 +62,7 @@ def _tag_total(clients: list[Any], text: str) -> int:
         return 0
 
 
-def _tagged_jids(client: Any, tag: str) -> Iterator[str]:
+def _tagged_jids(client: Client, tag: str) -> Iterator[str]:
     """Yield a tag's jids on one shard, 500 a round trip, at most KLASS_SCAN_CAP."""
     offset = 0
     while offset < KLASS_SCAN_CAP:

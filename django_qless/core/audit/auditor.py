@@ -23,11 +23,14 @@ import json
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
 from ..engine.invoke import DEFAULT, Keyspace
+
+if TYPE_CHECKING:
+    from ..types import QlessClient
 
 __all__ = ["AuditReport", "Reads", "Violation", "audit", "audit_all", "counted"]
 
@@ -357,7 +360,7 @@ def audit(client_or_redis: Any, *, fix: bool = False, recheck: bool = True) -> A
     return report
 
 
-def audit_all(deployment: Any, *, fix: bool = False, recheck: bool = True
+def audit_all(deployment: QlessClient, *, fix: bool = False, recheck: bool = True
               ) -> list[AuditReport]:
     """Audit every keyspace of a deployment (`clients()`: a Client, or every shard of a
     ShardedClient), one after the other; return one report per keyspace."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
@@ -25,6 +25,10 @@ from ..engine.bundles import bundle_sha
 from ..engine.lua import function_name, routes, script_sha
 from ..health import SAFE_POLICY, eviction_policy
 from ..serialization import check_int
+
+if TYPE_CHECKING:
+    from ..client import Client
+    from ..job import Job
 
 __all__ = [
     "KLASS_SCAN_CAP",
@@ -51,7 +55,7 @@ KLASS_SCAN_CAP = 5000
 _CHUNK = 500
 
 
-def _jids_in(client: Any, state: str, queues: Sequence[str], budget: int) -> Iterable[str]:
+def _jids_in(client: Client, state: str, queues: Sequence[str], budget: int) -> Iterable[str]:
     """Yield up to `budget` jids of `state` (queue indexes, failure groups or completions)."""
     left = budget
     if state == "complete":
@@ -89,7 +93,7 @@ def _jids_in(client: Any, state: str, queues: Sequence[str], budget: int) -> Ite
                 break
 
 
-def last_change(job: Any) -> float:
+def last_change(job: Job) -> float:
     """Return the time of a job's latest history entry (its last change; 0 if none)."""
     best = 0.0
     for entry in job.history:
@@ -101,10 +105,10 @@ def last_change(job: Any) -> float:
 
 
 def find_by_klass(
-    client: Any, klass: str, *, states: Sequence[str] = KLASS_STATES,
+    client: Client, klass: str, *, states: Sequence[str] = KLASS_STATES,
     queues: Sequence[str] | None = None, limit: int = 100, scan: int = KLASS_SCAN_CAP,
     since: float | None = None,
-) -> tuple[list[Any], bool]:
+) -> tuple[list[Job], bool]:
     """Return (jobs whose class is `klass`, whether the scan stopped at its cap).
 
     Reads at most `scan` jids in `states` (the queues' indexes, every failure group, the
@@ -115,7 +119,7 @@ def find_by_klass(
                      queues=queues, limit=limit, scan=scan, since=since)
 
 
-def search_match(text: str) -> Callable[[Any], bool]:
+def search_match(text: str) -> Callable[[Job], bool]:
     """Return the search box's test: the class contains `text`, or the jid starts with it
     (both ignoring case: jids are lower-case hex, class paths are typed any way)."""
     needle = text.casefold()
@@ -124,10 +128,10 @@ def search_match(text: str) -> Callable[[Any], bool]:
 
 
 def find_jobs(
-    client: Any, matches: Callable[[Any], bool], *, states: Sequence[str] = KLASS_STATES,
+    client: Client, matches: Callable[[Job], bool], *, states: Sequence[str] = KLASS_STATES,
     queues: Sequence[str] | None = None, limit: int = 100, scan: int = KLASS_SCAN_CAP,
     since: float | None = None, jids: Iterable[str] | None = None,
-) -> tuple[list[Any], bool]:
+) -> tuple[list[Job], bool]:
     """Return (jobs for which `matches` is true, whether the scan stopped at its cap).
 
     Reads at most `scan` jids: `jids` when given (a tag's, say), else those in `states` (the
@@ -207,7 +211,7 @@ def histogram_percentiles(
     return result
 
 
-def failures_per_day(client: Any, days: int = 7, queues: Sequence[str] | None = None
+def failures_per_day(client: Client, days: int = 7, queues: Sequence[str] | None = None
                      ) -> list[tuple[dt.date, int]]:
     """Return (UTC day, failures) for the last `days` days, oldest first, all queues summed.
 
@@ -226,7 +230,7 @@ def failures_per_day(client: Any, days: int = 7, queues: Sequence[str] | None = 
     return out
 
 
-def failures_per_interval(client: Any, intervals: int, seconds: float,
+def failures_per_interval(client: Client, intervals: int, seconds: float,
                           until: float | None = None, scan: int = KLASS_SCAN_CAP
                           ) -> tuple[list[int], bool]:
     """Count jobs that failed in each of the last `intervals` spans of `seconds`, oldest first.
@@ -270,7 +274,7 @@ def _info(conn: Any, section: str) -> dict[str, Any]:
         return {}
 
 
-def node_name(client: Any) -> str:
+def node_name(client: Client) -> str:
     """Return `host:port` (or the socket path) of the server holding a client's keyspace."""
     kwargs = client.node_redis().connection_pool.connection_kwargs
     if kwargs.get("path"):
@@ -278,16 +282,16 @@ def node_name(client: Any) -> str:
     return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
 
 
-def primaries(clients: Iterable[Any]) -> list[tuple[str, list[Any]]]:
+def primaries(clients: Iterable[Client]) -> list[tuple[str, list[Client]]]:
     """Group a deployment's keyspace clients by the server holding each now: [(node, the
     clients there)], in first-seen order (shards sharing a primary are read once)."""
-    nodes: dict[str, list[Any]] = {}
+    nodes: dict[str, list[Client]] = {}
     for client in clients:
         nodes.setdefault(node_name(client), []).append(client)
     return list(nodes.items())
 
 
-def server_report(client: Any) -> dict[str, Any]:
+def server_report(client: Client) -> dict[str, Any]:
     """Return what an operator checks first about the server holding the client's keyspace
     (missing values are None)."""
     conn = client.node_redis()
@@ -326,14 +330,14 @@ def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def engine_slowlog(client: Any, count: int = 128) -> list[dict[str, Any]]:
+def engine_slowlog(client: Client, count: int = 128) -> list[dict[str, Any]]:
     """Return the slow-log entries that call our engine (FCALL of its function, EVALSHA of
     its script), newest first: {"id", "start", "duration_us", "command", "args"}; [] when
     the server refuses SLOWLOG (see `read_engine_slowlog`)."""
     return read_engine_slowlog(client, count) or []
 
 
-def read_engine_slowlog(client: Any, count: int = 128) -> list[dict[str, Any]] | None:
+def read_engine_slowlog(client: Client, count: int = 128) -> list[dict[str, Any]] | None:
     """As `engine_slowlog`, but None when the server refuses SLOWLOG (an ACL user without
     it, a managed server that renames it): "nothing slow" and "cannot tell" differ."""
     check_int("count", count, 1, 1024)

@@ -48,6 +48,7 @@ from .shapes import (
 if TYPE_CHECKING:
     from ..client import Client
     from ..job import Job
+    from ..types import QlessClient
 
 __all__ = [
     "FLOW_KEY", "MAX_MEMBERS", "RESULT_KEY", "Chain", "FlowMember", "FlowState", "Flows",
@@ -101,8 +102,7 @@ class FlowState:
 class Flows:
     """Put, read, retry and cancel flows (`client.flows`)."""
 
-    def __init__(self, client: Any) -> None:
-        # A Client or a ShardedClient: both have for_queue() and clients().
+    def __init__(self, client: QlessClient) -> None:
         self.client = client
 
     def put(self, flow: Node, *, flow_id: str | None = None) -> str:
@@ -161,7 +161,8 @@ class Flows:
         """Return each keyspace holding members of the flow, with the members found there
         (across shards: one look-up per primary, then one multi-get per shard)."""
         jids = member_ids(flow_id)
-        router = getattr(self.client, "router", None) or self.client
+        # (the ShardedClient a shard's Client belongs to, if any)
+        router: Any = getattr(self.client, "router", None) or self.client
         if hasattr(router, "locate"):
             by_shard: dict[str, list[str]] = {}
             for jid, tag in router.locate(jids).items():

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..exceptions import QlessError
 from ..serialization import MAX_DELAY
@@ -26,7 +26,9 @@ from .shapes import FLOW_KEY, Placed
 
 if TYPE_CHECKING:
     from ..client import Client
+    from ..cluster.sharded import ShardedClient
     from ..job import Job
+    from ..types import QlessClient
 
 __all__ = ["GATES_QUEUE", "GATE_KLASS", "SWEEP_IDLE_EVERY", "Spread", "open_gate",
            "release_after", "spread", "sweep_gates"]
@@ -127,7 +129,7 @@ def release_after(job: Job) -> None:
 _swept_at: list[float] = []  # when this process last swept (monotonic), if it has
 
 
-def sweep_gates(deployment: Any, *, idle: bool = False) -> list[str]:
+def sweep_gates(deployment: QlessClient, *, idle: bool = False) -> list[str]:
     """Open every gate whose parent completed (what a completer that died left behind);
     return the members released. Every reaper call while busy; while idle at most every
     SWEEP_IDLE_EVERY seconds per process. Log errors, never raise them."""
@@ -137,11 +139,12 @@ def sweep_gates(deployment: Any, *, idle: bool = False) -> list[str]:
     clients: list[Client] = deployment.clients()
     if len(clients) < 2 or not hasattr(deployment, "locate"):
         return []  # one keyspace: no gates
+    sharded = cast("ShardedClient", deployment)
     _swept_at[:] = [now]
     released: list[str] = []
     try:
         for client in clients:
-            released += _sweep_shard(deployment, client)
+            released += _sweep_shard(sharded, client)
     except Exception as exc:  # noqa: BLE001 - a sweep must never stop a worker
         log.warning("flows: sweeping gates failed (%s); retrying at the next reaper call", exc)
     if released:
@@ -150,7 +153,7 @@ def sweep_gates(deployment: Any, *, idle: bool = False) -> list[str]:
     return released
 
 
-def _sweep_shard(deployment: Any, client: Client) -> list[str]:
+def _sweep_shard(deployment: ShardedClient, client: Client) -> list[str]:
     """Open the gates of `client`'s shard whose parent is complete."""
     gate_jids = client.queues[GATES_QUEUE].jobs.scheduled(0, _SWEEP_BATCH)
     if not gate_jids:
@@ -167,7 +170,7 @@ def _sweep_shard(deployment: Any, client: Client) -> list[str]:
     return released
 
 
-def _complete(deployment: Any, jids: Sequence[str]) -> set[str]:
+def _complete(deployment: ShardedClient, jids: Sequence[str]) -> set[str]:
     """Return which of `jids` are complete, wherever they live (a jid found nowhere is not:
     a member never runs unless its parents were seen complete)."""
     by_shard: dict[str, list[str]] = {}

@@ -300,25 +300,25 @@ class ChildChannels:
 
 
 class WorkerChannelListener(threading.Thread):
-    """A daemon thread polling `ChildChannels` for the serial worker in the shards `shards()`
-    names (asked in this thread only), calling `on_event` and `on_reconnect` (take_missed)."""
+    """A daemon thread polling `ChildChannels` for the serial worker's `w:<worker>` in the
+    shards `shards()` names (asked in this thread only), calling `on_event` and
+    `on_reconnect` (take_missed)."""
 
-    def __init__(self, shards: Callable[[], Sequence[Client]],
+    def __init__(self, worker: str, shards: Callable[[], Sequence[Client]],
                  on_event: Callable[[str, dict[str, Any]], None], *,
                  on_reconnect: Callable[[], None]) -> None:
         super().__init__(name="qless-worker-listener", daemon=True)
+        self.worker = worker
         self.shards = shards
         self.on_event = on_event
         self.on_reconnect = on_reconnect
-        self._lock = threading.Lock()
-        self._wanted: dict[str, threading.Event] = {}  # name -> set once heard everywhere
+        self.confirmed = threading.Event()  # set while Redis confirms the channel everywhere
         self._stop_event = threading.Event()
 
-    def add(self, worker: str, wait: float = 5.0) -> bool:
-        """Listen for `worker`; wait until Redis confirmed it everywhere (True) or `wait`."""
-        with self._lock:
-            event = self._wanted.setdefault(worker, threading.Event())
-        return self.is_alive() and event.wait(wait)
+    def listen(self, wait: float = 5.0) -> bool:
+        """Start; wait until Redis confirmed the channel everywhere (True) or `wait` s."""
+        self.start()
+        return self.confirmed.wait(wait)
 
     def stop(self) -> None:
         """End the thread (it leaves within about a fifth of a second)."""
@@ -327,6 +327,7 @@ class WorkerChannelListener(threading.Thread):
     def run(self) -> None:
         block_async_signals()
         channels = ChildChannels([])
+        channels.add(self.worker)  # (subscribed in each shard as `follow` opens it)
         try:
             while not self._stop_event.is_set():
                 self._round(channels)
@@ -334,15 +335,11 @@ class WorkerChannelListener(threading.Thread):
             channels.close()
 
     def _round(self, channels: ChildChannels) -> None:
-        """Follow the shards and names wanted, wait up to 0.2 s, hand on what came."""
+        """Follow the shards, wait up to 0.2 s, hand on what came."""
         try:
             channels.follow(list(self.shards()))
         except Exception as exc:  # noqa: BLE001 - placements are read from Redis
             log.warning("could not look up the queues' shards (%s)", exc)
-        with self._lock:
-            wanted = dict(self._wanted)
-        for name in wanted.keys() - channels.names:
-            channels.add(name)
         fds = channels.filenos()
         if not channels.buffered():
             if fds:
@@ -359,9 +356,8 @@ class WorkerChannelListener(threading.Thread):
                 self.on_reconnect()
             except Exception:
                 log.exception("re-check after reconnect failed")
-        for name, event in wanted.items():
-            if (channels.links and channels.listening(name, connected=True)
-                    and not channels.confirming()):
-                event.set()
-            else:
-                event.clear()
+        if (channels.links and channels.listening(self.worker, connected=True)
+                and not channels.confirming()):
+            self.confirmed.set()
+        else:
+            self.confirmed.clear()

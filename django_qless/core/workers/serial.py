@@ -56,7 +56,7 @@ class SerialWorker(JobLoop):
         # on its own shard's channel), following the queues to the shards they move to.
         follow = followed_shards(self.client, config.queues, config.queue_refresh,
                                  holders=lambda: (name,))
-        self.listener = WorkerChannelListener(follow, self._on_channel_event,
+        self.listener = WorkerChannelListener(name, follow, self._on_channel_event,
                                               on_reconnect=self._recheck_current)
         self.beat = Beat(name, config.beat, self.signals, self.request_stop)
         if self.reaper is not None:
@@ -84,8 +84,7 @@ class SerialWorker(JobLoop):
         """Serve jobs until stopped; return the exit code."""
         if self.install_signals:
             self.arm_signals(self._on_signal)
-        self.listener.start()
-        self.listener.add(self.name)
+        self.listener.listen()
         if self.reaper is not None:
             self.reaper.reap(beat_only=True)
         health = None
