@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from functools import partial
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
@@ -371,8 +371,10 @@ class WorkerConfig:
     ) -> QlessClient:
         """Return a new Client, or a ShardedClient with `cluster` (socket_timeout -1: ours)."""
         if self.connect is not None:
-            made = self.connect()
-            return Client(made, worker_name=worker_name) if isinstance(made, redis.Redis) else made
+            made: Any = self.connect()
+            if hasattr(made, "serving"):  # a Client or a ShardedClient, ready to use
+                return cast("QlessClient", made)
+            return Client(made, worker_name=worker_name)  # (InvalidArgument: not a connection)
         timeout = self.socket_timeout if socket_timeout == -1.0 else socket_timeout
         if self.cluster:
             from django_qless.core.cluster.sharded import ShardedClient

@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import environ
+import pytest
 
 from django_qless.conf import parse
 from django_qless.core import worker_cli, worker_options
+from django_qless.core.exceptions import InvalidArgument
 from django_qless.core.worker_options import OPTIONS, OptionSpec, WorkerConfig
 from django_qless.management.commands.qless_worker import Command
 
@@ -76,3 +78,9 @@ def test_the_health_file_comes_from_the_option_the_setting_or_the_environment(tm
     args = django_parser().parse_args(["--health-file", str(tmp_path / "h")])
     assert Command().build_config({**vars(args), "queues": ["q"]}).health_file == str(
         tmp_path / "h")
+
+
+def test_a_connection_factory_returning_something_else_is_refused_plainly():
+    config = WorkerConfig(queues=("q",), connect=lambda: object())
+    with pytest.raises(InvalidArgument, match="a client needs a URL, a redis.Redis"):
+        config.make_client()
